@@ -1,0 +1,222 @@
+"""The op catalogue: every operation a compiled plan may contain, its argument roles and attributes.
+
+tr.graph emits :class:`OpCall` values from this catalogue; every backend implements every entry (a test
+fails otherwise). Ops are dtype-generic (the MLX way): an FC forward is ``fc_fwd`` whether its tensors are
+FP32 or FP16; the backend dispatches on the DTensors' dtypes.
+
+Argument kinds:
+- ``tensor``: a DTensor (region, offset, shape, dtype).
+- ``span``: a :class:`RegionSpan` -- every byte from the first region's base to the last region's end.
+Roles: ``in`` (read), ``out`` (written), ``inout`` (read and written). ``optional`` arguments may be None.
+In-place is explicit: an ``out`` may alias an ``in`` only where the entry says ``inplace``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from tr.core.errors import CompileError
+from tr.core.region import Region
+
+
+@dataclass(frozen=True, slots=True)
+class Arg:
+    name: str
+    role: str  # "in" | "out" | "inout"
+    kind: str = "tensor"  # "tensor" | "span"
+    optional: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OpDef:
+    name: str
+    family: str  # the implementation file: fc, conv, bn, activation, pool, ... (one family per file)
+    args: tuple[Arg, ...]
+    attrs: tuple[str, ...] = ()
+    kind: str = "compute"  # "compute" | "range"
+    doc: str = ""
+    inplace: tuple[tuple[str, str], ...] = ()  # (out, in) pairs that may share memory
+
+    def arg(self, name: str) -> Arg:
+        for a in self.args:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+
+@dataclass(frozen=True, slots=True)
+class RegionSpan:
+    """All bytes of regions ``first..last`` (inclusive) in layout order."""
+
+    first: Region
+    last: Region
+
+    def __post_init__(self) -> None:
+        if int(self.last) < int(self.first):
+            raise CompileError(f"region span {self.first.name}..{self.last.name} runs backwards")
+
+    def __repr__(self) -> str:
+        if self.first == self.last:
+            return f"<{self.first.name}>"
+        return f"<{self.first.name}..{self.last.name}>"
+
+
+def _t(name: str, role: str = "in", optional: bool = False) -> Arg:
+    return Arg(name, role, "tensor", optional)
+
+
+def _s(name: str, role: str = "inout") -> Arg:
+    return Arg(name, role, "span")
+
+
+ACTIVATIONS = ("relu", "tanh", "silu", "sigmoid", "relu6", "leaky_relu", "hardswish", "elu", "gelu")
+OPTIMIZER_RULES = ("sgd", "momentum", "nesterov", "adam", "adamw")
+
+_DEFS: list[OpDef] = [
+    # --- copies and shape ops -------------------------------------------------------------------
+    OpDef("copy", "copy", (_t("x"), _t("y", "out")), doc="y = x (same numel; dtype must match)"),
+    OpDef("accumulate", "copy", (_t("x"), _t("y", "inout")), doc="y += x (gradient of a branch point)"),
+    OpDef("flatten_fwd", "flatten", (_t("x"), _t("y", "out")), doc="[N,H,W,C] -> [N,1,1,H*W*C] (NHWC order)"),
+    OpDef("flatten_bwd", "flatten", (_t("dy"), _t("dx", "out")), doc="inverse reshape of flatten_fwd"),
+    OpDef("channel_pad_fwd", "flatten", (_t("x"), _t("y", "out")), doc="copy C channels, zero the padding"),
+    OpDef("channel_pad_bwd", "flatten", (_t("dy"), _t("dx", "out")), doc="first C channels of dy"),
+    # --- fully connected --------------------------------------------------------------------------
+    OpDef("fc_fwd", "fc", (_t("x"), _t("w"), _t("b", optional=True), _t("y", "out")), ("activation",),
+          doc="y = x[N, H*W*C] @ w[out, in]^T + b; activation None or 'relu' (fused epilogue)"),
+    OpDef("fc_bwd", "fc",
+          (_t("x"), _t("w"), _t("dy"), _t("dw", "out"), _t("db", "out", True), _t("dx", "out", True)),
+          doc="dw = dy^T x, db = sum_n dy, dx = dy w (dx None for the first layer)"),
+    # --- convolution (no bias: a BN follows) --------------------------------------------------------
+    OpDef("conv_fwd", "conv", (_t("x"), _t("w"), _t("y", "out")), ("kernel", "stride", "padding"),
+          doc="NHWC cross-correlation, weight KRSC"),
+    OpDef("conv_bwd", "conv", (_t("x"), _t("w"), _t("dy"), _t("dw", "out"), _t("dx", "out", True)),
+          ("kernel", "stride", "padding"), doc="wgrad (and dgrad unless dx is None)"),
+    # --- batch norm ------------------------------------------------------------------------------
+    OpDef("bn_fwd", "bn",
+          (_t("x"), _t("gamma"), _t("beta"), _t("mean_in"), _t("var_in"), _t("mean_out", "out"),
+           _t("var_out", "out"), _t("y", "out"), _t("saved_mean", "out"), _t("saved_inv_std", "out")),
+          ("momentum", "eps"),
+          doc="batch statistics over N*H*W; running stats: out = (1-m)*in + m*batch (unbiased var)"),
+    OpDef("bn_bwd", "bn",
+          (_t("x"), _t("gamma"), _t("dy"), _t("saved_mean"), _t("saved_inv_std"), _t("dgamma", "out"),
+           _t("dbeta", "out"), _t("dx", "out")), ("eps",), inplace=(("dx", "x"),)),
+    OpDef("bn_inf", "bn", (_t("x"), _t("scale"), _t("bias"), _t("y", "out")), doc="y = x*scale + bias"),
+    OpDef("bn_update_eq", "bn",
+          (_t("gamma"), _t("beta"), _t("mean"), _t("var"), _t("scale", "out"), _t("bias", "out")), ("eps",),
+          doc="scale = gamma/sqrt(var+eps); bias = beta - mean*scale"),
+    # --- activations (kind in ACTIVATIONS) ----------------------------------------------------------
+    OpDef("act_fwd", "activation", (_t("x"), _t("y", "out"), _t("mask", "out", True)), ("kind",),
+          doc="y = f(x); relu may write an INT8 mask (x > 0)"),
+    OpDef("act_bwd", "activation", (_t("x"), _t("dy"), _t("dx", "out"), _t("mask", "in", True)), ("kind",),
+          doc="dx = f'(x) * dy, recomputed from x (or from the relu mask)", inplace=(("dx", "x"), ("dx", "dy"))),
+    OpDef("act_inf", "activation", (_t("x"), _t("y", "out")), ("kind",)),
+    # --- dropout ---------------------------------------------------------------------------------
+    OpDef("dropout_fwd", "dropout", (_t("x"), _t("y", "out"), _t("mask", "out"), _t("seed", "inout")), ("p",),
+          doc="counter-based: keep element i iff philox_uniform(seed, i) >= p; y = keep*x/(1-p); seed advanced"),
+    OpDef("dropout_bwd", "dropout", (_t("dy"), _t("mask"), _t("dx", "out")), ("p",), inplace=(("dx", "dy"),)),
+    # --- pooling ---------------------------------------------------------------------------------
+    OpDef("maxpool_fwd", "pool", (_t("x"), _t("y", "out"), _t("mask", "out")), ("kernel", "stride", "padding"),
+          doc="INT8 mask = argmax position kh*k+kw in the window, first max wins"),
+    OpDef("maxpool_bwd", "pool", (_t("dy"), _t("mask"), _t("dx", "out")), ("kernel", "stride", "padding")),
+    OpDef("maxpool_inf", "pool", (_t("x"), _t("y", "out")), ("kernel", "stride", "padding")),
+    OpDef("avgpool_fwd", "pool", (_t("x"), _t("y", "out")), ("kernel", "stride", "padding"),
+          doc="average over the window, padding excluded from the count"),
+    OpDef("avgpool_bwd", "pool", (_t("dy"), _t("dx", "out")), ("kernel", "stride", "padding")),
+    OpDef("gap_fwd", "pool", (_t("x"), _t("y", "out")), doc="mean over H, W"),
+    OpDef("gap_bwd", "pool", (_t("dy"), _t("dx", "out")), doc="dx = dy / (H*W)"),
+    # --- residual ----------------------------------------------------------------------------------
+    OpDef("add_fwd", "add", (_t("a"), _t("b"), _t("y", "out")), ("activation",),
+          doc="y = a + b, then optional relu (activation None or 'relu')", inplace=(("y", "a"), ("y", "b"))),
+    # --- loss ------------------------------------------------------------------------------------
+    OpDef("softmax_ce_fwd", "softmax_ce",
+          (_t("logits"), _t("labels"), _t("probs", "out"), _t("result", "out")), ("label_smoothing",),
+          doc="probs = softmax(logits); result[0] = mean loss, result[1:3] = top1, top5 fractions"),
+    OpDef("softmax_ce_bwd", "softmax_ce",
+          (_t("probs"), _t("labels"), _t("scale"), _t("dlogits", "out")), ("label_smoothing",),
+          doc="dlogits = (probs - smooth(onehot)) * scale[0] / N"),
+    OpDef("softmax_ce_inf", "softmax_ce",
+          (_t("logits"), _t("labels"), _t("result", "out"), _t("pred", "out", True)), ("label_smoothing",),
+          doc="result = (mean loss, top1, top5); pred = argmax"),
+    # --- scalars -----------------------------------------------------------------------------------
+    OpDef("scalar_increment", "scalar", (_t("x", "inout"),), doc="x += 1 (INT32 step counters)"),
+    OpDef("lr_lookup", "scalar", (_t("table"), _t("step"), _t("lr", "out")),
+          doc="lr = table[min(step, len-1)]: the learning rate stays on the device"),
+    OpDef("loss_scale_update", "scalar", (_t("flag"), _t("scale", "inout")),
+          doc="if flag: scale = max(1, scale/2) (static loss scale that only halves)"),
+    # --- range ops (one kernel per byte range, independent of the number of layers) ----------------
+    OpDef("range_clear", "range", (_s("span", "out"),), kind="range"),
+    OpDef("range_copy", "range", (_s("src", "in"), _s("dst", "out")), kind="range"),
+    OpDef("range_cast", "range", (_s("src", "in"), _s("dst", "out")), ("src_dtype", "dst_dtype"), kind="range",
+          doc="element-wise cast; FP32 slots are twice their FP16 twins' so elements line up"),
+    OpDef("range_check_finite", "range", (_s("span", "inout"), _t("flag", "out")), ("clip",), kind="range",
+          doc="flag = any(!isfinite); with clip > 0 also clamp elements to [-clip, clip]"),
+    OpDef("range_scale", "range", (_s("span", "inout"), _t("factor")), kind="range", doc="x *= factor[0]"),
+    OpDef("range_allreduce_mean", "range", (_s("span", "inout"),), kind="range",
+          doc="mean over ranks in place; identity with one rank"),
+    OpDef("range_optimizer", "range",
+          (_s("w"), _s("g", "in"), Arg("m", "inout", "span", True), Arg("v", "inout", "span", True),
+           _t("lr"), _t("flag"), _t("grad_scale"), _t("step", "in", True)),
+          ("rule", "beta1", "beta2", "eps", "weight_decay"), kind="range",
+          doc="rule in OPTIMIZER_RULES; g is divided by grad_scale; nothing happens when flag != 0"),
+    OpDef("lars_update", "range",
+          (_t("w", "inout"), _t("g"), _t("m", "inout"), _t("lr"), _t("flag"), _t("grad_scale"), _t("ratio", "out")),
+          ("nesterov", "momentum", "weight_decay", "trust_coefficient", "eps"), kind="range",
+          doc="per weight tensor: trust ratio then momentum update (SEED_SYSTEM.md §7)"),
+    OpDef("range_ema", "range", (_s("src", "in"), _s("dst", "inout")), ("decay",), kind="range",
+          doc="dst = decay*dst + (1-decay)*src"),
+    OpDef("accum_metrics", "range", (_t("result"), _t("accum", "inout"), _t("batch")), kind="range",
+          doc="accum += result * batch[0]"),
+    OpDef("h2d_copy", "transfer", (_t("labels", "out"), _t("data", "out")), ("buffer",), kind="range",
+          doc="copy host staging buffer `buffer` (0 = A, 1 = B) into the device input tensors"),
+]
+
+CATALOGUE: MappingProxyType[str, OpDef] = MappingProxyType({d.name: d for d in _DEFS})
+assert len(CATALOGUE) == len(_DEFS), "duplicate op name"
+
+
+def op_def(name: str) -> OpDef:
+    try:
+        return CATALOGUE[name]
+    except KeyError:
+        raise CompileError(f"unknown op {name!r}; the catalogue has {sorted(CATALOGUE)}") from None
+
+
+@dataclass(frozen=True)
+class OpCall:
+    """One call of a catalogued op: arguments by name (DTensor, RegionSpan or None) and attributes."""
+
+    op: str
+    args: MappingProxyType[str, Any]
+    attrs: MappingProxyType[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    layer: int = -1  # the ArchPlan layer that emitted it (-1: none), for error messages and profiles
+    label: str = ""
+
+    @staticmethod
+    def make(op: str, args: dict[str, Any], attrs: dict[str, Any] | None = None, layer: int = -1,
+             label: str = "") -> OpCall:
+        d = op_def(op)
+        attrs = dict(attrs or {})
+        names = {a.name for a in d.args}
+        for k in args:
+            if k not in names:
+                raise CompileError(f"op {op}: unknown argument {k!r} (expects {sorted(names)})")
+        full: dict[str, Any] = {}
+        for a in d.args:
+            v = args.get(a.name)
+            if v is None and not a.optional:
+                raise CompileError(f"op {op}: required argument {a.name!r} is missing")
+            if v is not None and a.kind == "span" and not isinstance(v, RegionSpan):
+                raise CompileError(f"op {op}: argument {a.name!r} must be a RegionSpan, got {type(v).__name__}")
+            full[a.name] = v
+        for k in attrs:
+            if k not in d.attrs:
+                raise CompileError(f"op {op}: unknown attribute {k!r} (expects {list(d.attrs)})")
+        return OpCall(op, MappingProxyType(full), MappingProxyType(attrs), layer, label)
+
+    def __repr__(self) -> str:
+        a = ", ".join(f"{k}={v!r}" for k, v in self.args.items() if v is not None)
+        at = ", ".join(f"{k}={v!r}" for k, v in self.attrs.items())
+        where = f" @L{self.layer}" if self.layer >= 0 else ""
+        return f"{self.op}({a}{'; ' + at if at else ''}){where}"

@@ -1,0 +1,9 @@
+"""tr.tensor: the host Tensor container and the DTensor arena descriptor."""
+
+from tr.tensor.dtensor import DTensor, slot_bytes_for
+from tr.tensor.layout import ArenaLayout
+from tr.tensor.program import SHAPE_INVARIANT, VARIANTS, InitSpec, Program, VariantInfo
+from tr.tensor.tensor import Tensor, load_safetensors, save_safetensors
+
+__all__ = [
+    "SHAPE_INVARIANT", "VARIANTS", "InitSpec", "Program", "VariantInfo","DTensor", "slot_bytes_for", "ArenaLayout", "Tensor", "load_safetensors", "save_safetensors"]

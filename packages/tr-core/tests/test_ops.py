@@ -1,0 +1,32 @@
+import pytest
+
+from tr.core import CATALOGUE, OpCall, Region, RegionSpan
+from tr.core.errors import CompileError
+
+
+def test_catalogue_entries_are_well_formed():
+    for name, d in CATALOGUE.items():
+        assert d.name == name and d.args
+        assert all(a.role in ("in", "out", "inout") and a.kind in ("tensor", "span") for a in d.args)
+        assert d.kind in ("compute", "range")
+        for out, inp in d.inplace:
+            assert d.arg(out).role in ("out", "inout") and d.arg(inp)
+
+
+def test_opcall_validates_arguments():
+    span = RegionSpan(Region.G_BN_BIAS, Region.R_RESULT)
+    c = OpCall.make("range_clear", {"span": span})
+    assert "G_BN_BIAS..R_RESULT" in repr(c)
+    with pytest.raises(CompileError, match="unknown op 'nope'"):
+        OpCall.make("nope", {})
+    with pytest.raises(CompileError, match="required argument 'span' is missing"):
+        OpCall.make("range_clear", {})
+    with pytest.raises(CompileError, match="unknown attribute 'bogus'"):
+        OpCall.make("range_clear", {"span": span}, {"bogus": 1})
+    with pytest.raises(CompileError, match="must be a RegionSpan"):
+        OpCall.make("range_clear", {"span": 3})
+
+
+def test_span_direction():
+    with pytest.raises(CompileError, match="runs backwards"):
+        RegionSpan(Region.R_RESULT, Region.G_BN_BIAS)

@@ -1,0 +1,40 @@
+"""`pip install tr-core tr-data` alone must work: a fresh virtual environment with only those two
+distributions (and numpy) imports tr.data, reads MNIST, and cannot import the rest of tr."""
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_tr_data_installs_and_works_alone(tmp_path):
+    wheels = tmp_path / "wheels"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
+         str(ROOT / "packages/tr-core"), str(ROOT / "packages/tr-data")],
+        capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-3000:]
+    env_dir = tmp_path / "env"
+    venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    inst = subprocess.run([str(py), "-m", "pip", "install", "-q", "numpy", *map(str, sorted(wheels.glob("*.whl")))],
+                          capture_output=True, text=True)
+    assert inst.returncode == 0, inst.stderr[-3000:]
+    probe = (
+        "import importlib.util, tr.data, tr.core\n"
+        "from tr.data import MNIST\n"
+        f"ds = MNIST(r'{ROOT / 'data' / 'mnist'}', train=False)\n"
+        "print(len(ds))\n"
+        "print([m for m in ('tr.tensor', 'tr.graph', 'tr.backend', 'tr.task', 'torch')"
+        " if importlib.util.find_spec(m) is not None])\n"
+    )
+    out = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "10000"
+    assert lines[1] == "[]"

@@ -1,0 +1,302 @@
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from tr.algo.scheduler import (
+    SCHEDULERS,
+    WSDLR,
+    ConstantLR,
+    CosineAnnealingLR,
+    CosineAnnealingWithWarmRestartsLR,
+    ExponentialLR,
+    MultiStepLR,
+    PolynomialLR,
+    Scheduler,
+    StepLR,
+)
+from tr.core.errors import ConfigError, PhaseError
+
+
+def seed_formula(sched: Scheduler, s: int) -> float:
+    """SEED_SYSTEM.md §7 written out literally for one (already mode-adjusted) global step."""
+    E, S = sched.total_epochs, sched.steps_per_epoch
+    total, W = E * S, sched.warmup_epochs * S
+    s = min(max(s, 0), total)
+    base = sched.base
+    start = sched.warmup_start if sched.warmup_start is not None else base * sched.warmup_factor
+    if W > 0 and s <= W:
+        out = start + (base - start) * s / W
+    else:
+        d, D = s - W, total - W
+        if isinstance(sched, ConstantLR):
+            out = base
+        elif isinstance(sched, StepLR):
+            out = base * sched.factor ** (d // (sched.step_epochs * S))
+        elif isinstance(sched, MultiStepLR):
+            epoch = sched.warmup_epochs + d // S
+            out = base * sched.factor ** sum(1 for m in sched.milestone_epochs if m <= epoch)
+        elif isinstance(sched, ExponentialLR):
+            out = base * sched.factor ** (d // S)
+        elif isinstance(sched, PolynomialLR):
+            p = min(1.0, d / (D + 1))
+            out = sched.final_lr + (base - sched.final_lr) * (1 - p) ** sched.exponent
+        elif isinstance(sched, CosineAnnealingLR):
+            dp = D if sched.by_batch else D - S
+            p = (0.0 if d == 0 else 1.0) if dp <= 0 else min(1.0, d / dp)
+            out = sched.min_lr + (base - sched.min_lr) * (1 + math.cos(math.pi * p)) / 2
+        elif isinstance(sched, CosineAnnealingWithWarmRestartsLR):
+            length, begin = sched.cycle_epochs * S, 0
+            while d >= begin + length:
+                begin, length = begin + length, length * sched.cycle_mult
+            out = sched.min_lr + (base - sched.min_lr) * (1 + math.cos(math.pi * (d - begin) / length)) / 2
+        elif isinstance(sched, WSDLR):
+            k = math.floor(D * sched.decay_from)
+            out = base if d < k else sched.final_lr + (base - sched.final_lr) * (1 - (d - k) / (D - k))
+        else:
+            raise AssertionError(type(sched))
+    return out if (math.isfinite(out) and out >= 0) else 0.0
+
+
+E, S = 12, 5
+CASES = [
+    ConstantLR(),
+    StepLR().step_size(3).gamma(0.5),
+    MultiStepLR().milestones([2, 5, 9]).gamma(0.3),
+    ExponentialLR().gamma(0.8),
+    PolynomialLR().power(2.0).end_lr(1e-3),
+    PolynomialLR().power(0.5).end_lr(0.0),
+    CosineAnnealingLR().eta_min(1e-4),
+    CosineAnnealingWithWarmRestartsLR().t_0(3).t_mult(1).eta_min(1e-3),
+    CosineAnnealingWithWarmRestartsLR().t_0(2).t_mult(2),
+    WSDLR(),
+    WSDLR().decay_start(0.5).end_lr(1e-3),
+]
+VARIANTS = {
+    "epoch": lambda s: s,
+    "batch": lambda s: s.step_by_batch(),
+    "epoch+warmup": lambda s: s.base_lr(0.4).warmup(2),
+    "batch+warmup_start": lambda s: s.base_lr(0.4).warmup(3).warmup_start_lr(0.01).step_by_batch(),
+    "epoch+warmup_factor": lambda s: s.warmup(1).warmup_start_factor(0.25),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("case", CASES, ids=lambda c: type(c).__name__)
+def test_every_step_follows_the_formula(case, variant):
+    sched = VARIANTS[variant](case).prepare(E, S)
+    table = sched.table()
+    assert table.dtype == np.float32 and table.shape == (E * S,)
+    expected = []
+    for step in range(E * S):
+        s = step if sched.by_batch else (step // S) * S
+        expected.append(seed_formula(sched, s))
+        assert sched.lr(step) == pytest.approx(expected[-1], rel=1e-12, abs=1e-15)
+        assert sched.lr_at(step // S, step % S) == sched.lr(step)
+    np.testing.assert_allclose(table, np.array(expected, dtype=np.float32), rtol=1e-6, atol=1e-12)
+    # curve() ignores the mode; beyond the end the step is clamped to total.
+    assert sched.curve(E * S + 100) == pytest.approx(seed_formula(sched, E * S), rel=1e-12, abs=1e-15)
+    if not sched.by_batch:
+        assert np.all(table.reshape(E, S) == table.reshape(E, S)[:, :1])  # constant within an epoch
+
+
+def _torch_lrs(make, base: float, n: int) -> list[float]:
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=base)
+    sch = make(opt)
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(n):
+            out.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sch.step()
+    return out
+
+
+LR_S = torch.optim.lr_scheduler
+TORCH_EPOCH_CASES = [
+    (StepLR().step_size(3).gamma(0.5), lambda o: LR_S.StepLR(o, step_size=3, gamma=0.5)),
+    (ExponentialLR().gamma(0.8), lambda o: LR_S.ExponentialLR(o, gamma=0.8)),
+    (MultiStepLR().milestones([2, 5, 9]).gamma(0.3), lambda o: LR_S.MultiStepLR(o, milestones=[2, 5, 9], gamma=0.3)),
+    # epoch mode: the last epoch reaches eta_min, i.e. torch's T_max = E - 1
+    (CosineAnnealingLR().eta_min(1e-4), lambda o: LR_S.CosineAnnealingLR(o, T_max=E - 1, eta_min=1e-4)),
+    (CosineAnnealingWithWarmRestartsLR().t_0(2).t_mult(2).eta_min(1e-3),
+     lambda o: LR_S.CosineAnnealingWarmRestarts(o, T_0=2, T_mult=2, eta_min=1e-3)),
+    (CosineAnnealingWithWarmRestartsLR().t_0(5), lambda o: LR_S.CosineAnnealingWarmRestarts(o, T_0=5)),
+]
+
+
+@pytest.mark.parametrize("sched,make", TORCH_EPOCH_CASES, ids=lambda x: type(x).__name__)
+def test_epoch_mode_matches_torch_stepped_per_epoch(sched, make):
+    ready = sched.prepare(E, S)
+    ref = _torch_lrs(make, ready.base, E)
+    for e in range(E):
+        for b in range(S):
+            assert ready.lr_at(e, b) == pytest.approx(ref[e], rel=1e-9, abs=1e-12)
+
+
+TORCH_BATCH_CASES = [
+    (CosineAnnealingLR().eta_min(1e-4), lambda o: LR_S.CosineAnnealingLR(o, T_max=E * S, eta_min=1e-4)),
+    (StepLR().step_size(3).gamma(0.5), lambda o: LR_S.StepLR(o, step_size=3 * S, gamma=0.5)),
+    (CosineAnnealingWithWarmRestartsLR().t_0(2).t_mult(2),
+     lambda o: LR_S.CosineAnnealingWarmRestarts(o, T_0=2 * S, T_mult=2)),
+    # with end_lr 0, the seed's p = d / (D + 1) is torch's PolynomialLR with total_iters = D + 1
+    (PolynomialLR().power(2.0).end_lr(0.0), lambda o: LR_S.PolynomialLR(o, total_iters=E * S + 1, power=2.0)),
+    # warmup: LinearLR(start_factor) for W steps, then the decay counted from W
+    (CosineAnnealingLR().eta_min(1e-4).warmup(2).warmup_start_factor(0.1),
+     lambda o: LR_S.SequentialLR(o, [LR_S.LinearLR(o, start_factor=0.1, total_iters=2 * S),
+                                     LR_S.CosineAnnealingLR(o, T_max=(E - 2) * S, eta_min=1e-4)],
+                                 milestones=[2 * S])),
+]
+
+
+@pytest.mark.parametrize("sched,make", TORCH_BATCH_CASES, ids=lambda x: type(x).__name__)
+def test_batch_mode_matches_torch_stepped_per_batch(sched, make):
+    ready = sched.base_lr(0.2).step_by_batch().prepare(E, S)
+    ref = np.array(_torch_lrs(make, 0.2, E * S))
+    np.testing.assert_allclose([ready.lr(s) for s in range(E * S)], ref, rtol=1e-7, atol=1e-12)
+
+
+def test_defaults_are_the_seed_s():
+    s = CosineAnnealingLR()
+    assert (s.base, s.warmup_epochs, s.warmup_start, s.warmup_factor, s.by_batch, s.min_lr) == (
+        0.1, 0, None, 0.0, False, 1e-6
+    )
+    assert (PolynomialLR().exponent, PolynomialLR().final_lr) == (2.0, 1e-4)
+    assert (StepLR().step_epochs, StepLR().factor) == (10, 0.1)
+    assert MultiStepLR().factor == 0.1 and ExponentialLR().factor == 0.95
+    assert (WSDLR().decay_from, WSDLR().final_lr) == (0.8, 0.0)
+    w = CosineAnnealingWithWarmRestartsLR()
+    assert (w.cycle_epochs, w.cycle_mult, w.min_lr) == (10, 1, 0.0)
+    assert len(SCHEDULERS) == 8
+
+
+def test_warmup_and_cosine_landmarks():
+    # The seed's VGG example: base 0.36, start 0.01, 10 warmup epochs, eta_min 1e-6, 100 epochs.
+    s = CosineAnnealingLR().base_lr(0.36).warmup_start_lr(0.01).warmup(10).eta_min(1e-6).prepare(100, 7)
+    assert s.lr_at(0) == pytest.approx(0.01)
+    assert s.lr_at(5, 6) == pytest.approx(0.01 + 0.35 * 0.5)
+    assert s.lr_at(10) == pytest.approx(0.36)
+    assert s.lr_at(99) == pytest.approx(1e-6)
+    assert s.lr_at(99, 6) == pytest.approx(1e-6)
+    mid = s.lr_at(10 + 89 // 2)
+    assert mid == pytest.approx(1e-6 + (0.36 - 1e-6) * (1 + math.cos(math.pi * 44 / 89)) / 2)
+    b = s.step_by_batch()
+    assert b.lr(10 * 7) == pytest.approx(0.36) and b.lr(1) == pytest.approx(0.01 + 0.35 / 70)
+    assert b.lr(100 * 7 - 1) > 1e-6 and b.curve(100 * 7) == pytest.approx(1e-6)
+    assert s.warmup_steps == 70 and s.total_steps == 700 and s.start_lr == 0.01
+
+
+def test_edge_cases():
+    # One epoch after the warmup in epoch mode: D' = 0; that epoch runs at base (the seed would give 0).
+    one = CosineAnnealingLR().warmup(2).prepare(3, 4)
+    assert one.lr_at(2) == pytest.approx(0.1) and one.curve(12) == pytest.approx(1e-6)
+    assert CosineAnnealingLR().prepare(1, 4).table().tolist() == [np.float32(0.1)] * 4
+    # Warmup over the whole run.
+    full = ConstantLR().warmup(3).prepare(3, 2).step_by_batch()
+    np.testing.assert_allclose(full.table(), [0.1 * s / 6 for s in range(6)], rtol=1e-6)
+    # WSD with decay_start 1: flat until the very end.
+    w = WSDLR().decay_start(1.0).step_by_batch().prepare(2, 3)
+    assert w.table().tolist() == [np.float32(0.1)] * 6 and w.curve(6) == 0.0
+    # Zero base LR is allowed (e.g. a frozen run).
+    assert ConstantLR().base_lr(0).prepare(2, 2).table().tolist() == [0.0] * 4
+    # Milestones beyond the run are harmless.
+    assert MultiStepLR().milestones([50]).prepare(3, 2).table().tolist() == [np.float32(0.1)] * 6
+
+
+class _Broken(Scheduler):
+    def _decay(self, d, big_d):
+        return np.where(d < 2, -1.0, np.nan)
+
+
+def test_negative_or_nan_becomes_zero():
+    s = _Broken().step_by_batch().prepare(2, 2)
+    assert s.table().tolist() == [0.0] * 4
+
+
+def test_vector_queries_and_a_long_table():
+    s = CosineAnnealingLR().step_by_batch().prepare(90, 5005)
+    t = s.table()
+    assert t.shape == (450450,) and t[0] == np.float32(0.1)
+    steps = np.array([0, 1, 5005, 450449])
+    np.testing.assert_array_equal(np.asarray(s.lr(steps), dtype=np.float32), t[steps])
+
+
+def test_prepare_returns_a_new_value():
+    s = StepLR()
+    ready = s.prepare(10, 3)
+    assert not s.prepared and ready.prepared and ready.total_epochs == 10
+    with pytest.raises(PhaseError, match="use the value returned by prepare"):
+        s.lr(0)
+    with pytest.raises(PhaseError):
+        s.table()
+    # Changing a setting keeps the preparation (and re-checks it).
+    assert ready.gamma(0.5).prepared
+    with pytest.raises(ConfigError, match=r"warmup epochs \(11\) must not exceed total_epochs \(10\)"):
+        ready.warmup(11)
+    with pytest.raises(ConfigError, match="must not exceed"):
+        StepLR().warmup(5).prepare(4, 3)
+
+
+@pytest.mark.parametrize(
+    "make,name",
+    [
+        (lambda x: StepLR().base_lr(x), "base_lr"),
+        (lambda x: StepLR().warmup_start_lr(x), "warmup_start_lr"),
+        (lambda x: StepLR().warmup_start_factor(x), "warmup_start_factor"),
+        (lambda x: StepLR().gamma(x), "gamma"),
+        (lambda x: ExponentialLR().gamma(x), "gamma"),
+        (lambda x: MultiStepLR().gamma(x), "gamma"),
+        (lambda x: PolynomialLR().power(x), "power"),
+        (lambda x: PolynomialLR().end_lr(x), "end_lr"),
+        (lambda x: CosineAnnealingLR().eta_min(x), "eta_min"),
+        (lambda x: CosineAnnealingWithWarmRestartsLR().eta_min(x), "eta_min"),
+        (lambda x: WSDLR().decay_start(x), "decay_start"),
+        (lambda x: WSDLR().end_lr(x), "end_lr"),
+    ],
+)
+def test_real_setters_reject_bad_values(make, name):
+    for bad in (-0.5, float("nan"), float("inf"), "0.1", True) + (() if name == "warmup_start_lr" else (None,)):
+        with pytest.raises(ConfigError, match=name):
+            make(bad)
+
+
+def test_integer_setters_and_queries_reject_bad_values():
+    for bad in (-1, 2.5, "3", None, True):
+        with pytest.raises(ConfigError, match="warmup epochs"):
+            StepLR().warmup(bad)
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ConfigError, match="step_size"):
+            StepLR().step_size(bad)
+        with pytest.raises(ConfigError, match="t_0"):
+            CosineAnnealingWithWarmRestartsLR().t_0(bad)
+        with pytest.raises(ConfigError, match="t_mult"):
+            CosineAnnealingWithWarmRestartsLR().t_mult(bad)
+        with pytest.raises(ConfigError, match="total_epochs"):
+            StepLR().prepare(bad, 3)
+        with pytest.raises(ConfigError, match="steps_per_epoch"):
+            StepLR().prepare(3, bad)
+    assert StepLR().warmup(2.0).warmup_epochs == 2
+    assert StepLR().warmup_start_lr(0.5).warmup_start_lr(None).warmup_start is None  # None: use the factor
+    with pytest.raises(ConfigError, match=r"warmup_start_factor must be in \[0, 1\]"):
+        StepLR().warmup_start_factor(1.5)
+    with pytest.raises(ConfigError, match="strictly increasing"):
+        MultiStepLR().milestones([3, 3])
+    with pytest.raises(ConfigError, match="milestone must be >= 1"):
+        MultiStepLR().milestones([0, 3])
+    with pytest.raises(ConfigError, match="sequence"):
+        MultiStepLR().milestones(5)
+    with pytest.raises(ConfigError, match="at least one milestone"):
+        MultiStepLR().prepare(3, 2)
+    ready = StepLR().prepare(4, 3)
+    with pytest.raises(ConfigError, match="step must be >= 0"):
+        ready.lr(-1)
+    with pytest.raises(ConfigError, match="step must be an integer"):
+        ready.lr(1.5)
+    with pytest.raises(ConfigError, match=r"batch must be < steps_per_epoch \(3\)"):
+        ready.lr_at(0, 3)
+    with pytest.raises(ConfigError, match="epoch must be >= 0"):
+        ready.lr_at(-1, 0)

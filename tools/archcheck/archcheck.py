@@ -10,9 +10,10 @@ from __future__ import annotations
 import ast
 import re
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+import tomllib
 
 # package -> tr packages it may import (docs/DESIGN.md, "Packages and their direction")
 ALLOWED: dict[str, frozenset[str]] = {

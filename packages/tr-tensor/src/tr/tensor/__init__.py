@@ -1,4 +1,4 @@
-"""tr.tensor: the host Tensor container and the DTensor arena descriptor."""
+"""tr.tensor: the host Tensor container, the DTensor arena descriptor and the compiled Program."""
 
 from tr.tensor.dtensor import DTensor, slot_bytes_for
 from tr.tensor.layout import ArenaLayout
@@ -6,4 +6,6 @@ from tr.tensor.program import SHAPE_INVARIANT, VARIANTS, InitSpec, Program, Vari
 from tr.tensor.tensor import Tensor, load_safetensors, save_safetensors
 
 __all__ = [
-    "SHAPE_INVARIANT", "VARIANTS", "InitSpec", "Program", "VariantInfo","DTensor", "slot_bytes_for", "ArenaLayout", "Tensor", "load_safetensors", "save_safetensors"]
+    "SHAPE_INVARIANT", "VARIANTS", "InitSpec", "Program", "VariantInfo",
+    "DTensor", "slot_bytes_for", "ArenaLayout", "Tensor", "load_safetensors", "save_safetensors",
+]

@@ -1,0 +1,81 @@
+"""renaissance: the public API of tr in one import (the seed's ``renaissance.h``).
+
+    from renaissance import *
+"""
+
+from tr.algo.init import FanMode, InitKind, Initializer
+from tr.algo.loss import CrossEntropyLoss
+from tr.algo.optimizer import LARS, SGD, Adam, AdamW, OptimizerKind
+from tr.algo.scheduler import (
+    WSDLR,
+    ConstantLR,
+    CosineAnnealingLR,
+    CosineAnnealingWithWarmRestartsLR,
+    ExponentialLR,
+    MultiStepLR,
+    PolynomialLR,
+    StepLR,
+)
+from tr.core import DType, GraphId, NormMode, Phase, Region, Shape
+from tr.core.errors import (
+    BackendError,
+    CompileError,
+    ConfigError,
+    DataError,
+    DeviceUnavailableError,
+    PhaseError,
+    TrError,
+)
+from tr.core.log import configure_logging, get_logger
+from tr.core.settings import GLOBAL_SETTING, Settings, reset_global_settings
+from tr.data import (
+    PREPROCESSOR_SETTING,
+    CenterCrop,
+    ColorJitter,
+    GaussianBlur,
+    GaussianNoise,
+    Pad,
+    RandomAutocontrast,
+    RandomCrop,
+    RandomErasing,
+    RandomGrayscale,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    RandomRotation,
+    RandomScale,
+    Resize,
+)
+from tr.graph.blueprint import (
+    BluePrint,
+    add2,
+    avgpool,
+    basic_block,
+    block,
+    bn,
+    bottleneck,
+    cbr,
+    conv,
+    dropout,
+    elu,
+    fc,
+    flatten,
+    gap,
+    gelu,
+    hardswish,
+    identity,
+    leaky_relu,
+    maxpool,
+    relu,
+    relu6,
+    repeat,
+    seq,
+    sigmoid,
+    silu,
+    tanh,
+)
+from tr.task.deep_learning import DeepLearningTask
+from tr.task.report import TrainingResult
+from tr.task.simple import SimpleTask
+from tr.tensor import DTensor, Tensor
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,310 @@
+"""DeepLearningTask: the seed's chain API, compile() into one arena, run() the epoch loop."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from tr.algo.loss import CrossEntropyLoss
+from tr.algo.scheduler import ConstantLR, Scheduler
+from tr.core.errors import CompileError, ConfigError, PhaseError
+from tr.core.log import get_logger
+from tr.core.phase import Phase
+from tr.core.settings import GLOBAL_SETTING, Settings
+from tr.task.base import TaskBase
+from tr.task.executor import capture_steps, scalar
+from tr.task.feeder import Feeder
+from tr.task.report import EpochRecord, EpochTable, ProgressBar, TrainingResult
+from tr.task.weights import initialize_program
+
+log = get_logger(__name__)
+
+_METRICS = {"train_loss", "val_loss", "val_top1", "val_top5"}
+
+
+class DeepLearningTask(TaskBase):
+    def __init__(self, settings: Settings | None = None) -> None:
+        super().__init__()
+        self._settings_source = settings or GLOBAL_SETTING
+        self._blueprint = None
+        self._loss = CrossEntropyLoss()
+        self._optimizer = None
+        self._scheduler: Scheduler | None = None
+        self._initializer = None
+        self._epochs = 35
+        self._num_classes: int | None = None
+        self._validate_every = (1, 0)
+        self._early_stop = 1.0
+        self._grad_clip = -1.0
+        self._metrics = {"train_loss", "val_loss", "val_top1"}
+        self._feeder: Feeder | None = None
+        self._device = "auto"
+        self._log_table = True
+        self._on_step = None
+        self.program = None
+        self.backend = None
+        self._steps = None
+        self.settings: Settings | None = None
+
+    # --- the chain API (PLANNING only) ------------------------------------------------------------
+    def _plan(self, action: str) -> DeepLearningTask:
+        self._require(Phase.PLANNING, action)
+        return self
+
+    def model(self, blueprint) -> DeepLearningTask:
+        self._plan("model()")
+        from tr.graph import BluePrint, as_blueprint
+
+        self._blueprint = blueprint if isinstance(blueprint, BluePrint) else as_blueprint(blueprint)
+        return self
+
+    def loss(self, loss: CrossEntropyLoss) -> DeepLearningTask:
+        self._plan("loss()")
+        if not isinstance(loss, CrossEntropyLoss):
+            raise ConfigError(f"loss must be a CrossEntropyLoss (the only loss tr compiles), got {loss!r}")
+        self._loss = loss
+        return self
+
+    def initializer(self, init) -> DeepLearningTask:
+        self._plan("initializer()")
+        self._initializer = init
+        return self
+
+    def optimizer(self, opt) -> DeepLearningTask:
+        self._plan("optimizer()")
+        if not hasattr(opt, "kind"):
+            raise ConfigError(f"optimizer must be SGD, LARS, Adam or AdamW from tr.algo, got {opt!r}")
+        self._optimizer = opt
+        return self
+
+    def scheduler(self, sched: Scheduler) -> DeepLearningTask:
+        self._plan("scheduler()")
+        if not isinstance(sched, Scheduler):
+            raise ConfigError(f"scheduler must be a tr.algo scheduler, got {sched!r}")
+        self._scheduler = sched
+        return self
+
+    def total_epochs(self, n: int) -> DeepLearningTask:
+        self._plan("total_epochs()")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"total_epochs must be an integer >= 1, got {n!r}")
+        self._epochs = n
+        return self
+
+    def num_classes(self, n: int) -> DeepLearningTask:
+        self._plan("num_classes()")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+            raise ConfigError(f"num_classes must be an integer >= 2, got {n!r}")
+        self._num_classes = n
+        return self
+
+    def validate_every(self, interval: int = 1, offset: int = 0) -> DeepLearningTask:
+        self._plan("validate_every()")
+        if not isinstance(interval, int) or interval < 1:
+            raise ConfigError(f"validate_every interval must be >= 1, got {interval!r}")
+        if not isinstance(offset, int) or offset < 0:
+            raise ConfigError(f"validate_every offset must be >= 0, got {offset!r}")
+        self._validate_every = (interval, offset)
+        return self
+
+    def early_stop_by_top1(self, threshold: float = 1.0) -> DeepLearningTask:
+        self._plan("early_stop_by_top1()")
+        if not 0.0 < float(threshold) <= 1.0:
+            raise ConfigError(f"early_stop_by_top1 threshold must be in (0, 1], got {threshold!r}")
+        self._early_stop = float(threshold)
+        return self
+
+    def grad_clip(self, max_abs: float) -> DeepLearningTask:
+        self._plan("grad_clip()")
+        if not (float(max_abs) > 0 or float(max_abs) == -1):
+            raise ConfigError(f"grad_clip must be > 0 (or -1 to disable), got {max_abs!r}")
+        self._grad_clip = float(max_abs)
+        return self
+
+    def metrics(self, *names: str) -> DeepLearningTask:
+        self._plan("metrics()")
+        bad = [n for n in names if n not in _METRICS]
+        if bad:
+            raise ConfigError(f"unknown metric(s) {bad}; choose from {sorted(_METRICS)}")
+        self._metrics = set(names)
+        return self
+
+    def data(self, feeder: Feeder) -> DeepLearningTask:
+        """Where batches come from (default: tr.data's PREPROCESSOR_SETTING)."""
+        self._plan("data()")
+        self._feeder = feeder
+        return self
+
+    def device(self, name: str) -> DeepLearningTask:
+        self._plan("device()")
+        if name not in ("cpu", "cuda", "auto"):
+            raise ConfigError(f"device must be 'cpu', 'cuda' or 'auto', got {name!r}")
+        self._device = name
+        return self
+
+    def on_step(self, fn) -> DeepLearningTask:
+        """Call ``fn(step_in_epoch, result)`` after every training step (result = [loss, top1, top5]).
+
+        For tests and debugging: it reads device memory every step, which a production loop never does.
+        """
+        self._on_step = fn
+        return self
+
+    def quiet(self, quiet: bool = True) -> DeepLearningTask:
+        self._log_table = not quiet
+        return self
+
+    # --- compile ----------------------------------------------------------------------------------
+    def compile(self) -> DeepLearningTask:
+        self._no_backwards("compile()")
+        self._require(Phase.PLANNING, "compile()")
+        if self._blueprint is None:
+            raise CompileError("compile(): no model; call model(seq(...)) first")
+        if self._optimizer is None:
+            raise CompileError("compile(): no optimizer; call optimizer(SGD()/Adam()/...) first")
+        s = self.settings = self._settings_source.snapshot()
+        self._settings_source.freeze()
+        feeder = self._feeder or self._default_feeder(s)
+        self._feeder = feeder
+        if feeder.batch != s.local_batch_size:
+            raise ConfigError(f"the feeder's batch {feeder.batch} differs from the local batch size "
+                              f"{s.local_batch_size} of the settings")
+        num_classes = self._num_classes or getattr(feeder, "num_classes", None)
+        if num_classes is None:
+            raise CompileError("compile(): the number of classes is unknown; call num_classes(n)")
+        self._num_classes = num_classes
+        steps = feeder.steps(True)
+        sched = self._scheduler or ConstantLR(0.1)
+        self._sched = sched.prepare(self._epochs, steps)
+
+        from tr.backend.registry import get_backend
+        from tr.graph import CompileSpec, compile_program
+
+        h, w, c = feeder.sample_shape
+        has_val = feeder.num_samples(False) > 0
+        spec = CompileSpec(
+            sample_shape=(h, w, c), num_classes=num_classes, batch=feeder.batch,
+            last_train_batch=feeder.last_batch(True),
+            val_batch=feeder.batch if has_val else 0,
+            last_val_batch=feeder.last_batch(False) if has_val else 0,
+            amp=s.amp_enabled, optimizer=self._optimizer, label_smoothing=self._loss.smoothing,
+            grad_clip=self._grad_clip, lr_table_steps=0,
+        )
+        self.program = compile_program(self._blueprint, spec)
+        self._advance(Phase.MEMORY_LOCKED)
+        self.backend = get_backend(self._device, settings=s)
+        self.backend.allocate(self.program.layout)
+        self.backend.bind_host_buffers(feeder.buffers())
+        initialize_program(self.backend, self.program, s, self._initializer, self._optimizer)
+        self._steps = capture_steps(self.backend, self.program, has_val)
+        self._advance(Phase.COMPILED)
+        log.info("compiled: %d ops, arena %.1f MiB on %s", self.program.num_ops,
+                 self.program.layout.total_bytes / 2**20, self.backend.name)
+        return self
+
+    def _default_feeder(self, s: Settings) -> Feeder:
+        try:
+            from tr.task.pipeline import feeder_from_preprocessor
+        except ImportError as e:  # pragma: no cover - tr-data always installed with tr-task
+            raise ConfigError("no data: call data(feeder) or configure tr.data's PREPROCESSOR_SETTING") from e
+        return feeder_from_preprocessor(s)
+
+    # --- run --------------------------------------------------------------------------------------
+    def run(self) -> TrainingResult:
+        if self._phase is not Phase.COMPILED:
+            raise PhaseError(f"run() needs a compiled task; the task is in {self._phase.name}: call compile() first")
+        feeder, be, prog, st = self._feeder, self.backend, self.program, self._steps
+        has_val = feeder.num_samples(False) > 0
+        table = EpochTable(validate=has_val) if self._log_table else None
+        result = TrainingResult()
+        interval, offset = self._validate_every
+        t_all = time.perf_counter()
+        lr_view = be.view(prog.tensor("lr")).reshape(-1)
+        flag_view = be.view(prog.tensor("nan_flag")).reshape(-1)
+        steps = feeder.steps(True)
+        for epoch in range(self._epochs):
+            t0 = time.perf_counter()
+            be.launch(st.clear_metrics)
+            be.launch(st.epoch_begin)
+            skipped = 0
+            bar = ProgressBar(steps, f"epoch {epoch + 1}")
+            lr0 = float(self._sched.lr_at(epoch, 0))
+            for k, buf, _n in feeder.epoch(epoch, True):
+                be.launch(st.transfer[buf])
+                feeder.release(k)
+                lr_view[0] = self._sched.lr_at(epoch, k)
+                be.launch((st.train_last if k == steps - 1 else st.train)[buf])
+                if self._on_step is not None:
+                    self._on_step(k, be.read(prog.tensor("result")).reshape(-1))
+                if flag_view[0]:
+                    skipped += 1
+                    log.warning("epoch %d step %d: non-finite gradients, step skipped (loss scale now %g)",
+                                epoch + 1, k, float(scalar(be, prog, "loss_scale")[0]))
+                bar.update(k + 1)
+            bar.close()
+            be.launch(st.epoch_end)
+            be.synchronize()
+            train_loss = float(scalar(be, prog, "accum")[0]) / feeder.num_samples(True)
+            rec = EpochRecord(epoch + 1, train_loss, lr0, 0.0, skipped_steps=skipped)
+            result.skipped_steps += skipped
+            if has_val and (epoch + 1 - offset) >= 0 and (epoch + 1 - offset) % interval == 0:
+                rec.val_loss, rec.top1, rec.top5 = self._validate(epoch)
+                if rec.top1 > result.best_top1:
+                    result.best_top1, result.best_top5, result.best_epoch = rec.top1, rec.top5, epoch + 1
+            rec.seconds = time.perf_counter() - t0
+            result.history.append(rec)
+            result.epochs = epoch + 1
+            if table:
+                table.row(rec)
+            if not math.isfinite(train_loss):
+                log.warning("epoch %d: training loss is %s", epoch + 1, train_loss)
+            if rec.top1 is not None and rec.top1 >= self._early_stop:
+                log.info("Early stop triggered at epoch %d (top1 %.4f >= %.4f)", epoch + 1, rec.top1,
+                         self._early_stop)
+                result.early_stopped = True
+                break
+        if table:
+            table.close()
+        result.seconds = time.perf_counter() - t_all
+        return result
+
+    def _validate(self, epoch: int) -> tuple[float, float, float]:
+        feeder, be, st = self._feeder, self.backend, self._steps
+        steps = feeder.steps(False)
+        be.launch(st.clear_metrics)
+        for k, buf, _n in feeder.epoch(epoch, False):
+            be.launch(st.transfer[buf])
+            feeder.release(k)
+            be.launch((st.val_last if k == steps - 1 else st.val)[buf])
+        be.launch(st.val_end)
+        be.synchronize()
+        acc = scalar(be, self.program, "accum").astype(np.float64) / feeder.num_samples(False)
+        return float(acc[0]), float(acc[1]), float(acc[2])
+
+    # --- inspection -------------------------------------------------------------------------------
+    def weights(self) -> dict[str, np.ndarray]:
+        """Copies of every parameter tensor (master weights, FP32), by name."""
+        if self._phase is not Phase.COMPILED:
+            raise PhaseError("weights() needs a compiled task")
+        return {i.tensor.name: self.backend.read(i.tensor).copy() for i in self.program.inits}
+
+    def parameters(self) -> list[tuple[np.ndarray, ...]]:
+        """Per weight-bearing layer, in layer order: copies of its parameters (weight, bias or gamma, beta)."""
+        if self._phase is not Phase.COMPILED:
+            raise PhaseError("parameters() needs a compiled task")
+        by_layer: dict[int, list] = {}
+        for i in self.program.inits:
+            if i.kind in ("weight", "bias") or i.tensor.region.name in ("W_BN_WEIGHT", "W_BN_BIAS"):
+                by_layer.setdefault(i.layer, []).append(i)
+        out = []
+        for layer in sorted(by_layer):
+            specs = sorted(by_layer[layer],
+                           key=lambda i: 0 if i.kind == "weight" or i.tensor.region.name == "W_BN_WEIGHT" else 1)
+            out.append(tuple(self.backend.read(i.tensor).copy() for i in specs))
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": getattr(self.backend, "name", None), "ops": self.program.num_ops if self.program else 0}

@@ -1,0 +1,91 @@
+"""The executor: turns a Program into a few captured step graphs and runs epochs with them.
+
+Per training step the host does exactly this: wait for the feeder's buffer, launch the transfer graph,
+write the learning rate (unless the program reads it from a device table), launch ONE captured graph
+that holds the whole step (zero-grad, forward, backward, casts, NaN check, optimizer, statistics,
+metrics). The graphs are concatenations of the GraphId buckets in the order below, captured once per
+(variant, A/B buffer) at compile time, so the loop has no per-op Python work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tr.core.graph_id import GraphId
+from tr.core.ops import OpCall
+from tr.tensor.program import Program
+
+G = GraphId
+
+# The training step, in order (SEED_SYSTEM.md §3 runs these as ~15 launches; we capture them as one).
+def train_step_order(buffer: int, last: bool) -> tuple[GraphId, ...]:
+    first_fwd = G.FIRST_LAYER_FWD_A if buffer == 0 else G.FIRST_LAYER_FWD_B
+    first_bwd = G.FIRST_LAYER_BWD_A if buffer == 0 else G.FIRST_LAYER_BWD_B
+    return (
+        G.ZERO_GRAD, first_fwd, G.DEEP_FWD_BWD, first_bwd,
+        G.CAST_DEEP_GRAD_FP16_TO_FP32, G.DEEP_COMM, G.CAST_FIRST_GRAD_FP16_TO_FP32, G.FIRST_COMM,
+        G.ACCUM_METRICS_TRAIN_LAST if last else G.ACCUM_METRICS,
+        G.NAN_CHECK_AND_GRAD_SCALING, G.STATS_COMM, G.UPDATE_STATS,
+        G.OPTIMIZER, G.LARS_FC_OPT, G.LARS_FIRST_CONV_OPT, G.LARS_DEEP_CONV_OPT,
+        G.CAST_MAIN_FP32_TO_FP16,
+    )
+
+
+def val_step_order(buffer: int, last: bool) -> tuple[GraphId, ...]:
+    inf = G.INF_MAIN_A if buffer == 0 else G.INF_MAIN_B
+    return (inf, G.ACCUM_METRICS_VAL_LAST if last else G.ACCUM_METRICS)
+
+
+def gather(program: Program, variant: str, order: Sequence[GraphId]) -> list[OpCall]:
+    calls: list[OpCall] = []
+    for gid in order:
+        calls.extend(program.calls(variant, gid))
+    return calls
+
+
+@dataclass
+class CapturedSteps:
+    """Every captured graph the loop launches, looked up by plain attributes (no dict work per step)."""
+
+    train: list  # [buffer] for full batches
+    train_last: list  # [buffer] for the last (smaller) batch
+    val: list
+    val_last: list
+    transfer: list  # [buffer]
+    clear_metrics: object
+    epoch_begin: object  # AMP: refresh FP16 working weights
+    epoch_end: object  # fold BN statistics into inference scale/bias
+    val_end: object
+    launches_per_step: int
+
+
+def capture_steps(backend, program: Program, has_val: bool,
+                  capture: Callable[[str, list[OpCall]], object] | None = None) -> CapturedSteps:
+    cap = capture or backend.capture
+
+    def graph(name: str, variant: str, order: Sequence[GraphId]):
+        return cap(name, gather(program, variant, order))
+
+    train = [graph(f"train_step_{'AB'[b]}", "train", train_step_order(b, False)) for b in (0, 1)]
+    train_last = [graph(f"train_last_step_{'AB'[b]}", "train_last", train_step_order(b, True)) for b in (0, 1)]
+    if has_val:
+        val = [graph(f"val_step_{'AB'[b]}", "val", val_step_order(b, False)) for b in (0, 1)]
+        val_last = [graph(f"val_last_step_{'AB'[b]}", "val_last", val_step_order(b, True)) for b in (0, 1)]
+    else:
+        val = val_last = []
+    transfer = [graph(f"transfer_{'AB'[b]}", "train", (G.TRANSFER_A if b == 0 else G.TRANSFER_B,)) for b in (0, 1)]
+    return CapturedSteps(
+        train=train, train_last=train_last, val=val, val_last=val_last, transfer=transfer,
+        clear_metrics=graph("clear_metrics", "train", (G.CLEAR_METRICS,)),
+        epoch_begin=graph("epoch_begin", "train", (G.CAST_MAIN_FP32_TO_FP16,)),
+        epoch_end=graph("epoch_end", "train", (G.UPDATE_BN_INF_PARAMS,)),
+        val_end=graph("val_end", "val", (G.VAL_RESULT_COMM,)),
+        launches_per_step=2,
+    )
+
+
+def scalar(backend, program: Program, role: str) -> np.ndarray:
+    return backend.read(program.tensor(role)).reshape(-1)

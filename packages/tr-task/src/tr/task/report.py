@@ -1,0 +1,103 @@
+"""Training results, the seed's epoch table, and a progress bar for long epochs."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TextIO
+
+
+@dataclass
+class EpochRecord:
+    epoch: int  # 1-based
+    train_loss: float
+    lr: float
+    seconds: float
+    val_loss: float | None = None
+    top1: float | None = None  # fractions in [0, 1]
+    top5: float | None = None
+    skipped_steps: int = 0
+
+
+@dataclass
+class TrainingResult:
+    best_top1: float = 0.0
+    best_top5: float = 0.0
+    best_epoch: int = -1  # 1-based; -1 when never validated
+    epochs: int = 0
+    seconds: float = 0.0
+    history: list[EpochRecord] = field(default_factory=list)
+    skipped_steps: int = 0
+    early_stopped: bool = False
+
+    def as_dict(self) -> dict:
+        return {"best_top1": self.best_top1, "best_top5": self.best_top5, "best_epoch": self.best_epoch,
+                "epochs": self.epochs, "seconds": round(self.seconds, 3), "skipped_steps": self.skipped_steps}
+
+
+class EpochTable:
+    """The seed's log: a '=' framed header, then one row per epoch (widths 6/10/10/9/9/12/7)."""
+
+    def __init__(self, out: TextIO | None = None, validate: bool = True) -> None:
+        self.out = out or sys.stdout
+        self.validate = validate
+        cols = ["Epoch", "Train Loss"]
+        if validate:
+            cols += ["  Val Loss", "    Top1%", "    Top5%"]
+        cols += ["          LR", "Time(s)"]
+        self.header = f"{cols[0]:>6} | " + " | ".join(cols[1:])
+        self.rule = "=" * len(self.header)
+        self._started = False
+
+    def row(self, r: EpochRecord) -> None:
+        if not self._started:
+            print(self.rule, self.header, self.rule, sep="\n", file=self.out)
+            self._started = True
+        parts = [f"{r.epoch:>6}", f"{r.train_loss:>10.6f}"]
+        if self.validate:
+            if r.top1 is None:
+                parts += [f"{'-':>10}", f"{'-':>8} ", f"{'-':>8} "]
+            else:
+                parts += [f"{r.val_loss:>10.6f}", f"{r.top1 * 100:>8.2f}%", f"{(r.top5 or 0) * 100:>8.2f}%"]
+        parts += [f"{r.lr:>12.6f}", f"{r.seconds:>6.1f}s"]
+        line = " | ".join(parts)
+        if r.skipped_steps:
+            line += f"   ({r.skipped_steps} non-finite step(s) skipped)"
+        print(line, file=self.out, flush=True)
+
+    def close(self) -> None:
+        if self._started:
+            print(self.rule, file=self.out, flush=True)
+
+
+class ProgressBar:
+    """A single-line bar on a terminal, redrawn at most 10 times a second; silent when not a tty."""
+
+    def __init__(self, total: int, label: str, out: TextIO | None = None, min_seconds: float = 2.0) -> None:
+        self.total, self.label = total, label
+        self.out = out or sys.stderr
+        self.enabled = hasattr(self.out, "isatty") and self.out.isatty()
+        self.start = time.perf_counter()
+        self.last = 0.0
+        self.min_seconds = min_seconds
+        self.drawn = False
+
+    def update(self, done: int) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if now - self.last < 0.1 or now - self.start < self.min_seconds:
+            return
+        self.last = now
+        frac = done / max(1, self.total)
+        bar = "#" * int(30 * frac)
+        rate = done / max(1e-9, now - self.start)
+        self.out.write(f"\r{self.label} [{bar:<30}] {done}/{self.total} {rate:.0f} steps/s")
+        self.out.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            self.out.write("\r" + " " * 80 + "\r")
+            self.out.flush()

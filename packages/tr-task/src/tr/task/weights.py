@@ -1,0 +1,47 @@
+"""Initial values of a compiled program: parameters from the initializer policy, scalars from settings."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tr.algo.init import Initializer, initialize
+from tr.core import philox
+from tr.core.settings import Settings
+from tr.tensor.program import Program
+
+
+def _put(backend, program: Program, role: str, value) -> None:
+    if role in program.named:
+        t = program.named[role]
+        backend.write(t, np.full(t.shape.dims, value, dtype=t.dtype.np_dtype))
+
+
+def initialize_program(backend, program: Program, settings: Settings, initializer: Initializer | None,
+                       optimizer) -> None:
+    """Fill every InitSpec tensor and the baseline scalars. A pure function of (program, settings.seed)."""
+    policy = initializer or Initializer()
+    for spec in program.inits:
+        t = spec.tensor
+        if not t.allocated:
+            continue
+        if spec.kind == "weight":
+            arr = initialize(policy.spec_for(t.region), t.shape.dims, spec.fan_in, spec.fan_out,
+                             settings.seed, t.id)
+        elif spec.kind in ("bias", "zeros"):
+            arr = np.zeros(t.shape.dims, np.float32)
+        elif spec.kind == "ones":
+            arr = np.ones(t.shape.dims, np.float32)
+        else:
+            arr = np.full(t.shape.dims, spec.value, np.float32)
+        backend.write(t, arr.astype(t.dtype.np_dtype))
+    _put(backend, program, "loss_scale", settings.loss_scale)
+    _put(backend, program, "step", 0)
+    _put(backend, program, "nan_flag", 0)
+    _put(backend, program, "lr", 0.0)
+    for role in ("batch_train", "batch_train_last", "batch_val", "batch_val_last"):
+        if role in program.named:
+            _put(backend, program, role, float(program.meta.get(role, 0)))
+    if "dropout_seed" in program.named:
+        s = philox.splitmix64(settings.seed)
+        backend.write(program.named["dropout_seed"],
+                      np.array([s & 0xFFFFFFFF, s >> 32], dtype=np.uint32).view(np.int32).reshape(1, 1, 1, 2))

@@ -1,0 +1,12 @@
+// Entry points of the binding files; module.cpp calls them in order.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace tr::native::bind {
+
+void register_errors(nanobind::module_& m);  // first: the others raise through it
+void bind_device(nanobind::module_& m);
+void bind_memory(nanobind::module_& m);
+
+}  // namespace tr::native::bind

@@ -1,0 +1,65 @@
+# Locate cuBLAS and cuBLASLt for the GEMM kernels. Nothing links them yet: this only defines the targets
+# tr::cublas and tr::cublasLt and sets TR_CUBLAS_FOUND, so the next step can link them where found.
+#
+# Search order:
+#   1. the CUDA toolkit (CUDA::cublas, CUDA::cublasLt from FindCUDAToolkit);
+#   2. NVIDIA's wheels in the build interpreter's site-packages or under TR_CUDA_LIBS_ROOT (CMake or
+#      environment variable): nvidia/cu<major>/{include,lib} (CUDA 13 wheels, e.g. nvidia-cublas) and
+#      nvidia/cublas/{include,lib} (CUDA 12 wheels, nvidia-cublas-cu12). Wheels ship only versioned
+#      libraries (libcublasLt.so.13), so those names are searched explicitly.
+
+set(TR_CUBLAS_FOUND OFF)
+
+function(_tr_add_cublas_target name library include_dir)
+  if(NOT TARGET tr::${name})
+    add_library(tr::${name} SHARED IMPORTED GLOBAL)
+    set_target_properties(tr::${name} PROPERTIES
+      IMPORTED_LOCATION "${library}"
+      INTERFACE_INCLUDE_DIRECTORIES "${include_dir}")
+  endif()
+endfunction()
+
+if(TARGET CUDA::cublas AND TARGET CUDA::cublasLt)
+  add_library(tr::cublas INTERFACE IMPORTED GLOBAL)
+  target_link_libraries(tr::cublas INTERFACE CUDA::cublas)
+  add_library(tr::cublasLt INTERFACE IMPORTED GLOBAL)
+  target_link_libraries(tr::cublasLt INTERFACE CUDA::cublasLt)
+  set(TR_CUBLAS_FOUND ON)
+  set(_tr_cublas_where "CUDA toolkit ${CUDAToolkit_LIBRARY_DIR}")
+else()
+  set(_tr_roots "")
+  if(DEFINED TR_CUDA_LIBS_ROOT)
+    list(APPEND _tr_roots "${TR_CUDA_LIBS_ROOT}")
+  elseif(DEFINED ENV{TR_CUDA_LIBS_ROOT})
+    list(APPEND _tr_roots "$ENV{TR_CUDA_LIBS_ROOT}")
+  endif()
+  execute_process(
+    COMMAND "${Python_EXECUTABLE}" -c [=[
+import site, sysconfig
+paths = [sysconfig.get_paths()["platlib"], sysconfig.get_paths()["purelib"], *site.getsitepackages()]
+print(";".join(dict.fromkeys(paths)))
+]=]
+    OUTPUT_VARIABLE _tr_site OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _tr_site_rc)
+  if(_tr_site_rc EQUAL 0)
+    foreach(_dir IN LISTS _tr_site)
+      list(APPEND _tr_roots "${_dir}/nvidia/cu${CUDAToolkit_VERSION_MAJOR}" "${_dir}/nvidia/cublas")
+    endforeach()
+  endif()
+
+  set(_tr_major "${CUDAToolkit_VERSION_MAJOR}")
+  find_path(TR_CUBLASLT_INCLUDE_DIR cublasLt.h PATHS ${_tr_roots} PATH_SUFFIXES include NO_DEFAULT_PATH)
+  find_library(TR_CUBLAS_LIBRARY NAMES cublas libcublas.so.${_tr_major}
+               PATHS ${_tr_roots} PATH_SUFFIXES lib lib64 NO_DEFAULT_PATH)
+  find_library(TR_CUBLASLT_LIBRARY NAMES cublasLt libcublasLt.so.${_tr_major}
+               PATHS ${_tr_roots} PATH_SUFFIXES lib lib64 NO_DEFAULT_PATH)
+  if(TR_CUBLASLT_INCLUDE_DIR AND TR_CUBLAS_LIBRARY AND TR_CUBLASLT_LIBRARY)
+    _tr_add_cublas_target(cublas "${TR_CUBLAS_LIBRARY}" "${TR_CUBLASLT_INCLUDE_DIR}")
+    _tr_add_cublas_target(cublasLt "${TR_CUBLASLT_LIBRARY}" "${TR_CUBLASLT_INCLUDE_DIR}")
+    set(TR_CUBLAS_FOUND ON)
+    set(_tr_cublas_where "${TR_CUBLASLT_LIBRARY}")
+  else()
+    set(_tr_cublas_where "not found (toolkit, site-packages nvidia/ wheels, TR_CUDA_LIBS_ROOT)")
+  endif()
+endif()
+
+message(STATUS "tr-backend: cuBLAS/cuBLASLt: ${_tr_cublas_where}")

@@ -28,8 +28,8 @@ def test_tr_data_installs_and_works_alone(tmp_path):
     probe = (
         "import importlib.util, tr.data, tr.core\n"
         "from tr.data import MNIST\n"
-        f"ds = MNIST(r'{ROOT / 'data' / 'mnist'}', train=False)\n"
-        "print(len(ds))\n"
+        f"split = MNIST(r'{ROOT / 'data' / 'mnist'}').load('val')\n"
+        "print(len(split.labels))\n"
         "print([m for m in ('tr.tensor', 'tr.graph', 'tr.backend', 'tr.task', 'torch')"
         " if importlib.util.find_spec(m) is not None])\n"
     )

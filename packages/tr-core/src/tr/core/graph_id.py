@@ -60,9 +60,11 @@ class GraphId(IntEnum):
 NUM_GRAPH_IDS = len(GraphId)
 assert NUM_GRAPH_IDS == 33
 
+# OPTIMIZER holds only range ops (shape-invariant, unlike the seed's table); ACCUM_METRICS weights the result by
+# the variant's batch size, so it is per variant.
 _SHAPE_DEPENDENT = frozenset(
     [GraphId.FIRST_LAYER_FWD_A, GraphId.FIRST_LAYER_FWD_B, GraphId.DEEP_FWD_BWD, GraphId.FIRST_LAYER_BWD_A,
-     GraphId.FIRST_LAYER_BWD_B, GraphId.OPTIMIZER, GraphId.INF_MAIN_A, GraphId.INF_MAIN_B, GraphId.INF_EMA_A,
+     GraphId.FIRST_LAYER_BWD_B, GraphId.ACCUM_METRICS, GraphId.INF_MAIN_A, GraphId.INF_MAIN_B, GraphId.INF_EMA_A,
      GraphId.INF_EMA_B]
 )
 

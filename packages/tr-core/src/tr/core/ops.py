@@ -110,7 +110,9 @@ _DEFS: list[OpDef] = [
     OpDef("act_fwd", "activation", (_t("x"), _t("y", "out"), _t("mask", "out", True)), ("kind",),
           doc="y = f(x); relu may write an INT8 mask (x > 0)"),
     OpDef("act_bwd", "activation", (_t("x"), _t("dy"), _t("dx", "out"), _t("mask", "in", True)), ("kind",),
-          doc="dx = f'(x) * dy, recomputed from x (or from the relu mask)", inplace=(("dx", "x"), ("dx", "dy"))),
+          doc="dx = f'(x) * dy, recomputed from x (or from the relu mask). For relu, relu6 and leaky_relu the "
+              "compiler may pass the activation's OUTPUT as x: their derivative test is strict (x > 0, 0 < x < 6), "
+              "which gives the same result on outputs as on inputs", inplace=(("dx", "x"), ("dx", "dy"))),
     OpDef("act_inf", "activation", (_t("x"), _t("y", "out")), ("kind",)),
     # --- dropout ---------------------------------------------------------------------------------
     OpDef("dropout_fwd", "dropout", (_t("x"), _t("y", "out"), _t("mask", "out"), _t("seed", "inout")), ("p",),
@@ -159,7 +161,8 @@ _DEFS: list[OpDef] = [
           (_s("w"), _s("g", "in"), Arg("m", "inout", "span", True), Arg("v", "inout", "span", True),
            _t("lr"), _t("flag"), _t("grad_scale"), _t("step", "in", True)),
           ("rule", "beta1", "beta2", "eps", "weight_decay"), kind="range",
-          doc="rule in OPTIMIZER_RULES; g is divided by grad_scale; nothing happens when flag != 0"),
+          doc="rule in OPTIMIZER_RULES; g is divided by grad_scale; nothing happens when flag != 0. step counts "
+              "completed updates (incremented after the optimizer); Adam's bias correction uses t = step + 1"),
     OpDef("lars_update", "range",
           (_t("w", "inout"), _t("g"), _t("m", "inout"), _t("lr"), _t("flag"), _t("grad_scale"), _t("ratio", "out")),
           ("nesterov", "momentum", "weight_decay", "trust_coefficient", "eps"), kind="range",

@@ -22,6 +22,25 @@ from tr.task.weights import initialize_program
 
 log = get_logger(__name__)
 
+_OPT_NAMES = {"SGD": "sgd", "SGD_MOMENTUM": "momentum", "SGD_NESTEROV": "nesterov", "LARS": "lars",
+              "LARS_NESTEROV": "lars_nesterov", "ADAM": "adam", "ADAMW": "adamw"}
+
+
+def optimizer_spec(opt) -> dict[str, Any]:
+    """The CompileSpec fields of a tr.algo optimizer config."""
+    hp = opt.hyperparams()
+    out: dict[str, Any] = {"optimizer": _OPT_NAMES[opt.kind.name], "weight_decay": float(hp.get("weight_decay", 0))}
+    if "momentum" in hp:
+        out["momentum"] = float(hp["momentum"])
+    if "beta1" in hp:
+        out["momentum"], out["beta2"] = float(hp["beta1"]), float(hp["beta2"])
+    if "eps" in hp:
+        out["eps"] = float(hp["eps"])
+    if "trust_coefficient" in hp:
+        out["trust_coefficient"] = float(hp["trust_coefficient"])
+    return out
+
+
 _METRICS = {"train_loss", "val_loss", "val_top1", "val_top5"}
 
 
@@ -56,9 +75,11 @@ class DeepLearningTask(TaskBase):
 
     def model(self, blueprint) -> DeepLearningTask:
         self._plan("model()")
-        from tr.graph import BluePrint, as_blueprint
+        from tr.graph.blueprint import BluePrint, Layer
 
-        self._blueprint = blueprint if isinstance(blueprint, BluePrint) else as_blueprint(blueprint)
+        if not isinstance(blueprint, (BluePrint, Layer)):
+            raise ConfigError(f"model() takes a BluePrint or a layer such as seq(...), got {blueprint!r}")
+        self._blueprint = blueprint
         return self
 
     def loss(self, loss: CrossEntropyLoss) -> DeepLearningTask:
@@ -181,21 +202,25 @@ class DeepLearningTask(TaskBase):
         self._sched = sched.prepare(self._epochs, steps)
 
         from tr.backend.registry import get_backend
-        from tr.graph import CompileSpec, compile_program
+        from tr.graph.compiler import compile_program
+        from tr.graph.spec import CompileSpec
 
         h, w, c = feeder.sample_shape
         has_val = feeder.num_samples(False) > 0
         spec = CompileSpec(
-            sample_shape=(h, w, c), num_classes=num_classes, batch=feeder.batch,
+            input_shape=(h, w, c), num_classes=num_classes, batch=feeder.batch,
             last_train_batch=feeder.last_batch(True),
-            val_batch=feeder.batch if has_val else 0,
-            last_val_batch=feeder.last_batch(False) if has_val else 0,
-            amp=s.amp_enabled, optimizer=self._optimizer, label_smoothing=self._loss.smoothing,
-            grad_clip=self._grad_clip, lr_table_steps=0,
+            val_batch=feeder.batch if has_val else None,
+            last_val_batch=feeder.last_batch(False) if has_val else None,
+            amp=s.amp_enabled, label_smoothing=float(self._loss.smoothing),
+            grad_clip=max(0.0, self._grad_clip), lr_table_steps=0, world_size=s.world_size,
+            **optimizer_spec(self._optimizer),
         )
         self.program = compile_program(self._blueprint, spec)
         self._advance(Phase.MEMORY_LOCKED)
-        self.backend = get_backend(self._device, settings=s)
+        self.backend = get_backend(self._device)
+        if hasattr(self.backend, "configure"):
+            self.backend.configure(tf32=s.tf32)
         self.backend.allocate(self.program.layout)
         self.backend.bind_host_buffers(feeder.buffers())
         initialize_program(self.backend, self.program, s, self._initializer, self._optimizer)

@@ -34,13 +34,9 @@ def initialize_program(backend, program: Program, settings: Settings, initialize
         else:
             arr = np.full(t.shape.dims, spec.value, np.float32)
         backend.write(t, arr.astype(t.dtype.np_dtype))
-    _put(backend, program, "loss_scale", settings.loss_scale)
-    _put(backend, program, "step", 0)
+    # Scalars with a compile-time value (loss scale, batch sizes, step) come as "const"/"zeros" InitSpecs above.
     _put(backend, program, "nan_flag", 0)
     _put(backend, program, "lr", 0.0)
-    for role in ("batch_train", "batch_train_last", "batch_val", "batch_val_last"):
-        if role in program.named:
-            _put(backend, program, role, float(program.meta.get(role, 0)))
     if "dropout_seed" in program.named:
         s = philox.splitmix64(settings.seed)
         backend.write(program.named["dropout_seed"],

@@ -1,0 +1,400 @@
+"""BluePrint DSL: immutable layer values that describe a model, with a repr that reads like the code.
+
+Factories only record what they are given (and reject values that are not layers or numbers at all);
+sizes, strides and probabilities are checked when the model compiles, where the error can name the
+expanded layer index (tr.core.errors.CompileError).
+
+    seq(cbr(64, 7, s=2, p=3), maxpool(3, 2, 1), repeat(block("basic", 64), 2), gap(), fc(10))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from tr.core.errors import CompileError
+
+ACT_KINDS = ("relu", "tanh", "silu", "sigmoid", "relu6", "leaky_relu", "hardswish", "elu", "gelu")
+BLOCK_KINDS = ("basic", "bottleneck")
+
+
+@dataclass(frozen=True, repr=False)
+class Layer:
+    """Base of every DSL value. Subclasses list their fields; repr shows non-default ones as keywords."""
+
+    def _call(self) -> str:
+        return type(self).__name__.lower()
+
+    def _positional(self) -> tuple[str, ...]:
+        return ()
+
+    def __repr__(self) -> str:
+        parts: list[str] = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in self._positional():
+                parts.append(repr(v))
+            elif v != f.default:
+                parts.append(f"{f.name}={v!r}")
+        return f"{self._call()}({', '.join(parts)})"
+
+
+@dataclass(frozen=True, repr=False)
+class FC(Layer):
+    out: int
+    bias: bool = True
+
+    def _call(self) -> str:
+        return "fc"
+
+    def _positional(self) -> tuple[str, ...]:
+        return ("out",)
+
+
+@dataclass(frozen=True, repr=False)
+class Conv(Layer):
+    out: int
+    k: int
+    s: int = 1
+    p: int = 0
+
+    def _positional(self) -> tuple[str, ...]:
+        return ("out", "k")
+
+
+@dataclass(frozen=True, repr=False)
+class BN(Layer):
+    momentum: float = 0.1
+    eps: float = 1e-5
+
+
+@dataclass(frozen=True, repr=False)
+class Act(Layer):
+    kind: str = "relu"
+
+    def __repr__(self) -> str:
+        return f"{self.kind}()"
+
+
+@dataclass(frozen=True, repr=False)
+class MaxPool(Layer):
+    k: int
+    s: int
+    p: int = 0
+
+    def _positional(self) -> tuple[str, ...]:
+        return ("k", "s")
+
+
+@dataclass(frozen=True, repr=False)
+class AvgPool(Layer):
+    k: int
+    s: int
+    p: int = 0
+
+    def _positional(self) -> tuple[str, ...]:
+        return ("k", "s")
+
+
+@dataclass(frozen=True, repr=False)
+class GAP(Layer):
+    pass
+
+
+@dataclass(frozen=True, repr=False)
+class Flatten(Layer):
+    pass
+
+
+@dataclass(frozen=True, repr=False)
+class Dropout(Layer):
+    p: float = 0.5
+
+    def _positional(self) -> tuple[str, ...]:
+        return ("p",)
+
+
+@dataclass(frozen=True, repr=False)
+class Identity(Layer):
+    pass
+
+
+@dataclass(frozen=True, repr=False)
+class SoftmaxCE(Layer):
+    """The loss. Optional in a BluePrint: compile appends it (the loss is always softmax cross-entropy)."""
+
+    def _call(self) -> str:
+        return "softmax_ce"
+
+
+@dataclass(frozen=True, repr=False)
+class Seq(Layer):
+    layers: tuple[Layer, ...]
+
+    def __repr__(self) -> str:
+        return f"seq({', '.join(repr(x) for x in self.layers)})"
+
+
+@dataclass(frozen=True, repr=False)
+class Add2(Layer):
+    """Residual join: y = shortcut(x) + stem(x)."""
+
+    shortcut: Layer
+    stem: Layer
+
+    def _positional(self) -> tuple[str, ...]:
+        return ("shortcut", "stem")
+
+
+@dataclass(frozen=True, repr=False)
+class Repeat(Layer):
+    body: Layer
+    times: int
+
+    def _positional(self) -> tuple[str, ...]:
+        return ("body", "times")
+
+
+@dataclass(frozen=True, repr=False)
+class CBR(Layer):
+    """conv -> batch norm -> relu."""
+
+    out: int
+    k: int
+    s: int = 1
+    p: int = 0
+    momentum: float = 0.1
+    eps: float = 1e-5
+
+    def _positional(self) -> tuple[str, ...]:
+        return ("out", "k")
+
+
+@dataclass(frozen=True, repr=False)
+class Block(Layer):
+    """ResNet block. basic: 3x3(out, stride) - 3x3(out); bottleneck: 1x1(mid) - 3x3(mid, stride) - 1x1(out).
+
+    The shortcut is the identity when stride == 1 and the input already has ``out`` channels, else a
+    1x1 projection conv (with the block's stride) followed by batch norm; a relu follows the join.
+    """
+
+    kind: str
+    out: int
+    mid: int | None = None
+    stride: int = 1
+    momentum: float = 0.1
+    eps: float = 1e-5
+
+    def _positional(self) -> tuple[str, ...]:
+        return ("kind", "out")
+
+
+@dataclass(frozen=True)
+class BluePrint:
+    """A named model: the root layer plus optional defaults for tools (input shape per sample, classes)."""
+
+    root: Layer
+    name: str = ""
+    input_shape: tuple[int, int, int] | None = None  # (H, W, C) of one sample
+    num_classes: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.root, Layer):
+            raise CompileError(f"BluePrint root must be a layer (e.g. seq(...)), got {type(self.root).__name__}")
+
+    def __repr__(self) -> str:
+        extra = ""
+        if self.name:
+            extra += f", name={self.name!r}"
+        if self.input_shape is not None:
+            extra += f", input_shape={self.input_shape!r}"
+        if self.num_classes is not None:
+            extra += f", num_classes={self.num_classes!r}"
+        return f"BluePrint({self.root!r}{extra})"
+
+    def pretty(self) -> str:
+        return pretty(self.root)
+
+
+def as_layer(x: BluePrint | Layer) -> Layer:
+    if isinstance(x, BluePrint):
+        return x.root
+    if isinstance(x, Layer):
+        return x
+    raise CompileError(f"expected a BluePrint or a layer, got {type(x).__name__}")
+
+
+def pretty(layer: Layer, indent: int = 0) -> str:
+    """Multi-line rendering: one leaf per line, composites indented."""
+    pad = "  " * indent
+    if isinstance(layer, Seq):
+        inner = ",\n".join(pretty(x, indent + 1) for x in layer.layers)
+        return f"{pad}seq(\n{inner})" if layer.layers else f"{pad}seq()"
+    if isinstance(layer, Add2):
+        return (f"{pad}add2(\n{pretty(layer.shortcut, indent + 1)},\n{pretty(layer.stem, indent + 1)})")
+    if isinstance(layer, Repeat):
+        return f"{pad}repeat(\n{pretty(layer.body, indent + 1)},\n{pad}  {layer.times!r})"
+    return pad + repr(layer)
+
+
+# --- factories -------------------------------------------------------------------------------------
+
+def _number(what: str, v: Any) -> Any:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise CompileError(f"{what} must be a number, got {v!r}")
+    return v
+
+
+def _ints(what: str, **vals: Any) -> None:
+    for name, v in vals.items():
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise CompileError(f"{what}: {name} must be an integer, got {v!r}")
+
+
+def _layer(what: str, v: Any) -> Layer:
+    if isinstance(v, BluePrint):
+        return v.root
+    if not isinstance(v, Layer):
+        raise CompileError(f"{what} must be a layer, got {v!r}")
+    return v
+
+
+def seq(*layers: Layer | list[Layer] | tuple[Layer, ...]) -> Seq:
+    """A chain of layers; ``seq(a, b)`` or ``seq([a, b])``. Must not be empty (checked at compile)."""
+    if len(layers) == 1 and isinstance(layers[0], (list, tuple)):
+        layers = tuple(layers[0])
+    return Seq(tuple(_layer(f"seq item {i}", x) for i, x in enumerate(layers)))
+
+
+def fc(out: int, bias: bool = True) -> FC:
+    _ints("fc", out=out)
+    if not isinstance(bias, bool):
+        raise CompileError(f"fc: bias must be True or False, got {bias!r}")
+    return FC(out, bias)
+
+
+def conv(out: int, k: int, s: int = 1, p: int = 0) -> Conv:
+    """Square-kernel convolution, no bias (a batch norm follows); weights KRSC."""
+    _ints("conv", out=out, k=k, s=s, p=p)
+    return Conv(out, k, s, p)
+
+
+def bn(momentum: float = 0.1, eps: float = 1e-5) -> BN:
+    return BN(_number("bn momentum", momentum), _number("bn eps", eps))
+
+
+def cbr(out: int, k: int, s: int = 1, p: int = 0, momentum: float = 0.1, eps: float = 1e-5) -> CBR:
+    _ints("cbr", out=out, k=k, s=s, p=p)
+    return CBR(out, k, s, p, _number("cbr momentum", momentum), _number("cbr eps", eps))
+
+
+def relu() -> Act:
+    return Act("relu")
+
+
+def tanh() -> Act:
+    return Act("tanh")
+
+
+def silu() -> Act:
+    return Act("silu")
+
+
+def sigmoid() -> Act:
+    return Act("sigmoid")
+
+
+def relu6() -> Act:
+    return Act("relu6")
+
+
+def leaky_relu() -> Act:
+    """Slope 0.01 (fixed, as the op catalogue's activation has no parameter)."""
+    return Act("leaky_relu")
+
+
+def hardswish() -> Act:
+    return Act("hardswish")
+
+
+def elu() -> Act:
+    """alpha = 1."""
+    return Act("elu")
+
+
+def gelu() -> Act:
+    return Act("gelu")
+
+
+def activation(kind: str) -> Act:
+    if kind not in ACT_KINDS:
+        raise CompileError(f"unknown activation {kind!r}; expected one of {ACT_KINDS}")
+    return Act(kind)
+
+
+def maxpool(k: int, s: int | None = None, p: int = 0) -> MaxPool:
+    """Max pooling; stride defaults to the kernel size."""
+    s = k if s is None else s
+    _ints("maxpool", k=k, s=s, p=p)
+    return MaxPool(k, s, p)
+
+
+def avgpool(k: int, s: int | None = None, p: int = 0) -> AvgPool:
+    """Average pooling (padding excluded from the count); stride defaults to the kernel size."""
+    s = k if s is None else s
+    _ints("avgpool", k=k, s=s, p=p)
+    return AvgPool(k, s, p)
+
+
+def gap() -> GAP:
+    return GAP()
+
+
+def flatten() -> Flatten:
+    return Flatten()
+
+
+def dropout(p: float = 0.5) -> Dropout:
+    return Dropout(_number("dropout p", p))
+
+
+def identity() -> Identity:
+    return Identity()
+
+
+def softmax_ce() -> SoftmaxCE:
+    return SoftmaxCE()
+
+
+def add2(shortcut: Layer, stem: Layer) -> Add2:
+    """Residual: shortcut(x) + stem(x); ``identity()`` as the shortcut for an identity skip."""
+    return Add2(_layer("add2 shortcut", shortcut), _layer("add2 stem", stem))
+
+
+def repeat(body: Layer, times: int) -> Repeat:
+    _ints("repeat", times=times)
+    return Repeat(_layer("repeat body", body), times)
+
+
+def block(kind: str, out: int, mid: int | None = None, stride: int = 1, momentum: float = 0.1,
+          eps: float = 1e-5) -> Block:
+    """ResNet block: ``block("basic", 64)``, ``block("bottleneck", 256, mid=64, stride=2)``.
+
+    For a bottleneck ``mid`` defaults to out // 4.
+    """
+    if kind not in BLOCK_KINDS:
+        raise CompileError(f"unknown block kind {kind!r}; expected one of {BLOCK_KINDS}")
+    _ints("block", out=out, stride=stride)
+    if mid is not None:
+        _ints("block", mid=mid)
+    if kind == "basic" and mid is not None:
+        raise CompileError("block('basic', ...) takes no mid width (both convs have `out` channels)")
+    return Block(kind, out, mid, stride, _number("block momentum", momentum), _number("block eps", eps))
+
+
+def basic_block(out: int, stride: int = 1) -> Block:
+    return block("basic", out, stride=stride)
+
+
+def bottleneck(mid: int, out: int, stride: int = 1) -> Block:
+    return block("bottleneck", out, mid=mid, stride=stride)

@@ -1,0 +1,214 @@
+"""Compiler: BluePrint + CompileSpec -> Program (the compiled plan as data).
+
+Stages:
+1. ArchPlan.from_blueprint at the training resolution (expansion, normalisation, fusion, validation).
+2. Shapes of every layer in every variant (errors name the layer and the variant).
+3. Tensor declarations per variant (baseline tensors, each kind's own tensors), then the symbolic
+   ComputationGraph (training chain, inference chain); slots are the max over each tensor's variants.
+4. Memory: liveness over the step, in-place aliasing and packing of the pooled tensors; fixed slots for
+   the rest; regions in enum order (MemoryPlan).
+5. The range-op graphs (transfers, clears, casts, collectives, NaN check, optimizer, statistics, metrics).
+6. GraphAtlas: bind every graph to the DTensors of each variant; checks (layout, range pairings, the
+   reuse checker) unless ``verify=False``.
+Nothing is allocated: every error is raised before a backend sees the plan.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tr.core.dtype import DType
+from tr.core.errors import CompileError
+from tr.core.ops import RegionSpan
+from tr.core.region import Region, RegionConditions
+from tr.core.shape import Shape
+from tr.graph.archplan import ArchPlan, params
+from tr.graph.atlas import GraphAtlas
+from tr.graph.checker import check_program
+from tr.graph.graph import INF_CHAIN, TRAIN_CHAIN, ChainBuilder, add_update_graphs
+from tr.graph.layers import KINDS
+from tr.graph.layers.base import ANY, BASE, DECAYED_GROUPS, INF, TRAIN, DeclCtx, Init
+from tr.graph.liveness import PoolPlan, plan_pools
+from tr.graph.memory_plan import MemoryPlan, check_layout, check_range_ops
+from tr.graph.passes import infer_shapes
+from tr.graph.seed_scheme import seed_pooled_bytes
+from tr.graph.spec import CompileSpec
+from tr.graph.tensors import TensorInfo, TensorTable
+from tr.tensor.dtensor import DTensor
+from tr.tensor.program import InitSpec, Program, VariantInfo
+
+NAMED = ("labels_a", "data_a", "labels_b", "data_b", "labels", "nan_flag", "step", "dropout_seed", "lr",
+         "loss_scale", "batch_train", "batch_train_last", "batch_val", "batch_val_last", "lr_table", "result",
+         "accum", "probs", "pred")
+
+
+@dataclass(frozen=True)
+class Compiled:
+    program: Program
+    arch: ArchPlan
+    seconds: float
+
+
+def compile_program(blueprint: Any, spec: CompileSpec, verify: bool = True) -> Program:
+    """The public entry point: the compiled plan of ``blueprint`` under ``spec``."""
+    return Compiler(spec, verify).compile(blueprint).program
+
+
+def compile_with_plan(blueprint: Any, spec: CompileSpec, verify: bool = True) -> Compiled:
+    """Program plus the ArchPlan it came from (for printing) and the compile time."""
+    return Compiler(spec, verify).compile(blueprint)
+
+
+def arch_plan(blueprint: Any, spec: CompileSpec) -> ArchPlan:
+    """The normalised layer list at the training resolution, with the spec's BN overrides applied."""
+    x = spec.variant_input(spec.variants()["train"])
+    arch = ArchPlan.from_blueprint(blueprint, (x.h, x.w, x.c), spec.num_classes, spec.amp)
+    if spec.bn_momentum is None and spec.bn_eps is None:
+        return arch
+    layers = []
+    for L in arch.layers:
+        if L.kind in ("bn1d", "bn2d", "cbr"):
+            p = dict(L.params)
+            p["momentum"] = spec.bn_momentum if spec.bn_momentum is not None else p["momentum"]
+            p["eps"] = spec.bn_eps if spec.bn_eps is not None else p["eps"]
+            L = replace(L, params=params(**p))
+        layers.append(L)
+    return replace(arch, layers=tuple(layers))
+
+
+class Compiler:
+    def __init__(self, spec: CompileSpec, verify: bool = True) -> None:
+        if not isinstance(spec, CompileSpec):
+            raise CompileError(f"spec must be a CompileSpec, got {type(spec).__name__}")
+        self.spec = spec
+        self.verify = verify
+
+    def compile(self, blueprint: Any) -> Compiled:
+        t0 = time.perf_counter()
+        spec = self.spec
+        arch = arch_plan(blueprint, spec)
+        if arch.num_params == 0:
+            raise CompileError("the model has no trained parameters (it needs at least one fc, conv or bn layer)")
+        variants = spec.variants()
+        vshapes = self._variant_shapes(arch, variants)
+
+        table = TensorTable(variants)
+        cx = DeclCtx(spec.amp, spec.momentum_slot, spec.second_moment_slot, spec.lars)
+        self._declare_baseline(table, variants)
+        for v, shapes in vshapes.items():
+            for i, L in enumerate(arch.layers):
+                ins = [shapes[u] for u in L.inputs]
+                for d in KINDS[L.kind].declare(L, ins, shapes[i], cx):
+                    table.add_decl(f"L{i}.", d, v, i)
+
+        cg = ChainBuilder(arch, spec, table.__contains__).build()
+        for key, (j, cls, phase) in cg.value_keys.items():
+            for v, shapes in vshapes.items():
+                table.add(key, v, shapes[j], cx.feature_region, cx.feature_dtype, pad_c=cx.feature_pad, cls=cls,
+                          phase=phase, layer=j)
+        used = {k for ops in cg.graphs.values() for op in ops for k in op.args.values() if isinstance(k, str)}
+        infos = table.finish(used)
+
+        pooled = [i for i in infos if i.pooled]
+        timeline = cg.timeline(TRAIN_CHAIN) + cg.timeline(INF_CHAIN)
+        pools = plan_pools(timeline, {i.key: i.slot for i in pooled}, {i.key: i.region for i in pooled})
+        mp = MemoryPlan(RegionConditions(amp=spec.amp))
+        slots = {i.key: mp.alloc(i.key, i.region, i.slot) for i in infos if not i.pooled}
+        for region, extent in pools.extents.items():
+            mp.pool(region, extent, {i.key: pools.offsets[i.key] for i in pooled if i.region == region})
+        slots.update({i.key: i.slot for i in pooled})
+        layout, offsets = mp.finalize()
+
+        tensors = {i.key: DTensor(n, i.key, i.region, i.canonical, i.dtype, slots[i.key], offsets[i.key], i.pad_c)
+                   for n, i in enumerate(infos)}
+        region_bytes = mp.bytes_by_region()
+        nonempty = {r for r, b in region_bytes.items() if b > 0}
+        lars = [(i.layer, i.key.split(".", 1)[1]) for i in infos if i.twin == "w" and i.group in DECAYED_GROUPS]
+        add_update_graphs(cg, arch, spec, nonempty, lars)
+
+        atlas = GraphAtlas(variants, tensors, {i.key: i.shapes for i in infos})
+        graphs = atlas.build(cg)
+        named = {r: tensors[r] for r in NAMED if r in tensors}
+        if cg.logits_inf in tensors:
+            named["logits"] = tensors[cg.logits_inf]
+        inits = tuple(InitSpec(tensors[i.key], i.init.kind, i.init.fan_in, i.init.fan_out, i.init.value, i.layer)
+                      for i in infos if i.init is not None)
+        ordered = tuple(sorted(tensors.values(), key=lambda t: t.id))
+        pooled_regions = set(pools.extents)
+        train_vs = {v: vshapes[v] for v, info in variants.items() if info.train}
+        seed = seed_pooled_bytes(arch, train_vs, spec.amp, {v: spec.variant_input(variants[v]) for v in train_vs})
+        pool_bytes = sum(extent for extent, _ in mp.pools.values())
+        meta = self._meta(arch, infos, pools, region_bytes, layout.total_bytes, pool_bytes, seed)
+        program = Program(layout, ordered, graphs, variants, named, inits, meta)
+        if self.verify:
+            check_layout(layout, ordered, {tensors[i.key].id for i in pooled})
+            calls = [c for cs in graphs.values() for c in cs]
+            check_range_ops(layout, ordered, (c for c in calls if c.args and _has_span(c)), pooled_regions)
+            meta["ops_checked"] = check_program(program)
+        seconds = time.perf_counter() - t0
+        return Compiled(program, arch, seconds)
+
+    # --- stages -----------------------------------------------------------------------------------
+    def _variant_shapes(self, arch: ArchPlan, variants: dict[str, VariantInfo]) -> dict[str, dict[int, Shape]]:
+        out = {}
+        for v, info in variants.items():
+            x = self.spec.variant_input(info)
+            out[v] = infer_shapes(arch.layers, x, f" (variant {v}: input {x.h}x{x.w}x{x.c}, batch {x.n})")
+        return out
+
+    def _declare_baseline(self, table: TensorTable, variants: dict[str, VariantInfo]) -> None:
+        spec = self.spec
+        data_dtype, data_pad = (DType.FP16, 4) if spec.amp else (DType.FP32, 1)
+        one = Shape(1, 1, 1, 1)
+        batch_of = {"batch_train": variants["train"].batch, "batch_train_last": variants["train_last"].batch,
+                    "batch_val": variants["val"].batch, "batch_val_last": variants["val_last"].batch}
+        for v, info in variants.items():
+            n = info.batch
+
+            def add(key: str, shape: Shape, region: Region, dtype: DType, phase: str = ANY, pad: int = 1,
+                    init: Init | None = None, v: str = v) -> None:
+                table.add(key, v, shape, region, dtype, pad_c=pad, cls=BASE, phase=phase, init=init)
+
+            for ab, lab, dat in (("a", Region.I_A_LABEL, Region.I_A_DATA), ("b", Region.I_B_LABEL, Region.I_B_DATA)):
+                add(f"labels_{ab}", Shape(n, 1, 1, 1), lab, DType.INT32)
+                add(f"data_{ab}", spec.variant_input(info), dat, data_dtype, pad=data_pad)
+            add("labels", Shape(n, 1, 1, 1), Region.T_TEMP_INT32, DType.INT32, TRAIN)
+            add("nan_flag", one, Region.S_SCALAR_INT32, DType.INT32)
+            add("step", one, Region.S_SCALAR_INT32, DType.INT32, init=Init("zeros"))
+            add("dropout_seed", Shape(1, 1, 1, 2), Region.S_SCALAR_INT32, DType.INT32)
+            add("lr", one, Region.S_SCALAR_FP32, DType.FP32)
+            add("loss_scale", one, Region.S_SCALAR_FP32, DType.FP32, init=Init("const", value=spec.loss_scale))
+            for role, b in batch_of.items():
+                add(role, one, Region.S_SCALAR_FP32, DType.FP32, init=Init("const", value=float(b)))
+            if spec.lr_table_steps:
+                add("lr_table", Shape(1, 1, 1, spec.lr_table_steps), Region.S_SCALAR_FP32, DType.FP32)
+            add("result", Shape(1, 1, 1, 3), Region.R_RESULT, DType.FP32)
+            add("accum", Shape(1, 1, 1, 3), Region.R_RESULT_ACCUMULATED, DType.FP32)
+            add("probs", Shape(n, 1, 1, spec.num_classes), Region.T_TEMP_FP32, DType.FP32, TRAIN)
+            add("pred", Shape(n, 1, 1, 1), Region.R_PREDICTED_LABEL, DType.INT32, INF)
+
+    def _meta(self, arch: ArchPlan, infos: list[TensorInfo], pools: PoolPlan, region_bytes: dict[Region, int],
+              total: int, pooled_total: int, seed_pooled: int) -> dict[str, Any]:
+        fixed = total - pooled_total
+        return {
+            "arena_bytes": total,
+            "seed_arena_bytes": fixed + seed_pooled,  # tr.graph.seed_scheme
+            "no_reuse_bytes": fixed + sum(i.slot for i in infos if i.pooled),  # our tensors, each its own slot
+            "pooled_bytes": pooled_total,
+            "pooled_lower_bound": sum(pools.lower_bounds.values()),
+            "pooled_tensors": sum(1 for i in infos if i.pooled),
+            "pooled_buffers": len(pools.buffers),
+            "region_bytes": {r.name: b for r, b in region_bytes.items() if b},
+            "num_layers": len(arch.layers),
+            "num_params": arch.num_params,
+            "num_tensors": len(infos),
+            "amp": self.spec.amp,
+            "optimizer": self.spec.optimizer,
+            "spec": self.spec.as_dict(),
+        }
+
+
+def _has_span(c: Any) -> bool:
+    return any(isinstance(v, RegionSpan) for v in c.args.values())

@@ -1,0 +1,280 @@
+"""ComputationGraph: the op calls of a plan, by GraphId, naming tensors by key (no shapes, no offsets).
+
+Built once for all variants; the GraphAtlas later binds keys to each variant's DTensors.
+
+Training chain: FIRST_LAYER_FWD_{A,B} (label copy + layer 0 forward on data_{a,b}) -> DEEP_FWD_BWD
+(forward of layers 1..L including the loss, loss backward, backward L..1) -> FIRST_LAYER_BWD_{A,B}
+(layer 0 backward, no input gradient). Gradients flow backwards through the ArchPlan's DAG: a value read
+by several layers (a residual branch point) receives its contributions in reverse layer order and the
+compiler sums them with ``accumulate``; input gradients are only computed where some layer upstream has
+parameters. Inference: INF_MAIN_{A,B}, the inference ops of every layer, dropout omitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tr.core.dtype import DType
+from tr.core.graph_id import GraphId
+from tr.core.ops import RegionSpan
+from tr.core.region import (
+    ALL_GRADS,
+    BIAS_LIKE_WEIGHTS,
+    BN_NEXT_STATS,
+    DECAYED_WEIGHTS,
+    FP32_GRADS,
+    GRAD_BUCKET_1,
+    GRAD_BUCKET_2,
+    Region,
+    region_range,
+)
+from tr.graph.archplan import ArchPlan
+from tr.graph.layers import KINDS
+from tr.graph.layers.base import FEATURE, GRAD, INF, IO, TRAIN
+from tr.graph.spec import CompileSpec
+
+A, B = "a", "b"
+FIRST_FWD = {A: GraphId.FIRST_LAYER_FWD_A, B: GraphId.FIRST_LAYER_FWD_B}
+FIRST_BWD = {A: GraphId.FIRST_LAYER_BWD_A, B: GraphId.FIRST_LAYER_BWD_B}
+INF_MAIN = {A: GraphId.INF_MAIN_A, B: GraphId.INF_MAIN_B}
+TRAIN_CHAIN = (GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD, GraphId.FIRST_LAYER_BWD_A)
+TRAIN_CHAIN_B = (GraphId.FIRST_LAYER_FWD_B, GraphId.DEEP_FWD_BWD, GraphId.FIRST_LAYER_BWD_B)
+INF_CHAIN = (GraphId.INF_MAIN_A,)
+INF_CHAIN_B = (GraphId.INF_MAIN_B,)
+
+OPT_RULE = {"sgd": "sgd", "momentum": "momentum", "nesterov": "nesterov", "adam": "adam", "adamw": "adamw"}
+BIAS_RULE = {"sgd": "sgd", "momentum": "momentum", "nesterov": "nesterov", "adam": "adam", "adamw": "adam",
+             "lars": "momentum", "lars_nesterov": "nesterov"}
+
+
+@dataclass(slots=True)
+class SymOp:
+    op: str
+    args: dict[str, Any]  # argument name -> tensor key, RegionSpan or None
+    attrs: dict[str, Any] = field(default_factory=dict)
+    layer: int = -1
+    label: str = ""
+
+
+def span(first: Region, last: Region | None = None) -> RegionSpan:
+    return RegionSpan(first, first if last is None else last)
+
+
+class ComputationGraph:
+    """Symbolic op lists per GraphId, plus per-variant-family ones (ACCUM_METRICS)."""
+
+    def __init__(self) -> None:
+        self.graphs: dict[GraphId, list[SymOp]] = {}
+        self.value_keys: dict[str, tuple[int, str, str]] = {}  # key -> (value index, cls, phase)
+        self.logits_inf = ""
+
+    def sink(self, gid: GraphId) -> list[SymOp]:
+        return self.graphs.setdefault(gid, [])
+
+    def ops(self, gid: GraphId) -> list[SymOp]:
+        return self.graphs.get(gid, [])
+
+    def timeline(self, gids: tuple[GraphId, ...]) -> list[SymOp]:
+        return [op for g in gids for op in self.ops(g)]
+
+
+def need_grad(arch: ArchPlan) -> list[bool]:
+    """need[i]: whether value i (output of layer i) needs its gradient (something upstream is trained)."""
+    need: list[bool] = []
+    for L in arch.layers:
+        need.append(KINDS[L.kind].has_params(L) or any(u >= 0 and need[u] for u in L.inputs))
+    return need
+
+
+class ChainBuilder:
+    """Emits the training and inference chains of one ArchPlan into a ComputationGraph."""
+
+    def __init__(self, arch: ArchPlan, spec: CompileSpec, has: Callable[[str], bool]) -> None:
+        self.arch = arch
+        self.spec = spec
+        self.has = has
+        self.cg = ComputationGraph()
+
+    @staticmethod
+    def y(i: int) -> str:
+        return f"L{i}.y"
+
+    def _value_key(self, key: str, value: int, cls: str, phase: str) -> str:
+        self.cg.value_keys[key] = (value, cls, phase)
+        return key
+
+    def _io(self, i: int, sink: list[SymOp], **kw: Any) -> IO:
+        def emit(op: str, args: dict[str, Any], attrs: dict[str, Any], layer: int, label: str) -> None:
+            sink.append(SymOp(op, args, attrs, layer, label))
+        return IO(i, self.arch.layers[i], amp=self.spec.amp, spec=self.spec, emit=emit, has=self.has, **kw)
+
+    def build(self) -> ComputationGraph:
+        self._train()
+        self._inference()
+        return self.cg
+
+    # --- training ---------------------------------------------------------------------------------
+    def _train(self) -> None:
+        layers = self.arch.layers
+        n = len(layers)
+        last = n - 1
+        for i in range(last):
+            self._value_key(self.y(i), i, FEATURE, TRAIN)
+        k0, l0 = KINDS[layers[0].kind], layers[0]
+        for ab in (A, B):
+            sink = self.cg.sink(FIRST_FWD[ab])
+            sink.append(SymOp("copy", {"x": f"labels_{ab}", "y": "labels"}, {}, -1, "labels for the loss"))
+            k0.forward(l0, self._io(0, sink, x=[f"data_{ab}"], y=self.y(0)))
+        deep = self.cg.sink(GraphId.DEEP_FWD_BWD)
+        for i in range(1, n):
+            L = layers[i]
+            KINDS[L.kind].forward(L, self._io(i, deep, x=[self.y(u) for u in L.inputs],
+                                              y=self.y(i) if i < last else ""))
+        need = need_grad(self.arch)
+        grads: dict[int, tuple[str, bool]] = {}  # value -> (key holding its gradient, owned)
+        for i in range(last, 0, -1):
+            L = layers[i]
+            kind = KINDS[L.kind]
+            need_in = [u >= 0 and need[u] for u in L.inputs]
+            if not any(need_in) and not kind.has_params(L):
+                continue
+            dx = [self._value_key(f"L{i}.dx" if len(L.inputs) == 1 else f"L{i}.dx{k}", max(u, 0), GRAD, TRAIN)
+                  for k, u in enumerate(L.inputs)]
+            io = self._io(i, deep, x=[self.y(u) for u in L.inputs], y=self.y(i) if i < last else "",
+                          dy=grads[i][0] if i < last else "", dx=dx, need=need_in)
+            for k, c in enumerate(kind.backward(L, io)):
+                if c is not None and need_in[k]:
+                    self._contribute(deep, grads, L.inputs[k], c, c == dx[k], i)
+        if k0.has_params(l0):
+            for ab in (A, B):
+                k0.backward(l0, self._io(0, self.cg.sink(FIRST_BWD[ab]), x=[f"data_{ab}"], y=self.y(0),
+                                         dy=grads[0][0], dx=[""], need=[False]))
+
+    def _contribute(self, sink: list[SymOp], grads: dict[int, tuple[str, bool]], u: int, c: str, owned: bool,
+                    layer: int) -> None:
+        """Add gradient contribution ``c`` to value ``u`` (summing at branch points)."""
+        if u not in grads:
+            grads[u] = (c, owned)
+            return
+        e, e_owned = grads[u]
+        label = f"gradient of L{u} (branch point)"
+        if e_owned:
+            sink.append(SymOp("accumulate", {"x": c, "y": e}, {}, layer, label))
+        elif owned:
+            sink.append(SymOp("accumulate", {"x": e, "y": c}, {}, layer, label))
+            grads[u] = (c, True)
+        else:  # both borrowed: sum into a fresh tensor
+            s = self._value_key(f"L{u}.dsum", u, GRAD, TRAIN)
+            sink.append(SymOp("copy", {"x": e, "y": s}, {}, layer, label))
+            sink.append(SymOp("accumulate", {"x": c, "y": s}, {}, layer, label))
+            grads[u] = (s, True)
+
+    # --- inference --------------------------------------------------------------------------------
+    def _inference(self) -> None:
+        layers = self.arch.layers
+        for ab in (A, B):
+            sink = self.cg.sink(INF_MAIN[ab])
+            vals = {-1: f"data_{ab}"}
+            for i, L in enumerate(layers):
+                y = self._value_key(f"L{i}.y@inf", i, FEATURE, INF) if i < len(layers) - 1 else ""
+                io = self._io(i, sink, x=[vals[u] for u in L.inputs], y=y, labels=f"labels_{ab}")
+                vals[i] = KINDS[L.kind].inference(L, io)
+            self.cg.logits_inf = vals[layers[-1].inputs[0]]
+
+
+# --- the range-op graphs ------------------------------------------------------------------------------
+
+def _op(op: str, attrs: dict[str, Any] | None = None, label: str = "", layer: int = -1, **args: Any) -> SymOp:
+    return SymOp(op, args, attrs or {}, layer, label)
+
+
+def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, nonempty: set[Region],
+                      lars_weights: list[tuple[int, str]]) -> None:
+    """Everything around the chains: transfers, clears, casts, collectives, NaN check, optimizer, stats.
+
+    ``nonempty``: regions holding bytes (spans over nothing are not emitted, except the collectives);
+    ``lars_weights``: (layer, local name) of every decayed weight, for per-tensor LARS updates.
+    """
+    g = cg.graphs
+
+    def has(*regions: Region) -> bool:
+        return any(r in nonempty for r in regions)
+
+    for ab, buf, gid in ((A, 0, GraphId.TRANSFER_A), (B, 1, GraphId.TRANSFER_B)):
+        g[gid] = [_op("h2d_copy", {"buffer": buf}, labels=f"labels_{ab}", data=f"data_{ab}")]
+    g[GraphId.ZERO_GRAD] = [_op("range_clear", span=span(*ALL_GRADS), label="all gradients and the step result")]
+    fp16, fp32 = {"src_dtype": DType.FP16, "dst_dtype": DType.FP32}, {"src_dtype": DType.FP32, "dst_dtype": DType.FP16}
+    if spec.amp and has(Region.G_DEEP_CONV_FP16):
+        g[GraphId.CAST_DEEP_GRAD_FP16_TO_FP32] = [
+            _op("range_cast", fp16, src=span(Region.G_DEEP_CONV_FP16), dst=span(Region.G_DEEP_CONV))]
+    if spec.amp and has(Region.G_FC_WEIGHT_FP16, Region.G_FIRST_CONV_FP16):
+        g[GraphId.CAST_FIRST_GRAD_FP16_TO_FP32] = [
+            _op("range_cast", fp16, src=span(Region.G_FC_WEIGHT_FP16, Region.G_FIRST_CONV_FP16),
+                dst=span(Region.G_FC_WEIGHT, Region.G_FIRST_CONV))]
+    g[GraphId.FIRST_COMM] = [_op("range_allreduce_mean", span=span(*GRAD_BUCKET_2), label="gradient bucket 2")]
+    g[GraphId.DEEP_COMM] = [_op("range_allreduce_mean", span=span(*GRAD_BUCKET_1),
+                                label="gradient bucket 1 and the step result")]
+    nan = [_op("range_check_finite", {"clip": spec.grad_clip}, span=span(*FP32_GRADS), flag="nan_flag")]
+    if spec.amp:
+        nan.append(_op("loss_scale_update", flag="nan_flag", scale="loss_scale"))
+    g[GraphId.NAN_CHECK_AND_GRAD_SCALING] = nan
+    if has(Region.B_NEXT_MEAN):
+        g[GraphId.STATS_COMM] = [_op("range_allreduce_mean", span=span(*BN_NEXT_STATS), label="BN statistics")]
+        g[GraphId.UPDATE_STATS] = [_op("range_copy", src=span(*BN_NEXT_STATS),
+                                       dst=span(Region.B_PREV_MEAN, Region.B_PREV_VAR))]
+    g[GraphId.OPTIMIZER] = _optimizer(spec, has, lars_weights)
+    if spec.amp and has(Region.A_FC_WEIGHT, Region.A_FIRST_CONV, Region.A_DEEP_CONV):
+        g[GraphId.CAST_MAIN_FP32_TO_FP16] = [_op("range_cast", fp32, src=span(*DECAYED_WEIGHTS),
+                                                 dst=span(Region.A_FC_WEIGHT, Region.A_DEEP_CONV))]
+    g[GraphId.ACCUM_METRICS_TRAIN_LAST] = [_op("accum_metrics", result="result", accum="accum",
+                                               batch="batch_train_last")]
+    g[GraphId.ACCUM_METRICS_VAL_LAST] = [_op("accum_metrics", result="result", accum="accum", batch="batch_val_last")]
+    g[GraphId.VAL_RESULT_COMM] = [_op("range_allreduce_mean", span=span(Region.R_RESULT_ACCUMULATED))]
+    g[GraphId.CLEAR_METRICS] = [_op("range_clear", span=span(Region.R_RESULT_ACCUMULATED))]
+    eq = []
+    for i, L in enumerate(arch.layers):
+        if L.kind in ("bn1d", "bn2d", "cbr"):
+            p = f"L{i}."
+            eq.append(_op("bn_update_eq", {"eps": L.params["eps"]}, layer=i, gamma=p + "gamma", beta=p + "beta",
+                          mean=p + "next_mean", var=p + "next_var", scale=p + "eq_scale", bias=p + "eq_bias"))
+    if eq:
+        g[GraphId.UPDATE_BN_INF_PARAMS] = eq
+
+
+def accum_metrics(batch_role: str) -> list[SymOp]:
+    """ACCUM_METRICS of one variant: weighted by that variant's batch-size scalar."""
+    return [_op("accum_metrics", result="result", accum="accum", batch=batch_role)]
+
+
+def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[tuple[int, str]]) -> list[SymOp]:
+    ops: list[SymOp] = []
+    if spec.lr_table_steps:
+        ops.append(_op("lr_lookup", table="lr_table", step="step", lr="lr", label="learning rate of this step"))
+    m, v = spec.momentum_slot, spec.second_moment_slot
+    common = {"lr": "lr", "flag": "nan_flag", "grad_scale": "loss_scale", "step": "step" if v else None}
+
+    def rng(rule: str, wd: float, first: Region, last: Region, label: str) -> SymOp:
+        off_m = int(Region.M_BN_BIAS) - int(Region.W_BN_BIAS)
+        off_v = int(Region.V_BN_BIAS) - int(Region.W_BN_BIAS)
+        off_g = int(Region.G_BN_BIAS) - int(Region.W_BN_BIAS)
+        return _op("range_optimizer",
+                   {"rule": rule, "beta1": spec.momentum, "beta2": spec.beta2, "eps": spec.eps, "weight_decay": wd},
+                   label=label, w=span(first, last), g=span(Region(first + off_g), Region(last + off_g)),
+                   m=span(Region(first + off_m), Region(last + off_m)) if m else None,
+                   v=span(Region(first + off_v), Region(last + off_v)) if v else None, **common)
+
+    if not spec.lars:
+        ops.append(rng(OPT_RULE[spec.optimizer], spec.weight_decay, *DECAYED_WEIGHTS, "decayed weights"))
+    if has(*region_range(*BIAS_LIKE_WEIGHTS)):
+        ops.append(rng(BIAS_RULE[spec.optimizer], 0.0, *BIAS_LIKE_WEIGHTS, "bias-like parameters, no decay"))
+    if spec.lars:
+        attrs = {"nesterov": spec.optimizer == "lars_nesterov", "momentum": spec.momentum,
+                 "weight_decay": spec.weight_decay, "trust_coefficient": spec.trust_coefficient, "eps": spec.eps}
+        for layer, local in lars_weights:
+            p = f"L{layer}.{local}"
+            ops.append(_op("lars_update", attrs, layer=layer, w=p, g=p + ".grad", m=p + ".m", lr="lr",
+                           flag="nan_flag", grad_scale="loss_scale", ratio=p + ".ratio"))
+    ops.append(_op("scalar_increment", x="step", label="completed optimizer steps"))
+    return ops

@@ -1,0 +1,26 @@
+"""Layer kinds, one module each; ``KINDS`` maps an ArchLayer kind to its implementation."""
+
+from tr.graph.layers.activation import ActKind
+from tr.graph.layers.add import AddKind
+from tr.graph.layers.base import LayerKind, LayerProblem
+from tr.graph.layers.bn import BNKind
+from tr.graph.layers.cbr import CBRKind
+from tr.graph.layers.conv import ConvKind
+from tr.graph.layers.dropout import DropoutKind
+from tr.graph.layers.fc import FCKind
+from tr.graph.layers.flatten import FlattenKind
+from tr.graph.layers.pool import AvgPoolKind, GapKind, MaxPoolKind
+from tr.graph.layers.softmax_ce import SoftmaxCEKind
+
+KINDS: dict[str, LayerKind] = {}
+for _k in (FCKind(), ConvKind(), BNKind(), ActKind(), MaxPoolKind(), AvgPoolKind(), GapKind(), FlattenKind(),
+           DropoutKind(), AddKind(), SoftmaxCEKind(), CBRKind()):
+    for _name in _k.kinds:
+        KINDS[_name] = _k
+
+
+def kind_of(name: str) -> LayerKind:
+    return KINDS[name]
+
+
+__all__ = ["KINDS", "LayerKind", "LayerProblem", "kind_of"]

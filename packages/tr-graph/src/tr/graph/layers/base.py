@@ -1,0 +1,234 @@
+"""What every layer kind provides, and the small vocabulary kinds use to declare tensors and emit ops.
+
+A kind (one module each) holds, for its ArchLayer kind(s):
+- ``check``: parameter validation (sizes, probabilities);
+- ``out_shape``: the shape rule, for one variant's input shapes (batch included);
+- ``declare``: the tensors it owns beyond its input and output values (parameters and their gradient,
+  moment and AMP twins, running statistics, saved statistics, masks, internal features), for one variant;
+- ``forward`` / ``backward`` / ``inference``: op calls from the catalogue, by tensor key.
+
+Kinds raise :class:`LayerProblem` with a plain message; the caller turns it into a CompileError that
+names the layer index, the layer and the variant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tr.core.dtype import DType
+from tr.core.region import Region
+from tr.core.shape import Shape
+
+if TYPE_CHECKING:
+    from tr.graph.archplan import ArchLayer
+    from tr.graph.spec import CompileSpec
+
+
+class LayerProblem(Exception):
+    """A layer cannot be built; the message says why (the caller adds which layer)."""
+
+
+# Tensor classes. Pooled classes live only inside one step's compute chain (forward -> backward, or one
+# inference pass) and share memory by liveness; the others keep their own slot for the whole run.
+PARAM, STATE, FEATURE, GRAD, MASK, STAT, BASE = "param", "state", "feature", "grad", "mask", "stat", "base"
+POOLED = frozenset([FEATURE, GRAD, MASK, STAT])
+
+# Which timeline uses a tensor: its slot is the max over the variants of that timeline.
+TRAIN, INF, ANY = "train", "inf", "any"
+
+
+@dataclass(frozen=True, slots=True)
+class Init:
+    kind: str  # "weight" | "bias" | "ones" | "zeros" | "const"
+    fan_in: int = 0
+    fan_out: int = 0
+    value: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Decl:
+    local: str
+    region: Region
+    dtype: DType
+    shape: Shape
+    pad_c: int = 1
+    cls: str = PARAM
+    phase: str = ANY
+    init: Init | None = None
+    group: str = ""  # parameter group (fc_w, fc_b, first_conv, deep_conv, bn_w, bn_b) for masters
+    twin: str = ""  # role inside the group: w, g, g16, a, m, v, n
+
+
+# group -> (master, grad FP32, grad FP16, AMP copy, first moment, second moment, LARS ratio)
+PARAM_GROUPS: dict[str, tuple[Region, Region, Region | None, Region | None, Region, Region, Region | None]] = {
+    "fc_w": (Region.W_FC_WEIGHT, Region.G_FC_WEIGHT, Region.G_FC_WEIGHT_FP16, Region.A_FC_WEIGHT,
+             Region.M_FC_WEIGHT, Region.V_FC_WEIGHT, Region.N_FC_WEIGHT),
+    "fc_b": (Region.W_FC_BIAS, Region.G_FC_BIAS, None, None, Region.M_FC_BIAS, Region.V_FC_BIAS, None),
+    "first_conv": (Region.W_FIRST_CONV, Region.G_FIRST_CONV, Region.G_FIRST_CONV_FP16, Region.A_FIRST_CONV,
+                   Region.M_FIRST_CONV, Region.V_FIRST_CONV, Region.N_FIRST_CONV),
+    "deep_conv": (Region.W_DEEP_CONV, Region.G_DEEP_CONV, Region.G_DEEP_CONV_FP16, Region.A_DEEP_CONV,
+                  Region.M_DEEP_CONV, Region.V_DEEP_CONV, Region.N_DEEP_CONV),
+    "bn_w": (Region.W_BN_WEIGHT, Region.G_BN_WEIGHT, None, None, Region.M_BN_WEIGHT, Region.V_BN_WEIGHT, None),
+    "bn_b": (Region.W_BN_BIAS, Region.G_BN_BIAS, None, None, Region.M_BN_BIAS, Region.V_BN_BIAS, None),
+}
+DECAYED_GROUPS = ("fc_w", "first_conv", "deep_conv")
+
+
+@dataclass(frozen=True, slots=True)
+class DeclCtx:
+    """What declarations depend on besides shapes: numerics and optimizer slots."""
+
+    amp: bool
+    momentum_slot: bool
+    second_moment_slot: bool
+    lars: bool
+
+    @property
+    def feature_dtype(self) -> DType:
+        return DType.FP16 if self.amp else DType.FP32
+
+    @property
+    def feature_region(self) -> Region:
+        return Region.F_FEATURE_FP16 if self.amp else Region.F_FEATURE_FP32
+
+    @property
+    def feature_pad(self) -> int:
+        return 8 if self.amp else 1
+
+    # --- declaration helpers --------------------------------------------------------------------
+    def param(self, local: str, group: str, shape: Shape, init: Init) -> list[Decl]:
+        """A trained tensor with its FP32 gradient, AMP twins and optimizer slots."""
+        w, g, g16, a, m, v, n = PARAM_GROUPS[group]
+        out = [Decl(local, w, DType.FP32, shape, init=init, group=group, twin="w"),
+               Decl(local + ".grad", g, DType.FP32, shape, group=group, twin="g")]
+        if self.amp and g16 is not None:
+            out.append(Decl(local + ".grad16", g16, DType.FP16, shape, group=group, twin="g16"))
+        if self.amp and a is not None:
+            out.append(Decl(local + ".fp16", a, DType.FP16, shape, group=group, twin="a"))
+        if self.momentum_slot:
+            out.append(Decl(local + ".m", m, DType.FP32, shape, group=group, twin="m"))
+        if self.second_moment_slot:
+            out.append(Decl(local + ".v", v, DType.FP32, shape, group=group, twin="v"))
+        if self.lars and n is not None:
+            out.append(Decl(local + ".ratio", n, DType.FP32, Shape(1, 1, 1, 1), group=group, twin="n"))
+        return out
+
+    def state(self, local: str, region: Region, shape: Shape, init: Init) -> Decl:
+        """Persistent non-trained tensor (running statistics, folded BN parameters)."""
+        return Decl(local, region, DType.FP32, shape, cls=STATE, init=init)
+
+    def feature(self, local: str, shape: Shape, phase: str) -> Decl:
+        return Decl(local, self.feature_region, self.feature_dtype, shape, self.feature_pad, FEATURE, phase)
+
+    def grad(self, local: str, shape: Shape) -> Decl:
+        return Decl(local, self.feature_region, self.feature_dtype, shape, self.feature_pad, GRAD, TRAIN)
+
+    def mask(self, local: str, shape: Shape) -> Decl:
+        return Decl(local, Region.S_MASK, DType.INT8, shape, 8, MASK, TRAIN)
+
+    def stat(self, local: str, shape: Shape) -> Decl:
+        return Decl(local, Region.T_TEMP_FP32, DType.FP32, shape, 1, STAT, TRAIN)
+
+
+class IO:
+    """Keys a kind reads and writes for one layer, and the op sink.
+
+    ``x``: input value keys; ``y``: output value key; ``dy``: key of the output's gradient (backward);
+    ``dx``: keys where the input gradients go; ``need``: whether each input needs its gradient at all.
+    """
+
+    __slots__ = ("index", "layer", "x", "y", "dy", "dx", "need", "amp", "spec", "labels", "_emit", "_has")
+
+    def __init__(self, index: int, layer: ArchLayer, *, x: Sequence[str], y: str = "", dy: str = "",
+                 dx: Sequence[str] = (), need: Sequence[bool] = (), amp: bool, spec: CompileSpec,
+                 labels: str = "labels", emit: Callable[..., None], has: Callable[[str], bool]) -> None:
+        self.index = index
+        self.layer = layer
+        self.x = list(x)
+        self.y = y
+        self.dy = dy
+        self.dx = list(dx)
+        self.need = list(need)
+        self.amp = amp
+        self.spec = spec
+        self.labels = labels
+        self._emit = emit
+        self._has = has
+
+    def t(self, local: str) -> str:
+        """Global key of one of this layer's own tensors."""
+        return f"L{self.index}.{local}"
+
+    def w(self, local: str) -> str:
+        """The weight as compute ops read it: the FP16 working copy under AMP when the group has one."""
+        k = self.t(local + ".fp16")
+        return k if self.amp and self._has(k) else self.t(local)
+
+    def dw(self, local: str) -> str:
+        """Where the backward op writes the weight gradient: FP16 twin under AMP when there is one."""
+        k = self.t(local + ".grad16")
+        return k if self.amp and self._has(k) else self.t(local + ".grad")
+
+    def dx_or_none(self, k: int = 0) -> str | None:
+        return self.dx[k] if self.need[k] else None
+
+    def op(self, name: str, attrs: dict[str, Any] | None = None, label: str = "", **args: Any) -> None:
+        self._emit(name, args, attrs or {}, self.index, label)
+
+
+class LayerKind:
+    """Base class; see the module docstring."""
+
+    kinds: tuple[str, ...] = ()
+
+    def check(self, layer: ArchLayer) -> None:
+        """Validate parameters; raise LayerProblem."""
+
+    def out_shape(self, layer: ArchLayer, ins: Sequence[Shape]) -> Shape:
+        raise NotImplementedError
+
+    def has_params(self, layer: ArchLayer) -> bool:
+        return False
+
+    def declare(self, layer: ArchLayer, ins: Sequence[Shape], out: Shape, cx: DeclCtx) -> list[Decl]:
+        return []
+
+    def forward(self, layer: ArchLayer, io: IO) -> None:
+        raise NotImplementedError
+
+    def backward(self, layer: ArchLayer, io: IO) -> list[str | None]:
+        """Emit the backward ops; return, per input, the key holding its gradient contribution (None: none).
+
+        A returned key equal to ``io.dx[k]`` is owned by that input; any other key is shared (borrowed).
+        """
+        raise NotImplementedError
+
+    def inference(self, layer: ArchLayer, io: IO) -> str:
+        """Emit inference ops; return the key holding the output (``io.y``, or an input for no-ops)."""
+        raise NotImplementedError
+
+
+# --- shared checks ----------------------------------------------------------------------------------
+
+def positive_int(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise LayerProblem(f"{name} must be an integer, got {v!r}")
+    if v < 1:
+        raise LayerProblem(f"{name} must be >= 1, got {v}")
+    return v
+
+
+def non_negative_int(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise LayerProblem(f"{name} must be an integer, got {v!r}")
+    if v < 0:
+        raise LayerProblem(f"{name} must be >= 0, got {v}")
+    return v
+
+
+def spatial_out(x: Shape, k: int, s: int, p: int, what: str) -> tuple[int, int]:
+    if x.h + 2 * p < k or x.w + 2 * p < k:
+        raise LayerProblem(f"{what} kernel {k}x{k} is larger than its input {x.h}x{x.w} (padding {p})")
+    return (x.h + 2 * p - k) // s + 1, (x.w + 2 * p - k) // s + 1

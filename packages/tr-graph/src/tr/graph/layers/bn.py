@@ -1,0 +1,89 @@
+"""Batch norm (BN2d over N*H*W per channel; BN1d is the same op on [N,1,1,C]).
+
+Tensors: gamma (W_BN_WEIGHT, ones) and beta (W_BN_BIAS, zeros) with their gradients and moments;
+running mean/var in B_PREV_* (read) and B_NEXT_* (written by the forward; UPDATE_STATS copies next to
+prev once per step, so every BN's statistics move with one range copy); the folded inference scale and
+bias in W_EQ_SCALE / W_EQ_BIAS (UPDATE_BN_INF_PARAMS); the saved batch mean and inverse std for the
+backward in T_TEMP_FP32 (pooled: they only live from forward to backward).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from tr.core.region import Region
+from tr.core.shape import Shape
+from tr.graph.layers.base import IO, Decl, DeclCtx, Init, LayerKind, LayerProblem
+
+
+def check_bn(momentum: object, eps: object) -> None:
+    for name, v in (("bn momentum", momentum), ("bn eps", eps)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise LayerProblem(f"{name} must be a finite number, got {v!r}")
+    if not 0.0 <= momentum <= 1.0:  # type: ignore[operator]
+        raise LayerProblem(f"bn momentum must be in [0, 1], got {momentum}")
+    if eps <= 0.0:  # type: ignore[operator]
+        raise LayerProblem(f"bn eps must be > 0, got {eps}")
+
+
+def bn_decls(c: int, eps: float, cx: DeclCtx) -> list[Decl]:
+    s = Shape(1, 1, 1, c)
+    d = cx.param("gamma", "bn_w", s, Init("ones")) + cx.param("beta", "bn_b", s, Init("zeros"))
+    d += [cx.state("prev_mean", Region.B_PREV_MEAN, s, Init("zeros")),
+          cx.state("prev_var", Region.B_PREV_VAR, s, Init("ones")),
+          cx.state("next_mean", Region.B_NEXT_MEAN, s, Init("zeros")),
+          cx.state("next_var", Region.B_NEXT_VAR, s, Init("ones")),
+          # consistent with gamma = 1, beta = 0, mean = 0, var = 1 until the first UPDATE_BN_INF_PARAMS
+          cx.state("eq_scale", Region.W_EQ_SCALE, s, Init("const", value=1.0 / math.sqrt(1.0 + eps))),
+          cx.state("eq_bias", Region.W_EQ_BIAS, s, Init("zeros")),
+          cx.stat("saved_mean", s), cx.stat("saved_inv_std", s)]
+    return d
+
+
+def bn_forward(io: IO, momentum: float, eps: float, x: str, y: str) -> None:
+    io.op("bn_fwd", {"momentum": momentum, "eps": eps}, x=x, gamma=io.t("gamma"), beta=io.t("beta"),
+          mean_in=io.t("prev_mean"), var_in=io.t("prev_var"), mean_out=io.t("next_mean"),
+          var_out=io.t("next_var"), y=y, saved_mean=io.t("saved_mean"), saved_inv_std=io.t("saved_inv_std"))
+
+
+def bn_backward(io: IO, eps: float, x: str, dy: str, dx: str) -> None:
+    io.op("bn_bwd", {"eps": eps}, x=x, gamma=io.t("gamma"), dy=dy, saved_mean=io.t("saved_mean"),
+          saved_inv_std=io.t("saved_inv_std"), dgamma=io.t("gamma.grad"), dbeta=io.t("beta.grad"), dx=dx)
+
+
+def bn_inference(io: IO, x: str, y: str) -> None:
+    io.op("bn_inf", x=x, scale=io.t("eq_scale"), bias=io.t("eq_bias"), y=y)
+
+
+def bn_update_eq(io: IO, eps: float) -> None:
+    io.op("bn_update_eq", {"eps": eps}, gamma=io.t("gamma"), beta=io.t("beta"), mean=io.t("next_mean"),
+          var=io.t("next_var"), scale=io.t("eq_scale"), bias=io.t("eq_bias"))
+
+
+class BNKind(LayerKind):
+    kinds = ("bn1d", "bn2d")
+
+    def check(self, layer) -> None:
+        check_bn(layer.params["momentum"], layer.params["eps"])
+
+    def out_shape(self, layer, ins: Sequence[Shape]) -> Shape:
+        return ins[0]
+
+    def has_params(self, layer) -> bool:
+        return True
+
+    def declare(self, layer, ins: Sequence[Shape], out: Shape, cx: DeclCtx) -> list[Decl]:
+        return bn_decls(ins[0].c, layer.params["eps"], cx)
+
+    def forward(self, layer, io: IO) -> None:
+        bn_forward(io, layer.params["momentum"], layer.params["eps"], io.x[0], io.y)
+
+    def backward(self, layer, io: IO) -> list[str | None]:
+        # bn_bwd always writes dx (in place over x is allowed); a gradient nobody needs is just not read
+        bn_backward(io, layer.params["eps"], io.x[0], io.dy, io.dx[0])
+        return [io.dx[0]]
+
+    def inference(self, layer, io: IO) -> str:
+        bn_inference(io, io.x[0], io.y)
+        return io.y

@@ -1,0 +1,55 @@
+"""Fully connected layer: y[N,1,1,out] = x[N, H*W*C] @ w[out,1,1,in]^T + b, optionally with a fused relu.
+
+The input is read as [N, H*W*C] directly (NHWC order), so no flatten is needed in front of an FC unless
+padded channels make the rows non-contiguous (see the ArchPlan's flatten placement).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tr.core.shape import Shape
+from tr.graph.layers.activation import act_backward
+from tr.graph.layers.base import IO, Decl, DeclCtx, Init, LayerKind, positive_int
+
+
+class FCKind(LayerKind):
+    kinds = ("fc",)
+
+    def check(self, layer) -> None:
+        positive_int("fc out", layer.params["out"])
+
+    def out_shape(self, layer, ins: Sequence[Shape]) -> Shape:
+        return Shape(ins[0].n, 1, 1, layer.params["out"])
+
+    def has_params(self, layer) -> bool:
+        return True
+
+    def declare(self, layer, ins: Sequence[Shape], out: Shape, cx: DeclCtx) -> list[Decl]:
+        fan_in, k = ins[0].per_sample(), layer.params["out"]
+        decls = cx.param("w", "fc_w", Shape(k, 1, 1, fan_in), Init("weight", fan_in, k))
+        if layer.params["bias"]:
+            decls += cx.param("b", "fc_b", Shape(1, 1, 1, k), Init("bias", fan_in, k))
+        if layer.params.get("activation"):
+            decls.append(cx.grad("act_dx", out))
+        return decls
+
+    def forward(self, layer, io: IO) -> None:
+        b = io.t("b") if layer.params["bias"] else None
+        io.op("fc_fwd", {"activation": layer.params.get("activation")}, x=io.x[0], w=io.w("w"), b=b, y=io.y)
+
+    def backward(self, layer, io: IO) -> list[str | None]:
+        dy = io.dy
+        act = layer.params.get("activation")
+        if act:
+            act_backward(io, act, "", io.y, dy, io.t("act_dx"))
+            dy = io.t("act_dx")
+        db = io.t("b.grad") if layer.params["bias"] else None
+        dx = io.dx_or_none(0)
+        io.op("fc_bwd", x=io.x[0], w=io.w("w"), dy=dy, dw=io.dw("w"), db=db, dx=dx)
+        return [dx]
+
+    def inference(self, layer, io: IO) -> str:
+        b = io.t("b") if layer.params["bias"] else None
+        io.op("fc_fwd", {"activation": layer.params.get("activation")}, x=io.x[0], w=io.w("w"), b=b, y=io.y)
+        return io.y

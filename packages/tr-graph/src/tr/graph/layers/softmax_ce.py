@@ -1,0 +1,37 @@
+"""Softmax cross-entropy, the (always implicit) loss. It reads the logits and the label copy; it has no
+output value: the forward writes the FP32 probabilities and the step result (loss, top1, top5), the
+backward writes the logits' gradient scaled by the loss scale."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tr.core.shape import Shape
+from tr.graph.layers.base import IO, LayerKind, LayerProblem
+
+
+class SoftmaxCEKind(LayerKind):
+    kinds = ("softmax_ce",)
+
+    def out_shape(self, layer, ins: Sequence[Shape]) -> Shape:
+        x, k = ins[0], layer.params["classes"]
+        if (x.h, x.w) != (1, 1) or x.c != k:
+            raise LayerProblem(
+                f"the loss needs logits [N,1,1,{k}] ({k} classes) but the last layer gives "
+                f"[N,{x.h},{x.w},{x.c}]; end the model with fc({k}) (after gap() or flatten())")
+        return x
+
+    def forward(self, layer, io: IO) -> None:
+        io.op("softmax_ce_fwd", {"label_smoothing": io.spec.label_smoothing}, logits=io.x[0], labels=io.labels,
+              probs="probs", result="result")
+
+    def backward(self, layer, io: IO) -> list[str | None]:
+        dx = io.dx[0]
+        io.op("softmax_ce_bwd", {"label_smoothing": io.spec.label_smoothing}, probs="probs", labels=io.labels,
+              scale="loss_scale", dlogits=dx)
+        return [dx]
+
+    def inference(self, layer, io: IO) -> str:
+        io.op("softmax_ce_inf", {"label_smoothing": io.spec.label_smoothing}, logits=io.x[0], labels=io.labels,
+              result="result", pred="pred")
+        return ""

@@ -1,0 +1,372 @@
+"""The ArchPlan passes, in the order ``build_layers`` runs them; each is a small function over a layer list.
+
+1. expand            composites -> leaves: seq, repeat, cbr, blocks (identity or projection shortcut),
+                     add2 -> begin/mid/end markers; checks empty seqs and repeat counts
+2. check_params      every leaf's sizes / probabilities (kind.check)
+3. wire              markers -> "add" layers; every layer gets its input references
+4. remove_identity   identity layers and dropout(0) disappear; their readers read their input
+5. check_flatten     no spatial layer (conv, pooling, cbr) after a flatten
+6. name_bn           bn -> bn1d after fc/flatten/gap (through activations and dropout), else bn2d
+7. append_loss       the loss is always softmax-CE: one softmax_ce layer appended at the end
+8. infer_shapes      per-sample shapes (also run per variant by the compiler)
+9. place_flatten     drop flattens that only feed FCs (an FC reads [N, H*W*C] directly) or that are
+                     no-ops, insert one where an FC would read channel-padded rows (AMP)
+10. fuse             relu into fc and add (fused epilogues); conv+bn2d+relu -> cbr under AMP
+11. mark_first       layer 0 is the first layer (fc, conv, cbr or flatten); nothing else reads the input
+12. renumber         uid = index
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from tr.core.errors import CompileError
+from tr.core.shape import Shape
+from tr.graph.archplan import DATA, ArchLayer, layer_error, params
+from tr.graph.blueprint import (
+    BN,
+    CBR,
+    FC,
+    GAP,
+    Act,
+    Add2,
+    AvgPool,
+    Block,
+    Conv,
+    Dropout,
+    Flatten,
+    Identity,
+    Layer,
+    MaxPool,
+    Repeat,
+    Seq,
+    SoftmaxCE,
+    as_layer,
+)
+from tr.graph.layers import KINDS, LayerProblem
+
+ADD2_BEGIN, ADD2_MID, ADD2_END, IDENTITY = "add2_begin", "add2_mid", "add2_end", "identity"
+MARKERS = (ADD2_BEGIN, ADD2_MID, ADD2_END)
+SPATIAL = ("conv", "cbr", "maxpool", "avgpool", "gap")
+FIRST_KINDS = ("fc", "conv", "cbr", "flatten")
+
+
+def _fail(layers: Sequence[ArchLayer], layer: ArchLayer, msg: str) -> CompileError:
+    for i, L in enumerate(layers):
+        if L is layer:
+            return layer_error(i, layer, msg)
+    return layer_error(-1, layer, msg)
+
+
+# --- 1. expand ------------------------------------------------------------------------------------
+
+def expand(root: Any, in_channels: int | None) -> list[ArchLayer]:
+    """Flatten the layer tree. Channel counts are tracked so blocks can pick their shortcut."""
+    out: list[ArchLayer] = []
+
+    def emit(layer_kind: str, origin: str, **kw: Any) -> None:
+        out.append(ArchLayer(layer_kind, params(**kw), origin, uid=len(out)))
+
+    def walk(node: Layer, path: str, c: int | None) -> int | None:
+        if isinstance(node, Seq):
+            if not node.layers:
+                raise CompileError(f"layer {len(out)} (seq at {path}): empty seq; a seq needs at least one "
+                                   "layer (use identity() for an identity shortcut)")
+            for i, child in enumerate(node.layers):
+                c = walk(child, f"{path}[{i}]", c)
+            return c
+        if isinstance(node, Repeat):
+            t = node.times
+            if isinstance(t, bool) or not isinstance(t, int) or t < 1:
+                raise CompileError(f"layer {len(out)} (repeat at {path}): times must be >= 1, got {t!r}")
+            for r in range(t):
+                c = walk(node.body, f"{path}.rep{r}", c)
+            return c
+        if isinstance(node, Add2):
+            emit(ADD2_BEGIN, path)
+            walk(node.shortcut, f"{path}.shortcut", c)
+            emit(ADD2_MID, path)
+            c = walk(node.stem, f"{path}.stem", c)
+            emit(ADD2_END, path)
+            return c
+        if isinstance(node, Block):
+            return _expand_block(node, path, c, walk)
+        if isinstance(node, CBR):
+            emit("conv", f"{path}.conv", out=node.out, k=node.k, s=node.s, p=node.p)
+            emit("bn", f"{path}.bn", momentum=node.momentum, eps=node.eps)
+            emit("act", f"{path}.relu", kind="relu")
+            return node.out
+        if isinstance(node, FC):
+            emit("fc", path, out=node.out, bias=node.bias, activation=None)
+            return node.out
+        if isinstance(node, Conv):
+            emit("conv", path, out=node.out, k=node.k, s=node.s, p=node.p)
+            return node.out
+        if isinstance(node, BN):
+            emit("bn", path, momentum=node.momentum, eps=node.eps)
+        elif isinstance(node, Act):
+            emit("act", path, kind=node.kind)
+        elif isinstance(node, (MaxPool, AvgPool)):
+            emit("maxpool" if isinstance(node, MaxPool) else "avgpool", path, k=node.k, s=node.s, p=node.p)
+        elif isinstance(node, GAP):
+            emit("gap", path)
+        elif isinstance(node, Flatten):
+            emit("flatten", path)
+            return None
+        elif isinstance(node, Dropout):
+            emit("dropout", path, p=node.p)
+        elif isinstance(node, Identity):
+            emit(IDENTITY, path)
+        elif isinstance(node, SoftmaxCE):
+            emit("softmax_ce", path, classes=0)
+        else:
+            raise CompileError(f"layer {len(out)} ({type(node).__name__} at {path}): not a known layer")
+        return c
+
+    walk(as_layer(root), "model", in_channels)
+    return out
+
+
+def _expand_block(b: Block, path: str, c: int | None, walk: Any) -> int | None:
+    if b.kind == "basic":
+        stem: list[Layer] = [Conv(b.out, 3, b.stride, 1), BN(b.momentum, b.eps), Act("relu"),
+                             Conv(b.out, 3, 1, 1), BN(b.momentum, b.eps)]
+    else:
+        mid = b.mid if b.mid is not None else b.out // 4
+        stem = [Conv(mid, 1, 1, 0), BN(b.momentum, b.eps), Act("relu"),
+                Conv(mid, 3, b.stride, 1), BN(b.momentum, b.eps), Act("relu"),
+                Conv(b.out, 1, 1, 0), BN(b.momentum, b.eps)]
+    if b.stride == 1 and c == b.out:
+        shortcut: Layer = Identity()
+    else:  # projection: the channel count or the resolution changes
+        shortcut = Seq((Conv(b.out, 1, b.stride, 0), BN(b.momentum, b.eps)))
+    walk(Seq((Add2(shortcut, Seq(tuple(stem))), Act("relu"))), f"{path}.{b.kind}", c)
+    return b.out
+
+
+# --- 2. check_params ------------------------------------------------------------------------------
+
+def check_params(layers: Sequence[ArchLayer]) -> None:
+    for i, L in enumerate(layers):
+        if L.kind in MARKERS or L.kind in (IDENTITY, "softmax_ce"):
+            continue
+        try:
+            KINDS[L.kind if L.kind != "bn" else "bn2d"].check(L)
+        except LayerProblem as e:
+            raise layer_error(i, L, str(e)) from None
+
+
+# --- 3. wire --------------------------------------------------------------------------------------
+
+def wire(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
+    """Resolve add2 markers into 'add' layers; give every layer its input references (uids)."""
+    out: list[ArchLayer] = []
+    cur = DATA
+    stack: list[list[int]] = []  # [branch input, shortcut output]
+    for L in layers:
+        if L.kind == ADD2_BEGIN:
+            stack.append([cur, DATA])
+        elif L.kind == ADD2_MID:
+            stack[-1][1] = cur
+            cur = stack[-1][0]
+        elif L.kind == ADD2_END:
+            branch_in, short = stack.pop()
+            out.append(ArchLayer("add", params(activation=None), L.origin, L.uid, (short, cur)))
+            cur = L.uid
+        else:
+            out.append(replace(L, inputs=(cur,)))
+            cur = L.uid
+    return out
+
+
+def _redirect(layers: Sequence[ArchLayer], drop: Any) -> list[ArchLayer]:
+    """Remove layers for which ``drop(layer, resolved_inputs)`` is true; readers read their first input."""
+    repl: dict[int, int] = {}
+    out: list[ArchLayer] = []
+    for L in layers:
+        ins = tuple(repl.get(u, u) for u in L.inputs)
+        if drop(L, ins):
+            repl[L.uid] = ins[0]
+            continue
+        out.append(L if ins == L.inputs else replace(L, inputs=ins))
+    return out
+
+
+# --- 4. remove_identity ---------------------------------------------------------------------------
+
+def remove_identity(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
+    return _redirect(layers, lambda L, ins: L.kind == IDENTITY or (L.kind == "dropout" and L.params["p"] == 0))
+
+
+# --- 5. check_flatten -----------------------------------------------------------------------------
+
+def check_flatten(layers: Sequence[ArchLayer]) -> None:
+    """A value that went through a flatten is [N,1,1,C]: convolutions and pooling make no sense on it."""
+    flat_from: dict[int, int] = {}  # uid -> index of the flatten upstream
+    for i, L in enumerate(layers):
+        src = [flat_from[u] for u in L.inputs if u in flat_from]
+        if L.kind == "flatten":
+            flat_from[L.uid] = i
+        elif src:
+            if L.kind in SPATIAL:
+                raise layer_error(i, L, f"{L.kind} after flatten (layer {src[0]}): spatial layers need an "
+                                        "[N,H,W,C] input; move the flatten after them")
+            flat_from[L.uid] = src[0]
+
+
+# --- 6. name_bn -----------------------------------------------------------------------------------
+
+def name_bn(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
+    by_uid = {L.uid: L for L in layers}
+    out = []
+    for L in layers:
+        if L.kind == "bn":
+            src = L.inputs[0]
+            while src != DATA and by_uid[src].kind in ("act", "dropout"):
+                src = by_uid[src].inputs[0]
+            one_d = src != DATA and by_uid[src].kind in ("fc", "flatten", "gap")
+            L = replace(L, kind="bn1d" if one_d else "bn2d")
+        out.append(L)
+    return out
+
+
+# --- 7. append_loss -------------------------------------------------------------------------------
+
+def append_loss(layers: Sequence[ArchLayer], num_classes: int) -> list[ArchLayer]:
+    out = list(layers)
+    for i, L in enumerate(out):
+        if L.kind == "softmax_ce" and i != len(out) - 1:
+            raise layer_error(i, L, "softmax_ce can only end the model (the loss is appended automatically)")
+    if out and out[-1].kind == "softmax_ce":
+        out.pop()
+    if not out:
+        raise CompileError("layer 0: the model has no layers before the loss")
+    last = out[-1]
+    uid = max(L.uid for L in out) + 1
+    out.append(ArchLayer("softmax_ce", params(classes=num_classes), "loss", uid, (last.uid,)))
+    return out
+
+
+# --- 8. infer_shapes ------------------------------------------------------------------------------
+
+def infer_shapes(layers: Sequence[ArchLayer], x: Shape, where: str = "") -> dict[int, Shape]:
+    """Output shape of every layer (by uid) for input ``x``; ``where`` is appended to error messages."""
+    shapes: dict[int, Shape] = {DATA: x}
+    for i, L in enumerate(layers):
+        try:
+            shapes[L.uid] = KINDS[L.kind].out_shape(L, [shapes[u] for u in L.inputs])
+        except LayerProblem as e:
+            raise layer_error(i, L, f"{e}{where}") from None
+    return shapes
+
+
+# --- 9. place_flatten -----------------------------------------------------------------------------
+
+def place_flatten(layers: Sequence[ArchLayer], shapes: dict[int, Shape], amp: bool) -> list[ArchLayer]:
+    readers: dict[int, list[ArchLayer]] = {}
+    for L in layers:
+        for u in L.inputs:
+            readers.setdefault(u, []).append(L)
+
+    def useless(L: ArchLayer, ins: tuple[int, ...]) -> bool:
+        if L.kind != "flatten":
+            return False
+        x = shapes[ins[0]]
+        return (x.h, x.w) == (1, 1) or all(r.kind == "fc" for r in readers.get(L.uid, []))
+
+    kept = _redirect(layers, useless)
+    if not amp:
+        return kept
+    # Under AMP features pad C to 8 (the input to 4); an FC reading [N,H,W,C] with H*W > 1 needs dense rows.
+    out: list[ArchLayer] = []
+    inserted: dict[int, int] = {}
+    next_uid = max(L.uid for L in layers) + 1
+    for L in kept:
+        if L.kind == "fc":
+            u = L.inputs[0]
+            x = shapes[u]
+            pad = 4 if u == DATA else 8
+            if x.h * x.w > 1 and x.c % pad:
+                if u not in inserted:
+                    out.append(ArchLayer("flatten", params(), f"{L.origin}.flatten", next_uid, (u,)))
+                    inserted[u] = next_uid
+                    next_uid += 1
+                L = replace(L, inputs=(inserted[u],))
+        out.append(L)
+    return out
+
+
+# --- 10. fuse -------------------------------------------------------------------------------------
+
+def fuse(layers: Sequence[ArchLayer], amp: bool) -> list[ArchLayer]:
+    """relu into fc/add (always: the ops have a relu epilogue); conv+bn2d+relu -> cbr under AMP."""
+    by_uid = {L.uid: L for L in layers}
+    n_readers: dict[int, int] = {}
+    for L in layers:
+        for u in L.inputs:
+            n_readers[u] = n_readers.get(u, 0) + 1
+
+    def sole(u: int) -> ArchLayer | None:
+        return by_uid[u] if u != DATA and n_readers.get(u) == 1 else None
+
+    dropped: set[int] = set()
+    fused: dict[int, ArchLayer] = {}
+    for L in layers:
+        if L.kind != "act" or L.params["kind"] != "relu":
+            continue
+        p = sole(L.inputs[0])
+        if p is None:
+            continue
+        if p.kind in ("fc", "add") and not p.params.get("activation"):
+            fused[L.uid] = replace(p, params=params(**{**p.params, "activation": "relu"}), uid=L.uid)
+            dropped.add(p.uid)
+        elif amp and p.kind == "bn2d":
+            c = sole(p.inputs[0])
+            if c is not None and c.kind == "conv":
+                cp = c.params
+                fused[L.uid] = ArchLayer(
+                    "cbr", params(out=cp["out"], k=cp["k"], s=cp["s"], p=cp["p"], momentum=p.params["momentum"],
+                                  eps=p.params["eps"], act="relu"), c.origin, L.uid, c.inputs)
+                dropped.update((p.uid, c.uid))
+    return [fused.get(L.uid, L) for L in layers if L.uid not in dropped]
+
+
+# --- 11. mark_first -------------------------------------------------------------------------------
+
+def mark_first(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
+    first = layers[0]
+    if first.kind not in FIRST_KINDS:
+        raise layer_error(0, first, f"the first layer reads the input batch and must be one of {FIRST_KINDS}")
+    for i, L in enumerate(layers[1:], 1):
+        if DATA in L.inputs:
+            raise layer_error(i, L, "reads the network input, which only the first layer may read "
+                                    "(start the model with a conv or fc before a residual block)")
+    return [replace(first, first=True), *layers[1:]]
+
+
+# --- 12. renumber ---------------------------------------------------------------------------------
+
+def renumber(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
+    index = {L.uid: i for i, L in enumerate(layers)}
+    index[DATA] = DATA
+    return [replace(L, uid=i, inputs=tuple(index[u] for u in L.inputs)) for i, L in enumerate(layers)]
+
+
+def build_layers(blueprint: Any, x: Shape, num_classes: int, amp: bool) -> tuple[list[ArchLayer], list[Shape]]:
+    """All passes; returns the final layers and their per-sample output shapes."""
+    layers = expand(blueprint, x.c)
+    check_params(layers)
+    layers = wire(layers)
+    layers = remove_identity(layers)
+    check_flatten(layers)
+    layers = name_bn(layers)
+    layers = append_loss(layers, num_classes)
+    shapes = infer_shapes(layers, x)
+    layers = place_flatten(layers, shapes, amp)
+    layers = fuse(layers, amp)
+    layers = mark_first(layers)
+    layers = renumber(layers)
+    final = infer_shapes(layers, x)
+    return layers, [final[i] for i in range(len(layers))]

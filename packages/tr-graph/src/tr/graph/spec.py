@@ -1,0 +1,174 @@
+"""CompileSpec: everything besides the BluePrint that decides a compiled plan.
+
+Batches are per device (local). Resolutions are square sides; None keeps the input's own H and W.
+Variants: train (batch, train_resolution), train_last (last_train_batch), val (val_batch,
+val_resolution), val_last (last_val_batch), and with progressive resizing (train_low_resolution set)
+train_low / train_low_last at the low resolution.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from tr.core.errors import ConfigError
+from tr.core.settings import AMP_INITIAL_LOSS_SCALE, Settings
+from tr.core.shape import Shape
+from tr.tensor.program import TRAIN, TRAIN_LAST, TRAIN_LOW, TRAIN_LOW_LAST, VAL, VAL_LAST, VariantInfo
+
+OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw", "lars", "lars_nesterov")
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    input_shape: tuple[int, int, int]  # one sample (H, W, C) as the loader delivers it
+    num_classes: int
+    batch: int  # per-device training batch
+    last_train_batch: int | None = None  # the epoch's last (partial) batch; None: = batch
+    val_batch: int | None = None  # None: = batch
+    last_val_batch: int | None = None  # None: = val_batch
+    train_resolution: int | None = None  # square training side; None: input H, W
+    train_low_resolution: int | None = None  # progressive resizing: start side (adds train_low variants)
+    val_resolution: int | None = None  # None: = train_resolution
+    amp: bool = False
+    optimizer: str = "momentum"  # one of OPTIMIZERS
+    momentum: float = 0.9  # beta1 for adam/adamw
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    trust_coefficient: float = 0.001  # LARS
+    label_smoothing: float = 0.0
+    grad_clip: float = 0.0  # > 0: clamp FP32 gradients element-wise during the finite check
+    lr_table_steps: int = 0  # > 0: a device table of learning rates read by lr_lookup; 0: the host writes lr
+    bn_momentum: float | None = None  # overrides every BN's momentum when set
+    bn_eps: float | None = None  # overrides every BN's eps when set
+    world_size: int = 1  # recorded; the all-reduce ops are emitted for any size
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # --- validation -------------------------------------------------------------------------------
+    def validate(self) -> None:
+        try:
+            h, w, c = self.input_shape
+        except (TypeError, ValueError):
+            raise ConfigError(f"input_shape must be (H, W, C) of one sample, got {self.input_shape!r}") from None
+        for name, v in (("input H", h), ("input W", w), ("input C", c), ("num_classes", self.num_classes),
+                        ("batch", self.batch), ("world_size", self.world_size)):
+            _positive(name, v)
+        for name in ("last_train_batch", "val_batch", "last_val_batch", "train_resolution",
+                     "train_low_resolution", "val_resolution"):
+            v = getattr(self, name)
+            if v is not None:
+                _positive(name, v)
+        if self.last_train_batch is not None and self.last_train_batch > self.batch:
+            raise ConfigError(f"last_train_batch {self.last_train_batch} exceeds batch {self.batch}")
+        if self.last_val_batch is not None and self.last_val_batch > self.val_batch_size:
+            raise ConfigError(f"last_val_batch {self.last_val_batch} exceeds val batch {self.val_batch_size}")
+        if not isinstance(self.amp, bool):
+            raise ConfigError(f"amp must be True or False, got {self.amp!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        _unit("momentum", self.momentum, closed=True)
+        _unit("beta2", self.beta2)
+        for name in ("eps", "weight_decay", "trust_coefficient", "grad_clip"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ConfigError(f"{name} must be a finite number >= 0, got {v!r}")
+        _unit("label_smoothing", self.label_smoothing)
+        if isinstance(self.lr_table_steps, bool) or not isinstance(self.lr_table_steps, int) or self.lr_table_steps < 0:
+            raise ConfigError(f"lr_table_steps must be an integer >= 0, got {self.lr_table_steps!r}")
+        if self.bn_momentum is not None:
+            _unit("bn_momentum", self.bn_momentum, closed=True)
+        if self.bn_eps is not None and (not isinstance(self.bn_eps, (int, float)) or not self.bn_eps > 0):
+            raise ConfigError(f"bn_eps must be > 0, got {self.bn_eps!r}")
+
+    # --- derived ----------------------------------------------------------------------------------
+    @property
+    def val_batch_size(self) -> int:
+        return self.val_batch if self.val_batch is not None else self.batch
+
+    @property
+    def momentum_slot(self) -> bool:
+        """A first-moment / momentum buffer per trained tensor (M regions)."""
+        return self.optimizer != "sgd"
+
+    @property
+    def second_moment_slot(self) -> bool:
+        return self.optimizer in ("adam", "adamw")
+
+    @property
+    def lars(self) -> bool:
+        return self.optimizer in ("lars", "lars_nesterov")
+
+    @property
+    def loss_scale(self) -> float:
+        return AMP_INITIAL_LOSS_SCALE if self.amp else 1.0
+
+    def input_at(self, batch: int, resolution: int | None) -> Shape:
+        h, w, c = self.input_shape
+        if resolution is not None:
+            h = w = resolution
+        return Shape(batch, h, w, c)
+
+    def variants(self) -> dict[str, VariantInfo]:
+        """The compiled variants in a fixed order (train ones first)."""
+        h = self.input_shape[0]
+        tr = self.train_resolution
+        va = self.val_resolution if self.val_resolution is not None else tr
+        last = self.last_train_batch if self.last_train_batch is not None else self.batch
+        vb = self.val_batch_size
+        vlast = self.last_val_batch if self.last_val_batch is not None else vb
+        out = {TRAIN: VariantInfo(TRAIN, self.batch, tr or h, True),
+               TRAIN_LAST: VariantInfo(TRAIN_LAST, last, tr or h, True)}
+        if self.train_low_resolution is not None:
+            lo = self.train_low_resolution
+            out[TRAIN_LOW] = VariantInfo(TRAIN_LOW, self.batch, lo, True)
+            out[TRAIN_LOW_LAST] = VariantInfo(TRAIN_LOW_LAST, last, lo, True)
+        out[VAL] = VariantInfo(VAL, vb, va or h, False)
+        out[VAL_LAST] = VariantInfo(VAL_LAST, vlast, va or h, False)
+        return out
+
+    def variant_input(self, v: VariantInfo) -> Shape:
+        """The input batch shape of a variant: [batch, side, side, C], or the native H, W without a side."""
+        return self.input_at(v.batch, self._resolution_of(v))
+
+    def _resolution_of(self, v: VariantInfo) -> int | None:
+        if v.name in (TRAIN, TRAIN_LAST):
+            return self.train_resolution
+        if v.name in (TRAIN_LOW, TRAIN_LOW_LAST):
+            return self.train_low_resolution
+        return self.val_resolution if self.val_resolution is not None else self.train_resolution
+
+    def replace(self, **kw: Any) -> CompileSpec:
+        return replace(self, **kw)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_settings(cls, settings: Settings, input_shape: tuple[int, int, int], num_classes: int,
+                      **kw: Any) -> CompileSpec:
+        """Batch (local), AMP and resolutions from tr.core settings; the rest from keywords."""
+        b, e = settings.train_res_begin, settings.train_res_end
+        base: dict[str, Any] = {
+            "input_shape": tuple(input_shape), "num_classes": num_classes, "batch": settings.local_batch_size,
+            "amp": settings.amp_enabled, "world_size": settings.world_size,
+            "train_resolution": (e or settings.input_res or None),
+            "train_low_resolution": b if (b and e and b != e) else None,
+            "val_resolution": settings.val_res or None,
+        }
+        base.update(kw)
+        return cls(**base)
+
+
+def _positive(name: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(f"{name} must be an integer >= 1, got {v!r}")
+
+
+def _unit(name: str, v: Any, closed: bool = False) -> None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not ok or v < 0 or v > 1 or (v == 1 and not closed):
+        raise ConfigError(f"{name} must be in [0, 1{']' if closed else ')'}, got {v!r}")

@@ -1,0 +1,119 @@
+"""The reuse checker passes compiled plans and catches planted bad ones."""
+
+import dataclasses
+
+import pytest
+from tr_graph_testlib import by_name, mlp_spec, relocate
+
+from tr.core.dtype import DType
+from tr.core.errors import CompileError
+from tr.core.graph_id import GraphId as G
+from tr.core.ops import OpCall
+from tr.core.region import Region
+from tr.core.shape import Shape
+from tr.graph.blueprint import bn, conv, fc, gap, relu, seq
+from tr.graph.checker import check_chain, check_program
+from tr.graph.compiler import compile_program
+from tr.tensor.dtensor import DTensor
+
+
+@pytest.fixture(scope="module")
+def vgg(models):
+    return compile_program(models.vgg16_bn, mlp_spec(input_shape=(32, 32, 3), num_classes=1000, batch=4, amp=True,
+                                                     last_train_batch=3, val_batch=6))
+
+
+@pytest.fixture(scope="module")
+def resnet(models):
+    return compile_program(models.resnet50, mlp_spec(input_shape=(64, 64, 3), num_classes=1000, batch=2,
+                                                     train_low_resolution=32, val_resolution=96))
+
+
+def test_compiled_plans_pass(models, vgg, resnet):
+    assert check_program(compile_program(models.mlp_mnist, mlp_spec())) == 4 * (2 + 10 + 2) + 4 * 5
+    assert check_program(vgg) > 500
+    assert check_program(resnet) > 2000
+    # reuse is real: far fewer bytes than tensors
+    pooled = [t for t in resnet.tensors if t.region == Region.F_FEATURE_FP32]
+    assert len({t.offset for t in pooled}) < len(pooled) / 3
+
+
+def _first_op(program, variant, gid, op, **arg_names):
+    for c in program.calls(variant, gid):
+        if c.op == op and all(c.args[k] is not None and c.args[k].name == v for k, v in arg_names.items()):
+            return c
+    raise AssertionError(op)
+
+
+@pytest.fixture(scope="module")
+def small():
+    m = seq(conv(4, 3, p=1), bn(), relu(), conv(4, 3, p=1), bn(), relu(), gap(), fc(3))
+    return compile_program(m, mlp_spec(input_shape=(6, 6, 2), num_classes=3, batch=2))
+
+
+def test_catches_an_overwritten_backward_input(small):
+    # L2.y (a relu output) is the input of the conv at layer 3, read again by its conv_bwd; the GAP output
+    # written after it (and alive until the fc backward) is moved onto it
+    t = by_name(small)
+    bad = relocate(small, {t["L6.y"].id: t["L2.y"].offset})
+    with pytest.raises(CompileError, match=r"conv_bwd @L3\): reads x=L2.y, but L6.y overwrote its bytes at op \d+ "
+                                           r"\(DEEP_FWD_BWD: gap_fwd @L6\)"):
+        check_program(bad)
+
+
+def test_catches_overwritten_saved_statistics(small):
+    t = by_name(small)
+    bad = relocate(small, {t["L4.saved_inv_std"].id: t["L1.saved_mean"].offset})
+    with pytest.raises(CompileError, match=r"reads saved_mean=L1.saved_mean, but L4.saved_inv_std overwrote"):
+        check_program(bad)
+
+
+def test_catches_an_overwritten_mask(vgg):
+    t = by_name(vgg)
+    masks = sorted((x for x in vgg.tensors if x.region == Region.S_MASK), key=lambda x: x.id)
+    first, second = masks[0], masks[1]  # maxpool masks of stages 1 and 2
+    bad = relocate(vgg, {second.id: first.offset})
+    with pytest.raises(CompileError, match=rf"reads mask={first.name}, but {second.name} overwrote"):
+        check_program(bad)
+    assert t[first.name].dtype == DType.INT8
+
+
+def test_catches_a_relu_output_needed_by_its_backward(models):
+    p = compile_program(models.mlp_mnist, mlp_spec())
+    t = by_name(p)
+    # act_bwd of layer 1 reads L1.y (the relu output); put the next layer's output gradient there
+    bad = relocate(p, {t["L3.dx"].id: t["L1.y"].offset})
+    with pytest.raises(CompileError, match="L1.y"):
+        check_program(bad)
+
+
+def test_catches_forbidden_in_place(models):
+    p = compile_program(models.mlp_mnist, mlp_spec())
+    t = by_name(p)
+    bad = relocate(p, {t["L3.dx"].id: t["L2.y"].offset})  # fc_bwd may not write dx over its x
+    with pytest.raises(CompileError, match="share bytes but the op does not allow them in place"):
+        check_program(bad)
+
+
+def test_catches_uninitialised_read(models):
+    p = compile_program(models.mlp_mnist, mlp_spec())
+    key = ("any", G.FIRST_LAYER_FWD_A) if ("any", G.FIRST_LAYER_FWD_A) in p.graphs else ("train", G.FIRST_LAYER_FWD_A)
+    graphs = dict(p.graphs)
+    graphs[key] = graphs[key][1:]  # drop the label copy
+    with pytest.raises(CompileError, match="reads labels=labels before anything wrote it"):
+        check_program(dataclasses.replace(p, graphs=graphs))
+
+
+def test_check_chain_on_hand_made_calls():
+    def t(i, off, size=256):
+        return DTensor(i, f"t{i}", Region.F_FEATURE_FP32, Shape(1, 1, 1, 8), DType.FP32, size, off)
+
+    a, b, c = t(0, 0), t(1, 256), t(2, 0)
+    fwd = OpCall.make("act_fwd", {"x": a, "y": b}, {"kind": "relu"})
+    ok = OpCall.make("act_bwd", {"x": b, "dy": b, "dx": c}, {"kind": "relu"})
+    seed = OpCall.make("copy", {"x": DTensor(9, "in", Region.I_A_DATA, Shape(1, 1, 1, 8), DType.FP32, 256, 4096),
+                                "y": a})
+    check_chain([(G.DEEP_FWD_BWD, x) for x in (seed, fwd, ok)], {})
+    clobber = OpCall.make("copy", {"x": b, "y": c})  # c shares a's bytes
+    with pytest.raises(CompileError, match="reads x=t0, but t2 overwrote its bytes at op 2"):
+        check_chain([(G.DEEP_FWD_BWD, x) for x in (seed, fwd, clobber, fwd)], {0: "t0", 2: "t2"})

@@ -1,0 +1,213 @@
+"""compile_program end to end: named roles, inits, AMP placement, variants, determinism, errors."""
+
+import math
+
+import pytest
+from tr_graph_testlib import by_name, mlp_spec
+
+from tr.core.dtype import DType
+from tr.core.errors import CompileError
+from tr.core.graph_id import GraphId as G
+from tr.core.region import Region as R
+from tr.core.shape import Shape
+from tr.graph import memory_plan
+from tr.graph.blueprint import (
+    add2,
+    avgpool,
+    block,
+    bn,
+    cbr,
+    conv,
+    dropout,
+    fc,
+    flatten,
+    gap,
+    identity,
+    maxpool,
+    relu,
+    repeat,
+    seq,
+)
+from tr.graph.compiler import compile_program, compile_with_plan
+from tr.graph.spec import CompileSpec
+from tr.tensor.program import Program
+
+N1 = Shape(128, 1, 1, 1)
+ROLES = {  # role: (region, dtype, shape or None)
+    "labels_a": (R.I_A_LABEL, DType.INT32, N1), "data_a": (R.I_A_DATA, DType.FP32, Shape(128, 28, 28, 1)),
+    "labels_b": (R.I_B_LABEL, DType.INT32, N1), "data_b": (R.I_B_DATA, DType.FP32, Shape(128, 28, 28, 1)),
+    "labels": (R.T_TEMP_INT32, DType.INT32, N1), "nan_flag": (R.S_SCALAR_INT32, DType.INT32, None),
+    "step": (R.S_SCALAR_INT32, DType.INT32, None), "lr": (R.S_SCALAR_FP32, DType.FP32, Shape(1, 1, 1, 1)),
+    "loss_scale": (R.S_SCALAR_FP32, DType.FP32, Shape(1, 1, 1, 1)),
+    "result": (R.R_RESULT, DType.FP32, Shape(1, 1, 1, 3)),
+    "accum": (R.R_RESULT_ACCUMULATED, DType.FP32, Shape(1, 1, 1, 3)),
+    "batch_train": (R.S_SCALAR_FP32, DType.FP32, None), "batch_train_last": (R.S_SCALAR_FP32, DType.FP32, None),
+    "batch_val": (R.S_SCALAR_FP32, DType.FP32, None), "batch_val_last": (R.S_SCALAR_FP32, DType.FP32, None),
+    "dropout_seed": (R.S_SCALAR_INT32, DType.INT32, Shape(1, 1, 1, 2)), "lr_table": (R.S_SCALAR_FP32, DType.FP32, None),
+    "logits": (R.F_FEATURE_FP32, DType.FP32, Shape(128, 1, 1, 10)),
+    "probs": (R.T_TEMP_FP32, DType.FP32, Shape(128, 1, 1, 10)), "pred": (R.R_PREDICTED_LABEL, DType.INT32, N1),
+}
+
+
+def test_named_roles(models):
+    p = compile_program(models.mlp_mnist, mlp_spec(lr_table_steps=50))
+    assert set(ROLES) <= set(p.named)
+    for role, (region, dtype, shape) in ROLES.items():
+        t = p.tensor(role)
+        assert (t.region, t.dtype) == (region, dtype), role
+        assert shape is None or t.shape == shape, role
+    assert p.tensor("lr_table").shape == Shape(1, 1, 1, 50)
+    assert "lr_table" not in compile_program(models.mlp_mnist, mlp_spec()).named
+    amp = compile_program(models.mlp_mnist, mlp_spec(amp=True))
+    assert amp.tensor("data_a").dtype == DType.FP16 and amp.tensor("data_a").pad_c == 4
+    assert amp.tensor("logits").region == R.F_FEATURE_FP16 and amp.tensor("probs").dtype == DType.FP32
+
+
+def test_inits(models):
+    p = compile_program(seq(conv(8, 3, p=1), bn(eps=1e-3), relu(), gap(), fc(5)),
+                        mlp_spec(input_shape=(6, 6, 3), num_classes=5, amp=True))
+    inits = {i.tensor.name: i for i in p.inits}
+    w = inits["L0.w"]
+    assert (w.kind, w.fan_in, w.fan_out, w.tensor.shape) == ("weight", 27, 72, Shape(8, 3, 3, 3))  # KRSC
+    assert w.tensor.region == R.W_FIRST_CONV and w.tensor.dtype == DType.FP32
+    f = inits["L2.w"]  # cbr, gap, fc
+    assert (f.kind, f.fan_in, f.fan_out, f.tensor.shape, f.layer) == ("weight", 8, 5, Shape(5, 1, 1, 8), 2)
+    assert (inits["L2.b"].kind, inits["L2.b"].fan_in) == ("bias", 8)
+    assert [inits[f"L0.{n}"].kind for n in ("gamma", "beta", "prev_mean", "prev_var", "next_mean", "next_var")] == [
+        "ones", "zeros", "zeros", "ones", "zeros", "ones"]
+    assert inits["L0.eq_scale"].kind == "const" and math.isclose(inits["L0.eq_scale"].value, 1 / math.sqrt(1.001))
+    assert inits["loss_scale"].value == 8192.0 and inits["batch_train"].value == 128.0
+    assert not any(n.endswith((".grad", ".grad16", ".fp16", ".m")) for n in inits)
+
+
+def test_amp_placement():
+    p = compile_program(seq(cbr(16, 3, p=1), conv(16, 3, p=1), bn(), gap(), fc(4)),
+                        mlp_spec(input_shape=(8, 8, 3), num_classes=4, amp=True))
+    t = by_name(p)
+    assert t["L0.w"].region == R.W_FIRST_CONV and t["L0.w.fp16"].region == R.A_FIRST_CONV
+    assert t["L1.w"].region == R.W_DEEP_CONV and t["L1.w.grad16"].region == R.G_DEEP_CONV_FP16
+    assert all(x.dtype == DType.FP16 for x in p.tensors if x.region in (R.F_FEATURE_FP16,))
+    assert not any(x.region in (R.F_FEATURE_FP32, R.F_GRAD_SLOT_FP32) for x in p.tensors)
+    first = p.calls("train", G.FIRST_LAYER_FWD_A)
+    assert [c.op for c in first] == ["copy", "conv_fwd", "bn_fwd", "act_fwd"]  # the CBR is the first layer
+    assert first[1].args["w"].name == "L0.w.fp16" and first[1].args["x"].name == "data_a"
+    bwd = p.calls("train", G.FIRST_LAYER_BWD_A)
+    assert [c.op for c in bwd] == ["act_bwd", "bn_bwd", "conv_bwd"] and bwd[-1].args["dx"] is None
+    assert bwd[-1].args["dw"].region == R.G_FIRST_CONV_FP16
+    for gid, src, dst in ((G.CAST_DEEP_GRAD_FP16_TO_FP32, R.G_DEEP_CONV_FP16, R.G_DEEP_CONV),
+                          (G.CAST_FIRST_GRAD_FP16_TO_FP32, R.G_FC_WEIGHT_FP16, R.G_FC_WEIGHT)):
+        (c,) = p.calls("train", gid)
+        assert c.args["src"].first == src and c.args["dst"].first == dst
+        assert (c.attrs["src_dtype"], c.attrs["dst_dtype"]) == (DType.FP16, DType.FP32)
+
+
+def test_every_region_present_and_disabled_ones_empty(models):
+    p = compile_program(models.mlp_mnist, mlp_spec())
+    assert list(p.layout.regions) == list(R)
+    for r in (R.A_FC_WEIGHT, R.G_FC_WEIGHT_FP16, R.F_FEATURE_FP16, R.E_FC_WEIGHT, R.S_SCALAR_FP16):
+        assert p.layout.region_bytes(r) == 0
+    assert p.layout.total_bytes == sum(p.layout.region_bytes(r) for r in R)
+    assert all(t.offset % 256 == 0 and t.slot_bytes % 256 == 0 for t in p.tensors)
+
+
+def test_same_blueprint_same_offsets(models):
+    spec = mlp_spec(input_shape=(64, 64, 3), num_classes=1000, batch=8, amp=True)
+    a, b = compile_program(models.resnet50, spec), compile_program(models.resnet50, spec)
+    key = lambda p: [(t.name, t.offset, t.slot_bytes) for t in p.tensors]  # noqa: E731
+    assert key(a) == key(b)
+    assert a.layout == b.layout and a.graphs == b.graphs
+
+
+def test_variants_share_offsets_and_take_max_slots():
+    m = seq(conv(8, 3, p=1), bn(), relu(), maxpool(2), gap(), fc(4))
+    p = compile_program(m, CompileSpec((16, 16, 3), 4, 32, last_train_batch=5, val_batch=64, last_val_batch=3,
+                                       train_resolution=16, train_low_resolution=8, val_resolution=24))
+    assert list(p.variants) == ["train", "train_last", "train_low", "train_low_last", "val", "val_last"]
+    data = {v: next(c for c in p.calls(v, G.FIRST_LAYER_FWD_A if p.variants[v].train else G.INF_MAIN_A)
+                    if c.op == "conv_fwd").args["x"] for v in p.variants}
+    assert {v: d.shape for v, d in data.items()} == {
+        "train": Shape(32, 16, 16, 3), "train_last": Shape(5, 16, 16, 3), "train_low": Shape(32, 8, 8, 3),
+        "train_low_last": Shape(5, 8, 8, 3), "val": Shape(64, 24, 24, 3), "val_last": Shape(3, 24, 24, 3)}
+    assert len({(d.offset, d.slot_bytes, d.id) for d in data.values()}) == 1
+    assert data["train"].slot_bytes >= data["val"].nbytes  # the largest variant fits
+    assert p.tensor("data_a").shape == Shape(64, 24, 24, 3)  # canonical shape: the largest
+    # every training tensor of every train variant fits its slot
+    for v in ("train", "train_last", "train_low", "train_low_last"):
+        for c in p.calls(v, G.DEEP_FWD_BWD):
+            for t in c.args.values():
+                if hasattr(t, "nbytes"):
+                    assert t.nbytes <= t.slot_bytes
+    assert {c.args["batch"].name for v in p.variants for c in p.calls(v, G.ACCUM_METRICS)} == {
+        "batch_train", "batch_train_last", "batch_val", "batch_val_last"}
+    assert p.meta["ops_checked"] > 0
+
+
+def test_weights_must_not_depend_on_resolution(models):
+    with pytest.raises(CompileError, match=r"layer 18: L18.w would change shape between variants "
+                                           r"\(train: \[4096,1,1,25088\], .*val: \[4096,1,1,32768\]"):
+        compile_program(models.vgg16_bn, CompileSpec((224, 224, 3), 1000, 8, val_resolution=256, amp=True))
+
+
+def test_meta(models):
+    p = compile_program(models.mlp_mnist, mlp_spec())
+    m = p.meta
+    assert m["arena_bytes"] == p.layout.total_bytes
+    assert m["num_layers"] == 5 and m["num_params"] == 1_462_538 and m["num_tensors"] == len(p.tensors)
+    assert m["pooled_lower_bound"] <= m["pooled_bytes"] < m["no_reuse_bytes"] - m["arena_bytes"] + m["pooled_bytes"]
+    assert m["arena_bytes"] < m["seed_arena_bytes"]
+
+
+class _NoAlloc(Exception):
+    pass
+
+
+BAD = [
+    (seq(conv(8, 3), add2(identity(), seq(conv(16, 3, p=1), bn()))), (8, 8, 3),
+     r"layer 3 \(add at model\[1\]\): add2 channel mismatch: the shortcut gives 8 channels but the stem gives 16"),
+    (seq(conv(8, 3), maxpool(3, 2), conv(8, 5)), (6, 6, 3),
+     r"layer 2 \(conv 8 k5 s1 p0 at model\[2\]\): conv kernel 5x5 is larger than its input 1x1"),
+    (seq(conv(8, 9), relu()), (6, 6, 3), r"layer 0 .*conv kernel 9x9 is larger than its input 6x6"),
+    (seq(conv(4, 3), avgpool(5)), (6, 6, 3), r"layer 1 \(avgpool k5 s5 p0 .*\): avgpool kernel 5x5 is larger"),
+    (seq(conv(8, 3), flatten(), fc(8), conv(8, 1)), (6, 6, 3), r"layer 3 \(conv 8 k1 s1 p0 at model\[3\]\): conv after "
+                                                              r"flatten \(layer 1\)"),
+    (seq(fc(8), seq(), fc(2)), (1, 1, 4), r"layer 1 \(seq at model\[1\]\): empty seq"),
+    (seq(), (1, 1, 4), r"layer 0 \(seq at model\): empty seq"),
+    (seq(fc(8), fc(0)), (1, 1, 4), r"layer 1 \(fc 0 at model\[1\]\): fc out must be >= 1, got 0"),
+    (seq(conv(-8, 3), fc(2)), (4, 4, 1), r"layer 0 .*conv out channels must be >= 1, got -8"),
+    (seq(conv(8, 3, s=0), fc(2)), (4, 4, 1), r"layer 0 .*conv stride must be >= 1, got 0"),
+    (seq(conv(8, 0), fc(2)), (4, 4, 1), r"layer 0 .*conv kernel must be >= 1, got 0"),
+    (seq(fc(8), repeat(relu(), 0), fc(2)), (1, 1, 4), r"layer 1 \(repeat at model\[1\]\): times must be >= 1"),
+    (seq(fc(8), dropout(1.0), fc(2)), (1, 1, 4),
+     r"layer 1 \(dropout 1.0 at model\[1\]\): dropout p must be in \[0, 1\)"),
+    (seq(fc(8), dropout(-0.5), fc(2)), (1, 1, 4), r"layer 1 .*dropout p must be in \[0, 1\), got -0.5"),
+    (seq(fc(8), fc(3)), (1, 1, 4), r"layer 2 \(softmax_ce 2 at loss\): the loss needs logits \[N,1,1,2\]"),
+    (seq(conv(8, 3)), (6, 6, 3), r"the loss needs logits .*the last layer gives \[N,4,4,8\]"),
+    (seq(relu(), fc(2)), (1, 1, 4), r"layer 0 \(relu at model\[0\]\): the first layer reads the input batch"),
+    (seq(flatten(), relu()), (2, 1, 1), "no trained parameters"),
+    (seq(block("basic", 8), fc(2)), (4, 4, 8), r"reads the network input"),
+]
+
+
+@pytest.mark.parametrize("model, hwc, msg", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_models_raise_before_allocation(model, hwc, msg, monkeypatch):
+    def refuse(*a, **k):
+        raise _NoAlloc
+
+    monkeypatch.setattr(memory_plan.MemoryPlan, "alloc", refuse)
+    with pytest.raises(CompileError, match=msg):
+        compile_program(model, CompileSpec(hwc, 2, 4))
+
+
+def test_compile_with_plan_returns_the_arch(models):
+    c = compile_with_plan(models.vgg16_bn, mlp_spec(input_shape=(32, 32, 3), num_classes=1000, batch=2, amp=True))
+    assert isinstance(c.program, Program) and c.seconds > 0
+    assert [L.kind for L in c.arch.layers].count("cbr") == 13 and c.arch.layers[0].first
+    # the classifier reads 1x1x512 under AMP (C % 8 == 0): no flatten, the fc reads [N,H,W,C] directly
+    assert "flatten" not in [L.kind for L in c.arch.layers]
+
+
+def test_spec_bn_override(models):
+    p = compile_program(seq(conv(4, 3), bn(momentum=0.2), relu(), gap(), fc(2)),
+                        CompileSpec((5, 5, 1), 2, 2, bn_momentum=0.01, bn_eps=1e-3))
+    c = next(c for c in p.calls("train", G.DEEP_FWD_BWD) if c.op == "bn_fwd")
+    assert c.attrs == {"momentum": 0.01, "eps": 1e-3}

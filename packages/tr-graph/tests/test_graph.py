@@ -1,0 +1,208 @@
+"""The op lists per GraphId (exact for the MLP), gradient flow through residuals, optimizers."""
+
+from tr_graph_testlib import mlp_spec
+
+from tr.core.dtype import DType
+from tr.core.graph_id import GraphId as G
+from tr.core.ops import RegionSpan
+from tr.core.region import Region as R
+from tr.graph.archplan import ArchPlan
+from tr.graph.blueprint import add2, block, bn, cbr, conv, dropout, fc, flatten, gap, identity, maxpool, relu, seq
+from tr.graph.compiler import compile_program
+from tr.graph.graph import need_grad
+
+
+def names(calls):
+    """[(op, {arg: tensor name or span})] with None arguments dropped."""
+    out = []
+    for c in calls:
+        args = {k: (v if isinstance(v, RegionSpan) else v.name) for k, v in c.args.items() if v is not None}
+        out.append((c.op, args))
+    return out
+
+
+def sp(a, b=None):
+    return RegionSpan(a, a if b is None else b)
+
+
+def test_mlp_graphs_exactly(models):
+    p = compile_program(models.mlp_mnist, mlp_spec())
+    g = lambda gid: names(p.calls("train", gid))  # noqa: E731
+    fc = lambda i, x, act=True: ("fc_fwd", {"x": x, "w": f"L{i}.w", "b": f"L{i}.b", "y": f"L{i}.y"})  # noqa: E731
+    assert g(G.TRANSFER_A) == [("h2d_copy", {"labels": "labels_a", "data": "data_a"})]
+    assert g(G.TRANSFER_B) == [("h2d_copy", {"labels": "labels_b", "data": "data_b"})]
+    assert g(G.FIRST_LAYER_FWD_A) == [("copy", {"x": "labels_a", "y": "labels"}), fc(0, "data_a")]
+    assert g(G.FIRST_LAYER_FWD_B) == [("copy", {"x": "labels_b", "y": "labels"}), fc(0, "data_b")]
+    assert g(G.DEEP_FWD_BWD) == [
+        fc(1, "L0.y"), fc(2, "L1.y"), fc(3, "L2.y"),
+        ("softmax_ce_fwd", {"logits": "L3.y", "labels": "labels", "probs": "probs", "result": "result"}),
+        ("softmax_ce_bwd", {"probs": "probs", "labels": "labels", "scale": "loss_scale", "dlogits": "L4.dx"}),
+        ("fc_bwd", {"x": "L2.y", "w": "L3.w", "dy": "L4.dx", "dw": "L3.w.grad", "db": "L3.b.grad", "dx": "L3.dx"}),
+        ("act_bwd", {"x": "L2.y", "dy": "L3.dx", "dx": "L2.act_dx"}),
+        ("fc_bwd", {"x": "L1.y", "w": "L2.w", "dy": "L2.act_dx", "dw": "L2.w.grad", "db": "L2.b.grad", "dx": "L2.dx"}),
+        ("act_bwd", {"x": "L1.y", "dy": "L2.dx", "dx": "L1.act_dx"}),
+        ("fc_bwd", {"x": "L0.y", "w": "L1.w", "dy": "L1.act_dx", "dw": "L1.w.grad", "db": "L1.b.grad", "dx": "L1.dx"}),
+    ]
+    assert g(G.FIRST_LAYER_BWD_A) == [
+        ("act_bwd", {"x": "L0.y", "dy": "L1.dx", "dx": "L0.act_dx"}),
+        ("fc_bwd", {"x": "data_a", "w": "L0.w", "dy": "L0.act_dx", "dw": "L0.w.grad", "db": "L0.b.grad"}),
+    ]
+    assert g(G.ZERO_GRAD) == [("range_clear", {"span": sp(R.G_BN_BIAS, R.G_DEEP_CONV_FP16)})]
+    assert g(G.FIRST_COMM) == [("range_allreduce_mean", {"span": sp(R.G_BN_BIAS, R.G_FIRST_CONV)})]
+    assert g(G.DEEP_COMM) == [("range_allreduce_mean", {"span": sp(R.G_DEEP_CONV, R.R_RESULT)})]
+    assert g(G.NAN_CHECK_AND_GRAD_SCALING) == [("range_check_finite", {"span": sp(R.G_BN_BIAS, R.G_DEEP_CONV),
+                                                                       "flag": "nan_flag"})]
+    common = {"lr": "lr", "flag": "nan_flag", "grad_scale": "loss_scale"}
+    assert g(G.OPTIMIZER) == [
+        ("range_optimizer", {"w": sp(R.W_FC_WEIGHT, R.W_DEEP_CONV), "g": sp(R.G_FC_WEIGHT, R.G_DEEP_CONV),
+                             "m": sp(R.M_FC_WEIGHT, R.M_DEEP_CONV), **common}),
+        ("range_optimizer", {"w": sp(R.W_BN_BIAS, R.W_FC_BIAS), "g": sp(R.G_BN_BIAS, R.G_FC_BIAS),
+                             "m": sp(R.M_BN_BIAS, R.M_FC_BIAS), **common}),
+        ("scalar_increment", {"x": "step"}),
+    ]
+    opt = p.calls("train", G.OPTIMIZER)
+    assert opt[0].attrs["rule"] == opt[1].attrs["rule"] == "momentum"
+    assert opt[1].attrs["weight_decay"] == 0.0
+    assert names(p.calls("val", G.INF_MAIN_A)) == [
+        ("fc_fwd", {"x": "data_a", "w": "L0.w", "b": "L0.b", "y": "L0.y@inf"}),
+        ("fc_fwd", {"x": "L0.y@inf", "w": "L1.w", "b": "L1.b", "y": "L1.y@inf"}),
+        ("fc_fwd", {"x": "L1.y@inf", "w": "L2.w", "b": "L2.b", "y": "L2.y@inf"}),
+        ("fc_fwd", {"x": "L2.y@inf", "w": "L3.w", "b": "L3.b", "y": "L3.y@inf"}),
+        ("softmax_ce_inf", {"logits": "L3.y@inf", "labels": "labels_a", "result": "result", "pred": "pred"}),
+    ]
+    assert [c.attrs["activation"] for c in p.calls("val", G.INF_MAIN_B)[:4]] == ["relu", "relu", "relu", None]
+    assert g(G.ACCUM_METRICS) == [("accum_metrics", {"result": "result", "accum": "accum", "batch": "batch_train"})]
+    assert names(p.calls("val", G.ACCUM_METRICS))[0][1]["batch"] == "batch_val"
+    assert g(G.ACCUM_METRICS_TRAIN_LAST)[0][1]["batch"] == "batch_train_last"
+    assert g(G.ACCUM_METRICS_VAL_LAST)[0][1]["batch"] == "batch_val_last"
+    assert g(G.CLEAR_METRICS) == [("range_clear", {"span": sp(R.R_RESULT_ACCUMULATED)})]
+    assert g(G.VAL_RESULT_COMM) == [("range_allreduce_mean", {"span": sp(R.R_RESULT_ACCUMULATED)})]
+    # nothing for AMP casts, BN statistics, EMA or LARS in an FP32 MLP with momentum SGD
+    for gid in (G.CAST_DEEP_GRAD_FP16_TO_FP32, G.CAST_FIRST_GRAD_FP16_TO_FP32, G.CAST_MAIN_FP32_TO_FP16, G.STATS_COMM,
+                G.UPDATE_STATS, G.UPDATE_BN_INF_PARAMS, G.EMA_UPDATE, G.LARS_FC_OPT, G.INF_EMA_A):
+        assert p.calls("train", gid) == ()
+
+
+def test_mlp_amp(models):
+    p = compile_program(models.mlp_mnist, mlp_spec(amp=True))
+    flf = names(p.calls("train", G.FIRST_LAYER_FWD_A))
+    assert flf[1] == ("flatten_fwd", {"x": "data_a", "y": "L0.y"})  # data padded to 4 channels: FC needs dense rows
+    assert p.calls("train", G.FIRST_LAYER_BWD_A) == ()  # a flatten has nothing to learn and no input gradient
+    deep = p.calls("train", G.DEEP_FWD_BWD)
+    assert deep[0].op == "fc_fwd" and deep[0].args["w"].name == "L1.w.fp16"
+    assert deep[0].args["w"].region == R.A_FC_WEIGHT
+    last_bwd = deep[-1]
+    assert last_bwd.op == "fc_bwd" and last_bwd.args["dx"] is None and last_bwd.args["dw"].region == R.G_FC_WEIGHT_FP16
+    assert last_bwd.args["db"].region == R.G_FC_BIAS and last_bwd.args["dy"].dtype == DType.FP16
+    assert names(p.calls("train", G.CAST_FIRST_GRAD_FP16_TO_FP32)) == [
+        ("range_cast", {"src": sp(R.G_FC_WEIGHT_FP16, R.G_FIRST_CONV_FP16), "dst": sp(R.G_FC_WEIGHT, R.G_FIRST_CONV)})]
+    assert p.calls("train", G.CAST_DEEP_GRAD_FP16_TO_FP32) == ()  # no conv
+    assert names(p.calls("train", G.CAST_MAIN_FP32_TO_FP16)) == [
+        ("range_cast", {"src": sp(R.W_FC_WEIGHT, R.W_DEEP_CONV), "dst": sp(R.A_FC_WEIGHT, R.A_DEEP_CONV)})]
+    assert [c.op for c in p.calls("train", G.NAN_CHECK_AND_GRAD_SCALING)] == ["range_check_finite", "loss_scale_update"]
+
+
+def test_input_gradients_only_where_needed():
+    plan = ArchPlan.from_blueprint(seq(flatten(), relu(), fc(4), relu(), fc(3)), (2, 2, 3), 3)
+    # relu reads the flattened input, which no trained layer produces: no gradient through it
+    assert [L.kind for L in plan.layers] == ["flatten", "act", "fc", "fc", "softmax_ce"]
+    assert need_grad(plan) == [False, False, True, True, True]
+    p = compile_program(seq(flatten(), relu(), fc(4), relu(), fc(3)), mlp_spec(input_shape=(2, 2, 3), num_classes=3))
+    deep = p.calls("train", G.DEEP_FWD_BWD)
+    assert [c.op for c in deep] == ["act_fwd", "fc_fwd", "fc_fwd", "softmax_ce_fwd", "softmax_ce_bwd", "fc_bwd",
+                                    "act_bwd", "fc_bwd"]
+    assert deep[-1].args["dx"] is None
+
+
+def test_residual_gradients_are_summed():
+    m = seq(cbr(8, 3, p=1), block("basic", 8), block("basic", 16, stride=2), gap(), fc(5))
+    p = compile_program(m, mlp_spec(input_shape=(8, 8, 3), num_classes=5, batch=4))
+    deep = names(p.calls("train", G.DEEP_FWD_BWD))
+    acc = [a for op, a in deep if op == "accumulate"]
+    assert len(acc) == 2  # one per block input (a branch point)
+    # identity block: the join's gradient (after its relu) is added to the stem's input gradient
+    ident = next(a for a in acc if a["x"].endswith("act_dx"))
+    assert ident["y"].endswith(".dx")
+    # projection block: shortcut conv and stem conv gradients are summed
+    proj = next(a for a in acc if not a["x"].endswith("act_dx"))
+    assert proj["x"].endswith(".dx") and proj["y"].endswith(".dx")
+    # every accumulate happens before the gradient is read by the layer that produced the value
+    order = [op for op, _ in deep]
+    assert order.index("accumulate") < len(order) - 1
+
+
+def test_add_of_the_same_value_twice():
+    m = seq(fc(4), add2(identity(), identity()), fc(3))
+    p = compile_program(m, mlp_spec(input_shape=(1, 1, 2), num_classes=3))
+    deep = names(p.calls("train", G.DEEP_FWD_BWD))
+    assert ("copy", {"x": "L2.dx", "y": "L0.dsum"}) in deep
+    assert ("accumulate", {"x": "L2.dx", "y": "L0.dsum"}) in deep
+    assert names(p.calls("train", G.FIRST_LAYER_BWD_A))[0][1]["dy"] == "L0.dsum"
+
+
+def test_batch_norm_graphs():
+    m = seq(conv(8, 3, p=1), bn(momentum=0.05, eps=1e-3), relu(), maxpool(2), flatten(), fc(16), bn(), fc(4))
+    p = compile_program(m, mlp_spec(input_shape=(4, 4, 2), num_classes=4))
+    assert names(p.calls("train", G.UPDATE_STATS)) == [("range_copy", {"src": sp(R.B_NEXT_MEAN, R.B_NEXT_VAR),
+                                                                       "dst": sp(R.B_PREV_MEAN, R.B_PREV_VAR)})]
+    assert names(p.calls("train", G.STATS_COMM)) == [("range_allreduce_mean",
+                                                      {"span": sp(R.B_NEXT_MEAN, R.B_NEXT_VAR)})]
+    eq = p.calls("train", G.UPDATE_BN_INF_PARAMS)
+    assert [(c.op, c.layer, c.attrs["eps"]) for c in eq] == [("bn_update_eq", 1, 1e-3), ("bn_update_eq", 5, 1e-5)]
+    assert eq[0].args["mean"].region == R.B_NEXT_MEAN and eq[0].args["scale"].region == R.W_EQ_SCALE
+    fwd = next(c for c in p.calls("train", G.DEEP_FWD_BWD) if c.op == "bn_fwd")
+    assert fwd.attrs == {"momentum": 0.05, "eps": 1e-3}
+    assert fwd.args["mean_in"].region == R.B_PREV_MEAN and fwd.args["var_out"].region == R.B_NEXT_VAR
+    assert fwd.args["saved_mean"].region == R.T_TEMP_FP32
+    inf = [c.op for c in p.calls("val", G.INF_MAIN_A)]
+    assert inf == ["conv_fwd", "bn_inf", "act_inf", "maxpool_inf", "fc_fwd", "bn_inf", "fc_fwd", "softmax_ce_inf"]
+    # the flatten before the fc is gone (the fc reads [N,H,W,C]); the one feeding a BN1d would be kept
+    assert all(c.op != "flatten_fwd" for c in p.calls("train", G.DEEP_FWD_BWD))
+    assert next(c for c in p.calls("train", G.DEEP_FWD_BWD) if c.op == "maxpool_fwd").args["mask"].region == R.S_MASK
+
+
+def test_dropout_train_only():
+    p = compile_program(seq(fc(8), relu(), dropout(0.3), fc(2)), mlp_spec(input_shape=(1, 1, 4), num_classes=2))
+    deep = p.calls("train", G.DEEP_FWD_BWD)
+    d = next(c for c in deep if c.op == "dropout_fwd")
+    assert d.attrs == {"p": 0.3} and d.args["seed"].name == "dropout_seed" and d.args["mask"].dtype == DType.INT8
+    assert any(c.op == "dropout_bwd" for c in deep)
+    inf = p.calls("val", G.INF_MAIN_A)
+    assert [c.op for c in inf] == ["fc_fwd", "fc_fwd", "softmax_ce_inf"]
+    assert inf[1].args["x"] is inf[0].args["y"]
+
+
+def _opt(spec_kw, m=None):
+    m = m or seq(conv(4, 3, p=1), bn(), relu(), gap(), fc(3))
+    return compile_program(m, mlp_spec(input_shape=(4, 4, 2), num_classes=3, **spec_kw)).calls("train", G.OPTIMIZER)
+
+
+def test_optimizers():
+    sgd = _opt({"optimizer": "sgd", "weight_decay": 5e-4})
+    assert [(c.op, c.attrs.get("rule"), c.attrs.get("weight_decay")) for c in sgd] == [
+        ("range_optimizer", "sgd", 5e-4), ("range_optimizer", "sgd", 0.0), ("scalar_increment", None, None)]
+    assert sgd[0].args["m"] is None and sgd[0].args["v"] is None
+    adamw = _opt({"optimizer": "adamw", "momentum": 0.8, "beta2": 0.99})
+    assert [c.attrs.get("rule") for c in adamw[:2]] == ["adamw", "adam"]
+    assert adamw[0].args["v"] == sp(R.V_FC_WEIGHT, R.V_DEEP_CONV) and adamw[0].args["step"].name == "step"
+    assert adamw[0].attrs["beta1"] == 0.8 and adamw[0].attrs["beta2"] == 0.99
+    lars = _opt({"optimizer": "lars", "weight_decay": 1e-4, "lr_table_steps": 100, "trust_coefficient": 0.02})
+    assert [c.op for c in lars] == ["lr_lookup", "range_optimizer", "lars_update", "lars_update", "scalar_increment"]
+    assert lars[1].attrs["rule"] == "momentum" and lars[1].args["w"] == sp(R.W_BN_BIAS, R.W_FC_BIAS)
+    assert [c.args["w"].name for c in lars[2:4]] == ["L0.w", "L4.w"]
+    assert lars[2].args["ratio"].region == R.N_FIRST_CONV and lars[3].args["ratio"].region == R.N_FC_WEIGHT
+    assert lars[2].attrs == {"nesterov": False, "momentum": 0.9, "weight_decay": 1e-4, "trust_coefficient": 0.02,
+                             "eps": 1e-8}
+    assert lars[0].args["table"].shape.c == 100
+    nest = _opt({"optimizer": "lars_nesterov"})
+    assert nest[0].attrs["rule"] == "nesterov" and nest[1].attrs["nesterov"]
+
+
+def test_bias_free_model_skips_the_bias_update():
+    ops = _opt({}, seq(conv(4, 3, p=1), gap(), fc(3, bias=False)))
+    assert [c.attrs.get("rule") for c in ops] == ["momentum", None]
+
+
+def test_grad_clip_attribute():
+    p = compile_program(seq(fc(3)), mlp_spec(input_shape=(1, 1, 2), num_classes=3, grad_clip=5.0))
+    assert p.calls("train", G.NAN_CHECK_AND_GRAD_SCALING)[0].attrs == {"clip": 5.0}

@@ -144,12 +144,13 @@ def test_batch_norm_graphs():
     m = seq(conv(8, 3, p=1), bn(momentum=0.05, eps=1e-3), relu(), maxpool(2), flatten(), fc(16), bn(), fc(4))
     p = compile_program(m, mlp_spec(input_shape=(4, 4, 2), num_classes=4))
     assert names(p.calls("train", G.UPDATE_STATS)) == [("range_copy", {"src": sp(R.B_NEXT_MEAN, R.B_NEXT_VAR),
-                                                                       "dst": sp(R.B_PREV_MEAN, R.B_PREV_VAR)})]
+                                                                       "dst": sp(R.B_PREV_MEAN, R.B_PREV_VAR),
+                                                                       "flag": "nan_flag"})]
     assert names(p.calls("train", G.STATS_COMM)) == [("range_allreduce_mean",
                                                       {"span": sp(R.B_NEXT_MEAN, R.B_NEXT_VAR)})]
     eq = p.calls("train", G.UPDATE_BN_INF_PARAMS)
     assert [(c.op, c.layer, c.attrs["eps"]) for c in eq] == [("bn_update_eq", 1, 1e-3), ("bn_update_eq", 5, 1e-5)]
-    assert eq[0].args["mean"].region == R.B_NEXT_MEAN and eq[0].args["scale"].region == R.W_EQ_SCALE
+    assert eq[0].args["mean"].region == R.B_PREV_MEAN and eq[0].args["scale"].region == R.W_EQ_SCALE
     fwd = next(c for c in p.calls("train", G.DEEP_FWD_BWD) if c.op == "bn_fwd")
     assert fwd.attrs == {"momentum": 0.05, "eps": 1e-3}
     assert fwd.args["mean_in"].region == R.B_PREV_MEAN and fwd.args["var_out"].region == R.B_NEXT_VAR

@@ -13,7 +13,13 @@ from tr.graph.blueprint import block, conv, fc, gap, seq
 from tr.graph.layers import KINDS, LayerProblem
 from tr.graph.passes import expand, infer_shapes, name_bn, remove_identity, wire
 
-torch.set_grad_enabled(False)
+pytestmark = pytest.mark.usefixtures("_no_grad")
+
+
+@pytest.fixture
+def _no_grad():  # shape checks only; scoped so other test modules keep autograd
+    with torch.no_grad():
+        yield
 
 
 def nhwc(t: torch.Tensor) -> Shape:

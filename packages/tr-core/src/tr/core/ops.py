@@ -149,7 +149,9 @@ _DEFS: list[OpDef] = [
           doc="if flag: scale = max(1, scale/2) (static loss scale that only halves)"),
     # --- range ops (one kernel per byte range, independent of the number of layers) ----------------
     OpDef("range_clear", "range", (_s("span", "out"),), kind="range"),
-    OpDef("range_copy", "range", (_s("src", "in"), _s("dst", "out")), kind="range"),
+    OpDef("range_copy", "range", (_s("src", "in"), _s("dst", "out"), _t("flag", "in", True)), kind="range",
+          doc="dst = src; with a flag, nothing happens when flag != 0 (BN statistics of a skipped step are "
+              "discarded: B_NEXT is rewritten from B_PREV by the next forward)"),
     OpDef("range_cast", "range", (_s("src", "in"), _s("dst", "out")), ("src_dtype", "dst_dtype"), kind="range",
           doc="element-wise cast; FP32 slots are twice their FP16 twins' so elements line up"),
     OpDef("range_check_finite", "range", (_s("span", "inout"), _t("flag", "out")), ("clip",), kind="range",

@@ -222,8 +222,9 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
     g[GraphId.NAN_CHECK_AND_GRAD_SCALING] = nan
     if has(Region.B_NEXT_MEAN):
         g[GraphId.STATS_COMM] = [_op("range_allreduce_mean", span=span(*BN_NEXT_STATS), label="BN statistics")]
+        # Flagged: a skipped (non-finite) step keeps the previous statistics.
         g[GraphId.UPDATE_STATS] = [_op("range_copy", src=span(*BN_NEXT_STATS),
-                                       dst=span(Region.B_PREV_MEAN, Region.B_PREV_VAR))]
+                                       dst=span(Region.B_PREV_MEAN, Region.B_PREV_VAR), flag="nan_flag")]
     g[GraphId.OPTIMIZER] = _optimizer(spec, has, lars_weights)
     if spec.amp and has(Region.A_FC_WEIGHT, Region.A_FIRST_CONV, Region.A_DEEP_CONV):
         g[GraphId.CAST_MAIN_FP32_TO_FP16] = [_op("range_cast", fp32, src=span(*DECAYED_WEIGHTS),
@@ -238,7 +239,7 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
         if L.kind in ("bn1d", "bn2d", "cbr"):
             p = f"L{i}."
             eq.append(_op("bn_update_eq", {"eps": L.params["eps"]}, layer=i, gamma=p + "gamma", beta=p + "beta",
-                          mean=p + "next_mean", var=p + "next_var", scale=p + "eq_scale", bias=p + "eq_bias"))
+                          mean=p + "prev_mean", var=p + "prev_var", scale=p + "eq_scale", bias=p + "eq_bias"))
     if eq:
         g[GraphId.UPDATE_BN_INF_PARAMS] = eq
 

@@ -57,8 +57,8 @@ def bn_inference(io: IO, x: str, y: str) -> None:
 
 
 def bn_update_eq(io: IO, eps: float) -> None:
-    io.op("bn_update_eq", {"eps": eps}, gamma=io.t("gamma"), beta=io.t("beta"), mean=io.t("next_mean"),
-          var=io.t("next_var"), scale=io.t("eq_scale"), bias=io.t("eq_bias"))
+    io.op("bn_update_eq", {"eps": eps}, gamma=io.t("gamma"), beta=io.t("beta"), mean=io.t("prev_mean"),
+          var=io.t("prev_var"), scale=io.t("eq_scale"), bias=io.t("eq_bias"))
 
 
 class BNKind(LayerKind):

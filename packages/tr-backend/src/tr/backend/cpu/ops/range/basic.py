@@ -1,0 +1,127 @@
+"""Byte-range memory ops (clear, copy, cast), the finite check, scaling, all-reduce, EMA, metric sums."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from tr.backend.cpu.binder import Binder, Step
+from tr.backend.cpu.convert import converter
+from tr.backend.cpu.ops._register import cpu_op
+from tr.core.dtype import DType
+from tr.core.errors import ShapeError
+
+
+def _same_length(b: Binder, a: np.ndarray, c: np.ndarray, an: str, cn: str) -> None:
+    if a.size != c.size:
+        b.fail(f"span {an} has {a.size} elements but {cn} has {c.size}; expected equal ranges", ShapeError)
+
+
+@cpu_op("range_clear")
+def range_clear(b: Binder) -> Step | None:
+    v = b.span("span")
+    return partial(v.fill, 0) if v.size else None
+
+
+@cpu_op("range_copy")
+def range_copy(b: Binder) -> Step | None:
+    src, dst = b.span("src"), b.span("dst")
+    _same_length(b, src, dst, "src", "dst")
+    if not src.size:
+        return None
+    if not b.has("flag"):
+        return partial(np.copyto, dst, src)
+    flag = b.flat("flag")
+
+    def copy_unless_flagged() -> None:  # a skipped step keeps the destination as it was
+        if not flag[0]:
+            np.copyto(dst, src)
+
+    return copy_unless_flagged
+
+
+@cpu_op("range_cast")
+def range_cast(b: Binder) -> Step | None:
+    try:
+        sdt, ddt = DType.parse(b.attr("src_dtype")), DType.parse(b.attr("dst_dtype"))
+    except ValueError as e:
+        b.fail(str(e))
+    for dt in (sdt, ddt):
+        if not dt.is_float:
+            b.fail(f"range_cast converts between float types, got {dt.name}")
+    src, dst = b.span("src", sdt.np_dtype), b.span("dst", ddt.np_dtype)
+    n = min(src.size, dst.size)  # an FP32 slot is exactly twice its FP16 twin: elements line up
+    return partial(converter(sdt, ddt), src[:n], dst[:n]) if n else None
+
+
+@cpu_op("range_check_finite")
+def range_check_finite(b: Binder) -> Step:
+    v = b.span("span", np.float32)
+    flag = b.flat("flag")
+    clip = b.float_attr("clip", 0.0, 0.0)
+    lo, hi = np.float32(-clip), np.float32(clip)
+    if v.size == 0:
+        return partial(flag.fill, 0)
+
+    def run() -> None:
+        # max/min propagate NaN and expose +-inf: two vectorised passes, no boolean temporaries
+        flag[0] = 0 if np.isfinite(v.max()) and np.isfinite(v.min()) else 1
+        if clip > 0:
+            np.clip(v, lo, hi, out=v)
+
+    return run
+
+
+@cpu_op("range_scale")
+def range_scale(b: Binder) -> Step | None:
+    v = b.span("span", np.float32)
+    factor = b.flat("factor")
+    if not v.size:
+        return None
+
+    def run() -> None:
+        np.multiply(v, np.float32(factor[0]), out=v)
+
+    return run
+
+
+@cpu_op("range_allreduce_mean")
+def range_allreduce_mean(b: Binder) -> Step | None:
+    coll = b.backend.collective
+    if coll is None or int(coll.world_size) == 1:
+        return None  # the mean over one rank is the identity
+    v = b.span("span", np.float32)
+    return partial(coll.allreduce_mean, v) if v.size else None
+
+
+@cpu_op("range_ema")
+def range_ema(b: Binder) -> Step | None:
+    decay = b.float_attr("decay", lo=0.0, hi=1.0)
+    src, dst = b.span("src", np.float32), b.span("dst", np.float32)
+    _same_length(b, src, dst, "src", "dst")
+    if not src.size:
+        return None
+    tmp = b.scratch(src.shape)
+    d, keep = np.float32(decay), np.float32(1.0 - decay)
+
+    def run() -> None:
+        np.multiply(dst, d, out=dst)
+        np.multiply(src, keep, out=tmp)
+        np.add(dst, tmp, out=dst)
+
+    return run
+
+
+@cpu_op("accum_metrics")
+def accum_metrics(b: Binder) -> Step:
+    n = b.tensor("result").numel
+    b.expect_numel("accum", n)
+    result, accum, batch = b.flat("result"), b.flat("accum"), b.flat("batch")
+    tmp = b.scratch((n,), np.float64)
+
+    def run() -> None:
+        np.multiply(result, float(batch[0]), out=tmp)
+        np.add(accum, tmp, out=accum, casting="same_kind")
+
+    return run

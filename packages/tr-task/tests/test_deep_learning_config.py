@@ -55,7 +55,7 @@ def test_array_feeder_epochs_are_deterministic_permutations():
     y = np.arange(10, dtype=np.int32)
     f = ArrayFeeder((x, y), None, 4, seed=3)
     seen = []
-    for k, buf, n in f.epoch(0, True):
+    for _k, buf, n in f.epoch(0, True):
         labels, data = f.buffers()[buf]
         seen += labels[:n].tolist()
         assert np.array_equal(data[:n].reshape(-1), labels[:n].astype(np.float32))

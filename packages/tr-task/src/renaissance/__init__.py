@@ -3,7 +3,7 @@
     from renaissance import *
 """
 
-from tr.algo.init import FanMode, InitKind, Initializer
+from tr.algo.init import FanMode, Initializer, InitKind
 from tr.algo.loss import CrossEntropyLoss
 from tr.algo.optimizer import LARS, SGD, Adam, AdamW, OptimizerKind
 from tr.algo.scheduler import (

@@ -18,9 +18,9 @@ from tr.core.ops import OpCall
 from tr.core.phase import Phase
 from tr.core.region import Region
 from tr.core.shape import Shape
+from tr.task.base import TaskBase
 from tr.tensor.dtensor import DTensor, slot_bytes_for
 from tr.tensor.layout import ArenaLayout
-from tr.task.base import TaskBase
 
 
 class SimpleTask(TaskBase):

@@ -1,0 +1,91 @@
+"""The Backend protocol: what tr.task asks of any device (CPU numpy arena, CUDA extension).
+
+A backend owns ONE arena laid out by an :class:`ArenaLayout`. Everything else is a view into it: a DTensor
+is (offset, shape, dtype), a :class:`RegionSpan` is a byte range. ``capture`` turns a sequence of
+:class:`OpCall` into an executable graph once, validating every call (errors name the graph, the op and its
+layer); ``launch`` runs it with no per-op Python work beyond calling what capture prepared.
+
+Host staging (``bind_host_buffers``): two host buffers A and B, each a pair ``(labels, data)`` with labels
+INT32 ``[B]`` and data ``[B, H, W, C]``; the ``h2d_copy`` op copies the first N samples of buffer
+``attrs["buffer"]`` (N = the batch of its ``data`` DTensor) into the device input tensors.
+
+Counters: ``launches`` (graphs launched) and ``host_time_s`` (host seconds spent inside ``launch``); a
+task reads them for profiles, ``reset_counters()`` zeroes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from tr.core.ops import OpCall
+from tr.tensor.dtensor import DTensor
+from tr.tensor.layout import ArenaLayout
+
+HostBuffer = tuple[np.ndarray, np.ndarray]  # (labels INT32 [B], data [B, H, W, C])
+
+
+@runtime_checkable
+class CapturedGraph(Protocol):
+    """An executable graph: made by ``Backend.capture``, run by ``Backend.launch``."""
+
+    name: str
+
+    @property
+    def num_ops(self) -> int: ...
+
+
+@runtime_checkable
+class Collective(Protocol):
+    """Hook for multi-rank work (``range_allreduce_mean``); a backend with none acts as world size 1."""
+
+    world_size: int
+    rank: int
+
+    def allreduce_mean(self, buf: np.ndarray) -> None:
+        """Replace ``buf`` (FP32, in place) by its element-wise mean over all ranks."""
+        ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str  # "cpu" | "cuda"
+    launches: int
+    host_time_s: float
+
+    @property
+    def layout(self) -> ArenaLayout | None: ...
+
+    def allocate(self, layout: ArenaLayout) -> None:
+        """Reserve the one arena (zero-filled) for ``layout``; only once per backend object."""
+        ...
+
+    def view(self, t: DTensor) -> np.ndarray:
+        """A compact NHWC array aliasing the arena (FP16 as float16, BF16 as its uint16 bits)."""
+        ...
+
+    def write(self, t: DTensor, array: Any) -> None:
+        """Copy ``array`` (any shape with t.numel elements) into t's bytes."""
+        ...
+
+    def read(self, t: DTensor) -> np.ndarray:
+        """A host copy of t, shape t.shape.dims."""
+        ...
+
+    def capture(self, name: str, calls: Sequence[OpCall]) -> CapturedGraph:
+        """Validate and prepare ``calls`` (in order) as one graph named ``name``."""
+        ...
+
+    def launch(self, graph: CapturedGraph) -> None: ...
+
+    def synchronize(self) -> None:
+        """Wait until every launched graph has finished (a no-op where launches are synchronous)."""
+        ...
+
+    def bind_host_buffers(self, buffers: Sequence[HostBuffer]) -> None:
+        """Bind the host staging buffers A and B that ``h2d_copy`` reads."""
+        ...
+
+    def reset_counters(self) -> None: ...

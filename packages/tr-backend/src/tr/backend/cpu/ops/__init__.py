@@ -1,0 +1,20 @@
+"""CPU implementations of the op catalogue: one module per op family (tr.core.ops OpDef.family).
+
+Importing this package registers every implementation with tr.backend.registry under backend "cpu".
+"""
+
+from tr.backend.cpu.ops import (  # noqa: F401  (imported for their registrations)
+    activation,
+    add,
+    bn,
+    conv,
+    copy,
+    dropout,
+    fc,
+    flatten,
+    pool,
+    range,
+    scalar,
+    softmax_ce,
+    transfer,
+)

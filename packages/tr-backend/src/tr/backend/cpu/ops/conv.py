@@ -1,0 +1,195 @@
+"""2-D convolution, NHWC cross-correlation with KRSC weights, no bias: im2col by stride tricks + GEMM.
+
+Forward: the padded input (a private buffer whose zero border is written once) is viewed as patches
+[N,P,Q,R,S,C] with ``as_strided``; one copy packs them into a [rows, R*S*C] matrix and one GEMM with
+w [K, R*S*C]^T writes y. The batch is processed in chunks of samples so the packed matrix stays a few MB
+(cache-resident and small) whatever N is; a 1x1, stride-1, unpadded convolution needs no packing at all.
+Backward: wgrad is ``dy^T @ cols`` (summed over the chunks in order). dgrad is either the full correlation
+of dy (zero-bordered in a private buffer) with the flipped weights [R,S,K,C] -- im2col + GEMM straight into
+dx -- when the stride is 1 and K <= C, or else one GEMM ``dy @ w`` to column gradients followed by one
+strided add per kernel position (col2im). Per chunk the steps run im2col(x) -> wgrad -> dgrad.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from tr.backend.cpu.binder import Binder, Step, seq
+from tr.backend.cpu.ops._register import cpu_op
+from tr.backend.cpu.ops._window import Window, window
+from tr.core.errors import ShapeError
+
+CHUNK_ELEMENTS = 1 << 20  # float32 elements of one packed im2col chunk (4 MiB)
+
+
+def _geometry(b: Binder, y: str) -> tuple[Window, int]:
+    xt, wt = b.tensor("x"), b.tensor("w")
+    k, r, s, c = wt.shape.dims
+    if c != xt.shape.c:
+        b.fail(f"w {wt.shape} (KRSC) has C={c} but x {xt.shape} has C={xt.shape.c}", ShapeError)
+    g = window(b, "x", y, (r, s))
+    if b.tensor(y).shape.c != k:
+        b.fail(f"{y} {b.tensor(y).shape} must have C={k} (the weight's K)", ShapeError)
+    return g, k
+
+
+def _is_pointwise(g: Window) -> bool:
+    return g.kh == g.kw == g.sh == g.sw == 1 and not g.padded
+
+
+def _chunks(n: int, per_sample: int) -> list[slice]:
+    step = max(1, min(n, CHUNK_ELEMENTS // max(1, per_sample)))
+    return [slice(i, min(n, i + step)) for i in range(0, n, step)]
+
+
+class _Im2col:
+    """The packed patches of x, chunk by chunk: ``steps_for(i)`` fills ``matrix(i)`` [rows_i, R*S*C]."""
+
+    def __init__(self, b: Binder, g: Window) -> None:
+        self.g = g
+        rsc = g.kh * g.kw * g.c
+        self.pre: list = []
+        if _is_pointwise(g):
+            x, load_x = b.load("x", (g.n * g.h * g.w, g.c))
+            self.pre, self.chunks, self._mats, self._fill = [load_x], [slice(0, g.n)], [x], [None]
+            return
+        if g.padded:
+            xp = b.private((g.n, g.hp, g.wp, g.c))
+            src, pre = b.source("x")
+            self.pre = [pre, partial(np.copyto, g.interior(xp), src)]
+        else:
+            xp, load_x = b.load("x")
+            self.pre = [load_x]
+        self.chunks = _chunks(g.n, g.p * g.q * rsc)
+        buf = b.scratch((self.chunks[0].stop, g.p, g.q, g.kh, g.kw, g.c))
+        self._mats, self._fill = [], []
+        for sl in self.chunks:
+            cols = buf[:sl.stop - sl.start]
+            part = xp[sl]
+            if g.kh == g.kw == 1:  # strided 1x1: the patches are a plain strided slice
+                pick = part[:, ::g.sh, ::g.sw, :][:, :g.p, :g.q, :].reshape(cols.shape)
+            else:
+                pick = Window(sl.stop - sl.start, *_rest(g)).patches(part)
+            self._fill.append(partial(np.copyto, cols, pick))
+            self._mats.append(cols.reshape(-1, rsc))
+
+    def matrix(self, i: int) -> np.ndarray:
+        return self._mats[i]
+
+    def fill(self, i: int) -> Step | None:
+        return self._fill[i]
+
+
+def _rest(g: Window) -> tuple:
+    return g.h, g.w, g.c, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.p, g.q
+
+
+def _rows(a: np.ndarray, sl: slice, per_sample: int) -> np.ndarray:
+    """Rows of samples ``sl`` of a [N*per_sample, X] matrix."""
+    return a[sl.start * per_sample:sl.stop * per_sample]
+
+
+@cpu_op("conv_fwd")
+def conv_fwd(b: Binder) -> Step:
+    g, k = _geometry(b, "y")
+    cols = _Im2col(b, g)
+    w, load_w = b.load("w", (k, g.kh * g.kw * g.c))
+    y, store_y = b.store("y", (g.n * g.p * g.q, k))
+    wt = w.T
+    steps = [*cols.pre, load_w]
+    for i, sl in enumerate(cols.chunks):
+        steps += [cols.fill(i), partial(np.matmul, cols.matrix(i), wt, out=_rows(y, sl, g.p * g.q))]
+    return seq(*steps, store_y)
+
+
+def _dgrad_full_correlation(b: Binder, g: Window, k: int, dy: np.ndarray, w4: np.ndarray) -> tuple[list, list]:
+    """(steps before the chunks, step per chunk): dx = full correlation of dy with the flipped kernel."""
+    dx, store_dx = b.store("dx", (g.n * g.h * g.w, g.c))
+    if _is_pointwise(g):
+        return [], [partial(np.matmul, dy, w4.reshape(k, g.c), out=dx), store_dx]
+    # G[j] = dy[j - (R-1-ph)] (zero elsewhere), length H+R-1 per spatial dim, so dx[h] = sum_r' G[h+r'] wf[r'].
+    gbuf = b.private((g.n, g.h + g.kh - 1, g.w + g.kw - 1, k))
+    dy4 = dy.reshape(g.n, g.p, g.q, k)
+
+    def place(length: int, count: int, off: int) -> tuple[slice, slice]:
+        lo, hi = max(0, -off), min(count, length - off)
+        return slice(off + lo, off + hi), slice(lo, hi)
+
+    gh, dh = place(g.h + g.kh - 1, g.p, g.kh - 1 - g.ph)
+    gw, dw = place(g.w + g.kw - 1, g.q, g.kw - 1 - g.pw)
+    rsk = g.kh * g.kw * k
+    wf = b.scratch((g.kh, g.kw, k, g.c))
+    before = [partial(np.copyto, gbuf[:, gh, gw, :], dy4[:, dh, dw, :]),
+              partial(np.copyto, wf, w4[:, ::-1, ::-1, :].transpose(1, 2, 0, 3))]
+    wf2 = wf.reshape(rsk, g.c)
+    chunks = _chunks(g.n, g.h * g.w * rsk)
+    buf = b.scratch((chunks[0].stop, g.h, g.w, g.kh, g.kw, k))
+    per = []
+    for sl in chunks:
+        n = sl.stop - sl.start
+        gcols = buf[:n]
+        patches = Window(n, g.h + g.kh - 1, g.w + g.kw - 1, k, g.kh, g.kw, 1, 1, 0, 0, g.h, g.w).patches(gbuf[sl])
+        per.append(seq(partial(np.copyto, gcols, patches),
+                       partial(np.matmul, gcols.reshape(-1, rsk), wf2, out=_rows(dx, sl, g.h * g.w))))
+    return before, [*per, store_dx]
+
+
+def _dgrad_col2im(b: Binder, g: Window, k: int, dy: np.ndarray, w4: np.ndarray, chunks: list[slice]) -> list:
+    """Per chunk: column gradients by one GEMM, then one strided add per kernel position."""
+    rsc = g.kh * g.kw * g.c
+    wm = w4.reshape(k, rsc)
+    if g.padded:
+        dxp = b.private((g.n, g.hp, g.wp, g.c))
+        dx4, store_dx = b.store("dx")
+        tail = [partial(np.copyto, dx4, g.interior(dxp)), store_dx]
+    else:
+        dxp, store_dx = b.store("dx")
+        tail = [store_dx]
+    buf = b.scratch((chunks[0].stop * g.p * g.q, rsc))
+    per = []
+    for sl in chunks:
+        n = sl.stop - sl.start
+        dcols = buf[:n * g.p * g.q]
+        d6 = dcols.reshape(n, g.p, g.q, g.kh, g.kw, g.c)
+        steps = [partial(np.matmul, _rows(dy, sl, g.p * g.q), wm, out=dcols), partial(dxp[sl].fill, 0)]
+        for t, view in enumerate(g.tap_views(dxp[sl])):
+            i, j = divmod(t, g.kw)
+            steps.append(partial(np.add, view, d6[:, :, :, i, j, :], out=view))
+        per.append(seq(*steps))
+    return per + tail
+
+
+@cpu_op("conv_bwd")
+def conv_bwd(b: Binder) -> Step:
+    g, k = _geometry(b, "dy")
+    b.expect_numel("dw", k * g.kh * g.kw * g.c)
+    cols = _Im2col(b, g)
+    pq = g.p * g.q
+    dy, load_dy = b.load("dy", (g.n * pq, k))
+    dw, store_dw = b.store("dw", (k, g.kh * g.kw * g.c))
+    part = b.scratch(dw.shape) if len(cols.chunks) > 1 else None
+    steps = [*cols.pre, load_dy]
+    wgrad = []
+    for i, sl in enumerate(cols.chunks):
+        dy_c = _rows(dy, sl, pq).T
+        if i == 0:
+            wgrad.append(seq(cols.fill(i), partial(np.matmul, dy_c, cols.matrix(i), out=dw)))
+        else:
+            wgrad.append(seq(cols.fill(i), partial(np.matmul, dy_c, cols.matrix(i), out=part),
+                             partial(np.add, dw, part, out=dw)))
+    if not b.has("dx"):
+        return seq(*steps, *wgrad, store_dw)
+    xt, dxt = b.tensor("x"), b.tensor("dx")
+    if dxt.shape != xt.shape:
+        b.fail(f"dx {dxt.shape} must have x's shape {xt.shape}", ShapeError)
+    w4, load_w = b.load("w")
+    steps.append(load_w)
+    if g.sh == g.sw == 1 and k <= g.c:
+        before, dgrad = _dgrad_full_correlation(b, g, k, dy, w4)
+        return seq(*steps, *before, *wgrad, store_dw, *dgrad)
+    dgrad = _dgrad_col2im(b, g, k, dy, w4, cols.chunks)
+    # interleave per chunk: im2col(x) -> wgrad -> dgrad, so dx may even share x's bytes
+    inter = [s for pair in zip(wgrad, dgrad[:len(wgrad)]) for s in pair]
+    return seq(*steps, *inter, store_dw, *dgrad[len(wgrad):])

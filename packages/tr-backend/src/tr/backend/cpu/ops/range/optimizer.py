@@ -1,0 +1,152 @@
+"""range_optimizer: one update over a whole byte range of FP32 weights (SEED_SYSTEM.md §7).
+
+g = grad / grad_scale[0]; nothing happens when flag[0] != 0 (a NaN/Inf step is skipped on the device).
+  sgd:       w <- w(1 - lr wd) - lr g
+  momentum:  m <- b1 m + g;  w <- w(1 - lr wd) - lr m               (no dampening; decay not folded in m)
+  nesterov:  m <- b1 m + g;  w <- w(1 - lr wd) - lr (b1 m + g)
+  adam (L2): g' = g + wd w;  m <- b1 m + (1-b1) g';  v <- b2 v + (1-b2) g'^2;
+             w <- w - lr (m bc1) / (sqrt(v bc2) + eps),  bc1 = 1/(1-b1^t), bc2 = 1/(1-b2^t), t = step[0] + 1
+  adamw:     w <- w(1 - lr wd) first, then adam with g (no L2 term)
+Every array operation writes into the range or a preallocated scratch (``out=``): no allocation per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from tr.backend.cpu.binder import Binder, Step
+from tr.backend.cpu.ops._register import cpu_op
+from tr.core.dtype import DType
+from tr.core.errors import ShapeError
+from tr.core.ops import OPTIMIZER_RULES
+
+_F = np.float32
+
+
+def _scaled(g: np.ndarray, inv: float, out: np.ndarray) -> np.ndarray:
+    """g / grad_scale, without a pass over memory when the scale is 1."""
+    if inv == 1.0:
+        return g
+    np.multiply(g, _F(inv), out=out)
+    return out
+
+
+def _sgd(w, g, m, v, tmp, tmp2, b1, b2, eps, wd) -> Callable[[float, float, int], None]:
+    def update(lr: float, inv: float, t: int) -> None:
+        if wd:
+            np.multiply(w, _F(1.0 - lr * wd), out=w)
+        np.multiply(g, _F(lr * inv), out=tmp)
+        np.subtract(w, tmp, out=w)
+
+    return update
+
+
+def _momentum(w, g, m, v, tmp, tmp2, b1, b2, eps, wd, nesterov: bool = False) -> Callable[[float, float, int], None]:
+    beta = _F(b1)
+
+    def update(lr: float, inv: float, t: int) -> None:
+        gs = _scaled(g, inv, tmp)
+        np.multiply(m, beta, out=m)
+        np.add(m, gs, out=m)
+        if wd:
+            np.multiply(w, _F(1.0 - lr * wd), out=w)
+        if nesterov:  # step = b1 m + g
+            np.multiply(m, beta, out=tmp2)
+            np.add(tmp2, gs, out=tmp2)
+            np.multiply(tmp2, _F(lr), out=tmp2)
+        else:
+            np.multiply(m, _F(lr), out=tmp2)
+        np.subtract(w, tmp2, out=w)
+
+    return update
+
+
+def _nesterov(*args) -> Callable[[float, float, int], None]:
+    return _momentum(*args, nesterov=True)
+
+
+def _adam(w, g, m, v, tmp, tmp2, b1, b2, eps, wd, decoupled: bool = False) -> Callable[[float, float, int], None]:
+    fb1, fb2, c1, c2, feps = _F(b1), _F(b2), _F(1.0 - b1), _F(1.0 - b2), _F(eps)
+
+    def update(lr: float, inv: float, t: int) -> None:
+        bc1 = 1.0 / (1.0 - b1 ** t)
+        bc2 = 1.0 / (1.0 - b2 ** t)
+        if decoupled:
+            if wd:
+                np.multiply(w, _F(1.0 - lr * wd), out=w)
+            gp = _scaled(g, inv, tmp)
+        else:
+            np.multiply(g, _F(inv), out=tmp)
+            if wd:
+                np.multiply(w, _F(wd), out=tmp2)
+                np.add(tmp, tmp2, out=tmp)
+            gp = tmp
+        np.multiply(gp, c1, out=tmp2)
+        np.multiply(m, fb1, out=m)
+        np.add(m, tmp2, out=m)
+        np.multiply(gp, gp, out=tmp2)
+        np.multiply(tmp2, c2, out=tmp2)
+        np.multiply(v, fb2, out=v)
+        np.add(v, tmp2, out=v)
+        np.multiply(v, _F(bc2), out=tmp2)
+        np.sqrt(tmp2, out=tmp2)
+        np.add(tmp2, feps, out=tmp2)
+        np.multiply(m, _F(lr * bc1), out=tmp)
+        np.divide(tmp, tmp2, out=tmp)
+        np.subtract(w, tmp, out=w)
+
+    return update
+
+
+def _adamw(*args) -> Callable[[float, float, int], None]:
+    return _adam(*args, decoupled=True)
+
+
+_RULES = {"sgd": _sgd, "momentum": _momentum, "nesterov": _nesterov, "adam": _adam, "adamw": _adamw}
+assert set(_RULES) == set(OPTIMIZER_RULES)
+
+
+@cpu_op("range_optimizer")
+def range_optimizer(b: Binder) -> Step | None:
+    rule = b.attr("rule")
+    if rule not in _RULES:
+        b.fail(f"optimizer rule {rule!r} is not one of {list(OPTIMIZER_RULES)}")
+    adam = rule in ("adam", "adamw")
+    needs = {"m": rule != "sgd", "v": adam, "step": adam}
+    for name, needed in needs.items():
+        if needed and not b.has(name):
+            b.fail(f"rule {rule!r} needs argument {name!r}")
+    b1 = b.float_attr("beta1", 0.9, 0.0, 1.0)
+    b2 = b.float_attr("beta2", 0.999, 0.0, 1.0)
+    eps = b.float_attr("eps", 1e-8, 0.0)
+    wd = b.float_attr("weight_decay", 0.0, 0.0)
+    if adam and (b1 >= 1.0 or b2 >= 1.0):
+        b.fail(f"adam needs beta1, beta2 < 1, got {b1}, {b2}")
+    w, g = b.span("w", np.float32), b.span("g", np.float32)
+    spans = {"g": g}
+    m = b.span("m", np.float32) if needs["m"] else None
+    v = b.span("v", np.float32) if needs["v"] else None
+    if m is not None:
+        spans["m"] = m
+    if v is not None:
+        spans["v"] = v
+    for name, s in spans.items():
+        if s.size != w.size:
+            b.fail(f"span {name!r} has {s.size} FP32 elements but w has {w.size}; expected equal ranges", ShapeError)
+    if not w.size:
+        return None
+    lr, flag, gscale = b.flat("lr"), b.flat("flag"), b.flat("grad_scale")
+    step = None
+    if adam:
+        b.expect_dtype("step", DType.INT32)
+        step = b.flat("step")
+    update = _RULES[rule](w, g, m, v, b.scratch(w.shape), b.scratch(w.shape), b1, b2, eps, wd)
+
+    def run() -> None:
+        if flag[0]:
+            return
+        update(float(lr[0]), 1.0 / float(gscale[0]), int(step[0]) + 1 if step is not None else 0)
+
+    return run

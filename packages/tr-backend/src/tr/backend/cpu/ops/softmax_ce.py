@@ -1,0 +1,158 @@
+"""Softmax cross-entropy with label smoothing, fused with top-1/top-5 accuracy.
+
+Per sample with K classes and smoothing ls, from the exact log-softmax l_c = z_c - max z - log sum exp:
+loss_b = -(1-ls) l_y - (ls/K) sum_c l_c; result = [mean_b loss_b, top-1 fraction, top-5 fraction].
+Ranks follow "first max wins": class c ranks above y iff z_c > z_y, or z_c == z_y and c < y, so top-1 is
+argmax (first maximal index) == y and top-k is rank(y) < k. Backward:
+dlogits = (p - ls/K - (1-ls)[c = y]) * scale[0] / N. A label outside [0, K) raises at launch.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from tr.backend.cpu.binder import Binder, Step, seq
+from tr.backend.cpu.ops._register import cpu_op
+from tr.core.dtype import DType
+from tr.core.errors import DataError, ShapeError
+
+
+def _dims(b: Binder, logits: str) -> tuple[int, int]:
+    t = b.tensor(logits)
+    n, k = t.shape.n, t.shape.per_sample()
+    b.expect_dtype("labels", DType.INT32)
+    if b.tensor("labels").numel != n:
+        b.fail(f"labels {b.tensor('labels').shape} must hold one label per sample of {logits} {t.shape}", ShapeError)
+    return n, k
+
+
+def _smoothing(b: Binder) -> float:
+    return b.float_attr("label_smoothing", 0.0, 0.0, 1.0)
+
+
+def _label_check(labels: np.ndarray, k: int, where: str) -> None:
+    lo, hi = int(labels.min()), int(labels.max())
+    if lo < 0 or hi >= k:
+        bad = lo if lo < 0 else hi
+        raise DataError(f"{where}: label {bad} is outside [0, {k})")
+
+
+class _Softmax:
+    """Float32 softmax statistics of a [N, K] batch, in scratch arrays taken once at capture."""
+
+    def __init__(self, b: Binder, n: int, k: int) -> None:
+        self.n, self.k = n, k
+        self.rows = np.arange(n)
+        self.cls = np.arange(k, dtype=np.int32)[None, :]
+        self.shifted = b.scratch((n, k))
+        self.mx = b.scratch((n, 1))
+        self.lse = b.scratch((n, 1))
+
+    def run(self, z: np.ndarray, probs: np.ndarray) -> None:
+        """shifted = z - max z; lse = log sum exp(shifted); probs = exp(shifted) / sum."""
+        np.max(z, axis=1, keepdims=True, out=self.mx)
+        np.subtract(z, self.mx, out=self.shifted)
+        np.exp(self.shifted, out=probs)
+        np.sum(probs, axis=1, keepdims=True, out=self.lse)
+        np.divide(probs, self.lse, out=probs)
+        np.log(self.lse, out=self.lse)
+
+    def loss(self, labels: np.ndarray, ls: float) -> float:
+        s, lse = self.shifted, self.lse[:, 0].astype(np.float64)
+        logp_y = s[self.rows, labels].astype(np.float64) - lse
+        loss = -(1.0 - ls) * logp_y
+        if ls:
+            sum_logp = s.sum(axis=1, dtype=np.float64) - self.k * lse
+            loss -= (ls / self.k) * sum_logp
+        return float(loss.mean())
+
+    def accuracy(self, z: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+        zy = z[self.rows, labels][:, None]
+        rank = (z > zy).sum(axis=1) + ((z == zy) & (self.cls < labels[:, None])).sum(axis=1)
+        return float((rank < 1).mean()), float((rank < 5).mean())
+
+
+def _result(b: Binder) -> tuple[np.ndarray, Step | None]:
+    t = b.tensor("result")
+    if t.numel < 3:
+        b.fail(f"result {t.shape} must hold 3 values (loss, top1, top5)", ShapeError)
+    r, store = b.store("result", (t.numel,))
+    return r[:3], store
+
+
+@cpu_op("softmax_ce_fwd")
+def softmax_ce_fwd(b: Binder) -> Step:
+    n, k = _dims(b, "logits")
+    if b.tensor("probs").numel != n * k:
+        b.fail(f"probs {b.tensor('probs').shape} must match logits {b.tensor('logits').shape}", ShapeError)
+    ls = _smoothing(b)
+    z, load_z = b.load("logits", (n, k))
+    probs, store_p = b.store("probs", (n, k))
+    labels = b.view("labels", (n,))
+    result, store_r = _result(b)
+    sm = _Softmax(b, n, k)
+    where = b.where
+
+    def core() -> None:
+        _label_check(labels, k, where)
+        sm.run(z, probs)
+        top1, top5 = sm.accuracy(z, labels)
+        result[0] = sm.loss(labels, ls)
+        result[1] = top1
+        result[2] = top5
+
+    return seq(load_z, core, store_p, store_r)
+
+
+@cpu_op("softmax_ce_inf")
+def softmax_ce_inf(b: Binder) -> Step:
+    n, k = _dims(b, "logits")
+    ls = _smoothing(b)
+    z, load_z = b.load("logits", (n, k))
+    labels = b.view("labels", (n,))
+    result, store_r = _result(b)
+    sm = _Softmax(b, n, k)
+    probs = b.scratch((n, k))
+    pred_step = None
+    if b.has("pred"):
+        b.expect_dtype("pred", DType.INT32)
+        b.expect_numel("pred", n)
+        idx = b.scratch((n,), np.intp)  # argmax writes the platform index type only
+        pred_step = seq(partial(np.argmax, z, axis=1, out=idx),
+                        partial(np.copyto, b.view("pred", (n,)), idx, casting="unsafe"))
+    where = b.where
+
+    def core() -> None:
+        _label_check(labels, k, where)
+        sm.run(z, probs)
+        top1, top5 = sm.accuracy(z, labels)
+        result[0] = sm.loss(labels, ls)
+        result[1] = top1
+        result[2] = top5
+
+    return seq(load_z, core, pred_step, store_r)
+
+
+@cpu_op("softmax_ce_bwd")
+def softmax_ce_bwd(b: Binder) -> Step:
+    n, k = _dims(b, "probs")
+    if b.tensor("dlogits").numel != n * k:
+        b.fail(f"dlogits {b.tensor('dlogits').shape} must match probs {b.tensor('probs').shape}", ShapeError)
+    ls = _smoothing(b)
+    p, load_p = b.load("probs", (n, k))
+    d, store_d = b.store("dlogits", (n, k))
+    labels = b.view("labels", (n,))
+    scale = b.view("scale", (-1,))
+    rows = np.arange(n)
+    off, hit = np.float32(ls / k), np.float32(1.0 - ls)
+    where = b.where
+
+    def core() -> None:
+        _label_check(labels, k, where)
+        np.subtract(p, off, out=d)
+        d[rows, labels] -= hit
+        np.multiply(d, np.float32(float(scale[0]) / n), out=d)
+
+    return seq(load_p, core, store_d)

@@ -1,0 +1,129 @@
+"""Batch norm (bn_fwd, bn_bwd, bn_inf, bn_update_eq) against torch.nn.functional.batch_norm, float64.
+
+Tolerance: FP32 within 1e-5 of the reference relative to the data's scale (statistics use float64
+accumulators); FP16 activations within 3e-3.
+"""
+
+import numpy as np
+import pytest
+import torch
+from backend_testkit import SimpleArena, assert_close, nchw, nhwc, op, run
+
+VEC = ("gamma", "beta", "mean_in", "var_in", "mean_out", "var_out", "saved_mean", "saved_inv_std", "dgamma",
+       "dbeta")
+
+
+def _setup(shape, dtype="fp32"):
+    c = shape[-1]
+    a = SimpleArena()
+    t = {name: a.add(name, shape, dtype) for name in ("x", "y", "dy", "dx")}
+    t.update({name: a.add(name, (c,)) for name in VEC})
+    return a, t
+
+
+@pytest.mark.parametrize("shape,momentum,eps", [((4, 3, 5, 6), 0.1, 1e-5), ((8, 1, 1, 10), 0.3, 1e-3),
+                                                ((2, 7, 7, 3), 0.0, 1e-5), ((3, 4, 4, 16), 1.0, 1e-5)])
+def test_bn_train_forward_backward(shape, momentum, eps):
+    a, t = _setup(shape)
+    be = a.allocate()
+    rng = np.random.default_rng(sum(shape))
+    c = shape[-1]
+    be.write(t["x"], 3.0 + 2.0 * rng.standard_normal(shape))
+    be.write(t["dy"], rng.standard_normal(shape))
+    be.write(t["gamma"], rng.uniform(0.5, 1.5, c))
+    be.write(t["beta"], rng.standard_normal(c))
+    be.write(t["mean_in"], rng.standard_normal(c))
+    be.write(t["var_in"], rng.uniform(0.5, 2.0, c))
+    run(be, op("bn_fwd", **{k: t[k] for k in ("x", "gamma", "beta", "mean_in", "var_in", "mean_out", "var_out",
+                                              "y", "saved_mean", "saved_inv_std")}, momentum=momentum, eps=eps),
+        op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
+           saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"], eps=eps))
+
+    def vec(name):
+        return torch.tensor(be.read(t[name]).ravel(), dtype=torch.float64)
+
+    x = nchw(be.read(t["x"]))
+    gamma, beta = vec("gamma").requires_grad_(), vec("beta").requires_grad_()
+    rm, rv = vec("mean_in"), vec("var_in")
+    y = torch.nn.functional.batch_norm(x, rm, rv, gamma, beta, training=True, momentum=momentum, eps=eps)
+    y.backward(nchw(be.read(t["dy"])))
+    assert_close(be.read(t["y"]), nhwc(y))
+    assert_close(be.read(t["mean_out"]).ravel(), rm.numpy())
+    assert_close(be.read(t["var_out"]).ravel(), rv.numpy())
+    xs = be.read(t["x"]).reshape(-1, c).astype(np.float64)
+    assert_close(be.read(t["saved_mean"]).ravel(), xs.mean(0))
+    assert_close(be.read(t["saved_inv_std"]).ravel(), 1 / np.sqrt(xs.var(0) + eps))
+    assert_close(be.read(t["dx"]), nhwc(x.grad))
+    assert_close(be.read(t["dgamma"]).ravel(), gamma.grad.numpy())
+    assert_close(be.read(t["dbeta"]).ravel(), beta.grad.numpy())
+
+
+def test_bn_backward_in_place_over_x():
+    shape = (4, 3, 3, 5)
+    a = SimpleArena()
+    t = {name: a.add(name, shape) for name in ("x", "y", "dy")}
+    t.update({name: a.add(name, (5,)) for name in VEC})
+    be = a.allocate()
+    rng = np.random.default_rng(3)
+    be.write(t["x"], rng.standard_normal(shape))
+    be.write(t["dy"], rng.standard_normal(shape))
+    be.write(t["gamma"], rng.uniform(0.5, 1.5, 5))
+    be.write(t["var_in"], np.ones(5))
+    x0 = be.read(t["x"])
+    run(be, op("bn_fwd", **{k: t[k] for k in ("x", "gamma", "beta", "mean_in", "var_in", "mean_out", "var_out",
+                                              "y", "saved_mean", "saved_inv_std")}),
+        op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
+           saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["x"]))
+    x = nchw(x0)
+    gamma = torch.tensor(be.read(t["gamma"]).ravel(), dtype=torch.float64, requires_grad=True)
+    y = torch.nn.functional.batch_norm(x, None, None, gamma, torch.zeros(5, dtype=torch.float64), training=True)
+    y.backward(nchw(be.read(t["dy"])))
+    assert_close(be.read(t["x"]), nhwc(x.grad))  # dx written over x
+    assert_close(be.read(t["dgamma"]).ravel(), gamma.grad.numpy())
+
+
+def test_bn_fp16_activations():
+    shape = (4, 2, 3, 8)
+    a, t = _setup(shape, "fp16")
+    be = a.allocate()
+    rng = np.random.default_rng(4)
+    be.write(t["x"], rng.standard_normal(shape))
+    be.write(t["dy"], rng.standard_normal(shape))
+    be.write(t["gamma"], np.ones(8))
+    be.write(t["var_in"], np.ones(8))
+    run(be, op("bn_fwd", **{k: t[k] for k in ("x", "gamma", "beta", "mean_in", "var_in", "mean_out", "var_out",
+                                              "y", "saved_mean", "saved_inv_std")}),
+        op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
+           saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"]))
+    x = nchw(be.read(t["x"]).astype(np.float64))
+    gamma = torch.ones(8, dtype=torch.float64, requires_grad=True)
+    y = torch.nn.functional.batch_norm(x, None, None, gamma, torch.zeros(8, dtype=torch.float64), training=True)
+    y.backward(nchw(be.read(t["dy"]).astype(np.float64)))
+    assert_close(be.read(t["y"]), nhwc(y), 3e-3)
+    assert_close(be.read(t["dx"]), nhwc(x.grad), 3e-3)
+    assert_close(be.read(t["dgamma"]).ravel(), gamma.grad.numpy(), 1e-5)
+
+
+def test_bn_inference_and_folded_params():
+    shape, c, eps = (3, 4, 4, 6), 6, 1e-3
+    a = SimpleArena()
+    t = {name: a.add(name, shape) for name in ("x", "y")}
+    t.update({name: a.add(name, (c,)) for name in ("gamma", "beta", "mean", "var", "scale", "bias")})
+    be = a.allocate()
+    rng = np.random.default_rng(8)
+    be.write(t["x"], rng.standard_normal(shape))
+    for name in ("gamma", "beta", "mean"):
+        be.write(t[name], rng.standard_normal(c))
+    be.write(t["var"], rng.uniform(0.1, 3.0, c))
+    run(be, op("bn_update_eq", gamma=t["gamma"], beta=t["beta"], mean=t["mean"], var=t["var"], scale=t["scale"],
+               bias=t["bias"], eps=eps),
+        op("bn_inf", x=t["x"], scale=t["scale"], bias=t["bias"], y=t["y"]))
+
+    def vec(name):
+        return torch.tensor(be.read(t[name]).ravel(), dtype=torch.float64)
+
+    ref = torch.nn.functional.batch_norm(nchw(be.read(t["x"])), vec("mean"), vec("var"), vec("gamma"), vec("beta"),
+                                         training=False, eps=eps)
+    assert_close(be.read(t["y"]), nhwc(ref))
+    g, v = vec("gamma").numpy(), vec("var").numpy()
+    assert_close(be.read(t["scale"]).ravel(), g / np.sqrt(v + eps))

@@ -1,0 +1,123 @@
+"""conv_fwd / conv_bwd against torch.nn.functional.conv2d (float64 reference, NCHW <-> NHWC, KRSC weights).
+
+Shapes cover 1x1, 3x3, 5x5, 7x7 and rectangular kernels, strides 1-3 (including stride > kernel), zero and
+non-zero padding, and sizes the stride does not divide. Tolerance: FP32 within 1e-5 of the reference
+relative to the data's scale; FP16 (AMP) within 3e-3 (output rounding 2^-11 plus input rounding).
+"""
+
+import numpy as np
+import pytest
+import torch
+from backend_testkit import SimpleArena, assert_close, nchw, nhwc, op, run
+
+# (N, H, W, C, K, (R, S), stride, padding)
+CASES = [
+    (2, 5, 5, 3, 4, (1, 1), 1, 0),
+    (2, 6, 7, 3, 5, (3, 3), 1, 1),
+    (3, 8, 8, 4, 6, (3, 3), 2, 1),
+    (1, 9, 7, 2, 3, (5, 5), 1, 2),
+    (2, 7, 9, 3, 4, (1, 1), 2, 0),
+    (2, 6, 5, 3, 2, (3, 2), (2, 1), (1, 0)),
+    (1, 11, 11, 3, 4, (7, 7), 2, 3),
+    (2, 6, 6, 5, 3, (3, 3), 1, 0),
+    (2, 7, 8, 2, 3, (2, 2), 3, 1),
+]
+
+
+def _out(size, k, s, p):
+    return (size + 2 * p - k) // s + 1
+
+
+def _pair(v):
+    return v if isinstance(v, tuple) else (v, v)
+
+
+def _setup(n, h, w, c, k, rs, stride, pad, dtype="fp32", with_dx=True):
+    (r, s), (sh, sw), (ph, pw) = rs, _pair(stride), _pair(pad)
+    p, q = _out(h, r, sh, ph), _out(w, s, sw, pw)
+    a = SimpleArena()
+    t = {"x": a.add("x", (n, h, w, c), dtype), "w": a.add("w", (k, r, s, c), dtype),
+         "y": a.add("y", (n, p, q, k), dtype), "dy": a.add("dy", (n, p, q, k), dtype),
+         "dw": a.add("dw", (k, r, s, c), dtype)}
+    if with_dx:
+        t["dx"] = a.add("dx", (n, h, w, c), dtype)
+    return a, t
+
+
+def _reference(be, t, stride, pad):
+    x, w = nchw(be.read(t["x"]).astype(np.float64)), nchw(be.read(t["w"]).astype(np.float64))
+    y = torch.nn.functional.conv2d(x, w, stride=_pair(stride), padding=_pair(pad))
+    y.backward(nchw(be.read(t["dy"]).astype(np.float64)))
+    return nhwc(y), nhwc(w.grad), nhwc(x.grad)
+
+
+@pytest.mark.parametrize("n,h,w,c,k,rs,stride,pad", CASES)
+def test_conv_forward_backward_fp32(n, h, w, c, k, rs, stride, pad):
+    a, t = _setup(n, h, w, c, k, rs, stride, pad)
+    be = a.allocate()
+    rng = np.random.default_rng(h * 31 + k)
+    for name in ("x", "w", "dy"):
+        be.write(t[name], rng.standard_normal(t[name].shape.dims))
+    attrs = {"kernel": rs, "stride": stride, "padding": pad}
+    run(be, op("conv_fwd", x=t["x"], w=t["w"], y=t["y"], **attrs),
+        op("conv_bwd", x=t["x"], w=t["w"], dy=t["dy"], dw=t["dw"], dx=t["dx"], **attrs))
+    y, dw, dx = _reference(be, t, stride, pad)
+    assert_close(be.read(t["y"]), y)
+    assert_close(be.read(t["dw"]), dw)
+    assert_close(be.read(t["dx"]), dx)
+
+
+def test_conv_repeated_launches_keep_padding_zero():
+    """The private padded buffers keep their zero border across launches with new data."""
+    a, t = _setup(2, 6, 6, 3, 4, (3, 3), 2, 1)
+    be = a.allocate()
+    attrs = {"stride": 2, "padding": 1}
+    g = be.capture("g", [op("conv_fwd", x=t["x"], w=t["w"], y=t["y"], **attrs),
+                         op("conv_bwd", x=t["x"], w=t["w"], dy=t["dy"], dw=t["dw"], dx=t["dx"], **attrs)])
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        for name in ("x", "w", "dy"):
+            be.write(t[name], rng.standard_normal(t[name].shape.dims))
+        be.launch(g)
+        y, dw, dx = _reference(be, t, 2, 1)
+        assert_close(be.read(t["y"]), y)
+        assert_close(be.read(t["dw"]), dw)
+        assert_close(be.read(t["dx"]), dx)
+
+
+def test_conv_first_layer_wgrad_only():
+    a, t = _setup(2, 5, 5, 3, 4, (3, 3), 1, 1, with_dx=False)
+    be = a.allocate()
+    rng = np.random.default_rng(6)
+    for name in ("x", "w", "dy"):
+        be.write(t[name], rng.standard_normal(t[name].shape.dims))
+    run(be, op("conv_bwd", x=t["x"], w=t["w"], dy=t["dy"], dw=t["dw"], stride=1, padding=1))
+    _, dw, _ = _reference(be, t, 1, 1)
+    assert_close(be.read(t["dw"]), dw)
+
+
+@pytest.mark.parametrize("stride,pad", [(1, 1), (2, 1)])
+def test_conv_amp_fp16(stride, pad):
+    a, t = _setup(2, 6, 6, 4, 5, (3, 3), stride, pad, dtype="fp16")
+    be = a.allocate()
+    rng = np.random.default_rng(7)
+    for name in ("x", "w", "dy"):
+        be.write(t[name], rng.standard_normal(t[name].shape.dims).astype(np.float16))
+    attrs = {"stride": stride, "padding": pad}
+    run(be, op("conv_fwd", x=t["x"], w=t["w"], y=t["y"], **attrs),
+        op("conv_bwd", x=t["x"], w=t["w"], dy=t["dy"], dw=t["dw"], dx=t["dx"], **attrs))
+    assert be.view(t["y"]).dtype == np.float16
+    y, dw, dx = _reference(be, t, stride, pad)
+    assert_close(be.read(t["y"]), y, 3e-3)
+    assert_close(be.read(t["dw"]), dw, 3e-3)
+    assert_close(be.read(t["dx"]), dx, 3e-3)
+
+
+def test_conv_shape_errors_name_the_op():
+    a = SimpleArena()
+    x, w, y = a.add("x", (1, 5, 5, 3)), a.add("w", (4, 3, 3, 3)), a.add("y", (1, 5, 5, 4))
+    be = a.allocate()
+    with pytest.raises(Exception, match=r"op #0 conv_fwd \(layer 2, c1\): y .* must be \[1,3,3,\*\]"):
+        be.capture("g", [op("conv_fwd", layer=2, label="c1", x=x, w=w, y=y)])
+    with pytest.raises(Exception, match="disagrees with the weight"):
+        be.capture("g", [op("conv_fwd", x=x, w=w, y=y, kernel=5, padding=1)])

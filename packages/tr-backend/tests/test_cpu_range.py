@@ -1,0 +1,214 @@
+"""Range ops over real region spans: clear, copy, cast, finite check (+clip), scale, all-reduce, EMA, metrics.
+
+Memory ops and casts are compared exactly (numpy's float16 cast is IEEE round-to-nearest-even, as CUDA's
+__float2half); EMA over 10 steps within 1e-6 of the float64 closed form.
+"""
+
+import numpy as np
+import pytest
+from backend_testkit import SimpleArena, assert_close, op, run, span
+
+from tr.core.region import Region as R
+
+
+def _rand(be, t, rng, scale=1.0):
+    be.write(t, scale * rng.standard_normal(t.shape.dims))
+
+
+def test_range_clear_touches_only_its_span():
+    a = SimpleArena()
+    before = a.add("before", (3,), region=R.W_EQ_SCALE)
+    inside = [a.add("bn_b", (5,), region=R.W_BN_BIAS), a.add("bn_w", (5,), region=R.W_BN_WEIGHT),
+              a.add("fc_b", (4,), region=R.W_FC_BIAS)]
+    after = a.add("after", (2, 1, 1, 3), region=R.W_FC_WEIGHT)
+    be = a.allocate()
+    rng = np.random.default_rng(0)
+    for t in (before, *inside, after):
+        _rand(be, t, rng)
+    keep = be.read(before), be.read(after)
+    g = run(be, op("range_clear", span=span(R.W_BN_BIAS, R.W_FC_BIAS)))
+    assert g.num_ops == 1
+    for t in inside:
+        assert not be.read(t).any()
+    np.testing.assert_array_equal(be.read(before), keep[0])
+    np.testing.assert_array_equal(be.read(after), keep[1])
+
+
+def test_range_copy_next_stats_to_prev():
+    a = SimpleArena()
+    prev = [a.add("pm", (6,), region=R.B_PREV_MEAN), a.add("pv", (6,), region=R.B_PREV_VAR)]
+    nxt = [a.add("nm", (6,), region=R.B_NEXT_MEAN), a.add("nv", (6,), region=R.B_NEXT_VAR)]
+    be = a.allocate()
+    rng = np.random.default_rng(1)
+    for t in prev + nxt:
+        _rand(be, t, rng)
+    run(be, op("range_copy", src=span(R.B_NEXT_MEAN, R.B_NEXT_VAR), dst=span(R.B_PREV_MEAN, R.B_PREV_VAR)))
+    for p, n in zip(prev, nxt):
+        np.testing.assert_array_equal(be.read(p), be.read(n))
+
+
+def test_range_cast_both_directions():
+    shapes = [(4, 1, 1, 9), (8, 3, 3, 3), (6, 3, 3, 8)]
+    regions32 = [R.W_FC_WEIGHT, R.W_FIRST_CONV, R.W_DEEP_CONV]
+    regions16 = [R.A_FC_WEIGHT, R.A_FIRST_CONV, R.A_DEEP_CONV]
+    grads32 = [R.G_FC_WEIGHT, R.G_FIRST_CONV, R.G_DEEP_CONV]
+    grads16 = [R.G_FC_WEIGHT_FP16, R.G_FIRST_CONV_FP16, R.G_DEEP_CONV_FP16]
+    a = SimpleArena()
+    w32 = [a.add(f"w{i}", s, "fp32", r) for i, (s, r) in enumerate(zip(shapes, regions32))]
+    w16 = [a.add(f"a{i}", s, "fp16", r) for i, (s, r) in enumerate(zip(shapes, regions16))]
+    g32 = [a.add(f"g{i}", s, "fp32", r) for i, (s, r) in enumerate(zip(shapes, grads32))]
+    g16 = [a.add(f"h{i}", s, "fp16", r) for i, (s, r) in enumerate(zip(shapes, grads16))]
+    be = a.allocate()
+    rng = np.random.default_rng(2)
+    for t in w32:
+        _rand(be, t, rng)
+    be.write(w32[0], np.full(w32[0].shape.dims, 1e6))  # overflows FP16: inf, like __float2half
+    for t in g16:
+        _rand(be, t, rng)
+    run(be, op("range_cast", src=span(R.W_FC_WEIGHT, R.W_DEEP_CONV), dst=span(R.A_FC_WEIGHT, R.A_DEEP_CONV),
+               src_dtype="fp32", dst_dtype="fp16"),
+        op("range_cast", src=span(R.G_FC_WEIGHT_FP16, R.G_DEEP_CONV_FP16), dst=span(R.G_FC_WEIGHT, R.G_DEEP_CONV),
+           src_dtype="fp16", dst_dtype="fp32"))
+    for s, d in zip(w32, w16):  # element k of the FP32 range lines up with element k of the FP16 range
+        with np.errstate(over="ignore"):
+            np.testing.assert_array_equal(be.read(d), be.read(s).astype(np.float16))
+    assert np.isinf(be.read(w16[0])).all()
+    for s, d in zip(g16, g32):
+        np.testing.assert_array_equal(be.read(d), be.read(s).astype(np.float32))
+
+
+def test_range_cast_bf16():
+    a = SimpleArena()
+    src = a.add("src", (1, 1, 1, 6), "fp32", R.W_FC_WEIGHT)
+    dst = a.add("dst", (1, 1, 1, 6), "bf16", R.A_FC_WEIGHT)
+    back = a.add("back", (1, 1, 1, 6), "fp32", R.G_FC_WEIGHT)
+    be = a.allocate()
+    vals = np.array([1.0, -2.5, 1.00390625, 1.01171875, 3.0e38, np.nan], np.float32)
+    be.write(src, vals)
+    run(be, op("range_cast", src=span(R.W_FC_WEIGHT), dst=span(R.A_FC_WEIGHT), src_dtype="fp32", dst_dtype="bf16"),
+        op("range_cast", src=span(R.A_FC_WEIGHT), dst=span(R.G_FC_WEIGHT), src_dtype="bf16", dst_dtype="fp32"))
+    bits = be.read(dst).ravel()
+    # 1.00390625 is halfway between bf16 1.0 and 1.0078125: ties go to even (1.0); 1.01171875 -> 1.015625
+    np.testing.assert_array_equal(bits[:4], [0x3F80, 0xC020, 0x3F80, 0x3F82])
+    out = be.read(back).ravel()
+    np.testing.assert_array_equal(out[:4], [1.0, -2.5, 1.0, 1.015625])
+    assert np.isnan(out[5])
+
+
+def test_range_check_finite_flag_and_clip():
+    a = SimpleArena()
+    g = [a.add("g0", (10,), region=R.G_BN_BIAS), a.add("g1", (2, 1, 1, 5), region=R.G_FC_WEIGHT)]
+    flag = a.add("flag", (1,), "int32", R.S_SCALAR_INT32)
+    be = a.allocate()
+    rng = np.random.default_rng(3)
+    s = span(R.G_BN_BIAS, R.G_DEEP_CONV)
+    check = be.capture("check", [op("range_check_finite", span=s, flag=flag)])
+    clip = be.capture("clip", [op("range_check_finite", span=s, flag=flag, clip=0.5)])
+    for t in g:
+        _rand(be, t, rng, 3.0)
+    be.launch(check)
+    assert be.read(flag).ravel()[0] == 0
+    for bad in (np.nan, np.inf, -np.inf):
+        vals = be.read(g[1])
+        vals.ravel()[3] = bad
+        be.write(g[1], vals)
+        be.launch(check)
+        assert be.read(flag).ravel()[0] == 1
+        _rand(be, g[1], rng)
+        be.launch(check)
+        assert be.read(flag).ravel()[0] == 0  # the flag is rewritten every launch
+    ref = [np.clip(be.read(t), -0.5, 0.5) for t in g]
+    be.launch(clip)
+    assert be.read(flag).ravel()[0] == 0
+    for t, r in zip(g, ref):
+        np.testing.assert_array_equal(be.read(t), r)
+
+
+def test_range_scale():
+    a = SimpleArena()
+    g = a.add("g", (3, 1, 1, 4), region=R.G_FC_WEIGHT)
+    f = a.add("f", (1,), region=R.S_SCALAR_FP32)
+    be = a.allocate()
+    _rand(be, g, np.random.default_rng(4))
+    be.write(f, [0.125])
+    g0 = be.read(g)
+    run(be, op("range_scale", span=span(R.G_FC_WEIGHT), factor=f))
+    np.testing.assert_array_equal(be.read(g), g0 * np.float32(0.125))
+
+
+class _FakeCollective:
+    """Two ranks; the other rank holds a constant array."""
+
+    world_size, rank = 2, 0
+
+    def __init__(self, other: float) -> None:
+        self.other, self.calls = other, 0
+
+    def allreduce_mean(self, buf: np.ndarray) -> None:
+        self.calls += 1
+        buf += np.float32(self.other)
+        buf *= np.float32(0.5)
+
+
+def test_range_allreduce_mean_identity_and_hook():
+    a = SimpleArena()
+    g = a.add("g", (4,), region=R.G_DEEP_CONV)
+    be = a.allocate()
+    be.write(g, [1.0, 2.0, 3.0, 4.0])
+    graph = run(be, op("range_allreduce_mean", span=span(R.G_DEEP_CONV, R.R_RESULT)))
+    assert graph.num_ops == 1 and len(graph.steps) == 0  # one rank: nothing to run
+    np.testing.assert_array_equal(be.read(g).ravel(), [1, 2, 3, 4])
+
+    coll = _FakeCollective(3.0)
+    a2 = SimpleArena()
+    g2 = a2.add("g", (4,), region=R.G_DEEP_CONV)
+    backend = a2.allocate(collective=coll)
+    backend.write(g2, [1.0, 2.0, 3.0, 5.0])
+    run(backend, op("range_allreduce_mean", span=span(R.G_DEEP_CONV)))
+    assert coll.calls == 1
+    np.testing.assert_array_equal(backend.read(g2).ravel(), [2, 2.5, 3, 4])
+
+
+def test_range_ema_ten_steps():
+    a = SimpleArena()
+    w = [a.add("w0", (6,), region=R.W_BN_BIAS), a.add("w1", (3, 1, 1, 4), region=R.W_FC_WEIGHT)]
+    e = [a.add("e0", (6,), region=R.E_BN_BIAS), a.add("e1", (3, 1, 1, 4), region=R.E_FC_WEIGHT)]
+    be = a.allocate()
+    rng = np.random.default_rng(5)
+    for t in e:
+        _rand(be, t, rng)
+    ref = [be.read(t).astype(np.float64) for t in e]
+    g = be.capture("ema", [op("range_ema", src=span(R.W_BN_BIAS, R.W_FC_WEIGHT), dst=span(R.E_BN_BIAS, R.E_FC_WEIGHT),
+                              decay=0.9)])
+    for _ in range(10):
+        for t in w:
+            _rand(be, t, rng)
+        ref = [0.9 * r + 0.1 * be.read(t).astype(np.float64) for r, t in zip(ref, w)]
+        be.launch(g)
+    for t, r in zip(e, ref):
+        assert_close(be.read(t), r, 1e-6)
+
+
+def test_accum_metrics():
+    a = SimpleArena()
+    result = a.add("result", (3,), region=R.R_RESULT)
+    batch = a.add("batch", (1,), region=R.S_SCALAR_FP32)
+    accum = a.add("acc", (3,), region=R.R_RESULT_ACCUMULATED)
+    be = a.allocate()
+    g = be.capture("acc", [op("accum_metrics", result=result, accum=accum, batch=batch)])
+    total = np.zeros(3)
+    for res, n in (([2.0, 0.5, 0.75], 128), ([1.5, 0.25, 1.0], 128), ([1.0, 1.0, 1.0], 44)):
+        be.write(result, res)
+        be.write(batch, [n])
+        be.launch(g)
+        total += np.array(res) * n
+    np.testing.assert_allclose(be.read(accum).ravel(), total, rtol=1e-7)
+
+
+def test_span_length_mismatch_is_a_capture_error():
+    a = SimpleArena()
+    a.add("w", (6,), region=R.W_BN_BIAS)
+    a.add("e", (2, 1, 1, 600), region=R.E_BN_BIAS)
+    be = a.allocate()
+    with pytest.raises(Exception, match=r"graph 'ema', op #0 range_ema \(no layer\): span src has"):
+        be.capture("ema", [op("range_ema", src=span(R.W_BN_BIAS), dst=span(R.E_BN_BIAS), decay=0.5)])

@@ -1,0 +1,108 @@
+"""softmax_ce_fwd / _bwd / _inf against torch.nn.functional.cross_entropy with label smoothing (float64).
+
+Loss within 1e-6 relative (float64 per-sample sums over float32 log-probabilities), probabilities and
+gradients within 1e-6 of the data's scale; top-1/top-5 fractions exactly, including ties ("first max
+wins") and K < 5.
+"""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from backend_testkit import SimpleArena, assert_close, op, run
+
+
+def _setup(n, k, dtype="fp32"):
+    a = SimpleArena()
+    t = {"logits": a.add("logits", (n, 1, 1, k), dtype), "probs": a.add("probs", (n, 1, 1, k)),
+         "dlogits": a.add("dlogits", (n, 1, 1, k), dtype), "labels": a.add("labels", (n, 1, 1, 1), "int32"),
+         "result": a.add("result", (3,)), "result_inf": a.add("result_inf", (3,)), "scale": a.add("scale", (1,)),
+         "pred": a.add("pred", (n,), "int32")}
+    return a, t
+
+
+def _topk(z, y, k):
+    order = np.argsort(-z, axis=1, kind="stable")  # descending value, ascending index among ties
+    return float(np.mean([y[i] in order[i, :k] for i in range(len(y))]))
+
+
+@pytest.mark.parametrize("n,k,ls,scale", [(8, 10, 0.0, 1.0), (16, 10, 0.1, 1.0), (5, 3, 0.2, 8192.0),
+                                          (32, 100, 0.05, 4.0)])
+def test_softmax_ce_against_torch(n, k, ls, scale):
+    a, t = _setup(n, k)
+    be = a.allocate()
+    rng = np.random.default_rng(n + k)
+    z = (3 * rng.standard_normal((n, k))).astype(np.float32)
+    y = rng.integers(0, k, n).astype(np.int32)
+    be.write(t["logits"], z)
+    be.write(t["labels"], y)
+    be.write(t["scale"], [scale])
+    run(be, op("softmax_ce_fwd", logits=t["logits"], labels=t["labels"], probs=t["probs"], result=t["result"],
+               label_smoothing=ls),
+        op("softmax_ce_inf", logits=t["logits"], labels=t["labels"], result=t["result_inf"], pred=t["pred"],
+           label_smoothing=ls),
+        op("softmax_ce_bwd", probs=t["probs"], labels=t["labels"], scale=t["scale"], dlogits=t["dlogits"],
+           label_smoothing=ls))
+    zt = torch.tensor(z, dtype=torch.float64, requires_grad=True)
+    loss = F.cross_entropy(zt, torch.tensor(y, dtype=torch.long), label_smoothing=ls)
+    (loss * scale).backward()
+    res = be.read(t["result"]).ravel()
+    assert abs(res[0] - loss.item()) <= 1e-6 * max(1.0, abs(loss.item()))
+    assert res[1] == pytest.approx(_topk(z, y, 1), abs=1e-7)
+    assert res[2] == pytest.approx(_topk(z, y, 5), abs=1e-7)
+    np.testing.assert_array_equal(be.read(t["result_inf"]).ravel(), res)
+    np.testing.assert_array_equal(be.read(t["pred"]).ravel(), np.argmax(z, axis=1))
+    assert_close(be.read(t["probs"]).reshape(n, k), torch.softmax(zt, 1).detach().numpy(), 1e-6)
+    assert_close(be.read(t["dlogits"]).reshape(n, k), zt.grad.numpy(), 1e-6)
+
+
+def test_topk_ties_and_few_classes():
+    a, t = _setup(4, 3)
+    be = a.allocate()
+    z = np.array([[1, 1, 0], [1, 1, 0], [0, 0, 0], [2, 1, 3]], np.float32)
+    y = np.array([0, 1, 2, 1], np.int32)
+    be.write(t["logits"], z)
+    be.write(t["labels"], y)
+    run(be, op("softmax_ce_fwd", logits=t["logits"], labels=t["labels"], probs=t["probs"], result=t["result"]))
+    res = be.read(t["result"]).ravel()
+    assert res[1] == pytest.approx(0.25)  # only sample 0: its label is the first of the tied maxima
+    assert res[2] == pytest.approx(1.0)  # K = 3 < 5: every label is in the top 5
+
+
+def test_top5_ranks_ties_by_index():
+    a, t = _setup(2, 8)
+    be = a.allocate()
+    z = np.array([[5, 5, 5, 5, 5, 5, 0, 0], [5, 5, 5, 5, 5, 5, 0, 0]], np.float32)
+    be.write(t["logits"], z)
+    be.write(t["labels"], [4, 5])  # rank 4 (in the top 5) and rank 5 (out)
+    run(be, op("softmax_ce_fwd", logits=t["logits"], labels=t["labels"], probs=t["probs"], result=t["result"]))
+    assert be.read(t["result"]).ravel()[2] == pytest.approx(0.5)
+
+
+def test_fp16_logits():
+    n, k = 16, 10
+    a, t = _setup(n, k, "fp16")
+    be = a.allocate()
+    rng = np.random.default_rng(3)
+    z = rng.standard_normal((n, k)).astype(np.float16)
+    y = rng.integers(0, k, n).astype(np.int32)
+    be.write(t["logits"], z)
+    be.write(t["labels"], y)
+    be.write(t["scale"], [1.0])
+    run(be, op("softmax_ce_fwd", logits=t["logits"], labels=t["labels"], probs=t["probs"], result=t["result"]),
+        op("softmax_ce_bwd", probs=t["probs"], labels=t["labels"], scale=t["scale"], dlogits=t["dlogits"]))
+    zt = torch.tensor(z.astype(np.float64), requires_grad=True)
+    loss = F.cross_entropy(zt, torch.tensor(y, dtype=torch.long))
+    loss.backward()
+    assert be.read(t["result"]).ravel()[0] == pytest.approx(loss.item(), rel=1e-6)
+    assert_close(be.read(t["dlogits"]).reshape(n, k), zt.grad.numpy(), 1e-3)
+
+
+def test_label_out_of_range_raises_at_launch():
+    a, t = _setup(2, 4)
+    be = a.allocate()
+    be.write(t["labels"], [1, 4])
+    g = be.capture("train", [op("softmax_ce_fwd", layer=7, logits=t["logits"], labels=t["labels"],
+                                probs=t["probs"], result=t["result"])])
+    with pytest.raises(ValueError, match=r"graph 'train', op #0 softmax_ce_fwd \(layer 7\): label 4 is outside"):
+        be.launch(g)

@@ -98,17 +98,19 @@ _DEFS: list[OpDef] = [
           (_t("x"), _t("gamma"), _t("beta"), _t("mean_in"), _t("var_in"), _t("mean_out", "out"),
            _t("var_out", "out"), _t("y", "out"), _t("saved_mean", "out"), _t("saved_inv_std", "out")),
           ("momentum", "eps"),
-          doc="batch statistics over N*H*W; running stats: out = (1-m)*in + m*batch (unbiased var)"),
+          doc="batch statistics over N*H*W; running stats: out = (1-m)*in + m*batch (unbiased var; biased when "
+              "N*H*W = 1); saved_inv_std = 1/sqrt(biased var + eps)"),
     OpDef("bn_bwd", "bn",
           (_t("x"), _t("gamma"), _t("dy"), _t("saved_mean"), _t("saved_inv_std"), _t("dgamma", "out"),
-           _t("dbeta", "out"), _t("dx", "out")), ("eps",), inplace=(("dx", "x"),)),
+           _t("dbeta", "out"), _t("dx", "out")), ("eps",), inplace=(("dx", "x"),),
+          doc="eps is informational: saved_inv_std already includes it"),
     OpDef("bn_inf", "bn", (_t("x"), _t("scale"), _t("bias"), _t("y", "out")), doc="y = x*scale + bias"),
     OpDef("bn_update_eq", "bn",
           (_t("gamma"), _t("beta"), _t("mean"), _t("var"), _t("scale", "out"), _t("bias", "out")), ("eps",),
           doc="scale = gamma/sqrt(var+eps); bias = beta - mean*scale"),
     # --- activations (kind in ACTIVATIONS) ----------------------------------------------------------
     OpDef("act_fwd", "activation", (_t("x"), _t("y", "out"), _t("mask", "out", True)), ("kind",),
-          doc="y = f(x); relu may write an INT8 mask (x > 0)"),
+          doc="y = f(x); when a mask is given, also write the INT8 mask (x > 0) (only relu's backward reads it)"),
     OpDef("act_bwd", "activation", (_t("x"), _t("dy"), _t("dx", "out"), _t("mask", "in", True)), ("kind",),
           doc="dx = f'(x) * dy, recomputed from x (or from the relu mask). For relu, relu6 and leaky_relu the "
               "compiler may pass the activation's OUTPUT as x: their derivative test is strict (x > 0, 0 < x < 6), "
@@ -116,7 +118,8 @@ _DEFS: list[OpDef] = [
     OpDef("act_inf", "activation", (_t("x"), _t("y", "out")), ("kind",)),
     # --- dropout ---------------------------------------------------------------------------------
     OpDef("dropout_fwd", "dropout", (_t("x"), _t("y", "out"), _t("mask", "out"), _t("seed", "inout")), ("p",),
-          doc="counter-based: keep element i iff philox_uniform(seed, i) >= p; y = keep*x/(1-p); seed advanced"),
+          doc="seed (INT32[2] = uint64 little-endian) is first advanced: seed = splitmix64(seed), stored back; "
+              "then element i (flat NHWC index) is kept iff philox.uniform(seed, i) >= p; y = keep*x/(1-p)"),
     OpDef("dropout_bwd", "dropout", (_t("dy"), _t("mask"), _t("dx", "out")), ("p",), inplace=(("dx", "dy"),)),
     # --- pooling ---------------------------------------------------------------------------------
     OpDef("maxpool_fwd", "pool", (_t("x"), _t("y", "out"), _t("mask", "out")), ("kernel", "stride", "padding"),
@@ -155,7 +158,8 @@ _DEFS: list[OpDef] = [
     OpDef("range_cast", "range", (_s("src", "in"), _s("dst", "out")), ("src_dtype", "dst_dtype"), kind="range",
           doc="element-wise cast; FP32 slots are twice their FP16 twins' so elements line up"),
     OpDef("range_check_finite", "range", (_s("span", "inout"), _t("flag", "out")), ("clip",), kind="range",
-          doc="flag = any(!isfinite); with clip > 0 also clamp elements to [-clip, clip]"),
+          doc="flag = any(!isfinite) (set, not OR-ed; Inf is flagged even when clipping); with clip > 0 also "
+              "clamp elements to [-clip, clip]"),
     OpDef("range_scale", "range", (_s("span", "inout"), _t("factor")), kind="range", doc="x *= factor[0]"),
     OpDef("range_allreduce_mean", "range", (_s("span", "inout"),), kind="range",
           doc="mean over ranks in place; identity with one rank"),

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         .loss(CrossEntropyLoss().label_smoothing(0.1)) \
         .total_epochs(args.epochs) \
         .optimizer(AdamW().weight_decay(1e-4)) \
-        .scheduler(CosineAnnealingLR().base_lr(0.001).warmup(round(args.epochs * 0.05)))
+        .scheduler(CosineAnnealingLR().base_lr(0.001).warmup(round(args.epochs * 0.05)).step_by_batch())
 
     task.compile()
     result = task.run()

@@ -1,0 +1,69 @@
+"""PipelineFeeder: tr.data's native Preprocessor and TransferStation behind the Feeder interface.
+
+The workers write each batch straight into one of the station's two zones (A/B); the trainer copies the
+zone to the device (the TRANSFER graph) and releases it, so batch k+2 can be written while batch k+1
+computes. With a backend that provides pinned host memory, the zones live in it (``zones=``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from tr.core.settings import Settings
+from tr.data import PREPROCESSOR_SETTING, Preprocessor, PreprocessorSettings, TransferStation
+
+
+class PipelineFeeder:
+    def __init__(self, pre_settings: PreprocessorSettings, batch: int, seed: int, fp16: bool = False,
+                 zones: Sequence[Any] | None = None) -> None:
+        s = pre_settings if pre_settings.frozen else pre_settings.commit()
+        dtype = np.float16 if fp16 else np.float32
+        ds = s.open_dataset()
+        shape = s.sample_shape(True, getattr(ds, "image_shape", None))
+        self.station = TransferStation(batch, shape, dtype, buffers=zones)
+        self.pre = Preprocessor(s, self.station, seed=seed)
+        self.batch = batch
+        self.sample_shape = tuple(self.station.sample_shape)
+        self.num_classes = getattr(self.pre.dataset, "num_classes", None)
+        self._run = None
+
+    def buffers(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [self.station.zone(0), self.station.zone(1)]
+
+    def num_samples(self, train: bool) -> int:
+        try:
+            return len(self.pre.split(train))
+        except Exception:  # a dataset without a validation split
+            if train:
+                raise
+            return 0
+
+    def steps(self, train: bool) -> int:
+        return self.pre.plan(train).num_batches
+
+    def last_batch(self, train: bool) -> int:
+        return self.pre.plan(train).last_batch_size
+
+    def epoch(self, epoch: int, train: bool) -> Iterator[tuple[int, int, int]]:
+        run = self._run = self.pre.epoch(epoch, train)
+        try:
+            for k in range(run.num_batches):
+                b = self.station.acquire(k)
+                yield k, b.zone, b.size
+        finally:
+            run.close()
+
+    def release(self, k: int) -> None:
+        self.station.release(k)
+
+    def close(self) -> None:
+        self.pre.close()
+
+
+def feeder_from_preprocessor(settings: Settings, zones: Sequence[Any] | None = None) -> PipelineFeeder:
+    """The feeder the seed's examples get: PREPROCESSOR_SETTING, the task's batch, seed and precision."""
+    return PipelineFeeder(PREPROCESSOR_SETTING, settings.local_batch_size, settings.seed,
+                          fp16=settings.amp_enabled, zones=zones)

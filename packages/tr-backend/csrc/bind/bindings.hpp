@@ -8,5 +8,6 @@ namespace tr::native::bind {
 void register_errors(nanobind::module_& m);  // first: the others raise through it
 void bind_device(nanobind::module_& m);
 void bind_memory(nanobind::module_& m);
+void bind_ops(nanobind::module_& m);  // CUDA builds only (bind/ops.cpp)
 
 }  // namespace tr::native::bind

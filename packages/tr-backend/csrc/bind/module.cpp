@@ -1,7 +1,9 @@
-// tr.backend._native: build facts, CUDA status and device queries, DeviceArena, PinnedBuffer.
+// tr.backend._native: build facts, CUDA status and device queries, DeviceArena, PinnedBuffer, and (CUDA builds)
+// the execution objects of the CUDA backend: Context, Graph, Event, make_op.
 #include <nanobind/nanobind.h>
 
 #include "bind/bindings.hpp"
+#include "tr_build_config.hpp"
 
 NB_MODULE(_native, m) {
   m.doc() =
@@ -10,4 +12,7 @@ NB_MODULE(_native, m) {
   tr::native::bind::register_errors(m);
   tr::native::bind::bind_device(m);
   tr::native::bind::bind_memory(m);
+#if TR_BUILD_WITH_CUDA
+  tr::native::bind::bind_ops(m);
+#endif
 }

@@ -1,5 +1,8 @@
-# Locate cuBLAS and cuBLASLt for the GEMM kernels. Nothing links them yet: this only defines the targets
-# tr::cublas and tr::cublasLt and sets TR_CUBLAS_FOUND, so the next step can link them where found.
+# Locate cuBLAS and cuBLASLt for the GEMM kernels. The extension does not link them: cuBLASLt is opened at
+# run time (csrc/cuda/cublaslt.cpp), so the module imports where the library is missing. This defines the
+# targets tr::cublas and tr::cublasLt, sets TR_CUBLAS_FOUND, and sets for the build:
+#   TR_CUBLASLT_HEADER_DIR   the directory holding cublasLt.h ("" if none was found)
+#   TR_CUBLASLT_RUNTIME      the library found at build time, the loader's first built-in candidate
 #
 # Search order:
 #   1. the CUDA toolkit (CUDA::cublas, CUDA::cublasLt from FindCUDAToolkit);
@@ -59,6 +62,24 @@ print(";".join(dict.fromkeys(paths)))
     set(_tr_cublas_where "${TR_CUBLASLT_LIBRARY}")
   else()
     set(_tr_cublas_where "not found (toolkit, site-packages nvidia/ wheels, TR_CUDA_LIBS_ROOT)")
+  endif()
+endif()
+
+set(TR_CUBLASLT_HEADER_DIR "")
+set(TR_CUBLASLT_RUNTIME "")
+if(TR_CUBLAS_FOUND AND TR_CUBLASLT_INCLUDE_DIR)
+  set(TR_CUBLASLT_HEADER_DIR "${TR_CUBLASLT_INCLUDE_DIR}")
+  set(TR_CUBLASLT_RUNTIME "${TR_CUBLASLT_LIBRARY}")
+elseif(TR_CUBLAS_FOUND)
+  set(TR_CUBLASLT_HEADER_DIR "${CUDAToolkit_INCLUDE_DIRS}")
+  if(CUDA_cublasLt_LIBRARY)
+    set(TR_CUBLASLT_RUNTIME "${CUDA_cublasLt_LIBRARY}")
+  endif()
+else()
+  # No library, but the header may still be in the toolkit: enough to build, the library is found at run time.
+  find_path(TR_CUBLASLT_TOOLKIT_HEADER cublasLt.h PATHS ${CUDAToolkit_INCLUDE_DIRS} NO_DEFAULT_PATH)
+  if(TR_CUBLASLT_TOOLKIT_HEADER)
+    set(TR_CUBLASLT_HEADER_DIR "${TR_CUBLASLT_TOOLKIT_HEADER}")
   endif()
 endif()
 

@@ -1,6 +1,9 @@
 """The CUDA backend of tr. Importing it never fails: without a driver, a device or the compiled extension,
-``cuda_status()`` says why and every call that needs a device raises DeviceUnavailableError."""
+``cuda_status()`` says why and ``CudaBackend()`` (like every call that needs a device) raises
+DeviceUnavailableError naming the reason. Importing it registers the CUDA op builders (tr.backend.cuda.ops)."""
 
+from tr.backend.cuda import ops  # noqa: F401  (registers the CUDA op builders)
+from tr.backend.cuda.backend import CudaBackend, CudaGraph
 from tr.backend.cuda.device import (
     DeviceInfo,
     build_info,
@@ -13,7 +16,16 @@ from tr.backend.cuda.device import (
 )
 from tr.backend.cuda.native import load_native, native_module, require_native
 
+
+def is_available() -> bool:
+    """True when a CudaBackend can be made: a usable device and an extension built with the CUDA ops."""
+    module = native_module()
+    return module is not None and hasattr(module, "Context") and cuda_available()
+
+
 __all__ = [
+    "CudaBackend",
+    "CudaGraph",
     "DeviceInfo",
     "build_info",
     "cuda_available",
@@ -21,6 +33,7 @@ __all__ = [
     "device_count",
     "device_info",
     "free_memory",
+    "is_available",
     "require_cuda",
     "load_native",
     "native_module",

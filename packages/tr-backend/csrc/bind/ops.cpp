@@ -1,0 +1,84 @@
+// Bindings of the CUDA backend's execution objects: Context (streams, cuBLASLt), Graph (capture, launch),
+// Event, and make_op (a native op from an op call's resolved arguments). CUDA builds only.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bind/bindings.hpp"
+#include "cuda/context.hpp"
+#include "cuda/cublaslt.hpp"
+#include "ops/op.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace tr::native::bind {
+
+void bind_ops(nb::module_& m) {
+  nb::class_<Context>(m, "Context", "Five streams (TRANS, COMP_1..3, UPDATE), a cuBLASLt handle and its workspace.")
+      .def(nb::init<int, std::size_t>(), "device"_a = 0, "workspace_bytes"_a = std::size_t(32) << 20)
+      .def_prop_ro("device", &Context::device)
+      .def_prop_ro("workspace_bytes", &Context::workspace_size)
+      .def(
+          "stream", [](const Context& c, int kind) { return reinterpret_cast<std::uintptr_t>(c.stream(kind)); },
+          "kind"_a, "The cudaStream_t of a stream kind (0..4) as an integer.")
+      .def("synchronize", &Context::synchronize, nb::call_guard<nb::gil_scoped_release>(),
+           "Wait for every stream; raise the first asynchronous error.")
+      .def(
+          "load_cublaslt",
+          [](Context& c) {
+            c.lt_handle();
+            return cuda::lt().path;
+          },
+          "Load cuBLASLt and create the handle now; returns the library path. Raises DeviceUnavailableError.");
+
+  nb::class_<Op>(m, "Op", "One native op, ready to be recorded into a graph.")
+      .def_ro("info", &Op::info, "How the op was planned (e.g. which cuBLASLt epilogue fused).")
+      .def(
+          "record", [](Op& op, Context& ctx, int kind) { op.record(ctx.stream(kind)); }, "ctx"_a, "kind"_a,
+          "Issue the op on a stream now (outside a graph: for tests).");
+
+  nb::class_<Graph>(m, "Graph", "Ops recorded by stream capture on one stream and instantiated as a cudaGraphExec.")
+      .def(nb::init<Context&, int>(), "ctx"_a, "kind"_a, nb::keep_alive<1, 2>())
+      .def("begin", &Graph::begin)
+      .def("record", &Graph::record, "op"_a)
+      .def("end", &Graph::end)
+      .def("abort", &Graph::abort)
+      .def("launch", &Graph::launch, "kind"_a)
+      .def_prop_ro("num_nodes", &Graph::num_nodes)
+      .def_prop_ro("instantiated", &Graph::instantiated)
+      .def("set_memcpy_source", &Graph::set_memcpy_source, "old"_a, "new"_a);
+
+  nb::class_<Event>(m, "Event")
+      .def(nb::init<Context&>(), "ctx"_a, nb::keep_alive<1, 2>())
+      .def("record", &Event::record, "kind"_a)
+      .def("wait", &Event::wait, "kind"_a)
+      .def("synchronize", &Event::synchronize, nb::call_guard<nb::gil_scoped_release>())
+      .def("elapsed_ms", &Event::elapsed_ms, "since"_a);
+
+  m.def(
+      "make_op",
+      [](Context& ctx, const std::string& op, const std::map<std::string, std::uintptr_t>& ptrs,
+         const std::map<std::string, std::int64_t>& ints, const std::map<std::string, double>& floats) {
+        OpArgs args{op, ptrs, ints, floats};
+        return make_op(ctx, args);
+      },
+      "ctx"_a, "op"_a, "ptrs"_a, "ints"_a, "floats"_a, nb::keep_alive<0, 1>(),
+      "Build the native op `op` from device pointers, integer and float parameters (by name).");
+  m.def("host_register", &host_register, "ptr"_a, "nbytes"_a,
+        "Page-lock host memory (cudaHostRegister) so that captured copies may read it.");
+  m.def("host_unregister", &host_unregister, "ptr"_a);
+  m.def("native_ops", &factory_names, "Names of the native op factories in this build.");
+  m.def("add_cublaslt_candidates", &cuda::add_cublaslt_candidates, "paths"_a,
+        "Library paths the cuBLASLt loader tries first (before TR_CUBLASLT_PATH's built-in fallbacks).");
+}
+
+}  // namespace tr::native::bind

@@ -1,0 +1,176 @@
+// Element-wise activations: act_fwd (optional INT8 mask x > 0), act_bwd (from x or from relu's mask), act_inf.
+// Each formula follows the CPU backend's order of float operations (tr/backend/cpu/ops/activation.py); with
+// --fmad=false only the transcendental functions (exp, tanh, erfc) differ from numpy, by an ulp or two.
+#include <cmath>
+
+#include "cuda/context.hpp"
+#include "ops/kernels.cuh"
+
+namespace tr::native {
+
+namespace {
+
+// Kinds, numbered as tr.core.ops.ACTIVATIONS.
+enum Kind : int { RELU = 0, TANH, SILU, SIGMOID, RELU6, LEAKY_RELU, HARDSWISH, ELU, GELU, NUM_KINDS };
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ float clip(float x, float lo, float hi) {
+  if (x != x) return x;  // numpy's clip keeps NaN
+  return fminf(fmaxf(x, lo), hi);
+}
+
+__device__ __forceinline__ float phi_cdf(float x) { return 0.5f * erfcf(-x * 0.70710678118654752f); }
+
+__device__ __forceinline__ float forward(int kind, float x) {
+  switch (kind) {
+    case RELU:
+      return kern::nan_max(x, 0.0f);
+    case TANH:
+      return tanhf(x);
+    case SIGMOID:
+      return sigmoid(x);
+    case RELU6:
+      return clip(x, 0.0f, 6.0f);
+    case LEAKY_RELU:
+      return kern::nan_max(x, x * 0.01f);
+    case SILU:
+      return x * sigmoid(x);
+    case HARDSWISH: {
+      const float t = clip(x + 3.0f, 0.0f, 6.0f) * x;
+      return t * static_cast<float>(1.0 / 6.0);
+    }
+    case ELU: {
+      const float m = (x != x) ? x : fminf(x, 0.0f);
+      return kern::nan_max(x, 0.0f) + expm1f(m);
+    }
+    case GELU:
+      return x * phi_cdf(x);
+    default:
+      return x;
+  }
+}
+
+__device__ __forceinline__ float derivative(int kind, float x) {
+  switch (kind) {
+    case RELU:
+      return x > 0.0f ? 1.0f : 0.0f;
+    case TANH: {
+      const float t = tanhf(x);
+      return 1.0f - t * t;
+    }
+    case SIGMOID: {
+      const float s = sigmoid(x);
+      return s * (1.0f - s);
+    }
+    case SILU: {
+      const float s = sigmoid(x);
+      return s * ((1.0f - s) * x + 1.0f);
+    }
+    case RELU6:
+      return (x > 0.0f ? 1.0f : 0.0f) * (x < 6.0f ? 1.0f : 0.0f);
+    case LEAKY_RELU:
+      return (x > 0.0f ? 1.0f : 0.0f) * 0.99f + 0.01f;
+    case HARDSWISH: {
+      float d = x * static_cast<float>(1.0 / 3.0) + 0.5f;
+      if (x <= -3.0f) d = 0.0f;
+      if (x >= 3.0f) d = 1.0f;
+      return d;
+    }
+    case ELU: {
+      const float m = (x != x) ? x : fminf(x, 0.0f);
+      return expf(m);
+    }
+    case GELU: {
+      const float t = expf(x * x * -0.5f) * 0.3989422804014327f * x;
+      return phi_cdf(x) + t;
+    }
+    default:
+      return 1.0f;
+  }
+}
+
+template <class TX, class TY>
+__global__ void act_fwd_kernel(const TX* x, TY* y, signed char* mask, std::int64_t n, int kind) {
+  TR_GRID_STRIDE(i, n) {
+    const float v = kern::to_f(x[i]);
+    if (mask != nullptr) mask[i] = v > 0.0f ? 1 : 0;
+    y[i] = kern::from_f<TY>(forward(kind, v));
+  }
+}
+
+template <class TX, class TD>
+__global__ void act_bwd_kernel(const TX* x, const TD* dy, TD* dx, const signed char* mask, std::int64_t n, int kind) {
+  TR_GRID_STRIDE(i, n) {
+    const float g = kern::to_f(dy[i]);
+    const float d = mask != nullptr ? (mask[i] != 0 ? 1.0f : 0.0f) : derivative(kind, kern::to_f(x[i]));
+    dx[i] = kern::from_f<TD>(g * d);
+  }
+}
+
+int kind_of(const OpArgs& args) {
+  const auto kind = args.i("kind");
+  if (kind < 0 || kind >= NUM_KINDS) args.bad("activation kind code " + std::to_string(kind) + " is out of range");
+  return static_cast<int>(kind);
+}
+
+std::unique_ptr<Op> act_forward(const OpArgs& args, bool with_mask) {
+  const std::int64_t n = args.i("n");
+  const int kind = kind_of(args);
+  const DT xdt = args.dt("x"), ydt = args.dt("y");
+  const void* x = args.ptr("x");
+  void* y = args.ptr("y");
+  signed char* mask = with_mask && args.has("mask") ? static_cast<signed char*>(args.ptr("mask")) : nullptr;
+  kern::dispatch_float(xdt, args, "x", [](auto) {});
+  kern::dispatch_float(ydt, args, "y", [](auto) {});
+  return fn_op([=](cudaStream_t s) {
+    const unsigned blocks = kern::blocks_for(n);
+    kern::dispatch_float(xdt, args, "x", [&](auto tx) {
+      using TX = typename decltype(tx)::type;
+      kern::dispatch_float(ydt, args, "y", [&](auto ty) {
+        using TY = typename decltype(ty)::type;
+        act_fwd_kernel<TX, TY><<<blocks, kern::kThreads, 0, s>>>(static_cast<const TX*>(x), static_cast<TY*>(y),
+                                                                 mask, n, kind);
+      });
+    });
+    check_launch("act_fwd");
+  });
+}
+
+std::unique_ptr<Op> act_fwd(Context&, const OpArgs& args) { return act_forward(args, true); }
+std::unique_ptr<Op> act_inf(Context&, const OpArgs& args) { return act_forward(args, false); }
+
+std::unique_ptr<Op> act_bwd(Context&, const OpArgs& args) {
+  const std::int64_t n = args.i("n");
+  const int kind = kind_of(args);
+  const DT xdt = args.dt("x"), ddt = args.dt("dy");
+  if (args.dt("dx") != ddt) args.bad("dx and dy must have one dtype");
+  const void* x = args.ptr("x");
+  const void* dy = args.ptr("dy");
+  void* dx = args.ptr("dx");
+  const signed char* mask = args.has("mask") ? static_cast<const signed char*>(args.ptr("mask")) : nullptr;
+  kern::dispatch_float(xdt, args, "x", [](auto) {});
+  kern::dispatch_float(ddt, args, "dy", [](auto) {});
+  return fn_op([=](cudaStream_t s) {
+    const unsigned blocks = kern::blocks_for(n);
+    kern::dispatch_float(xdt, args, "x", [&](auto tx) {
+      using TX = typename decltype(tx)::type;
+      kern::dispatch_float(ddt, args, "dy", [&](auto td) {
+        using TD = typename decltype(td)::type;
+        act_bwd_kernel<TX, TD><<<blocks, kern::kThreads, 0, s>>>(
+            static_cast<const TX*>(x), static_cast<const TD*>(dy), static_cast<TD*>(dx), mask, n, kind);
+      });
+    });
+    check_launch("act_bwd");
+  });
+}
+
+}  // namespace
+
+void register_activation_ops() {
+  register_factory("act_fwd", &act_fwd);
+  register_factory("act_bwd", &act_bwd);
+  register_factory("act_inf", &act_inf);
+}
+
+}  // namespace tr::native

@@ -1,0 +1,168 @@
+// 2-D convolution, NHWC cross-correlation with KRSC weights, no bias (tr/backend/cpu/ops/conv.py).
+//
+// Direct kernels, correct and deterministic but not fast: forward and dgrad give each output element one
+// thread that sums its window in a fixed order; wgrad gives each weight one block that reduces over
+// N*P*Q with a fixed tree. They stand in until the cuDNN frontend graphs (conv_fprop/dgrad/wgrad) land.
+#include "cuda/context.hpp"
+#include "ops/kernels.cuh"
+
+namespace tr::native {
+
+namespace {
+
+struct Geo {
+  int n, h, w, c, k, r, s, sh, sw, ph, pw, p, q;
+};
+
+Geo geo_of(const OpArgs& a) {
+  auto g = [&](const char* key) { return static_cast<int>(a.i(key)); };
+  return {g("n"), g("h"), g("w"), g("c"), g("k"), g("kh"), g("kw"), g("sh"), g("sw"), g("ph"), g("pw"), g("p"), g("q")};
+}
+
+template <class TX, class TY>
+__global__ void conv_fwd_kernel(const TX* x, const TX* wt, TY* y, Geo g) {
+  TR_GRID_STRIDE(i, static_cast<std::int64_t>(g.n) * g.p * g.q * g.k) {
+    const int ko = static_cast<int>(i % g.k);
+    std::int64_t rem = i / g.k;
+    const int oq = static_cast<int>(rem % g.q);
+    rem /= g.q;
+    const int op = static_cast<int>(rem % g.p);
+    const int n = static_cast<int>(rem / g.p);
+    float acc = 0.0f;
+    for (int r = 0; r < g.r; ++r) {
+      const int hh = op * g.sh - g.ph + r;
+      if (hh < 0 || hh >= g.h) continue;
+      for (int s = 0; s < g.s; ++s) {
+        const int ww = oq * g.sw - g.pw + s;
+        if (ww < 0 || ww >= g.w) continue;
+        const TX* xr = x + ((static_cast<std::int64_t>(n) * g.h + hh) * g.w + ww) * g.c;
+        const TX* wr = wt + ((static_cast<std::int64_t>(ko) * g.r + r) * g.s + s) * g.c;
+        for (int c = 0; c < g.c; ++c) acc += kern::to_f(xr[c]) * kern::to_f(wr[c]);
+      }
+    }
+    y[i] = kern::from_f<TY>(acc);
+  }
+}
+
+// dw[k, r, s, c] = sum over (n, p, q) of dy[n, p, q, k] * x[n, p*sh - ph + r, q*sw - pw + s, c]; one block each.
+template <class TX, class TD, class TW>
+__global__ void conv_wgrad_kernel(const TX* x, const TD* dy, TW* dw, Geo g) {
+  __shared__ float sf[32];
+  const std::int64_t j = blockIdx.x;
+  const int c = static_cast<int>(j % g.c);
+  std::int64_t rem = j / g.c;
+  const int s = static_cast<int>(rem % g.s);
+  rem /= g.s;
+  const int r = static_cast<int>(rem % g.r);
+  const int ko = static_cast<int>(rem / g.r);
+  float acc = 0.0f;
+  const std::int64_t total = static_cast<std::int64_t>(g.n) * g.p * g.q;
+  for (std::int64_t o = threadIdx.x; o < total; o += blockDim.x) {
+    const int oq = static_cast<int>(o % g.q);
+    const std::int64_t t = o / g.q;
+    const int op = static_cast<int>(t % g.p);
+    const int n = static_cast<int>(t / g.p);
+    const int hh = op * g.sh - g.ph + r, ww = oq * g.sw - g.pw + s;
+    if (hh < 0 || hh >= g.h || ww < 0 || ww >= g.w) continue;
+    acc += kern::to_f(dy[o * g.k + ko]) * kern::to_f(x[((static_cast<std::int64_t>(n) * g.h + hh) * g.w + ww) * g.c + c]);
+  }
+  acc = kern::block_reduce(acc, kern::Sum(), sf);
+  if (threadIdx.x == 0) dw[j] = kern::from_f<TW>(acc);
+}
+
+// dx[n, h, w, c] = sum over (k, r, s) with h = p*sh - ph + r, w = q*sw - pw + s of dy[n, p, q, k] * w[k, r, s, c].
+template <class TX, class TD, class TO>
+__global__ void conv_dgrad_kernel(const TX* wt, const TD* dy, TO* dx, Geo g) {
+  TR_GRID_STRIDE(i, static_cast<std::int64_t>(g.n) * g.h * g.w * g.c) {
+    const int c = static_cast<int>(i % g.c);
+    std::int64_t rem = i / g.c;
+    const int ww = static_cast<int>(rem % g.w);
+    rem /= g.w;
+    const int hh = static_cast<int>(rem % g.h);
+    const int n = static_cast<int>(rem / g.h);
+    float acc = 0.0f;
+    for (int r = 0; r < g.r; ++r) {
+      const int a = hh + g.ph - r;
+      if (a < 0 || a % g.sh != 0 || a / g.sh >= g.p) continue;
+      const int op = a / g.sh;
+      for (int s = 0; s < g.s; ++s) {
+        const int b = ww + g.pw - s;
+        if (b < 0 || b % g.sw != 0 || b / g.sw >= g.q) continue;
+        const int oq = b / g.sw;
+        const TD* d = dy + ((static_cast<std::int64_t>(n) * g.p + op) * g.q + oq) * g.k;
+        for (int ko = 0; ko < g.k; ++ko) {
+          acc += kern::to_f(d[ko]) * kern::to_f(wt[((static_cast<std::int64_t>(ko) * g.r + r) * g.s + s) * g.c + c]);
+        }
+      }
+    }
+    dx[i] = kern::from_f<TO>(acc);
+  }
+}
+
+std::unique_ptr<Op> conv_fwd(Context&, const OpArgs& args) {
+  const Geo g = geo_of(args);
+  const DT xdt = args.dt("x"), ydt = args.dt("y");
+  if (args.dt("w") != xdt) args.bad("w and x must have one dtype");
+  const void* x = args.ptr("x");
+  const void* w = args.ptr("w");
+  void* y = args.ptr("y");
+  kern::dispatch_float(xdt, args, "x", [](auto) {});
+  kern::dispatch_float(ydt, args, "y", [](auto) {});
+  return fn_op([=](cudaStream_t s) {
+    kern::dispatch_float(xdt, args, "x", [&](auto tx) {
+      using TX = typename decltype(tx)::type;
+      kern::dispatch_float(ydt, args, "y", [&](auto ty) {
+        using TY = typename decltype(ty)::type;
+        conv_fwd_kernel<TX, TY><<<kern::blocks_for(std::int64_t(g.n) * g.p * g.q * g.k), kern::kThreads, 0, s>>>(
+            static_cast<const TX*>(x), static_cast<const TX*>(w), static_cast<TY*>(y), g);
+      });
+    });
+    check_launch("conv_fwd");
+  });
+}
+
+std::unique_ptr<Op> conv_bwd(Context&, const OpArgs& args) {
+  const Geo g = geo_of(args);
+  const DT xdt = args.dt("x"), ddt = args.dt("dy"), wdt = args.dt("dw");
+  if (args.dt("w") != xdt) args.bad("w and x must have one dtype");
+  const bool has_dx = args.has("dx");
+  const DT odt = has_dx ? args.dt("dx") : xdt;
+  const void* x = args.ptr("x");
+  const void* w = args.ptr("w");
+  const void* dy = args.ptr("dy");
+  void* dw = args.ptr("dw");
+  void* dx = has_dx ? args.ptr("dx") : nullptr;
+  for (DT dt : {xdt, ddt, wdt, odt}) kern::dispatch_float(dt, args, "x, dy, dw, dx", [](auto) {});
+  const unsigned wblocks = static_cast<unsigned>(std::int64_t(g.k) * g.r * g.s * g.c);
+  return fn_op([=](cudaStream_t s) {
+    kern::dispatch_float(xdt, args, "x", [&](auto tx) {
+      using TX = typename decltype(tx)::type;
+      kern::dispatch_float(ddt, args, "dy", [&](auto td) {
+        using TD = typename decltype(td)::type;
+        kern::dispatch_float(wdt, args, "dw", [&](auto tw) {
+          using TW = typename decltype(tw)::type;
+          conv_wgrad_kernel<TX, TD, TW><<<wblocks, kern::kThreads, 0, s>>>(
+              static_cast<const TX*>(x), static_cast<const TD*>(dy), static_cast<TW*>(dw), g);
+        });
+        if (dx != nullptr) {
+          kern::dispatch_float(odt, args, "dx", [&](auto to) {
+            using TO = typename decltype(to)::type;
+            conv_dgrad_kernel<TX, TD, TO><<<kern::blocks_for(std::int64_t(g.n) * g.h * g.w * g.c), kern::kThreads, 0,
+                                            s>>>(static_cast<const TX*>(w), static_cast<const TD*>(dy),
+                                                 static_cast<TO*>(dx), g);
+          });
+        }
+      });
+    });
+    check_launch("conv_bwd");
+  });
+}
+
+}  // namespace
+
+void register_conv_ops() {
+  register_factory("conv_fwd", &conv_fwd);
+  register_factory("conv_bwd", &conv_bwd);
+}
+
+}  // namespace tr::native

@@ -1,0 +1,285 @@
+// Fully connected layer through cuBLASLt: x [N, K] (row-major), w [O, K], y [N, O].
+//
+// Row-major matrices are column-major transposes, so with m, n, k in cuBLASLt's column-major terms:
+//   fc_fwd  y^T[O,N]  = w^T^T... : D(O x N) = op(A = w stored K x O, T) * op(B = x stored K x N, N)
+//   fc_bwd  dw^T[K,O] : D(K x O) = op(A = x stored K x N, N) * op(B = dy stored O x N, T); db = BGRADB (sum over N)
+//           dx^T[K,N] : D(K x N) = op(A = w stored K x O, N) * op(B = dy stored O x N, N)
+// Epilogues remove kernels where cuBLASLt offers them for the layout (BIAS, RELU_BIAS, RELU, BGRADB); when
+// its heuristics find no algorithm with the epilogue, the plain GEMM runs and our own kernels do the rest.
+// FP32 runs in FP32 (or TF32 when asked); FP16/BF16 inputs accumulate in FP32 and may write FP32 outputs.
+#include <cublasLt.h>
+
+#include <memory>
+#include <string>
+
+#include "cuda/context.hpp"
+#include "cuda/cublaslt.hpp"
+#include "ops/kernels.cuh"
+
+namespace tr::native {
+
+namespace {
+
+cudaDataType_t cuda_type(DT dt, const OpArgs& args, const char* what) {
+  switch (dt) {
+    case DT::F32:
+      return CUDA_R_32F;
+    case DT::F16:
+      return CUDA_R_16F;
+    case DT::BF16:
+      return CUDA_R_16BF;
+    default:
+      args.bad(std::string(what) + " must be FP32, FP16 or BF16, got " + dtype_name(dt));
+  }
+}
+
+struct GemmSpec {
+  bool trans_a = false, trans_b = false;
+  std::int64_t m = 0, n = 0, k = 0;
+  cudaDataType_t a_type = CUDA_R_32F, b_type = CUDA_R_32F, d_type = CUDA_R_32F;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  void* bias = nullptr;  // bias (forward) or bias gradient (BGRADB)
+  cudaDataType_t bias_type = CUDA_R_32F;
+};
+
+// One planned cuBLASLt matmul: descriptors and the algorithm chosen once.
+class Gemm {
+ public:
+  ~Gemm() {
+    const auto& api = cuda::lt();
+    if (desc_ != nullptr) api.desc_destroy(desc_);
+    for (auto* l : {a_, b_, d_}) {
+      if (l != nullptr) api.layout_destroy(l);
+    }
+  }
+
+  // nullptr when cuBLASLt has no algorithm for this spec (e.g. an epilogue it cannot fuse here).
+  static std::unique_ptr<Gemm> plan(Context& ctx, const GemmSpec& s) {
+    const auto& api = cuda::lt();
+    auto g = std::make_unique<Gemm>();
+    g->spec_ = s;
+    g->ctx_ = &ctx;
+    cuda::lt_check(api.desc_create(&g->desc_, s.compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    const cublasOperation_t ta = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t tb = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cuda::lt_check(api.desc_set(g->desc_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "set TRANSA");
+    cuda::lt_check(api.desc_set(g->desc_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "set TRANSB");
+    if (s.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+      cuda::lt_check(api.desc_set(g->desc_, CUBLASLT_MATMUL_DESC_EPILOGUE, &s.epilogue, sizeof(s.epilogue)),
+                     "set EPILOGUE");
+    }
+    if (s.bias != nullptr) {
+      cuda::lt_check(api.desc_set(g->desc_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &s.bias, sizeof(s.bias)),
+                     "set BIAS_POINTER");
+      const std::int32_t bt = s.bias_type;
+      cuda::lt_check(api.desc_set(g->desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)),
+                     "set BIAS_DATA_TYPE");
+    }
+    // Stored shapes (column-major rows x cols, leading dimension = rows).
+    const std::uint64_t a_rows = s.trans_a ? s.k : s.m, a_cols = s.trans_a ? s.m : s.k;
+    const std::uint64_t b_rows = s.trans_b ? s.n : s.k, b_cols = s.trans_b ? s.k : s.n;
+    cuda::lt_check(api.layout_create(&g->a_, s.a_type, a_rows, a_cols, a_rows), "cublasLtMatrixLayoutCreate(A)");
+    cuda::lt_check(api.layout_create(&g->b_, s.b_type, b_rows, b_cols, b_rows), "cublasLtMatrixLayoutCreate(B)");
+    cuda::lt_check(api.layout_create(&g->d_, s.d_type, s.m, s.n, s.m), "cublasLtMatrixLayoutCreate(D)");
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    cuda::lt_check(api.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
+    std::size_t ws = ctx.workspace_size();
+    cublasStatus_t st = api.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    cublasLtMatmulHeuristicResult_t result = {};
+    int found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = api.heuristic(ctx.lt_handle(), g->desc_, g->a_, g->b_, g->d_, g->d_, pref, 1, &result, &found);
+    }
+    api.pref_destroy(pref);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || found < 1 || result.state != CUBLAS_STATUS_SUCCESS) return nullptr;
+    cuda::lt_check(st, "cublasLtMatmulAlgoGetHeuristic");
+    g->algo_ = result.algo;
+    g->ws_ = result.workspaceSize;
+    return g;
+  }
+
+  void run(const void* a, const void* b, void* d, cudaStream_t stream) const {
+    const float alpha = 1.0f, beta = 0.0f;
+    cuda::lt_check(cuda::lt().matmul(ctx_->lt_handle(), desc_, &alpha, a, a_, b, b_, &beta, d, d_, d, d_, &algo_,
+                                     ctx_->workspace(), ws_, stream),
+                   "cublasLtMatmul");
+  }
+
+ private:
+  GemmSpec spec_;
+  Context* ctx_ = nullptr;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
+  cublasLtMatmulAlgo_t algo_ = {};
+  std::size_t ws_ = 0;
+};
+
+// A GEMM with the wanted epilogue, else the plain one (then `fused` is false); throws when neither exists.
+std::unique_ptr<Gemm> plan_with_fallback(Context& ctx, GemmSpec spec, const OpArgs& args, bool& fused) {
+  fused = false;
+  if (spec.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    if (auto g = Gemm::plan(ctx, spec)) {
+      fused = true;
+      return g;
+    }
+    spec.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    spec.bias = nullptr;
+  }
+  if (auto g = Gemm::plan(ctx, spec)) return g;
+  args.bad("cuBLASLt has no algorithm for a " + std::to_string(spec.m) + "x" + std::to_string(spec.n) + "x" +
+           std::to_string(spec.k) + " GEMM with these types");
+}
+
+cublasComputeType_t compute_for(DT input, const OpArgs& args) {
+  if (input == DT::F32 && args.i("tf32", 0) != 0) return CUBLAS_COMPUTE_32F_FAST_TF32;
+  return CUBLAS_COMPUTE_32F;
+}
+
+// y[r, c] = relu?(y[r, c] + bias[c]) over rows x cols (row-major), computed in float.
+template <class TY, class TB>
+__global__ void bias_act_kernel(TY* y, const TB* bias, std::int64_t rows, std::int64_t cols, int relu) {
+  TR_GRID_STRIDE(i, rows * cols) {
+    float v = kern::to_f(y[i]);
+    if (bias != nullptr) v = v + kern::to_f(bias[i % cols]);
+    if (relu && v < 0.0f) v = 0.0f;  // NaN stays NaN, as numpy's maximum(y, 0)
+    y[i] = kern::from_f<TY>(v);
+  }
+}
+
+// db[c] = sum over rows of dy[r, c], summed in row order in float (numpy's sum over axis 0).
+template <class TD, class TB>
+__global__ void column_sum_kernel(const TD* dy, TB* db, std::int64_t rows, std::int64_t cols) {
+  TR_GRID_STRIDE(c, cols) {
+    float acc = 0.0f;
+    for (std::int64_t r = 0; r < rows; ++r) acc = acc + kern::to_f(dy[r * cols + c]);
+    db[c] = kern::from_f<TB>(acc);
+  }
+}
+
+template <class TY>
+void launch_bias_act(DT bias_dt, void* y, const void* bias, std::int64_t rows, std::int64_t cols, bool relu,
+                     cudaStream_t s, const OpArgs& args) {
+  const unsigned blocks = kern::blocks_for(rows * cols);
+  auto go = [&](auto tb) {
+    using TB = typename decltype(tb)::type;
+    bias_act_kernel<TY, TB><<<blocks, kern::kThreads, 0, s>>>(static_cast<TY*>(y), static_cast<const TB*>(bias),
+                                                               rows, cols, relu ? 1 : 0);
+  };
+  kern::dispatch_float(bias_dt, args, "bias", go);
+  check_launch("fc bias/relu");
+}
+
+std::unique_ptr<Op> fc_fwd(Context& ctx, const OpArgs& args) {
+  const std::int64_t n = args.i("n"), k = args.i("k"), o = args.i("o");
+  const DT xdt = args.dt("x"), ydt = args.dt("y");
+  if (args.dt("w") != xdt) args.bad("w and x must have one dtype");
+  const bool relu = args.i("relu", 0) != 0;
+  const bool has_bias = args.has("b");
+  const DT bdt = has_bias ? args.dt("b") : DT::F32;
+  GemmSpec spec;
+  spec.trans_a = true;
+  spec.m = o;
+  spec.n = n;
+  spec.k = k;
+  spec.a_type = spec.b_type = cuda_type(xdt, args, "x");
+  spec.d_type = cuda_type(ydt, args, "y");
+  spec.compute = compute_for(xdt, args);
+  if (has_bias) {
+    spec.epilogue = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    spec.bias = args.ptr("b");
+    spec.bias_type = cuda_type(bdt, args, "b");
+  } else if (relu) {
+    spec.epilogue = CUBLASLT_EPILOGUE_RELU;
+  }
+  bool fused = false;
+  std::shared_ptr<Gemm> gemm = plan_with_fallback(ctx, spec, args, fused);
+  const void* x = args.ptr("x");
+  const void* w = args.ptr("w");
+  void* y = args.ptr("y");
+  const void* bias = has_bias ? args.ptr("b") : nullptr;
+  const bool tail = !fused && (has_bias || relu);
+  OpArgs copy = args;
+  return fn_op([=](cudaStream_t s) {
+    gemm->run(w, x, y, s);
+    if (tail) {
+      auto go = [&](auto ty) {
+        using TY = typename decltype(ty)::type;
+        launch_bias_act<TY>(bdt, y, bias, n, o, relu, s, copy);
+      };
+      kern::dispatch_float(ydt, copy, "y", go);
+    }
+  }, !has_bias && !relu ? "gemm" : fused ? "gemm with fused epilogue" : "gemm + bias/relu kernel");
+}
+
+std::unique_ptr<Op> fc_bwd(Context& ctx, const OpArgs& args) {
+  const std::int64_t n = args.i("n"), k = args.i("k"), o = args.i("o");
+  const DT xdt = args.dt("x"), dydt = args.dt("dy"), dwdt = args.dt("dw");
+  if (args.dt("w") != xdt || dydt != xdt) args.bad("x, w and dy must have one dtype");
+  const bool has_db = args.has("db"), has_dx = args.has("dx");
+  const DT dbdt = has_db ? args.dt("db") : DT::F32;
+  GemmSpec wspec;
+  wspec.trans_b = true;
+  wspec.m = k;
+  wspec.n = o;
+  wspec.k = n;
+  wspec.a_type = wspec.b_type = cuda_type(xdt, args, "x");
+  wspec.d_type = cuda_type(dwdt, args, "dw");
+  wspec.compute = compute_for(xdt, args);
+  if (has_db) {
+    wspec.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    wspec.bias = args.ptr("db");
+    wspec.bias_type = cuda_type(dbdt, args, "db");
+  }
+  bool fused = false;
+  std::shared_ptr<Gemm> wgemm = plan_with_fallback(ctx, wspec, args, fused);
+  std::shared_ptr<Gemm> xgemm;
+  if (has_dx) {
+    GemmSpec xspec;
+    xspec.m = k;
+    xspec.n = n;
+    xspec.k = o;
+    xspec.a_type = xspec.b_type = wspec.a_type;
+    xspec.d_type = cuda_type(args.dt("dx"), args, "dx");
+    xspec.compute = wspec.compute;
+    bool unused = false;
+    xgemm = plan_with_fallback(ctx, xspec, args, unused);
+  }
+  const void* x = args.ptr("x");
+  const void* w = args.ptr("w");
+  const void* dy = args.ptr("dy");
+  void* dw = args.ptr("dw");
+  void* db = has_db ? args.ptr("db") : nullptr;
+  void* dx = has_dx ? args.ptr("dx") : nullptr;
+  const bool db_kernel = has_db && !fused;
+  OpArgs copy = args;
+  return fn_op([=](cudaStream_t s) {
+    wgemm->run(x, dy, dw, s);
+    if (db_kernel) {
+      const unsigned blocks = kern::blocks_for(o);
+      auto go_dy = [&](auto td) {
+        using TD = typename decltype(td)::type;
+        auto go_db = [&](auto tb) {
+          using TB = typename decltype(tb)::type;
+          column_sum_kernel<TD, TB><<<blocks, kern::kThreads, 0, s>>>(static_cast<const TD*>(dy),
+                                                                      static_cast<TB*>(db), n, o);
+        };
+        kern::dispatch_float(dbdt, copy, "db", go_db);
+      };
+      kern::dispatch_float(dydt, copy, "dy", go_dy);
+      check_launch("fc bias gradient");
+    }
+    if (xgemm) xgemm->run(w, dy, dx, s);
+  }, std::string(!has_db ? "dw gemm" : fused ? "dw gemm with fused BGRADB" : "dw gemm + bias-gradient kernel") +
+         (has_dx ? ", dx gemm" : ""));
+}
+
+}  // namespace
+
+void register_fc_ops() {
+  register_factory("fc_fwd", &fc_fwd);
+  register_factory("fc_bwd", &fc_bwd);
+}
+
+}  // namespace tr::native

@@ -1,0 +1,277 @@
+// Pooling (tr/backend/cpu/ops/pool.py): max (INT8 argmax mask, first max wins, -inf padding), average
+// (padding excluded from the count) and global average. Every kernel gathers: each output element is written
+// by one thread that visits its window in kernel-position order, so there are no atomics and the float32
+// operations happen in the CPU backend's order.
+#include "cuda/context.hpp"
+#include "ops/kernels.cuh"
+
+namespace tr::native {
+
+namespace {
+
+struct Win {
+  int n, h, w, c, kh, kw, sh, sw, ph, pw, p, q;
+};
+
+Win win_of(const OpArgs& a) {
+  auto g = [&](const char* k) { return static_cast<int>(a.i(k)); };
+  return {g("n"), g("h"), g("w"), g("c"), g("kh"), g("kw"), g("sh"), g("sw"), g("ph"), g("pw"), g("p"), g("q")};
+}
+
+__device__ __forceinline__ float inv_count(const Win& g, int op, int oq) {
+  const int h0 = op * g.sh - g.ph, w0 = oq * g.sw - g.pw;
+  const int rows = min(h0 + g.kh, g.h) - max(h0, 0);
+  const int cols = min(w0 + g.kw, g.w) - max(w0, 0);
+  return static_cast<float>(1.0 / static_cast<double>(rows * cols));
+}
+
+template <class TX, class TY>
+__global__ void maxpool_fwd_kernel(const TX* x, TY* y, signed char* code, Win g, int train) {
+  TR_GRID_STRIDE(i, static_cast<std::int64_t>(g.n) * g.p * g.q * g.c) {
+    const int ch = static_cast<int>(i % g.c);
+    std::int64_t r = i / g.c;
+    const int oq = static_cast<int>(r % g.q);
+    r /= g.q;
+    const int op = static_cast<int>(r % g.p);
+    const int n = static_cast<int>(r / g.p);
+    float best = -INFINITY;
+    int arg = 0;
+    for (int t = 0; t < g.kh * g.kw; ++t) {
+      const int hh = op * g.sh - g.ph + t / g.kw, ww = oq * g.sw - g.pw + t % g.kw;
+      float v = -INFINITY;
+      if (hh >= 0 && hh < g.h && ww >= 0 && ww < g.w) {
+        v = kern::to_f(x[((static_cast<std::int64_t>(n) * g.h + hh) * g.w + ww) * g.c + ch]);
+      }
+      if (train) {
+        if (t == 0 || v > best) {  // strict '>': the first max wins, NaN never replaces
+          best = v;
+          arg = t;
+        }
+      } else {
+        best = t == 0 ? v : kern::nan_max(best, v);
+      }
+    }
+    y[i] = kern::from_f<TY>(best);
+    if (train) code[i] = static_cast<signed char>(arg);
+  }
+}
+
+template <class TD, class TX>
+__global__ void maxpool_bwd_kernel(const TD* dy, const signed char* code, TX* dx, Win g, int overlap) {
+  TR_GRID_STRIDE(i, static_cast<std::int64_t>(g.n) * g.h * g.w * g.c) {
+    const int ch = static_cast<int>(i % g.c);
+    std::int64_t r = i / g.c;
+    const int ww = static_cast<int>(r % g.w);
+    r /= g.w;
+    const int hh = static_cast<int>(r % g.h);
+    const int n = static_cast<int>(r / g.h);
+    float acc = 0.0f;
+    for (int t = 0; t < g.kh * g.kw; ++t) {
+      const int a = hh + g.ph - t / g.kw, b = ww + g.pw - t % g.kw;
+      if (a < 0 || b < 0 || a % g.sh != 0 || b % g.sw != 0) continue;
+      const int op = a / g.sh, oq = b / g.sw;
+      if (op >= g.p || oq >= g.q) continue;
+      const std::int64_t o = ((static_cast<std::int64_t>(n) * g.p + op) * g.q + oq) * g.c + ch;
+      const bool hit = code[o] == t;
+      if (overlap) {
+        acc = acc + kern::to_f(dy[o]) * (hit ? 1.0f : 0.0f);  // the CPU's dy * (code == t), NaN included
+      } else if (hit) {
+        acc = kern::to_f(dy[o]);
+      }
+    }
+    dx[i] = kern::from_f<TX>(acc);
+  }
+}
+
+template <class TX, class TY>
+__global__ void avgpool_fwd_kernel(const TX* x, TY* y, Win g) {
+  TR_GRID_STRIDE(i, static_cast<std::int64_t>(g.n) * g.p * g.q * g.c) {
+    const int ch = static_cast<int>(i % g.c);
+    std::int64_t r = i / g.c;
+    const int oq = static_cast<int>(r % g.q);
+    r /= g.q;
+    const int op = static_cast<int>(r % g.p);
+    const int n = static_cast<int>(r / g.p);
+    float acc = 0.0f;
+    for (int t = 0; t < g.kh * g.kw; ++t) {
+      const int hh = op * g.sh - g.ph + t / g.kw, ww = oq * g.sw - g.pw + t % g.kw;
+      float v = 0.0f;
+      if (hh >= 0 && hh < g.h && ww >= 0 && ww < g.w) {
+        v = kern::to_f(x[((static_cast<std::int64_t>(n) * g.h + hh) * g.w + ww) * g.c + ch]);
+      }
+      acc = t == 0 ? v : acc + v;
+    }
+    y[i] = kern::from_f<TY>(acc * inv_count(g, op, oq));
+  }
+}
+
+template <class TD, class TX>
+__global__ void avgpool_bwd_kernel(const TD* dy, TX* dx, Win g) {
+  TR_GRID_STRIDE(i, static_cast<std::int64_t>(g.n) * g.h * g.w * g.c) {
+    const int ch = static_cast<int>(i % g.c);
+    std::int64_t r = i / g.c;
+    const int ww = static_cast<int>(r % g.w);
+    r /= g.w;
+    const int hh = static_cast<int>(r % g.h);
+    const int n = static_cast<int>(r / g.h);
+    float acc = 0.0f;
+    for (int t = 0; t < g.kh * g.kw; ++t) {
+      const int a = hh + g.ph - t / g.kw, b = ww + g.pw - t % g.kw;
+      if (a < 0 || b < 0 || a % g.sh != 0 || b % g.sw != 0) continue;
+      const int op = a / g.sh, oq = b / g.sw;
+      if (op >= g.p || oq >= g.q) continue;
+      const std::int64_t o = ((static_cast<std::int64_t>(n) * g.p + op) * g.q + oq) * g.c + ch;
+      acc = acc + kern::to_f(dy[o]) * inv_count(g, op, oq);
+    }
+    dx[i] = kern::from_f<TX>(acc);
+  }
+}
+
+template <class TX, class TY>
+__global__ void gap_fwd_kernel(const TX* x, TY* y, int n, int hw, int c) {
+  TR_GRID_STRIDE(i, static_cast<std::int64_t>(n) * c) {
+    const std::int64_t b = i / c, ch = i % c;
+    float acc = 0.0f;
+    for (int k = 0; k < hw; ++k) acc = acc + kern::to_f(x[(b * hw + k) * c + ch]);
+    y[i] = kern::from_f<TY>(acc / static_cast<float>(hw));
+  }
+}
+
+template <class TD, class TX>
+__global__ void gap_bwd_kernel(const TD* dy, TX* dx, int n, int hw, int c, float inv) {
+  TR_GRID_STRIDE(i, static_cast<std::int64_t>(n) * hw * c) {
+    const std::int64_t ch = i % c, b = i / (static_cast<std::int64_t>(hw) * c);
+    dx[i] = kern::from_f<TX>(kern::to_f(dy[b * c + ch]) * inv);
+  }
+}
+
+// Dispatches a two-dtype kernel launch: body(Tag<TA>, Tag<TB>).
+template <class Body>
+void dispatch2(DT a, DT b, const OpArgs& args, Body&& body) {
+  kern::dispatch_float(a, args, "input", [&](auto ta) {
+    kern::dispatch_float(b, args, "output", [&](auto tb) { body(ta, tb); });
+  });
+}
+
+std::unique_ptr<Op> maxpool_forward(const OpArgs& args, bool train) {
+  const Win g = win_of(args);
+  const DT xdt = args.dt("x"), ydt = args.dt("y");
+  const void* x = args.ptr("x");
+  void* y = args.ptr("y");
+  signed char* code = train ? static_cast<signed char*>(args.ptr("mask")) : nullptr;
+  dispatch2(xdt, ydt, args, [](auto, auto) {});
+  return fn_op([=](cudaStream_t s) {
+    dispatch2(xdt, ydt, args, [&](auto ta, auto tb) {
+      using TX = typename decltype(ta)::type;
+      using TY = typename decltype(tb)::type;
+      maxpool_fwd_kernel<TX, TY><<<kern::blocks_for(std::int64_t(g.n) * g.p * g.q * g.c), kern::kThreads, 0, s>>>(
+          static_cast<const TX*>(x), static_cast<TY*>(y), code, g, train ? 1 : 0);
+    });
+    check_launch("maxpool forward");
+  });
+}
+
+std::unique_ptr<Op> maxpool_fwd(Context&, const OpArgs& args) { return maxpool_forward(args, true); }
+std::unique_ptr<Op> maxpool_inf(Context&, const OpArgs& args) { return maxpool_forward(args, false); }
+
+std::unique_ptr<Op> maxpool_bwd(Context&, const OpArgs& args) {
+  const Win g = win_of(args);
+  const DT ddt = args.dt("dy"), xdt = args.dt("dx");
+  const void* dy = args.ptr("dy");
+  const auto* code = static_cast<const signed char*>(args.ptr("mask"));
+  void* dx = args.ptr("dx");
+  const int overlap = g.sh < g.kh || g.sw < g.kw ? 1 : 0;
+  dispatch2(ddt, xdt, args, [](auto, auto) {});
+  return fn_op([=](cudaStream_t s) {
+    dispatch2(ddt, xdt, args, [&](auto ta, auto tb) {
+      using TD = typename decltype(ta)::type;
+      using TX = typename decltype(tb)::type;
+      maxpool_bwd_kernel<TD, TX><<<kern::blocks_for(std::int64_t(g.n) * g.h * g.w * g.c), kern::kThreads, 0, s>>>(
+          static_cast<const TD*>(dy), code, static_cast<TX*>(dx), g, overlap);
+    });
+    check_launch("maxpool_bwd");
+  });
+}
+
+std::unique_ptr<Op> avgpool_fwd(Context&, const OpArgs& args) {
+  const Win g = win_of(args);
+  const DT xdt = args.dt("x"), ydt = args.dt("y");
+  const void* x = args.ptr("x");
+  void* y = args.ptr("y");
+  dispatch2(xdt, ydt, args, [](auto, auto) {});
+  return fn_op([=](cudaStream_t s) {
+    dispatch2(xdt, ydt, args, [&](auto ta, auto tb) {
+      using TX = typename decltype(ta)::type;
+      using TY = typename decltype(tb)::type;
+      avgpool_fwd_kernel<TX, TY><<<kern::blocks_for(std::int64_t(g.n) * g.p * g.q * g.c), kern::kThreads, 0, s>>>(
+          static_cast<const TX*>(x), static_cast<TY*>(y), g);
+    });
+    check_launch("avgpool_fwd");
+  });
+}
+
+std::unique_ptr<Op> avgpool_bwd(Context&, const OpArgs& args) {
+  const Win g = win_of(args);
+  const DT ddt = args.dt("dy"), xdt = args.dt("dx");
+  const void* dy = args.ptr("dy");
+  void* dx = args.ptr("dx");
+  dispatch2(ddt, xdt, args, [](auto, auto) {});
+  return fn_op([=](cudaStream_t s) {
+    dispatch2(ddt, xdt, args, [&](auto ta, auto tb) {
+      using TD = typename decltype(ta)::type;
+      using TX = typename decltype(tb)::type;
+      avgpool_bwd_kernel<TD, TX><<<kern::blocks_for(std::int64_t(g.n) * g.h * g.w * g.c), kern::kThreads, 0, s>>>(
+          static_cast<const TD*>(dy), static_cast<TX*>(dx), g);
+    });
+    check_launch("avgpool_bwd");
+  });
+}
+
+std::unique_ptr<Op> gap_fwd(Context&, const OpArgs& args) {
+  const int n = static_cast<int>(args.i("n")), hw = static_cast<int>(args.i("hw")), c = static_cast<int>(args.i("c"));
+  const DT xdt = args.dt("x"), ydt = args.dt("y");
+  const void* x = args.ptr("x");
+  void* y = args.ptr("y");
+  dispatch2(xdt, ydt, args, [](auto, auto) {});
+  return fn_op([=](cudaStream_t s) {
+    dispatch2(xdt, ydt, args, [&](auto ta, auto tb) {
+      using TX = typename decltype(ta)::type;
+      using TY = typename decltype(tb)::type;
+      gap_fwd_kernel<TX, TY><<<kern::blocks_for(std::int64_t(n) * c), kern::kThreads, 0, s>>>(
+          static_cast<const TX*>(x), static_cast<TY*>(y), n, hw, c);
+    });
+    check_launch("gap_fwd");
+  });
+}
+
+std::unique_ptr<Op> gap_bwd(Context&, const OpArgs& args) {
+  const int n = static_cast<int>(args.i("n")), hw = static_cast<int>(args.i("hw")), c = static_cast<int>(args.i("c"));
+  const float inv = static_cast<float>(1.0 / hw);
+  const DT ddt = args.dt("dy"), xdt = args.dt("dx");
+  const void* dy = args.ptr("dy");
+  void* dx = args.ptr("dx");
+  dispatch2(ddt, xdt, args, [](auto, auto) {});
+  return fn_op([=](cudaStream_t s) {
+    dispatch2(ddt, xdt, args, [&](auto ta, auto tb) {
+      using TD = typename decltype(ta)::type;
+      using TX = typename decltype(tb)::type;
+      gap_bwd_kernel<TD, TX><<<kern::blocks_for(std::int64_t(n) * hw * c), kern::kThreads, 0, s>>>(
+          static_cast<const TD*>(dy), static_cast<TX*>(dx), n, hw, c, inv);
+    });
+    check_launch("gap_bwd");
+  });
+}
+
+}  // namespace
+
+void register_pool_ops() {
+  register_factory("maxpool_fwd", &maxpool_fwd);
+  register_factory("maxpool_inf", &maxpool_inf);
+  register_factory("maxpool_bwd", &maxpool_bwd);
+  register_factory("avgpool_fwd", &avgpool_fwd);
+  register_factory("avgpool_bwd", &avgpool_bwd);
+  register_factory("gap_fwd", &gap_fwd);
+  register_factory("gap_bwd", &gap_bwd);
+}
+
+}  // namespace tr::native

@@ -1,0 +1,140 @@
+// Range ops over byte ranges of whole regions (one launch however many layers): clear (memset), cast,
+// finite check (+clip), scale, EMA, and the metric accumulation. range_copy is the memcpy op (copy.cu) and a
+// one-rank all-reduce records nothing. Semantics: tr/backend/cpu/ops/range/basic.py.
+#include "cuda/check.hpp"
+#include "cuda/context.hpp"
+#include "ops/kernels.cuh"
+
+namespace tr::native {
+
+namespace {
+
+std::unique_ptr<Op> memset_op(Context&, const OpArgs& args) {
+  void* dst = args.ptr("dst");
+  const auto nbytes = static_cast<std::size_t>(args.i("nbytes"));
+  return fn_op([=](cudaStream_t s) {
+    if (nbytes > 0) cuda::check(cudaMemsetAsync(dst, 0, nbytes, s), "cudaMemsetAsync");
+  });
+}
+
+template <class TS, class TD>
+__global__ void cast_kernel(const TS* src, TD* dst, std::int64_t n) {
+  TR_GRID_STRIDE(i, n) { dst[i] = kern::from_f<TD>(kern::to_f(src[i])); }
+}
+
+std::unique_ptr<Op> range_cast(Context&, const OpArgs& args) {
+  const std::int64_t n = args.i("n");
+  const DT sdt = args.dt("src"), ddt = args.dt("dst");
+  const void* src = args.ptr("src");
+  void* dst = args.ptr("dst");
+  kern::dispatch_float(sdt, args, "src", [](auto) {});
+  kern::dispatch_float(ddt, args, "dst", [](auto) {});
+  return fn_op([=](cudaStream_t s) {
+    kern::dispatch_float(sdt, args, "src", [&](auto ts) {
+      using TS = typename decltype(ts)::type;
+      kern::dispatch_float(ddt, args, "dst", [&](auto td) {
+        using TD = typename decltype(td)::type;
+        cast_kernel<TS, TD>
+            <<<kern::blocks_for(n), kern::kThreads, 0, s>>>(static_cast<const TS*>(src), static_cast<TD*>(dst), n);
+      });
+    });
+    check_launch("range_cast");
+  });
+}
+
+// flag = 1 if any element is not finite (a plain store: every writer writes the same value, no atomics);
+// with clip > 0, finite and infinite elements are clamped to [-clip, clip] and NaN stays NaN (numpy's clip).
+__global__ void check_finite_kernel(float* v, std::int64_t n, int* flag, float clip) {
+  bool bad = false;
+  TR_GRID_STRIDE(i, n) {
+    const float x = v[i];
+    if (!isfinite(x)) bad = true;
+    if (clip > 0.0f && x == x) v[i] = fminf(fmaxf(x, -clip), clip);
+  }
+  if (bad) *flag = 1;
+}
+
+std::unique_ptr<Op> range_check_finite(Context&, const OpArgs& args) {
+  const std::int64_t n = args.i("n");
+  const float clip = static_cast<float>(args.f("clip", 0.0));
+  float* v = n > 0 ? static_cast<float*>(args.ptr("span")) : nullptr;
+  int* flag = static_cast<int*>(args.ptr("flag"));
+  return fn_op([=](cudaStream_t s) {
+    cuda::check(cudaMemsetAsync(flag, 0, sizeof(int), s), "cudaMemsetAsync(flag)");
+    if (n > 0) {
+      check_finite_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(v, n, flag, clip);
+      check_launch("range_check_finite");
+    }
+  });
+}
+
+__global__ void scale_kernel(float* v, std::int64_t n, const float* factor) {
+  const float f = *factor;
+  TR_GRID_STRIDE(i, n) { v[i] = v[i] * f; }
+}
+
+std::unique_ptr<Op> range_scale(Context&, const OpArgs& args) {
+  const std::int64_t n = args.i("n");
+  float* v = static_cast<float*>(args.ptr("span"));
+  const float* factor = static_cast<const float*>(args.ptr("factor"));
+  return fn_op([=](cudaStream_t s) {
+    scale_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(v, n, factor);
+    check_launch("range_scale");
+  });
+}
+
+__global__ void ema_kernel(const float* src, float* dst, std::int64_t n, float decay, float keep) {
+  TR_GRID_STRIDE(i, n) { dst[i] = dst[i] * decay + src[i] * keep; }
+}
+
+std::unique_ptr<Op> range_ema(Context&, const OpArgs& args) {
+  const std::int64_t n = args.i("n");
+  const double decay = args.f("decay");
+  const float d = static_cast<float>(decay), keep = static_cast<float>(1.0 - decay);
+  const float* src = static_cast<const float*>(args.ptr("src"));
+  float* dst = static_cast<float*>(args.ptr("dst"));
+  return fn_op([=](cudaStream_t s) {
+    ema_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(src, dst, n, d, keep);
+    check_launch("range_ema");
+  });
+}
+
+// accum += result * batch[0] as the CPU backend's numpy does it (NEP 50): the product in float32 (the batch
+// is a weak Python float), the sum in float64, rounded once to float32.
+template <class TB>
+__global__ void accum_kernel(const float* result, float* accum, const TB* batch, int n) {
+  const float b = static_cast<float>(static_cast<double>(batch[0]));
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    accum[i] = static_cast<float>(static_cast<double>(accum[i]) + static_cast<double>(result[i] * b));
+  }
+}
+
+std::unique_ptr<Op> accum_metrics(Context&, const OpArgs& args) {
+  const int n = static_cast<int>(args.i("n"));
+  const float* result = static_cast<const float*>(args.ptr("result"));
+  float* accum = static_cast<float*>(args.ptr("accum"));
+  const void* batch = args.ptr("batch");
+  const DT bdt = args.dt("batch");
+  if (bdt != DT::F32 && bdt != DT::I32) args.bad(std::string("batch must be FP32 or INT32, got ") + dtype_name(bdt));
+  return fn_op([=](cudaStream_t s) {
+    if (bdt == DT::F32) {
+      accum_kernel<float><<<1, 32, 0, s>>>(result, accum, static_cast<const float*>(batch), n);
+    } else {
+      accum_kernel<int><<<1, 32, 0, s>>>(result, accum, static_cast<const int*>(batch), n);
+    }
+    check_launch("accum_metrics");
+  });
+}
+
+}  // namespace
+
+void register_range_ops() {
+  register_factory("memset", &memset_op);
+  register_factory("range_cast", &range_cast);
+  register_factory("range_check_finite", &range_check_finite);
+  register_factory("range_scale", &range_scale);
+  register_factory("range_ema", &range_ema);
+  register_factory("accum_metrics", &accum_metrics);
+}
+
+}  // namespace tr::native

@@ -1,0 +1,72 @@
+// Device-side scalars: step counters, the learning-rate table lookup, the only-halving loss scale
+// (tr/backend/cpu/ops/scalar.py). One tiny kernel each, so a step needs no host involvement.
+#include "cuda/context.hpp"
+#include "ops/kernels.cuh"
+
+namespace tr::native {
+
+namespace {
+
+template <class T>
+__global__ void increment_kernel(T* x, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = x[i] + static_cast<T>(1);
+}
+
+std::unique_ptr<Op> scalar_increment(Context&, const OpArgs& args) {
+  const int n = static_cast<int>(args.i("n"));
+  const DT dt = args.dt("x");
+  void* x = args.ptr("x");
+  if (dt != DT::I32 && dt != DT::F32) args.bad(std::string("x must be INT32 or FP32, got ") + dtype_name(dt));
+  return fn_op([=](cudaStream_t s) {
+    if (dt == DT::I32) {
+      increment_kernel<int><<<1, 32, 0, s>>>(static_cast<int*>(x), n);
+    } else {
+      increment_kernel<float><<<1, 32, 0, s>>>(static_cast<float*>(x), n);
+    }
+    check_launch("scalar_increment");
+  });
+}
+
+__global__ void lr_lookup_kernel(const float* table, int len, const int* step, float* lr) {
+  const int s = *step;
+  const int last = len - 1;
+  *lr = table[s < 0 ? 0 : (s < last ? s : last)];
+}
+
+std::unique_ptr<Op> lr_lookup(Context&, const OpArgs& args) {
+  const int len = static_cast<int>(args.i("len"));
+  if (len < 1) args.bad("the learning-rate table is empty");
+  const float* table = static_cast<const float*>(args.ptr("table"));
+  const int* step = static_cast<const int*>(args.ptr("step"));
+  float* lr = static_cast<float*>(args.ptr("lr"));
+  return fn_op([=](cudaStream_t s) {
+    lr_lookup_kernel<<<1, 1, 0, s>>>(table, len, step, lr);
+    check_launch("lr_lookup");
+  });
+}
+
+__global__ void loss_scale_kernel(const int* flag, float* scale) {
+  if (*flag != 0) {
+    const double half = static_cast<double>(*scale) * 0.5;
+    *scale = static_cast<float>(half > 1.0 ? half : 1.0);
+  }
+}
+
+std::unique_ptr<Op> loss_scale_update(Context&, const OpArgs& args) {
+  const int* flag = static_cast<const int*>(args.ptr("flag"));
+  float* scale = static_cast<float*>(args.ptr("scale"));
+  return fn_op([=](cudaStream_t s) {
+    loss_scale_kernel<<<1, 1, 0, s>>>(flag, scale);
+    check_launch("loss_scale_update");
+  });
+}
+
+}  // namespace
+
+void register_scalar_ops() {
+  register_factory("scalar_increment", &scalar_increment);
+  register_factory("lr_lookup", &lr_lookup);
+  register_factory("loss_scale_update", &loss_scale_update);
+}
+
+}  // namespace tr::native

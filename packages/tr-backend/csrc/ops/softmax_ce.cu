@@ -1,0 +1,168 @@
+// Softmax cross-entropy with label smoothing, fused with top-1/top-5 accuracy (tr/backend/cpu/ops/softmax_ce.py).
+//
+// Deterministic, no atomics: one block per sample reduces with a fixed tree and writes the sample's loss
+// (float64) and hits to op-private scratch; one single-block kernel then sums the N partials in a fixed
+// order and writes result = (mean loss, top-1 fraction, top-5 fraction). Ranks follow "first max wins":
+// class c ranks above y iff z_c > z_y, or z_c == z_y and c < y. A label outside [0, K) cannot raise on the
+// device: its sample's loss is NaN (so the step's loss shows it) and it counts as a miss; the backward
+// leaves its row without the one-hot term.
+#include <cmath>
+#include <memory>
+
+#include "cuda/context.hpp"
+#include "ops/kernels.cuh"
+
+namespace tr::native {
+
+namespace {
+
+constexpr int kRowThreads = 256;
+
+template <class T, class TP>
+__global__ void sce_rows_kernel(const T* logits, const int* labels, TP* probs, double* loss_part, int* hits,
+                                int* pred, int k, int n, float ls) {
+  __shared__ float sf[32];
+  __shared__ double sd[32];
+  __shared__ int si[32];
+  const int b = blockIdx.x;
+  const T* z = logits + static_cast<std::int64_t>(b) * k;
+  const int y = labels[b];
+  const bool valid = y >= 0 && y < k;
+
+  float m = -INFINITY;
+  for (int c = threadIdx.x; c < k; c += blockDim.x) m = kern::nan_max(m, kern::to_f(z[c]));
+  m = kern::block_reduce(m, kern::Max(), sf);
+
+  const float zy = valid ? kern::to_f(z[y]) : 0.0f;
+  float se = 0.0f;
+  double ss = 0.0;
+  int above = 0;
+  int first = k;  // first index holding the max (or the first NaN): numpy's argmax
+  for (int c = threadIdx.x; c < k; c += blockDim.x) {
+    const float v = kern::to_f(z[c]);
+    const float s = v - m;
+    se += expf(s);
+    ss += static_cast<double>(s);
+    if (valid && (v > zy || (v == zy && c < y))) ++above;
+    if ((v == m || v != v) && c < first) first = c;
+  }
+  se = kern::block_reduce(se, kern::Sum(), sf);
+  ss = kern::block_reduce(ss, kern::Sum(), sd);
+  above = kern::block_reduce(above, kern::Sum(), si);
+  if (pred != nullptr) first = kern::block_reduce(first, kern::Min(), si);
+
+  if (probs != nullptr) {
+    TP* p = probs + static_cast<std::int64_t>(b) * k;
+    for (int c = threadIdx.x; c < k; c += blockDim.x) p[c] = kern::from_f<TP>(expf(kern::to_f(z[c]) - m) / se);
+  }
+  if (threadIdx.x == 0) {
+    const double lse = static_cast<double>(logf(se));
+    double loss = -(1.0 - static_cast<double>(ls)) * (static_cast<double>(zy - m) - lse);
+    if (ls != 0.0f) loss -= (static_cast<double>(ls) / k) * (ss - k * lse);
+    loss_part[b] = valid ? loss : NAN;
+    hits[b] = valid && above < 1 ? 1 : 0;
+    hits[n + b] = valid && above < 5 ? 1 : 0;
+    if (pred != nullptr) pred[b] = first < k ? first : 0;
+  }
+}
+
+__global__ void sce_result_kernel(const double* loss_part, const int* hits, float* result, int n) {
+  __shared__ double sd[32];
+  __shared__ int si[32];
+  double loss = 0.0;
+  int top1 = 0, top5 = 0;
+  for (int b = threadIdx.x; b < n; b += blockDim.x) {
+    loss += loss_part[b];
+    top1 += hits[b];
+    top5 += hits[n + b];
+  }
+  loss = kern::block_reduce(loss, kern::Sum(), sd);
+  top1 = kern::block_reduce(top1, kern::Sum(), si);
+  top5 = kern::block_reduce(top5, kern::Sum(), si);
+  if (threadIdx.x == 0) {
+    result[0] = static_cast<float>(loss / n);
+    result[1] = static_cast<float>(static_cast<double>(top1) / n);
+    result[2] = static_cast<float>(static_cast<double>(top5) / n);
+  }
+}
+
+std::unique_ptr<Op> sce_forward(const OpArgs& args, bool inference) {
+  const int n = static_cast<int>(args.i("n")), k = static_cast<int>(args.i("k"));
+  const float ls = static_cast<float>(args.f("label_smoothing", 0.0));
+  const DT zdt = args.dt("logits");
+  const DT pdt = inference ? zdt : args.dt("probs");
+  const void* z = args.ptr("logits");
+  const int* labels = static_cast<const int*>(args.ptr("labels"));
+  void* probs = inference ? nullptr : args.ptr("probs");
+  float* result = static_cast<float*>(args.ptr("result"));
+  int* pred = inference && args.has("pred") ? static_cast<int*>(args.ptr("pred")) : nullptr;
+  auto scratch = std::make_shared<DeviceBuffer>(static_cast<std::size_t>(n) * (sizeof(double) + 2 * sizeof(int)));
+  kern::dispatch_float(zdt, args, "logits", [](auto) {});
+  kern::dispatch_float(pdt, args, "probs", [](auto) {});
+  return fn_op([=](cudaStream_t s) {
+    double* part = scratch->as<double>();
+    int* hits = reinterpret_cast<int*>(part + n);
+    kern::dispatch_float(zdt, args, "logits", [&](auto tz) {
+      using T = typename decltype(tz)::type;
+      kern::dispatch_float(pdt, args, "probs", [&](auto tp) {
+        using TP = typename decltype(tp)::type;
+        sce_rows_kernel<T, TP><<<n, kRowThreads, 0, s>>>(static_cast<const T*>(z), labels, static_cast<TP*>(probs),
+                                                         part, hits, pred, k, n, ls);
+      });
+    });
+    check_launch("softmax_ce rows");
+    sce_result_kernel<<<1, 1024, 0, s>>>(part, hits, result, n);
+    check_launch("softmax_ce result");
+  });
+}
+
+std::unique_ptr<Op> sce_fwd(Context&, const OpArgs& args) { return sce_forward(args, false); }
+std::unique_ptr<Op> sce_inf(Context&, const OpArgs& args) { return sce_forward(args, true); }
+
+template <class TP, class TD>
+__global__ void sce_bwd_kernel(const TP* probs, const int* labels, const float* scale, TD* d, std::int64_t n, int k,
+                               float off, float hit) {
+  const float factor = static_cast<float>(static_cast<double>(scale[0]) / static_cast<double>(n));
+  TR_GRID_STRIDE(i, n * k) {
+    const std::int64_t b = i / k;
+    const int c = static_cast<int>(i - b * k);
+    float v = kern::to_f(probs[i]) - off;
+    if (labels[b] == c) v = v - hit;
+    d[i] = kern::from_f<TD>(v * factor);
+  }
+}
+
+std::unique_ptr<Op> sce_bwd(Context&, const OpArgs& args) {
+  const std::int64_t n = args.i("n");
+  const int k = static_cast<int>(args.i("k"));
+  const double ls = args.f("label_smoothing", 0.0);
+  const float off = static_cast<float>(ls / k), hit = static_cast<float>(1.0 - ls);
+  const DT pdt = args.dt("probs"), ddt = args.dt("dlogits");
+  const void* probs = args.ptr("probs");
+  const int* labels = static_cast<const int*>(args.ptr("labels"));
+  const float* scale = static_cast<const float*>(args.ptr("scale"));
+  void* d = args.ptr("dlogits");
+  kern::dispatch_float(pdt, args, "probs", [](auto) {});
+  kern::dispatch_float(ddt, args, "dlogits", [](auto) {});
+  return fn_op([=](cudaStream_t s) {
+    kern::dispatch_float(pdt, args, "probs", [&](auto tp) {
+      using TP = typename decltype(tp)::type;
+      kern::dispatch_float(ddt, args, "dlogits", [&](auto td) {
+        using TD = typename decltype(td)::type;
+        sce_bwd_kernel<TP, TD><<<kern::blocks_for(n * k), kern::kThreads, 0, s>>>(
+            static_cast<const TP*>(probs), labels, scale, static_cast<TD*>(d), n, k, off, hit);
+      });
+    });
+    check_launch("softmax_ce_bwd");
+  });
+}
+
+}  // namespace
+
+void register_softmax_ce_ops() {
+  register_factory("softmax_ce_fwd", &sce_fwd);
+  register_factory("softmax_ce_bwd", &sce_bwd);
+  register_factory("softmax_ce_inf", &sce_inf);
+}
+
+}  // namespace tr::native

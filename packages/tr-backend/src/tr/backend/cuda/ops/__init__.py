@@ -1,0 +1,22 @@
+"""CUDA implementations of the op catalogue: one module per op family (tr.core.ops OpDef.family).
+
+Each builder checks its call like the CPU backend does and binds it to a native op of the extension
+(csrc/ops/<family>.cu). Importing this package registers every builder under backend "cuda"; it needs no
+driver (builders run only at capture).
+"""
+
+from tr.backend.cuda.ops import (  # noqa: F401  (imported for their registrations)
+    activation,
+    add,
+    bn,
+    conv,
+    copy,
+    dropout,
+    fc,
+    flatten,
+    pool,
+    range,
+    scalar,
+    softmax_ce,
+    transfer,
+)

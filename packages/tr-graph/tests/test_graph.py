@@ -51,7 +51,8 @@ def test_mlp_graphs_exactly(models):
     assert g(G.FIRST_COMM) == [("range_allreduce_mean", {"span": sp(R.G_BN_BIAS, R.G_FIRST_CONV)})]
     assert g(G.DEEP_COMM) == [("range_allreduce_mean", {"span": sp(R.G_DEEP_CONV, R.R_RESULT)})]
     assert g(G.NAN_CHECK_AND_GRAD_SCALING) == [("range_check_finite", {"span": sp(R.G_BN_BIAS, R.G_DEEP_CONV),
-                                                                       "flag": "nan_flag"})]
+                                                                       "flag": "nan_flag"}),
+                                               ("count_flag", {"flag": "nan_flag", "count": "skipped"})]
     common = {"lr": "lr", "flag": "nan_flag", "grad_scale": "loss_scale"}
     assert g(G.OPTIMIZER) == [
         ("range_optimizer", {"w": sp(R.W_FC_WEIGHT, R.W_DEEP_CONV), "g": sp(R.G_FC_WEIGHT, R.G_DEEP_CONV),
@@ -99,7 +100,8 @@ def test_mlp_amp(models):
     assert p.calls("train", G.CAST_DEEP_GRAD_FP16_TO_FP32) == ()  # no conv
     assert names(p.calls("train", G.CAST_MAIN_FP32_TO_FP16)) == [
         ("range_cast", {"src": sp(R.W_FC_WEIGHT, R.W_DEEP_CONV), "dst": sp(R.A_FC_WEIGHT, R.A_DEEP_CONV)})]
-    assert [c.op for c in p.calls("train", G.NAN_CHECK_AND_GRAD_SCALING)] == ["range_check_finite", "loss_scale_update"]
+    assert [c.op for c in p.calls("train", G.NAN_CHECK_AND_GRAD_SCALING)] == ["range_check_finite", "count_flag",
+                                                                                    "loss_scale_update"]
 
 
 def test_input_gradients_only_where_needed():

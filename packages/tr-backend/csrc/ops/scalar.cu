@@ -1,4 +1,4 @@
-// Device-side scalars: step counters, the learning-rate table lookup, the only-halving loss scale
+// Device-side scalars: step counters, the skipped-step counter, the learning-rate table lookup, the only-halving loss scale
 // (tr/backend/cpu/ops/scalar.py). One tiny kernel each, so a step needs no host involvement.
 #include "cuda/context.hpp"
 #include "ops/kernels.cuh"
@@ -61,9 +61,23 @@ std::unique_ptr<Op> loss_scale_update(Context&, const OpArgs& args) {
   });
 }
 
+__global__ void count_flag_kernel(const int* flag, int* count) {
+  if (*flag != 0) *count += 1;
+}
+
+std::unique_ptr<Op> count_flag(Context&, const OpArgs& args) {
+  const int* flag = static_cast<const int*>(args.ptr("flag"));
+  int* count = static_cast<int*>(args.ptr("count"));
+  return fn_op([=](cudaStream_t s) {
+    count_flag_kernel<<<1, 1, 0, s>>>(flag, count);
+    check_launch("count_flag");
+  });
+}
+
 }  // namespace
 
 void register_scalar_ops() {
+  register_factory("count_flag", &count_flag);
   register_factory("scalar_increment", &scalar_increment);
   register_factory("lr_lookup", &lr_lookup);
   register_factory("loss_scale_update", &loss_scale_update);

@@ -146,6 +146,8 @@ _DEFS: list[OpDef] = [
           doc="result = (mean loss, top1, top5); pred = argmax"),
     # --- scalars -----------------------------------------------------------------------------------
     OpDef("scalar_increment", "scalar", (_t("x", "inout"),), doc="x += 1 (INT32 step counters)"),
+    OpDef("count_flag", "scalar", (_t("flag"), _t("count", "inout")),
+          doc="count += (flag != 0) (INT32): skipped steps counted on the device, read once per epoch"),
     OpDef("lr_lookup", "scalar", (_t("table"), _t("step"), _t("lr", "out")),
           doc="lr = table[min(step, len-1)]: the learning rate stays on the device"),
     OpDef("loss_scale_update", "scalar", (_t("flag"), _t("scale", "inout")),

@@ -39,7 +39,7 @@ from tr.graph.tensors import TensorInfo, TensorTable
 from tr.tensor.dtensor import DTensor
 from tr.tensor.program import InitSpec, Program, VariantInfo
 
-NAMED = ("labels_a", "data_a", "labels_b", "data_b", "labels", "nan_flag", "step", "dropout_seed", "lr",
+NAMED = ("labels_a", "data_a", "labels_b", "data_b", "labels", "nan_flag", "step", "skipped", "dropout_seed", "lr",
          "loss_scale", "batch_train", "batch_train_last", "batch_val", "batch_val_last", "lr_table", "result",
          "accum", "probs", "pred")
 
@@ -177,6 +177,7 @@ class Compiler:
             add("labels", Shape(n, 1, 1, 1), Region.T_TEMP_INT32, DType.INT32, TRAIN)
             add("nan_flag", one, Region.S_SCALAR_INT32, DType.INT32)
             add("step", one, Region.S_SCALAR_INT32, DType.INT32, init=Init("zeros"))
+            add("skipped", one, Region.S_SCALAR_INT32, DType.INT32, init=Init("zeros"))
             add("dropout_seed", Shape(1, 1, 1, 2), Region.S_SCALAR_INT32, DType.INT32)
             add("lr", one, Region.S_SCALAR_FP32, DType.FP32)
             add("loss_scale", one, Region.S_SCALAR_FP32, DType.FP32, init=Init("const", value=spec.loss_scale))

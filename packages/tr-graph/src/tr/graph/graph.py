@@ -216,7 +216,8 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
     g[GraphId.FIRST_COMM] = [_op("range_allreduce_mean", span=span(*GRAD_BUCKET_2), label="gradient bucket 2")]
     g[GraphId.DEEP_COMM] = [_op("range_allreduce_mean", span=span(*GRAD_BUCKET_1),
                                 label="gradient bucket 1 and the step result")]
-    nan = [_op("range_check_finite", {"clip": spec.grad_clip}, span=span(*FP32_GRADS), flag="nan_flag")]
+    nan = [_op("range_check_finite", {"clip": spec.grad_clip}, span=span(*FP32_GRADS), flag="nan_flag"),
+           _op("count_flag", flag="nan_flag", count="skipped", label="skipped steps")]
     if spec.amp:
         nan.append(_op("loss_scale_update", flag="nan_flag", scale="loss_scale"))
     g[GraphId.NAN_CHECK_AND_GRAD_SCALING] = nan

@@ -35,6 +35,19 @@ def lr_lookup(b: Binder) -> Step:
     return run
 
 
+@cpu_op("count_flag")
+def count_flag(b: Binder) -> Step:
+    b.expect_dtype("flag", DType.INT32)
+    b.expect_dtype("count", DType.INT32)
+    flag, count = b.flat("flag"), b.flat("count")
+
+    def run() -> None:
+        if flag[0]:
+            count[0] += 1
+
+    return run
+
+
 @cpu_op("loss_scale_update")
 def loss_scale_update(b: Binder) -> Step:
     b.expect_dtype("scale", DType.FP32)

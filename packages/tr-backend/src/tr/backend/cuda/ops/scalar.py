@@ -23,6 +23,13 @@ def lr_lookup(b: CudaBinder) -> Any:
     return b.native("lr_lookup", ["table", "step", "lr"], ints={"len": b.tensor("table").numel})
 
 
+@cuda_op("count_flag")
+def count_flag(b: CudaBinder) -> Any:
+    b.expect_dtype("flag", DType.INT32)
+    b.expect_dtype("count", DType.INT32)
+    return b.native("count_flag", ["flag", "count"])
+
+
 @cuda_op("loss_scale_update")
 def loss_scale_update(b: CudaBinder) -> Any:
     b.expect_dtype("scale", DType.FP32)

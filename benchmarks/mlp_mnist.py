@@ -1,0 +1,197 @@
+"""The seed's MNIST MLP benchmark on one GPU: tr vs PyTorch, same configuration, one script run.
+
+Configuration (both frameworks): AMP, batch 200, AdamW wd 1e-4 (weights only), cosine schedule from 1e-3
+with 5 warmup epochs (of 100), label smoothing 0.1, Pad(2) RandomCrop(28) RandomRotation(20)
+RandomScale(0.8, 1.2) RandomErasing(0.5), MNIST normalisation, validation every epoch. For each worker
+count (default 8 then 16) both frameworks train; tr for --epochs, PyTorch for --torch-epochs (its
+epochs/s is steady after the first epoch, which is excluded). The PyTorch twin uses torchvision
+transforms, a DataLoader with pin_memory and persistent workers, torch.autocast + GradScaler.
+Compile / warm-up time is excluded. Prints one JSON line per result.
+
+    python benchmarks/mlp_mnist.py --epochs 100 --torch-epochs 4 --workers 8,16
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "mnist"
+BATCH, BASE_LR, WD, LS, WARMUP_FRACTION = 200, 1e-3, 1e-4, 0.1, 0.05
+
+
+def emit(framework, metric, value, **extra):
+    try:
+        import torch
+
+        dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    except Exception:
+        dev = "?"
+    print(json.dumps({"framework": framework, "workload": "mlp_mnist", "metric": metric,
+                      "value": round(float(value), 4), "device": dev,
+                      "date": datetime.date.today().isoformat(), **extra}), flush=True)
+
+
+def run_tr(epochs: int, workers: int, device: str) -> dict:
+    from renaissance import (
+        GLOBAL_SETTING,
+        PREPROCESSOR_SETTING,
+        AdamW,
+        CosineAnnealingLR,
+        CrossEntropyLoss,
+        DeepLearningTask,
+        NormMode,
+        Pad,
+        RandomCrop,
+        RandomErasing,
+        RandomRotation,
+        RandomScale,
+        fc,
+        relu,
+        reset_global_settings,
+        seq,
+    )
+    from tr.data import reset_preprocessor_settings
+
+    reset_global_settings()
+    reset_preprocessor_settings()
+    GLOBAL_SETTING.amp(True).manual_seed(123).global_batch_size(BATCH).input_resolution(28)
+    PREPROCESSOR_SETTING.dataset("mnist", str(DATA)).preprocess_workers(workers).normalization(NormMode.MNIST) \
+        .train_transforms(Pad(2), RandomCrop(28), RandomRotation(20.0, 0), RandomScale(0.8, 1.2),
+                          RandomErasing(0.5)).commit()
+    task = DeepLearningTask().device(device).quiet() \
+        .model(seq(fc(1024, True), relu(), fc(512, True), relu(), fc(256, True), relu(), fc(10, True))) \
+        .loss(CrossEntropyLoss().label_smoothing(LS)).total_epochs(epochs) \
+        .optimizer(AdamW().weight_decay(WD)) \
+        .scheduler(CosineAnnealingLR().base_lr(BASE_LR).warmup(round(epochs * WARMUP_FRACTION)))
+    t0 = time.perf_counter()
+    task.compile()
+    compile_s = time.perf_counter() - t0
+    result = task.run()
+    step_us = task.time_train_step(200) * 1e6
+    return {"epochs_per_s": result.epochs / result.seconds, "best_top1": result.best_top1,
+            "epochs": result.epochs, "seconds": result.seconds, "step_us": step_us, "compile_s": compile_s,
+            "launches_per_step": task.launches_per_step, "backend": task.backend.name}
+
+
+def run_torch(epochs: int, workers: int) -> dict:
+    import torch
+    from torchvision import datasets
+    from torchvision.transforms import v2 as T
+
+    torch.manual_seed(123)
+    dev = torch.device("cuda")
+    norm = T.Normalize((0.1307,), (0.3081,))
+    train_tf = T.Compose([T.ToImage(), T.Pad(2), T.RandomCrop(28), T.RandomRotation(20, fill=0),
+                          T.RandomAffine(degrees=0, scale=(0.8, 1.2)), T.ToDtype(torch.float32, scale=True),
+                          norm, T.RandomErasing(0.5)])
+    val_tf = T.Compose([T.ToImage(), T.ToDtype(torch.float32, scale=True), norm])
+    root = _torchvision_root()
+    train = datasets.MNIST(root, train=True, transform=train_tf, download=False)
+    val = datasets.MNIST(root, train=False, transform=val_tf, download=False)
+    kw = {"batch_size": BATCH, "num_workers": workers, "pin_memory": True, "persistent_workers": True}
+    tl = torch.utils.data.DataLoader(train, shuffle=True, **kw)
+    vl = torch.utils.data.DataLoader(val, shuffle=False, **kw)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256),
+                                torch.nn.ReLU(), torch.nn.Linear(256, 10)).to(dev)
+    decay = [p for n, p in model.named_parameters() if n.endswith("weight")]
+    rest = [p for n, p in model.named_parameters() if n.endswith("bias")]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}],
+                            lr=BASE_LR, fused=True)
+    steps, total = len(tl), 100 * len(tl)
+    warm = round(100 * WARMUP_FRACTION) * steps
+
+    def lr_at(s):
+        if s < warm:
+            return s / warm
+        p = (s - warm) / max(1, total - warm)
+        return (1e-6 + (BASE_LR - 1e-6) * (1 + math.cos(math.pi * p)) / 2) / BASE_LR
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    scaler = torch.amp.GradScaler()
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=LS)
+    times, best = [], 0.0
+    for _ in range(epochs + 1):
+        t0 = time.perf_counter()
+        model.train()
+        for x, y in tl:
+            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            sched.step()
+        model.eval()
+        correct = 0
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+            for x, y in vl:
+                correct += (model(x.to(dev)).argmax(1) == y.to(dev)).sum().item()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        best = max(best, correct / len(val))
+    # the training step alone, on one resident batch
+    x, y = next(iter(tl))
+    x, y = x.to(dev), y.to(dev)
+    for i in range(220):
+        if i == 20:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    torch.cuda.synchronize()
+    step_us = (time.perf_counter() - t0) / 200 * 1e6
+    return {"epochs_per_s": 1.0 / float(np.mean(times[1:])), "best_top1": best, "epochs": epochs,
+            "step_us": step_us}
+
+
+def _torchvision_root() -> str:
+    """torchvision's MNIST wants root/MNIST/raw/*-ubyte: unpack the bundled .gz files there once."""
+    import gzip
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.gettempdir()) / "tr_bench_mnist"
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    for gz in DATA.glob("*.gz"):
+        out = raw / gz.stem
+        if not out.exists():
+            with gzip.open(gz) as f, open(out, "wb") as g:
+                shutil.copyfileobj(f, g)
+    return str(root)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--epochs", type=int, default=100)
+    ap.add_argument("--torch-epochs", type=int, default=4)
+    ap.add_argument("--workers", default="8,16")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--skip-torch", action="store_true")
+    args = ap.parse_args()
+    for w in (int(x) for x in args.workers.split(",")):
+        r = run_tr(args.epochs, w, args.device)
+        emit("tr", "epochs_per_s", r["epochs_per_s"], workers=w, **{k: v for k, v in r.items() if k != "epochs_per_s"})
+        if args.skip_torch:
+            continue
+        t = run_torch(args.torch_epochs, w)
+        emit("pytorch", "epochs_per_s", t["epochs_per_s"], workers=w,
+             **{k: v for k, v in t.items() if k != "epochs_per_s"})
+        emit("tr/pytorch", "epochs_per_s_ratio", r["epochs_per_s"] / t["epochs_per_s"], workers=w)
+
+
+if __name__ == "__main__":
+    main()

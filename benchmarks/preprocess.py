@@ -25,7 +25,11 @@ import platform
 import time
 from pathlib import Path
 
-import numpy as np
+# Spinning BLAS threads in the main process would steal the cores the workers run on.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -72,7 +76,7 @@ def mnist_data(n: int) -> tuple[np.ndarray, np.ndarray, str]:
         from tr.data import MNIST
 
         sp = MNIST(path).load("train")
-        return sp.images[:n], sp.labels[:n], "mnist-train"
+        return np.array(sp.images[:n]), sp.labels[:n], "mnist-train"  # a writable copy (torch wants one)
     except Exception:  # no files: random digits of the same shape
         rng = np.random.default_rng(0)
         return rng.integers(0, 256, (n, 28, 28, 1), dtype=np.uint8), rng.integers(0, 10, n).astype(np.int32), "random"
@@ -97,7 +101,18 @@ def tr_chain(workload: str):
     return [d.RandomResizedCrop(224), d.RandomHorizontalFlip(), d.ColorJitter(0.4, 0.4, 0.4)]
 
 
-def run_tr(workload: str, images, labels, workers: int, batch: int, epochs: int) -> float:
+def measure(run_epoch, min_time: float) -> float:
+    """images/s over whole epochs after one warm-up epoch, running epochs until min_time has passed."""
+    run_epoch()
+    n, t0 = 0, time.perf_counter()
+    while True:
+        n += run_epoch()
+        dt_ = time.perf_counter() - t0
+        if dt_ >= min_time:
+            return n / dt_
+
+
+def run_tr(workload: str, images, labels, workers: int, batch: int, min_time: float) -> float:
     import tr.data as d
     from tr.core.norm import NormMode
 
@@ -114,18 +129,18 @@ def run_tr(workload: str, images, labels, workers: int, batch: int, epochs: int)
     )
     st = d.TransferStation(batch, s.sample_shape(), dtype)
     with d.Preprocessor(s, st) as pre:
-        rates = []
-        for e in range(epochs + 1):
-            t0 = time.perf_counter()
+        epoch = iter(range(10**9))
+
+        def one_epoch() -> int:
             n = 0
-            with pre.epoch(e) as run:
+            with pre.epoch(next(epoch)) as run:
                 for k in run:
                     b = st.acquire(k)
                     n += b.size
                     st.release(k)
-            if e:  # epoch 0 warms up threads and caches
-                rates.append(n / (time.perf_counter() - t0))
-    return float(np.median(rates))
+            return n
+
+        return measure(one_epoch, min_time)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -176,7 +191,7 @@ class _TorchSet:
         return self.tf(x), int(self.labels[i])
 
 
-def run_torch(workload: str, images, labels, workers: int, batch: int, epochs: int) -> float:
+def run_torch(workload: str, images, labels, workers: int, batch: int, min_time: float) -> float:
     import torch
 
     torch.set_num_threads(1)
@@ -188,16 +203,11 @@ def run_torch(workload: str, images, labels, workers: int, batch: int, epochs: i
         persistent_workers=True,
         prefetch_factor=4,
     )
-    rates = []
-    for e in range(epochs + 1):
-        t0 = time.perf_counter()
-        n = 0
-        for x, _ in loader:
-            n += x.shape[0]
-        if e:
-            rates.append(n / (time.perf_counter() - t0))
-    del loader
-    return float(np.median(rates))
+
+    def one_epoch() -> int:
+        return sum(x.shape[0] for x, _ in loader)
+
+    return measure(one_epoch, min_time)  # the workers stop with the loader
 
 
 # ------------------------------------------------------------------------------------------------
@@ -212,17 +222,18 @@ def main() -> None:
     counts = sorted({int(w) for w in args.workers.split(",")} if args.workers else {1, 2, n_cores()})
     workloads = [args.workload] if args.workload else ["mnist_chain", "imagenet_style"]
     frameworks = [args.framework] if args.framework else ["tr", "torchvision"]
+    min_time = 1.0 if args.quick else 3.0
     for wl in workloads:
         if wl == "mnist_chain":
-            images, labels, source = mnist_data(20000 if args.quick else 60000)
-            batch, epochs = 256, 2 if args.quick else 3
+            images, labels, source = mnist_data(10000)
+            batch = 256
         else:
             images, labels = imagenet_data(256 if args.quick else 512)
-            source, batch, epochs = "synthetic-500x375", 64, 2 if args.quick else 3
+            source, batch = "synthetic-500x375", 64
         for w in counts:
             for fw in frameworks:
                 run = run_tr if fw == "tr" else run_torch
-                rate = run(wl, images, labels, w, batch, epochs)
+                rate = run(wl, images, labels, w, batch, min_time)
                 emit(fw, wl, w, rate, images=len(labels), data=source, batch=batch)
 
 

@@ -1,0 +1,270 @@
+#include "engine.hpp"
+
+#include <chrono>
+#include <cstring>
+
+namespace trd {
+
+ImgC Source::get(long long i) const {
+  if (offsets) {
+    const int32_t* s = shapes + 3 * i;
+    return ImgC{base + offsets[i], s[0], s[1], s[2]};
+  }
+  return ImgC{base + size_t(i) * shape.bytes(), shape.h, shape.w, shape.c};
+}
+
+// ------------------------------------------------------------------------------------------------
+// Station
+// ------------------------------------------------------------------------------------------------
+Station::Station(int batch, size_t sample_bytes, uint8_t* data0, int32_t* labels0, uint8_t* data1, int32_t* labels1)
+    : batch_(batch), sample_bytes_(sample_bytes), data_{data0, data1}, labels_{labels0, labels1} {
+  if (batch < 1) throw ConfigErr("batch size must be >= 1, got " + std::to_string(batch));
+}
+
+void Station::begin_epoch(long long num_batches, int last_size) {
+  std::lock_guard<std::mutex> lk(m_);
+  for (int s = 0; s < 2; ++s)
+    if (z_[s].held)
+      throw PhaseErr("batch " + std::to_string(z_[s].batch.load()) +
+                     " of the previous epoch is still acquired; release it before starting an epoch");
+  nb_ = num_batches;
+  last_ = last_size;
+  aborted_ = false;
+  err_ = ErrKind::None;
+  msg_.clear();
+  for (int s = 0; s < 2; ++s) {
+    Zone& z = z_[s];
+    z.filled.store(0);
+    z.expected.store(s < nb_ ? size_locked(s) : 0);
+    z.ready = false;
+    z.held = false;
+    z.last_released = -1;
+    z.batch.store(s < nb_ ? s : -1, std::memory_order_release);
+  }
+  cv_prod_.notify_all();
+}
+
+void Station::abort() {
+  std::lock_guard<std::mutex> lk(m_);
+  aborted_ = true;
+  cv_prod_.notify_all();
+  cv_cons_.notify_all();
+}
+
+void Station::fail(ErrKind kind, const std::string& msg) {
+  std::lock_guard<std::mutex> lk(m_);
+  if (err_ == ErrKind::None) {
+    err_ = kind;
+    msg_ = msg;
+  }
+  aborted_ = true;
+  cv_prod_.notify_all();
+  cv_cons_.notify_all();
+}
+
+bool Station::wait_writable(long long k) {
+  Zone& z = z_[k & 1];
+  if (z.batch.load(std::memory_order_acquire) == k) return !aborted_.load(std::memory_order_acquire);
+  std::unique_lock<std::mutex> lk(m_);
+  cv_prod_.wait(lk, [&] { return aborted_.load() || z.batch.load(std::memory_order_acquire) == k; });
+  return !aborted_;
+}
+
+void Station::done(long long k) {
+  Zone& z = z_[k & 1];
+  // `expected` is read before the increment: the zone cannot move on to k + 2 before it.
+  const int expected = z.expected.load(std::memory_order_relaxed);
+  if (z.filled.fetch_add(1, std::memory_order_acq_rel) + 1 == expected) {
+    std::lock_guard<std::mutex> lk(m_);
+    z.ready = true;
+    cv_cons_.notify_all();
+  }
+}
+
+int Station::acquire(long long k, double timeout_s) {
+  std::unique_lock<std::mutex> lk(m_);
+  if (k < 0 || k >= nb_)
+    throw ConfigErr("batch index " + std::to_string(k) + " is out of range: this epoch has " + std::to_string(nb_) +
+                    " batches");
+  Zone& z = z_[k & 1];
+  const long long cur = z.batch.load();
+  if (cur == k && z.held) throw PhaseErr("batch " + std::to_string(k) + " is already acquired");
+  if (k <= z.last_released) throw PhaseErr("batch " + std::to_string(k) + " was already released");
+  if (cur != k && cur >= 0 && cur < k)
+    throw PhaseErr("batch " + std::to_string(k) + " uses buffer " + std::to_string(k & 1) + ", which still holds batch " +
+                   std::to_string(cur) + ": acquire and release batch " + std::to_string(cur) + " first");
+  auto ready = [&] { return aborted_.load() || (z.batch.load() == k && z.ready); };
+  if (timeout_s < 0) {
+    cv_cons_.wait(lk, ready);
+  } else if (!cv_cons_.wait_for(lk, std::chrono::duration<double>(timeout_s), ready)) {
+    return -1;
+  }
+  if (err_ == ErrKind::Data) throw DataErr(msg_);
+  if (err_ == ErrKind::Shape) throw ShapeErr(msg_);
+  if (err_ == ErrKind::Other) throw std::runtime_error(msg_);
+  if (aborted_) throw Cancelled("the epoch was cancelled before batch " + std::to_string(k) + " was complete");
+  z.held = true;
+  return size_locked(k);
+}
+
+void Station::release(long long k) {
+  std::lock_guard<std::mutex> lk(m_);
+  Zone& z = z_[k & 1];
+  if (k < 0 || z.batch.load() != k || !z.held) throw PhaseErr("batch " + std::to_string(k) + " is not acquired");
+  z.held = false;
+  z.ready = false;
+  z.last_released = k;
+  z.filled.store(0);
+  const long long next = k + 2;
+  if (next < nb_) {
+    z.expected.store(size_locked(next));
+    z.batch.store(next, std::memory_order_release);
+  } else {
+    z.expected.store(0);
+    z.batch.store(-1, std::memory_order_release);
+  }
+  cv_prod_.notify_all();
+}
+
+long long Station::num_batches() const {
+  std::lock_guard<std::mutex> lk(m_);
+  return nb_;
+}
+
+int Station::batch_size_of(long long k) const {
+  std::lock_guard<std::mutex> lk(m_);
+  if (k < 0 || k >= nb_) return 0;
+  return size_locked(k);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Engine
+// ------------------------------------------------------------------------------------------------
+Engine::Engine(int workers) {
+  if (workers < 1) throw ConfigErr("preprocess_workers must be >= 1, got " + std::to_string(workers));
+  threads_.reserve(size_t(workers));
+  for (int w = 0; w < workers; ++w) threads_.emplace_back([this, w] { loop(w); });
+}
+
+Engine::~Engine() {
+  cancel();
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    stop_ = true;
+  }
+  cv_job_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void Engine::start(std::shared_ptr<Job> job) {
+  std::lock_guard<std::mutex> lk(m_);
+  if (active_ > 0) throw PhaseErr("the previous epoch is still running; finish or cancel it first");
+  job_ = std::move(job);
+  live_ = job_.get();
+  active_ = int(threads_.size());
+  ++gen_;
+  cv_job_.notify_all();
+}
+
+void Engine::cancel() {
+  std::shared_ptr<Job> j;
+  {
+    std::lock_guard<std::mutex> lk(m_);
+    j = job_;
+  }
+  if (j && busy()) {
+    j->abort.store(true);
+    for (Station* s : j->stations) s->abort();
+  }
+  wait_idle(-1);
+}
+
+bool Engine::wait_idle(double timeout_s) {
+  std::unique_lock<std::mutex> lk(m_);
+  auto idle = [&] { return active_ == 0; };
+  if (timeout_s < 0) {
+    cv_idle_.wait(lk, idle);
+    return true;
+  }
+  return cv_idle_.wait_for(lk, std::chrono::duration<double>(timeout_s), idle);
+}
+
+bool Engine::busy() const {
+  std::lock_guard<std::mutex> lk(m_);
+  return active_ > 0;
+}
+
+std::shared_ptr<Job> Engine::current() const {
+  std::lock_guard<std::mutex> lk(m_);
+  return job_;
+}
+
+void Engine::loop(int w) {
+  Workspace ws;
+  unsigned long long seen = 0;
+  for (;;) {
+    Job* job;
+    {
+      std::unique_lock<std::mutex> lk(m_);
+      cv_job_.wait(lk, [&] { return stop_ || gen_ != seen; });
+      if (stop_) return;
+      seen = gen_;
+      job = live_;
+    }
+    run_items(*job, w, ws);
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      if (--active_ == 0) cv_idle_.notify_all();
+    }
+  }
+}
+
+void Engine::run_items(Job& job, int w, Workspace& ws) {
+  const int M = int(threads_.size());
+  const long long world = job.world;
+  const long long total = world * job.per_rank;
+  const long long n = job.src.n;
+  // Static assignment: work item g (rank g % world, position g / world) belongs to worker g % M.
+  // Items are visited in increasing order, so all workers fill batch k before moving to k + 1.
+  for (long long g = w; g < total; g += M) {
+    if (job.abort.load(std::memory_order_relaxed)) return;
+    const int r = int(g % world);
+    const long long p = g / world;
+    const long long k = p / job.batch;
+    const int pos = int(p % job.batch);
+    const long long q = (long long)r + world * p;  // position in the (wrapped) epoch order
+    const long long idx = job.order[size_t(q % n)];
+    Station* st = job.stations[size_t(r)];
+    if (!st->wait_writable(k)) return;
+    uint8_t* dst = st->data(int(k & 1)) + size_t(pos) * job.sample_bytes;
+    try {
+      if (job.cache_mode == 2) {
+        std::memcpy(dst, job.cache + size_t(idx) * job.sample_bytes, job.sample_bytes);
+      } else {
+        const uint64_t seed = derive_step(job.seed_prefix, uint64_t(idx));
+        job.pipe->run(job.src.get(idx), seed, ws, dst, job.out_shape);
+        if (job.cache_mode == 1 && q < n) std::memcpy(job.cache + size_t(idx) * job.sample_bytes, dst, job.sample_bytes);
+      }
+      st->labels(int(k & 1))[pos] = job.src.labels ? job.src.labels[idx] : 0;
+    } catch (const DataErr& e) {
+      job.abort.store(true);
+      const std::string msg = "sample " + std::to_string(idx) + ": " + e.what();
+      for (Station* s : job.stations) s->fail(ErrKind::Data, msg);
+      return;
+    } catch (const ShapeErr& e) {
+      job.abort.store(true);
+      const std::string msg = "sample " + std::to_string(idx) + ": " + e.what();
+      for (Station* s : job.stations) s->fail(ErrKind::Shape, msg);
+      return;
+    } catch (const std::exception& e) {
+      job.abort.store(true);
+      const std::string msg = "sample " + std::to_string(idx) + ": " + e.what();
+      for (Station* s : job.stations) s->fail(ErrKind::Other, msg);
+      return;
+    }
+    job.samples_done.fetch_add(1, std::memory_order_relaxed);
+    st->done(k);
+  }
+}
+
+}  // namespace trd

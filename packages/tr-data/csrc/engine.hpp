@@ -1,0 +1,136 @@
+// The Preprocessor's native half: a TransferStation (two host buffers A/B per device with
+// condition-variable hand-off) and a persistent worker pool with static sample -> worker assignment.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pipeline.hpp"
+
+namespace trd {
+
+// In-memory samples: either one uniform (n, h, w, c) block, or ragged images given by byte
+// offsets and (h, w, c) shapes inside one buffer.
+struct Source {
+  const uint8_t* base = nullptr;
+  long long n = 0;
+  Shape3 shape;                       // uniform
+  const long long* offsets = nullptr;  // ragged, n entries
+  const int32_t* shapes = nullptr;     // ragged, n * 3
+  const int32_t* labels = nullptr;     // n
+  ImgC get(long long i) const;
+};
+
+enum class ErrKind : int { None = 0, Data = 1, Shape = 2, Other = 3 };
+
+// Two zones; zone s holds the batches k with k % 2 == s. Producers (workers) write samples of
+// batch k once the zone is assigned to k; the consumer acquires k when all its samples are in and
+// releases it, which assigns the zone to k + 2. Waiting is on condition variables only.
+class Station {
+ public:
+  Station(int batch, size_t sample_bytes, uint8_t* data0, int32_t* labels0, uint8_t* data1, int32_t* labels1);
+
+  int batch() const { return batch_; }
+  size_t sample_bytes() const { return sample_bytes_; }
+  uint8_t* data(int zone) const { return data_[zone]; }
+  int32_t* labels(int zone) const { return labels_[zone]; }
+
+  // ---- control (the Python thread, before the workers start) ----
+  void begin_epoch(long long num_batches, int last_size);
+  void abort();                                      // wakes every waiter; acquire raises
+  void fail(ErrKind kind, const std::string& msg);   // a worker failed: acquire raises msg
+
+  // ---- producers ----
+  bool wait_writable(long long k);  // false when the epoch was aborted or failed
+  void done(long long k);           // one sample of batch k is written
+
+  // ---- consumer ----
+  // Blocks until batch k is complete; returns its sample count, or -1 on timeout (< 0: none).
+  int acquire(long long k, double timeout_s);
+  void release(long long k);
+
+  long long num_batches() const;
+  int batch_size_of(long long k) const;
+
+ private:
+  struct Zone {
+    std::atomic<long long> batch{-1};  // the batch this zone is assigned to (-1: none)
+    std::atomic<int> filled{0};
+    std::atomic<int> expected{0};
+    bool ready = false;
+    bool held = false;
+    long long last_released = -1;
+  };
+  int size_locked(long long k) const { return k == nb_ - 1 ? last_ : batch_; }
+
+  int batch_;
+  size_t sample_bytes_;
+  uint8_t* data_[2];
+  int32_t* labels_[2];
+  mutable std::mutex m_;
+  std::condition_variable cv_cons_, cv_prod_;
+  Zone z_[2];
+  long long nb_ = 0;
+  int last_ = 0;
+  std::atomic<bool> aborted_{false};  // written under m_, read lock-free on the fast path
+  ErrKind err_ = ErrKind::None;
+  std::string msg_;
+};
+
+struct Job {
+  const Pipeline* pipe = nullptr;
+  std::shared_ptr<Pipeline> pipe_hold;
+  std::vector<std::shared_ptr<Station>> station_hold;
+  Source src;
+  std::vector<long long> order;  // dataset indices in epoch order (length src.n)
+  std::vector<Station*> stations;
+  int world = 1;
+  long long per_rank = 0;  // samples each rank delivers (ceil(n / world), or fewer with drop_last)
+  int batch = 1;
+  long long num_batches = 0;
+  uint64_t seed_prefix = 0;  // derive_seed state after (seed, tag, epoch); sample seed adds index
+  Shape3 out_shape;
+  size_t sample_bytes = 0;
+  uint8_t* cache = nullptr;  // CPVS: (src.n, sample_bytes)
+  int cache_mode = 0;        // 0 off, 1 fill (first pass), 2 replay
+  std::atomic<bool> abort{false};
+  std::atomic<long long> samples_done{0};
+};
+
+class Engine {
+ public:
+  explicit Engine(int workers);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int workers() const { return int(threads_.size()); }
+  // Starts `job` (stations must have had begin_epoch). Throws PhaseErr if one is still running.
+  void start(std::shared_ptr<Job> job);
+  // Stops the running job (if any) and waits for the workers to go idle.
+  void cancel();
+  // Waits until the workers are idle; false on timeout (timeout < 0: forever).
+  bool wait_idle(double timeout_s);
+  bool busy() const;
+  std::shared_ptr<Job> current() const;
+
+ private:
+  void loop(int w);
+  void run_items(Job& job, int w, Workspace& ws);
+
+  std::vector<std::thread> threads_;
+  mutable std::mutex m_;
+  std::condition_variable cv_job_, cv_idle_;
+  std::shared_ptr<Job> job_;
+  Job* live_ = nullptr;  // what the workers run (owned by job_)
+  unsigned long long gen_ = 0;
+  int active_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace trd

@@ -1,0 +1,62 @@
+// A transform chain: uint8 transforms, then FusedNormalization into an output sample.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "fused_norm.hpp"
+#include "ops.hpp"
+#include "resample.hpp"
+
+namespace trd {
+
+// Per-thread scratch memory, grown on demand and reused: no allocation in steady state.
+struct Workspace {
+  std::vector<uint8_t> img[2];  // ping-pong images
+  ResampleScratch rs;
+  Axis ax, ay;
+  std::vector<float> ftmp;
+  std::vector<float> frow;
+  std::vector<uint8_t> u8tmp;
+};
+
+// Record of the random parameters one sample used (Compose.params, tests, debugging).
+struct OpRecord {
+  std::string name;
+  bool applied = true;
+  Shape3 in, out;
+  std::vector<std::pair<std::string, double>> values;
+};
+
+class Pipeline {
+ public:
+  Pipeline(std::vector<OpSpec> ops, FusedSpec fused);
+
+  const std::vector<OpSpec>& ops() const { return ops_; }
+  const FusedSpec& fused() const { return fused_; }
+
+  // Shape of the uint8 image after the transforms (deterministic chains; variable-size chains
+  // return the shape for this input and these params), computed without touching pixels.
+  Shape3 uint8_shape(const Shape3& in, uint64_t sample_seed) const;
+  // Output sample shape (h, w, out_channels) for an input shape.
+  Shape3 out_shape(const Shape3& in, uint64_t sample_seed) const;
+
+  // Runs the chain on `src` and writes the normalised sample to dst (dtype/channels of the
+  // FusedSpec). `expect` (h, w, c_out) must match, else ShapeErr.
+  void run(const ImgC& src, uint64_t sample_seed, Workspace& ws, void* dst, const Shape3& expect) const;
+
+  // Runs only the uint8 part, then flip/erase in uint8 space; returns the final image view
+  // (inside ws, valid until the next call).
+  ImgC run_uint8(const ImgC& src, uint64_t sample_seed, Workspace& ws) const;
+
+  std::vector<OpRecord> describe(const Shape3& in, uint64_t sample_seed) const;
+
+ private:
+  ImgC run_ops(const ImgC& src, uint64_t sample_seed, Workspace& ws) const;
+  std::vector<OpSpec> ops_;
+  FusedSpec fused_;
+};
+
+}  // namespace trd

@@ -1,0 +1,70 @@
+"""tr.data: datasets, augmentation transforms, the native Preprocessor, FusedNormalization and the
+TransferStation. Depends only on tr.core and numpy (plus its own native extension)."""
+
+from tr.data.cifar import CIFAR10, CIFAR100
+from tr.data.dataset import ArrayDataset, Dataset, Split, open_dataset
+from tr.data.idx import read_idx
+from tr.data.mnist import MNIST
+from tr.data.preprocessor import EpochPlan, EpochRun, Preprocessor
+from tr.data.seeds import sample_seed, shuffle_order
+from tr.data.settings import PREPROCESSOR_SETTING, PreprocessorSettings, reset_preprocessor_settings
+from tr.data.station import Batch, EpochCancelled, TransferStation, ZoneLayout
+from tr.data.transforms import (
+    CenterCrop,
+    ColorJitter,
+    Compose,
+    FusedNormalization,
+    GaussianBlur,
+    GaussianNoise,
+    Pad,
+    RandomAutocontrast,
+    RandomCrop,
+    RandomErasing,
+    RandomGrayscale,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    RandomRotation,
+    RandomScale,
+    Resize,
+    Transform,
+)
+
+__all__ = [
+    "CIFAR10",
+    "CIFAR100",
+    "MNIST",
+    "PREPROCESSOR_SETTING",
+    "ArrayDataset",
+    "Batch",
+    "CenterCrop",
+    "ColorJitter",
+    "Compose",
+    "Dataset",
+    "EpochCancelled",
+    "EpochPlan",
+    "EpochRun",
+    "FusedNormalization",
+    "GaussianBlur",
+    "GaussianNoise",
+    "Pad",
+    "Preprocessor",
+    "PreprocessorSettings",
+    "RandomAutocontrast",
+    "RandomCrop",
+    "RandomErasing",
+    "RandomGrayscale",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "RandomRotation",
+    "RandomScale",
+    "Resize",
+    "Split",
+    "TransferStation",
+    "Transform",
+    "ZoneLayout",
+    "open_dataset",
+    "read_idx",
+    "reset_preprocessor_settings",
+    "sample_seed",
+    "shuffle_order",
+]

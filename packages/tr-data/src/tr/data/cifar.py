@@ -1,0 +1,203 @@
+"""CIFAR-10 / CIFAR-100, python (pickled) or binary version, fully in memory: uint8 (n, 32, 32, 3) NHWC.
+
+``root`` may be the batches directory itself or a directory holding it (or the downloaded archive).
+Python version: cifar-10-batches-py/{data_batch_1..5, test_batch}, cifar-100-python/{train, test}.
+Binary version: cifar-10-batches-bin/{data_batch_1..5, test_batch}.bin (1 label byte + 3072 pixel
+bytes per record), cifar-100-binary/{train, test}.bin (coarse byte, fine byte, 3072 pixel bytes).
+Pixels are stored planar (1024 R, 1024 G, 1024 B); they are returned NHWC.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tr.core.errors import DataError
+from tr.data.dataset import Split, check_split
+from tr.data.download import DownloadFailed, extract_tar, fetch
+
+PIXELS = 32 * 32 * 3
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    """Unpickles plain containers and numpy arrays only (no arbitrary code from a data file)."""
+
+    ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
+    }
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a CIFAR batch")
+
+
+def _unpickle(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            d = _SafeUnpickler(io.BytesIO(f.read()), encoding="bytes").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as e:
+        raise DataError(f"{path}: not a readable CIFAR python batch ({e})") from e
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror or e})") from e
+    if not isinstance(d, dict):
+        raise DataError(f"{path}: a CIFAR batch must hold a dict, got {type(d).__name__}")
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in d.items()}
+
+
+def _planar_to_nhwc(data: np.ndarray, path: Path) -> np.ndarray:
+    data = np.asarray(data)
+    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != PIXELS:
+        raise DataError(f"{path}: CIFAR data must be uint8 (n, {PIXELS}), got {data.dtype} {data.shape}")
+    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+
+
+class _CIFAR:
+    name = ""
+    num_classes = 0
+    image_shape = (32, 32, 3)
+    py_dir = ""
+    bin_dir = ""
+    py_files: dict[str, tuple[str, ...]] = {}
+    bin_files: dict[str, tuple[str, ...]] = {}
+    label_key = ""
+    label_bytes = 1  # bytes before the pixels in a binary record
+    label_byte = 0  # which of them is the label
+    url = ""
+    md5 = ""
+
+    def __init__(self, root: str | Path, download: bool = False, url: str | None = None, load_workers: int = 1):
+        self.root = Path(root)
+        self.download = download
+        self.url = url or self.url
+        self.load_workers = max(1, int(load_workers))
+
+    # ---- locating files ----------------------------------------------------------------------
+    def expected_files(self) -> list[str]:
+        py = [f"{self.py_dir}/{n}" for s in ("train", "val") for n in self.py_files[s]]
+        return py + [f"(or the binary version {self.bin_dir}/...bin)"]
+
+    def _dir_with(self, names: tuple[str, ...], dirname: str) -> Path | None:
+        for d in (self.root, self.root / dirname):
+            if all((d / n).is_file() for n in names):
+                return d
+        return None
+
+    def _locate(self, split: str) -> tuple[str, list[Path]]:
+        d = self._dir_with(self.py_files[split], self.py_dir)
+        if d is not None:
+            return "py", [d / n for n in self.py_files[split]]
+        d = self._dir_with(self.bin_files[split], self.bin_dir)
+        if d is not None:
+            return "bin", [d / n for n in self.bin_files[split]]
+        return "", []
+
+    def _missing(self, errors: list[str] | None = None) -> DataError:
+        msg = f"{self.name.upper()} files missing in {self.root}: expected {', '.join(self.expected_files())}"
+        if errors:
+            msg += "; download failed: " + "; ".join(errors)
+        elif not self.download:
+            msg += "; pass download=True (PREPROCESSOR_SETTING.download(True)) to fetch them"
+        return DataError(msg)
+
+    def files(self, split: str) -> tuple[str, list[Path]]:
+        """('py' | 'bin', paths) of a split, downloading and extracting the archive when allowed."""
+        split = check_split(split)
+        kind, paths = self._locate(split)
+        if kind:
+            return kind, paths
+        if not self.download:
+            raise self._missing()
+        archive = self.root / Path(self.url).name
+        try:
+            if not archive.is_file():
+                fetch([self.url], archive, md5=self.md5)
+        except DownloadFailed as e:
+            raise self._missing(e.errors) from None
+        extract_tar(archive, self.root)
+        kind, paths = self._locate(split)
+        if not kind:
+            raise self._missing([f"{archive} did not contain the expected files"])
+        return kind, paths
+
+    def check(self) -> None:
+        """Every file present (downloading the archive when allowed), else DataError."""
+        for split in ("train", "val"):
+            self.files(split)
+
+    # ---- reading -----------------------------------------------------------------------------
+    def _read_py(self, path: Path) -> tuple[np.ndarray, np.ndarray]:
+        d = _unpickle(path)
+        if "data" not in d or self.label_key not in d:
+            raise DataError(f"{path}: a CIFAR batch needs 'data' and '{self.label_key}', found {sorted(d)}")
+        images = _planar_to_nhwc(d["data"], path)
+        labels = np.asarray(d[self.label_key], dtype=np.int64)
+        if len(labels) != len(images):
+            raise DataError(f"{path}: {len(images)} images but {len(labels)} labels")
+        return images, labels
+
+    def _read_bin(self, path: Path) -> tuple[np.ndarray, np.ndarray]:
+        try:
+            raw = np.fromfile(path, dtype=np.uint8)
+        except OSError as e:
+            raise DataError(f"{path}: cannot read ({e.strerror or e})") from e
+        rec = self.label_bytes + PIXELS
+        if raw.size == 0 or raw.size % rec:
+            raise DataError(
+                f"{path}: truncated CIFAR binary file: {raw.size} bytes is not a whole number of "
+                f"{rec}-byte records (expected {rec} x n, e.g. {rec * 10000})"
+            )
+        recs = raw.reshape(-1, rec)
+        return _planar_to_nhwc(recs[:, self.label_bytes :], path), recs[:, self.label_byte].astype(np.int64)
+
+    def load(self, split: str) -> Split:
+        kind, paths = self.files(split)
+        reader = self._read_py if kind == "py" else self._read_bin
+        if self.load_workers > 1 and len(paths) > 1:
+            with ThreadPoolExecutor(min(self.load_workers, len(paths))) as ex:
+                parts = list(ex.map(reader, paths))
+        else:
+            parts = [reader(p) for p in paths]
+        images = np.ascontiguousarray(np.concatenate([p[0] for p in parts]))
+        labels = np.concatenate([p[1] for p in parts])
+        if labels.size and (labels.min() < 0 or labels.max() >= self.num_classes):
+            bad = int(labels.max() if labels.max() >= self.num_classes else labels.min())
+            raise DataError(f"{paths[0].parent}: label {bad} is out of range for {self.num_classes} classes")
+        return Split(images, labels.astype(np.int32))
+
+
+class CIFAR10(_CIFAR):
+    name = "cifar10"
+    num_classes = 10
+    py_dir = "cifar-10-batches-py"
+    bin_dir = "cifar-10-batches-bin"
+    py_files = {"train": tuple(f"data_batch_{i}" for i in range(1, 6)), "val": ("test_batch",)}
+    bin_files = {"train": tuple(f"data_batch_{i}.bin" for i in range(1, 6)), "val": ("test_batch.bin",)}
+    label_key = "labels"
+    label_bytes, label_byte = 1, 0
+    url = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+    md5 = "c58f30108f718f92721af3b95e74349a"
+
+
+class CIFAR100(_CIFAR):
+    """Fine labels (100 classes)."""
+
+    name = "cifar100"
+    num_classes = 100
+    py_dir = "cifar-100-python"
+    bin_dir = "cifar-100-binary"
+    py_files = {"train": ("train",), "val": ("test",)}
+    bin_files = {"train": ("train.bin",), "val": ("test.bin",)}
+    label_key = "fine_labels"
+    label_bytes, label_byte = 2, 1
+    url = "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"
+    md5 = "eb9058c3a382ffc7106e4002c42a8d85"

@@ -1,0 +1,178 @@
+"""In-memory samples (FULLY mode) and the dataset protocol the Preprocessor reads.
+
+A ``Split`` is what one phase (train or val) iterates over: uint8 images and int32 labels, either one
+(n, h, w, c) array or, for images of different sizes, one flat byte buffer with per-sample offsets
+and shapes. Datasets (MNIST, CIFAR, ArrayDataset) load their splits into Splits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from tr.core.errors import ConfigError, DataError, ShapeError
+
+SPLITS = ("train", "val")
+
+
+@dataclass(frozen=True)
+class Split:
+    """``images``: uint8 (n, h, w, c), or flat uint8 bytes when ``offsets``/``shapes`` are given."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    offsets: np.ndarray | None = None  # int64 (n,) byte offsets into images (ragged)
+    shapes: np.ndarray | None = None  # int32 (n, 3) (ragged)
+
+    def __post_init__(self) -> None:
+        labels = np.ascontiguousarray(self.labels, dtype=np.int32)
+        object.__setattr__(self, "labels", labels)
+        if labels.ndim != 1:
+            raise ShapeError(f"labels must be one-dimensional, got shape {labels.shape}")
+        imgs = self.images
+        if not isinstance(imgs, np.ndarray) or imgs.dtype != np.uint8:
+            raise DataError(f"images must be a uint8 numpy array, got {getattr(imgs, 'dtype', type(imgs))}")
+        if not imgs.flags.c_contiguous:
+            object.__setattr__(self, "images", np.ascontiguousarray(imgs))
+        if self.offsets is None:
+            if imgs.ndim == 3:  # (n, h, w): one channel
+                object.__setattr__(self, "images", imgs[..., None])
+            elif imgs.ndim != 4:
+                raise ShapeError(f"images must be (n, h, w, c) uint8, got shape {imgs.shape}")
+            n = self.images.shape[0]
+            if min(self.images.shape[1:]) < 1:
+                raise ShapeError(f"images must have a positive (h, w, c), got {self.images.shape}")
+        else:
+            offs = np.ascontiguousarray(self.offsets, dtype=np.int64)
+            shp = np.ascontiguousarray(self.shapes, dtype=np.int32)
+            object.__setattr__(self, "offsets", offs)
+            object.__setattr__(self, "shapes", shp)
+            n = len(offs)
+            if shp.shape != (n, 3):
+                raise ShapeError(f"shapes must be (n, 3) for {n} offsets, got {shp.shape}")
+            if n and (shp.min() < 1 or (offs < 0).any()):
+                raise ShapeError("ragged images need positive shapes and non-negative offsets")
+            ends = offs + shp.prod(axis=1).astype(np.int64)
+            if n and ends.max() > imgs.size:
+                raise DataError(f"ragged images overrun their buffer ({int(ends.max())} > {imgs.size} bytes)")
+        if len(labels) != n:
+            raise DataError(f"{n} images but {len(labels)} labels")
+
+    @classmethod
+    def from_images(cls, images: Sequence[np.ndarray], labels: Sequence[int]) -> Split:
+        """Images of different sizes: packs them into one buffer (each (h, w, c) or (h, w) uint8)."""
+        arrs = []
+        for i, a in enumerate(images):
+            a = np.asarray(a)
+            if a.ndim == 2:
+                a = a[:, :, None]
+            if a.dtype != np.uint8 or a.ndim != 3:
+                raise ShapeError(f"image {i} must be uint8 (h, w, c), got {a.dtype} {a.shape}")
+            arrs.append(np.ascontiguousarray(a))
+        sizes = np.array([a.size for a in arrs], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if arrs else np.zeros(0, np.int64)
+        buf = np.concatenate([a.reshape(-1) for a in arrs]) if arrs else np.zeros(0, np.uint8)
+        shapes = np.array([a.shape for a in arrs], dtype=np.int32).reshape(-1, 3)
+        return cls(buf, np.asarray(labels), offsets, shapes)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def ragged(self) -> bool:
+        return self.offsets is not None
+
+    @property
+    def image_shape(self) -> tuple[int, int, int] | None:
+        """(h, w, c) when all images share it, else None."""
+        if not self.ragged:
+            return tuple(int(x) for x in self.images.shape[1:])  # type: ignore[return-value]
+        if len(self) and (self.shapes == self.shapes[0]).all():
+            return tuple(int(x) for x in self.shapes[0])  # type: ignore[return-value]
+        return None
+
+    def image(self, i: int) -> np.ndarray:
+        if not self.ragged:
+            return self.images[i]
+        h, w, c = (int(x) for x in self.shapes[i])
+        o = int(self.offsets[i])
+        return self.images[o : o + h * w * c].reshape(h, w, c)
+
+
+@runtime_checkable
+class Dataset(Protocol):
+    name: str
+    num_classes: int | None
+
+    @property
+    def image_shape(self) -> tuple[int, int, int] | None: ...
+
+    def load(self, split: str) -> Split: ...
+
+
+def check_split(split: str) -> str:
+    if split in ("test", "validation"):
+        split = "val"
+    if split not in SPLITS:
+        raise ConfigError(f"split must be 'train' or 'val', got {split!r}")
+    return split
+
+
+class ArrayDataset:
+    """A dataset from arrays already in memory: ``ArrayDataset(train=(images, labels), val=(...))``.
+
+    Images are uint8 (n, h, w, c) arrays, or lists of (h, w, c) arrays of different sizes.
+    """
+
+    def __init__(self, train: Any, val: Any = None, name: str = "arrays", num_classes: int | None = None):
+        self.name = name
+        self.num_classes = num_classes
+        self._splits = {"train": self._as_split(train, "train")}
+        self._splits["val"] = self._as_split(val, "val") if val is not None else None
+
+    @staticmethod
+    def _as_split(v: Any, which: str) -> Split:
+        if isinstance(v, Split):
+            return v
+        if not (isinstance(v, Sequence) and len(v) == 2):
+            raise ConfigError(f"ArrayDataset {which} must be (images, labels), got {type(v).__name__}")
+        images, labels = v
+        if isinstance(images, np.ndarray):
+            return Split(images, np.asarray(labels))
+        return Split.from_images(list(images), labels)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int] | None:
+        return self._splits["train"].image_shape
+
+    def load(self, split: str) -> Split:
+        split = check_split(split)
+        s = self._splits[split]
+        if s is None:
+            raise DataError(f"ArrayDataset {self.name!r} has no {split} split")
+        return s
+
+    def has_split(self, split: str) -> bool:
+        return self._splits[check_split(split)] is not None
+
+
+DATASET_NAMES = ("mnist", "cifar10", "cifar100")
+
+
+def open_dataset(name: str, path: str | Path, download: bool = False, load_workers: int = 1) -> Dataset:
+    """The dataset class for a name of PREPROCESSOR_SETTING.dataset(name, path)."""
+    from tr.data.cifar import CIFAR10, CIFAR100
+    from tr.data.mnist import MNIST
+
+    key = str(name).lower().replace("-", "").replace("_", "")
+    if key == "mnist":
+        return MNIST(path, download=download, load_workers=load_workers)
+    if key == "cifar10":
+        return CIFAR10(path, download=download, load_workers=load_workers)
+    if key == "cifar100":
+        return CIFAR100(path, download=download, load_workers=load_workers)
+    raise ConfigError(f"unknown dataset {name!r}; expected one of {DATASET_NAMES} or a Dataset object")

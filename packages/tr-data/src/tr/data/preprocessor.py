@@ -1,0 +1,285 @@
+"""Preprocessor: loads the dataset into memory and runs epochs through the native worker pool into
+TransferStations (one per device).
+
+Driving an epoch (one device)::
+
+    station = TransferStation(batch, settings.sample_shape(), "float16")
+    pre = Preprocessor(settings, station)
+    with pre.epoch(e, train=True) as run:
+        for k in run:                      # batch indices 0 .. run.num_batches - 1
+            b = station.acquire(k)         # blocks until batch k is complete
+            ...                            # b.data[:b.size], b.labels[:b.size] (zone b.zone)
+            station.release(k)             # the workers may now fill batch k + 2
+
+Sample placement: with W stations (devices) and batch B, rank r's j-th sample is epoch position
+r + W * j (wrapping around, so every rank delivers ceil(n / W) samples; drop_last trims the
+training epoch to whole batches). Work item g = (rank g % W, position g // W) is done by worker
+g % M, so each worker's share is fixed; augmentation draws depend only on (seed, epoch, sample).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tr.core.errors import ConfigError, PhaseError, ShapeError
+from tr.core.log import get_logger
+from tr.core.settings import GLOBAL_SETTING
+from tr.data import _native
+from tr.data.dataset import Split
+from tr.data.seeds import seed_prefix, shuffle_order
+from tr.data.settings import PREPROCESSOR_SETTING, PreprocessorSettings
+from tr.data.station import Batch, TransferStation
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """How an epoch of ``num_samples`` splits over ``world_size`` stations and batches of ``batch_size``."""
+
+    num_samples: int
+    world_size: int
+    batch_size: int
+    per_rank: int  # samples each station delivers
+    num_batches: int
+    last_batch_size: int
+
+    @classmethod
+    def make(cls, n: int, world: int, batch: int, drop_last: bool) -> EpochPlan:
+        per_rank = math.ceil(n / world) if n else 0
+        if drop_last:
+            nb = per_rank // batch
+            per_rank = nb * batch
+        else:
+            nb = math.ceil(per_rank / batch)
+        last = (per_rank - (nb - 1) * batch) if nb else 0
+        return cls(n, world, batch, per_rank, nb, last)
+
+    def batch_size_of(self, k: int) -> int:
+        if not 0 <= k < self.num_batches:
+            raise ConfigError(f"batch index {k} is out of range: the epoch has {self.num_batches} batches")
+        return self.last_batch_size if k == self.num_batches - 1 else self.batch_size
+
+
+class EpochRun:
+    """One running epoch: iterate it for batch indices; ``close()`` (or leaving ``with``) stops the
+    workers if batches are left."""
+
+    def __init__(self, pre: Preprocessor, epoch: int, train: bool, plan: EpochPlan):
+        self._pre = pre
+        self.epoch = epoch
+        self.train = train
+        self.plan = plan
+        self.closed = False
+
+    @property
+    def num_batches(self) -> int:
+        return self.plan.num_batches
+
+    def __len__(self) -> int:
+        return self.plan.num_batches
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.plan.num_batches))
+
+    def batches(self, rank: int = 0, timeout: float | None = None) -> Iterator[Batch]:
+        """Acquire batch 0, 1, ... of one station, releasing each when the loop moves on."""
+        st = self._pre.stations[rank]
+        for k in range(self.plan.num_batches):
+            b = st.acquire(k, timeout)
+            try:
+                yield b
+            finally:
+                st.release(k)
+
+    @property
+    def done(self) -> bool:
+        """All samples are written (the workers are idle)."""
+        return not self._pre._engine.busy()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._pre._engine.busy():
+            log.debug("epoch %d (%s) closed before its end: cancelling", self.epoch, "train" if self.train else "val")
+            self._pre._engine.cancel()
+        self._pre._finish(self)
+
+    def __enter__(self) -> EpochRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Preprocessor:
+    """``Preprocessor(settings, stations)``: FULLY in-memory preprocessing into TransferStations."""
+
+    def __init__(
+        self,
+        settings: PreprocessorSettings | None = None,
+        stations: TransferStation | Sequence[TransferStation] = (),
+        *,
+        seed: int | None = None,
+    ):
+        s = settings if settings is not None else PREPROCESSOR_SETTING
+        if not s.frozen:
+            s.commit()
+        self.settings = s
+        sts = [stations] if isinstance(stations, TransferStation) else list(stations)
+        if not sts:
+            raise ConfigError("Preprocessor needs at least one TransferStation (one per device)")
+        first = sts[0]
+        for st in sts[1:]:
+            if (st.batch_size, st.sample_shape, st.dtype) != (first.batch_size, first.sample_shape, first.dtype):
+                raise ConfigError(f"all TransferStations must match: {first!r} vs {st!r}")
+        self.stations = sts
+        if seed is None:
+            seed = s.seed_value
+        if seed is None:
+            seed = GLOBAL_SETTING.seed
+        self.seed = int(seed)
+        self.dataset = s.open_dataset()
+        self._splits: dict[str, Split | None] = {"train": None, "val": None}
+        dt = first.dtype.name
+        self.chains = {"train": s.chain(True, dt), "val": s.chain(False, dt)}
+        self._engine: _native.Engine | None = None
+        self._run: EpochRun | None = None
+        self._cache: np.ndarray | None = None
+        self._cache_valid = False
+        self._cache_pending: int | None = None  # expected samples of a filling val pass
+        if s.cpvs_enabled and not self.chains["val"].deterministic:
+            log.warning("CPVS caches the first validation pass, but the val transforms are random")
+        # FULLY mode: both splits in memory now, so a bad file or a shape mismatch surfaces here.
+        self.split(True)
+        has_val = getattr(self.dataset, "has_split", None)
+        if has_val is None or has_val("val"):
+            self.split(False)
+        self._engine = _native.Engine(s.preprocess_workers_count)
+
+    # ---- data -----------------------------------------------------------------------------------
+    def split(self, train: bool) -> Split:
+        key = "train" if train else "val"
+        sp = self._splits[key]
+        if sp is None:
+            sp = self.dataset.load(key)
+            self._check_shape(sp, key)
+            self._splits[key] = sp
+        return sp
+
+    def _check_shape(self, sp: Split, key: str) -> None:
+        want = self.stations[0].sample_shape
+        shape = sp.image_shape
+        if shape is None:
+            shape = tuple(int(x) for x in sp.shapes[0]) if len(sp) else None
+            if shape is None:
+                return
+            got = self.chains[key]._native.out_shape(shape, 0)
+        else:
+            got = self.chains[key].out_shape(shape)
+        if tuple(got) != tuple(want):
+            raise ShapeError(
+                f"the {key} transforms turn {shape} images into {tuple(got)} samples, but the TransferStation "
+                f"holds {tuple(want)} samples"
+            )
+
+    @property
+    def sample_shape(self) -> tuple[int, int, int]:
+        return self.stations[0].sample_shape
+
+    @property
+    def workers(self) -> int:
+        return self._engine.workers
+
+    def plan(self, train: bool = True) -> EpochPlan:
+        n = len(self.split(train))
+        drop = self.settings.drop_last_enabled and train
+        return EpochPlan.make(n, len(self.stations), self.stations[0].batch_size, drop)
+
+    def epoch_order(self, epoch: int, train: bool = True) -> np.ndarray:
+        """Dataset indices in this epoch's order."""
+        n = len(self.split(train))
+        if train and self.settings.shuffle_train:
+            return shuffle_order(n, self.seed, epoch)
+        return np.arange(n, dtype=np.int64)
+
+    # ---- epochs ---------------------------------------------------------------------------------
+    def epoch(self, epoch: int, train: bool = True) -> EpochRun:
+        """Start epoch ``epoch`` (training or validation) and return its EpochRun."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ConfigError(f"epoch must be an integer >= 0, got {epoch!r}")
+        if self._engine is None:
+            raise PhaseError("the Preprocessor is closed")
+        if self._run is not None and not self._run.closed:
+            self._run.close()
+        sp = self.split(train)
+        plan = self.plan(train)
+        order = self.epoch_order(epoch, train)
+        cache, mode = None, 0
+        if not train and self.settings.cpvs_enabled:
+            cache, mode = self._cache_for(sp)
+        chain = self.chains["train" if train else "val"]
+        self._engine.start(
+            chain._native,
+            sp.images,
+            sp.offsets,
+            sp.shapes,
+            None if sp.ragged else tuple(int(x) for x in sp.images.shape[1:]),
+            sp.labels,
+            order,
+            [st._native for st in self.stations],
+            plan.per_rank,
+            plan.num_batches,
+            plan.last_batch_size,
+            seed_prefix(self.seed, epoch, train),
+            self.sample_shape,
+            cache,
+            mode,
+        )
+        if mode == 1:
+            self._cache_pending = plan.per_rank * plan.world_size
+        self._run = EpochRun(self, epoch, train, plan)
+        return self._run
+
+    def train_epoch(self, epoch: int) -> EpochRun:
+        return self.epoch(epoch, True)
+
+    def val_epoch(self, epoch: int) -> EpochRun:
+        return self.epoch(epoch, False)
+
+    def _cache_for(self, sp: Split) -> tuple[np.ndarray, int]:
+        if self._cache_valid and self._cache is not None:
+            return self._cache, 2
+        if self._cache is None:
+            self._cache = np.empty(len(sp) * self.stations[0].sample_bytes, dtype=np.uint8)
+        return self._cache, 1
+
+    def _finish(self, run: EpochRun) -> None:
+        # A val pass that filled the cache completely makes it valid for the next passes.
+        if self._cache_pending is not None and not run.train:
+            if self._engine.samples_done() >= self._cache_pending:
+                self._cache_valid = True
+            self._cache_pending = None
+
+    @property
+    def cpvs_ready(self) -> bool:
+        return self._cache_valid
+
+    def close(self) -> None:
+        """Stop the workers and free the engine (idempotent)."""
+        if self._run is not None and not self._run.closed:
+            self._run.close()
+        if self._engine is not None:
+            self._engine.cancel()
+            self._engine = None  # type: ignore[assignment]
+
+    def __enter__(self) -> Preprocessor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

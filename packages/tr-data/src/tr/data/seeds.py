@@ -1,0 +1,40 @@
+"""The randomness scheme of tr.data: every random choice is a pure function of (seed, epoch, sample).
+
+- Sample seed: ``derive_seed(seed, tag, epoch, index)``, with tag 1 for training and 2 for validation
+  and ``index`` the sample's position in the dataset (not in the shuffled order).
+- Transform ``j`` of a chain (0-based, counting every transform the user listed) makes its k-th draw
+  at Philox4x32-10 (key = sample seed, offset = (j + 1) * 2**32 + k). RandomHorizontalFlip draws at
+  offset 0 and RandomErasing from offset 16, since both are folded into the final FusedNormalization.
+- Shuffle of epoch ``e``: ``tr.core.philox.shuffle_indices(n, derive_seed(seed, 3, e))``.
+
+Nothing depends on the number of workers, on which worker handles a sample, or on timing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tr.core.philox import derive_seed, shuffle_indices
+
+TAG_TRAIN = 1
+TAG_VAL = 2
+TAG_SHUFFLE = 3
+
+
+def split_tag(train: bool) -> int:
+    return TAG_TRAIN if train else TAG_VAL
+
+
+def seed_prefix(seed: int, epoch: int, train: bool = True) -> int:
+    """derive_seed(seed, tag, epoch): the sample seed of index i is splitmix64(prefix ^ i)."""
+    return derive_seed(seed, split_tag(train), epoch)
+
+
+def sample_seed(seed: int, epoch: int, index: int, train: bool = True) -> int:
+    """The Philox key of sample ``index`` in epoch ``epoch``."""
+    return derive_seed(seed, split_tag(train), epoch, index)
+
+
+def shuffle_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The epoch's sample order: a permutation of range(n), a pure function of (seed, epoch)."""
+    return shuffle_indices(n, derive_seed(seed, TAG_SHUFFLE, epoch))

@@ -1,0 +1,211 @@
+"""PREPROCESSOR_SETTING: the fluent, validated configuration of the data pipeline.
+
+Every setter checks its value at once (ConfigError naming the value) and returns the settings, so calls
+chain. ``commit()`` checks the whole (dataset known, transforms fit its images, train and val
+samples of one shape) and freezes the object; later setters raise FrozenError. Tests use a fresh
+``PreprocessorSettings()`` or ``reset_preprocessor_settings()``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tr.core.errors import ConfigError, FrozenError
+from tr.core.norm import NormMode
+from tr.data.dataset import DATASET_NAMES, ArrayDataset, Dataset, open_dataset
+from tr.data.transforms import Compose, Transform, check_transforms, norm_constants
+
+
+def _count(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ConfigError(f"{name} must be an integer, got {v!r}")
+    if v < 1:
+        raise ConfigError(f"{name} must be >= 1, got {v}")
+    return v
+
+
+def _flag(name: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ConfigError(f"{name} must be True or False, got {v!r}")
+    return v
+
+
+def default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+@dataclass
+class PreprocessorSettings:
+    dataset_name: str | None = None
+    dataset_path: Path | None = None
+    dataset_object: Any = None
+    download_enabled: bool = False
+    load_workers_count: int = 1
+    preprocess_workers_count: int = field(default_factory=default_workers)
+    norm: Any = NormMode.NO_NORM
+    train: tuple[Transform, ...] = ()
+    val: tuple[Transform, ...] = ()
+    shuffle_train: bool = True
+    drop_last_enabled: bool = False
+    cpvs_enabled: bool = True
+    pad_channels: int | None = None
+    seed_value: int | None = None  # None: tr.core.settings.GLOBAL_SETTING.seed
+    _frozen: bool = field(default=False, repr=False)
+
+    # ---- the fluent builder -------------------------------------------------------------------
+    def _set(self, name: str, value: Any) -> PreprocessorSettings:
+        if self._frozen:
+            raise FrozenError(
+                f"preprocessor settings are committed; cannot change {name} to {value!r}. "
+                "Use .copy() for an editable copy"
+            )
+        object.__setattr__(self, name, value)
+        return self
+
+    def dataset(self, name: str | Dataset, path: str | os.PathLike | None = None) -> PreprocessorSettings:
+        """``dataset("mnist" | "cifar10" | "cifar100", path)`` or ``dataset(dataset_object)``."""
+        if isinstance(name, str):
+            key = name.lower().replace("-", "").replace("_", "")
+            if key not in DATASET_NAMES:
+                raise ConfigError(f"unknown dataset {name!r}; expected one of {DATASET_NAMES} or a Dataset object")
+            if path is None or str(path) == "":
+                raise ConfigError(f"dataset {name!r} needs the directory that holds its files, got {path!r}")
+            self._set("dataset_object", None)
+            self._set("dataset_path", Path(path))
+            return self._set("dataset_name", key)
+        if not (hasattr(name, "load") and hasattr(name, "image_shape")):
+            raise ConfigError(f"dataset must be a name or an object with load() and image_shape, got {name!r}")
+        self._set("dataset_object", name)
+        self._set("dataset_path", None)
+        return self._set("dataset_name", getattr(name, "name", type(name).__name__))
+
+    def download(self, enabled: bool = True) -> PreprocessorSettings:
+        return self._set("download_enabled", _flag("download", enabled))
+
+    def load_workers(self, n: int) -> PreprocessorSettings:
+        """IO threads that read dataset files."""
+        return self._set("load_workers_count", _count("load_workers", n))
+
+    def preprocess_workers(self, n: int) -> PreprocessorSettings:
+        """Native threads that transform samples (in total, across all devices)."""
+        return self._set("preprocess_workers_count", _count("preprocess_workers", n))
+
+    def normalization(self, mode: NormMode | tuple) -> PreprocessorSettings:
+        norm_constants(mode)  # validates
+        return self._set("norm", mode)
+
+    def train_transforms(self, *transforms: Transform) -> PreprocessorSettings:
+        return self._set("train", check_transforms("train_transforms", _flatten(transforms)))
+
+    def val_transforms(self, *transforms: Transform) -> PreprocessorSettings:
+        return self._set("val", check_transforms("val_transforms", _flatten(transforms)))
+
+    def shuffle(self, enabled: bool = True) -> PreprocessorSettings:
+        """Shuffle the training set every epoch (validation is never shuffled)."""
+        return self._set("shuffle_train", _flag("shuffle", enabled))
+
+    shuffle_train_set = shuffle
+
+    def drop_last(self, enabled: bool = True) -> PreprocessorSettings:
+        """Drop the last incomplete training batch (validation always delivers every sample)."""
+        return self._set("drop_last_enabled", _flag("drop_last", enabled))
+
+    def cpvs(self, enabled: bool = True) -> PreprocessorSettings:
+        """Cache the preprocessed validation set after its first pass and replay it later."""
+        return self._set("cpvs_enabled", _flag("cpvs", enabled))
+
+    using_cpvs = cpvs
+
+    def pad_channels_to(self, n: int | None) -> PreprocessorSettings:
+        """Pad the normalised samples to n channels with zeros (the seed uses 4 in AMP mode)."""
+        if n is not None:
+            n = _count("pad_channels_to", n)
+            if n > 64:
+                raise ConfigError(f"pad_channels_to must be <= 64, got {n}")
+        return self._set("pad_channels", n)
+
+    def seed(self, s: int | None) -> PreprocessorSettings:
+        """Augmentation and shuffle seed; None: GLOBAL_SETTING.seed at Preprocessor creation."""
+        if s is not None and (isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**64):
+            raise ConfigError(f"seed must be an integer in [0, 2**64), got {s!r}")
+        return self._set("seed_value", s)
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    @property
+    def frozen(self) -> bool:
+        return self._frozen
+
+    def open_dataset(self) -> Dataset:
+        if self.dataset_object is not None:
+            return self.dataset_object
+        if self.dataset_name is None:
+            raise ConfigError("no dataset configured: call dataset(name, path) first")
+        return open_dataset(self.dataset_name, self.dataset_path, self.download_enabled, self.load_workers_count)
+
+    def chain(self, train: bool = True, dtype: str = "float32") -> Compose:
+        return Compose(self.train if train else self.val, self.norm, dtype, self.pad_channels)
+
+    def sample_shape(self, train: bool = True, image_shape: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
+        """(h, w, c) of the normalised samples, for sizing a TransferStation before loading data."""
+        shape = image_shape or self.open_dataset().image_shape
+        if shape is None:
+            raise ConfigError(
+                f"dataset {self.dataset_name!r} has images of different sizes; its sample shape is only "
+                "known when the transforms end in a fixed-size crop or resize and a sample is seen"
+            )
+        return self.chain(train).out_shape(shape)
+
+    def commit(self) -> PreprocessorSettings:
+        """Validate the whole configuration and freeze it."""
+        if self._frozen:
+            return self
+        if self.dataset_name is None:
+            raise ConfigError("no dataset configured: call dataset(name, path) first")
+        ds = self.open_dataset()
+        check = getattr(ds, "check", None)
+        if callable(check):  # files present (or downloaded when allowed), else DataError now
+            check()
+        shape = ds.image_shape
+        if shape is not None:
+            tr_shape = self.chain(True).out_shape(shape)
+            has_val = not isinstance(ds, ArrayDataset) or ds.has_split("val")
+            if has_val:
+                va_shape = self.chain(False).out_shape(shape)
+                if tr_shape != va_shape:
+                    raise ConfigError(
+                        f"train transforms give {tr_shape} samples but val transforms give {va_shape}; "
+                        "one TransferStation holds one sample shape"
+                    )
+        else:  # variable-size images: both chains must end in a fixed size
+            self.chain(True)
+            self.chain(False)
+        object.__setattr__(self, "_frozen", True)
+        return self
+
+    def copy(self) -> PreprocessorSettings:
+        """An editable (uncommitted) copy."""
+        c = copy.copy(self)
+        object.__setattr__(c, "_frozen", False)
+        return c
+
+
+def _flatten(ts: Sequence[Any]) -> tuple:
+    if len(ts) == 1 and isinstance(ts[0], (list, tuple)):
+        return tuple(ts[0])
+    return tuple(ts)
+
+
+PREPROCESSOR_SETTING = PreprocessorSettings()
+
+
+def reset_preprocessor_settings() -> PreprocessorSettings:
+    """Restore the process-wide preprocessor settings to defaults (uncommitted), in place."""
+    fresh = PreprocessorSettings()
+    for k, v in fresh.__dict__.items():
+        object.__setattr__(PREPROCESSOR_SETTING, k, v)
+    return PREPROCESSOR_SETTING

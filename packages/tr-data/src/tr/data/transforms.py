@@ -1,0 +1,702 @@
+"""Augmentation transforms on uint8 HWC images, run by the native core.
+
+Each class validates its arguments when constructed (a ConfigError names the bad value) and turns
+into a compact native spec. ``Compose`` chains them and ends with FusedNormalization; the same chain
+runs inside the Preprocessor's worker pool. Exact definitions, and where they differ from
+torchvision, are in the package README.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tr.core.errors import ConfigError, ShapeError
+from tr.core.norm import NormMode
+from tr.data import _native
+from tr.data.seeds import sample_seed
+
+Shape = tuple[int, int, int]
+
+PAD_MODES = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 3}
+_FLOAT_PARAMS = {"angle", "scale", "sigma", "brightness", "contrast", "saturation", "hue"}
+
+# native op kinds (csrc/ops.hpp)
+_PAD, _RANDOM_CROP, _CENTER_CROP, _RESIZE, _RRC, _ROTATION, _SCALE = 1, 2, 3, 4, 5, 6, 7
+_JITTER, _BLUR, _NOISE, _GRAYSCALE, _AUTOCONTRAST = 8, 9, 10, 11, 12
+
+
+# ------------------------------------------------------------------------------------------------
+# validation helpers
+# ------------------------------------------------------------------------------------------------
+def _is_num(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _num(owner: str, name: str, v: Any) -> float:
+    if not _is_num(v) or not math.isfinite(float(v)):
+        raise ConfigError(f"{owner}: {name} must be a finite number, got {v!r}")
+    return float(v)
+
+
+def _prob(owner: str, p: Any) -> float:
+    p = _num(owner, "p", p)
+    if not 0.0 <= p <= 1.0:
+        raise ConfigError(f"{owner}: probability p must be in [0, 1], got {p}")
+    return p
+
+
+def _int(owner: str, name: str, v: Any, lo: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise ConfigError(f"{owner}: {name} must be an integer, got {v!r}")
+    if int(v) < lo:
+        raise ConfigError(f"{owner}: {name} must be >= {lo}, got {v}")
+    return int(v)
+
+
+def _size2(owner: str, size: Any) -> tuple[int, int]:
+    """An int (square) or a (height, width) pair."""
+    if isinstance(size, Sequence) and not isinstance(size, str):
+        if len(size) == 1:
+            size = size[0]
+        elif len(size) == 2:
+            return _int(owner, "height", size[0]), _int(owner, "width", size[1])
+        else:
+            raise ConfigError(f"{owner}: size must be an int or (height, width), got {size!r}")
+    s = _int(owner, "size", size)
+    return s, s
+
+
+def _range(owner: str, name: str, v: Any, lo: float | None = None, hi: float | None = None) -> tuple[float, float]:
+    if not (isinstance(v, Sequence) and len(v) == 2):
+        raise ConfigError(f"{owner}: {name} must be a (min, max) pair, got {v!r}")
+    a, b = _num(owner, name, v[0]), _num(owner, name, v[1])
+    if a > b:
+        raise ConfigError(f"{owner}: {name} must have min <= max, got {tuple(v)}")
+    if lo is not None and a < lo:
+        raise ConfigError(f"{owner}: {name} must be >= {lo}, got {tuple(v)}")
+    if hi is not None and b > hi:
+        raise ConfigError(f"{owner}: {name} must be <= {hi}, got {tuple(v)}")
+    return a, b
+
+
+def _fill(owner: str, fill: Any) -> tuple[float, ...]:
+    vals = tuple(fill) if isinstance(fill, Sequence) and not isinstance(fill, str) else (fill,)
+    if not 1 <= len(vals) <= 16:
+        raise ConfigError(f"{owner}: fill needs 1 to 16 values, got {fill!r}")
+    out = tuple(_num(owner, "fill", v) for v in vals)
+    for v in out:
+        if not 0 <= v <= 255:
+            raise ConfigError(f"{owner}: fill values are pixel values in [0, 255], got {v}")
+    return out
+
+
+def _check_shape(shape: Any) -> Shape:
+    if not (isinstance(shape, Sequence) and len(shape) == 3):
+        raise ShapeError(f"an image shape is (height, width, channels), got {shape!r}")
+    h, w, c = (int(x) for x in shape)
+    if h < 1 or w < 1 or c < 1:
+        raise ShapeError(f"image shape must be positive, got {tuple(shape)}")
+    return h, w, c
+
+
+def _fill_fits(owner: str, fill: tuple[float, ...], c: int) -> None:
+    if len(fill) not in (1, c):
+        raise ConfigError(f"{owner}: fill has {len(fill)} values but the image has {c} channels")
+
+
+# ------------------------------------------------------------------------------------------------
+# transforms
+# ------------------------------------------------------------------------------------------------
+class Transform:
+    """Base class. ``record`` transforms (flip, erasing) are folded into FusedNormalization."""
+
+    record = False
+    deterministic = False
+
+    def native(self, slot: int) -> tuple:
+        raise NotImplementedError
+
+    def out_shape(self, shape: Shape) -> Shape:
+        """Output shape for an input shape; raises ConfigError when the input cannot work."""
+        return _check_shape(shape)
+
+    def _spec(self, kind: int, slot: int, f=(), i=(), fill=(0.0,)) -> tuple:
+        return (kind, slot, [float(x) for x in f], [int(x) for x in i], [float(x) for x in fill], repr(self))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items() if not k.startswith("_"))
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, repr(self)))
+
+
+class Pad(Transform):
+    """Pad by ``padding``: int (all sides), (left/right, top/bottom) or (left, top, right, bottom)."""
+
+    deterministic = True
+
+    def __init__(self, padding: int | Sequence[int], fill: float | Sequence[float] = 0, padding_mode: str = "constant"):
+        o = "Pad"
+        if isinstance(padding, Sequence) and not isinstance(padding, str):
+            vals = [_int(o, "padding", p, 0) for p in padding]
+            if len(vals) == 2:
+                vals = [vals[0], vals[1], vals[0], vals[1]]
+            elif len(vals) == 1:
+                vals = vals * 4
+            elif len(vals) != 4:
+                raise ConfigError(f"Pad: padding must have 1, 2 or 4 values, got {padding!r}")
+        else:
+            vals = [_int(o, "padding", padding, 0)] * 4
+        if padding_mode not in PAD_MODES:
+            raise ConfigError(f"Pad: padding_mode must be one of {sorted(PAD_MODES)}, got {padding_mode!r}")
+        self.padding = tuple(vals)  # left, top, right, bottom
+        self.fill = _fill(o, fill)
+        self.padding_mode = padding_mode
+
+    def out_shape(self, shape: Shape) -> Shape:
+        h, w, c = _check_shape(shape)
+        _fill_fits("Pad", self.fill, c)
+        left, top, right, bottom = self.padding
+        return h + top + bottom, w + left + right, c
+
+    def native(self, slot: int) -> tuple:
+        return self._spec(_PAD, slot, i=(*self.padding, PAD_MODES[self.padding_mode]), fill=self.fill)
+
+
+class RandomCrop(Transform):
+    """A uniformly placed ``size`` crop, after optional padding (torchvision.transforms.RandomCrop)."""
+
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        padding: int | Sequence[int] | None = None,
+        pad_if_needed: bool = False,
+        fill: float | Sequence[float] = 0,
+        padding_mode: str = "constant",
+    ):
+        self.size = _size2("RandomCrop", size)
+        self.padding = None if padding is None else Pad(padding).padding
+        if not isinstance(pad_if_needed, bool):
+            raise ConfigError(f"RandomCrop: pad_if_needed must be True or False, got {pad_if_needed!r}")
+        self.pad_if_needed = pad_if_needed
+        self.fill = _fill("RandomCrop", fill)
+        if padding_mode not in PAD_MODES:
+            raise ConfigError(f"RandomCrop: padding_mode must be one of {sorted(PAD_MODES)}, got {padding_mode!r}")
+        self.padding_mode = padding_mode
+
+    def out_shape(self, shape: Shape) -> Shape:
+        h, w, c = _check_shape(shape)
+        _fill_fits("RandomCrop", self.fill, c)
+        left, top, right, bottom = self.padding or (0, 0, 0, 0)
+        ph, pw = h + top + bottom, w + left + right
+        th, tw = self.size
+        if self.pad_if_needed:  # torchvision pads both sides by the shortfall
+            ph += 2 * max(0, th - ph)
+            pw += 2 * max(0, tw - pw)
+        if ph < th or pw < tw:
+            after = f" ({ph}x{pw} after padding)" if (ph, pw) != (h, w) else ""
+            raise ConfigError(f"{self!r}: the image is {h}x{w}{after}, smaller than the crop {th}x{tw}")
+        return th, tw, c
+
+    def native(self, slot: int) -> tuple:
+        left, top, right, bottom = self.padding or (0, 0, 0, 0)
+        return self._spec(
+            _RANDOM_CROP,
+            slot,
+            i=(*self.size, left, top, right, bottom, PAD_MODES[self.padding_mode], int(self.pad_if_needed)),
+            fill=self.fill,
+        )
+
+
+class CenterCrop(Transform):
+    """The centred ``size`` crop; zero padding when the image is smaller (torchvision's rule)."""
+
+    deterministic = True
+
+    def __init__(self, size: int | Sequence[int]):
+        self.size = _size2("CenterCrop", size)
+
+    def out_shape(self, shape: Shape) -> Shape:
+        _, _, c = _check_shape(shape)
+        return self.size[0], self.size[1], c
+
+    def native(self, slot: int) -> tuple:
+        return self._spec(_CENTER_CROP, slot, i=self.size)
+
+
+def _short_side(h: int, w: int, size: int, max_size: int | None) -> tuple[int, int]:
+    short, long = (w, h) if w <= h else (h, w)
+    new_short, new_long = size, int(size * long / short)
+    if max_size is not None and new_long > max_size:
+        new_short, new_long = int(max_size * new_short / new_long), max_size
+    return (new_long, new_short) if w <= h else (new_short, new_long)
+
+
+class Resize(Transform):
+    """Antialiased bilinear resize.
+
+    ``size`` int: the short side becomes ``size`` (aspect kept, torchvision's Resize); (h, w): exact.
+    ``square_crop=True`` is the seed's Resize: centre square of the short side, then size x size.
+    """
+
+    deterministic = True
+
+    def __init__(self, size: int | Sequence[int], max_size: int | None = None, square_crop: bool = False):
+        o = "Resize"
+        if isinstance(size, Sequence) and not isinstance(size, str) and len(size) == 2:
+            self.size: int | tuple[int, int] = (_int(o, "height", size[0]), _int(o, "width", size[1]))
+        elif isinstance(size, Sequence) and not isinstance(size, str) and len(size) == 1:
+            self.size = _int(o, "size", size[0])
+        else:
+            self.size = _int(o, "size", size)
+        self.max_size = None if max_size is None else _int(o, "max_size", max_size)
+        if not isinstance(square_crop, bool):
+            raise ConfigError(f"Resize: square_crop must be True or False, got {square_crop!r}")
+        if square_crop and not isinstance(self.size, int):
+            raise ConfigError(f"Resize: square_crop needs an int size, got {size!r}")
+        if self.max_size is not None and not isinstance(self.size, int):
+            raise ConfigError("Resize: max_size only applies to an int size")
+        if self.max_size is not None and isinstance(self.size, int) and self.max_size <= self.size:
+            raise ConfigError(f"Resize: max_size must be > size, got max_size={self.max_size}, size={self.size}")
+        self.square_crop = square_crop
+
+    def out_shape(self, shape: Shape) -> Shape:
+        h, w, c = _check_shape(shape)
+        if isinstance(self.size, tuple):
+            return self.size[0], self.size[1], c
+        if self.square_crop:
+            return self.size, self.size, c
+        oh, ow = _short_side(h, w, self.size, self.max_size)
+        if oh < 1 or ow < 1:
+            raise ConfigError(f"{self!r}: a {h}x{w} image would become {oh}x{ow}")
+        return oh, ow, c
+
+    def native(self, slot: int) -> tuple:
+        if isinstance(self.size, tuple):
+            return self._spec(_RESIZE, slot, i=(0, self.size[0], self.size[1], 0))
+        mode = 2 if self.square_crop else 1
+        return self._spec(_RESIZE, slot, i=(mode, self.size, self.size, self.max_size or 0))
+
+
+class RandomResizedCrop(Transform):
+    """torchvision's RandomResizedCrop (area in ``scale``, log-uniform aspect in ``ratio``, 10 attempts,
+    centre-crop fallback), then an antialiased bilinear resize to ``size``."""
+
+    def __init__(
+        self,
+        size: int | Sequence[int],
+        scale: Sequence[float] = (0.08, 1.0),
+        ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
+    ):
+        o = "RandomResizedCrop"
+        self.size = _size2(o, size)
+        self.scale = _range(o, "scale", scale, lo=0.0)
+        if self.scale[1] <= 0:
+            raise ConfigError(f"{o}: scale must allow a positive area, got {tuple(scale)}")
+        self.ratio = _range(o, "ratio", ratio)
+        if self.ratio[0] <= 0:
+            raise ConfigError(f"{o}: ratio must be > 0, got {tuple(ratio)}")
+
+    def out_shape(self, shape: Shape) -> Shape:
+        _, _, c = _check_shape(shape)
+        return self.size[0], self.size[1], c
+
+    def native(self, slot: int) -> tuple:
+        return self._spec(_RRC, slot, f=(*self.scale, *self.ratio), i=self.size)
+
+
+class RandomRotation(Transform):
+    """Rotation by an angle uniform in ``degrees`` (a number d means (-d, d)), counter-clockwise,
+    about the centre, bilinear; taps outside the image read ``fill``."""
+
+    def __init__(self, degrees: float | Sequence[float], fill: float | Sequence[float] = 0):
+        o = "RandomRotation"
+        if _is_num(degrees):
+            d = _num(o, "degrees", degrees)
+            if d < 0:
+                raise ConfigError(f"{o}: degrees must be >= 0 when a single number, got {d}")
+            self.degrees = (-d, d)
+        else:
+            self.degrees = _range(o, "degrees", degrees)
+        self.fill = _fill(o, fill)
+
+    def out_shape(self, shape: Shape) -> Shape:
+        s = _check_shape(shape)
+        _fill_fits("RandomRotation", self.fill, s[2])
+        return s
+
+    def native(self, slot: int) -> tuple:
+        return self._spec(_ROTATION, slot, f=self.degrees, fill=self.fill)
+
+
+class RandomScale(Transform):
+    """Scale by s uniform in [min_scale, max_scale] (antialiased bilinear, size rounded half-even), then
+    centre-crop or centre-pad (with ``fill``) back to the input size."""
+
+    def __init__(self, min_scale: float, max_scale: float | None = None, fill: float | Sequence[float] = 0):
+        o = "RandomScale"
+        lo = _num(o, "min_scale", min_scale)
+        hi = lo if max_scale is None else _num(o, "max_scale", max_scale)
+        if lo <= 0:
+            raise ConfigError(f"{o}: min_scale must be > 0, got {lo}")
+        if hi < lo:
+            raise ConfigError(f"{o}: max_scale must be >= min_scale, got min_scale={lo}, max_scale={hi}")
+        self.scale = (lo, hi)
+        self.fill = _fill(o, fill)
+
+    def out_shape(self, shape: Shape) -> Shape:
+        s = _check_shape(shape)
+        _fill_fits("RandomScale", self.fill, s[2])
+        return s
+
+    def native(self, slot: int) -> tuple:
+        return self._spec(_SCALE, slot, f=self.scale, fill=self.fill)
+
+
+class RandomHorizontalFlip(Transform):
+    """Mirror left-right with probability p; folded into FusedNormalization (happens last)."""
+
+    record = True
+
+    def __init__(self, p: float = 0.5):
+        self.p = _prob("RandomHorizontalFlip", p)
+
+
+class RandomErasing(Transform):
+    """torchvision's RandomErasing: with probability p, a rectangle of area in ``scale`` x image area
+    and log-uniform aspect in ``ratio`` (10 attempts) is set to ``value``, a value in NORMALISED space
+    (0 = the mean). Folded into FusedNormalization (happens last, after the flip)."""
+
+    record = True
+
+    def __init__(
+        self,
+        p: float = 0.5,
+        scale: Sequence[float] = (0.02, 0.33),
+        ratio: Sequence[float] = (0.3, 3.3),
+        value: float | Sequence[float] = 0.0,
+    ):
+        o = "RandomErasing"
+        self.p = _prob(o, p)
+        self.scale = _range(o, "scale", scale, lo=0.0, hi=1.0)
+        self.ratio = _range(o, "ratio", ratio)
+        if self.ratio[0] <= 0:
+            raise ConfigError(f"{o}: ratio must be > 0, got {tuple(ratio)}")
+        vals = tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else (value,)
+        if not 1 <= len(vals) <= 64:
+            raise ConfigError(f"{o}: value needs 1 or one-per-channel numbers, got {value!r}")
+        self.value = tuple(_num(o, "value", v) for v in vals)
+
+    def out_shape(self, shape: Shape) -> Shape:
+        s = _check_shape(shape)
+        if len(self.value) not in (1, s[2]):
+            raise ConfigError(f"RandomErasing: value has {len(self.value)} numbers but the image has {s[2]} channels")
+        return s
+
+
+def _jitter_range(name: str, v: Any, center: float = 1.0, lo: float = 0.0, hi: float | None = None):
+    o = "ColorJitter"
+    if _is_num(v):
+        v = _num(o, name, v)
+        if v < 0:
+            raise ConfigError(f"{o}: {name} must be >= 0, got {v}")
+        if v == 0:
+            return None
+        r = (max(center - v, lo), center + v)
+    else:
+        r = _range(o, name, v)
+    if r[0] < lo or (hi is not None and r[1] > hi):
+        raise ConfigError(f"{o}: {name} must lie in [{lo}, {hi if hi is not None else 'inf'}], got {r}")
+    return None if r == (center, center) else r
+
+
+class ColorJitter(Transform):
+    """torchvision's ColorJitter on uint8: brightness, contrast, saturation and hue factors drawn
+    uniformly (number v: [max(0, 1 - v), 1 + v]; hue h: [-h, h], h <= 0.5) and applied in a random order."""
+
+    def __init__(self, brightness: Any = 0, contrast: Any = 0, saturation: Any = 0, hue: Any = 0):
+        self.brightness = _jitter_range("brightness", brightness)
+        self.contrast = _jitter_range("contrast", contrast)
+        self.saturation = _jitter_range("saturation", saturation)
+        self.hue = _jitter_range("hue", hue, center=0.0, lo=-0.5, hi=0.5)
+
+    def native(self, slot: int) -> tuple:
+        parts = (self.brightness, self.contrast, self.saturation, self.hue)
+        f = []
+        for r, neutral in zip(parts, (1.0, 1.0, 1.0, 0.0)):
+            f += list(r) if r else [neutral, neutral]
+        return self._spec(_JITTER, slot, f=f, i=[int(r is not None) for r in parts])
+
+
+class GaussianBlur(Transform):
+    """Gaussian blur with sigma uniform in ``sigma`` and an odd ``kernel_size``; reflect borders."""
+
+    def __init__(self, kernel_size: int | Sequence[int], sigma: float | Sequence[float] = (0.1, 2.0)):
+        o = "GaussianBlur"
+        if isinstance(kernel_size, Sequence) and not isinstance(kernel_size, str):
+            if len(kernel_size) != 2:
+                raise ConfigError(f"{o}: kernel_size must be an int or (kx, ky), got {kernel_size!r}")
+            ks = (_int(o, "kernel_size", kernel_size[0]), _int(o, "kernel_size", kernel_size[1]))
+        else:
+            k = _int(o, "kernel_size", kernel_size)
+            ks = (k, k)
+        for k in ks:
+            if k % 2 == 0:
+                raise ConfigError(f"{o}: kernel_size must be odd, got {k}")
+        self.kernel_size = ks
+        if _is_num(sigma):
+            s = _num(o, "sigma", sigma)
+            self.sigma = (s, s)
+        else:
+            self.sigma = _range(o, "sigma", sigma)
+        if self.sigma[0] <= 0:
+            raise ConfigError(f"{o}: sigma must be > 0, got {self.sigma}")
+
+    def native(self, slot: int) -> tuple:
+        return self._spec(_BLUR, slot, f=self.sigma, i=self.kernel_size)
+
+
+class GaussianNoise(Transform):
+    """Adds N(mean, sigma^2) noise in PIXEL units (sigma 25.5 = 10 % of the range), rounded and clipped."""
+
+    def __init__(self, mean: float = 0.0, sigma: float = 25.5):
+        o = "GaussianNoise"
+        self.mean = _num(o, "mean", mean)
+        self.sigma = _num(o, "sigma", sigma)
+        if self.sigma < 0:
+            raise ConfigError(f"{o}: sigma must be >= 0, got {self.sigma}")
+
+    def native(self, slot: int) -> tuple:
+        return self._spec(_NOISE, slot, f=(self.mean, self.sigma))
+
+
+class RandomGrayscale(Transform):
+    """With probability p, RGB -> luma (0.2989 R + 0.587 G + 0.114 B, truncated) on all 3 channels."""
+
+    def __init__(self, p: float = 0.1):
+        self.p = _prob("RandomGrayscale", p)
+
+    def native(self, slot: int) -> tuple:
+        return self._spec(_GRAYSCALE, slot, f=(self.p,))
+
+
+class RandomAutocontrast(Transform):
+    """With probability p, stretch each channel's [min, max] to [0, 255]."""
+
+    def __init__(self, p: float = 0.5):
+        self.p = _prob("RandomAutocontrast", p)
+
+    def native(self, slot: int) -> tuple:
+        return self._spec(_AUTOCONTRAST, slot, f=(self.p,))
+
+
+# ------------------------------------------------------------------------------------------------
+# normalisation and chains
+# ------------------------------------------------------------------------------------------------
+def norm_constants(normalization: Any) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(mean, std) of a NormMode or of an explicit (mean, std) pair (values for x / 255)."""
+    if isinstance(normalization, NormMode):
+        return tuple(normalization.mean), tuple(normalization.std)
+    if isinstance(normalization, Sequence) and len(normalization) == 2:
+        mean = normalization[0] if isinstance(normalization[0], Sequence) else (normalization[0],)
+        std = normalization[1] if isinstance(normalization[1], Sequence) else (normalization[1],)
+        mean = tuple(_num("normalization", "mean", m) for m in mean)
+        std = tuple(_num("normalization", "std", s) for s in std)
+        if len(mean) != len(std) or not mean:
+            raise ConfigError(f"normalization needs as many std as mean values, got mean={mean}, std={std}")
+        if any(s <= 0 for s in std):
+            raise ConfigError(f"normalization std must be > 0, got {std}")
+        return mean, std
+    raise ConfigError(f"normalization must be a NormMode or a (mean, std) pair, got {normalization!r}")
+
+
+def out_dtype(dtype: Any) -> str:
+    try:
+        name = np.dtype(dtype).name
+    except TypeError as e:
+        raise ConfigError(f"output dtype must be float32 or float16, got {dtype!r}") from e
+    if name not in ("float32", "float16"):
+        raise ConfigError(f"output dtype must be float32 or float16, got {name}")
+    return name
+
+
+def check_transforms(owner: str, transforms: Sequence[Any]) -> tuple[Transform, ...]:
+    ts = tuple(transforms)
+    for t in ts:
+        name = type(t).__name__
+        if name in ("Normalize", "FusedNormalization"):
+            raise ConfigError(
+                f"{owner}: {name} cannot be a transform; normalisation is set with normalization(...) "
+                "and always runs last, fused with the flip and erasing"
+            )
+        if not isinstance(t, Transform):
+            raise ConfigError(f"{owner}: {t!r} is not a tr.data transform")
+    for cls in (RandomHorizontalFlip, RandomErasing):
+        if sum(isinstance(t, cls) for t in ts) > 1:
+            raise ConfigError(
+                f"{owner}: at most one {cls.__name__} per chain, got {sum(isinstance(t, cls) for t in ts)}"
+            )
+    return ts
+
+
+class Compose:
+    """A transform chain ending in FusedNormalization.
+
+    ``Compose(ts, normalization, dtype)(image, seed=, epoch=, index=)`` gives exactly the sample the
+    Preprocessor delivers for dataset index ``index`` in that epoch.
+    """
+
+    def __init__(
+        self,
+        transforms: Sequence[Transform] = (),
+        normalization: Any = NormMode.NO_NORM,
+        dtype: Any = "float32",
+        pad_channels_to: int | None = None,
+    ):
+        self.transforms = check_transforms("Compose", transforms)
+        self.mean, self.std = norm_constants(normalization)
+        self.dtype = out_dtype(dtype)
+        if pad_channels_to is not None:
+            _int("Compose", "pad_channels_to", pad_channels_to, 1)
+            if pad_channels_to > 64:
+                raise ConfigError(f"Compose: pad_channels_to must be <= 64, got {pad_channels_to}")
+        self.pad_channels_to = pad_channels_to
+        self._native = _native.Pipeline(self._native_ops(), self._fused_spec())
+
+    @property
+    def deterministic(self) -> bool:
+        return all(t.deterministic for t in self.transforms)
+
+    def _native_ops(self) -> list[tuple]:
+        ops: list[tuple] = []
+        pending_pad: tuple[int, Pad] | None = None
+        for j, t in enumerate(self.transforms):
+            if t.record:
+                continue
+            slot = j + 1
+            # Pad followed by a plain RandomCrop: one pass that crops the virtually padded image
+            # (same bytes, same draws: the crop keeps its own slot).
+            if isinstance(t, RandomCrop) and pending_pad is not None and t.padding is None and not t.pad_if_needed:
+                _, pad = pending_pad
+                merged = RandomCrop(t.size, padding=pad.padding, fill=pad.fill, padding_mode=pad.padding_mode)
+                ops[-1] = merged.native(slot)
+                pending_pad = None
+                continue
+            ops.append(t.native(slot))
+            pending_pad = (slot, t) if isinstance(t, Pad) else None
+        return ops
+
+    def _fused_spec(self) -> dict:
+        flip = next((t for t in self.transforms if isinstance(t, RandomHorizontalFlip)), None)
+        erase = next((t for t in self.transforms if isinstance(t, RandomErasing)), None)
+        return {
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "dtype": self.dtype,
+            "pad_channels_to": self.pad_channels_to or 0,
+            "flip": None if flip is None else flip.p,
+            "erase": None if erase is None else (erase.p, *erase.scale, *erase.ratio, list(erase.value)),
+        }
+
+    # ---- shapes ----------------------------------------------------------------------------
+    def uint8_shape(self, shape: Shape) -> Shape:
+        """Shape after the uint8 transforms; ConfigError when a transform cannot take the input."""
+        s = _check_shape(shape)
+        for t in self.transforms:
+            s = t.out_shape(s)
+        return s
+
+    def out_shape(self, shape: Shape) -> Shape:
+        """Shape of the normalised sample (channels padded to pad_channels_to)."""
+        h, w, c = self.uint8_shape(shape)
+        if len(self.mean) not in (1, c):
+            raise ConfigError(f"normalization has {len(self.mean)} channels but the images have {c}")
+        return h, w, max(c, self.pad_channels_to or 0)
+
+    # ---- running -------------------------------------------------------------------------------
+    @staticmethod
+    def _image(image: Any) -> np.ndarray:
+        a = np.asarray(image)
+        if a.ndim == 2:
+            a = a[:, :, None]
+        if a.ndim != 3 or a.dtype != np.uint8:
+            raise ShapeError(f"an image must be a uint8 (height, width, channels) array, got {a.dtype} {a.shape}")
+        return np.ascontiguousarray(a)
+
+    def __call__(self, image: Any, *, seed: int = 0, epoch: int = 0, index: int = 0, train: bool = True) -> np.ndarray:
+        """The normalised sample (h, w, c_out) float32/float16."""
+        return self._native.apply(self._image(image), sample_seed(seed, epoch, index, train))
+
+    def apply_uint8(
+        self, image: Any, *, seed: int = 0, epoch: int = 0, index: int = 0, train: bool = True
+    ) -> np.ndarray:
+        """The uint8 image before normalisation (flip applied; erasing fills the pixel value that
+        normalises to ``value``)."""
+        return self._native.apply_uint8(self._image(image), sample_seed(seed, epoch, index, train))
+
+    def params(self, shape: Shape, *, seed: int = 0, epoch: int = 0, index: int = 0, train: bool = True) -> list[dict]:
+        """The random parameters each transform draws for this sample (one dict per native step)."""
+        recs = self._native.describe(_check_shape(shape), sample_seed(seed, epoch, index, train))
+        for r in recs:  # integral quantities as ints
+            r["params"] = {k: (v if k in _FLOAT_PARAMS else int(v)) for k, v in r["params"].items()}
+        return recs
+
+    def __repr__(self) -> str:
+        return f"Compose({list(self.transforms)!r}, mean={self.mean}, std={self.std}, dtype={self.dtype})"
+
+
+class FusedNormalization:
+    """uint8 NHWC -> (x / 255 - mean) / std as float32 or float16 NHWC, in one native pass.
+
+    Each value is the float64 formula rounded once to float32 (and float16 is rounded from that float32,
+    by F16C when the CPU has it). ``flip``: one bool per image; ``erase``: one (top, left, height, width)
+    per image (height 0: none), set to ``erase_value`` (normalised space).
+    """
+
+    def __init__(
+        self, normalization: Any = NormMode.NO_NORM, dtype: Any = "float32", pad_channels_to: int | None = None
+    ):
+        self.mean, self.std = norm_constants(normalization)
+        self.dtype = out_dtype(dtype)
+        self.pad_channels_to = (
+            0 if pad_channels_to is None else _int("FusedNormalization", "pad_channels_to", pad_channels_to)
+        )
+
+    def __call__(
+        self,
+        images: Any,
+        out: np.ndarray | None = None,
+        flip: Any = None,
+        erase: Any = None,
+        erase_value: float | Sequence[float] = 0.0,
+    ) -> np.ndarray:
+        a = np.asarray(images)
+        single = a.ndim == 3
+        if single:
+            a = a[None]
+        if a.ndim != 4 or a.dtype != np.uint8:
+            raise ShapeError(f"images must be uint8 (n, h, w, c) or (h, w, c), got {a.dtype} {a.shape}")
+        n, h, w, c = a.shape
+        if len(self.mean) not in (1, c):
+            raise ShapeError(f"normalization has {len(self.mean)} channels but the images have {c}")
+        oc = max(c, self.pad_channels_to)
+        if out is None:
+            out = np.empty((n, h, w, oc), dtype=self.dtype)
+        elif single and out.ndim == 3:
+            out = out[None]
+        if out.dtype != np.dtype(self.dtype):
+            raise ConfigError(f"out must be {self.dtype}, got {out.dtype}")
+        ev = list(erase_value) if isinstance(erase_value, Sequence) else [float(erase_value)]
+        _native.fused_normalize(
+            np.ascontiguousarray(a), out, list(self.mean), list(self.std), self.pad_channels_to, flip, erase, ev
+        )
+        return out[0] if single else out

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Build tr.data's native extension with AddressSanitizer + UndefinedBehaviorSanitizer into a temporary
+# directory and run the native-heavy tests against it (Python itself is not instrumented, so libasan is
+# preloaded). Usage: packages/tr-data/tools/asan_test.sh [extra pytest args]
+# Env: PYTHON (default: the repo's .venv python), KEEP=1 keeps the temp dir.
+set -euo pipefail
+PKG=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$PKG/../.." && pwd)
+PY=${PYTHON:-$ROOT/.venv/bin/python}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tr-data-asan.XXXXXX")
+[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$WORK"' EXIT
+
+echo "[asan] building in $WORK"
+cmake -S "$PKG" -B "$WORK/build" -G Ninja -DTR_DATA_ASAN=ON -DCMAKE_BUILD_TYPE=Debug \
+  -DPython_EXECUTABLE="$PY" -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" >"$WORK/cmake.log"
+cmake --build "$WORK/build" -j "$(nproc)" >"$WORK/build.log" || { tail -50 "$WORK/build.log"; exit 1; }
+
+# A private copy of the Python package with the instrumented extension; it shadows any installed tr.data.
+mkdir -p "$WORK/site/tr"
+cp -r "$PKG/src/tr/data" "$WORK/site/tr/"
+rm -f "$WORK/site/tr/data/"_native*.so
+cp "$WORK/build/"_native*.so "$WORK/site/tr/data/"
+# An editable install of tr-data puts an import redirector on sys.meta_path, ahead of PYTHONPATH:
+# drop the redirector that owns tr.data (others, e.g. tr-backend's, stay).
+cat >"$WORK/site/sitecustomize.py" <<'PY'
+import sys
+
+
+def _owns_tr_data(finder):
+    for attr in ("known_source_files", "known_wheel_files"):
+        d = getattr(finder, attr, None)
+        if isinstance(d, dict) and any(k == "tr.data" or k.startswith("tr.data.") for k in d):
+            return True
+    return False
+
+
+sys.meta_path[:] = [f for f in sys.meta_path if not _owns_tr_data(f)]
+PY
+
+# libstdc++ is preloaded too: python does not link it, and ASan must see it at start-up to intercept
+# __cxa_throw (C++ exceptions carry tr's DataError & co.).
+LIBASAN=$(${CXX:-g++} -print-file-name=libasan.so)
+LIBSTDCXX=$(${CXX:-g++} -print-file-name=libstdc++.so)
+export LD_PRELOAD="$LIBASAN $LIBSTDCXX"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export PYTHONMALLOC=malloc
+export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+"$PY" - <<'PY'
+import tr.data, tr.data._native as n
+assert "tr-data-asan" in tr.data.__file__, tr.data.__file__
+print("[asan] using", n.__file__)
+PY
+cd "$PKG"
+"$PY" -m pytest -q -s -p no:cacheprovider tests/test_fuzz.py tests/test_preprocessor.py tests/test_station.py \
+  tests/test_fused_normalization.py tests/test_seeds.py "$@"
+echo "[asan] clean"

@@ -10,6 +10,8 @@ echo "[test] ruff"
 "$VENV/bin/ruff" check .
 echo "[test] architecture"
 "$PY" tools/archcheck/archcheck.py
+echo "[test] tr-data native code under AddressSanitizer + UBSan"
+PYTHON="$PY" bash packages/tr-data/tools/asan_test.sh
 echo "[test] pytest"
 set +e
 "$PY" -m pytest packages/*/tests tests-integration "$@"

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/bootstrap.sh
-VENV=${TR_VENV:-.venv}
+VENV=$(realpath "${TR_VENV:-.venv}")
 PY="$VENV/bin/python"
 echo "[test] ruff"
 "$VENV/bin/ruff" check .

@@ -74,6 +74,7 @@ from tr.graph.blueprint import (
     tanh,
 )
 from tr.task.deep_learning import DeepLearningTask
+from tr.task.distributed import DistEnv
 from tr.task.report import TrainingResult
 from tr.task.simple import SimpleTask
 from tr.tensor import DTensor, Tensor

@@ -39,13 +39,40 @@ class CapturedGraph(Protocol):
 
 @runtime_checkable
 class Collective(Protocol):
-    """Hook for multi-rank work (``range_allreduce_mean``); a backend with none acts as world size 1."""
+    """Hook for multi-rank work (``range_allreduce_mean``); a backend with none acts as world size 1.
+
+    Every rank must make the same calls in the same order with buffers of the same size (the compiled
+    plans of all ranks emit the same collectives). The CPU implementation is
+    :class:`tr.backend.cpu.collective.GlooCollective`.
+    """
 
     world_size: int
     rank: int
 
     def allreduce_mean(self, buf: np.ndarray) -> None:
         """Replace ``buf`` (FP32, in place) by its element-wise mean over all ranks."""
+        ...
+
+    def broadcast(self, buf: np.ndarray) -> None:
+        """Replace ``buf`` (any dtype, contiguous, in place) by rank 0's bytes."""
+        ...
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The key-value rendezvous every rank reaches (a TCP store hosted by rank 0, see tr.task.distributed).
+
+    What ranks exchange while they bootstrap goes through it: gloo's addresses, and for the CUDA backend
+    the NCCL unique id (rank 0 ``set``s it, the others ``get`` it), never through files.
+    """
+
+    rank: int
+    world_size: int
+
+    def set(self, key: str, value: bytes) -> None: ...
+
+    def get(self, key: str) -> bytes:
+        """The value of ``key``, waiting for some rank to set it (BackendError after the store's timeout)."""
         ...
 
 

@@ -15,6 +15,17 @@ from tr.core.log import get_logger
 from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
 from tr.task.base import TaskBase
+from tr.task.distributed import (
+    DistEnv,
+    Group,
+    auto_env,
+    backend_options,
+    bootstrap_timeout,
+    broadcast_parameters,
+    global_count,
+    init_group,
+    read_env,
+)
 from tr.task.executor import capture_steps, scalar
 from tr.task.feeder import Feeder
 from tr.task.report import EpochRecord, EpochTable, ProgressBar, TrainingResult
@@ -63,6 +74,9 @@ class DeepLearningTask(TaskBase):
         self._device = "auto"
         self._log_table = True
         self._on_step = None
+        self._dist: tuple[DistEnv, float | None] | None = None
+        self.group: Group | None = None  # this process's rank group when training data-parallel
+        self._val_samples = 0.0  # what validation sums are divided by (global mean of per-rank counts)
         self.program = None
         self.backend = None
         self._steps = None
@@ -166,6 +180,19 @@ class DeepLearningTask(TaskBase):
         self._device = name
         return self
 
+    def distributed(self, env: DistEnv | None = None, timeout_s: float | None = None) -> DeepLearningTask:
+        """Train data-parallel, one process per device: ``env`` (default: the launcher's variables, see
+        tr.task.distributed) names this rank, the settings' global batch size is split evenly over the ranks,
+        the feeder serves this rank's share. ``timeout_s`` bounds the bootstrap (default TR_DIST_TIMEOUT or
+        300 s). Automatic, with the defaults, when tr-run/torchrun/mpirun start more than one rank."""
+        self._plan("distributed()")
+        env = read_env() if env is None else env
+        if not isinstance(env, DistEnv):
+            raise ConfigError(f"distributed() takes a tr.task.distributed.DistEnv, got {env!r}")
+        bootstrap_timeout(timeout_s)
+        self._dist = (env, timeout_s)
+        return self
+
     def on_step(self, fn) -> DeepLearningTask:
         """Call ``fn(step_in_epoch, result)`` after every training step (result = [loss, top1, top5]).
 
@@ -188,17 +215,22 @@ class DeepLearningTask(TaskBase):
             raise CompileError("compile(): no optimizer; call optimizer(SGD()/Adam()/...) first")
         s = self.settings = self._settings_source.snapshot()
         self._settings_source.freeze()
+        env, timeout = self._dist or (auto_env(), None)
+        env = env if env is not None and env.distributed else None
+        local_batch = s.local_batch_size if env is None else self._local_batch(s, env)
         feeder = self._feeder or self._default_feeder(s)
         self._feeder = feeder
-        if feeder.batch != s.local_batch_size:
+        if env is not None and hasattr(feeder, "shard"):
+            feeder.shard(env.rank, env.world_size)
+        if feeder.batch != local_batch:
             raise ConfigError(f"the feeder's batch {feeder.batch} differs from the local batch size "
-                              f"{s.local_batch_size} of the settings")
+                              f"{local_batch} of the settings")
         num_classes = self._num_classes or getattr(feeder, "num_classes", None)
         if num_classes is None:
             raise CompileError("compile(): the number of classes is unknown; call num_classes(n)")
         self._num_classes = num_classes
         steps = feeder.steps(True)
-        sched = self._scheduler or ConstantLR(0.1)
+        sched = self._scheduler or ConstantLR().base_lr(0.1)
         self._sched = sched.prepare(self._epochs, steps)
 
         from tr.backend.registry import get_backend
@@ -213,22 +245,45 @@ class DeepLearningTask(TaskBase):
             val_batch=feeder.batch if has_val else None,
             last_val_batch=feeder.last_batch(False) if has_val else None,
             amp=s.amp_enabled, label_smoothing=float(self._loss.smoothing),
-            grad_clip=max(0.0, self._grad_clip), lr_table_steps=0, world_size=s.world_size,
-            **optimizer_spec(self._optimizer),
+            grad_clip=max(0.0, self._grad_clip), lr_table_steps=0,
+            world_size=s.world_size if env is None else env.world_size, **optimizer_spec(self._optimizer),
         )
         self.program = compile_program(self._blueprint, spec)
         self._advance(Phase.MEMORY_LOCKED)
-        self.backend = get_backend(self._device)
+        if env is not None:  # join the world; every rank must then hold the same plan
+            self.group = init_group(env, timeout)
+            self.group.agree("the plan", {
+                "global batch": s.batch_size, "seed": s.seed, "data seed": getattr(feeder, "seed", None),
+                "steps per epoch": steps, "epochs": self._epochs, "validates": has_val, "amp": s.amp_enabled,
+                "optimizer": spec.optimizer, "parameters": [list(i.tensor.shape.dims) for i in self.program.inits]})
+        kind, options = backend_options(self._device, self.group)
+        self.backend = get_backend(kind, **options)
         if hasattr(self.backend, "configure"):
             self.backend.configure(tf32=s.tf32)
         self.backend.allocate(self.program.layout)
         self.backend.bind_host_buffers(feeder.buffers())
-        initialize_program(self.backend, self.program, s, self._initializer, self._optimizer)
+        initialize_program(self.backend, self.program, s, self._initializer, self._optimizer,
+                           rank=0 if env is None else env.rank)
+        # validation metrics are sums over this rank's samples, averaged over ranks by VAL_RESULT_COMM
+        self._val_samples = float(feeder.num_samples(False))
+        if self.group is not None:
+            broadcast_parameters(self.backend, self.program, self.group.collective)
+            self._val_samples = global_count(self.group.collective, feeder.num_samples(False))
         self._steps = capture_steps(self.backend, self.program, has_val)
         self._advance(Phase.COMPILED)
         log.info("compiled: %d ops, arena %.1f MiB on %s", self.program.num_ops,
                  self.program.layout.total_bytes / 2**20, self.backend.name)
         return self
+
+    @staticmethod
+    def _local_batch(s: Settings, env: DistEnv) -> int:
+        if len(s.gpu_ids) > 1:
+            raise ConfigError(f"use_gpu lists {len(s.gpu_ids)} devices, but with a launcher each of the "
+                              f"{env.world_size} processes drives one device (LOCAL_RANK picks it)")
+        if s.batch_size % env.world_size:
+            raise ConfigError(f"the global batch size {s.batch_size} does not divide by the world size "
+                              f"{env.world_size}")
+        return s.batch_size // env.world_size
 
     def _default_feeder(self, s: Settings) -> Feeder:
         try:
@@ -243,7 +298,8 @@ class DeepLearningTask(TaskBase):
             raise PhaseError(f"run() needs a compiled task; the task is in {self._phase.name}: call compile() first")
         feeder, be, prog, st = self._feeder, self.backend, self.program, self._steps
         has_val = feeder.num_samples(False) > 0
-        table = EpochTable(validate=has_val) if self._log_table else None
+        main = self.group is None or self.group.is_main  # only rank 0 prints
+        table = EpochTable(validate=has_val) if self._log_table and main else None
         result = TrainingResult()
         interval, offset = self._validate_every
         t_all = time.perf_counter()
@@ -256,6 +312,7 @@ class DeepLearningTask(TaskBase):
             be.launch(st.epoch_begin)
             skipped = 0
             bar = ProgressBar(steps, f"epoch {epoch + 1}")
+            bar.enabled = bar.enabled and main
             lr0 = float(self._sched.lr_at(epoch, 0))
             for k, buf, _n in feeder.epoch(epoch, True):
                 be.launch(st.transfer[buf])
@@ -306,7 +363,7 @@ class DeepLearningTask(TaskBase):
             be.launch((st.val_last if k == steps - 1 else st.val)[buf])
         be.launch(st.val_end)
         be.synchronize()
-        acc = scalar(be, self.program, "accum").astype(np.float64) / feeder.num_samples(False)
+        acc = scalar(be, self.program, "accum").astype(np.float64) / self._val_samples
         return float(acc[0]), float(acc[1]), float(acc[2])
 
     # --- inspection -------------------------------------------------------------------------------

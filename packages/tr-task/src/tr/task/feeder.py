@@ -6,6 +6,10 @@ device (the TRANSFER graph) and then calls ``release(k)`` so the buffer can be r
 
 ``ArrayFeeder`` serves an in-memory dataset already normalised (no augmentation), single-threaded: the
 plain reader used by tests. ``PipelineFeeder`` (tr.task.pipeline) drives tr.data's native Preprocessor.
+
+Data parallelism: a feeder that can serve one rank's share has ``shard(rank, world_size)``; the task calls
+it before compiling (its ``batch`` then becomes the local batch, ``num_samples`` this rank's count). A feeder
+without it must already deliver this rank's data with the local batch.
 """
 
 from __future__ import annotations
@@ -32,6 +36,20 @@ class Feeder(Protocol):
     def close(self) -> None: ...
 
 
+def shard_size(n: int, rank: int, world_size: int, pad: bool) -> int:
+    """How many of ``n`` samples ``rank`` takes (see :func:`shard_positions`)."""
+    return -(-n // world_size) if pad else len(range(rank, n, world_size))
+
+
+def shard_positions(n: int, rank: int, world_size: int, pad: bool) -> np.ndarray:
+    """Positions in an epoch order of ``n`` samples that ``rank`` of ``world_size`` takes: rank, rank + W,
+    rank + 2W, ... With ``pad`` the order is first extended to a multiple of W by repeating it from its start,
+    so every rank gets ceil(n / W) samples; without, ranks get n // W or one more. Dealt round-robin, step k of
+    all ranks together covers the same positions as step k of one process with the W-times larger batch."""
+    total = -(-n // world_size) * world_size if pad else n
+    return np.arange(rank, total, world_size, dtype=np.int64) % n
+
+
 def steps_for(samples: int, batch: int, drop_last: bool) -> tuple[int, int]:
     """(steps per epoch, size of the last batch)."""
     if samples <= 0:
@@ -51,8 +69,10 @@ class ArrayFeeder:
     def __init__(self, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray] | None,
                  batch: int, seed: int = 0, shuffle: bool = True, drop_last: bool = False,
                  dtype: np.dtype = np.float32, num_classes: int | None = None) -> None:
-        self.batch = int(batch)
+        self.batch = self.global_batch = int(batch)
+        self.rank, self.world_size = 0, 1
         self.seed, self.shuffle, self.drop_last = seed, shuffle, drop_last
+        self._dtype = dtype
         self.num_classes = num_classes
         self._sets = {True: self._check(*train, "train"), False: self._check(*val, "val") if val else None}
         x0 = self._sets[True][0]
@@ -62,8 +82,28 @@ class ArrayFeeder:
                 if s is not None and (s[1].min() < 0 or s[1].max() >= num_classes):
                     bad = s[1][(s[1] < 0) | (s[1] >= num_classes)][0]
                     raise DataError(f"{name} label {int(bad)} is outside [0, {num_classes})")
-        self._bufs = [(np.zeros(self.batch, np.int32), np.zeros((self.batch, *self.sample_shape), dtype))
+        self._alloc()
+
+    def _alloc(self) -> None:
+        self._bufs = [(np.zeros(self.batch, np.int32), np.zeros((self.batch, *self.sample_shape), self._dtype))
                       for _ in range(2)]
+
+    def shard(self, rank: int, world_size: int) -> None:
+        """Serve ``rank``'s share of ``world_size`` ranks: the batch given at construction is the global one,
+        each rank's is global / world size. Training epochs are padded (every rank runs the same steps, see
+        :func:`shard_positions`); validation is not (the task sums it exactly over the ranks)."""
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise ConfigError(f"world size must be an integer >= 1, got {world_size!r}")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+            raise ConfigError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
+        if self.global_batch % world_size:
+            raise ConfigError(f"the global batch size {self.global_batch} does not divide by the world size "
+                              f"{world_size}")
+        val = self._sets[False]
+        if val is not None and len(val[1]) < world_size:
+            raise ConfigError(f"the validation set has {len(val[1])} samples, fewer than the {world_size} ranks")
+        self.rank, self.world_size, self.batch = rank, world_size, self.global_batch // world_size
+        self._alloc()
 
     @staticmethod
     def _check(x: np.ndarray, y: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -78,7 +118,7 @@ class ArrayFeeder:
 
     def num_samples(self, train: bool) -> int:
         s = self._sets[train]
-        return 0 if s is None else len(s[1])
+        return 0 if s is None else shard_size(len(s[1]), self.rank, self.world_size, pad=train)
 
     def steps(self, train: bool) -> int:
         return steps_for(self.num_samples(train), self.batch, self.drop_last and train)[0]
@@ -91,6 +131,8 @@ class ArrayFeeder:
         n = len(y)
         order = (philox.shuffle_indices(n, philox.derive_seed(self.seed, epoch, 0x5EED))
                  if train and self.shuffle else np.arange(n))
+        if self.world_size > 1:
+            order = order[shard_positions(n, self.rank, self.world_size, pad=train)]
         steps = self.steps(train)
         for k in range(steps):
             idx = order[k * self.batch:(k + 1) * self.batch]

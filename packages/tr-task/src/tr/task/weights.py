@@ -17,8 +17,9 @@ def _put(backend, program: Program, role: str, value) -> None:
 
 
 def initialize_program(backend, program: Program, settings: Settings, initializer: Initializer | None,
-                       optimizer) -> None:
-    """Fill every InitSpec tensor and the baseline scalars. A pure function of (program, settings.seed)."""
+                       optimizer, rank: int = 0) -> None:
+    """Fill every InitSpec tensor and the baseline scalars. A pure function of (program, settings.seed, rank):
+    only the dropout seed depends on the rank (each rank draws its own masks, as the seed system does)."""
     policy = initializer or Initializer()
     for spec in program.inits:
         t = spec.tensor
@@ -38,6 +39,6 @@ def initialize_program(backend, program: Program, settings: Settings, initialize
     _put(backend, program, "nan_flag", 0)
     _put(backend, program, "lr", 0.0)
     if "dropout_seed" in program.named:
-        s = philox.splitmix64(settings.seed)
+        s = philox.splitmix64(settings.seed + rank)
         backend.write(program.named["dropout_seed"],
                       np.array([s & 0xFFFFFFFF, s >> 32], dtype=np.uint32).view(np.int32).reshape(1, 1, 1, 2))

@@ -1,0 +1,482 @@
+"""Data-parallel training over processes: the launcher's environment, the rendezvous, the rank group.
+
+One process per device. A launcher starts the processes and tells each who it is through the environment;
+the first family present wins:
+
+- torchrun, tr-run: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``
+- mpirun (Open MPI): ``OMPI_COMM_WORLD_RANK``, ``OMPI_COMM_WORLD_SIZE``, ``OMPI_COMM_WORLD_LOCAL_RANK``
+- srun (SLURM): ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``
+
+and in every case ``MASTER_ADDR``/``MASTER_PORT`` name rank 0's host and a free port (default port 29500;
+the address may be left out when every rank runs on one machine: it is then 127.0.0.1).
+
+Bootstrap (:func:`bootstrap`): rank 0 hosts a TCP key-value store on MASTER_ADDR:MASTER_PORT, listening on
+that address only; every rank connects, posts its arrival and waits for all the others. A rank that never
+arrives (it failed to start or died) makes the others raise a BackendError naming it when the bootstrap
+timeout runs out, instead of hanging. Then the host collective (gloo, through torch.distributed) connects
+through the same store, as the CUDA backend's NCCL communicator will: what ranks exchange to bootstrap goes
+through the :class:`tr.backend.base.Store` interface, never through files. :func:`init_group` makes the
+group once per process; every task of the process shares it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import json
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+from tr.backend.base import Collective
+from tr.backend.cpu.collective import LOOPBACK_HOSTS, GlooCollective
+from tr.core.errors import BackendError, ConfigError
+from tr.core.log import get_logger
+
+log = get_logger(__name__)
+
+DEFAULT_PORT = 29500
+DEFAULT_TIMEOUT_S = 300.0  # bootstrap; TR_DIST_TIMEOUT overrides it
+DEFAULT_OP_TIMEOUT_S = 1800.0  # one collective operation (a slow rank, e.g. one writing a checkpoint)
+
+# (launcher, rank, world size, local rank, variables that tell "all ranks on one machine": local size, nodes)
+_FAMILIES = (
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", ("LOCAL_WORLD_SIZE",), ()),
+    ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     ("OMPI_COMM_WORLD_LOCAL_SIZE",), ()),
+    ("SLURM", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", (), ("SLURM_NNODES", "SLURM_JOB_NUM_NODES")),
+)
+# Launchers whose variables switch a task to distributed mode without a distributed() call: they are set
+# only inside launched processes (a SLURM batch script carries SLURM_NTASKS without being one rank).
+_AUTO = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE")
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Who this process is in the world: rank, world size, rank on its machine, rank 0's address."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = DEFAULT_PORT
+    launcher: str = field(default="", compare=False)  # for messages: which variables it came from
+
+    def __post_init__(self) -> None:
+        for name in ("rank", "world_size", "local_rank", "master_port"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ConfigError(f"DistEnv.{name} must be an integer, got {v!r}")
+        if self.world_size < 1:
+            raise ConfigError(f"world size must be >= 1, got {self.world_size}")
+        if not 0 <= self.rank < self.world_size:
+            raise ConfigError(f"rank {self.rank} is outside [0, {self.world_size}) for world size {self.world_size}")
+        if self.local_rank < 0:
+            raise ConfigError(f"local rank must be >= 0, got {self.local_rank}")
+        if not 1 <= self.master_port <= 65535:
+            raise ConfigError(f"master port must be in [1, 65535], got {self.master_port}")
+        if not isinstance(self.master_addr, str) or not self.master_addr.strip():
+            raise ConfigError(f"master address must be a host name or address, got {self.master_addr!r}")
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def loopback(self) -> bool:
+        """Every rank is on this machine and talks over loopback only."""
+        return self.master_addr in LOOPBACK_HOSTS or self.master_addr.startswith("127.")
+
+    def __str__(self) -> str:
+        src = f" ({self.launcher})" if self.launcher else ""
+        return f"rank {self.rank} of {self.world_size}{src}, rendezvous {self.master_addr}:{self.master_port}"
+
+
+def _int(env: Mapping[str, str], name: str) -> int:
+    raw = env[name].strip()
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={env[name]!r} is not an integer") from None
+
+
+def read_env(environ: Mapping[str, str] | None = None) -> DistEnv:
+    """The DistEnv the launcher's variables describe (world size 1 when there are none)."""
+    env = os.environ if environ is None else environ
+    for launcher, rk, ws, lr, local_sizes, node_counts in _FAMILIES:
+        if ws not in env and rk not in env:
+            continue
+        for need, other in ((ws, rk), (rk, ws)):
+            if need not in env:
+                raise ConfigError(f"{other}={env[other]} is set but {need} is not; a {launcher} launch sets both")
+        rank, world = _int(env, rk), _int(env, ws)
+        if world < 1 or not 0 <= rank < world:
+            raise ConfigError(f"{rk}={rank} is outside [0, {world}) for {ws}={world}")
+        one_machine = world == 1 or any(n in env and _int(env, n) == world for n in local_sizes) or any(
+            n in env and _int(env, n) == 1 for n in node_counts)
+        addr = env.get("MASTER_ADDR", "").strip()
+        if not addr:
+            if not one_machine:
+                raise ConfigError(f"{ws}={world} but MASTER_ADDR is not set: set MASTER_ADDR to rank 0's host "
+                                  f"and MASTER_PORT to a free port on it")
+            addr = "127.0.0.1"
+        port = _int(env, "MASTER_PORT") if env.get("MASTER_PORT", "").strip() else DEFAULT_PORT
+        if lr in env:
+            local = _int(env, lr)
+        else:  # no local rank: every rank on this machine counts from 0, otherwise one rank per machine
+            local = rank if (one_machine or addr in LOOPBACK_HOSTS or addr.startswith("127.")) else 0
+        return DistEnv(rank, world, local, addr, port, launcher)
+    return DistEnv(launcher="no launcher")
+
+
+def auto_env(environ: Mapping[str, str] | None = None) -> DistEnv | None:
+    """The DistEnv when a torchrun/tr-run or mpirun launch of more than one rank is visible, else None."""
+    env = os.environ if environ is None else environ
+    if any(v in env and _int(env, v) > 1 for v in _AUTO):
+        return read_env(env)
+    return None
+
+
+def bootstrap_timeout(timeout_s: float | None = None) -> float:
+    """``timeout_s``, else TR_DIST_TIMEOUT, else DEFAULT_TIMEOUT_S; must be > 0."""
+    if timeout_s is None:
+        raw = os.environ.get("TR_DIST_TIMEOUT", "").strip()
+        try:
+            timeout_s = float(raw) if raw else DEFAULT_TIMEOUT_S
+        except ValueError:
+            raise ConfigError(f"environment variable TR_DIST_TIMEOUT={raw!r} is not a number of seconds") from None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+        raise ConfigError(f"the bootstrap timeout must be > 0 seconds, got {timeout_s!r}")
+    return float(timeout_s)
+
+
+# --- the rendezvous store -----------------------------------------------------------------------------------
+
+def _dist() -> Any:
+    try:
+        import torch.distributed as dist
+    except ImportError as e:
+        raise BackendError(f"training on more than one rank needs torch.distributed (a TCP store and gloo), which "
+                           f"cannot be imported ({e}); install torch (pip install torch)") from e
+    return dist
+
+
+def _listen(env: DistEnv) -> socket.socket | None:
+    """A socket bound to MASTER_ADDR:MASTER_PORT for rank 0's store, or None when MASTER_ADDR is not an
+    address of this machine (the store then listens on all of them, as torch's does)."""
+    try:
+        infos = socket.getaddrinfo(env.master_addr, env.master_port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise BackendError(f"rank 0 cannot resolve MASTER_ADDR {env.master_addr!r}: {e}") from e
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(512)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRNOTAVAIL and not env.loopback:
+            return None
+        raise BackendError(f"rank 0 cannot host the rendezvous on {env.master_addr}:{env.master_port}: {e} "
+                           f"(is MASTER_PORT free?)") from e
+    return sock
+
+
+class TcpStore:
+    """tr's :class:`tr.backend.base.Store` over torch's TCPStore, hosted by rank 0.
+
+    ``torch_store`` is the underlying ``torch.distributed.Store`` (what gloo connects through).
+    """
+
+    def __init__(self, native: Any, env: DistEnv, timeout_s: float) -> None:
+        self.torch_store = native
+        self.env = env
+        self.rank, self.world_size = env.rank, env.world_size
+        self.timeout_s = timeout_s
+
+    @property
+    def where(self) -> str:
+        return f"{self.env.master_addr}:{self.env.master_port}"
+
+    @classmethod
+    def connect(cls, env: DistEnv, timeout_s: float) -> TcpStore:
+        """Rank 0: host the store. Other ranks: reach it within ``timeout_s`` (rank 0 may start later)."""
+        dist = _dist()
+        timeout = timedelta(seconds=timeout_s)
+        if env.rank == 0:
+            sock = _listen(env)
+            try:
+                native = dist.TCPStore(env.master_addr, env.master_port, None, True, timeout=timeout,
+                                       wait_for_workers=False,
+                                       master_listen_fd=None if sock is None else sock.detach())
+            except RuntimeError as e:
+                raise BackendError(f"rank 0 cannot host the rendezvous on {env.master_addr}:{env.master_port}: "
+                                   f"{e}") from e
+            return cls(native, env, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:  # probe until rank 0 listens: torch's client would retry past the deadline, noisily
+            try:
+                socket.create_connection((env.master_addr, env.master_port),
+                                         timeout=max(0.05, min(1.0, deadline - time.monotonic()))).close()
+                break
+            except OSError as e:
+                if time.monotonic() >= deadline:
+                    raise BackendError(
+                        f"rank {env.rank}: bootstrap timed out after {timeout_s:g} s: no rendezvous at "
+                        f"{env.master_addr}:{env.master_port}; rank 0, which hosts it, did not start or died "
+                        f"(missing ranks: [0]; {e})") from None
+                time.sleep(0.05)  # rank 0 is not listening yet: retry shortly
+        remaining = timedelta(seconds=max(0.1, deadline - time.monotonic()))
+        try:
+            native = dist.TCPStore(env.master_addr, env.master_port, None, False, timeout=remaining)
+            native.set_timeout(timeout)
+        except RuntimeError as e:
+            raise BackendError(f"rank {env.rank}: cannot join the rendezvous at {env.master_addr}:"
+                               f"{env.master_port}: {e}") from e
+        return cls(native, env, timeout_s)
+
+    # --- the Store protocol ---------------------------------------------------------------------------------
+    def set(self, key: str, value: bytes) -> None:
+        try:
+            self.torch_store.set(key, value)
+        except RuntimeError as e:
+            raise self._lost(e) from e
+
+    def get(self, key: str, timeout_s: float | None = None) -> bytes:
+        """``key``'s value, waiting up to ``timeout_s`` (default: the store's timeout) for a rank to set it."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            self.torch_store.wait([key], timedelta(seconds=max(0.01, timeout_s)))
+            return bytes(self.torch_store.get(key))
+        except RuntimeError as e:
+            if self._alive():
+                raise BackendError(f"rank {self.rank}: no rank set {key!r} in the rendezvous at {self.where} "
+                                   f"within {timeout_s:g} s") from e
+            raise self._lost(e) from e
+
+    # --- more ---------------------------------------------------------------------------------------------
+    def add(self, key: str, n: int) -> int:
+        try:
+            return int(self.torch_store.add(key, n))
+        except RuntimeError as e:
+            raise self._lost(e) from e
+
+    def has(self, key: str) -> bool:
+        return bool(self.torch_store.check([key]))
+
+    def missing(self, keys: list[str], timeout_s: float) -> list[int]:
+        """Wait up to ``timeout_s`` for every key; the indices of those still absent then (none: all came)."""
+        try:
+            self.torch_store.wait(keys, timedelta(seconds=max(0.01, timeout_s)))
+            return []
+        except RuntimeError as e:
+            err = e
+        try:
+            missing = [i for i, k in enumerate(keys) if not self.has(k)]
+        except RuntimeError:
+            raise self._lost(err) from err
+        if not missing:
+            raise self._lost(err) from err
+        return missing
+
+    def barrier(self, name: str) -> None:
+        """Every rank returns once all have called ``barrier(name)`` (a name is used once)."""
+        if self.add(f"{name}/count", 1) == self.world_size:
+            self.set(f"{name}/go", b"1")
+        self.get(f"{name}/go")
+
+    def close(self) -> None:
+        self.torch_store = None
+
+    def _alive(self) -> bool:
+        try:
+            self.torch_store.check(["tr/rdzv/probe"])
+            return True
+        except RuntimeError:
+            return False
+
+    def _lost(self, e: Exception) -> BackendError:
+        return BackendError(f"rank {self.rank}: lost the rendezvous store at {self.where} (hosted by rank 0: it "
+                            f"exited or died): {e}")
+
+
+# --- the group ----------------------------------------------------------------------------------------------
+
+class Group:
+    """This process's place in the world: its DistEnv, the store and the host collective."""
+
+    def __init__(self, env: DistEnv, store: TcpStore | None, collective: Collective, timeout_s: float) -> None:
+        self.env, self.store, self.collective, self.timeout_s = env, store, collective, timeout_s
+        self._seq = 0
+
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+    @property
+    def is_main(self) -> bool:
+        return self.env.rank == 0
+
+    def agree(self, what: str, facts: Mapping[str, Any]) -> None:
+        """Raise ConfigError on every rank when the ranks' ``facts`` differ (e.g. steps per epoch): a plan
+        that differs between ranks would otherwise hang in a collective or train on garbage."""
+        if self.store is None:
+            return
+        self._seq += 1
+        base = f"tr/agree/{self._seq}/{what}"
+        self.store.set(f"{base}/{self.rank}", json.dumps(dict(facts), sort_keys=True, default=str).encode())
+        values = [json.loads(self.store.get(f"{base}/{r}")) for r in range(self.world_size)]
+        self.store.barrier(f"{base}/read")  # rank 0 hosts the store: it must outlive everyone's reads
+        for key in sorted({k for v in values for k in v}):
+            seen = [v.get(key) for v in values]
+            if any(s != seen[0] for s in seen):
+                per_rank = ", ".join(f"rank {r}: {s!r}" for r, s in enumerate(seen))
+                raise ConfigError(f"the ranks disagree on {what} {key} ({per_rank}); every rank must run the "
+                                  f"same configuration")
+
+    def close(self) -> None:
+        """Release the collective, then the store (rank 0: stops hosting it)."""
+        close = getattr(self.collective, "close", None)
+        if callable(close):
+            close()
+        if self.store is not None:
+            self.store.close()
+
+    def __repr__(self) -> str:
+        return f"Group({self.env})"
+
+
+def _rendezvous(store: TcpStore, env: DistEnv, timeout_s: float) -> None:
+    """Every rank posts its arrival; rank 0 waits for all and posts the outcome, which the others read, so
+    every rank that is up reports the same missing ranks (and rank 0 keeps hosting the store until they have
+    read it)."""
+    rank, world = env.rank, env.world_size
+    store.set(f"tr/rdzv/rank/{rank}", json.dumps({"host": socket.gethostname(), "pid": os.getpid()}).encode())
+    if rank == 0:
+        missing = store.missing([f"tr/rdzv/rank/{r}" for r in range(world)], timeout_s)
+        store.set("tr/rdzv/missing", json.dumps(missing).encode())
+        readers = world - 1 - len(missing)
+        if missing and readers > 0:  # let the others read the outcome (bounded: they may die as well)
+            store.missing(["tr/rdzv/read"], min(5.0, timeout_s))
+    else:
+        # rank 0 posts the outcome when its own timeout ends, which began before this rank connected
+        missing = json.loads(store.get("tr/rdzv/missing", store.timeout_s + min(store.timeout_s, 10.0)))
+        if missing and store.add("tr/rdzv/readers", 1) == world - 1 - len(missing):
+            store.set("tr/rdzv/read", b"1")
+    if missing:
+        raise BackendError(
+            f"rank {rank}: bootstrap timed out after {store.timeout_s:g} s waiting for rank(s) {missing} of world size "
+            f"{world} at the rendezvous {store.where}; missing ranks: {missing} (they failed to start, crashed or "
+            f"died)")
+
+
+def bootstrap(env: DistEnv, timeout_s: float | None = None, op_timeout_s: float | None = None) -> Group:
+    """Join the world ``env`` describes: store, arrival of every rank, host collective. Raises
+    BackendError naming the missing ranks when some rank does not arrive within the timeout."""
+    timeout = bootstrap_timeout(timeout_s)
+    op_timeout = DEFAULT_OP_TIMEOUT_S if op_timeout_s is None else float(op_timeout_s)
+    if env.world_size == 1:
+        return Group(env, None, GlooCollective(None, 0, 1), timeout)
+    _dist()  # import torch first (seconds, when ranks start together): the timeout counts from here
+    t0 = time.monotonic()
+    store = TcpStore.connect(env, timeout)
+    _rendezvous(store, env, timeout - (time.monotonic() - t0))
+    coll = GlooCollective(store, env.rank, env.world_size, timeout_s=op_timeout, connect_timeout_s=timeout,
+                          hostname=("::1" if env.master_addr == "::1" else "127.0.0.1") if env.loopback else None)
+    log.info("joined the world: %s in %.2f s", env, time.monotonic() - t0)
+    return Group(env, store, coll, timeout)
+
+
+_GROUP: Group | None = None
+
+
+def init_group(env: DistEnv | None = None, timeout_s: float | None = None,
+               op_timeout_s: float | None = None) -> Group:
+    """This process's group, bootstrapped on first use (``env`` defaults to :func:`read_env`)."""
+    global _GROUP
+    env = env or read_env()
+    if _GROUP is not None:
+        if _GROUP.env != env:
+            raise BackendError(f"this process already joined the world as {_GROUP.env}; it cannot join as {env}")
+        return _GROUP
+    _GROUP = bootstrap(env, timeout_s, op_timeout_s)
+    atexit.register(close_group)
+    return _GROUP
+
+
+def close_group() -> None:
+    """Leave the world: release this process's group (run at exit: torch's threads must end before the
+    interpreter tears down, or the process aborts)."""
+    global _GROUP
+    group, _GROUP = _GROUP, None
+    if group is not None:
+        group.close()
+
+
+def current_group() -> Group | None:
+    return _GROUP
+
+
+# --- what a task does with the group ------------------------------------------------------------------------
+
+def backend_options(device: str, group: Group | None) -> tuple[str, dict[str, Any]]:
+    """(backend kind, options for get_backend): the collective, and for CUDA the device LOCAL_RANK names."""
+    if group is None:
+        return device, {}
+    from tr.backend.registry import cuda_available
+
+    kind = ("cuda" if cuda_available() else "cpu") if device == "auto" else device
+    opts: dict[str, Any] = {"collective": group.collective}
+    if kind == "cuda":
+        opts["device"] = group.env.local_rank
+    return kind, opts
+
+
+# Regions holding model state that must start equal on every rank: BN statistics, weights, EMA weights.
+# (Not the scalars: a rank's last-batch sizes are its own.)
+_SHARED_GROUPS = frozenset("BWE")
+
+
+def broadcast_parameters(backend: Any, program: Any, collective: Collective) -> int:
+    """Make every rank's initial model state (the InitSpec tensors of the B, W and E regions) rank 0's, in one
+    broadcast of their bytes; returns the bytes sent. Initialisation is a pure function of the seed, so this
+    only matters when ranks differ (a user initialiser with its own randomness), and then it is what keeps
+    data-parallel training correct."""
+    tensors = [i.tensor for i in program.inits if i.tensor.allocated and i.tensor.region.group in _SHARED_GROUPS]
+    if int(collective.world_size) == 1 or not tensors:
+        return 0
+    arrays = [backend.read(t) for t in tensors]
+    flat = np.concatenate([np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays])
+    collective.broadcast(flat)
+    off = 0
+    for t, a in zip(tensors, arrays):
+        backend.write(t, flat[off:off + a.nbytes].view(a.dtype))
+        off += a.nbytes
+    return off
+
+
+def global_count(collective: Collective, n: int) -> float:
+    """The mean over ranks of a per-rank count ``n``, exact (what a per-rank sum averaged over the ranks is
+    divided by to become the global mean). Travels as two float32 parts below 2**24 so the sums stay exact."""
+    world = int(collective.world_size)
+    if world == 1:
+        return float(n)
+    buf = np.array([n >> 12, n & 0xFFF], np.float32)
+    collective.allreduce_mean(buf)
+    hi, lo = (round(float(v) * world) for v in buf)
+    return (hi * 4096 + lo) / world

@@ -54,7 +54,7 @@ def test_nan_in_a_batch_skips_the_step_and_training_goes_on(amp, caplog):
     with caplog.at_level(logging.WARNING, logger="tr"):
         result = task.run()
     assert result.skipped_steps == 1 and result.history[0].skipped_steps == 1
-    assert any("step 2" in r.getMessage() and "skipped" in r.getMessage() for r in caplog.records)
+    assert any("1 step(s) with non-finite gradients skipped" in r.getMessage() for r in caplog.records)
     after = task.weights()
     assert all(np.isfinite(v).all() for v in after.values())
     assert any(not np.array_equal(before[k], after[k]) for k in before)  # the other steps trained

@@ -245,7 +245,7 @@ class DeepLearningTask(TaskBase):
             val_batch=feeder.batch if has_val else None,
             last_val_batch=feeder.last_batch(False) if has_val else None,
             amp=s.amp_enabled, label_smoothing=float(self._loss.smoothing),
-            grad_clip=max(0.0, self._grad_clip), lr_table_steps=0,
+            grad_clip=max(0.0, self._grad_clip), lr_table_steps=self._sched.total_steps,
             world_size=s.world_size if env is None else env.world_size, **optimizer_spec(self._optimizer),
         )
         self.program = compile_program(self._blueprint, spec)
@@ -264,6 +264,8 @@ class DeepLearningTask(TaskBase):
         self.backend.bind_host_buffers(feeder.buffers())
         initialize_program(self.backend, self.program, s, self._initializer, self._optimizer,
                            rank=0 if env is None else env.rank)
+        # the learning rate of every step, read on the device by lr_lookup: the loop never writes it
+        self.backend.write(self.program.tensor("lr_table"), self._sched.table())
         # validation metrics are sums over this rank's samples, averaged over ranks by VAL_RESULT_COMM
         self._val_samples = float(feeder.num_samples(False))
         if self.group is not None:
@@ -303,32 +305,30 @@ class DeepLearningTask(TaskBase):
         result = TrainingResult()
         interval, offset = self._validate_every
         t_all = time.perf_counter()
-        lr_view = be.view(prog.tensor("lr")).reshape(-1)
-        flag_view = be.view(prog.tensor("nan_flag")).reshape(-1)
         steps = feeder.steps(True)
+        skipped_before = int(scalar(be, prog, "skipped")[0])
         for epoch in range(self._epochs):
             t0 = time.perf_counter()
             be.launch(st.clear_metrics)
             be.launch(st.epoch_begin)
-            skipped = 0
             bar = ProgressBar(steps, f"epoch {epoch + 1}")
             bar.enabled = bar.enabled and main
             lr0 = float(self._sched.lr_at(epoch, 0))
             for k, buf, _n in feeder.epoch(epoch, True):
                 be.launch(st.transfer[buf])
                 feeder.release(k)
-                lr_view[0] = self._sched.lr_at(epoch, k)
                 be.launch((st.train_last if k == steps - 1 else st.train)[buf])
                 if self._on_step is not None:
                     self._on_step(k, be.read(prog.tensor("result")).reshape(-1))
-                if flag_view[0]:
-                    skipped += 1
-                    log.warning("epoch %d step %d: non-finite gradients, step skipped (loss scale now %g)",
-                                epoch + 1, k, float(scalar(be, prog, "loss_scale")[0]))
                 bar.update(k + 1)
             bar.close()
             be.launch(st.epoch_end)
             be.synchronize()
+            skipped_total = int(scalar(be, prog, "skipped")[0])  # counted on the device, read once an epoch
+            skipped, skipped_before = skipped_total - skipped_before, skipped_total
+            if skipped:
+                log.warning("epoch %d: %d step(s) with non-finite gradients skipped (loss scale now %g)",
+                            epoch + 1, skipped, float(scalar(be, prog, "loss_scale")[0]))
             train_loss = float(scalar(be, prog, "accum")[0]) / feeder.num_samples(True)
             rec = EpochRecord(epoch + 1, train_loss, lr0, 0.0, skipped_steps=skipped)
             result.skipped_steps += skipped
@@ -387,6 +387,28 @@ class DeepLearningTask(TaskBase):
                            key=lambda i: 0 if i.kind == "weight" or i.tensor.region.name == "W_BN_WEIGHT" else 1)
             out.append(tuple(self.backend.read(i.tensor).copy() for i in specs))
         return out
+
+    @property
+    def launches_per_step(self) -> int:
+        """Host launches per training step: the transfer graph and the whole-step graph."""
+        return self._steps.launches_per_step
+
+    def time_train_step(self, n: int = 100, warmup: int = 10) -> float:
+        """Seconds per launch of the captured full-batch training step (data already on the device).
+
+        A benchmark helper: it trains ``warmup + n`` more steps on the batch in buffer A, so call it after
+        run(), never between compile() and run() of a measured training.
+        """
+        self._require(Phase.COMPILED, "time_train_step()")
+        be, g = self.backend, self._steps.train[0]
+        for _ in range(warmup):
+            be.launch(g)
+        be.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            be.launch(g)
+        be.synchronize()
+        return (time.perf_counter() - t0) / n
 
     def describe(self) -> dict[str, Any]:
         return {"backend": getattr(self.backend, "name", None), "ops": self.program.num_ops if self.program else 0}

@@ -187,7 +187,11 @@ def main() -> None:
         emit("tr", "epochs_per_s", r["epochs_per_s"], workers=w, **{k: v for k, v in r.items() if k != "epochs_per_s"})
         if args.skip_torch:
             continue
-        t = run_torch(args.torch_epochs, w)
+        try:
+            t = run_torch(args.torch_epochs, w)
+        except Exception as e:  # report and go on: the tr figures above stand on their own
+            emit("pytorch", "error", 0, workers=w, error=f"{type(e).__name__}: {e}")
+            continue
         emit("pytorch", "epochs_per_s", t["epochs_per_s"], workers=w,
              **{k: v for k, v in t.items() if k != "epochs_per_s"})
         emit("tr/pytorch", "epochs_per_s_ratio", r["epochs_per_s"] / t["epochs_per_s"], workers=w)

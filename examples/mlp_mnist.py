@@ -25,11 +25,13 @@ from renaissance import (
     RandomErasing,
     RandomRotation,
     RandomScale,
+    TrError,
     configure_logging,
     fc,
     relu,
     seq,
 )
+from tr.backend.registry import cuda_available
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "mnist"
 
@@ -39,13 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=100)
     ap.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
     ap.add_argument("--workers", type=int, default=8, help="preprocessing threads")
-    ap.add_argument("--amp", action="store_true", help="mixed precision (default on for cuda)")
+    ap.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
+                    help="mixed precision (default: on when training on a GPU, as the seed does)")
     ap.add_argument("--data", type=Path, default=DATA)
     args = ap.parse_args(argv)
     configure_logging("INFO")
+    on_gpu = args.device == "cuda" or (args.device == "auto" and cuda_available())
+    amp = on_gpu if args.amp is None else args.amp
 
     GLOBAL_SETTING \
-        .amp(args.amp) \
+        .amp(amp) \
         .manual_seed(123) \
         .global_batch_size(200) \
         .input_resolution(28)
@@ -83,4 +88,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except TrError as e:  # a clear one-line message for bad input (no device, missing data, bad settings)
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -98,7 +98,7 @@ def get_backend(kind: str = "auto", **options: Any) -> Backend:
         if not cuda_available():
             cuda = _cuda_module()
             status = getattr(cuda, "cuda_status", None)
-            why = status() if callable(status) else "tr.backend.cuda is not built"
+            why = status()[1] if callable(status) else "tr.backend.cuda is not built"
             if cuda is not None and not hasattr(cuda, "CudaBackend"):
                 why = "tr.backend.cuda provides no CudaBackend yet"
             raise DeviceUnavailableError(f"backend 'cuda' is unavailable ({why}); use get_backend('cpu') or 'auto'")

@@ -26,7 +26,7 @@ from tr.task.distributed import (
     init_group,
     read_env,
 )
-from tr.task.executor import capture_steps, scalar
+from tr.task.executor import TransferFence, capture_steps, scalar
 from tr.task.feeder import Feeder
 from tr.task.report import EpochRecord, EpochTable, ProgressBar, TrainingResult
 from tr.task.weights import initialize_program
@@ -258,6 +258,10 @@ class DeepLearningTask(TaskBase):
                 "optimizer": spec.optimizer, "parameters": [list(i.tensor.shape.dims) for i in self.program.inits]})
         kind, options = backend_options(self._device, self.group)
         self.backend = get_backend(kind, **options)
+        if self._device == "auto" and self.backend.name != "cuda":
+            from tr.backend.cuda import cuda_status
+
+            log.info("no usable CUDA device (%s): training on the CPU backend", cuda_status()[1])
         if hasattr(self.backend, "configure"):
             self.backend.configure(tf32=s.tf32)
         self.backend.allocate(self.program.layout)
@@ -307,6 +311,7 @@ class DeepLearningTask(TaskBase):
         t_all = time.perf_counter()
         steps = feeder.steps(True)
         skipped_before = int(scalar(be, prog, "skipped")[0])
+        fence = self._fence = TransferFence(be)
         for epoch in range(self._epochs):
             t0 = time.perf_counter()
             be.launch(st.clear_metrics)
@@ -316,8 +321,10 @@ class DeepLearningTask(TaskBase):
             lr0 = float(self._sched.lr_at(epoch, 0))
             for k, buf, _n in feeder.epoch(epoch, True):
                 be.launch(st.transfer[buf])
-                feeder.release(k)
+                fence.after_transfer(buf)
                 be.launch((st.train_last if k == steps - 1 else st.train)[buf])
+                fence.wait(buf)
+                feeder.release(k)
                 if self._on_step is not None:
                     self._on_step(k, be.read(prog.tensor("result")).reshape(-1))
                 bar.update(k + 1)
@@ -357,10 +364,13 @@ class DeepLearningTask(TaskBase):
         feeder, be, st = self._feeder, self.backend, self._steps
         steps = feeder.steps(False)
         be.launch(st.clear_metrics)
+        fence = self._fence
         for k, buf, _n in feeder.epoch(epoch, False):
             be.launch(st.transfer[buf])
-            feeder.release(k)
+            fence.after_transfer(buf)
             be.launch((st.val_last if k == steps - 1 else st.val)[buf])
+            fence.wait(buf)
+            feeder.release(k)
         be.launch(st.val_end)
         be.synchronize()
         acc = scalar(be, self.program, "accum").astype(np.float64) / self._val_samples

@@ -16,6 +16,7 @@ import numpy as np
 
 from tr.core.graph_id import GraphId
 from tr.core.ops import OpCall
+from tr.core.phase import StreamKind
 from tr.tensor.program import Program
 
 G = GraphId
@@ -85,6 +86,27 @@ def capture_steps(backend, program: Program, has_val: bool,
         val_end=graph("val_end", "val", (G.VAL_RESULT_COMM,)),
         launches_per_step=2,
     )
+
+
+class TransferFence:
+    """When may the feeder refill a host buffer? After the device has copied it.
+
+    The CPU backend copies synchronously. On an asynchronous backend an event is recorded after the
+    transfer graph and waited on after the step graph is queued: the host blocks only until the copy is
+    done (the step keeps the device busy meanwhile), and the workers never overwrite a zone in flight.
+    """
+
+    def __init__(self, backend) -> None:
+        self._events = [backend.event(), backend.event()] if hasattr(backend, "event") else None
+        self._stream = int(StreamKind.COMP_1)  # the stream every graph is captured and launched on
+
+    def after_transfer(self, buffer: int) -> None:
+        if self._events is not None:
+            self._events[buffer].record(self._stream)
+
+    def wait(self, buffer: int) -> None:
+        if self._events is not None:
+            self._events[buffer].synchronize()
 
 
 def scalar(backend, program: Program, role: str) -> np.ndarray:

@@ -162,6 +162,19 @@ class Preprocessor:
             self.split(False)
         self._engine = _native.Engine(s.preprocess_workers_count)
 
+    def replace_stations(self, stations: TransferStation | Sequence[TransferStation]) -> None:
+        """Deliver into other stations of the same batch, sample shape and dtype (e.g. ones over pinned
+        memory a backend allocated after the pipeline was set up). Only between epochs."""
+        sts = [stations] if isinstance(stations, TransferStation) else list(stations)
+        if self._run is not None and not self._run.closed:
+            raise PhaseError("replace_stations() during an epoch; close the running epoch first")
+        if len(sts) != len(self.stations):
+            raise ConfigError(f"replace_stations needs {len(self.stations)} station(s), got {len(sts)}")
+        for old, new in zip(self.stations, sts):
+            if (new.batch_size, new.sample_shape, new.dtype) != (old.batch_size, old.sample_shape, old.dtype):
+                raise ConfigError(f"replacement station {new!r} differs from {old!r}")
+        self.stations = sts
+
     # ---- data -----------------------------------------------------------------------------------
     def split(self, train: bool) -> Split:
         key = "train" if train else "val"

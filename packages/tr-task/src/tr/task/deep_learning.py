@@ -265,6 +265,9 @@ class DeepLearningTask(TaskBase):
         if hasattr(self.backend, "configure"):
             self.backend.configure(tf32=s.tf32)
         self.backend.allocate(self.program.layout)
+        if hasattr(self.backend, "host_buffers") and hasattr(feeder, "adopt_buffers"):
+            # staging buffers in the backend's pinned memory: DMA-able, never page-locked after the fact
+            feeder.adopt_buffers(self.backend.host_buffers(feeder.batch, feeder.sample_shape, feeder.dtype))
         self.backend.bind_host_buffers(feeder.buffers())
         initialize_program(self.backend, self.program, s, self._initializer, self._optimizer,
                            rank=0 if env is None else env.rank)

@@ -113,8 +113,21 @@ class ArrayFeeder:
             raise DataError(f"{name} has {len(x)} images but {len(y)} labels")
         return x, np.asarray(y, dtype=np.int32)
 
+    @property
+    def dtype(self) -> np.dtype:
+        return self._bufs[0][1].dtype
+
     def buffers(self) -> list[tuple[np.ndarray, np.ndarray]]:
         return self._bufs
+
+    def adopt_buffers(self, pairs) -> None:
+        """Fill these (labels, data) pairs instead (e.g. pinned memory from the backend)."""
+        pairs = [(np.asarray(lab), np.asarray(dat)) for lab, dat in pairs]
+        for (lab, dat), (mine_l, mine_d) in zip(pairs, self._bufs):
+            if lab.shape != mine_l.shape or dat.shape != mine_d.shape or dat.dtype != mine_d.dtype:
+                raise ConfigError(f"adopted buffers {lab.shape}/{dat.shape} {dat.dtype} do not match "
+                                  f"{mine_l.shape}/{mine_d.shape} {mine_d.dtype}")
+        self._bufs = pairs
 
     def num_samples(self, train: bool) -> int:
         s = self._sets[train]

@@ -30,8 +30,18 @@ class PipelineFeeder:
         self.num_classes = getattr(self.pre.dataset, "num_classes", None)
         self._run = None
 
+    @property
+    def dtype(self) -> np.dtype:
+        return self.station.dtype
+
     def buffers(self) -> list[tuple[np.ndarray, np.ndarray]]:
         return [self.station.zone(0), self.station.zone(1)]
+
+    def adopt_buffers(self, pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Let the workers write into these (labels, data) pairs, e.g. pinned memory from the backend."""
+        st = TransferStation(self.batch, self.sample_shape, self.station.dtype, buffers=list(pairs))
+        self.pre.replace_stations(st)
+        self.station = st
 
     def num_samples(self, train: bool) -> int:
         try:

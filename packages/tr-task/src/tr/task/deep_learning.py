@@ -26,7 +26,7 @@ from tr.task.distributed import (
     init_group,
     read_env,
 )
-from tr.task.executor import TransferFence, capture_steps, scalar
+from tr.task.executor import StepLauncher, capture_steps, scalar
 from tr.task.feeder import Feeder
 from tr.task.report import EpochRecord, EpochTable, ProgressBar, TrainingResult
 from tr.task.weights import initialize_program
@@ -314,7 +314,7 @@ class DeepLearningTask(TaskBase):
         t_all = time.perf_counter()
         steps = feeder.steps(True)
         skipped_before = int(scalar(be, prog, "skipped")[0])
-        fence = self._fence = TransferFence(be)
+        launch = self._launch = StepLauncher(be)
         for epoch in range(self._epochs):
             t0 = time.perf_counter()
             be.launch(st.clear_metrics)
@@ -323,10 +323,7 @@ class DeepLearningTask(TaskBase):
             bar.enabled = bar.enabled and main
             lr0 = float(self._sched.lr_at(epoch, 0))
             for k, buf, _n in feeder.epoch(epoch, True):
-                be.launch(st.transfer[buf])
-                fence.after_transfer(buf)
-                be.launch((st.train_last if k == steps - 1 else st.train)[buf])
-                fence.wait(buf)
+                launch(st.transfer[buf], (st.train_last if k == steps - 1 else st.train)[buf], buf)
                 feeder.release(k)
                 if self._on_step is not None:
                     self._on_step(k, be.read(prog.tensor("result")).reshape(-1))
@@ -367,12 +364,9 @@ class DeepLearningTask(TaskBase):
         feeder, be, st = self._feeder, self.backend, self._steps
         steps = feeder.steps(False)
         be.launch(st.clear_metrics)
-        fence = self._fence
+        launch = self._launch
         for k, buf, _n in feeder.epoch(epoch, False):
-            be.launch(st.transfer[buf])
-            fence.after_transfer(buf)
-            be.launch((st.val_last if k == steps - 1 else st.val)[buf])
-            fence.wait(buf)
+            launch(st.transfer[buf], (st.val_last if k == steps - 1 else st.val)[buf], buf)
             feeder.release(k)
         be.launch(st.val_end)
         be.synchronize()

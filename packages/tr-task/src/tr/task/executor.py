@@ -88,25 +88,38 @@ def capture_steps(backend, program: Program, has_val: bool,
     )
 
 
-class TransferFence:
-    """When may the feeder refill a host buffer? After the device has copied it.
+class StepLauncher:
+    """Launches one step: the copy of its batch, then its graph, and says when the host zone is free.
 
-    The CPU backend copies synchronously. On an asynchronous backend an event is recorded after the
-    transfer graph and waited on after the step graph is queued: the host blocks only until the copy is
-    done (the step keeps the device busy meanwhile), and the workers never overwrite a zone in flight.
+    CPU backend: everything is synchronous. CUDA backend: the transfer runs on the TRANS stream and the
+    step on COMP_1, ordered by events: the step waits for its copy; a copy into device buffer A/B waits
+    for the last step that read that buffer. The host waits only for the copy (so the feeder may refill
+    the zone), never for the step: the device works on step k while the host queues step k+1, and the
+    copy of batch k+1 overlaps the compute of batch k.
     """
 
     def __init__(self, backend) -> None:
-        self._events = [backend.event(), backend.event()] if hasattr(backend, "event") else None
-        self._stream = int(StreamKind.COMP_1)  # the stream every graph is captured and launched on
+        self.be = backend
+        self.streams = hasattr(backend, "event")
+        if self.streams:
+            self.copied = [backend.event(), backend.event()]
+            self.used = [backend.event(), backend.event()]
+            self.trans, self.comp = int(StreamKind.TRANS), int(StreamKind.COMP_1)
 
-    def after_transfer(self, buffer: int) -> None:
-        if self._events is not None:
-            self._events[buffer].record(self._stream)
-
-    def wait(self, buffer: int) -> None:
-        if self._events is not None:
-            self._events[buffer].synchronize()
+    def __call__(self, transfer, step, buffer: int) -> None:
+        be = self.be
+        if not self.streams:
+            be.launch(transfer)
+            be.launch(step)
+            return
+        copied, used = self.copied[buffer], self.used[buffer]
+        used.wait(self.trans)  # the device buffer is free once the step that read it is done
+        be.launch(transfer, self.trans)
+        copied.record(self.trans)
+        copied.wait(self.comp)  # the step reads its batch only after the copy
+        be.launch(step, self.comp)
+        used.record(self.comp)
+        copied.synchronize()  # host: the staging zone has been copied and may be refilled
 
 
 def scalar(backend, program: Program, role: str) -> np.ndarray:

@@ -86,6 +86,8 @@ def run_torch(epochs: int, workers: int) -> dict:
     from torchvision.transforms import v2 as T
 
     torch.manual_seed(123)
+    # shared-memory file descriptors run out in sandboxed containers with many workers
+    torch.multiprocessing.set_sharing_strategy("file_system")
     dev = torch.device("cuda")
     norm = T.Normalize((0.1307,), (0.3081,))
     train_tf = T.Compose([T.ToImage(), T.Pad(2), T.RandomCrop(28), T.RandomRotation(20, fill=0),

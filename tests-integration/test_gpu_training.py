@@ -3,6 +3,9 @@ and determinism on the GPU. GPU-only (skipped without a device).
 
 Tolerances: FP32 losses agree within 1e-4 relative over 50 steps (cuBLASLt and numpy BLAS sum in
 different orders); AMP losses within 2e-2 relative (FP16 activations, different rounding points).
+Final weights: AdamW moves an element by up to lr per step whatever its gradient's size, so elements whose
+gradients are at rounding level can drift apart by a fraction of lr x steps (5e-2 here). Measured on the
+H200: at most 5.3e-5 (FP32) on 5 of 24,576 elements; bounds: 2e-4 (FP32) and 5e-3 (AMP) absolute.
 """
 
 import numpy as np
@@ -46,7 +49,7 @@ def test_cuda_matches_cpu_over_50_steps(amp):
     rel = 2e-2 if amp else 1e-4
     np.testing.assert_allclose(lg, lc, rtol=rel, atol=1e-4)
     for (wc, *_), (wg, *_) in zip(cpu.parameters(), gpu.parameters()):
-        np.testing.assert_allclose(wg, wc, rtol=rel * 10, atol=1e-3 if amp else 1e-5)
+        np.testing.assert_allclose(wg, wc, rtol=0, atol=5e-3 if amp else 2e-4)
     assert rg.best_top1 > 0.5
 
 

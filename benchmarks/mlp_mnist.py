@@ -75,8 +75,10 @@ def run_tr(epochs: int, workers: int, device: str) -> dict:
     compile_s = time.perf_counter() - t0
     result = task.run()
     step_us = task.time_train_step(200) * 1e6
+    host_us = task.host_us_per_step(200)
     return {"epochs_per_s": result.epochs / result.seconds, "best_top1": result.best_top1,
-            "epochs": result.epochs, "seconds": result.seconds, "step_us": step_us, "compile_s": compile_s,
+            "epochs": result.epochs, "seconds": result.seconds, "step_us": step_us,
+            "host_us_per_step": host_us, "compile_s": compile_s,
             "launches_per_step": task.launches_per_step, "backend": task.backend.name}
 
 

@@ -199,3 +199,23 @@ def test_events_order_streams_and_launch_counters():
     assert be.launches == 2 and be.host_time_s > 0
     assert np.array_equal(be.read(tw["x"]).ravel(), np.arange(1024, dtype=np.float32))
     assert g1.num_nodes == 1 and g2.num_nodes == 1
+
+
+@pytest.mark.gpu
+def test_cupy_view_is_zero_copy():
+    cupy = pytest.importorskip("cupy")
+    from backend_testkit import SimpleArena
+
+    from tr.backend.cuda import CudaBackend
+    from tr.core.region import Region
+
+    a = SimpleArena()
+    t = a.add("x", (2, 3, 4, 5), "fp32", Region.F_FEATURE_FP32)
+    be = CudaBackend()
+    be.allocate(a.layout())
+    be.write(t, np.arange(120, dtype=np.float32))
+    v = be.cupy_view(t)
+    assert v.shape == (2, 3, 4, 5) and float(v.sum()) == float(np.arange(120).sum())
+    v *= 2  # writes through to the arena
+    cupy.cuda.runtime.deviceSynchronize()
+    assert np.array_equal(be.read(t).reshape(-1), 2 * np.arange(120, dtype=np.float32))

@@ -226,6 +226,7 @@ void Engine::run_items(Job& job, int w, Workspace& ws) {
   const long long n = job.src.n;
   // Static assignment: work item g (rank g % world, position g / world) belongs to worker g % M.
   // Items are visited in increasing order, so all workers fill batch k before moving to k + 1.
+  long long pending_done = 0;
   for (long long g = w; g < total; g += M) {
     if (job.abort.load(std::memory_order_relaxed)) return;
     const int r = int(g % world);
@@ -262,7 +263,12 @@ void Engine::run_items(Job& job, int w, Workspace& ws) {
       for (Station* s : job.stations) s->fail(ErrKind::Other, msg);
       return;
     }
-    job.samples_done.fetch_add(1, std::memory_order_relaxed);
+    ++pending_done;
+    // Counted per batch, not per sample: one shared-counter update per worker and batch.
+    if (g + M >= total || (g + M) / world / job.batch != k) {
+      job.samples_done.fetch_add(pending_done, std::memory_order_relaxed);
+      pending_done = 0;
+    }
     st->done(k);
   }
 }

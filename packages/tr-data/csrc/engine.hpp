@@ -58,9 +58,11 @@ class Station {
   int batch_size_of(long long k) const;
 
  private:
-  struct Zone {
-    std::atomic<long long> batch{-1};  // the batch this zone is assigned to (-1: none)
-    std::atomic<int> filled{0};
+  // `batch` is read by every worker per sample, `filled` written by every worker per sample: own
+  // cache lines, so the counter's traffic does not evict the line every worker polls.
+  struct alignas(64) Zone {
+    alignas(64) std::atomic<long long> batch{-1};  // the batch this zone is assigned to (-1: none)
+    alignas(64) std::atomic<int> filled{0};
     std::atomic<int> expected{0};
     bool ready = false;
     bool held = false;
@@ -98,8 +100,9 @@ struct Job {
   size_t sample_bytes = 0;
   uint8_t* cache = nullptr;  // CPVS: (src.n, sample_bytes)
   int cache_mode = 0;        // 0 off, 1 fill (first pass), 2 replay
-  std::atomic<bool> abort{false};
-  std::atomic<long long> samples_done{0};
+  // Polled by every worker per sample / bumped once per worker per batch: separate cache lines.
+  alignas(64) std::atomic<bool> abort{false};
+  alignas(64) std::atomic<long long> samples_done{0};
 };
 
 class Engine {

@@ -400,6 +400,21 @@ class DeepLearningTask(TaskBase):
         """Host launches per training step: the transfer graph and the whole-step graph."""
         return self._steps.launches_per_step
 
+    def host_us_per_step(self, n: int = 200) -> float:
+        """Host time to queue one training step (transfer + step launch and their event bookkeeping), in
+        microseconds: what the loop costs besides waiting for data and the device. Trains n more steps on
+        the batches in the device buffers (a benchmark helper: call it after run())."""
+        self._require(Phase.COMPILED, "host_us_per_step()")
+        st, launch = self._steps, StepLauncher(self.backend)
+        self.backend.synchronize()
+        total = 0.0
+        for k in range(n):
+            t0 = time.perf_counter()
+            launch(st.transfer[k % 2], st.train[k % 2], k % 2)
+            total += time.perf_counter() - t0
+        self.backend.synchronize()
+        return total / n * 1e6
+
     def time_train_step(self, n: int = 100, warmup: int = 10) -> float:
         """Seconds per launch of the captured full-batch training step (data already on the device).
 

@@ -201,6 +201,22 @@ class CudaBackend:
     def view(self, t: DTensor) -> np.ndarray:
         raise BackendError(f"{t!r} lives in device memory and cannot be viewed from the host; use read() or write()")
 
+    def cupy_view(self, t: DTensor) -> Any:
+        """A zero-copy CuPy array over ``t`` in the arena (for debugging and tests; needs cupy).
+
+        It aliases device memory that captured graphs write: read it after ``synchronize()``. The arena
+        outlives the view only while this backend is alive.
+        """
+        self._check_tensor(t)
+        try:
+            import cupy
+        except ImportError as e:
+            raise BackendError("cupy_view needs CuPy (pip install cupy-cuda13x, or the 'cuda13' extra)") from e
+        if t.dtype is DType.BF16:
+            raise BackendError(f"{t!r}: CuPy has no bfloat16; read() it instead")
+        mem = cupy.cuda.UnownedMemory(self.arena_ptr + t.offset, t.nbytes, self, self.device)
+        return cupy.ndarray(t.shape.dims, dtype=t.dtype.np_dtype, memptr=cupy.cuda.MemoryPointer(mem, 0))
+
     def write(self, t: DTensor, array: Any) -> None:
         self._check_tensor(t)
         a = np.asarray(array)

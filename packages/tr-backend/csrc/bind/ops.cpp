@@ -1,7 +1,8 @@
 // Bindings of the CUDA backend's execution objects: Context (streams, cuBLASLt), Graph (capture, launch),
-// Event, and make_op (a native op from an op call's resolved arguments). CUDA builds only.
+// Event, make_op (a native op from an op call's resolved arguments), and NcclComm. CUDA builds only.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
@@ -15,12 +16,62 @@
 #include "bind/bindings.hpp"
 #include "cuda/context.hpp"
 #include "cuda/cublaslt.hpp"
+#include "cuda/nccl.hpp"
 #include "ops/op.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace tr::native::bind {
+
+namespace {
+
+void bind_nccl(nb::module_& m) {
+  using cuda::NcclComm;
+  nb::class_<NcclComm>(m, "NcclComm",
+                       "One NCCL communicator (ncclCommInitRank) of nranks ranks on a device; NCCL is opened at "
+                       "run time. Collective ops captured with it keep its handle: keep it alive as long as them.")
+      .def(
+          "__init__",
+          [](NcclComm* self, nb::bytes uid, int nranks, int rank, int device) {
+            std::string id(uid.c_str(), uid.size());
+            // ncclCommInitRank waits for every rank: let other Python threads (e.g. a store's server) run
+            nb::gil_scoped_release release;
+            new (self) NcclComm(id, nranks, rank, device);
+          },
+          "unique_id"_a, "nranks"_a, "rank"_a, "device"_a)
+      .def_static(
+          "unique_id",
+          [] {
+            const std::string id = NcclComm::new_unique_id();
+            return nb::bytes(id.data(), id.size());
+          },
+          "ncclGetUniqueId: the 128 bytes rank 0 hands to every rank.")
+      .def_prop_ro("handle", [](const NcclComm& c) { return reinterpret_cast<std::uintptr_t>(c.get()); },
+                   "The ncclComm_t as an integer (the 'comm' pointer of the nccl_* native ops).")
+      .def_prop_ro("nranks", &NcclComm::nranks)
+      .def_prop_ro("rank", &NcclComm::rank)
+      .def_prop_ro("device", &NcclComm::device)
+      .def_prop_ro("alive", &NcclComm::alive)
+      .def("destroy", &NcclComm::destroy, nb::call_guard<nb::gil_scoped_release>(),
+           "ncclCommDestroy now (waits for pending work); later use raises BackendError.")
+      .def("abort", &NcclComm::abort, "ncclCommAbort now (does not wait).");
+  m.def(
+      "load_nccl",
+      [] {
+        const cuda::Nccl& api = cuda::nccl();
+        return std::make_pair(api.path, api.version);
+      },
+      "Load NCCL now: (path, version code). Raises DeviceUnavailableError naming every path tried.");
+  m.def("probe_nccl", &cuda::probe_nccl, "paths"_a,
+        "Try to load NCCL from exactly these paths (not cached): the path that works, else "
+        "DeviceUnavailableError naming every path tried.");
+  m.def("nccl_candidates", &cuda::nccl_candidates, "The paths load_nccl tries, in order.");
+  m.def("add_nccl_candidates", &cuda::add_nccl_candidates, "paths"_a,
+        "Library paths the NCCL loader tries first after TR_NCCL_PATH.");
+}
+
+}  // namespace
 
 void bind_ops(nb::module_& m) {
   nb::class_<Context>(m, "Context", "Five streams (TRANS, COMP_1..3, UPDATE), a cuBLASLt handle and its workspace.")
@@ -79,6 +130,7 @@ void bind_ops(nb::module_& m) {
   m.def("native_ops", &factory_names, "Names of the native op factories in this build.");
   m.def("add_cublaslt_candidates", &cuda::add_cublaslt_candidates, "paths"_a,
         "Library paths the cuBLASLt loader tries first (before TR_CUBLASLT_PATH's built-in fallbacks).");
+  bind_nccl(m);
 }
 
 }  // namespace tr::native::bind

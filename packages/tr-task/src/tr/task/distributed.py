@@ -434,16 +434,33 @@ def current_group() -> Group | None:
 
 # --- what a task does with the group ------------------------------------------------------------------------
 
+FORCE_NCCL_ENV = "TR_FORCE_NCCL"
+
+
+def force_nccl(environ: Mapping[str, str] | None = None) -> bool:
+    """TR_FORCE_NCCL=1: the CUDA backend runs its all-reduce through NCCL even with one rank (for tests)."""
+    return (os.environ if environ is None else environ).get(FORCE_NCCL_ENV, "").strip() not in ("", "0")
+
+
 def backend_options(device: str, group: Group | None) -> tuple[str, dict[str, Any]]:
-    """(backend kind, options for get_backend): the collective, and for CUDA the device LOCAL_RANK names."""
-    if group is None:
+    """(backend kind, options for get_backend): the collective, and for CUDA the device LOCAL_RANK names and
+    an NCCL communicator made through the group's store (with more than one rank, or TR_FORCE_NCCL=1)."""
+    force = force_nccl()
+    if group is None and not force:
         return device, {}
     from tr.backend.registry import cuda_available
 
     kind = ("cuda" if cuda_available() else "cpu") if device == "auto" else device
-    opts: dict[str, Any] = {"collective": group.collective}
+    opts: dict[str, Any] = {} if group is None else {"collective": group.collective}
     if kind == "cuda":
-        opts["device"] = group.env.local_rank
+        local = 0 if group is None else group.env.local_rank
+        if group is not None:
+            opts["device"] = local
+        if force or (group is not None and group.world_size > 1):
+            from tr.backend.cuda.nccl import NcclCollective
+
+            rank, world = (0, 1) if group is None else (group.rank, group.world_size)
+            opts["nccl"] = NcclCollective.from_store(None if group is None else group.store, local, rank, world)
     return kind, opts
 
 

@@ -15,6 +15,7 @@ from tr.backend.cuda.device import (
     require_cuda,
 )
 from tr.backend.cuda.native import load_native, native_module, require_native
+from tr.backend.cuda.nccl import NcclCollective, load_nccl
 
 
 def is_available() -> bool:
@@ -26,6 +27,7 @@ def is_available() -> bool:
 __all__ = [
     "CudaBackend",
     "CudaGraph",
+    "NcclCollective",
     "DeviceInfo",
     "build_info",
     "cuda_available",
@@ -36,6 +38,7 @@ __all__ = [
     "is_available",
     "require_cuda",
     "load_native",
+    "load_nccl",
     "native_module",
     "require_native",
 ]

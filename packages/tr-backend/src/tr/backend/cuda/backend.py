@@ -31,9 +31,18 @@ from tr.backend.cpu.convert import converter
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.device import require_cuda
 from tr.backend.cuda.native import require_native
+from tr.backend.cuda.nccl import NcclCollective
 from tr.backend.registry import op_impls
 from tr.core.dtype import DType
-from tr.core.errors import BackendError, DeviceUnavailableError, DTypeError, OutOfMemoryError, ShapeError, TrError
+from tr.core.errors import (
+    BackendError,
+    ConfigError,
+    DeviceUnavailableError,
+    DTypeError,
+    OutOfMemoryError,
+    ShapeError,
+    TrError,
+)
 from tr.core.log import get_logger
 from tr.core.ops import OpCall, RegionSpan
 from tr.core.phase import StreamKind
@@ -122,8 +131,19 @@ class CudaBackend:
     name = "cuda"
 
     def __init__(self, device: int = 0, use_tf32: bool = False, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
-                 collective: Collective | None = None) -> None:
+                 collective: Collective | None = None, nccl: NcclCollective | None = None) -> None:
+        """``collective``: the host collective of the ranks (the task's gloo group); ``nccl``: the device
+        communicator that range_allreduce_mean runs on (an NcclCollective on this device; None: one rank
+        only)."""
         require_cuda(device)
+        if nccl is not None:
+            if not isinstance(nccl, NcclCollective):
+                raise ConfigError(f"nccl must be a tr.backend.cuda.nccl.NcclCollective, got {type(nccl).__name__}")
+            if nccl.device != device:
+                raise ConfigError(f"the NCCL communicator is on CUDA device {nccl.device}, the backend on {device}")
+            if collective is not None and int(collective.world_size) != nccl.world_size:
+                raise ConfigError(f"the collective has world size {collective.world_size} but the NCCL "
+                                  f"communicator {nccl.world_size}; expected the same ranks")
         native = require_native()
         if not hasattr(native, "Context"):
             raise DeviceUnavailableError("CUDA unavailable: tr.backend._native was built without the CUDA ops")
@@ -131,6 +151,7 @@ class CudaBackend:
         self.device = device
         self.use_tf32 = bool(use_tf32)
         self.collective = collective
+        self.nccl = nccl
         native.add_cublaslt_candidates(_cublaslt_candidates())
         self.ctx = native.Context(device, int(workspace_bytes))
         self.launches = 0
@@ -166,6 +187,8 @@ class CudaBackend:
 
     @property
     def world_size(self) -> int:
+        if self.nccl is not None:
+            return self.nccl.world_size
         return 1 if self.collective is None else int(self.collective.world_size)
 
     @property

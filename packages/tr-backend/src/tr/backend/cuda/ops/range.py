@@ -1,7 +1,8 @@
 """Range ops: one native op per byte range of whole regions, however many layers the model has.
 
 Spans other than range_clear/range_copy/range_cast hold FP32 elements (bytes / 4, slot padding included:
-it is zero and stays zero). The NaN/Inf flag is INT32. range_allreduce_mean records nothing with one rank.
+it is zero and stays zero). The NaN/Inf flag is INT32. range_allreduce_mean is one in-place
+ncclAllReduce(ncclAvg) when the backend has an NCCL communicator, and records nothing with one rank without one.
 """
 
 from __future__ import annotations
@@ -71,9 +72,15 @@ def range_scale(b: CudaBinder) -> Any:
 
 @cuda_op("range_allreduce_mean")
 def range_allreduce_mean(b: CudaBinder) -> Any:
-    if b.backend.world_size == 1:
-        return None  # the mean over one rank is the identity
-    b.fail(f"range_allreduce_mean over {b.backend.world_size} ranks needs NCCL, which the CUDA backend lacks yet")
+    nccl = b.backend.nccl
+    if nccl is None:
+        if b.backend.world_size == 1:
+            return None  # the mean over one rank is the identity
+        b.fail(f"range_allreduce_mean over {b.backend.world_size} ranks needs an NCCL communicator; make the "
+               "CudaBackend with nccl=NcclCollective.from_store(...) (tr.task.distributed.backend_options does)")
+    ptr, n = b.span_elems("span")
+    # in place, ncclAvg, on the graph's stream: captured into the CUDA graph like every other op
+    return b.native("nccl_allreduce_mean", ptrs={"span": ptr, "comm": nccl.handle}, ints={"n": n}) if n else None
 
 
 @cuda_op("range_ema")

@@ -1,0 +1,192 @@
+#include "cuda/nccl.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "cuda/check.hpp"
+#include "native/errors.hpp"
+
+#ifndef TR_NCCL_BUILD_PATH
+#define TR_NCCL_BUILD_PATH ""
+#endif
+
+#ifdef TR_HAVE_NCCL_H
+// The build found NCCL's header: check the declarations of nccl.hpp against it (nothing else uses it).
+#include <nccl.h>
+static_assert(tr::native::cuda::nccl_abi::kUniqueIdBytes == NCCL_UNIQUE_ID_BYTES);
+static_assert(sizeof(tr::native::cuda::nccl_abi::UniqueId) == sizeof(ncclUniqueId));
+static_assert(tr::native::cuda::nccl_abi::kFloat32 == ncclFloat32);
+static_assert(tr::native::cuda::nccl_abi::kUint8 == ncclUint8);
+static_assert(tr::native::cuda::nccl_abi::kAvg == ncclAvg);
+static_assert(ncclSuccess == 0);
+#endif
+
+namespace tr::native::cuda {
+
+namespace {
+
+std::mutex g_mutex;
+std::vector<std::string> g_extra;
+Nccl g_api;
+bool g_loaded = false;
+
+template <class F>
+void bind(void* handle, F& slot, const char* symbol, std::string& missing) {
+  slot = reinterpret_cast<F>(dlsym(handle, symbol));
+  if (slot == nullptr) missing += std::string(missing.empty() ? "" : ", ") + symbol;
+}
+
+std::string version_text(int code) {
+  // NCCL >= 2.9 encodes X*10000 + Y*100 + Z
+  return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." + std::to_string(code % 100);
+}
+
+// Opens and binds one candidate; on failure appends why to `tried` and returns false (handle closed).
+bool open_one(const std::string& path, Nccl& api, void*& handle, std::string& tried) {
+  handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    tried += "\n  " + path + ": " + (why != nullptr ? why : "not loadable");
+    return false;
+  }
+  std::string missing;
+  bind(handle, api.get_unique_id, "ncclGetUniqueId", missing);
+  bind(handle, api.comm_init_rank, "ncclCommInitRank", missing);
+  bind(handle, api.all_reduce, "ncclAllReduce", missing);
+  bind(handle, api.broadcast, "ncclBroadcast", missing);
+  bind(handle, api.comm_destroy, "ncclCommDestroy", missing);
+  bind(handle, api.comm_abort, "ncclCommAbort", missing);
+  bind(handle, api.error_string, "ncclGetErrorString", missing);
+  bind(handle, api.get_version, "ncclGetVersion", missing);
+  if (missing.empty() && (api.get_version(&api.version) != 0 || api.version < nccl_abi::kMinVersion)) {
+    missing = "NCCL >= 2.10 (ncclAvg), found " + version_text(api.version);
+  }
+  if (!missing.empty()) {
+    tried += "\n  " + path + ": lacks " + missing;
+    dlclose(handle);
+    handle = nullptr;
+    return false;
+  }
+  api.path = path;
+  return true;
+}
+
+[[noreturn]] void not_found(const std::string& tried) {
+  fail(ErrorKind::DeviceUnavailable,
+       "NCCL could not be loaded (install nvidia-nccl-cu13, or set TR_NCCL_PATH to libnccl.so.2); tried:" + tried);
+}
+
+}  // namespace
+
+void add_nccl_candidates(const std::vector<std::string>& paths) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_extra.insert(g_extra.end(), paths.begin(), paths.end());
+}
+
+std::vector<std::string> nccl_candidates() {
+  std::vector<std::string> out;
+  if (const char* env = std::getenv("TR_NCCL_PATH"); env != nullptr && *env != '\0') out.emplace_back(env);
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    out.insert(out.end(), g_extra.begin(), g_extra.end());
+  }
+  const std::string built = TR_NCCL_BUILD_PATH;
+  if (!built.empty()) out.push_back(built);
+  out.emplace_back("libnccl.so.2");  // LD_LIBRARY_PATH, ld.so.cache, or a copy torch already loaded
+  return out;
+}
+
+const Nccl& nccl() {
+  const std::vector<std::string> paths = nccl_candidates();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_loaded) return g_api;
+  std::string tried;
+  for (const std::string& path : paths) {
+    Nccl api;
+    void* handle = nullptr;
+    if (!open_one(path, api, handle, tried)) continue;
+    g_api = api;
+    g_loaded = true;  // the handle stays open for the life of the process
+    return g_api;
+  }
+  not_found(tried);
+}
+
+std::string probe_nccl(const std::vector<std::string>& paths) {
+  std::string tried;
+  for (const std::string& path : paths) {
+    Nccl api;
+    void* handle = nullptr;
+    if (!open_one(path, api, handle, tried)) continue;
+    // a library nccl() already loaded stays loaded: dlclose only drops this probe's reference
+    dlclose(handle);
+    return path;
+  }
+  not_found(tried);
+}
+
+void nccl_check(nccl_abi::Result result, const char* what) {
+  if (result == 0) return;
+  const char* text = (g_loaded && g_api.error_string != nullptr) ? g_api.error_string(result) : "ncclResult";
+  fail(ErrorKind::Backend, std::string(what) + " failed: " + text + " (" + std::to_string(result) + ")");
+}
+
+NcclComm::NcclComm(const std::string& unique_id, int nranks, int rank, int device)
+    : nranks_(nranks), rank_(rank), device_(device) {
+  if (unique_id.size() != static_cast<std::size_t>(nccl_abi::kUniqueIdBytes)) {
+    fail(ErrorKind::BadArgument, "NCCL unique id must be " + std::to_string(nccl_abi::kUniqueIdBytes) +
+                                     " bytes, got " + std::to_string(unique_id.size()));
+  }
+  if (nranks < 1 || rank < 0 || rank >= nranks) {
+    fail(ErrorKind::BadArgument, "NCCL rank " + std::to_string(rank) + " is outside [0, " +
+                                     std::to_string(nranks) + ") for " + std::to_string(nranks) + " ranks");
+  }
+  const Nccl& api = nccl();
+  nccl_abi::UniqueId id;
+  std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
+  DeviceGuard guard(device);  // the communicator belongs to the current device
+  nccl_check(api.comm_init_rank(&comm_, nranks, id, rank), "ncclCommInitRank");
+}
+
+NcclComm::~NcclComm() {
+  if (comm_ == nullptr) return;
+  try {
+    DeviceGuard guard(device_);
+    g_api.comm_destroy(comm_);
+  } catch (...) {  // a destructor must not throw; the process is going down or the device is gone
+  }
+  comm_ = nullptr;
+}
+
+std::string NcclComm::new_unique_id() {
+  const Nccl& api = nccl();
+  nccl_abi::UniqueId id;
+  nccl_check(api.get_unique_id(&id), "ncclGetUniqueId");
+  return std::string(id.internal, sizeof(id.internal));
+}
+
+nccl_abi::Comm NcclComm::get() const {
+  if (comm_ == nullptr) fail(ErrorKind::Backend, "the NCCL communicator was destroyed or aborted");
+  return comm_;
+}
+
+void NcclComm::destroy() {
+  if (comm_ == nullptr) return;
+  DeviceGuard guard(device_);
+  nccl_abi::Comm comm = comm_;
+  comm_ = nullptr;
+  nccl_check(g_api.comm_destroy(comm), "ncclCommDestroy");
+}
+
+void NcclComm::abort() {
+  if (comm_ == nullptr) return;
+  nccl_abi::Comm comm = comm_;
+  comm_ = nullptr;
+  nccl_check(g_api.comm_abort(comm), "ncclCommAbort");
+}
+
+}  // namespace tr::native::cuda

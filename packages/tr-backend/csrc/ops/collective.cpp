@@ -1,0 +1,32 @@
+// Collectives over NCCL: range_allreduce_mean as one ncclAllReduce (ncclAvg, in place) on the op's stream,
+// recorded into the CUDA graph like any other op. The communicator is passed as the pointer "comm" (a
+// tr.backend._native.NcclComm's handle); its owner keeps it alive as long as the graphs.
+#include "cuda/nccl.hpp"
+#include "ops/op.hpp"
+
+namespace tr::native {
+
+namespace {
+
+std::unique_ptr<Op> nccl_allreduce_mean(Context&, const OpArgs& args) {
+  const std::int64_t n = args.i("n");
+  if (n < 0) args.bad("n must be >= 0, got " + std::to_string(n));
+  float* v = static_cast<float*>(args.ptr("span"));
+  auto comm = static_cast<cuda::nccl_abi::Comm>(args.ptr("comm"));
+  const cuda::Nccl& api = cuda::nccl();
+  return fn_op(
+      [=, &api](cudaStream_t s) {
+        if (n > 0) {
+          cuda::nccl_check(api.all_reduce(v, v, static_cast<std::size_t>(n), cuda::nccl_abi::kFloat32,
+                                          cuda::nccl_abi::kAvg, comm, s),
+                           "ncclAllReduce(avg)");
+        }
+      },
+      "ncclAllReduce avg " + std::to_string(n) + " fp32");
+}
+
+}  // namespace
+
+void register_collective_ops() { register_factory("nccl_allreduce_mean", &nccl_allreduce_mean); }
+
+}  // namespace tr::native

@@ -112,6 +112,37 @@ const char* pad_mode_name(long long m) {
   return "?";
 }
 
+// build_axis(in0, in_len, out_full, o0, count), remembered per thread: a random scale of a fixed-size
+// image takes few distinct sizes, so the weights are computed once each (build_axis is a pure
+// function of its arguments: same weights, same bytes).
+const Axis& cached_axis(int in0, int in_len, int out_full, int o0, int count) {
+  struct Entry {
+    std::array<int, 5> key;
+    Axis axis;
+  };
+  constexpr size_t kEntries = 64;
+  thread_local std::vector<Entry> cache;
+  thread_local size_t next = 0;
+  const std::array<int, 5> key{in0, in_len, out_full, o0, count};
+  thread_local const Axis* last = nullptr;
+  for (const Entry& e : cache)
+    if (e.key == key) return *(last = &e.axis);
+  // no reallocation ever: the caller holds a reference from the previous call while making this one
+  if (cache.capacity() < kEntries) cache.reserve(kEntries);
+  if (cache.size() < kEntries) {
+    cache.push_back(Entry{key, Axis{}});
+    build_axis(cache.back().axis, in0, in_len, out_full, o0, count);
+    return *(last = &cache.back().axis);
+  }
+  // full: replace round robin, skipping the entry just returned (the caller may still hold it)
+  if (&cache[next].axis == last) next = (next + 1) % kEntries;
+  Entry& e = cache[next];
+  next = (next + 1) % kEntries;
+  e.key = key;
+  build_axis(e.axis, in0, in_len, out_full, o0, count);
+  return *(last = &e.axis);
+}
+
 void need(const OpSpec& op, size_t nf, size_t ni) {
   if (op.f.size() < nf || op.i.size() < ni)
     throw ConfigErr(op.name + ": malformed native spec (" + std::to_string(op.f.size()) + " floats, " +
@@ -351,9 +382,8 @@ void op_apply(const OpSpec& op, const Params& p, const ImgC& in, const Img& out,
     }
     case OpKind::RandomScale:
       fill_u8(op, C, fill);
-      build_axis(ws.ay, 0, in.h, int(p.i[0]), int(p.i[2]), in.h);
-      build_axis(ws.ax, 0, in.w, int(p.i[1]), int(p.i[3]), in.w);
-      resample(in, out, ws.ay, ws.ax, fill, ws.rs);
+      resample(in, out, cached_axis(0, in.h, int(p.i[0]), int(p.i[2]), in.h),
+               cached_axis(0, in.w, int(p.i[1]), int(p.i[3]), in.w), fill, ws.rs);
       return;
     case OpKind::ColorJitter: {
       const int order[4] = {p.perm[0], p.perm[1], p.perm[2], p.perm[3]};

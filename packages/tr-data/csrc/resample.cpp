@@ -295,28 +295,65 @@ __attribute__((target("avx2"))) void hpass_row_c4_simd(const uint8_t* srow, uint
 }
 
 // Grey: eight taps per madd group.
+__attribute__((target("avx2"))) inline void hpass_px_c1_simd(const uint8_t* srow, uint8_t* drow, const Axis& ax,
+                                                             const uint8_t* fill, const uint8_t* end, int x) {
+  const int st = ax.start[size_t(x)];
+  if (st < 0) {
+    drow[x] = fill[0];
+    return;
+  }
+  const uint8_t* p = srow + st;
+  const int16_t* w = &ax.w[size_t(x) * size_t(ax.taps)];
+  const int groups = (ax.ntaps[size_t(x)] + 7) / 8;
+  __m128i acc = _mm_setzero_si128();
+  for (int j = 0; j < groups; ++j) {
+    const __m128i px = _mm_cvtepu8_epi16(load8_guarded(p + 8 * j, end));
+    const __m128i wv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 8 * j));
+    acc = _mm_add_epi32(acc, _mm_madd_epi16(px, wv));
+  }
+  acc = _mm_hadd_epi32(acc, acc);
+  acc = _mm_hadd_epi32(acc, acc);
+  drow[x] = fix_u8(kHalf + _mm_cvtsi128_si32(acc));
+}
+
+// With at most 8 taps (scale factors down to 1/3), four outputs share one reduction: the same
+// integer sums, so the same bytes as one output at a time.
 __attribute__((target("avx2"))) void hpass_row_c1_simd(const uint8_t* srow, uint8_t* drow, const Axis& ax,
                                                        const uint8_t* fill, const uint8_t* end) {
-  const int taps = ax.taps;
-  for (int x = 0; x < ax.count; ++x) {
-    const int st = ax.start[size_t(x)];
-    if (st < 0) {
-      drow[x] = fill[0];
-      continue;
+  const int count = ax.count;
+  int x = 0;
+  if (ax.taps == 8) {
+    const int32_t* starts = ax.start.data();
+    const int16_t* wts = ax.w.data();
+    const __m128i half = _mm_set1_epi32(kHalf);
+    // ends with an overlapping group when count is not a multiple of 4 (same values rewritten)
+    for (int k = 0; count >= 4 && k < count; k += 4) {
+      x = std::min(k, count - 4);
+      const int s0 = starts[x], s1 = starts[x + 1], s2 = starts[x + 2], s3 = starts[x + 3];
+      const int smin = std::min(std::min(s0, s1), std::min(s2, s3));
+      const int smax = std::max(std::max(s0, s1), std::max(s2, s3));
+      if (smin < 0 || srow + smax + 8 > end) {
+        for (int j = 0; j < 4; ++j) hpass_px_c1_simd(srow, drow, ax, fill, end, x + j);
+        continue;
+      }
+      auto ld = [&](int st) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(srow + st)); };
+      const __m256i p01 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(ld(s0), ld(s1)));
+      const __m256i p23 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(ld(s2), ld(s3)));
+      const __m256i w01 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wts + size_t(x) * 8));
+      const __m256i w23 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wts + size_t(x + 2) * 8));
+      // lanes: (x | x+1) and (x+2 | x+3); two hadds leave lane 0 = (x, x+2, ..), lane 1 = (x+1, x+3, ..)
+      __m256i h = _mm256_hadd_epi32(_mm256_madd_epi16(p01, w01), _mm256_madd_epi16(p23, w23));
+      h = _mm256_hadd_epi32(h, h);
+      __m128i v = _mm_unpacklo_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+      v = _mm_srai_epi32(_mm_add_epi32(v, half), kPrec);
+      v = _mm_packs_epi32(v, v);
+      v = _mm_packus_epi16(v, v);
+      const uint32_t r = uint32_t(_mm_cvtsi128_si32(v));
+      std::memcpy(drow + x, &r, 4);
     }
-    const uint8_t* p = srow + st;
-    const int16_t* w = &ax.w[size_t(x) * size_t(taps)];
-    const int groups = (ax.ntaps[size_t(x)] + 7) / 8;
-    __m128i acc = _mm_setzero_si128();
-    for (int j = 0; j < groups; ++j) {
-      const __m128i px = _mm_cvtepu8_epi16(load8_guarded(p + 8 * j, end));
-      const __m128i wv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 8 * j));
-      acc = _mm_add_epi32(acc, _mm_madd_epi16(px, wv));
-    }
-    acc = _mm_hadd_epi32(acc, acc);
-    acc = _mm_hadd_epi32(acc, acc);
-    drow[x] = fix_u8(kHalf + _mm_cvtsi128_si32(acc));
+    if (count >= 4) return;
   }
+  for (; x < count; ++x) hpass_px_c1_simd(srow, drow, ax, fill, end, x);
 }
 
 // Vertical: 32 bytes of a row at a time, two rows per madd; weight pairs hoisted out of the loop.
@@ -337,7 +374,9 @@ __attribute__((target("avx2"))) void vpass_row_simd(const uint8_t* const* rows, 
     r1[j] = t + 1 < n ? rows[t + 1] : zeros.data();
   }
   int k = 0;
-  for (; k + 16 <= len; k += 16) {
+  // a row that is not a multiple of 16 long ends with an overlapping group (same values rewritten)
+  for (int k0 = 0; len >= 16 && k0 < len; k0 += 16) {
+    k = std::min(k0, len - 16);
     __m256i acc0 = half, acc1 = half;
     for (int j = 0; j < np; ++j) {
       const __m256i a = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r0[j] + k)));
@@ -349,6 +388,7 @@ __attribute__((target("avx2"))) void vpass_row_simd(const uint8_t* const* rows, 
     const __m256i r8 = _mm256_permute4x64_epi64(_mm256_packus_epi16(r16, r16), 0x08);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + k), _mm256_castsi256_si128(r8));
   }
+  if (len >= 16) return;
   for (; k < len; ++k) {
     int32_t acc = kHalf;
     for (int t = 0; t < n; ++t) acc += int32_t(w[t]) * int32_t(rows[t][k]);
@@ -545,51 +585,86 @@ void rotate_row(const ImgC& in, uint8_t* d, int x_begin, int x_end, float ca, fl
 }
 
 #if TRD_HAVE_AVX2_ROTATE
-// Eight grey pixels at a time; the float operations are the scalar ones in the same order, so the
-// result is bit-identical to rotate_row<1> (and so independent of the CPU).
+// Eight grey pixels at a time, border pixels included; the float operations are the scalar ones
+// (rotate_row<1>, sample_px<1>) in the same order, so the result is bit-identical to them (and so
+// independent of the CPU). Each lane reads the 2x2 window at the clamped corner (x0c, y0c), always
+// inside the image, and picks its taps from it; taps outside the image read the fill.
+// Needs w, h >= 2; returns the number of pixels written (the row, or 0 when it is under 8 wide).
+__attribute__((target("avx2"))) inline __m256i in_range(__m256i v, __m256i hi) {  // 0 <= v <= hi
+  return _mm256_andnot_si256(_mm256_or_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), v), _mm256_cmpgt_epi32(v, hi)),
+                             _mm256_set1_epi32(-1));
+}
+
+__attribute__((target("avx2"))) inline __m256 pick(__m256i g, __m256i sh) {  // byte sh / 8 of g (0: sh > 31)
+  return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(g, sh), _mm256_set1_epi32(0xFF)));
+}
+
 __attribute__((target("avx2"))) int rotate_row_c1_avx2(const ImgC& in, uint8_t* d, int w_out, float ca, float sa,
-                                                        float cx, float bx, float by) {
+                                                        float cx, float bx, float by, float fill) {
   const int W = in.w, H = in.h;
-  if (W < 2 || H < 2) return 0;
   const __m256 iota = _mm256_setr_ps(0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f);
   const __m256 vca = _mm256_set1_ps(ca), vsa = _mm256_set1_ps(sa), vcx = _mm256_set1_ps(cx);
   const __m256 vbx = _mm256_set1_ps(bx), vby = _mm256_set1_ps(by), one = _mm256_set1_ps(1.f);
-  const __m256i lo = _mm256_set1_epi32(-1), wmax = _mm256_set1_epi32(W - 1), hmax = _mm256_set1_epi32(H - 1);
-  const __m256i vW = _mm256_set1_epi32(W), byte = _mm256_set1_epi32(0xFF);
+  const __m256 m1 = _mm256_set1_ps(-1.f), fW = _mm256_set1_ps(float(W)), fH = _mm256_set1_ps(float(H));
+  const __m256 zero = _mm256_setzero_ps(), f255 = _mm256_set1_ps(255.f), half = _mm256_set1_ps(0.5f);
+  const __m256 vfill = _mm256_set1_ps(fill);
+  // round_u8(fill), as the scalar path writes for pixels wholly outside
+  const __m256 fill_px = _mm256_add_ps(_mm256_min_ps(_mm256_max_ps(vfill, zero), f255), half);
+  const __m256i izero = _mm256_setzero_si256(), ione = _mm256_set1_epi32(1);
+  const __m256i wmax = _mm256_set1_epi32(W - 1), hmax = _mm256_set1_epi32(H - 1);
+  const __m256i w2 = _mm256_set1_epi32(W - 2), h2 = _mm256_set1_epi32(H - 2);
+  const __m256i vW = _mm256_set1_epi32(W), k16 = _mm256_set1_epi32(16);
   const int* base = reinterpret_cast<const int*>(in.p);
-  int x = 0;
-  for (; x + 8 <= w_out; x += 8) {
+  if (w_out < 8) return 0;
+  // a row whose width is not a multiple of 8 ends with an overlapping group (same values rewritten)
+  for (int k = 0; k < w_out; k += 8) {
+    const int x = std::min(k, w_out - 8);
     const __m256 xc = _mm256_sub_ps(_mm256_add_ps(_mm256_set1_ps(float(x)), iota), vcx);
     const __m256 sx = _mm256_add_ps(_mm256_mul_ps(vca, xc), vbx);
     const __m256 sy = _mm256_add_ps(_mm256_mul_ps(vsa, xc), vby);
-    const __m256 fx0 = _mm256_floor_ps(sx), fy0 = _mm256_floor_ps(sy);
+    const __m256 outside = _mm256_or_ps(
+        _mm256_or_ps(_mm256_cmp_ps(sx, m1, _CMP_LE_OQ), _mm256_cmp_ps(sy, m1, _CMP_LE_OQ)),
+        _mm256_or_ps(_mm256_cmp_ps(sx, fW, _CMP_GE_OQ), _mm256_cmp_ps(sy, fH, _CMP_GE_OQ)));
+    // wholly outside lanes may hold any coordinates: keep them finite and small
+    const __m256 sxs = _mm256_blendv_ps(sx, zero, outside), sys = _mm256_blendv_ps(sy, zero, outside);
+    const __m256 fx0 = _mm256_floor_ps(sxs), fy0 = _mm256_floor_ps(sys);
     const __m256i x0 = _mm256_cvttps_epi32(fx0), y0 = _mm256_cvttps_epi32(fy0);
-    // every tap inside: 0 <= x0 < W - 1 and 0 <= y0 < H - 1
-    const __m256i inside = _mm256_and_si256(
-        _mm256_and_si256(_mm256_cmpgt_epi32(x0, lo), _mm256_cmpgt_epi32(wmax, x0)),
-        _mm256_and_si256(_mm256_cmpgt_epi32(y0, lo), _mm256_cmpgt_epi32(hmax, y0)));
-    if (_mm256_movemask_epi8(inside) != -1) break;  // the scalar path finishes the row
-    const __m256 e = _mm256_sub_ps(sx, fx0), f = _mm256_sub_ps(sy, fy0);
+    const __m256i x0c = _mm256_min_epi32(_mm256_max_epi32(x0, izero), w2);
+    const __m256i y0c = _mm256_min_epi32(_mm256_max_epi32(y0, izero), h2);
+    const __m256i idx = _mm256_add_epi32(_mm256_mullo_epi32(y0c, vW), x0c);
+    // row y0c: bytes x0c..x0c+3; row y0c + 1: bytes x0c-2..x0c+1 (both inside the image)
+    const __m256i g0 = _mm256_i32gather_epi32(base, idx, 1);
+    const __m256i g1 = _mm256_i32gather_epi32(base, _mm256_add_epi32(idx, _mm256_sub_epi32(vW, _mm256_set1_epi32(2))), 1);
+    const __m256i sa0 = _mm256_slli_epi32(_mm256_sub_epi32(x0, x0c), 3);  // column x0 in g0 (bits)
+    const __m256i sb0 = _mm256_add_epi32(sa0, _mm256_set1_epi32(8));      // column x0 + 1
+    const __m256i sa1 = _mm256_add_epi32(sa0, k16), sb1 = _mm256_add_epi32(sb0, k16);  // the same in g1
+    const __m256 A0 = pick(g0, sa0), B0 = pick(g0, sb0), A1 = pick(g1, sa1), B1 = pick(g1, sb1);
+    const __m256 top_is_g1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(y0, y0c));  // y0 = H - 1
+    const __m256 bot_is_g0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(y0c, y0));  // y0 = -1
+    __m256 a = _mm256_blendv_ps(A0, A1, top_is_g1), b = _mm256_blendv_ps(B0, B1, top_is_g1);
+    __m256 c = _mm256_blendv_ps(A1, A0, bot_is_g0), dd = _mm256_blendv_ps(B1, B0, bot_is_g0);
+    const __m256i x1 = _mm256_add_epi32(x0, ione), y1 = _mm256_add_epi32(y0, ione);
+    const __m256 ix0 = _mm256_castsi256_ps(in_range(x0, wmax)), ix1 = _mm256_castsi256_ps(in_range(x1, wmax));
+    const __m256 iy0 = _mm256_castsi256_ps(in_range(y0, hmax)), iy1 = _mm256_castsi256_ps(in_range(y1, hmax));
+    a = _mm256_blendv_ps(vfill, a, _mm256_and_ps(iy0, ix0));
+    b = _mm256_blendv_ps(vfill, b, _mm256_and_ps(iy0, ix1));
+    c = _mm256_blendv_ps(vfill, c, _mm256_and_ps(iy1, ix0));
+    dd = _mm256_blendv_ps(vfill, dd, _mm256_and_ps(iy1, ix1));
+    const __m256 e = _mm256_sub_ps(sxs, fx0), f = _mm256_sub_ps(sys, fy0);
     const __m256 ie = _mm256_sub_ps(one, e), jf = _mm256_sub_ps(one, f);
     const __m256 w_nw = _mm256_mul_ps(ie, jf), w_ne = _mm256_mul_ps(e, jf);
     const __m256 w_sw = _mm256_mul_ps(ie, f), w_se = _mm256_mul_ps(e, f);
-    const __m256i idx = _mm256_add_epi32(_mm256_mullo_epi32(y0, vW), x0);
-    // top row: bytes x0..x0+3 of row y0 (row y0 + 1 exists, so no overrun);
-    // bottom row: bytes x0-2..x0+1 of row y0 + 1 (starts at or after byte W - 2 >= 0)
-    const __m256i g0 = _mm256_i32gather_epi32(base, idx, 1);
-    const __m256i g1 = _mm256_i32gather_epi32(base, _mm256_add_epi32(idx, _mm256_sub_epi32(vW, _mm256_set1_epi32(2))), 1);
-    const __m256 a = _mm256_cvtepi32_ps(_mm256_and_si256(g0, byte));
-    const __m256 b = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(g0, 8), byte));
-    const __m256 c = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(g1, 16), byte));
-    const __m256 dd = _mm256_cvtepi32_ps(_mm256_srli_epi32(g1, 24));
     __m256 v = _mm256_add_ps(_mm256_mul_ps(w_nw, a), _mm256_mul_ps(w_ne, b));
     v = _mm256_add_ps(v, _mm256_mul_ps(w_sw, c));
     v = _mm256_add_ps(v, _mm256_mul_ps(w_se, dd));
-    const __m256i r = _mm256_cvttps_epi32(_mm256_add_ps(v, _mm256_set1_ps(0.5f)));
+    // round_u8 (clamp, + 0.5, truncate); inside the image the clamp changes nothing (convex weights)
+    v = _mm256_add_ps(_mm256_min_ps(_mm256_max_ps(v, zero), f255), half);
+    v = _mm256_blendv_ps(v, fill_px, outside);
+    const __m256i r = _mm256_cvttps_epi32(v);
     const __m128i r16 = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(d + x), _mm_packus_epi16(r16, r16));
   }
-  return x;
+  return w_out;
 }
 
 #endif
@@ -606,19 +681,7 @@ void rotate_impl(const ImgC& in, const Img& out, double angle_deg, const float* 
     uint8_t* d = out.row(y);
     int x = 0;
 #if TRD_HAVE_AVX2_ROTATE
-    if (C == 1 && g_simd) {
-      // skip the leading pixels that have taps outside (scalar), then 8 at a time while all inside
-      for (; x < out.w; ++x) {
-        const float xc = float(x) - cx;
-        const float sx = ca * xc + bx, sy = sa * xc + by;
-        if (sx >= 0.f && sy >= 0.f && sx < float(in.w - 1) && sy < float(in.h - 1)) break;
-        rotate_row<C>(in, d, x, x + 1, ca, sa, cx, bx, by, fill);
-      }
-      if (x < out.w) {
-        const int done = rotate_row_c1_avx2(in, d + x, out.w - x, ca, sa, cx - float(x), bx, by);
-        x += done;
-      }
-    }
+    if (C == 1 && g_simd && in.w >= 2 && in.h >= 2) x = rotate_row_c1_avx2(in, d, out.w, ca, sa, cx, bx, by, fill[0]);
 #endif
     rotate_row<C>(in, d, x, out.w, ca, sa, cx, bx, by, fill);
   }

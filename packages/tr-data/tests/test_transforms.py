@@ -293,6 +293,41 @@ def test_rotation_grey_simd_path_equals_the_rgb_path(rng, smooth):
         np.testing.assert_array_equal(a[..., 0], b[..., 0])
 
 
+@pytest.mark.parametrize("shape", [(2, 2), (2, 9), (9, 2), (3, 17), (28, 28), (31, 45)])
+def test_rotation_grey_simd_border_pixels_equal_the_rgb_path(rng, shape):
+    # the grey kernel runs whole rows 8 pixels at a time, border taps (fill) included
+    grey = rng.integers(0, 256, (*shape, 1), dtype=np.uint8)
+    for fill, deg in ((0, 20), (200, 180), (37.6, 90)):
+        c = Compose([RandomRotation(deg, fill=fill)])
+        for i in range(6):
+            a = c.apply_uint8(grey, index=i)
+            b = c.apply_uint8(np.repeat(grey, 3, axis=2), index=i)
+            np.testing.assert_array_equal(a[..., 0], b[..., 0])
+
+
+def test_scale_grey_simd_path_equals_the_rgb_path(rng):
+    # the grey horizontal pass reduces four outputs at once: the same integer sums as the RGB path
+    for h, w in ((28, 28), (13, 37), (40, 9)):
+        grey = rng.integers(0, 256, (h, w, 1), dtype=np.uint8)
+        for lo, hi in ((0.8, 1.2), (0.3, 3.0), (0.1, 0.5)):
+            c = Compose([RandomScale(lo, hi, fill=9)])
+            for i in range(8):
+                a = c.apply_uint8(grey, index=i)
+                b = c.apply_uint8(np.repeat(grey, 3, axis=2), index=i)
+                np.testing.assert_array_equal(a[..., 0], b[..., 0])
+
+
+def test_scale_weights_cache_survives_eviction(rng):
+    # the per-thread cache of resampling weights holds 64 axes: many sizes evict and rebuild them
+    c = Compose([RandomScale(0.5, 2.0)])
+    img = rng.integers(0, 256, (28, 28, 1), dtype=np.uint8)
+    first = [c.apply_uint8(img, index=i) for i in range(4)]
+    for h in range(5, 90):
+        c.apply_uint8(rng.integers(0, 256, (h, h + 3, 1), dtype=np.uint8), index=h)
+    for i in range(4):
+        np.testing.assert_array_equal(c.apply_uint8(img, index=i), first[i])
+
+
 def test_rotation_angles_are_uniform_in_range():
     c = Compose([RandomRotation((-20, 10))])
     a = np.array([c.params((8, 8, 1), index=i)[0]["params"]["angle"] for i in range(2000)])

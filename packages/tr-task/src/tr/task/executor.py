@@ -106,7 +106,7 @@ class StepLauncher:
             self.used = [backend.event(), backend.event()]
             self.trans, self.comp = int(StreamKind.TRANS), int(StreamKind.COMP_1)
 
-    def __call__(self, transfer, step, buffer: int) -> None:
+    def __call__(self, transfer, step, buffer: int, wait: bool = True) -> None:
         be = self.be
         if not self.streams:
             be.launch(transfer)
@@ -119,7 +119,12 @@ class StepLauncher:
         copied.wait(self.comp)  # the step reads its batch only after the copy
         be.launch(step, self.comp)
         used.record(self.comp)
-        copied.synchronize()  # host: the staging zone has been copied and may be refilled
+        if wait:
+            copied.synchronize()  # host: the staging zone has been copied and may be refilled
+
+    def wait(self, buffer: int) -> None:
+        if self.streams:
+            self.copied[buffer].synchronize()
 
 
 def scalar(backend, program: Program, role: str) -> np.ndarray:

@@ -269,7 +269,7 @@ class DeepLearningTask(TaskBase):
             # staging buffers in the backend's pinned memory: DMA-able, never page-locked after the fact
             feeder.adopt_buffers(self.backend.host_buffers(feeder.batch, feeder.sample_shape, feeder.dtype))
         self.backend.bind_host_buffers(feeder.buffers())
-        initialize_program(self.backend, self.program, s, self._initializer, self._optimizer,
+        initialize_program(self.backend, self.program, s, self._initializer,
                            rank=0 if env is None else env.rank)
         # the learning rate of every step, read on the device by lr_lookup: the loop never writes it
         self.backend.write(self.program.tensor("lr_table"), self._sched.table())

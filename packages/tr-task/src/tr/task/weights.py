@@ -17,7 +17,7 @@ def _put(backend, program: Program, role: str, value) -> None:
 
 
 def initialize_program(backend, program: Program, settings: Settings, initializer: Initializer | None,
-                       optimizer, rank: int = 0) -> None:
+                       rank: int = 0) -> None:
     """Fill every InitSpec tensor and the baseline scalars. A pure function of (program, settings.seed, rank):
     only the dropout seed depends on the rank (each rank draws its own masks, as the seed system does)."""
     policy = initializer or Initializer()

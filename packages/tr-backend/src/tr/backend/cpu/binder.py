@@ -14,24 +14,21 @@ the tensor's own dtype: AMP semantics with FP32 accumulation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tr.backend.checks import where as _where
+from tr.backend.binding import CallBinder, pair  # noqa: F401  (pair: re-exported for op modules)
 from tr.backend.cpu.convert import bf16_to_f32, f32_to_bf16
 from tr.core.dtype import DType
-from tr.core.errors import BackendError
 from tr.core.ops import OpCall, OpDef
-from tr.tensor.dtensor import DTensor
 
 if TYPE_CHECKING:
     from tr.backend.cpu.backend import CpuBackend
 
 Step = Callable[[], None]
-_REQUIRED = object()
 
 
 class Workspace:
@@ -71,71 +68,10 @@ def seq(*steps: Step | None) -> Step | None:
     return run
 
 
-def pair(value: Any, what: str, b: Binder) -> tuple[int, int]:
-    """An int or a 2-sequence as (height, width)."""
-    if isinstance(value, bool):
-        b.fail(f"{what} must be an int or a pair of ints, got {value!r}")
-    if isinstance(value, (int, np.integer)):
-        return int(value), int(value)
-    if isinstance(value, Sequence) and len(value) == 2 and all(isinstance(v, (int, np.integer)) for v in value):
-        return int(value[0]), int(value[1])
-    b.fail(f"{what} must be an int or a pair of ints, got {value!r}")
-
-
-class Binder:
+class Binder(CallBinder):
     def __init__(self, backend: CpuBackend, graph: str, index: int, call: OpCall, opdef: OpDef) -> None:
-        self.backend = backend
-        self.graph = graph
-        self.index = index
-        self.call = call
-        self.opdef = opdef
-        self.where = _where(graph, index, call)
+        super().__init__(backend, graph, index, call, opdef)
         self._counts: dict[tuple[str, int], int] = {}
-
-    # --- errors and attributes ----------------------------------------------------------------------
-    def fail(self, msg: str, exc: type[Exception] = BackendError) -> NoReturn:
-        raise exc(f"{self.where}: {msg}")
-
-    def attr(self, name: str, default: Any = _REQUIRED) -> Any:
-        v = self.call.attrs.get(name, default)
-        if v is _REQUIRED:
-            self.fail(f"attribute {name!r} is required")
-        return v
-
-    def float_attr(self, name: str, default: Any = _REQUIRED, lo: float | None = None,
-                   hi: float | None = None) -> float:
-        v = self.attr(name, default)
-        try:
-            f = float(v)
-        except (TypeError, ValueError):
-            self.fail(f"attribute {name!r} must be a number, got {v!r}")
-        if not np.isfinite(f) or (lo is not None and f < lo) or (hi is not None and f > hi):
-            self.fail(f"attribute {name!r} = {v!r} is out of range [{lo}, {hi}]")
-        return f
-
-    # --- tensors --------------------------------------------------------------------------------------
-    def has(self, name: str) -> bool:
-        return self.call.args.get(name) is not None
-
-    def tensor(self, name: str) -> DTensor:
-        t = self.call.args.get(name)
-        if t is None:
-            self.fail(f"argument {name!r} is missing")
-        return t
-
-    def dtype(self, name: str) -> DType:
-        return self.tensor(name).dtype
-
-    def expect_dtype(self, name: str, *allowed: DType) -> DType:
-        dt = self.dtype(name)
-        if dt not in allowed:
-            self.fail(f"argument {name!r} has dtype {dt.name}; expected {' or '.join(d.name for d in allowed)}")
-        return dt
-
-    def expect_float(self, *names: str) -> None:
-        for n in names:
-            if self.has(n):
-                self.expect_dtype(n, DType.FP32, DType.FP16, DType.BF16)
 
     def expect_numel(self, name: str, numel: int) -> None:
         t = self.tensor(name)

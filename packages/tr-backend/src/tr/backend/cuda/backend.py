@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from tr.backend.base import Collective, HostBuffer
-from tr.backend.checks import check_call, where
+from tr.backend.checks import check_call, check_host_buffers, where
 from tr.backend.cpu.convert import converter
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.device import require_cuda
@@ -407,20 +407,8 @@ class CudaBackend:
             self._registered.append(lo)
 
     def bind_host_buffers(self, buffers: Sequence[HostBuffer]) -> None:
-        bufs = tuple(buffers)
-        if len(bufs) != 2:
-            raise BackendError(f"bind_host_buffers needs two buffers (A, B), got {len(bufs)}")
-        for k, buf in enumerate(bufs):
-            if len(buf) != 2:
-                raise BackendError(f"host buffer {'AB'[k]} must be a pair (labels, data), got {len(buf)} items")
-            labels, data = buf
-            if not isinstance(labels, np.ndarray) or not isinstance(data, np.ndarray):
-                raise BackendError(f"host buffer {'AB'[k]} must hold numpy arrays")
-            if labels.ndim != 1 or labels.dtype != np.int32:
-                raise ShapeError(f"host buffer {'AB'[k]} labels must be int32 [B], got {labels.dtype} {labels.shape}")
-            if data.ndim != 4 or len(labels) != data.shape[0]:
-                raise ShapeError(
-                    f"host buffer {'AB'[k]} data must be [B, H, W, C] with B = {len(labels)}, got {data.shape}")
+        bufs = check_host_buffers(buffers)
+        for k, (labels, data) in enumerate(bufs):
             if not (labels.flags.c_contiguous and data.flags.c_contiguous):
                 raise BackendError(f"host buffer {'AB'[k]} arrays must be C-contiguous")
         sources = [site.source(bufs) for site in self._sites]  # validate every site before changing anything

@@ -10,90 +10,22 @@ Device tensors use the CPU backend's compact NHWC layout, so both backends read 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from tr.backend.checks import where as _where
+from tr.backend.binding import FLOATS, CallBinder, pair  # noqa: F401  (re-exported for op modules)
 from tr.core.dtype import DType
-from tr.core.errors import BackendError, ShapeError, TrError
-from tr.core.ops import OpCall, OpDef
-from tr.tensor.dtensor import DTensor
+from tr.core.errors import ShapeError, TrError
 
 if TYPE_CHECKING:
     from tr.backend.cuda.backend import CudaBackend
 
 # tr.core.dtype.DType -> the native code (csrc/ops/op.hpp, enum class DT)
 DTYPE_CODES = {DType.FP32: 0, DType.FP16: 1, DType.BF16: 2, DType.INT8: 3, DType.INT32: 4}
-FLOATS = (DType.FP32, DType.FP16, DType.BF16)
-_REQUIRED = object()
 
 
-def pair(value: Any, what: str, b: CudaBinder) -> tuple[int, int]:
-    """An int or a 2-sequence of ints as (height, width)."""
-    if isinstance(value, bool):
-        b.fail(f"{what} must be an int or a pair of ints, got {value!r}")
-    if isinstance(value, int):
-        return value, value
-    if isinstance(value, Sequence) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
-                                                                for v in value):
-        return int(value[0]), int(value[1])
-    b.fail(f"{what} must be an int or a pair of ints, got {value!r}")
-
-
-class CudaBinder:
-    def __init__(self, backend: CudaBackend, graph: str, index: int, call: OpCall, opdef: OpDef) -> None:
-        self.backend = backend
-        self.graph = graph
-        self.index = index
-        self.call = call
-        self.opdef = opdef
-        self.where = _where(graph, index, call)
-
-    # --- errors and attributes ----------------------------------------------------------------------
-    def fail(self, msg: str, exc: type[Exception] = BackendError) -> NoReturn:
-        raise exc(f"{self.where}: {msg}")
-
-    def attr(self, name: str, default: Any = _REQUIRED) -> Any:
-        v = self.call.attrs.get(name, default)
-        if v is _REQUIRED:
-            self.fail(f"attribute {name!r} is required")
-        return v
-
-    def float_attr(self, name: str, default: Any = _REQUIRED, lo: float | None = None,
-                   hi: float | None = None) -> float:
-        v = self.attr(name, default)
-        try:
-            f = float(v)
-        except (TypeError, ValueError):
-            self.fail(f"attribute {name!r} must be a number, got {v!r}")
-        if f != f or f in (float("inf"), float("-inf")) or (lo is not None and f < lo) or (hi is not None and f > hi):
-            self.fail(f"attribute {name!r} = {v!r} is out of range [{lo}, {hi}]")
-        return f
-
-    # --- tensors ---------------------------------------------------------------------------------------
-    def has(self, name: str) -> bool:
-        return self.call.args.get(name) is not None
-
-    def tensor(self, name: str) -> DTensor:
-        t = self.call.args.get(name)
-        if t is None:
-            self.fail(f"argument {name!r} is missing")
-        return t
-
-    def dtype(self, name: str) -> DType:
-        return self.tensor(name).dtype
-
-    def expect_dtype(self, name: str, *allowed: DType) -> DType:
-        dt = self.dtype(name)
-        if dt not in allowed:
-            self.fail(f"argument {name!r} has dtype {dt.name}; the CUDA backend expects "
-                      f"{' or '.join(d.name for d in allowed)}")
-        return dt
-
-    def expect_float(self, *names: str) -> None:
-        for n in names:
-            if self.has(n):
-                self.expect_dtype(n, *FLOATS)
+class CudaBinder(CallBinder):
+    backend: CudaBackend
 
     def expect_numel(self, name: str, numel: int) -> None:
         t = self.tensor(name)

@@ -219,3 +219,37 @@ def test_cupy_view_is_zero_copy():
     v *= 2  # writes through to the arena
     cupy.cuda.runtime.deviceSynchronize()
     assert np.array_equal(be.read(t).reshape(-1), 2 * np.arange(120, dtype=np.float32))
+
+
+@pytest.mark.gpu
+def test_branches_become_parallel_paths_of_one_graph():
+    from tr.backend.base import Branch
+    from tr.core.phase import StreamKind as S
+
+    tw = Twin()
+    for n in ("x", "y", "z", "w", "v"):
+        tw.add(n, (1 << 16,))
+    tw.allocate()
+    be = tw.gpu
+    x = np.linspace(-1, 1, 1 << 16, dtype=np.float32)
+    tw.write("x", x)
+    branches = [
+        Branch(S.COMP_1, (op("copy", x=tw["x"], y=tw["y"]),)),
+        Branch(S.UPDATE, (op("act_inf", x=tw["y"], y=tw["z"], kind="relu"),), (0,)),
+        Branch(S.COMP_1, (op("copy", x=tw["x"], y=tw["w"]),), (0,)),
+        Branch(S.COMP_1, (op("copy", x=tw["z"], y=tw["v"]),), (1, 2)),
+    ]
+    g = be.capture_branches("step", branches)
+    chain = be.capture("chain", [c for b in branches for c in b.calls])
+    # the relu on UPDATE and the second copy on COMP_1 have no path between them
+    assert g.num_nodes == chain.num_nodes == 4
+    assert chain.depth == 4 and g.depth == 3
+    for _ in range(3):
+        be.launch(g)
+    be.synchronize()
+    assert np.array_equal(be.read(tw["v"]).ravel(), np.maximum(x, 0))
+    assert np.array_equal(be.read(tw["w"]).ravel(), x)
+    # the side stream left the capture with end(): it captures and runs a graph of its own
+    be.launch(be.capture("again", [op("copy", x=tw["v"], y=tw["y"])], stream=4), 4)
+    be.synchronize()
+    assert np.array_equal(be.read(tw["y"]).ravel(), np.maximum(x, 0))

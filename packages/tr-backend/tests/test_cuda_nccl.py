@@ -146,3 +146,89 @@ def test_mlp_trained_through_forced_nccl_matches_plain_cuda_bytewise(monkeypatch
     assert wf.keys() == wp.keys() and wf
     assert all(wf[k].tobytes() == wp[k].tobytes() for k in wf)
     assert any(not np.array_equal(wf[k], 0) for k in wf)
+
+
+@pytest.mark.gpu
+def test_a_rank_that_never_joins_costs_a_timeout_not_a_hang():
+    import time
+
+    store = _DictStore()
+    store.world_size = 2  # rank 1 never comes
+    t0 = time.monotonic()
+    with pytest.raises(BackendError, match=r"rank 0 of 2 timed out after 3 s waiting for the other ranks to join "
+                                           r"\(a rank failed to start, crashed or died\); aborted"):
+        NcclCollective.from_store(store, 0, rank=0, world_size=2, timeout_s=3.0)
+    assert 2.9 < time.monotonic() - t0 < 30
+    # the device and NCCL stay usable: a one-rank communicator joins at once afterwards
+    one = NcclCollective.local(0)
+    assert one.async_error() == 0
+    one.close()
+    assert one.async_error() == -1
+
+
+def test_join_timeout_must_be_positive():
+    with pytest.raises(ConfigError, match="NCCL join timeout must be > 0"):
+        NcclCollective.from_store(None, 0, rank=0, world_size=1, timeout_s=0)
+
+
+@pytest.mark.gpu
+def test_cnn_amp_through_forced_nccl_matches_plain_with_the_deep_bucket_beside_the_first_layer(monkeypatch):
+    """AMP CNN: the deep conv gradients are cast and all-reduced on the UPDATE stream while the first layer's
+    backward runs on COMP_1 (a graph path shorter than its node count), with the same bytes as the plain
+    one-rank step (a chain: nothing to all-reduce, only the cast moves to the side)."""
+    from tr.algo.optimizer import SGD
+    from tr.core.settings import Settings
+    from tr.graph.blueprint import cbr, fc, flatten, maxpool, seq
+    from tr.task.deep_learning import DeepLearningTask
+    from tr.task.feeder import ArrayFeeder
+
+    steps, batch, classes = 4, 16, 10
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((steps * batch, 8, 8, 3)).astype(np.float16)
+    y = rng.integers(0, classes, steps * batch).astype(np.int32)
+
+    def train():
+        feeder = ArrayFeeder((x, y), None, batch, shuffle=False, num_classes=classes, dtype=np.float16)
+        t = (DeepLearningTask(Settings().manual_seed(3).global_batch_size(batch).amp()).device("cuda").quiet()
+             .model(seq(cbr(8, 3, p=1), cbr(16, 3, p=1), maxpool(2, 2), cbr(16, 3, p=1), flatten(), fc(classes, True)))
+             .optimizer(SGD().momentum(0.9).weight_decay(5e-4)).total_epochs(2).data(feeder))
+        t.compile().run()
+        return t
+
+    monkeypatch.setenv("TR_FORCE_NCCL", "1")
+    forced = train()
+    monkeypatch.delenv("TR_FORCE_NCCL")
+    plain = train()
+    fg, pg = forced._steps.train[0], plain._steps.train[0]
+    assert any("ncclAllReduce" in o.info for o in fg.ops)
+    assert fg.depth < fg.num_nodes  # the side branch is a parallel path
+    assert pg.depth < pg.num_nodes  # AMP: the deep cast runs beside the first layer's backward
+    wf, wp = forced.weights(), plain.weights()
+    assert wf.keys() == wp.keys() and wf
+    assert all(wf[k].tobytes() == wp[k].tobytes() for k in wf)
+
+
+@pytest.mark.gpu
+def test_training_through_nccl_runs_a_watchdog_and_stops_it(monkeypatch):
+    import threading
+
+    from tr.algo.optimizer import SGD
+    from tr.core.settings import Settings
+    from tr.graph.blueprint import fc, relu, seq
+    from tr.task.deep_learning import DeepLearningTask
+    from tr.task.feeder import ArrayFeeder
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((64, 1, 1, 20)).astype(np.float32)
+    y = rng.integers(0, 4, 64).astype(np.int32)
+    monkeypatch.setenv("TR_FORCE_NCCL", "1")
+    t = (DeepLearningTask(Settings().manual_seed(1).global_batch_size(16)).device("cuda").quiet()
+         .model(seq(fc(16, True), relu(), fc(4, True))).optimizer(SGD()).total_epochs(2)
+         .data(ArrayFeeder((x, y), None, 16, num_classes=4)))
+    t.compile()
+    seen = []
+    t.on_step(lambda k, r: seen.append(any(th.name == "tr-nccl-watchdog" for th in threading.enumerate())))
+    t.run()
+    assert seen and all(seen)
+    assert t._launch.watchdog.failure is None and t._launch.watchdog.armed is False
+    assert not any(th.name == "tr-nccl-watchdog" for th in threading.enumerate())

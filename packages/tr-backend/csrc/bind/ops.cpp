@@ -29,17 +29,19 @@ namespace {
 void bind_nccl(nb::module_& m) {
   using cuda::NcclComm;
   nb::class_<NcclComm>(m, "NcclComm",
-                       "One NCCL communicator (ncclCommInitRank) of nranks ranks on a device; NCCL is opened at "
+                       "One nonblocking NCCL communicator (ncclCommInitRankConfig) of nranks ranks on a device; NCCL is opened at "
                        "run time. Collective ops captured with it keep its handle: keep it alive as long as them.")
       .def(
           "__init__",
-          [](NcclComm* self, nb::bytes uid, int nranks, int rank, int device) {
+          [](NcclComm* self, nb::bytes uid, int nranks, int rank, int device, double timeout_s) {
             std::string id(uid.c_str(), uid.size());
-            // ncclCommInitRank waits for every rank: let other Python threads (e.g. a store's server) run
+            // joining waits for every rank: let other Python threads (e.g. a store's server) run
             nb::gil_scoped_release release;
-            new (self) NcclComm(id, nranks, rank, device);
+            new (self) NcclComm(id, nranks, rank, device, timeout_s);
           },
-          "unique_id"_a, "nranks"_a, "rank"_a, "device"_a)
+          "unique_id"_a, "nranks"_a, "rank"_a, "device"_a, "timeout_s"_a = 0.0,
+          "Join the communicator; waits at most timeout_s (<= 0: forever) for the other ranks, then aborts and "
+          "raises BackendError.")
       .def_static(
           "unique_id",
           [] {
@@ -55,7 +57,12 @@ void bind_nccl(nb::module_& m) {
       .def_prop_ro("alive", &NcclComm::alive)
       .def("destroy", &NcclComm::destroy, nb::call_guard<nb::gil_scoped_release>(),
            "ncclCommDestroy now (waits for pending work); later use raises BackendError.")
-      .def("abort", &NcclComm::abort, "ncclCommAbort now (does not wait).");
+      .def("abort", &NcclComm::abort, nb::call_guard<nb::gil_scoped_release>(),
+           "ncclCommAbort now: collectives waiting on a dead peer end; later use raises BackendError.")
+      .def("async_error", &NcclComm::async_error, nb::call_guard<nb::gil_scoped_release>(),
+           "ncclCommGetAsyncError: 0 healthy, 7 (ncclInProgress) busy, another code once failed, -1 once closed.")
+      .def_static("error_text", [](int code) { return cuda::nccl_error_text(code); }, "code"_a,
+                  "ncclGetErrorString of a result code.");
   m.def(
       "load_nccl",
       [] {
@@ -97,14 +104,18 @@ void bind_ops(nb::module_& m) {
           "record", [](Op& op, Context& ctx, int kind) { op.record(ctx.stream(kind)); }, "ctx"_a, "kind"_a,
           "Issue the op on a stream now (outside a graph: for tests).");
 
-  nb::class_<Graph>(m, "Graph", "Ops recorded by stream capture on one stream and instantiated as a cudaGraphExec.")
+  nb::class_<Graph>(m, "Graph", "Ops recorded by stream capture (on one stream or several joined by marks), instantiated as a cudaGraphExec.")
       .def(nb::init<Context&, int>(), "ctx"_a, "kind"_a, nb::keep_alive<1, 2>())
       .def("begin", &Graph::begin)
-      .def("record", &Graph::record, "op"_a)
+      .def("record", &Graph::record, "op"_a, "kind"_a = -1,
+           "Record an op on stream `kind` (-1: the stream the capture began on).")
+      .def("mark", &Graph::mark, "kind"_a, "An event after stream `kind`'s recorded work; returns its index.")
+      .def("wait", &Graph::wait, "kind"_a, "mark"_a, "Stream `kind` waits for the mark (joining the capture).")
       .def("end", &Graph::end)
       .def("abort", &Graph::abort)
       .def("launch", &Graph::launch, "kind"_a)
       .def_prop_ro("num_nodes", &Graph::num_nodes)
+      .def_prop_ro("depth", &Graph::depth, "Nodes on the longest dependency path (num_nodes for a chain).")
       .def_prop_ro("instantiated", &Graph::instantiated)
       .def("set_memcpy_source", &Graph::set_memcpy_source, "old"_a, "new"_a);
 

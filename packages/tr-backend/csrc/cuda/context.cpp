@@ -1,6 +1,8 @@
 #include "cuda/context.hpp"
 
+#include <algorithm>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cuda/check.hpp"
@@ -72,12 +74,9 @@ void Context::synchronize() {
 Graph::Graph(Context& ctx, int stream_kind) : ctx_(ctx), kind_(stream_kind) { check_kind(stream_kind); }
 
 Graph::~Graph() {
-  if (capturing_) {
-    cudaGraph_t g = nullptr;
-    cudaStreamEndCapture(ctx_.stream(kind_), &g);
-    if (g != nullptr) cudaGraphDestroy(g);
-  }
+  if (capturing_) abort();
   discard();
+  release_events();
   cudaGetLastError();
 }
 
@@ -88,6 +87,24 @@ void Graph::discard() {
   graph_ = nullptr;
 }
 
+void Graph::release_events() {
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  events_.clear();
+}
+
+int Graph::resolve(int kind) const {
+  if (kind == -1) return kind_;
+  check_kind(kind);
+  return kind;
+}
+
+void Graph::require_joined(int kind) const {
+  if (!joined_[kind]) {
+    fail(ErrorKind::Backend, "stream " + std::to_string(kind) + " is not part of this capture: make it wait() for a "
+                                 "mark of a stream that is, first");
+  }
+}
+
 void Graph::begin() {
   if (capturing_ || exec_ != nullptr) fail(ErrorKind::Backend, "graph capture begun twice");
   cuda::DeviceGuard guard(ctx_.device());
@@ -95,13 +112,17 @@ void Graph::begin() {
   // Thread-local mode: other threads (a data pipeline) may keep calling CUDA while we capture.
   cuda::check(cudaStreamBeginCapture(ctx_.stream(kind_), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   capturing_ = true;
+  for (bool& j : joined_) j = false;
+  joined_[kind_] = true;
 }
 
-void Graph::record(Op& op) {
+void Graph::record(Op& op, int kind) {
   if (!capturing_) fail(ErrorKind::Backend, "record() outside begin()/end()");
   cuda::DeviceGuard guard(ctx_.device());
-  cudaStream_t s = ctx_.stream(kind_);
   try {
+    kind = resolve(kind);
+    require_joined(kind);
+    cudaStream_t s = ctx_.stream(kind);
     op.record(s);
     cuda::check(cudaGetLastError(), "recording the op");
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -115,21 +136,63 @@ void Graph::record(Op& op) {
   }
 }
 
+int Graph::mark(int kind) {
+  if (!capturing_) fail(ErrorKind::Backend, "mark() outside begin()/end()");
+  kind = resolve(kind);
+  require_joined(kind);
+  cuda::DeviceGuard guard(ctx_.device());
+  cudaEvent_t e = nullptr;
+  cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  events_.push_back(e);
+  cuda::check(cudaEventRecord(e, ctx_.stream(kind)), "cudaEventRecord (capture mark)");
+  return static_cast<int>(events_.size()) - 1;
+}
+
+void Graph::wait(int kind, int mark) {
+  if (!capturing_) fail(ErrorKind::Backend, "wait() outside begin()/end()");
+  kind = resolve(kind);
+  if (mark < 0 || mark >= static_cast<int>(events_.size())) {
+    fail(ErrorKind::BadArgument, "capture mark " + std::to_string(mark) + " does not exist (" +
+                                     std::to_string(events_.size()) + " marks)");
+  }
+  cuda::DeviceGuard guard(ctx_.device());
+  cuda::check(cudaStreamWaitEvent(ctx_.stream(kind), events_[mark], 0), "cudaStreamWaitEvent (capture join)");
+  joined_[kind] = true;
+}
+
+void Graph::join_side_streams() {
+  for (int k = 0; k < kNumStreams; ++k) {
+    if (k != kind_ && joined_[k]) wait(kind_, mark(k));
+  }
+}
+
 void Graph::abort() {
   if (!capturing_) return;
+  try {
+    join_side_streams();  // unjoined work would leave the side streams capturing
+  } catch (...) {
+  }
   capturing_ = false;
   cudaGraph_t g = nullptr;
   cudaStreamEndCapture(ctx_.stream(kind_), &g);
   if (g != nullptr) cudaGraphDestroy(g);
+  release_events();
   cudaGetLastError();
 }
 
 void Graph::end() {
   if (!capturing_) fail(ErrorKind::Backend, "end() without begin()");
   cuda::DeviceGuard guard(ctx_.device());
+  try {
+    join_side_streams();
+  } catch (...) {
+    abort();
+    throw;
+  }
   capturing_ = false;
   cudaGraph_t g = nullptr;
   const cudaError_t error = cudaStreamEndCapture(ctx_.stream(kind_), &g);
+  release_events();  // captured as dependencies: the graph no longer needs them
   if (error != cudaSuccess) {
     if (g != nullptr) cudaGraphDestroy(g);
     cuda::throw_error(error, "cudaStreamEndCapture");
@@ -146,6 +209,47 @@ void Graph::end() {
 void Graph::launch(int stream_kind) {
   if (exec_ == nullptr) fail(ErrorKind::Backend, "launch of a graph that was not captured");
   cuda::check(cudaGraphLaunch(exec_, ctx_.stream(stream_kind)), "cudaGraphLaunch");
+}
+
+std::size_t Graph::depth() const {
+  if (graph_ == nullptr) return 0;
+  std::size_t count = 0, edges = 0;
+  cuda::check(cudaGraphGetNodes(graph_, nullptr, &count), "cudaGraphGetNodes");
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count > 0) cuda::check(cudaGraphGetNodes(graph_, nodes.data(), &count), "cudaGraphGetNodes");
+#if CUDART_VERSION >= 13000
+  cuda::check(cudaGraphGetEdges(graph_, nullptr, nullptr, nullptr, &edges), "cudaGraphGetEdges");
+  std::vector<cudaGraphNode_t> from(edges), to(edges);
+  std::vector<cudaGraphEdgeData> data(edges);
+  if (edges > 0) cuda::check(cudaGraphGetEdges(graph_, from.data(), to.data(), data.data(), &edges), "cudaGraphGetEdges");
+#else
+  cuda::check(cudaGraphGetEdges(graph_, nullptr, nullptr, &edges), "cudaGraphGetEdges");
+  std::vector<cudaGraphNode_t> from(edges), to(edges);
+  if (edges > 0) cuda::check(cudaGraphGetEdges(graph_, from.data(), to.data(), &edges), "cudaGraphGetEdges");
+#endif
+  std::unordered_map<cudaGraphNode_t, std::size_t> index;
+  for (std::size_t i = 0; i < count; ++i) index[nodes[i]] = i;
+  std::vector<std::vector<std::size_t>> out(count);
+  std::vector<std::size_t> indegree(count, 0), longest(count, 1);
+  for (std::size_t e = 0; e < edges; ++e) {
+    out[index.at(from[e])].push_back(index.at(to[e]));
+    ++indegree[index.at(to[e])];
+  }
+  std::vector<std::size_t> ready;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (indegree[i] == 0) ready.push_back(i);
+  }
+  std::size_t best = 0;
+  while (!ready.empty()) {  // Kahn's order: a node's longest path is final when it becomes ready
+    const std::size_t n = ready.back();
+    ready.pop_back();
+    best = std::max(best, longest[n]);
+    for (std::size_t m : out[n]) {
+      longest[m] = std::max(longest[m], longest[n] + 1);
+      if (--indegree[m] == 0) ready.push_back(m);
+    }
+  }
+  return best;
 }
 
 std::size_t Graph::num_nodes() const {

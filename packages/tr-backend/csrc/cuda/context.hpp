@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ops/op.hpp"
 
@@ -39,7 +40,12 @@ class Context {
   std::size_t workspace_bytes_;
 };
 
-// A sequence of ops recorded by stream capture and instantiated once; launch() is one cudaGraphLaunch.
+// Ops recorded by stream capture and instantiated once; launch() is one cudaGraphLaunch.
+// Capture starts on one stream (the origin); ops may also be recorded on other streams of the context, which
+// join the capture through marks: mark(kind) records an event after what stream `kind` has recorded so far,
+// wait(kind, m) makes stream `kind` wait for mark m. The captured graph then holds parallel branches (e.g. a
+// gradient all-reduce beside the first layer's backward). end() joins every stream back into the origin.
+// Branches run concurrently: they must not write what another branch reads (the caller orders them).
 class Graph {
  public:
   Graph(Context& ctx, int stream_kind);
@@ -48,12 +54,17 @@ class Graph {
   Graph& operator=(const Graph&) = delete;
 
   void begin();
-  // Records one op. On failure the capture is ended and discarded, and the error is re-thrown.
-  void record(Op& op);
-  void end();  // ends the capture and instantiates
+  // Records one op on stream `kind` (-1: the origin). On failure the capture is ended and discarded, and the
+  // error is re-thrown.
+  void record(Op& op, int kind = -1);
+  int mark(int kind);            // an event after stream `kind`'s work so far; returns its index
+  void wait(int kind, int mark); // stream `kind` waits for the mark (and joins the capture)
+  void end();  // joins the side streams, ends the capture and instantiates
   void abort();
   void launch(int stream_kind);
   std::size_t num_nodes() const;
+  // Nodes on the longest dependency path: num_nodes() for a chain, fewer when branches run side by side.
+  std::size_t depth() const;
   bool instantiated() const { return exec_ != nullptr; }
   // Points every memcpy node reading host address `old_src` at `new_src` (re-bound host staging buffers);
   // returns how many nodes changed.
@@ -61,9 +72,15 @@ class Graph {
 
  private:
   void discard();
+  void release_events();
+  int resolve(int kind) const;
+  void require_joined(int kind) const;
+  void join_side_streams();
   Context& ctx_;
   int kind_;
   bool capturing_ = false;
+  bool joined_[kNumStreams] = {};  // streams that are part of the running capture
+  std::vector<cudaEvent_t> events_;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
 };

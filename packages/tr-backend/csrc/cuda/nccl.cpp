@@ -2,10 +2,13 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "cuda/check.hpp"
 #include "native/errors.hpp"
@@ -23,6 +26,22 @@ static_assert(tr::native::cuda::nccl_abi::kFloat32 == ncclFloat32);
 static_assert(tr::native::cuda::nccl_abi::kUint8 == ncclUint8);
 static_assert(tr::native::cuda::nccl_abi::kAvg == ncclAvg);
 static_assert(ncclSuccess == 0);
+static_assert(tr::native::cuda::nccl_abi::kInProgress == ncclInProgress);
+static_assert(tr::native::cuda::nccl_abi::kApiMagic == NCCL_API_MAGIC);
+static_assert(tr::native::cuda::nccl_abi::kUndefInt == NCCL_CONFIG_UNDEF_INT);
+#include <cstddef>
+#define TR_SAME_FIELD(ours, theirs) \
+  static_assert(offsetof(tr::native::cuda::nccl_abi::Config, ours) == offsetof(ncclConfig_t, theirs))
+TR_SAME_FIELD(magic, magic);
+TR_SAME_FIELD(version, version);
+TR_SAME_FIELD(blocking, blocking);
+TR_SAME_FIELD(cga_cluster_size, cgaClusterSize);
+TR_SAME_FIELD(min_ctas, minCTAs);
+TR_SAME_FIELD(max_ctas, maxCTAs);
+TR_SAME_FIELD(net_name, netName);
+TR_SAME_FIELD(split_share, splitShare);
+TR_SAME_FIELD(traffic_class, trafficClass);
+#undef TR_SAME_FIELD
 #endif
 
 namespace tr::native::cuda {
@@ -56,6 +75,8 @@ bool open_one(const std::string& path, Nccl& api, void*& handle, std::string& tr
   std::string missing;
   bind(handle, api.get_unique_id, "ncclGetUniqueId", missing);
   bind(handle, api.comm_init_rank, "ncclCommInitRank", missing);
+  bind(handle, api.comm_init_rank_config, "ncclCommInitRankConfig", missing);
+  bind(handle, api.comm_get_async_error, "ncclCommGetAsyncError", missing);
   bind(handle, api.all_reduce, "ncclAllReduce", missing);
   bind(handle, api.broadcast, "ncclBroadcast", missing);
   bind(handle, api.comm_destroy, "ncclCommDestroy", missing);
@@ -63,7 +84,7 @@ bool open_one(const std::string& path, Nccl& api, void*& handle, std::string& tr
   bind(handle, api.error_string, "ncclGetErrorString", missing);
   bind(handle, api.get_version, "ncclGetVersion", missing);
   if (missing.empty() && (api.get_version(&api.version) != 0 || api.version < nccl_abi::kMinVersion)) {
-    missing = "NCCL >= 2.10 (ncclAvg), found " + version_text(api.version);
+    missing = "NCCL >= 2.14 (nonblocking communicators, ncclAvg), found " + version_text(api.version);
   }
   if (!missing.empty()) {
     tried += "\n  " + path + ": lacks " + missing;
@@ -129,13 +150,27 @@ std::string probe_nccl(const std::vector<std::string>& paths) {
   not_found(tried);
 }
 
-void nccl_check(nccl_abi::Result result, const char* what) {
-  if (result == 0) return;
-  const char* text = (g_loaded && g_api.error_string != nullptr) ? g_api.error_string(result) : "ncclResult";
-  fail(ErrorKind::Backend, std::string(what) + " failed: " + text + " (" + std::to_string(result) + ")");
+std::string nccl_error_text(nccl_abi::Result result) {
+  return (g_loaded && g_api.error_string != nullptr) ? g_api.error_string(result) : "ncclResult";
 }
 
-NcclComm::NcclComm(const std::string& unique_id, int nranks, int rank, int device)
+void nccl_check(nccl_abi::Result result, const char* what) {
+  if (result == 0) return;
+  fail(ErrorKind::Backend, std::string(what) + " failed: " + nccl_error_text(result) + " (" + std::to_string(result) +
+                               ")");
+}
+
+void nccl_settle(nccl_abi::Comm comm, nccl_abi::Result result, const char* what) {
+  while (result == nccl_abi::kInProgress) {
+    nccl_abi::Result state = 0;
+    const nccl_abi::Result r = g_api.comm_get_async_error(comm, &state);
+    result = r != 0 ? r : state;
+    if (result == nccl_abi::kInProgress) std::this_thread::yield();
+  }
+  nccl_check(result, what);
+}
+
+NcclComm::NcclComm(const std::string& unique_id, int nranks, int rank, int device, double timeout_s)
     : nranks_(nranks), rank_(rank), device_(device) {
   if (unique_id.size() != static_cast<std::size_t>(nccl_abi::kUniqueIdBytes)) {
     fail(ErrorKind::BadArgument, "NCCL unique id must be " + std::to_string(nccl_abi::kUniqueIdBytes) +
@@ -149,17 +184,50 @@ NcclComm::NcclComm(const std::string& unique_id, int nranks, int rank, int devic
   nccl_abi::UniqueId id;
   std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
   DeviceGuard guard(device);  // the communicator belongs to the current device
-  nccl_check(api.comm_init_rank(&comm_, nranks, id, rank), "ncclCommInitRank");
+  nccl_abi::Config config;
+  config.blocking = 0;  // returns at once; we poll, so a missing rank costs a timeout, not a hang
+  nccl_abi::Comm comm = nullptr;
+  nccl_abi::Result result = api.comm_init_rank_config(&comm, nranks, id, rank, &config);
+  const std::string who = "rank " + std::to_string(rank) + " of " + std::to_string(nranks);
+  if (result != 0 && result != nccl_abi::kInProgress) {
+    if (comm != nullptr) api.comm_abort(comm);
+    nccl_check(result, ("ncclCommInitRankConfig (" + who + ")").c_str());
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  while (result == nccl_abi::kInProgress) {
+    nccl_abi::Result state = 0;
+    const nccl_abi::Result r = api.comm_get_async_error(comm, &state);
+    result = r != 0 ? r : state;
+    if (result != nccl_abi::kInProgress) break;
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    if (timeout_s > 0 && waited > timeout_s) {
+      api.comm_abort(comm);
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%g", timeout_s);
+      fail(ErrorKind::Backend, "NCCL communicator: " + who + " timed out after " + secs +
+                                   " s waiting for the other ranks to join (a rank failed to start, crashed or died); "
+                                   "aborted");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(waited < 1.0 ? 1 : 10));
+  }
+  if (result != 0) {
+    api.comm_abort(comm);
+    nccl_check(result, ("ncclCommInitRankConfig (" + who + ")").c_str());
+  }
+  comm_.store(comm);
 }
 
 NcclComm::~NcclComm() {
-  if (comm_ == nullptr) return;
+  nccl_abi::Comm comm = comm_.exchange(nullptr);
+  if (comm == nullptr) return;
   try {
     DeviceGuard guard(device_);
-    g_api.comm_destroy(comm_);
+    nccl_abi::Result r = g_api.comm_destroy(comm);
+    nccl_abi::Result state = r;
+    while (state == nccl_abi::kInProgress && g_api.comm_get_async_error(comm, &state) == 0) std::this_thread::yield();
   } catch (...) {  // a destructor must not throw; the process is going down or the device is gone
   }
-  comm_ = nullptr;
 }
 
 std::string NcclComm::new_unique_id() {
@@ -170,23 +238,31 @@ std::string NcclComm::new_unique_id() {
 }
 
 nccl_abi::Comm NcclComm::get() const {
-  if (comm_ == nullptr) fail(ErrorKind::Backend, "the NCCL communicator was destroyed or aborted");
-  return comm_;
+  nccl_abi::Comm comm = comm_.load();
+  if (comm == nullptr) fail(ErrorKind::Backend, "the NCCL communicator was destroyed or aborted");
+  return comm;
 }
 
 void NcclComm::destroy() {
-  if (comm_ == nullptr) return;
+  nccl_abi::Comm comm = comm_.exchange(nullptr);
+  if (comm == nullptr) return;
   DeviceGuard guard(device_);
-  nccl_abi::Comm comm = comm_;
-  comm_ = nullptr;
-  nccl_check(g_api.comm_destroy(comm), "ncclCommDestroy");
+  nccl_settle(comm, g_api.comm_destroy(comm), "ncclCommDestroy");
 }
 
 void NcclComm::abort() {
-  if (comm_ == nullptr) return;
-  nccl_abi::Comm comm = comm_;
-  comm_ = nullptr;
+  nccl_abi::Comm comm = comm_.exchange(nullptr);
+  if (comm == nullptr) return;
+  DeviceGuard guard(device_);
   nccl_check(g_api.comm_abort(comm), "ncclCommAbort");
+}
+
+int NcclComm::async_error() const {
+  nccl_abi::Comm comm = comm_.load();
+  if (comm == nullptr) return -1;
+  nccl_abi::Result state = 0;
+  const nccl_abi::Result r = g_api.comm_get_async_error(comm, &state);
+  return r != 0 ? r : state;
 }
 
 }  // namespace tr::native::cuda

@@ -17,9 +17,11 @@ std::unique_ptr<Op> nccl_allreduce_mean(Context&, const OpArgs& args) {
   return fn_op(
       [=, &api](cudaStream_t s) {
         if (n > 0) {
-          cuda::nccl_check(api.all_reduce(v, v, static_cast<std::size_t>(n), cuda::nccl_abi::kFloat32,
-                                          cuda::nccl_abi::kAvg, comm, s),
-                           "ncclAllReduce(avg)");
+          // a nonblocking communicator may answer ncclInProgress: wait until the call is enqueued
+          cuda::nccl_settle(comm,
+                            api.all_reduce(v, v, static_cast<std::size_t>(n), cuda::nccl_abi::kFloat32,
+                                           cuda::nccl_abi::kAvg, comm, s),
+                            "ncclAllReduce(avg)");
         }
       },
       "ncclAllReduce avg " + std::to_string(n) + " fp32");

@@ -5,6 +5,11 @@ is (offset, shape, dtype), a :class:`RegionSpan` is a byte range. ``capture`` tu
 :class:`OpCall` into an executable graph once, validating every call (errors name the graph, the op and its
 layer); ``launch`` runs it with no per-op Python work beyond calling what capture prepared.
 
+Branches (``capture_branches``): a graph may be given as :class:`Branch` es, each on a stream and after
+earlier branches, so work with no data between it runs side by side on the device (the gradient all-reduce
+of the deep layers beside the first layer's backward). A backend that runs ops one after another (the CPU)
+runs the branches in list order, which is always a valid order.
+
 Host staging (``bind_host_buffers``): two host buffers A and B, each a pair ``(labels, data)`` with labels
 INT32 ``[B]`` and data ``[B, H, W, C]``; the ``h2d_copy`` op copies the first N samples of buffer
 ``attrs["buffer"]`` (N = the batch of its ``data`` DTensor) into the device input tensors.
@@ -16,15 +21,55 @@ task reads them for profiles, ``reset_counters()`` zeroes them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from tr.core.errors import BackendError
 from tr.core.ops import OpCall
+from tr.core.phase import StreamKind
 from tr.tensor.dtensor import DTensor
 from tr.tensor.layout import ArenaLayout
 
 HostBuffer = tuple[np.ndarray, np.ndarray]  # (labels INT32 [B], data [B, H, W, C])
+
+
+@dataclass(frozen=True)
+class Branch:
+    """Part of a captured graph: ``calls`` in order on ``stream``, begun once the branches ``after`` (indices
+    of earlier branches in the same list) are done. Calls on one stream run in order whatever ``after`` says;
+    branches on different streams with no ``after`` path between them may run at the same time, so they must
+    not touch the same bytes, nor both use the cuBLASLt workspace."""
+
+    stream: StreamKind
+    calls: tuple[OpCall, ...]
+    after: tuple[int, ...] = ()
+
+
+def check_branches(name: str, branches: Sequence[Branch]) -> None:
+    """BackendError unless every branch waits only for earlier ones and every stream but the first branch's
+    starts after some branch (a side stream must fork from work already in the graph)."""
+    if not branches:
+        raise BackendError(f"graph {name!r}: no branches")
+    for i, b in enumerate(branches):
+        if not isinstance(b, Branch):
+            raise BackendError(f"graph {name!r}: branch {i} is a {type(b).__name__}, not a Branch")
+    seen = {int(branches[0].stream)}
+    for i, b in enumerate(branches):
+        bad = [j for j in b.after if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < i]
+        if bad:
+            raise BackendError(f"graph {name!r}: branch {i} waits for {bad}; a branch may wait only for earlier "
+                               f"branches (0..{i - 1})")
+        if int(b.stream) not in seen and not b.after:
+            raise BackendError(f"graph {name!r}: branch {i} starts stream {StreamKind(b.stream).name} without "
+                               f"waiting for any branch")
+        seen.add(int(b.stream))
+
+
+def serial_calls(branches: Sequence[Branch]) -> list[OpCall]:
+    """The calls of all branches, one after another in list order (a valid order of the branch graph)."""
+    return [c for b in branches for c in b.calls]
 
 
 @runtime_checkable
@@ -103,6 +148,10 @@ class Backend(Protocol):
 
     def capture(self, name: str, calls: Sequence[OpCall]) -> CapturedGraph:
         """Validate and prepare ``calls`` (in order) as one graph named ``name``."""
+        ...
+
+    def capture_branches(self, name: str, branches: Sequence[Branch]) -> CapturedGraph:
+        """One graph of several branches (see :class:`Branch`); validated like ``capture``."""
         ...
 
     def launch(self, graph: CapturedGraph) -> None: ...

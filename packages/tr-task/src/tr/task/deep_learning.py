@@ -24,6 +24,7 @@ from tr.task.distributed import (
     broadcast_parameters,
     global_count,
     init_group,
+    op_timeout,
     read_env,
 )
 from tr.task.executor import StepLauncher, capture_steps, scalar
@@ -305,7 +306,29 @@ class DeepLearningTask(TaskBase):
     def run(self) -> TrainingResult:
         if self._phase is not Phase.COMPILED:
             raise PhaseError(f"run() needs a compiled task; the task is in {self._phase.name}: call compile() first")
+        wd = self._watchdog()
+        self._launch = StepLauncher(self.backend, wd)
+        try:
+            return self._train()
+        finally:
+            if wd is not None:
+                wd.stop()
+
+    def _watchdog(self):
+        """With an NCCL communicator: a started NcclWatchdog (tr.backend.cuda.watchdog), else None."""
+        nccl = getattr(self.backend, "nccl", None)
+        if nccl is None:
+            return None
+        from tr.backend.cuda.watchdog import NcclWatchdog
+
+        # a collective may legitimately wait this long for a slow rank (the gloo collective's op timeout)
+        timeout = getattr(getattr(self.group, "collective", None), "timeout_s", None) or op_timeout()
+        return NcclWatchdog(nccl, timeout).start()
+
+    def _train(self) -> TrainingResult:
         feeder, be, prog, st = self._feeder, self.backend, self.program, self._steps
+        launch = self._launch
+        wd = launch.watchdog
         has_val = feeder.num_samples(False) > 0
         main = self.group is None or self.group.is_main  # only rank 0 prints
         table = EpochTable(validate=has_val) if self._log_table and main else None
@@ -314,8 +337,9 @@ class DeepLearningTask(TaskBase):
         t_all = time.perf_counter()
         steps = feeder.steps(True)
         skipped_before = int(scalar(be, prog, "skipped")[0])
-        launch = self._launch = StepLauncher(be)
         for epoch in range(self._epochs):
+            if wd is not None:
+                wd.arm()
             t0 = time.perf_counter()
             be.launch(st.clear_metrics)
             be.launch(st.epoch_begin)
@@ -330,7 +354,7 @@ class DeepLearningTask(TaskBase):
                 bar.update(k + 1)
             bar.close()
             be.launch(st.epoch_end)
-            be.synchronize()
+            launch.synchronize()
             skipped_total = int(scalar(be, prog, "skipped")[0])  # counted on the device, read once an epoch
             skipped, skipped_before = skipped_total - skipped_before, skipped_total
             if skipped:
@@ -343,6 +367,8 @@ class DeepLearningTask(TaskBase):
                 rec.val_loss, rec.top1, rec.top5 = self._validate(epoch)
                 if rec.top1 > result.best_top1:
                     result.best_top1, result.best_top5, result.best_epoch = rec.top1, rec.top5, epoch + 1
+            if wd is not None:
+                wd.disarm()  # host work between epochs (a checkpoint) may take long on one rank
             rec.seconds = time.perf_counter() - t0
             result.history.append(rec)
             result.epochs = epoch + 1
@@ -369,7 +395,7 @@ class DeepLearningTask(TaskBase):
             launch(st.transfer[buf], (st.val_last if k == steps - 1 else st.val)[buf], buf)
             feeder.release(k)
         be.launch(st.val_end)
-        be.synchronize()
+        launch.synchronize()
         acc = scalar(be, self.program, "accum").astype(np.float64) / self._val_samples
         return float(acc[0]), float(acc[1]), float(acc[2])
 

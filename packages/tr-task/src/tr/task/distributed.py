@@ -43,7 +43,7 @@ log = get_logger(__name__)
 
 DEFAULT_PORT = 29500
 DEFAULT_TIMEOUT_S = 300.0  # bootstrap; TR_DIST_TIMEOUT overrides it
-DEFAULT_OP_TIMEOUT_S = 1800.0  # one collective operation (a slow rank, e.g. one writing a checkpoint)
+DEFAULT_OP_TIMEOUT_S = 1800.0  # one collective (a slow rank, e.g. one writing a checkpoint); TR_DIST_OP_TIMEOUT
 
 # (launcher, rank, world size, local rank, variables that tell "all ranks on one machine": local size, nodes)
 _FAMILIES = (
@@ -147,17 +147,27 @@ def auto_env(environ: Mapping[str, str] | None = None) -> DistEnv | None:
     return None
 
 
+def _seconds(timeout_s: float | None, variable: str, default: float, what: str) -> float:
+    if timeout_s is None:
+        raw = os.environ.get(variable, "").strip()
+        try:
+            timeout_s = float(raw) if raw else default
+        except ValueError:
+            raise ConfigError(f"environment variable {variable}={raw!r} is not a number of seconds") from None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+        raise ConfigError(f"the {what} must be > 0 seconds, got {timeout_s!r}")
+    return float(timeout_s)
+
+
 def bootstrap_timeout(timeout_s: float | None = None) -> float:
     """``timeout_s``, else TR_DIST_TIMEOUT, else DEFAULT_TIMEOUT_S; must be > 0."""
-    if timeout_s is None:
-        raw = os.environ.get("TR_DIST_TIMEOUT", "").strip()
-        try:
-            timeout_s = float(raw) if raw else DEFAULT_TIMEOUT_S
-        except ValueError:
-            raise ConfigError(f"environment variable TR_DIST_TIMEOUT={raw!r} is not a number of seconds") from None
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
-        raise ConfigError(f"the bootstrap timeout must be > 0 seconds, got {timeout_s!r}")
-    return float(timeout_s)
+    return _seconds(timeout_s, "TR_DIST_TIMEOUT", DEFAULT_TIMEOUT_S, "bootstrap timeout")
+
+
+def op_timeout(timeout_s: float | None = None) -> float:
+    """How long one collective may wait for the slowest rank before the run fails (gloo's operation timeout,
+    the NCCL watchdog's): ``timeout_s``, else TR_DIST_OP_TIMEOUT, else DEFAULT_OP_TIMEOUT_S; must be > 0."""
+    return _seconds(timeout_s, "TR_DIST_OP_TIMEOUT", DEFAULT_OP_TIMEOUT_S, "collective operation timeout")
 
 
 # --- the rendezvous store -----------------------------------------------------------------------------------
@@ -389,14 +399,14 @@ def bootstrap(env: DistEnv, timeout_s: float | None = None, op_timeout_s: float 
     """Join the world ``env`` describes: store, arrival of every rank, host collective. Raises
     BackendError naming the missing ranks when some rank does not arrive within the timeout."""
     timeout = bootstrap_timeout(timeout_s)
-    op_timeout = DEFAULT_OP_TIMEOUT_S if op_timeout_s is None else float(op_timeout_s)
+    op_wait = op_timeout(op_timeout_s)
     if env.world_size == 1:
         return Group(env, None, GlooCollective(None, 0, 1), timeout)
     _dist()  # import torch first (seconds, when ranks start together): the timeout counts from here
     t0 = time.monotonic()
     store = TcpStore.connect(env, timeout)
     _rendezvous(store, env, timeout - (time.monotonic() - t0))
-    coll = GlooCollective(store, env.rank, env.world_size, timeout_s=op_timeout, connect_timeout_s=timeout,
+    coll = GlooCollective(store, env.rank, env.world_size, timeout_s=op_wait, connect_timeout_s=timeout,
                           hostname=("::1" if env.master_addr == "::1" else "127.0.0.1") if env.loopback else None)
     log.info("joined the world: %s in %.2f s", env, time.monotonic() - t0)
     return Group(env, store, coll, timeout)
@@ -460,7 +470,9 @@ def backend_options(device: str, group: Group | None) -> tuple[str, dict[str, An
             from tr.backend.cuda.nccl import NcclCollective
 
             rank, world = (0, 1) if group is None else (group.rank, group.world_size)
-            opts["nccl"] = NcclCollective.from_store(None if group is None else group.store, local, rank, world)
+            timeout = bootstrap_timeout() if group is None else group.timeout_s
+            opts["nccl"] = NcclCollective.from_store(None if group is None else group.store, local, rank, world,
+                                                     timeout_s=timeout)
     return kind, opts
 
 

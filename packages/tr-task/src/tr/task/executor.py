@@ -4,7 +4,9 @@ Per training step the host does exactly this: wait for the feeder's buffer, laun
 write the learning rate (unless the program reads it from a device table), launch ONE captured graph
 that holds the whole step (zero-grad, forward, backward, casts, NaN check, optimizer, statistics,
 metrics). The graphs are concatenations of the GraphId buckets in the order below, captured once per
-(variant, A/B buffer) at compile time, so the loop has no per-op Python work.
+(variant, A/B buffer) at compile time, so the loop has no per-op Python work. The training step is captured
+as branches (:func:`train_step_branches`): the deep gradient bucket's all-reduce runs beside the first
+layer's backward, inside the same graph.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tr.backend.base import Branch, serial_calls
 from tr.core.graph_id import GraphId
 from tr.core.ops import OpCall
 from tr.core.phase import StreamKind
@@ -21,23 +24,45 @@ from tr.tensor.program import Program
 
 G = GraphId
 
-# The training step, in order (SEED_SYSTEM.md §3 runs these as ~15 launches; we capture them as one).
-def train_step_order(buffer: int, last: bool) -> tuple[GraphId, ...]:
+# The training step (SEED_SYSTEM.md §3 runs it as ~15 launches; we capture it as one graph) as (stream, part,
+# waits-for) branches (§11): once the deep layers' backward is done, their gradient bucket is cast and
+# all-reduced on the UPDATE stream while COMP_1 runs the first layer's backward (which writes only bucket 2
+# and reads neither bucket 1 nor the step result); bucket 2's all-reduce and everything after it wait for
+# both. With one rank the collectives are empty and only the AMP cast moves to the side.
+def train_step_branches(buffer: int, last: bool
+                        ) -> tuple[tuple[StreamKind, tuple[GraphId, ...], tuple[int, ...]], ...]:
     first_fwd = G.FIRST_LAYER_FWD_A if buffer == 0 else G.FIRST_LAYER_FWD_B
     first_bwd = G.FIRST_LAYER_BWD_A if buffer == 0 else G.FIRST_LAYER_BWD_B
+    comp, update = StreamKind.COMP_1, StreamKind.UPDATE
     return (
-        G.ZERO_GRAD, first_fwd, G.DEEP_FWD_BWD, first_bwd,
-        G.CAST_DEEP_GRAD_FP16_TO_FP32, G.DEEP_COMM, G.CAST_FIRST_GRAD_FP16_TO_FP32, G.FIRST_COMM,
-        G.ACCUM_METRICS_TRAIN_LAST if last else G.ACCUM_METRICS,
-        G.NAN_CHECK_AND_GRAD_SCALING, G.STATS_COMM, G.UPDATE_STATS,
-        G.OPTIMIZER, G.LARS_FC_OPT, G.LARS_FIRST_CONV_OPT, G.LARS_DEEP_CONV_OPT,
-        G.CAST_MAIN_FP32_TO_FP16,
+        (comp, (G.ZERO_GRAD, first_fwd, G.DEEP_FWD_BWD), ()),
+        (update, (G.CAST_DEEP_GRAD_FP16_TO_FP32, G.DEEP_COMM), (0,)),
+        (comp, (first_bwd, G.CAST_FIRST_GRAD_FP16_TO_FP32), (0,)),
+        (comp, (G.FIRST_COMM, G.ACCUM_METRICS_TRAIN_LAST if last else G.ACCUM_METRICS,
+                G.NAN_CHECK_AND_GRAD_SCALING, G.STATS_COMM, G.UPDATE_STATS,
+                G.OPTIMIZER, G.LARS_FC_OPT, G.LARS_FIRST_CONV_OPT, G.LARS_DEEP_CONV_OPT,
+                G.CAST_MAIN_FP32_TO_FP16), (1, 2)),
     )
 
 
 def val_step_order(buffer: int, last: bool) -> tuple[GraphId, ...]:
     inf = G.INF_MAIN_A if buffer == 0 else G.INF_MAIN_B
     return (inf, G.ACCUM_METRICS_VAL_LAST if last else G.ACCUM_METRICS)
+
+
+def branches(program: Program, variant: str, parts) -> list[Branch]:
+    """The step's branches with the program's calls; a side branch with no calls is dropped (its waiters then
+    wait for nothing extra), so a one-rank FP32 step is a plain chain."""
+    out: list[Branch] = []
+    index: dict[int, int] = {}
+    for i, (stream, part, after) in enumerate(parts):
+        calls = tuple(gather(program, variant, part))
+        deps = tuple(index[j] for j in after if j in index)
+        if not calls and stream != parts[0][0]:
+            continue
+        index[i] = len(out)
+        out.append(Branch(stream, calls, deps))
+    return out
 
 
 def gather(program: Program, variant: str, order: Sequence[GraphId]) -> list[OpCall]:
@@ -70,8 +95,14 @@ def capture_steps(backend, program: Program, has_val: bool,
     def graph(name: str, variant: str, order: Sequence[GraphId]):
         return cap(name, gather(program, variant, order))
 
-    train = [graph(f"train_step_{'AB'[b]}", "train", train_step_order(b, False)) for b in (0, 1)]
-    train_last = [graph(f"train_last_step_{'AB'[b]}", "train_last", train_step_order(b, True)) for b in (0, 1)]
+    def step(name: str, variant: str, buffer: int, last: bool):
+        parts = branches(program, variant, train_step_branches(buffer, last))
+        if capture is None and hasattr(backend, "capture_branches"):
+            return backend.capture_branches(name, parts)
+        return cap(name, serial_calls(parts))
+
+    train = [step(f"train_step_{'AB'[b]}", "train", b, False) for b in (0, 1)]
+    train_last = [step(f"train_last_step_{'AB'[b]}", "train_last", b, True) for b in (0, 1)]
     if has_val:
         val = [graph(f"val_step_{'AB'[b]}", "val", val_step_order(b, False)) for b in (0, 1)]
         val_last = [graph(f"val_last_step_{'AB'[b]}", "val_last", val_step_order(b, True)) for b in (0, 1)]
@@ -98,8 +129,9 @@ class StepLauncher:
     copy of batch k+1 overlaps the compute of batch k.
     """
 
-    def __init__(self, backend) -> None:
+    def __init__(self, backend, watchdog=None) -> None:
         self.be = backend
+        self.watchdog = watchdog  # an armed NcclWatchdog: refuse to launch once it aborted the communicator
         self.streams = hasattr(backend, "event")
         if self.streams:
             self.copied = [backend.event(), backend.event()]
@@ -112,6 +144,9 @@ class StepLauncher:
             be.launch(transfer)
             be.launch(step)
             return
+        wd = self.watchdog
+        if wd is not None:
+            wd.check()
         copied, used = self.copied[buffer], self.used[buffer]
         used.wait(self.trans)  # the device buffer is free once the step that read it is done
         be.launch(transfer, self.trans)
@@ -121,10 +156,18 @@ class StepLauncher:
         used.record(self.comp)
         if wait:
             copied.synchronize()  # host: the staging zone has been copied and may be refilled
+            if wd is not None:
+                wd.beat()
 
     def wait(self, buffer: int) -> None:
         if self.streams:
             self.copied[buffer].synchronize()
+
+    def synchronize(self) -> None:
+        """Wait for the device; raise the watchdog's reason if it aborted the communicator meanwhile."""
+        self.be.synchronize()
+        if self.watchdog is not None:
+            self.watchdog.check()
 
 
 def scalar(backend, program: Program, role: str) -> np.ndarray:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tr.backend.base import Collective, HostBuffer
+from tr.backend.base import Branch, Collective, HostBuffer, check_branches, serial_calls
 from tr.backend.checks import check_call, check_host_buffers, where
 from tr.backend.cpu.binder import Binder, Workspace
 from tr.backend.cpu.blas import set_blas_threads
@@ -163,6 +163,11 @@ class CpuBackend:
                 steps.append(step)
                 wheres.append(b.where)
         return CpuGraph(name, self, tuple(steps), tuple(wheres), calls)
+
+    def capture_branches(self, name: str, branches: Sequence[Branch]) -> CpuGraph:
+        """The branches one after another: launches are synchronous, nothing runs side by side here."""
+        check_branches(name, branches)
+        return self.capture(name, serial_calls(branches))
 
     def launch(self, graph: CpuGraph) -> None:
         if not isinstance(graph, CpuGraph) or graph.backend is not self:

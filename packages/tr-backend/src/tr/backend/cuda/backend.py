@@ -7,7 +7,9 @@
   library is opened at run time) and its workspace.
 - capture(name, calls): every call is checked (tr.backend.checks), bound by its builder to a native op with
   device addresses resolved once, then all ops are recorded by stream capture on one stream and
-  instantiated. A failure anywhere names the graph, the op and its layer. launch(graph) is one
+  instantiated. capture_branches(name, branches) records each Branch on its own stream after the marks of
+  the branches it waits for, giving a graph with parallel paths (e.g. the deep gradient bucket's all-reduce
+  beside the first layer's backward). A failure anywhere names the graph, the op and its layer. launch(graph) is one
   cudaGraphLaunch: no per-op Python work. Graphs launch on COMP_1 unless told otherwise, so launches run in
   order, as on the CPU backend.
 - Host staging: ``host_buffers(batch, sample_shape, dtype)`` gives pinned (A, B) pairs (labels INT32 [B],
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from tr.backend.base import Collective, HostBuffer
+from tr.backend.base import Branch, Collective, HostBuffer, check_branches, serial_calls
 from tr.backend.checks import check_call, check_host_buffers, where
 from tr.backend.cpu.convert import converter
 from tr.backend.cuda.binder import CudaBinder
@@ -122,6 +124,12 @@ class CudaGraph:
     def num_nodes(self) -> int:
         """Nodes of the instantiated CUDA graph (kernels, copies, memsets)."""
         return 0 if self.graph is None else int(self.graph.num_nodes)
+
+    @property
+    def depth(self) -> int:
+        """Nodes on its longest dependency path: num_nodes when everything runs in a chain, fewer when
+        branches run side by side."""
+        return 0 if self.graph is None else int(self.graph.depth)
 
     def __repr__(self) -> str:
         return f"CudaGraph({self.name!r}, {len(self.calls)} ops, {self.num_nodes} nodes)"
@@ -285,27 +293,49 @@ class CudaBackend:
 
     # --- graphs ---------------------------------------------------------------------------------------
     def capture(self, name: str, calls: Sequence[OpCall], stream: StreamKind | int = StreamKind.COMP_1) -> CudaGraph:
+        return self.capture_branches(name, [Branch(StreamKind(int(stream)), tuple(calls))])
+
+    def capture_branches(self, name: str, branches: Sequence[Branch]) -> CudaGraph:
+        """One CUDA graph; each branch is recorded on its stream after the marks of the branches it waits for,
+        so branches with no path between them become parallel paths of the graph. Launched on the first
+        branch's stream."""
         layout = self._layout
         if layout is None:
             raise BackendError(f"cannot capture graph {name!r}: call allocate(layout) first")
+        check_branches(name, branches)
         impls = op_impls("cuda")
         first_site = len(self._sites)
+        bound: list[list[tuple[Any, str]]] = []
         try:
-            ops = self._bind_calls(name, calls, impls, layout)
+            first = 0
+            for b in branches:
+                bound.append(self._bind_calls(name, b.calls, impls, layout, first))
+                first += len(b.calls)
         except BaseException:
             del self._sites[first_site:]  # h2d sites of a capture that failed
             raise
         sites = self._sites[first_site:]
+        origin = int(branches[0].stream)
+        streams = [int(b.stream) for b in branches]
+        marked = {j for i, b in enumerate(branches) for j in b.after if streams[j] != streams[i]}
+        ops = [op for branch_ops in bound for op, _ in branch_ops]
         graph = None
         if ops:
-            graph = self.native.Graph(self.ctx, int(stream))
+            graph = self.native.Graph(self.ctx, origin)
             graph.begin()
-            for op, at in ops:
-                try:
-                    graph.record(op)  # on failure the native side ends and discards the capture
-                except TrError as e:
-                    del self._sites[first_site:]
-                    raise type(e)(f"{at}: capture failed: {e}") from e
+            marks: dict[int, int] = {}
+            for i, (b, branch_ops) in enumerate(zip(branches, bound)):
+                for j in b.after:
+                    if streams[j] != streams[i]:
+                        graph.wait(streams[i], marks[j])
+                for op, at in branch_ops:
+                    try:
+                        graph.record(op, streams[i])  # on failure the native side ends and discards the capture
+                    except TrError as e:
+                        del self._sites[first_site:]
+                        raise type(e)(f"{at}: capture failed: {e}") from e
+                if i in marked:
+                    marks[i] = graph.mark(streams[i])
             try:
                 graph.end()
             except TrError as e:
@@ -313,13 +343,14 @@ class CudaBackend:
                 raise type(e)(f"graph {name!r}: instantiating {len(ops)} captured ops failed: {e}") from e
         for site in sites:
             site.graph = graph
-        return CudaGraph(name, self, graph, [op for op, _ in ops], tuple(calls), int(stream), sites)
+        return CudaGraph(name, self, graph, ops, tuple(serial_calls(branches)), origin, sites)
 
-    def _bind_calls(self, name: str, calls: Sequence[OpCall], impls: Any, layout: ArenaLayout
+    def _bind_calls(self, name: str, calls: Sequence[OpCall], impls: Any, layout: ArenaLayout, first: int = 0
                     ) -> list[tuple[Any, str]]:
-        """Check and bind every call to its native op(s): [(op, where)]."""
+        """Check and bind every call to its native op(s): [(op, where)]; ``first`` is the graph index of
+        calls[0] (for messages)."""
         ops: list[tuple[Any, str]] = []
-        for i, call in enumerate(calls):
+        for i, call in enumerate(calls, first):
             opdef = check_call(call, layout, name, i)
             impl = impls.get(call.op)
             if impl is None:

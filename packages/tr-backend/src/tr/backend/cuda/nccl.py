@@ -1,7 +1,10 @@
 """NCCL for the CUDA backend: one communicator per process, made through the ranks' Store.
 
 Rank 0 asks NCCL for a unique id and ``set``s it under :data:`UID_KEY`; the other ranks ``get`` it; then every
-rank joins the communicator on its device. With one rank no store is needed (a local id). The backend captures
+rank joins the communicator on its device. With one rank no store is needed (a local id). The communicator
+is nonblocking: joining it waits at most ``timeout_s`` for the other ranks, then aborts and raises
+BackendError (a rank that died during bootstrap costs a timeout, never a hang); ``async_error()`` is what
+:class:`tr.backend.cuda.watchdog.NcclWatchdog` polls while training. The backend captures
 ``range_allreduce_mean`` as ``ncclAllReduce(ncclAvg)`` in place on this communicator, inside its CUDA graphs.
 
 NCCL is opened at run time (``libnccl.so.2``): from ``TR_NCCL_PATH``, NVIDIA's wheels (nvidia-nccl-cu13:
@@ -24,6 +27,7 @@ log = get_logger(__name__)
 
 UID_KEY = "tr/nccl/uid"
 UID_BYTES = 128
+IN_PROGRESS = 7  # ncclInProgress
 
 
 def nccl_candidates() -> list[str]:
@@ -73,15 +77,18 @@ class NcclCollective:
 
     @classmethod
     def from_store(cls, store: Store | None, device: int = 0, rank: int | None = None,
-                   world_size: int | None = None, key: str = UID_KEY) -> NcclCollective:
+                   world_size: int | None = None, key: str = UID_KEY, timeout_s: float = 300.0) -> NcclCollective:
         """Join the communicator of all ranks: rank 0 publishes the unique id under ``key``, the others read it.
-        ``rank`` and ``world_size`` default to the store's; without a store the world must be one rank."""
+        ``rank`` and ``world_size`` default to the store's; without a store the world must be one rank.
+        Waits at most ``timeout_s`` (> 0) for the other ranks to join, then raises BackendError."""
         rank = int(getattr(store, "rank", 0) if rank is None else rank)
         world = int(getattr(store, "world_size", 1) if world_size is None else world_size)
         if world < 1 or not 0 <= rank < world:
             raise ConfigError(f"NCCL rank {rank} is outside [0, {world}) for world size {world}")
         if store is None and world > 1:
             raise ConfigError(f"an NCCL communicator of {world} ranks needs a Store to share its unique id, got None")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+            raise ConfigError(f"the NCCL join timeout must be > 0 seconds, got {timeout_s!r}")
         load_nccl()
         native = _native()
         if rank == 0 or store is None:
@@ -92,7 +99,7 @@ class NcclCollective:
             uid = bytes(store.get(key))
         if len(uid) != UID_BYTES:
             raise BackendError(f"the NCCL unique id under {key!r} has {len(uid)} bytes, expected {UID_BYTES}")
-        comm = native.NcclComm(uid, world, rank, int(device))
+        comm = native.NcclComm(uid, world, rank, int(device), float(timeout_s))
         log.info("NCCL communicator: rank %d of %d on device %d", rank, world, device)
         return cls(comm, rank, world, device)
 
@@ -105,6 +112,17 @@ class NcclCollective:
     def handle(self) -> int:
         """The ncclComm_t as an integer (BackendError once closed)."""
         return int(self.comm.handle)
+
+    def async_error(self) -> int:
+        """ncclCommGetAsyncError: 0 healthy, IN_PROGRESS busy, another NCCL code once it failed, -1 closed."""
+        return int(self.comm.async_error())
+
+    def error_text(self, code: int) -> str:
+        return "closed" if code == -1 else f"{self.comm.error_text(int(code))} ({code})"
+
+    def abort(self) -> None:
+        """ncclCommAbort: collectives waiting on a dead peer end; the graphs captured with it are dead too."""
+        self.comm.abort()
 
     def close(self) -> None:
         """Destroy the communicator now; graphs captured with it must not be launched afterwards."""

@@ -5,9 +5,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tr.core.errors import ConfigError
-from tr.data import PreprocessorSettings
-from tr.data.transforms import Pad, RandomCrop
+from tr.core.errors import ConfigError, PhaseError
+from tr.core.norm import NormMode
+from tr.data import ArrayDataset, PreprocessorSettings, shard_positions
+from tr.data.mnist import MNIST as MNISTData
+from tr.data.transforms import Pad, RandomCrop, RandomErasing
 from tr.task.feeder import ArrayFeeder
 from tr.task.pipeline import PipelineFeeder
 
@@ -44,3 +46,96 @@ def test_adopt_rejects_mismatched_buffers():
     a = ArrayFeeder((np.zeros((8, 2, 2, 1), np.float32), np.zeros(8, np.int32)), None, 4)
     with pytest.raises(ConfigError, match="do not match"):
         a.adopt_buffers([(np.zeros(4, np.int32), np.zeros((4, 2, 2, 2), np.float32))] * 2)
+
+
+
+# --- data parallelism: shard(rank, world_size) ------------------------------------------------------------------
+
+N_TRAIN, N_VAL = 150, 41  # not divisible by the world sizes
+
+
+@pytest.fixture(scope="module")
+def small():
+    val = MNISTData(MNIST).load("val")
+    ds = ArrayDataset((val.images[:N_TRAIN], val.labels[:N_TRAIN]),
+                      (val.images[N_TRAIN:N_TRAIN + N_VAL], val.labels[N_TRAIN:N_TRAIN + N_VAL]), num_classes=10)
+    return PreprocessorSettings().dataset(ds).preprocess_workers(2).normalization(NormMode.MNIST) \
+        .train_transforms(Pad(2), RandomCrop(28), RandomErasing(0.5)).commit()  # random: the seeds matter
+
+
+def _epoch(f: PipelineFeeder, epoch: int, train: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    out = []
+    for k, buf, n in f.epoch(epoch, train):
+        labels, data = f.buffers()[buf]
+        out.append((labels[:n].copy(), data[:n].copy()))
+        f.release(k)
+    return out
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_sharded_feeders_feed_the_steps_of_one_feeder(small, world):
+    gb = 8 * world
+    one = PipelineFeeder(small, gb, seed=5)
+    ranks = [PipelineFeeder(small, gb, seed=5) for _ in range(world)]
+    for r, f in enumerate(ranks):
+        f.shard(r, world)
+        per_rank = -(-N_TRAIN // world)
+        assert (f.batch, f.global_batch, f.rank, f.world_size) == (8, gb, r, world)
+        assert f.station.batch_size == 8 and f.buffers()[0][1].shape == (8, 28, 28, 1)
+        assert (f.num_samples(True), f.steps(True), f.last_batch(True)) == \
+            (per_rank, -(-per_rank // 8), per_rank - (-(-per_rank // 8) - 1) * 8)
+        assert f.steps(True) == one.steps(True)  # padded: every rank runs the steps of one process
+        n_val = len(range(r, N_VAL, world))
+        assert (f.num_samples(False), f.steps(False), f.last_batch(False)) == \
+            (n_val, -(-n_val // 8), n_val - (-(-n_val // 8) - 1) * 8)
+    for train in (True, False):
+        whole = _epoch(one, 1, train)
+        labels = np.concatenate([lab for lab, _ in whole])
+        data = np.concatenate([d for _, d in whole])
+        for r, f in enumerate(ranks):
+            pos = shard_positions(len(labels), r, world, pad=train)
+            mine = _epoch(f, 1, train)
+            np.testing.assert_array_equal(np.concatenate([lab for lab, _ in mine]), labels[pos])
+            assert np.concatenate([d for _, d in mine]).tobytes() == data[pos].tobytes()
+            # step k of the ranks together is step k of the one feeder (before the padded last step)
+            if train:
+                for k in range(len(whole) - 1):
+                    assert mine[k][0].tolist() == whole[k][0][r::world].tolist()
+    for f in (one, *ranks):
+        f.close()
+
+
+def test_shard_then_adopt_the_backends_buffers_of_the_local_batch(small):
+    f = PipelineFeeder(small, 12, seed=5, zones=[(np.zeros(12, np.int32), np.zeros((12, 28, 28, 1), np.float32))
+                                                 for _ in range(2)])
+    f.shard(1, 3)
+    assert f.batch == 4
+    with pytest.raises(ConfigError, match=r"labels must be C-contiguous int32 \(4,\), got int32 \(12,\)"):
+        f.adopt_buffers([(np.zeros(12, np.int32), np.zeros((12, 28, 28, 1), np.float32))] * 2)
+    mine = [(np.zeros(4, np.int32), np.zeros((4, 28, 28, 1), np.float32)) for _ in range(2)]
+    f.adopt_buffers(mine)
+    got = []
+    for k, buf, n in f.epoch(0, False):
+        assert mine[buf][1][:n].std() > 0.2
+        got += mine[buf][0][:n].tolist()
+        f.release(k)
+    val = small.open_dataset().load("val").labels
+    assert got == val[1::3].tolist()
+    f.close()
+
+
+def test_shard_rejects(small):
+    f = PipelineFeeder(small, 10, seed=5)
+    with pytest.raises(ConfigError, match="the global batch size 10 does not divide by the world size 4"):
+        f.shard(0, 4)
+    with pytest.raises(ConfigError, match=r"rank must be an integer in \[0, 2\), got 2"):
+        f.shard(2, 2)
+    assert (f.batch, f.num_samples(True)) == (10, N_TRAIN)  # refused: nothing changed
+    gen = f.epoch(0, True)
+    next(gen)
+    with pytest.raises(PhaseError, match="during an epoch"):
+        f.shard(0, 2)
+    gen.close()
+    f.shard(0, 2)
+    assert f.batch == 5
+    f.close()

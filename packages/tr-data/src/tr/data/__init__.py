@@ -8,6 +8,7 @@ from tr.data.mnist import MNIST
 from tr.data.preprocessor import EpochPlan, EpochRun, Preprocessor
 from tr.data.seeds import sample_seed, shuffle_order
 from tr.data.settings import PREPROCESSOR_SETTING, PreprocessorSettings, reset_preprocessor_settings
+from tr.data.sharding import shard_positions, shard_size
 from tr.data.station import Batch, EpochCancelled, TransferStation, ZoneLayout
 from tr.data.transforms import (
     CenterCrop,
@@ -66,5 +67,7 @@ __all__ = [
     "read_idx",
     "reset_preprocessor_settings",
     "sample_seed",
+    "shard_positions",
+    "shard_size",
     "shuffle_order",
 ]

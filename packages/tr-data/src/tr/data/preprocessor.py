@@ -15,6 +15,13 @@ Sample placement: with W stations (devices) and batch B, rank r's j-th sample is
 r + W * j (wrapping around, so every rank delivers ceil(n / W) samples; drop_last trims the
 training epoch to whole batches). Work item g = (rank g % W, position g // W) is done by worker
 g % M, so each worker's share is fixed; augmentation draws depend only on (seed, epoch, sample).
+
+Data parallelism over processes (one device each): ``shard(rank, world_size)`` makes this process
+deliver only rank r's share of every epoch, by the rule of tr.data.sharding (training padded to ceil(n / W)
+samples per rank, validation not). The shuffle is the same pure function of (seed, epoch) in every process
+and a sample's augmentation depends on its dataset index, not its position, so rank r gets exactly the
+samples (and augmentations) that station r of a W-station Preprocessor would get for training. A shard
+needs exactly one station: several stations in a sharded process are refused (ConfigError).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from tr.data import _native
 from tr.data.dataset import Split
 from tr.data.seeds import seed_prefix, shuffle_order
 from tr.data.settings import PREPROCESSOR_SETTING, PreprocessorSettings
+from tr.data.sharding import check_shard, shard_positions, shard_size
 from tr.data.station import Batch, TransferStation
 
 log = get_logger(__name__)
@@ -153,6 +161,7 @@ class Preprocessor:
         self._cache: np.ndarray | None = None
         self._cache_valid = False
         self._cache_pending: int | None = None  # expected samples of a filling val pass
+        self.rank, self.world_size = 0, 1  # the data-parallel shard this process delivers (see shard())
         if s.cpvs_enabled and not self.chains["val"].deterministic:
             log.warning("CPVS caches the first validation pass, but the val transforms are random")
         # FULLY mode: both splits in memory now, so a bad file or a shape mismatch surfaces here.
@@ -163,17 +172,47 @@ class Preprocessor:
         self._engine = _native.Engine(s.preprocess_workers_count)
 
     def replace_stations(self, stations: TransferStation | Sequence[TransferStation]) -> None:
-        """Deliver into other stations of the same batch, sample shape and dtype (e.g. ones over pinned
-        memory a backend allocated after the pipeline was set up). Only between epochs."""
+        """Deliver into other stations (e.g. ones over pinned memory a backend allocated after the pipeline
+        was set up, or ones of the local batch after ``shard``). Only between epochs; as many stations as
+        before, of the same sample shape and dtype (the transforms and the CPVS cache are built for them);
+        the batch size may change (the next ``plan`` follows it) but must be the same in all of them."""
         sts = [stations] if isinstance(stations, TransferStation) else list(stations)
-        if self._run is not None and not self._run.closed:
-            raise PhaseError("replace_stations() during an epoch; close the running epoch first")
+        self._between_epochs("replace_stations()")
         if len(sts) != len(self.stations):
             raise ConfigError(f"replace_stations needs {len(self.stations)} station(s), got {len(sts)}")
         for old, new in zip(self.stations, sts):
-            if (new.batch_size, new.sample_shape, new.dtype) != (old.batch_size, old.sample_shape, old.dtype):
-                raise ConfigError(f"replacement station {new!r} differs from {old!r}")
+            if (new.sample_shape, new.dtype) != (old.sample_shape, old.dtype):
+                raise ConfigError(f"replacement station {new!r} differs from {old!r} in sample shape or dtype")
+            if new.batch_size != sts[0].batch_size:
+                raise ConfigError(f"all TransferStations must match: {sts[0]!r} vs {new!r}")
         self.stations = sts
+
+    def shard(self, rank: int, world_size: int) -> None:
+        """From the next epoch on, deliver only rank ``rank``'s share of ``world_size`` data-parallel
+        processes: positions rank, rank + W, ... of each epoch's order, the training order padded to a
+        multiple of W by wrapping (every rank gets ceil(n / W) samples, so all run the same steps), the
+        validation order not (n // W or one more; every validation sample is seen by exactly one rank).
+        ``plan``, ``epoch_order`` and the epochs then describe this rank only (drop_last trims the rank's
+        count to whole batches of its station). The stations keep their batch: that is this process's
+        (local) batch; ``replace_stations`` changes it. ``shard(0, 1)`` delivers whole epochs again.
+        Only between epochs, and with one station when ``world_size`` > 1."""
+        rank, world_size = check_shard(rank, world_size)
+        self._between_epochs("shard()")
+        if world_size > 1 and len(self.stations) != 1:
+            raise ConfigError(f"shard() with world size {world_size} needs one TransferStation (one device per "
+                              f"process), got {len(self.stations)}")
+        val = self._splits["val"]
+        if val is not None and len(val) < world_size:
+            raise ConfigError(f"the validation split has {len(val)} samples, fewer than the {world_size} ranks")
+        if (rank, world_size) != (self.rank, self.world_size):
+            self._cache_valid = False  # the CPVS cache holds the old share's samples only
+        self.rank, self.world_size = rank, world_size
+
+    def _between_epochs(self, what: str) -> None:
+        if self._engine is None:
+            raise PhaseError(f"{what} on a closed Preprocessor")
+        if self._run is not None and not self._run.closed:
+            raise PhaseError(f"{what} during an epoch; close the running epoch first")
 
     # ---- data -----------------------------------------------------------------------------------
     def split(self, train: bool) -> Split:
@@ -210,16 +249,21 @@ class Preprocessor:
         return self._engine.workers
 
     def plan(self, train: bool = True) -> EpochPlan:
-        n = len(self.split(train))
+        """The epoch's split over the stations; with a shard, of this rank's samples only."""
+        n = shard_size(len(self.split(train)), self.rank, self.world_size, pad=train)
         drop = self.settings.drop_last_enabled and train
         return EpochPlan.make(n, len(self.stations), self.stations[0].batch_size, drop)
 
     def epoch_order(self, epoch: int, train: bool = True) -> np.ndarray:
-        """Dataset indices in this epoch's order."""
+        """Dataset indices in this epoch's order; with a shard, this rank's (see ``shard``)."""
         n = len(self.split(train))
         if train and self.settings.shuffle_train:
-            return shuffle_order(n, self.seed, epoch)
-        return np.arange(n, dtype=np.int64)
+            order = shuffle_order(n, self.seed, epoch)
+        else:
+            order = np.arange(n, dtype=np.int64)
+        if self.world_size > 1:
+            order = order[shard_positions(n, self.rank, self.world_size, pad=train)]
+        return order
 
     # ---- epochs ---------------------------------------------------------------------------------
     def epoch(self, epoch: int, train: bool = True) -> EpochRun:
@@ -233,6 +277,10 @@ class Preprocessor:
         sp = self.split(train)
         plan = self.plan(train)
         order = self.epoch_order(epoch, train)
+        if len(order) < len(sp):
+            # A shard: the engine sizes the source by the order's length, and with one station reads only
+            # its first per_rank (<= len(order)) entries, so any valid index fills the rest.
+            order = np.concatenate([order, np.zeros(len(sp) - len(order), np.int64)])
         cache, mode = None, 0
         if not train and self.settings.cpvs_enabled:
             cache, mode = self._cache_for(sp)

@@ -9,7 +9,8 @@ plain reader used by tests. ``PipelineFeeder`` (tr.task.pipeline) drives tr.data
 
 Data parallelism: a feeder that can serve one rank's share has ``shard(rank, world_size)``; the task calls
 it before compiling (its ``batch`` then becomes the local batch, ``num_samples`` this rank's count). A feeder
-without it must already deliver this rank's data with the local batch.
+without it must already deliver this rank's data with the local batch. Which samples a rank takes is
+tr.data.sharding's rule (``shard_positions``, re-exported here), shared with the native pipeline.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ import numpy as np
 
 from tr.core import philox
 from tr.core.errors import ConfigError, DataError
+from tr.data.sharding import check_shard, shard_positions, shard_size
+
+__all__ = ["ArrayFeeder", "Feeder", "shard_positions", "shard_size", "steps_for"]
 
 
 class Feeder(Protocol):
@@ -34,20 +38,6 @@ class Feeder(Protocol):
     def epoch(self, epoch: int, train: bool) -> Iterator[tuple[int, int, int]]: ...
     def release(self, k: int) -> None: ...
     def close(self) -> None: ...
-
-
-def shard_size(n: int, rank: int, world_size: int, pad: bool) -> int:
-    """How many of ``n`` samples ``rank`` takes (see :func:`shard_positions`)."""
-    return -(-n // world_size) if pad else len(range(rank, n, world_size))
-
-
-def shard_positions(n: int, rank: int, world_size: int, pad: bool) -> np.ndarray:
-    """Positions in an epoch order of ``n`` samples that ``rank`` of ``world_size`` takes: rank, rank + W,
-    rank + 2W, ... With ``pad`` the order is first extended to a multiple of W by repeating it from its start,
-    so every rank gets ceil(n / W) samples; without, ranks get n // W or one more. Dealt round-robin, step k of
-    all ranks together covers the same positions as step k of one process with the W-times larger batch."""
-    total = -(-n // world_size) * world_size if pad else n
-    return np.arange(rank, total, world_size, dtype=np.int64) % n
 
 
 def steps_for(samples: int, batch: int, drop_last: bool) -> tuple[int, int]:
@@ -92,10 +82,7 @@ class ArrayFeeder:
         """Serve ``rank``'s share of ``world_size`` ranks: the batch given at construction is the global one,
         each rank's is global / world size. Training epochs are padded (every rank runs the same steps, see
         :func:`shard_positions`); validation is not (the task sums it exactly over the ranks)."""
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise ConfigError(f"world size must be an integer >= 1, got {world_size!r}")
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-            raise ConfigError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
+        rank, world_size = check_shard(rank, world_size)
         if self.global_batch % world_size:
             raise ConfigError(f"the global batch size {self.global_batch} does not divide by the world size "
                               f"{world_size}")

@@ -3,6 +3,12 @@
 The workers write each batch straight into one of the station's two zones (A/B); the trainer copies the
 zone to the device (the TRANSFER graph) and releases it, so batch k+2 can be written while batch k+1
 computes. With a backend that provides pinned host memory, the zones live in it (``zones=``).
+
+Data parallelism: the feeder is built with the GLOBAL batch; ``shard(rank, world_size)`` (the task calls it
+before compiling) makes the Preprocessor deliver rank r's share (``Preprocessor.shard``: training padded so
+every rank runs the same steps, validation not) into a new station of the local batch global / W. Zones
+handed in at construction are dropped then (they hold the global batch); ``adopt_buffers`` takes the
+backend's buffers of the local batch afterwards.
 """
 
 from __future__ import annotations
@@ -12,8 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from tr.core.errors import ConfigError
 from tr.core.settings import Settings
 from tr.data import PREPROCESSOR_SETTING, Preprocessor, PreprocessorSettings, TransferStation
+from tr.data.sharding import check_shard
 
 
 class PipelineFeeder:
@@ -25,7 +33,8 @@ class PipelineFeeder:
         shape = s.sample_shape(True, getattr(ds, "image_shape", None))
         self.station = TransferStation(batch, shape, dtype, buffers=zones)
         self.pre = Preprocessor(s, self.station, seed=seed)
-        self.batch = batch
+        self.batch = self.global_batch = batch
+        self.rank, self.world_size = 0, 1
         self.sample_shape = tuple(self.station.sample_shape)
         self.num_classes = getattr(self.pre.dataset, "num_classes", None)
         self._run = None
@@ -33,6 +42,26 @@ class PipelineFeeder:
     @property
     def dtype(self) -> np.dtype:
         return self.station.dtype
+
+    @property
+    def seed(self) -> int:
+        """The shuffle and augmentation seed (every rank must use the same)."""
+        return self.pre.seed
+
+    def shard(self, rank: int, world_size: int) -> None:
+        """Serve ``rank``'s share of ``world_size`` ranks: the batch given at construction is the global one,
+        each rank's is global / world size (see the module docstring)."""
+        rank, world_size = check_shard(rank, world_size)
+        if self.global_batch % world_size:
+            raise ConfigError(f"the global batch size {self.global_batch} does not divide by the world size "
+                              f"{world_size}")
+        self.pre.shard(rank, world_size)  # checks the phase and the validation split first
+        local = self.global_batch // world_size
+        if local != self.station.batch_size:
+            st = TransferStation(local, self.sample_shape, self.station.dtype)
+            self.pre.replace_stations(st)
+            self.station = st
+        self.rank, self.world_size, self.batch = rank, world_size, local
 
     def buffers(self) -> list[tuple[np.ndarray, np.ndarray]]:
         return [self.station.zone(0), self.station.zone(1)]
@@ -44,8 +73,9 @@ class PipelineFeeder:
         self.station = st
 
     def num_samples(self, train: bool) -> int:
+        """This rank's samples per epoch (before drop_last)."""
         try:
-            return len(self.pre.split(train))
+            return self.pre.plan(train).num_samples
         except Exception:  # a dataset without a validation split
             if train:
                 raise

@@ -26,6 +26,7 @@ static_assert(tr::native::cuda::nccl_abi::kFloat32 == ncclFloat32);
 static_assert(tr::native::cuda::nccl_abi::kUint8 == ncclUint8);
 static_assert(tr::native::cuda::nccl_abi::kAvg == ncclAvg);
 static_assert(ncclSuccess == 0);
+#if NCCL_VERSION_CODE >= 23000  // the layout check needs a header that has every field of nccl_abi::Config
 static_assert(tr::native::cuda::nccl_abi::kInProgress == ncclInProgress);
 static_assert(tr::native::cuda::nccl_abi::kApiMagic == NCCL_API_MAGIC);
 static_assert(tr::native::cuda::nccl_abi::kUndefInt == NCCL_CONFIG_UNDEF_INT);
@@ -42,6 +43,7 @@ TR_SAME_FIELD(net_name, netName);
 TR_SAME_FIELD(split_share, splitShare);
 TR_SAME_FIELD(traffic_class, trafficClass);
 #undef TR_SAME_FIELD
+#endif
 #endif
 
 namespace tr::native::cuda {

@@ -13,6 +13,10 @@ fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 echo "[bootstrap] installing test and build requirements"
 "${PIP[@]}" install -q -r tools/requirements-dev.txt 2>&1 | { grep -v "^WARNING: Location" || true; }
+# The cuDNN frontend's headers (header-only; --no-deps: not its Python extras): with them tr-backend compiles
+# its cuDNN convolutions, without them it builds the direct kernels only, so a failed download is no error.
+"${PIP[@]}" install -q --no-deps nvidia-cudnn-frontend 2>&1 | { grep -v "^WARNING: Location" || true; } \
+  || echo "[bootstrap] nvidia-cudnn-frontend unavailable: convolutions will use tr's direct kernels"
 echo "[bootstrap] installing tr packages"
 for p in core tensor algo graph; do
   "${PIP[@]}" install -q --no-deps --no-build-isolation -e "packages/tr-$p"

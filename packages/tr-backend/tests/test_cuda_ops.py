@@ -438,14 +438,15 @@ def test_conv_forward_backward(kernel, stride, padding):
     check(tw, 1e-5, "y", "dw", "dx")
 
 
-def test_batch_norm():
+@pytest.mark.parametrize("shape", [(6, 5, 7, 12), (16, 23, 29, 40)], ids=["one-chunk", "many-chunks"])
+def test_batch_norm(shape):
+    """The second shape splits the rows into many chunks and the channels into a full and a partial tile."""
     tw = Twin()
-    shape = (6, 5, 7, 12)
     for name in ("x", "y", "dy", "dx"):
         tw.add(name, shape)
     for name in ("gamma", "beta", "mean_in", "var_in", "mean_out", "var_out", "saved_mean", "saved_inv_std",
                  "dgamma", "dbeta", "scale", "bias"):
-        tw.add(name, (12,))
+        tw.add(name, (shape[-1],))
     tw.allocate()
     for name in ("x", "dy", "gamma", "beta", "mean_in"):
         tw.fill(name)
@@ -463,6 +464,16 @@ def test_batch_norm():
            poison=("y", "mean_out", "var_out", "saved_mean", "saved_inv_std", "dgamma", "dbeta", "scale", "bias"))
     check(tw, 1e-5, "y", "mean_out", "var_out", "saved_mean", "saved_inv_std", "dgamma", "dbeta", "x", "scale",
           "bias", "dx")
+    fwd = tw.gpu.capture("fwd", [op("bn_fwd", x=t["y"], gamma=t["gamma"], beta=t["beta"], mean_in=t["mean_in"],
+                                    var_in=t["var_in"], mean_out=t["mean_out"], var_out=t["var_out"], y=t["dy"],
+                                    saved_mean=t["saved_mean"], saved_inv_std=t["saved_inv_std"], momentum=0.1,
+                                    eps=1e-5)])
+    runs = []
+    for _ in range(2):  # fixed chunking and summation order: the same bytes every time
+        tw.gpu.launch(fwd)
+        tw.gpu.synchronize()
+        runs.append([tw.gpu.read(t[n]).tobytes() for n in ("dy", "mean_out", "var_out", "saved_inv_std")])
+    assert runs[0] == runs[1]
 
 
 @pytest.mark.parametrize("kernel,stride,padding", [(3, 2, 1), (2, 2, 0), (3, 1, 1)])
@@ -494,3 +505,34 @@ def test_pooling(kernel, stride, padding):
     check(tw, 1e-6, "g")
     tw.run(op("gap_bwd", dy=tw["g"], dx=tw["dx"]), poison=("dx",))
     exact(tw, "dx")
+
+
+@pytest.mark.parametrize("engine", ["direct", "cudnn"])
+@pytest.mark.parametrize("dt", ["fp32", "fp16"])
+def test_conv_engines_match_the_cpu(engine, dt, monkeypatch):
+    """TR_CONV picks the engine (its op info says which ran); cuDNN uses deterministic engines only, so two
+    runs give the same bytes. FP16: inputs rounded to FP16 on both sides, FP32 accumulation."""
+    monkeypatch.setenv("TR_CONV", engine)
+    tw = Twin()
+    n, h, c, k = 4, 12, 8, 16
+    tw.add("x", (n, h, h, c), dt)
+    tw.add("w", (k, 3, 3, c), dt)
+    tw.add("y", (n, h, h, k), dt)
+    tw.add("dy", (n, h, h, k), dt)
+    tw.add("dw", (k, 3, 3, c), dt)
+    tw.add("dx", (n, h, h, c), dt)
+    tw.allocate()
+    for name in ("x", "w", "dy"):
+        tw.fill(name)
+    geo = {"kernel": 3, "stride": 1, "padding": 1}
+    calls = (op("conv_fwd", x=tw["x"], w=tw["w"], y=tw["y"], **geo),
+             op("conv_bwd", x=tw["x"], w=tw["w"], dy=tw["dy"], dw=tw["dw"], dx=tw["dx"], **geo))
+    _, gg = tw.run(*calls, poison=("y", "dw", "dx"))
+    infos = [o.info for o in gg.ops]
+    assert all(i.startswith("cudnn" if engine == "cudnn" else "direct") for i in infos), infos
+    check(tw, 1e-5 if dt == "fp32" else 2e-3, "y", "dw", "dx")
+    first = {name: tw.gpu.read(tw[name]).tobytes() for name in ("y", "dw", "dx")}
+    tw.gpu.launch(gg)
+    tw.gpu.synchronize()
+    assert all(tw.gpu.read(tw[name]).tobytes() == b for name, b in first.items())
+

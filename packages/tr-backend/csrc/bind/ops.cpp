@@ -16,6 +16,7 @@
 #include "bind/bindings.hpp"
 #include "cuda/context.hpp"
 #include "cuda/cublaslt.hpp"
+#include "cuda/cudnn.hpp"
 #include "cuda/nccl.hpp"
 #include "ops/op.hpp"
 
@@ -139,6 +140,18 @@ void bind_ops(nb::module_& m) {
         "Page-lock host memory (cudaHostRegister) so that captured copies may read it.");
   m.def("host_unregister", &host_unregister, "ptr"_a);
   m.def("native_ops", &factory_names, "Names of the native op factories in this build.");
+  m.def("cudnn_frontend_built", &cuda::cudnn_frontend_built,
+        "True when convolutions were compiled against the cuDNN frontend (else: direct kernels only).");
+  m.def("add_cudnn_candidates", &cuda::add_cudnn_candidates, "paths"_a,
+        "Library paths the cuDNN loader tries first after TR_CUDNN_PATH.");
+  m.def("cudnn_candidates", &cuda::cudnn_candidates, "The paths load_cudnn tries, in order.");
+  m.def(
+      "load_cudnn",
+      [] {
+        const cuda::Cudnn& lib = cuda::cudnn();
+        return std::make_pair(lib.path, lib.version);
+      },
+      "Open cuDNN now: (path, cudnnGetVersion()). Raises DeviceUnavailableError naming every path tried.");
   m.def("add_cublaslt_candidates", &cuda::add_cublaslt_candidates, "paths"_a,
         "Library paths the cuBLASLt loader tries first (before TR_CUBLASLT_PATH's built-in fallbacks).");
   bind_nccl(m);

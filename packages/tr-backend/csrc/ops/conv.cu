@@ -1,9 +1,12 @@
 // 2-D convolution, NHWC cross-correlation with KRSC weights, no bias (tr/backend/cpu/ops/conv.py).
 //
-// Direct kernels, correct and deterministic but not fast: forward and dgrad give each output element one
-// thread that sums its window in a fixed order; wgrad gives each weight one block that reduces over
-// N*P*Q with a fixed tree. They stand in until the cuDNN frontend graphs (conv_fprop/dgrad/wgrad) land.
+// cuDNN first (conv_cudnn.cpp: the frontend's fprop/dgrad/wgrad graphs, deterministic engines), unless the
+// call asks for the direct kernels (engine = 2) or cuDNN cannot take it (engine = 0 then falls back; 1 makes
+// that an error). The direct kernels are correct and deterministic but slow: forward and dgrad give each
+// output element one thread that sums its window in a fixed order; wgrad gives each weight one block that
+// reduces over N*P*Q with a fixed tree.
 #include "cuda/context.hpp"
+#include "ops/conv_cudnn.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native {
@@ -99,13 +102,40 @@ __global__ void conv_dgrad_kernel(const TX* wt, const TD* dy, TO* dx, Geo g) {
   }
 }
 
-std::unique_ptr<Op> conv_fwd(Context&, const OpArgs& args) {
+// engine: 0 cuDNN, else the direct kernels; 1 cuDNN or an error; 2 the direct kernels.
+int engine_of(const OpArgs& args) {
+  const int e = static_cast<int>(args.i("engine", 0));
+  if (e < 0 || e > 2) args.bad("engine must be 0 (auto), 1 (cuDNN) or 2 (direct), got " + std::to_string(e));
+  return e;
+}
+
+ConvGeo cudnn_geo(const Geo& g) { return {g.n, g.h, g.w, g.c, g.k, g.r, g.s, g.sh, g.sw, g.ph, g.pw, g.p, g.q}; }
+
+ConvChoice choice_of(const OpArgs& args) { return {args.i("tf32", 0) != 0, args.i("autotune", 1) != 0}; }
+
+// The cuDNN op, or nullptr to take the direct kernels (engine 0: `why` goes into their op info).
+std::unique_ptr<Op> cudnn_or_fallback(const OpArgs& args, int engine, std::unique_ptr<Op> op, const std::string& why,
+                                      std::string& fallback_note) {
+  if (op != nullptr) return op;
+  if (engine == 1) args.bad("cuDNN cannot run this convolution: " + why);
+  fallback_note = " (cuDNN: " + why + ")";
+  return nullptr;
+}
+
+std::unique_ptr<Op> conv_fwd(Context& ctx, const OpArgs& args) {
   const Geo g = geo_of(args);
   const DT xdt = args.dt("x"), ydt = args.dt("y");
   if (args.dt("w") != xdt) args.bad("w and x must have one dtype");
   const void* x = args.ptr("x");
   const void* w = args.ptr("w");
   void* y = args.ptr("y");
+  const int engine = engine_of(args);
+  std::string note;
+  if (engine != 2) {
+    std::string why;
+    auto op = cudnn_conv_fwd(ctx, cudnn_geo(g), xdt, ydt, x, w, y, choice_of(args), why);
+    if (auto done = cudnn_or_fallback(args, engine, std::move(op), why, note)) return done;
+  }
   kern::dispatch_float(xdt, args, "x", [](auto) {});
   kern::dispatch_float(ydt, args, "y", [](auto) {});
   return fn_op([=](cudaStream_t s) {
@@ -118,10 +148,10 @@ std::unique_ptr<Op> conv_fwd(Context&, const OpArgs& args) {
       });
     });
     check_launch("conv_fwd");
-  });
+  }, "direct conv fprop" + note);
 }
 
-std::unique_ptr<Op> conv_bwd(Context&, const OpArgs& args) {
+std::unique_ptr<Op> conv_bwd(Context& ctx, const OpArgs& args) {
   const Geo g = geo_of(args);
   const DT xdt = args.dt("x"), ddt = args.dt("dy"), wdt = args.dt("dw");
   if (args.dt("w") != xdt) args.bad("w and x must have one dtype");
@@ -133,6 +163,13 @@ std::unique_ptr<Op> conv_bwd(Context&, const OpArgs& args) {
   void* dw = args.ptr("dw");
   void* dx = has_dx ? args.ptr("dx") : nullptr;
   for (DT dt : {xdt, ddt, wdt, odt}) kern::dispatch_float(dt, args, "x, dy, dw, dx", [](auto) {});
+  const int engine = engine_of(args);
+  std::string note;
+  if (engine != 2) {
+    std::string why;
+    auto op = cudnn_conv_bwd(ctx, cudnn_geo(g), xdt, ddt, wdt, odt, x, w, dy, dw, dx, choice_of(args), why);
+    if (auto done = cudnn_or_fallback(args, engine, std::move(op), why, note)) return done;
+  }
   const unsigned wblocks = static_cast<unsigned>(std::int64_t(g.k) * g.r * g.s * g.c);
   return fn_op([=](cudaStream_t s) {
     kern::dispatch_float(xdt, args, "x", [&](auto tx) {
@@ -155,7 +192,7 @@ std::unique_ptr<Op> conv_bwd(Context&, const OpArgs& args) {
       });
     });
     check_launch("conv_bwd");
-  });
+  }, std::string(dx != nullptr ? "direct conv wgrad, dgrad" : "direct conv wgrad") + note);
 }
 
 }  // namespace

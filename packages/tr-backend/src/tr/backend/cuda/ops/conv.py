@@ -1,11 +1,13 @@
-"""2-D convolution, NHWC cross-correlation with KRSC weights, no bias: direct deterministic kernels
-(csrc/ops/conv.cu) until the cuDNN frontend graphs replace them."""
+"""2-D convolution, NHWC cross-correlation with KRSC weights, no bias: cuDNN's frontend graphs (deterministic
+engines, autotuned at capture; csrc/ops/conv_cudnn.cpp), or the direct deterministic kernels (csrc/ops/conv.cu)
+where cuDNN is missing or ``TR_CONV=direct`` (see tr.backend.cuda.cudnn). The op's ``info`` says which ran."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
+from tr.backend.cuda.cudnn import autotune, conv_engine
 from tr.backend.cuda.ops._register import cuda_op
 from tr.backend.cuda.ops._window import window
 from tr.core.errors import DTypeError, ShapeError
@@ -22,6 +24,7 @@ def _geometry(b: CudaBinder, y: str) -> dict[str, int]:
     if xt.dtype is not wt.dtype:
         b.fail(f"x is {xt.dtype.name} but w is {wt.dtype.name}; expected one dtype", DTypeError)
     g["k"] = k
+    g.update(engine=conv_engine(), tf32=b.backend.use_tf32, autotune=autotune())
     return g
 
 

@@ -3,9 +3,9 @@
 // One frontend graph per (direction, geometry, dtypes, TF32): built once per process and shared by every op
 // of that shape (the train, last-batch and validation variants of a layer often coincide). Engines are
 // chosen among the heuristics' first candidates, deterministic ones only (no atomics: two runs give the same
-// bytes) and, for FP32 without TF32, only engines that keep FP32 inputs; with autotuning each candidate is
-// timed once at build and the fastest is kept. Execution is one cudnnBackendExecute on the op's stream,
-// legal inside a stream capture.
+// bytes) and, for FP32 without TF32, only engines that compute in plain FP32 (no tensor cores, FFT or
+// Winograd); with autotuning each candidate is timed at build and the fastest is kept. Execution is one
+// cudnnBackendExecute on the op's stream, legal inside a stream capture.
 //
 // Workspace: one buffer per device shared by all convolutions, grown (by replacement: graphs captured with
 // the old one keep it alive) when a plan needs more, up to TR_CUDNN_WORKSPACE_MB (default 1024). Ops that
@@ -164,7 +164,13 @@ std::shared_ptr<Plan> plan_for(Context& ctx, Dir d, const ConvGeo& g, DT adt, DT
     return nullptr;
   }
   std::vector<fe::NumericalNote_t> notes{fe::NumericalNote_t::NONDETERMINISTIC};
-  if (all_fp32 && !choice.tf32) notes.push_back(fe::NumericalNote_t::DOWN_CONVERT_INPUTS);
+  if (all_fp32 && !choice.tf32) {  // FP32 means FP32: no TF32 tensor cores, no FFT/Winograd transforms
+    using N = fe::NumericalNote_t;
+    for (N n : {N::TENSOR_CORE, N::DOWN_CONVERT_INPUTS, N::REDUCED_PRECISION_REDUCTION, N::FFT, N::WINOGRAD,
+                N::WINOGRAD_TILE_4x4, N::WINOGRAD_TILE_6x6, N::WINOGRAD_TILE_13x13}) {
+      notes.push_back(n);
+    }
+  }
   graph->deselect_numeric_notes(notes);
   graph->deselect_workspace_greater_than(workspace_cap());
   const std::int64_t count = graph->get_execution_plan_count();

@@ -476,10 +476,11 @@ def test_batch_norm(shape):
     assert runs[0] == runs[1]
 
 
-@pytest.mark.parametrize("kernel,stride,padding", [(3, 2, 1), (2, 2, 0), (3, 1, 1)])
-def test_pooling(kernel, stride, padding):
+@pytest.mark.parametrize("kernel,stride,padding,h", [(3, 2, 1, 8), (2, 2, 0, 8), (2, 2, 0, 9), (3, 1, 1, 8)])
+def test_pooling(kernel, stride, padding, h):
+    """(2, 2, 0, 8): windows tile the input exactly (the one-thread-per-window kernels); 9: a row and a column
+    are left out (the general kernels)."""
     tw = Twin()
-    h = 8
     p = (h + 2 * padding - kernel) // stride + 1
     tw.add("x", (2, h, h, 7))
     tw.add("y", (2, p, p, 7))

@@ -104,9 +104,23 @@ __global__ void bn_var_kernel(const double* part, int chunks, std::int64_t m, in
 template <class TX, class TY>
 __global__ void bn_apply_kernel(const TX* x, TY* y, const float* mean, const float* a, const float* b,
                                 std::int64_t n, int c) {
-  TR_GRID_STRIDE(i, n) {
-    const int ch = static_cast<int>(i % c);
-    y[i] = kern::from_f<TY>((kern::to_f(x[i]) - mean[ch]) * a[ch] + b[ch]);
+  constexpr int U = kern::kUnroll;
+  const int step_ch = static_cast<int>(blockDim.x % c);  // channel advance from element j to j + 1
+  TR_UNROLLED_BASE(base, n) {
+    float v[U];
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const std::int64_t i = base + static_cast<std::int64_t>(j) * blockDim.x;
+      v[j] = i < n ? kern::to_f(x[i]) : 0.0f;
+    }
+    int ch = static_cast<int>(base % c);
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const std::int64_t i = base + static_cast<std::int64_t>(j) * blockDim.x;
+      if (i < n) y[i] = kern::from_f<TY>((v[j] - mean[ch]) * a[ch] + b[ch]);
+      ch += step_ch;
+      if (ch >= c) ch -= c;
+    }
   }
 }
 
@@ -156,10 +170,27 @@ __global__ void bn_bwd_finish_kernel(const double* part1, const double* part2, i
 template <class TX, class TD, class TP>
 __global__ void bn_bwd_apply_kernel(const TX* x, const TD* dy, TX* dx, const TP* saved_mean, const TP* saved_inv,
                                     const float* t1, const float* t2, const float* kk, std::int64_t n, int c) {
-  TR_GRID_STRIDE(i, n) {
-    const int ch = static_cast<int>(i % c);
-    const float xhat = (kern::to_f(x[i]) - kern::to_f(saved_mean[ch])) * kern::to_f(saved_inv[ch]);
-    dx[i] = kern::from_f<TX>(((kern::to_f(dy[i]) - xhat * t2[ch]) - t1[ch]) * kk[ch]);  // dx may be x
+  constexpr int U = kern::kUnroll;
+  const int step_ch = static_cast<int>(blockDim.x % c);
+  TR_UNROLLED_BASE(base, n) {
+    float xv[U], gv[U];
+#pragma unroll
+    for (int j = 0; j < U; ++j) {  // every load before any store: dx may be x
+      const std::int64_t i = base + static_cast<std::int64_t>(j) * blockDim.x;
+      xv[j] = i < n ? kern::to_f(x[i]) : 0.0f;
+      gv[j] = i < n ? kern::to_f(dy[i]) : 0.0f;
+    }
+    int ch = static_cast<int>(base % c);
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      const std::int64_t i = base + static_cast<std::int64_t>(j) * blockDim.x;
+      if (i < n) {
+        const float xhat = (xv[j] - kern::to_f(saved_mean[ch])) * kern::to_f(saved_inv[ch]);
+        dx[i] = kern::from_f<TX>(((gv[j] - xhat * t2[ch]) - t1[ch]) * kk[ch]);
+      }
+      ch += step_ch;
+      if (ch >= c) ch -= c;
+    }
   }
 }
 
@@ -221,7 +252,7 @@ std::unique_ptr<Op> bn_fwd(Context&, const OpArgs& args) {
       });
       kern::dispatch_float(ydt, args, "y", [&](auto ty) {
         using TY = typename decltype(ty)::type;
-        bn_apply_kernel<TX, TY><<<kern::blocks_for(m * c), kern::kThreads, 0, s>>>(
+        bn_apply_kernel<TX, TY><<<kern::blocks_unrolled(m * c), kern::kThreads, 0, s>>>(
             xp, reinterpret_cast<TY*>(p[1]), mean, ca, cb, m * c, c);
       });
     });
@@ -269,7 +300,7 @@ std::unique_ptr<Op> bn_bwd(Context&, const OpArgs& args) {
           bn_bwd_finish_kernel<TP><<<kern::blocks_for(c), kern::kThreads, 0, s>>>(
               part1, part2, ck.chunks, m, c, static_cast<const TP*>(gamma), ip, static_cast<TP*>(dgamma),
               static_cast<TP*>(dbeta), t1, t2, kk);
-          bn_bwd_apply_kernel<TX, TD, TP><<<kern::blocks_for(m * c), kern::kThreads, 0, s>>>(
+          bn_bwd_apply_kernel<TX, TD, TP><<<kern::blocks_unrolled(m * c), kern::kThreads, 0, s>>>(
               xp, dyp, static_cast<TX*>(dx), mp, ip, t1, t2, kk, m * c, c);
         });
       });

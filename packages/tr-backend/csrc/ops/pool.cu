@@ -2,6 +2,8 @@
 // (padding excluded from the count) and global average. Every kernel gathers: each output element is written
 // by one thread that visits its window in kernel-position order, so there are no atomics and the float32
 // operations happen in the CPU backend's order.
+#include <algorithm>
+
 #include "cuda/context.hpp"
 #include "ops/kernels.cuh"
 
@@ -80,6 +82,69 @@ __global__ void maxpool_bwd_kernel(const TD* dy, const signed char* code, TX* dx
       }
     }
     dx[i] = kern::from_f<TX>(acc);
+  }
+}
+
+// Windows that tile the input exactly (kernel == stride, no padding, h = p * kh, w = q * kw, e.g. VGG's 2x2/2):
+// every input element is in one window, so one thread per output element reads (forward) or writes
+// (backward) its whole window. Blocks take one output row (n, op) each, threads (oq, channel): 32-bit index
+// math, and a warp's accesses are contiguous over channels. Same results as the general kernels.
+bool tiles_exactly(const Win& g) {
+  return g.kh == g.sh && g.kw == g.sw && g.ph == 0 && g.pw == 0 && g.h == g.p * g.kh && g.w == g.q * g.kw &&
+         static_cast<std::int64_t>(g.n) * g.p <= 65535 && static_cast<std::int64_t>(g.q) * g.c < (1LL << 31);
+}
+
+dim3 tiled_grid(const Win& g) {
+  const std::int64_t len = static_cast<std::int64_t>(g.q) * g.c;
+  const unsigned bx = static_cast<unsigned>(std::min<std::int64_t>((len + kern::kThreads - 1) / kern::kThreads, 1024));
+  return dim3(bx, static_cast<unsigned>(g.n * g.p));
+}
+
+template <class TX, class TY>
+__global__ void maxpool_fwd_tiled_kernel(const TX* x, TY* y, signed char* code, Win g, int train) {
+  const int row = blockIdx.y;  // n * p + op
+  const int n = row / g.p, op = row - n * g.p;
+  const int len = g.q * g.c, win = g.kh * g.kw;
+  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < len; j += gridDim.x * blockDim.x) {
+    const int oq = j / g.c, ch = j - oq * g.c;
+    const TX* src = x + ((static_cast<std::int64_t>(n) * g.h + op * g.kh) * g.w + oq * g.kw) * g.c + ch;
+    float best = -INFINITY;
+    int arg = 0;
+#pragma unroll 4
+    for (int t = 0; t < win; ++t) {
+      const int r = t / g.kw, q = t - r * g.kw;
+      const float v = kern::to_f(src[(static_cast<std::int64_t>(r) * g.w + q) * g.c]);
+      if (train) {
+        if (t == 0 || v > best) {  // strict '>': the first max wins, NaN never replaces
+          best = v;
+          arg = t;
+        }
+      } else {
+        best = t == 0 ? v : kern::nan_max(best, v);
+      }
+    }
+    const std::int64_t o = static_cast<std::int64_t>(row) * len + j;
+    y[o] = kern::from_f<TY>(best);
+    if (train) code[o] = static_cast<signed char>(arg);
+  }
+}
+
+template <class TD, class TX>
+__global__ void maxpool_bwd_tiled_kernel(const TD* dy, const signed char* code, TX* dx, Win g) {
+  const int row = blockIdx.y;
+  const int n = row / g.p, op = row - n * g.p;
+  const int len = g.q * g.c, win = g.kh * g.kw;
+  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < len; j += gridDim.x * blockDim.x) {
+    const int oq = j / g.c, ch = j - oq * g.c;
+    const std::int64_t o = static_cast<std::int64_t>(row) * len + j;
+    const float d = kern::to_f(dy[o]);
+    const int hit = code[o];
+    TX* dst = dx + ((static_cast<std::int64_t>(n) * g.h + op * g.kh) * g.w + oq * g.kw) * g.c + ch;
+#pragma unroll 4
+    for (int t = 0; t < win; ++t) {
+      const int r = t / g.kw, q = t - r * g.kw;
+      dst[(static_cast<std::int64_t>(r) * g.w + q) * g.c] = kern::from_f<TX>(t == hit ? d : 0.0f);
+    }
   }
 }
 
@@ -164,8 +229,13 @@ std::unique_ptr<Op> maxpool_forward(const OpArgs& args, bool train) {
     dispatch2(xdt, ydt, args, [&](auto ta, auto tb) {
       using TX = typename decltype(ta)::type;
       using TY = typename decltype(tb)::type;
-      maxpool_fwd_kernel<TX, TY><<<kern::blocks_for(std::int64_t(g.n) * g.p * g.q * g.c), kern::kThreads, 0, s>>>(
-          static_cast<const TX*>(x), static_cast<TY*>(y), code, g, train ? 1 : 0);
+      if (tiles_exactly(g)) {
+        maxpool_fwd_tiled_kernel<TX, TY><<<tiled_grid(g), kern::kThreads, 0, s>>>(
+            static_cast<const TX*>(x), static_cast<TY*>(y), code, g, train ? 1 : 0);
+      } else {
+        maxpool_fwd_kernel<TX, TY><<<kern::blocks_for(std::int64_t(g.n) * g.p * g.q * g.c), kern::kThreads, 0, s>>>(
+            static_cast<const TX*>(x), static_cast<TY*>(y), code, g, train ? 1 : 0);
+      }
     });
     check_launch("maxpool forward");
   });
@@ -186,8 +256,13 @@ std::unique_ptr<Op> maxpool_bwd(Context&, const OpArgs& args) {
     dispatch2(ddt, xdt, args, [&](auto ta, auto tb) {
       using TD = typename decltype(ta)::type;
       using TX = typename decltype(tb)::type;
-      maxpool_bwd_kernel<TD, TX><<<kern::blocks_for(std::int64_t(g.n) * g.h * g.w * g.c), kern::kThreads, 0, s>>>(
-          static_cast<const TD*>(dy), code, static_cast<TX*>(dx), g, overlap);
+      if (tiles_exactly(g)) {
+        maxpool_bwd_tiled_kernel<TD, TX><<<tiled_grid(g), kern::kThreads, 0, s>>>(static_cast<const TD*>(dy), code,
+                                                                                  static_cast<TX*>(dx), g);
+      } else {
+        maxpool_bwd_kernel<TD, TX><<<kern::blocks_for(std::int64_t(g.n) * g.h * g.w * g.c), kern::kThreads, 0, s>>>(
+            static_cast<const TD*>(dy), code, static_cast<TX*>(dx), g, overlap);
+      }
     });
     check_launch("maxpool_bwd");
   });

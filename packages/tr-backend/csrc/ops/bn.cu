@@ -17,7 +17,8 @@ namespace {
 // one chunk of rows in float64; a second kernel adds the chunks of each channel in order. The chunking depends
 // only on (m, c), so the sums are the same on every run and every device: deterministic, no atomics.
 constexpr int kTile = 32;   // channels per block
-constexpr int kLanes = 8;   // rows in flight per block
+constexpr int kLanes = 8;   // row lanes per block
+constexpr int kRowUnroll = 4;  // rows a lane loads before it adds them
 
 struct Chunking {
   std::int64_t rows;  // rows per chunk
@@ -54,13 +55,24 @@ __global__ void bn_partial_kernel(const TX* x, const float* mean, double* out, s
   const std::int64_t lo = blockIdx.x * rows, hi = min(m, lo + rows);
   double acc = 0.0;
   if (ch < c) {
-    if (mean == nullptr) {
-      for (std::int64_t r = lo + threadIdx.y; r < hi; r += kLanes) acc += static_cast<double>(kern::to_f(x[r * c + ch]));
-    } else {
-      const float mu = mean[ch];
-      for (std::int64_t r = lo + threadIdx.y; r < hi; r += kLanes) {
-        const float d = kern::to_f(x[r * c + ch]) - mu;
-        acc += static_cast<double>(d * d);
+    const float mu = mean == nullptr ? 0.0f : mean[ch];
+    // kRowUnroll loads in flight, summed in row order (the same sum as one row at a time)
+    for (std::int64_t r0 = lo + threadIdx.y; r0 < hi; r0 += kLanes * kRowUnroll) {
+      float v[kRowUnroll];
+#pragma unroll
+      for (int u = 0; u < kRowUnroll; ++u) {
+        const std::int64_t r = r0 + static_cast<std::int64_t>(u) * kLanes;
+        v[u] = r < hi ? kern::to_f(x[r * c + ch]) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kRowUnroll; ++u) {
+        if (r0 + static_cast<std::int64_t>(u) * kLanes >= hi) break;
+        if (mean == nullptr) {
+          acc += static_cast<double>(v[u]);
+        } else {
+          const float d = v[u] - mu;
+          acc += static_cast<double>(d * d);
+        }
       }
     }
   }
@@ -134,12 +146,21 @@ __global__ void bn_bwd_partial_kernel(const TX* x, const TD* dy, const TP* saved
   double s1 = 0.0, s2 = 0.0;
   if (ch < c) {
     const float mean = kern::to_f(saved_mean[ch]), inv = kern::to_f(saved_inv[ch]);
-    for (std::int64_t r = lo + threadIdx.y; r < hi; r += kLanes) {
-      const std::int64_t i = r * c + ch;
-      const float g = kern::to_f(dy[i]);
-      const float xhat = (kern::to_f(x[i]) - mean) * inv;
-      s1 += static_cast<double>(g);
-      s2 += static_cast<double>(g * xhat);
+    for (std::int64_t r0 = lo + threadIdx.y; r0 < hi; r0 += kLanes * kRowUnroll) {
+      float gv[kRowUnroll], xv[kRowUnroll];
+#pragma unroll
+      for (int u = 0; u < kRowUnroll; ++u) {
+        const std::int64_t r = r0 + static_cast<std::int64_t>(u) * kLanes;
+        gv[u] = r < hi ? kern::to_f(dy[r * c + ch]) : 0.0f;
+        xv[u] = r < hi ? kern::to_f(x[r * c + ch]) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kRowUnroll; ++u) {
+        if (r0 + static_cast<std::int64_t>(u) * kLanes >= hi) break;
+        const float xhat = (xv[u] - mean) * inv;
+        s1 += static_cast<double>(gv[u]);
+        s2 += static_cast<double>(gv[u] * xhat);
+      }
     }
   }
   lanes_to(s1, sh, out1, c);

@@ -92,45 +92,19 @@ __device__ __forceinline__ float derivative(int kind, float x) {
 
 template <class TX, class TY>
 __global__ void act_fwd_kernel(const TX* x, TY* y, signed char* mask, std::int64_t n, int kind) {
-  constexpr int U = kern::kUnroll;
-  TR_UNROLLED_BASE(base, n) {
-    float v[U];
-#pragma unroll
-    for (int j = 0; j < U; ++j) {
-      const std::int64_t i = base + static_cast<std::int64_t>(j) * blockDim.x;
-      v[j] = i < n ? kern::to_f(x[i]) : 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < U; ++j) {
-      const std::int64_t i = base + static_cast<std::int64_t>(j) * blockDim.x;
-      if (i < n) {
-        if (mask != nullptr) mask[i] = v[j] > 0.0f ? 1 : 0;
-        y[i] = kern::from_f<TY>(forward(kind, v[j]));
-      }
-    }
+  TR_GRID_STRIDE(i, n) {
+    const float v = kern::to_f(x[i]);
+    if (mask != nullptr) mask[i] = v > 0.0f ? 1 : 0;
+    y[i] = kern::from_f<TY>(forward(kind, v));
   }
 }
 
 template <class TX, class TD>
 __global__ void act_bwd_kernel(const TX* x, const TD* dy, TD* dx, const signed char* mask, std::int64_t n, int kind) {
-  constexpr int U = kern::kUnroll;
-  TR_UNROLLED_BASE(base, n) {
-    float g[U], d[U];
-#pragma unroll
-    for (int j = 0; j < U; ++j) {
-      const std::int64_t i = base + static_cast<std::int64_t>(j) * blockDim.x;
-      g[j] = 0.0f;
-      d[j] = 0.0f;
-      if (i < n) {
-        g[j] = kern::to_f(dy[i]);
-        d[j] = mask != nullptr ? (mask[i] != 0 ? 1.0f : 0.0f) : derivative(kind, kern::to_f(x[i]));
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < U; ++j) {
-      const std::int64_t i = base + static_cast<std::int64_t>(j) * blockDim.x;
-      if (i < n) dx[i] = kern::from_f<TD>(g[j] * d[j]);
-    }
+  TR_GRID_STRIDE(i, n) {
+    const float g = kern::to_f(dy[i]);
+    const float d = mask != nullptr ? (mask[i] != 0 ? 1.0f : 0.0f) : derivative(kind, kern::to_f(x[i]));
+    dx[i] = kern::from_f<TD>(g * d);
   }
 }
 
@@ -150,7 +124,7 @@ std::unique_ptr<Op> act_forward(const OpArgs& args, bool with_mask) {
   kern::dispatch_float(xdt, args, "x", [](auto) {});
   kern::dispatch_float(ydt, args, "y", [](auto) {});
   return fn_op([=](cudaStream_t s) {
-    const unsigned blocks = kern::blocks_unrolled(n);
+    const unsigned blocks = kern::blocks_for(n);
     kern::dispatch_float(xdt, args, "x", [&](auto tx) {
       using TX = typename decltype(tx)::type;
       kern::dispatch_float(ydt, args, "y", [&](auto ty) {
@@ -178,7 +152,7 @@ std::unique_ptr<Op> act_bwd(Context&, const OpArgs& args) {
   kern::dispatch_float(xdt, args, "x", [](auto) {});
   kern::dispatch_float(ddt, args, "dy", [](auto) {});
   return fn_op([=](cudaStream_t s) {
-    const unsigned blocks = kern::blocks_unrolled(n);
+    const unsigned blocks = kern::blocks_for(n);
     kern::dispatch_float(xdt, args, "x", [&](auto tx) {
       using TX = typename decltype(tx)::type;
       kern::dispatch_float(ddt, args, "dy", [&](auto td) {

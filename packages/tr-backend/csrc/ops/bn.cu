@@ -17,8 +17,7 @@ namespace {
 // one chunk of rows in float64; a second kernel adds the chunks of each channel in order. The chunking depends
 // only on (m, c), so the sums are the same on every run and every device: deterministic, no atomics.
 constexpr int kTile = 32;   // channels per block
-constexpr int kLanes = 8;   // row lanes per block
-constexpr int kRowUnroll = 4;  // rows a lane loads before it adds them
+constexpr int kLanes = 8;   // rows in flight per block
 
 struct Chunking {
   std::int64_t rows;  // rows per chunk
@@ -55,24 +54,13 @@ __global__ void bn_partial_kernel(const TX* x, const float* mean, double* out, s
   const std::int64_t lo = blockIdx.x * rows, hi = min(m, lo + rows);
   double acc = 0.0;
   if (ch < c) {
-    const float mu = mean == nullptr ? 0.0f : mean[ch];
-    // kRowUnroll loads in flight, summed in row order (the same sum as one row at a time)
-    for (std::int64_t r0 = lo + threadIdx.y; r0 < hi; r0 += kLanes * kRowUnroll) {
-      float v[kRowUnroll];
-#pragma unroll
-      for (int u = 0; u < kRowUnroll; ++u) {
-        const std::int64_t r = r0 + static_cast<std::int64_t>(u) * kLanes;
-        v[u] = r < hi ? kern::to_f(x[r * c + ch]) : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < kRowUnroll; ++u) {
-        if (r0 + static_cast<std::int64_t>(u) * kLanes >= hi) break;
-        if (mean == nullptr) {
-          acc += static_cast<double>(v[u]);
-        } else {
-          const float d = v[u] - mu;
-          acc += static_cast<double>(d * d);
-        }
+    if (mean == nullptr) {
+      for (std::int64_t r = lo + threadIdx.y; r < hi; r += kLanes) acc += static_cast<double>(kern::to_f(x[r * c + ch]));
+    } else {
+      const float mu = mean[ch];
+      for (std::int64_t r = lo + threadIdx.y; r < hi; r += kLanes) {
+        const float d = kern::to_f(x[r * c + ch]) - mu;
+        acc += static_cast<double>(d * d);
       }
     }
   }
@@ -116,23 +104,9 @@ __global__ void bn_var_kernel(const double* part, int chunks, std::int64_t m, in
 template <class TX, class TY>
 __global__ void bn_apply_kernel(const TX* x, TY* y, const float* mean, const float* a, const float* b,
                                 std::int64_t n, int c) {
-  constexpr int U = kern::kUnroll;
-  const int step_ch = static_cast<int>(blockDim.x % c);  // channel advance from element j to j + 1
-  TR_UNROLLED_BASE(base, n) {
-    float v[U];
-#pragma unroll
-    for (int j = 0; j < U; ++j) {
-      const std::int64_t i = base + static_cast<std::int64_t>(j) * blockDim.x;
-      v[j] = i < n ? kern::to_f(x[i]) : 0.0f;
-    }
-    int ch = static_cast<int>(base % c);
-#pragma unroll
-    for (int j = 0; j < U; ++j) {
-      const std::int64_t i = base + static_cast<std::int64_t>(j) * blockDim.x;
-      if (i < n) y[i] = kern::from_f<TY>((v[j] - mean[ch]) * a[ch] + b[ch]);
-      ch += step_ch;
-      if (ch >= c) ch -= c;
-    }
+  TR_GRID_STRIDE(i, n) {
+    const int ch = static_cast<int>(i % c);
+    y[i] = kern::from_f<TY>((kern::to_f(x[i]) - mean[ch]) * a[ch] + b[ch]);
   }
 }
 
@@ -146,21 +120,12 @@ __global__ void bn_bwd_partial_kernel(const TX* x, const TD* dy, const TP* saved
   double s1 = 0.0, s2 = 0.0;
   if (ch < c) {
     const float mean = kern::to_f(saved_mean[ch]), inv = kern::to_f(saved_inv[ch]);
-    for (std::int64_t r0 = lo + threadIdx.y; r0 < hi; r0 += kLanes * kRowUnroll) {
-      float gv[kRowUnroll], xv[kRowUnroll];
-#pragma unroll
-      for (int u = 0; u < kRowUnroll; ++u) {
-        const std::int64_t r = r0 + static_cast<std::int64_t>(u) * kLanes;
-        gv[u] = r < hi ? kern::to_f(dy[r * c + ch]) : 0.0f;
-        xv[u] = r < hi ? kern::to_f(x[r * c + ch]) : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < kRowUnroll; ++u) {
-        if (r0 + static_cast<std::int64_t>(u) * kLanes >= hi) break;
-        const float xhat = (xv[u] - mean) * inv;
-        s1 += static_cast<double>(gv[u]);
-        s2 += static_cast<double>(gv[u] * xhat);
-      }
+    for (std::int64_t r = lo + threadIdx.y; r < hi; r += kLanes) {
+      const std::int64_t i = r * c + ch;
+      const float g = kern::to_f(dy[i]);
+      const float xhat = (kern::to_f(x[i]) - mean) * inv;
+      s1 += static_cast<double>(g);
+      s2 += static_cast<double>(g * xhat);
     }
   }
   lanes_to(s1, sh, out1, c);
@@ -191,27 +156,10 @@ __global__ void bn_bwd_finish_kernel(const double* part1, const double* part2, i
 template <class TX, class TD, class TP>
 __global__ void bn_bwd_apply_kernel(const TX* x, const TD* dy, TX* dx, const TP* saved_mean, const TP* saved_inv,
                                     const float* t1, const float* t2, const float* kk, std::int64_t n, int c) {
-  constexpr int U = kern::kUnroll;
-  const int step_ch = static_cast<int>(blockDim.x % c);
-  TR_UNROLLED_BASE(base, n) {
-    float xv[U], gv[U];
-#pragma unroll
-    for (int j = 0; j < U; ++j) {  // every load before any store: dx may be x
-      const std::int64_t i = base + static_cast<std::int64_t>(j) * blockDim.x;
-      xv[j] = i < n ? kern::to_f(x[i]) : 0.0f;
-      gv[j] = i < n ? kern::to_f(dy[i]) : 0.0f;
-    }
-    int ch = static_cast<int>(base % c);
-#pragma unroll
-    for (int j = 0; j < U; ++j) {
-      const std::int64_t i = base + static_cast<std::int64_t>(j) * blockDim.x;
-      if (i < n) {
-        const float xhat = (xv[j] - kern::to_f(saved_mean[ch])) * kern::to_f(saved_inv[ch]);
-        dx[i] = kern::from_f<TX>(((gv[j] - xhat * t2[ch]) - t1[ch]) * kk[ch]);
-      }
-      ch += step_ch;
-      if (ch >= c) ch -= c;
-    }
+  TR_GRID_STRIDE(i, n) {
+    const int ch = static_cast<int>(i % c);
+    const float xhat = (kern::to_f(x[i]) - kern::to_f(saved_mean[ch])) * kern::to_f(saved_inv[ch]);
+    dx[i] = kern::from_f<TX>(((kern::to_f(dy[i]) - xhat * t2[ch]) - t1[ch]) * kk[ch]);  // dx may be x
   }
 }
 
@@ -273,7 +221,7 @@ std::unique_ptr<Op> bn_fwd(Context&, const OpArgs& args) {
       });
       kern::dispatch_float(ydt, args, "y", [&](auto ty) {
         using TY = typename decltype(ty)::type;
-        bn_apply_kernel<TX, TY><<<kern::blocks_unrolled(m * c), kern::kThreads, 0, s>>>(
+        bn_apply_kernel<TX, TY><<<kern::blocks_for(m * c), kern::kThreads, 0, s>>>(
             xp, reinterpret_cast<TY*>(p[1]), mean, ca, cb, m * c, c);
       });
     });
@@ -321,7 +269,7 @@ std::unique_ptr<Op> bn_bwd(Context&, const OpArgs& args) {
           bn_bwd_finish_kernel<TP><<<kern::blocks_for(c), kern::kThreads, 0, s>>>(
               part1, part2, ck.chunks, m, c, static_cast<const TP*>(gamma), ip, static_cast<TP*>(dgamma),
               static_cast<TP*>(dbeta), t1, t2, kk);
-          bn_bwd_apply_kernel<TX, TD, TP><<<kern::blocks_unrolled(m * c), kern::kThreads, 0, s>>>(
+          bn_bwd_apply_kernel<TX, TD, TP><<<kern::blocks_for(m * c), kern::kThreads, 0, s>>>(
               xp, dyp, static_cast<TX*>(dx), mp, ip, t1, t2, kk, m * c, c);
         });
       });

@@ -24,19 +24,6 @@ inline unsigned blocks_for(std::int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(b, 1 << 16)));
 }
 
-// Element-wise loops with kUnroll independent accesses in flight per thread: one 2-byte load per thread leaves
-// an H200 waiting on memory latency, eight keep its bandwidth busy. A thread's elements are base + j *
-// blockDim.x (j < kUnroll), so every access of a warp stays contiguous; loads all come before stores, so
-// in-place use (y == x) is safe.
-inline constexpr int kUnroll = 8;
-
-inline unsigned blocks_unrolled(std::int64_t n) { return blocks_for((n + kUnroll - 1) / kUnroll); }
-
-#define TR_UNROLLED_BASE(base, n)                                                                                 \
-  for (std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * blockDim.x * ::tr::native::kern::kUnroll +     \
-                           threadIdx.x;                                                                           \
-       base < (n); base += static_cast<std::int64_t>(gridDim.x) * blockDim.x * ::tr::native::kern::kUnroll)
-
 #define TR_GRID_STRIDE(i, n)                                                                         \
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)

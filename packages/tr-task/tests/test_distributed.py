@@ -80,6 +80,16 @@ def test_bootstrap_timeout_from_environment(monkeypatch):
         D.bootstrap_timeout(0)
 
 
+def test_collective_timeout_from_environment(monkeypatch):
+    monkeypatch.delenv("TR_DIST_OP_TIMEOUT", raising=False)
+    assert D.op_timeout() == D.DEFAULT_OP_TIMEOUT_S
+    monkeypatch.setenv("TR_DIST_OP_TIMEOUT", "45")
+    assert D.op_timeout() == 45.0 and D.op_timeout(3) == 3.0
+    monkeypatch.setenv("TR_DIST_OP_TIMEOUT", "-1")
+    with pytest.raises(ConfigError, match="collective operation timeout must be > 0 seconds, got -1.0"):
+        D.op_timeout()
+
+
 # --- sharding ---------------------------------------------------------------------------------------------------
 
 

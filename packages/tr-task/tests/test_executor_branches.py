@@ -1,12 +1,16 @@
 """The training step as branches (tr.task.executor): which GraphIds run beside which, and how a side branch
-with nothing to do disappears without breaking the order of the others."""
+with nothing to do disappears without breaking the order of the others; the launcher's waits under an NCCL
+watchdog."""
 
 from __future__ import annotations
 
+import pytest
+
 from tr.backend.base import check_branches, serial_calls
+from tr.core.errors import BackendError
 from tr.core.graph_id import GraphId as G
 from tr.core.phase import StreamKind as S
-from tr.task.executor import branches, train_step_branches
+from tr.task.executor import StepLauncher, branches, train_step_branches
 
 
 class FakeProgram:
@@ -43,3 +47,23 @@ def test_an_empty_side_branch_is_dropped_and_the_waits_renumbered():
     check_branches("step", bs)
     assert [b.stream for b in bs] == [S.COMP_1, S.COMP_1, S.COMP_1]
     assert [b.after for b in bs] == [(), (0,), (1,)]
+
+
+def test_a_wait_that_fails_after_the_watchdog_aborted_reports_the_dead_peer():
+    class Backend:
+        def synchronize(self):
+            raise BackendError("cudaStreamSynchronize failed: unspecified launch failure")
+
+    class Watchdog:
+        failure = "rank 0 of 2: no training progress for 31 s: a peer rank died or hangs"
+
+        def check(self):
+            raise BackendError(self.failure)
+
+    launch = StepLauncher(Backend(), Watchdog())
+    with pytest.raises(BackendError, match="a peer rank died") as e:
+        launch.synchronize()
+    assert "unspecified launch failure" in str(e.value.__cause__)
+    Watchdog.failure = None
+    with pytest.raises(BackendError, match="unspecified launch failure"):
+        StepLauncher(Backend(), Watchdog()).synchronize()

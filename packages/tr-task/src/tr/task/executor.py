@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tr.backend.base import Branch, serial_calls
+from tr.core.errors import BackendError
 from tr.core.graph_id import GraphId
 from tr.core.ops import OpCall
 from tr.core.phase import StreamKind
@@ -155,7 +156,7 @@ class StepLauncher:
         be.launch(step, self.comp)
         used.record(self.comp)
         if wait:
-            copied.synchronize()  # host: the staging zone has been copied and may be refilled
+            self._waiting(copied.synchronize)  # host: the staging zone has been copied and may be refilled
             if wd is not None:
                 wd.beat()
 
@@ -165,9 +166,19 @@ class StepLauncher:
 
     def synchronize(self) -> None:
         """Wait for the device; raise the watchdog's reason if it aborted the communicator meanwhile."""
-        self.be.synchronize()
+        self._waiting(self.be.synchronize)
         if self.watchdog is not None:
             self.watchdog.check()
+
+    def _waiting(self, wait) -> None:
+        """Run a blocking wait; when it fails after the watchdog aborted the communicator, the watchdog's
+        reason (a dead peer) is the error to report, the device error it caused only its consequence."""
+        try:
+            wait()
+        except Exception as e:
+            if self.watchdog is not None and self.watchdog.failure is not None:
+                raise BackendError(self.watchdog.failure) from e
+            raise
 
 
 def scalar(backend, program: Program, role: str) -> np.ndarray:

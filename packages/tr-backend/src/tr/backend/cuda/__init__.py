@@ -4,6 +4,8 @@ DeviceUnavailableError naming the reason. Importing it registers the CUDA op bui
 
 from tr.backend.cuda import ops  # noqa: F401  (registers the CUDA op builders)
 from tr.backend.cuda.backend import CudaBackend, CudaGraph
+from tr.backend.cuda.cudnn import frontend_built as cudnn_frontend_built
+from tr.backend.cuda.cudnn import load_cudnn
 from tr.backend.cuda.device import (
     DeviceInfo,
     build_info,
@@ -37,6 +39,8 @@ __all__ = [
     "free_memory",
     "is_available",
     "require_cuda",
+    "cudnn_frontend_built",
+    "load_cudnn",
     "load_native",
     "load_nccl",
     "native_module",

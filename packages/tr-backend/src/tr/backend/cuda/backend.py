@@ -19,9 +19,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
-from pathlib import Path
 from time import perf_counter
 from typing import Any
 
@@ -32,7 +30,7 @@ from tr.backend.checks import check_call, check_host_buffers, where
 from tr.backend.cpu.convert import converter
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.device import require_cuda
-from tr.backend.cuda.native import require_native
+from tr.backend.cuda.native import require_native, wheel_libraries
 from tr.backend.cuda.nccl import NcclCollective
 from tr.backend.registry import op_impls
 from tr.core.dtype import DType
@@ -59,15 +57,8 @@ _PAGE = 4096
 
 def _cublaslt_candidates() -> list[str]:
     """libcublasLt from NVIDIA's wheels (nvidia/cu13/lib for CUDA 13, nvidia/cublas/lib for CUDA 12)."""
-    spec = importlib.util.find_spec("nvidia")
-    found: list[str] = []
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        for sub, name in (("cu13/lib", "libcublasLt.so.13"), ("cublas/lib", "libcublasLt.so.13"),
-                          ("cublas/lib", "libcublasLt.so.12")):
-            path = Path(root) / sub / name
-            if path.is_file():
-                found.append(str(path))
-    return found
+    return wheel_libraries((("cu13/lib", "libcublasLt.so.13"), ("cublas/lib", "libcublasLt.so.13"),
+                            ("cublas/lib", "libcublasLt.so.12")))
 
 
 class _HostSite:

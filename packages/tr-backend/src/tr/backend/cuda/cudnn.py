@@ -12,11 +12,9 @@ instead of timing the first few at capture.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
 
-from tr.backend.cuda.native import require_native
+from tr.backend.cuda.native import require_native, wheel_libraries
 from tr.core.errors import ConfigError
 
 ENGINES = {"auto": 0, "cudnn": 1, "direct": 2}
@@ -24,14 +22,7 @@ ENGINES = {"auto": 0, "cudnn": 1, "direct": 2}
 
 def cudnn_candidates() -> list[str]:
     """libcudnn.so.9 from NVIDIA's wheels in this interpreter."""
-    spec = importlib.util.find_spec("nvidia")
-    found: list[str] = []
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        for sub in ("cudnn/lib", "cu13/lib", "cu12/lib"):
-            path = Path(root) / sub / "libcudnn.so.9"
-            if path.is_file():
-                found.append(str(path))
-    return found
+    return wheel_libraries((sub, "libcudnn.so.9") for sub in ("cudnn/lib", "cu13/lib", "cu12/lib"))
 
 
 _ADDED = False

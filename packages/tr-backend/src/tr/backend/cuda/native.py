@@ -8,8 +8,11 @@ of :class:`~tr.core.errors.DeviceUnavailableError`.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from types import ModuleType
 
 from tr.core.errors import DeviceUnavailableError
@@ -59,3 +62,16 @@ def require_native() -> ModuleType:
     if result.module is None:
         raise DeviceUnavailableError(f"CUDA unavailable: {result.error}")
     return result.module
+
+
+def wheel_libraries(locations: Iterable[tuple[str, str]]) -> list[str]:
+    """The files (subdirectory, library name) that NVIDIA's wheels installed in this interpreter's ``nvidia``
+    namespace, in the order given: the first candidates of the run-time loaders (cuBLASLt, NCCL, cuDNN)."""
+    spec = importlib.util.find_spec("nvidia")
+    found: list[str] = []
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for sub, name in locations:
+            path = Path(root) / sub / name
+            if path.is_file():
+                found.append(str(path))
+    return found

@@ -14,12 +14,10 @@ none loads, DeviceUnavailableError names every path tried.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 from tr.backend.base import Store
-from tr.backend.cuda.native import require_native
+from tr.backend.cuda.native import require_native, wheel_libraries
 from tr.core.errors import BackendError, ConfigError, DeviceUnavailableError
 from tr.core.log import get_logger
 
@@ -32,14 +30,7 @@ IN_PROGRESS = 7  # ncclInProgress
 
 def nccl_candidates() -> list[str]:
     """libnccl.so.2 from NVIDIA's wheels in this interpreter (nvidia/nccl/lib, nvidia/cu13/lib, nvidia/cu12/lib)."""
-    spec = importlib.util.find_spec("nvidia")
-    found: list[str] = []
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        for sub in ("nccl/lib", "cu13/lib", "cu12/lib"):
-            path = Path(root) / sub / "libnccl.so.2"
-            if path.is_file():
-                found.append(str(path))
-    return found
+    return wheel_libraries((sub, "libnccl.so.2") for sub in ("nccl/lib", "cu13/lib", "cu12/lib"))
 
 
 def _native() -> Any:

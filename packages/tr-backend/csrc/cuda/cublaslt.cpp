@@ -3,10 +3,10 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
-#include <cstdlib>
 #include <mutex>
 #include <string>
 
+#include "cuda/library_path.hpp"
 #include "native/errors.hpp"
 
 #ifndef TR_CUBLASLT_BUILD_PATH
@@ -28,16 +28,9 @@ void bind(void* handle, F& slot, const char* symbol, std::string& missing) {
   if (slot == nullptr) missing += std::string(missing.empty() ? "" : ", ") + symbol;
 }
 
-std::vector<std::string> candidates() {
-  std::vector<std::string> out;
-  if (const char* env = std::getenv("TR_CUBLASLT_PATH"); env != nullptr && *env != '\0') out.emplace_back(env);
-  out.insert(out.end(), g_extra.begin(), g_extra.end());
-  const std::string built = TR_CUBLASLT_BUILD_PATH;
-  if (!built.empty()) out.push_back(built);
-  // The loader's own search (LD_LIBRARY_PATH, ld.so.cache); also finds a copy already loaded by torch/cupy.
-  out.push_back("libcublasLt.so." + std::to_string(CUDART_VERSION / 1000));
-  out.emplace_back("libcublasLt.so");
-  return out;
+std::vector<std::string> candidates() {  // called with g_mutex held
+  return library_candidates("TR_CUBLASLT_PATH", g_extra, TR_CUBLASLT_BUILD_PATH,
+                            {"libcublasLt.so." + std::to_string(CUDART_VERSION / 1000), "libcublasLt.so"});
 }
 
 }  // namespace

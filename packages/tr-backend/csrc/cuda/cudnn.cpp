@@ -2,10 +2,10 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
 #include <mutex>
 #include <string>
 
+#include "cuda/library_path.hpp"
 #include "native/errors.hpp"
 
 #ifndef TR_CUDNN_BUILD_PATH
@@ -44,16 +44,12 @@ void add_cudnn_candidates(const std::vector<std::string>& paths) {
 }
 
 std::vector<std::string> cudnn_candidates() {
-  std::vector<std::string> out;
-  if (const char* env = std::getenv("TR_CUDNN_PATH"); env != nullptr && *env != '\0') out.emplace_back(env);
+  std::vector<std::string> added;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    out.insert(out.end(), g_extra.begin(), g_extra.end());
+    added = g_extra;
   }
-  const std::string built = TR_CUDNN_BUILD_PATH;
-  if (!built.empty()) out.push_back(built);
-  out.emplace_back("libcudnn.so.9");
-  return out;
+  return library_candidates("TR_CUDNN_PATH", added, TR_CUDNN_BUILD_PATH, {"libcudnn.so.9"});
 }
 
 const Cudnn& cudnn() {

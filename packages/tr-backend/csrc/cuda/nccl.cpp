@@ -4,13 +4,13 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
 
 #include "cuda/check.hpp"
+#include "cuda/library_path.hpp"
 #include "native/errors.hpp"
 
 #ifndef TR_NCCL_BUILD_PATH
@@ -111,16 +111,12 @@ void add_nccl_candidates(const std::vector<std::string>& paths) {
 }
 
 std::vector<std::string> nccl_candidates() {
-  std::vector<std::string> out;
-  if (const char* env = std::getenv("TR_NCCL_PATH"); env != nullptr && *env != '\0') out.emplace_back(env);
+  std::vector<std::string> added;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    out.insert(out.end(), g_extra.begin(), g_extra.end());
+    added = g_extra;
   }
-  const std::string built = TR_NCCL_BUILD_PATH;
-  if (!built.empty()) out.push_back(built);
-  out.emplace_back("libnccl.so.2");  // LD_LIBRARY_PATH, ld.so.cache, or a copy torch already loaded
-  return out;
+  return library_candidates("TR_NCCL_PATH", added, TR_NCCL_BUILD_PATH, {"libnccl.so.2"});
 }
 
 const Nccl& nccl() {

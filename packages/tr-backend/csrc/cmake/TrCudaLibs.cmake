@@ -11,6 +11,7 @@
 #      nvidia/cublas/{include,lib} (CUDA 12 wheels, nvidia-cublas-cu12). Wheels ship only versioned
 #      libraries (libcublasLt.so.13), so those names are searched explicitly.
 
+include(TrSearchRoots)
 set(TR_CUBLAS_FOUND OFF)
 
 function(_tr_add_cublas_target name library include_dir)
@@ -30,25 +31,8 @@ if(TARGET CUDA::cublas AND TARGET CUDA::cublasLt)
   set(TR_CUBLAS_FOUND ON)
   set(_tr_cublas_where "CUDA toolkit ${CUDAToolkit_LIBRARY_DIR}")
 else()
-  set(_tr_roots "")
-  if(DEFINED TR_CUDA_LIBS_ROOT)
-    list(APPEND _tr_roots "${TR_CUDA_LIBS_ROOT}")
-  elseif(DEFINED ENV{TR_CUDA_LIBS_ROOT})
-    list(APPEND _tr_roots "$ENV{TR_CUDA_LIBS_ROOT}")
-  endif()
-  execute_process(
-    COMMAND "${Python_EXECUTABLE}" -c [=[
-import site, sysconfig
-paths = [sysconfig.get_paths()["platlib"], sysconfig.get_paths()["purelib"], *site.getsitepackages()]
-print(";".join(dict.fromkeys(paths)))
-]=]
-    OUTPUT_VARIABLE _tr_site OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _tr_site_rc)
-  if(_tr_site_rc EQUAL 0)
-    foreach(_dir IN LISTS _tr_site)
-      list(APPEND _tr_roots "${_dir}/nvidia/cu${CUDAToolkit_VERSION_MAJOR}" "${_dir}/nvidia/cublas")
-    endforeach()
-  endif()
-
+  tr_search_roots(_tr_roots VARS TR_CUDA_LIBS_ROOT
+                  SITE "nvidia/cu${CUDAToolkit_VERSION_MAJOR}" nvidia/cublas)
   set(_tr_major "${CUDAToolkit_VERSION_MAJOR}")
   find_path(TR_CUBLASLT_INCLUDE_DIR cublasLt.h PATHS ${_tr_roots} PATH_SUFFIXES include NO_DEFAULT_PATH)
   find_library(TR_CUBLAS_LIBRARY NAMES cublas libcublas.so.${_tr_major}

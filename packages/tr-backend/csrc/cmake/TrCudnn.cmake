@@ -8,33 +8,10 @@
 # Search: TR_CUDNN_FRONTEND_INCLUDE / TR_CUDNN_ROOT (CMake or environment variables), the build interpreter's
 # site-packages (nvidia/cudnn from nvidia-cudnn-cu13, include/ from nvidia-cudnn-frontend), the CUDA toolkit.
 
-set(_tr_cudnn_roots "")
-set(_tr_fe_roots "")
-foreach(_var TR_CUDNN_ROOT TR_CUDA_LIBS_ROOT)
-  if(DEFINED ${_var})
-    list(APPEND _tr_cudnn_roots "${${_var}}")
-  elseif(DEFINED ENV{${_var}})
-    list(APPEND _tr_cudnn_roots "$ENV{${_var}}")
-  endif()
-endforeach()
-if(DEFINED TR_CUDNN_FRONTEND_INCLUDE)
-  list(APPEND _tr_fe_roots "${TR_CUDNN_FRONTEND_INCLUDE}")
-elseif(DEFINED ENV{TR_CUDNN_FRONTEND_INCLUDE})
-  list(APPEND _tr_fe_roots "$ENV{TR_CUDNN_FRONTEND_INCLUDE}")
-endif()
-execute_process(
-  COMMAND "${Python_EXECUTABLE}" -c [=[
-import site, sysconfig
-paths = [sysconfig.get_paths()["platlib"], sysconfig.get_paths()["purelib"], *site.getsitepackages()]
-print(";".join(dict.fromkeys(paths)))
-]=]
-  OUTPUT_VARIABLE _tr_cudnn_site OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _tr_cudnn_site_rc)
-if(_tr_cudnn_site_rc EQUAL 0)
-  foreach(_dir IN LISTS _tr_cudnn_site)
-    list(APPEND _tr_cudnn_roots "${_dir}/nvidia/cudnn" "${_dir}/nvidia/cu${CUDAToolkit_VERSION_MAJOR}")
-    list(APPEND _tr_fe_roots "${_dir}/include" "${_dir}")
-  endforeach()
-endif()
+include(TrSearchRoots)
+tr_search_roots(_tr_cudnn_roots VARS TR_CUDNN_ROOT TR_CUDA_LIBS_ROOT
+                SITE nvidia/cudnn "nvidia/cu${CUDAToolkit_VERSION_MAJOR}")
+tr_search_roots(_tr_fe_roots VARS TR_CUDNN_FRONTEND_INCLUDE SITE include .)
 find_path(TR_CUDNN_INCLUDE_DIR cudnn.h PATHS ${_tr_cudnn_roots} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
 find_path(TR_CUDNN_FE_INCLUDE_DIR cudnn_frontend.h PATHS ${_tr_fe_roots} PATH_SUFFIXES include NO_DEFAULT_PATH)
 find_library(TR_CUDNN_LIBRARY NAMES libcudnn.so.9 cudnn PATHS ${_tr_cudnn_roots} PATH_SUFFIXES lib lib64)

@@ -5,24 +5,8 @@
 # Search: TR_CUDA_LIBS_ROOT, the build interpreter's site-packages (nvidia/nccl from nvidia-nccl-cu12/13,
 # nvidia/cu<major>), then the CUDA toolkit and the system.
 
-set(_tr_nccl_roots "")
-if(DEFINED TR_CUDA_LIBS_ROOT)
-  list(APPEND _tr_nccl_roots "${TR_CUDA_LIBS_ROOT}")
-elseif(DEFINED ENV{TR_CUDA_LIBS_ROOT})
-  list(APPEND _tr_nccl_roots "$ENV{TR_CUDA_LIBS_ROOT}")
-endif()
-execute_process(
-  COMMAND "${Python_EXECUTABLE}" -c [=[
-import site, sysconfig
-paths = [sysconfig.get_paths()["platlib"], sysconfig.get_paths()["purelib"], *site.getsitepackages()]
-print(";".join(dict.fromkeys(paths)))
-]=]
-  OUTPUT_VARIABLE _tr_nccl_site OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _tr_nccl_site_rc)
-if(_tr_nccl_site_rc EQUAL 0)
-  foreach(_dir IN LISTS _tr_nccl_site)
-    list(APPEND _tr_nccl_roots "${_dir}/nvidia/nccl" "${_dir}/nvidia/cu${CUDAToolkit_VERSION_MAJOR}")
-  endforeach()
-endif()
+include(TrSearchRoots)
+tr_search_roots(_tr_nccl_roots VARS TR_CUDA_LIBS_ROOT SITE nvidia/nccl "nvidia/cu${CUDAToolkit_VERSION_MAJOR}")
 find_path(TR_NCCL_INCLUDE_DIR nccl.h PATHS ${_tr_nccl_roots} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
 find_library(TR_NCCL_LIBRARY NAMES nccl libnccl.so.2 PATHS ${_tr_nccl_roots} PATH_SUFFIXES lib lib64)
 

@@ -13,9 +13,7 @@ namespace tr::native {
 
 namespace {
 
-struct Geo {
-  int n, h, w, c, k, r, s, sh, sw, ph, pw, p, q;
-};
+using Geo = ConvGeo;  // the geometry both engines take (ops/conv_cudnn.hpp)
 
 Geo geo_of(const OpArgs& a) {
   auto g = [&](const char* key) { return static_cast<int>(a.i(key)); };
@@ -109,8 +107,6 @@ int engine_of(const OpArgs& args) {
   return e;
 }
 
-ConvGeo cudnn_geo(const Geo& g) { return {g.n, g.h, g.w, g.c, g.k, g.r, g.s, g.sh, g.sw, g.ph, g.pw, g.p, g.q}; }
-
 ConvChoice choice_of(const OpArgs& args) { return {args.i("tf32", 0) != 0, args.i("autotune", 1) != 0}; }
 
 // The cuDNN op, or nullptr to take the direct kernels (engine 0: `why` goes into their op info).
@@ -133,7 +129,7 @@ std::unique_ptr<Op> conv_fwd(Context& ctx, const OpArgs& args) {
   std::string note;
   if (engine != 2) {
     std::string why;
-    auto op = cudnn_conv_fwd(ctx, cudnn_geo(g), xdt, ydt, x, w, y, choice_of(args), why);
+    auto op = cudnn_conv_fwd(ctx, g, xdt, ydt, x, w, y, choice_of(args), why);
     if (auto done = cudnn_or_fallback(args, engine, std::move(op), why, note)) return done;
   }
   kern::dispatch_float(xdt, args, "x", [](auto) {});
@@ -167,7 +163,7 @@ std::unique_ptr<Op> conv_bwd(Context& ctx, const OpArgs& args) {
   std::string note;
   if (engine != 2) {
     std::string why;
-    auto op = cudnn_conv_bwd(ctx, cudnn_geo(g), xdt, ddt, wdt, odt, x, w, dy, dw, dx, choice_of(args), why);
+    auto op = cudnn_conv_bwd(ctx, g, xdt, ddt, wdt, odt, x, w, dy, dw, dx, choice_of(args), why);
     if (auto done = cudnn_or_fallback(args, engine, std::move(op), why, note)) return done;
   }
   const unsigned wblocks = static_cast<unsigned>(std::int64_t(g.k) * g.r * g.s * g.c);

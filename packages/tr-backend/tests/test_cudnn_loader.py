@@ -29,11 +29,6 @@ def test_candidates_start_with_tr_cudnn_path(monkeypatch):
 
 
 @needs_cuda_build
-def test_this_build_reports_whether_convolutions_use_cudnn():
-    assert isinstance(native.cudnn_frontend_built(), bool)
-
-
-@needs_cuda_build
 def test_load_cudnn_finds_the_library_or_names_every_path_tried():
     """Opened once per process (no device needed); where none loads, the error lists what was tried."""
     from tr.backend.cuda import load_cudnn

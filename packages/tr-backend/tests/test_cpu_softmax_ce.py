@@ -106,3 +106,22 @@ def test_label_out_of_range_raises_at_launch():
                                 probs=t["probs"], result=t["result"])])
     with pytest.raises(ValueError, match=r"graph 'train', op #0 softmax_ce_fwd \(layer 7\): label 4 is outside"):
         be.launch(g)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_logits_are_never_correct(bad):
+    # A diverged model's NaN row used to rank its label first ((z > zy).sum() is 0 for NaN): 100 % top-1.
+    n, k = 4, 6
+    a, t = _setup(n, k)
+    be = a.allocate()
+    z = np.zeros((n, k), np.float32)
+    z[:, 2] = 5.0  # every label (2) is the clear argmax ...
+    z[0, 4] = bad  # ... but rows 0 and 1 hold a non-finite logit
+    z[1, :] = bad
+    be.write(t["logits"], z)
+    be.write(t["labels"], np.full(n, 2, np.int32))
+    run(be, op("softmax_ce_fwd", logits=t["logits"], labels=t["labels"], probs=t["probs"], result=t["result"]),
+        op("softmax_ce_inf", logits=t["logits"], labels=t["labels"], result=t["result_inf"]))
+    for name in ("result", "result_inf"):
+        res = be.read(t[name]).ravel()
+        assert res[1] == 0.5 and res[2] == 0.5, (name, res)

@@ -3,8 +3,9 @@
 // Deterministic, no atomics: one block per sample reduces with a fixed tree and writes the sample's loss
 // (float64) and hits to op-private scratch; one single-block kernel then sums the N partials in a fixed
 // order and writes result = (mean loss, top-1 fraction, top-5 fraction). Ranks follow "first max wins":
-// class c ranks above y iff z_c > z_y, or z_c == z_y and c < y. A label outside [0, K) cannot raise on the
-// device: its sample's loss is NaN (so the step's loss shows it) and it counts as a miss; the backward
+// class c ranks above y iff z_c > z_y, or z_c == z_y and c < y. A row with any NaN/Inf logit is a miss in
+// top-1 and top-5 (NaN compares false, so it would otherwise rank first). A label outside [0, K) cannot raise on
+// the device: its sample's loss is NaN (so the step's loss shows it) and it counts as a miss; the backward
 // leaves its row without the one-hot term.
 #include <cmath>
 #include <memory>
@@ -37,6 +38,7 @@ __global__ void sce_rows_kernel(const T* logits, const int* labels, TP* probs, d
   float se = 0.0f;
   double ss = 0.0;
   int above = 0;
+  int nonfinite = 0;
   int first = k;  // first index holding the max (or the first NaN): numpy's argmax
   for (int c = threadIdx.x; c < k; c += blockDim.x) {
     const float v = kern::to_f(z[c]);
@@ -44,11 +46,13 @@ __global__ void sce_rows_kernel(const T* logits, const int* labels, TP* probs, d
     se += expf(s);
     ss += static_cast<double>(s);
     if (valid && (v > zy || (v == zy && c < y))) ++above;
+    if (!isfinite(v)) ++nonfinite;
     if ((v == m || v != v) && c < first) first = c;
   }
   se = kern::block_reduce(se, kern::Sum(), sf);
   ss = kern::block_reduce(ss, kern::Sum(), sd);
   above = kern::block_reduce(above, kern::Sum(), si);
+  nonfinite = kern::block_reduce(nonfinite, kern::Sum(), si);
   if (pred != nullptr) first = kern::block_reduce(first, kern::Min(), si);
 
   if (probs != nullptr) {
@@ -60,8 +64,9 @@ __global__ void sce_rows_kernel(const T* logits, const int* labels, TP* probs, d
     double loss = -(1.0 - static_cast<double>(ls)) * (static_cast<double>(zy - m) - lse);
     if (ls != 0.0f) loss -= (static_cast<double>(ls) / k) * (ss - k * lse);
     loss_part[b] = valid ? loss : NAN;
-    hits[b] = valid && above < 1 ? 1 : 0;
-    hits[n + b] = valid && above < 5 ? 1 : 0;
+    const bool ranked = valid && nonfinite == 0;
+    hits[b] = ranked && above < 1 ? 1 : 0;
+    hits[n + b] = ranked && above < 5 ? 1 : 0;
     if (pred != nullptr) pred[b] = first < k ? first : 0;
   }
 }

@@ -3,7 +3,8 @@
 Per sample with K classes and smoothing ls, from the exact log-softmax l_c = z_c - max z - log sum exp:
 loss_b = -(1-ls) l_y - (ls/K) sum_c l_c; result = [mean_b loss_b, top-1 fraction, top-5 fraction].
 Ranks follow "first max wins": class c ranks above y iff z_c > z_y, or z_c == z_y and c < y, so top-1 is
-argmax (first maximal index) == y and top-k is rank(y) < k. Backward:
+argmax (first maximal index) == y and top-k is rank(y) < k; a sample whose logits hold any NaN or Inf is a
+miss in both (a diverged model must not score 100 %). Backward:
 dlogits = (p - ls/K - (1-ls)[c = y]) * scale[0] / N. A label outside [0, K) raises at launch.
 """
 
@@ -71,6 +72,8 @@ class _Softmax:
     def accuracy(self, z: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
         zy = z[self.rows, labels][:, None]
         rank = (z > zy).sum(axis=1) + ((z == zy) & (self.cls < labels[:, None])).sum(axis=1)
+        # NaN compares false, so a NaN row would rank 0 (a "hit"): a row with any NaN/Inf is never correct
+        rank[~np.isfinite(z).all(axis=1)] = self.k
         return float((rank < 1).mean()), float((rank < 5).mean())
 
 

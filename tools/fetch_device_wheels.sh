@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Download the wheels the H200 machine lacks into .whl/ (gitignored), for benchmarks/h200_session.sh.
 #
-# The device machine has Python 3.12, torch and NVIDIA's runtime wheels but no network and no hatchling (the
-# build backend of tr's pure packages); tr-backend also needs the cuDNN frontend headers (nvidia-cudnn-frontend,
-# a cp312 wheel). The native build tools (scikit-build-core, nanobind, pybind11, ninja, cmake) come along so
-# the build does not depend on what that machine happens to have; pass --no-build-tools to leave them out
-# (cmake's wheel is most of the size). Versions are the ones this repository's .venv builds with.
+# The device machine (Python 3.12, no network) has torch, NVIDIA's runtime wheels, cmake, ninja, nanobind,
+# pybind11 and scikit-build-core (/work/.library/device/KINDS.md), but not hatchling (the build backend of
+# tr's pure packages; its dependencies come along, the session installs only those the machine lacks or has
+# too old) nor the cuDNN frontend headers tr-backend's convolutions compile against (nvidia-cudnn-frontend, a
+# cp312 wheel). --with-build-tools also fetches the native build tools (cmake's wheel alone is 30 MB), for a
+# machine without them. Versions are the ones this repository's .venv builds with.
 #
-#   bash tools/fetch_device_wheels.sh                   # -> .whl/*.whl
-#   bash tools/fetch_device_wheels.sh --no-build-tools  # hatchling and the cuDNN frontend only
+#   bash tools/fetch_device_wheels.sh                     # -> .whl/*.whl (about 12 MB)
+#   bash tools/fetch_device_wheels.sh --with-build-tools  # + scikit-build-core nanobind pybind11 ninja cmake
 #
-# On the device: python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-#                    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+# benchmarks/h200_session.sh installs them on the device with
+#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site ...
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
@@ -27,9 +28,9 @@ TOOLS=(scikit-build-core==1.1.2 nanobind==3.1.0 pybind11==3.1.0 ninja==1.13.2 cm
 
 want=("${BACKEND[@]}" "${HEADERS[@]}")
 case "${1:-}" in
-  --no-build-tools) ;;
-  "") want+=("${TOOLS[@]}") ;;
-  *) echo "usage: $0 [--no-build-tools]" >&2; exit 2 ;;
+  "") ;;
+  --with-build-tools) want+=("${TOOLS[@]}") ;;
+  *) echo "usage: $0 [--with-build-tools]" >&2; exit 2 ;;
 esac
 
 mkdir -p "$DEST"
@@ -40,7 +41,8 @@ for spec in "${want[@]}"; do
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
     -d "$DEST" "$spec" 2>&1 | { grep -v "^WARNING: Location" || true; }
 done
-# one wheel per distribution: an older download of another version would make the device install ambiguous
+# exactly the pinned wheels: another version of one would make the device install ambiguous, and a wheel
+# not asked for (say cmake's, from an earlier --with-build-tools) would travel for nothing
 "$PY" - "$DEST" "${want[@]}" <<'EOF'
 import pathlib, re, sys
 
@@ -49,8 +51,8 @@ norm = lambda s: re.sub(r"[-_.]+", "_", s).lower()
 pins = {norm(s.split("==")[0]): s.split("==")[1] for s in specs}
 for whl in sorted(dest.glob("*.whl")):
     name, version = whl.name.split("-")[:2]
-    if norm(name) in pins and version != pins[norm(name)]:
-        print(f"removing {whl.name}: not the pinned {pins[norm(name)]}")
+    if pins.get(norm(name)) != version:
+        print(f"removing {whl.name}: not asked for")
         whl.unlink()
 missing = [s for s in specs if not any(norm(w.name.split("-")[0]) == norm(s.split("==")[0])
                                       for w in dest.glob("*.whl"))]

@@ -300,3 +300,15 @@ def test_integer_setters_and_queries_reject_bad_values():
         ready.lr_at(0, 3)
     with pytest.raises(ConfigError, match="epoch must be >= 0"):
         ready.lr_at(-1, 0)
+
+
+@pytest.mark.parametrize("cls", SCHEDULERS)
+def test_the_base_lr_is_the_one_positional_argument(cls):
+    """``CosineAnnealingLR(1e-3)`` (the README's and the seed's spelling) is ``CosineAnnealingLR().base_lr(1e-3)``."""
+    a, b = cls(1e-3), cls().base_lr(1e-3)
+    assert a == b and a.base == 1e-3
+    assert cls(1e-3).warmup(2).base == 1e-3
+    with pytest.raises(ConfigError, match="base_lr must be a number"):
+        cls("fast")
+    with pytest.raises(TypeError):
+        cls(1e-3, 2)  # everything but the base LR goes through the fluent setters

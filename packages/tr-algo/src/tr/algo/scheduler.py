@@ -1,6 +1,6 @@
 """Learning-rate schedulers: stateless, the LR is a pure function of the global step.
 
-    sched = CosineAnnealingLR().base_lr(0.36).warmup(10).warmup_start_lr(0.01).eta_min(1e-6)
+    sched = CosineAnnealingLR(0.36).warmup(10).warmup_start_lr(0.01).eta_min(1e-6)   # = .base_lr(0.36)
     ready = sched.prepare(total_epochs=100, steps_per_epoch=390)   # a new value; sched is unchanged
     ready.lr(step); ready.lr_at(epoch, batch); ready.table()       # float32 [total_steps]
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import numpy as np
@@ -35,9 +35,13 @@ _S = TypeVar("_S", bound="Scheduler")
 
 @dataclass(frozen=True, kw_only=True)
 class Scheduler:
-    """Base of every scheduler: base LR, linear warmup, step mode, and the prepared (E, S)."""
+    """Base of every scheduler: base LR, linear warmup, step mode, and the prepared (E, S).
 
-    base: float = 0.1
+    The base LR is the one positional argument of every scheduler (the seed's ``CosineAnnealingLR(1e-3)``);
+    everything else is set by the fluent setters.
+    """
+
+    base: float = field(default=0.1, kw_only=False)
     warmup_epochs: int = 0
     warmup_start: float | None = None
     warmup_factor: float = 0.0

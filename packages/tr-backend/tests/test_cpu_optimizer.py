@@ -200,3 +200,19 @@ def test_lars_trust_ratio_limits():
     be.write(t["g"], np.full(t["g"].shape.dims, 1e-3))
     be.launch(g)  # a huge ratio is clamped to 100
     assert be.read(t["ratio"]).ravel()[0] == 100.0
+
+
+def test_lars_trust_clip_attribute_bounds_the_ratio():
+    """LARS().trust_ratio_clip(c) reaches the op as trust_clip: the ratio is min(eta, c), not min(eta, 100)."""
+    a, t = _lars_arena()
+    be = a.allocate()
+    be.write(t["scale"], [1.0])
+    be.write(t["lr"], [0.1])
+    be.write(t["w"], np.ones(t["w"].shape.dims))
+    be.write(t["g"], np.full(t["g"].shape.dims, 1e-3))  # eta = 1e4 * ||w|| / ||g|| ~ 1e7 unclipped
+    for clip in (3.5, 250.0):
+        be.write(t["m"], np.zeros(t["m"].shape.dims))
+        g = be.capture("LARS", [op("lars_update", w=t["w"], g=t["g"], m=t["m"], lr=t["lr"], flag=t["flag"],
+                                   grad_scale=t["scale"], ratio=t["ratio"], trust_coefficient=1e4, trust_clip=clip)])
+        be.launch(g)
+        assert be.read(t["ratio"]).ravel()[0] == clip

@@ -402,6 +402,25 @@ def test_lars_update(nesterov):
     check(tw, 1e-5, "ratio", "w", "m")
 
 
+def test_lars_update_honours_trust_clip():
+    tw = Twin()
+    for name in ("w", "g", "m"):
+        tw.add(name, (64, 3, 3, 16))
+    for name in ("lr", "scale", "ratio"):
+        tw.add(name, (1,))
+    tw.add("flag", (1,), "int32")
+    tw.allocate()
+    for name in ("w", "g", "m"):
+        tw.fill(name)
+    tw.write("lr", [0.1])
+    tw.write("scale", [1.0])
+    call = op("lars_update", w=tw["w"], g=tw["g"], m=tw["m"], lr=tw["lr"], flag=tw["flag"], grad_scale=tw["scale"],
+              ratio=tw["ratio"], trust_coefficient=1e3, trust_clip=2.5)
+    tw.run(call)
+    check(tw, 1e-5, "ratio", "w", "m")
+    assert float(tw.gpu.read(tw["ratio"]).ravel()[0]) == 2.5
+
+
 # --- scalars -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("step", [-1, 0, 3, 100])
 def test_scalars(step):

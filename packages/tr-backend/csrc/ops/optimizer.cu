@@ -144,7 +144,7 @@ __global__ void lars_norms_kernel(const float* w, const float* g, std::int64_t n
 }
 
 struct Lars {
-  double momentum, wd, tc, eps;
+  double momentum, wd, tc, eps, clip;  // clip: the trust ratio's upper bound (LARS().trust_ratio_clip)
 };
 
 // One block: sums the partials in a fixed order, then eta and lr * eta into `out` (and ratio[0]).
@@ -166,7 +166,7 @@ __global__ void lars_ratio_kernel(const double* partial, int blocks, const float
   const double inv = 1.0 / static_cast<double>(*scale);
   const double wn = sqrt(ww), gn = sqrt(gg) * inv;
   double eta = 1.0;
-  if (!(wn < 1e-12 || gn < 1e-12)) eta = fmin(p.tc * wn / (gn + p.wd * wn + p.eps), 100.0);
+  if (!(wn < 1e-12 || gn < 1e-12)) eta = fmin(p.tc * wn / (gn + p.wd * wn + p.eps), p.clip);
   *ratio = static_cast<float>(eta);
   out[0] = static_cast<float>(inv);
   out[1] = static_cast<float>(static_cast<double>(*lr) * eta);
@@ -190,7 +190,8 @@ __global__ void lars_apply_kernel(float* w, const float* g, float* m, std::int64
 std::unique_ptr<Op> lars_update(Context&, const OpArgs& args) {
   const std::int64_t n = args.i("n");
   const int nesterov = static_cast<int>(args.i("nesterov", 0));
-  const Lars p{args.f("momentum"), args.f("weight_decay"), args.f("trust_coefficient"), args.f("eps")};
+  const Lars p{args.f("momentum"), args.f("weight_decay"), args.f("trust_coefficient"), args.f("eps"),
+               args.f("trust_clip", 100.0)};
   float* w = static_cast<float*>(args.ptr("w"));
   const float* g = static_cast<const float*>(args.ptr("g"));
   float* m = static_cast<float*>(args.ptr("m"));

@@ -18,8 +18,12 @@ from typing import Any
 import numpy as np
 
 from tr.core.errors import DataError
+from tr.core.log import get_logger
 from tr.data.dataset import Split, check_split
-from tr.data.download import DownloadFailed, extract_tar, fetch
+from tr.data.download import DownloadFailed, fetch, md5sum
+from tr.data.extract import archive_sizes, extract_tar, read_manifest, size_problems, write_manifest
+
+log = get_logger(__name__)
 
 PIXELS = 32 * 32 * 3
 
@@ -44,18 +48,24 @@ class _SafeUnpickler(pickle.Unpickler):
 def _unpickle(path: Path) -> dict:
     try:
         with open(path, "rb") as f:
-            d = _SafeUnpickler(io.BytesIO(f.read()), encoding="bytes").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as e:
-        raise DataError(f"{path}: not a readable CIFAR python batch ({e})") from e
+            raw = f.read()
     except OSError as e:
         raise DataError(f"{path}: cannot read ({e.strerror or e})") from e
+    try:
+        d = _SafeUnpickler(io.BytesIO(raw), encoding="bytes").load()
+    except Exception as e:  # a corrupt pickle can fail in any of the unpickler's and numpy's ways
+        raise DataError(f"{path}: not a readable CIFAR python batch ({type(e).__name__}: {e})") from None
     if not isinstance(d, dict):
         raise DataError(f"{path}: a CIFAR batch must hold a dict, got {type(d).__name__}")
-    return {k.decode() if isinstance(k, bytes) else k: v for k, v in d.items()}
+    try:
+        return {k.decode() if isinstance(k, bytes) else k: v for k, v in d.items()}
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: a CIFAR batch key is not text ({e})") from None
 
 
-def _planar_to_nhwc(data: np.ndarray, path: Path) -> np.ndarray:
-    data = np.asarray(data)
+def _planar_to_nhwc(data: Any, path: Path) -> np.ndarray:
+    if not isinstance(data, np.ndarray):
+        raise DataError(f"{path}: CIFAR data must be a uint8 numpy array, got {type(data).__name__}")
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != PIXELS:
         raise DataError(f"{path}: CIFAR data must be uint8 (n, {PIXELS}), got {data.dtype} {data.shape}")
     return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
@@ -110,24 +120,59 @@ class _CIFAR:
         return DataError(msg)
 
     def files(self, split: str) -> tuple[str, list[Path]]:
-        """('py' | 'bin', paths) of a split, downloading and extracting the archive when allowed."""
+        """('py' | 'bin', paths) of a split, downloading and extracting the archive when allowed.
+
+        Files that disagree in size with what their extraction recorded (an extraction interrupted by an
+        older tr, a file truncated since) are extracted again from the archive."""
         split = check_split(split)
         kind, paths = self._locate(split)
+        archive = self._archive()
         if kind:
-            return kind, paths
-        if not self.download:
+            damage = self._damage(paths)
+            if not damage:
+                return kind, paths
+            if not (self.download or archive.is_file()):
+                fix = f"; pass download=True to fetch {archive.name} and extract it again"
+                raise DataError("; ".join(damage) + fix)
+            log.warning("%s: extracting %s again", "; ".join(damage), archive)
+        elif not (self.download or archive.is_file()):  # an archive already here needs no network
             raise self._missing()
-        archive = self.root / Path(self.url).name
+        self._extract(archive)
+        kind, paths = self._locate(split)
+        if not kind:
+            raise self._missing([f"{archive} did not contain the expected files"])
+        damage = self._damage(paths)
+        if damage:
+            raise DataError("; ".join(damage))
+        return kind, paths
+
+    def _archive(self) -> Path:
+        return self.root / Path(self.url).name
+
+    def _extract(self, archive: Path) -> None:
         try:
             if not archive.is_file():
                 fetch([self.url], archive, md5=self.md5)
         except DownloadFailed as e:
             raise self._missing(e.errors) from None
+        if self.md5 and (got := md5sum(archive)) != self.md5:
+            raise DataError(f"{archive}: md5 {got}, expected {self.md5}; delete it to download it again")
         extract_tar(archive, self.root)
-        kind, paths = self._locate(split)
-        if not kind:
-            raise self._missing([f"{archive} did not contain the expected files"])
-        return kind, paths
+
+    def _damage(self, paths: list[Path]) -> list[str]:
+        """Files of ``paths`` whose size differs from what their extraction recorded."""
+        archive = self._archive()
+        sizes = read_manifest(self.root, archive.name)
+        if sizes is None:
+            if not archive.is_file():
+                return []  # files put here by hand: the readers check them as they read
+            # extracted without a record (an older tr, perhaps interrupted): compare with the archive once
+            sizes = archive_sizes(archive)
+            damage = size_problems(self.root, paths, sizes)
+            if not damage:
+                write_manifest(self.root, archive.name, {k: {"size": v} for k, v in sizes.items()})
+            return damage
+        return size_problems(self.root, paths, sizes)
 
     def check(self) -> None:
         """Every file present (downloading the archive when allowed), else DataError."""
@@ -140,7 +185,12 @@ class _CIFAR:
         if "data" not in d or self.label_key not in d:
             raise DataError(f"{path}: a CIFAR batch needs 'data' and '{self.label_key}', found {sorted(d)}")
         images = _planar_to_nhwc(d["data"], path)
-        labels = np.asarray(d[self.label_key], dtype=np.int64)
+        try:
+            labels = np.asarray(d[self.label_key], dtype=np.int64)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise DataError(f"{path}: '{self.label_key}' must be a list of class indices ({e})") from None
+        if labels.ndim != 1:
+            raise DataError(f"{path}: '{self.label_key}' must be a flat list, got shape {labels.shape}")
         if len(labels) != len(images):
             raise DataError(f"{path}: {len(images)} images but {len(labels)} labels")
         return images, labels

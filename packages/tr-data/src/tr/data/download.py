@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tarfile
 import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from tr.core.errors import DataError
 from tr.core.log import get_logger
 
 log = get_logger(__name__)
@@ -69,22 +67,3 @@ def fetch(urls: Sequence[str], dest: Path, md5: str | None = None, timeout: floa
             if tmp.exists():
                 tmp.unlink()
     raise DownloadFailed(errors)
-
-
-def extract_tar(archive: Path, dest: Path) -> None:
-    """Extract a .tar.gz, refusing members that would land outside ``dest``."""
-    root = dest.resolve()
-    try:
-        with tarfile.open(archive, "r:*") as tf:
-            for m in tf.getmembers():
-                target = (root / m.name).resolve()
-                if root != target and root not in target.parents:
-                    raise DataError(f"{archive}: member {m.name!r} would be extracted outside {dest}")
-                if not (m.isfile() or m.isdir()):
-                    raise DataError(f"{archive}: member {m.name!r} is not a regular file or directory")
-            if hasattr(tarfile, "data_filter"):
-                tf.extractall(dest, filter="data")
-            else:  # pragma: no cover - Python without extraction filters; members were checked above
-                tf.extractall(dest)
-    except (tarfile.TarError, EOFError, OSError) as e:
-        raise DataError(f"{archive}: cannot extract ({e})") from e

@@ -1,7 +1,8 @@
 """lars_update: layer-wise adaptive rate scaling for one weight tensor (SEED_SYSTEM.md §7).
 
 eta = tc ||w|| / (||g|| + wd ||w|| + eps), with g = grad / grad_scale[0]; eta = 1 when ||w|| < 1e-12,
-||g|| < 1e-12 or flag != 0; eta <= trust_clip (default 100). ratio[0] = eta. Unless flag != 0 (then nothing else happens):
+||g|| < 1e-12 or flag != 0; eta <= trust_clip (default 100). ratio[0] = eta. Unless flag != 0 (then nothing
+else happens):
 g' = g + wd w;  m <- momentum m + lr eta g';  w <- w - m  (Nesterov: w <- w - (lr eta g' + momentum m)).
 Norms run over the tensor's elements (not its slot padding), accumulated by BLAS dot products.
 """

@@ -1,0 +1,186 @@
+"""The PyTorch twins of benchmarks/cnn.py: eager, CUDA-graphed (the whole step, or forward + backward) and
+torch.compile'd training steps of torchvision's vgg16_bn / resnet50 on one resident synthetic batch.
+
+Every variant: channels_last, ``torch.autocast`` FP16 + ``GradScaler`` (AMP), ``SGD(momentum=0.9,
+nesterov=True)`` fused on CUDA (weight decay 1e-4 on conv/fc weights only, as tr), CrossEntropyLoss with label
+smoothing 0.1, cudnn.benchmark. Variants:
+
+* ``eager``: the usual loop body (zero_grad(set_to_none), autocast forward + loss, scaled backward,
+  scaler.step, scaler.update).
+* ``cuda_graph``: that whole body captured once with ``torch.cuda.graph`` after warm-up steps on a side
+  stream (PyTorch's "whole network capture" recipe) and replayed. It is legitimate because nothing in it
+  needs the host: the fused SGD takes GradScaler's scale and found-inf flag as device tensors
+  (``_step_supports_amp_scaling``: no ``.item()`` in scaler.step), scaler.update is a device kernel, and
+  autocast runs with ``cache_enabled=False`` as PyTorch requires under capture. Skipped steps (non-finite
+  gradients) still skip on the device and halve the scale, as in eager.
+* ``cuda_graph_fwd_bwd``: the fallback PyTorch's AMP notes give for optimizers whose step syncs: forward,
+  loss and scaled backward captured, scaler.step + update eager after each replay.
+* ``compile:<mode>``: ``torch.compile(model, mode)``; the optimizer step stays eager (fused). The first
+  step's time (the compile included) is reported as compile_s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+MOMENTUM, WD, LS, SEED = 0.9, 1e-4, 0.1, 123
+VARIANTS = ("eager", "cuda_graph", "cuda_graph_fwd_bwd")  # plus "compile:<mode>"
+
+
+def torch_model(a: argparse.Namespace, torch: Any) -> tuple[Any, list[str]]:
+    import torchvision
+
+    torch.manual_seed(SEED)
+    notes = ["each framework's own weight init (torchvision's; tr's seed policy: truncated-normal convs, "
+             "Kaiming-uniform fcs): the losses differ, the work per step does not"]
+    if a.model == "vgg16_bn":
+        model = torchvision.models.vgg16_bn(num_classes=a.classes)
+        notes.insert(0, "torchvision.models.vgg16_bn as is: its 13 convs keep their biases (tr's have none, a BN "
+                        "follows each): 13 small bias-adds and bias gradients more")
+        side = a.resolution // 32  # five 2x2 max-pools, floor as both frameworks do
+        if side != 7:
+            model.avgpool = torch.nn.Identity()
+            model.classifier[0] = torch.nn.Linear(512 * side * side, 4096)
+            notes.append(f"resolution {a.resolution}: AdaptiveAvgPool2d(7) removed and the first Linear sized "
+                         f"{512 * side * side}->4096, as tr's flatten gives")
+    elif a.model == "resnet50":
+        model = torchvision.models.resnet50(num_classes=a.classes)
+        notes.insert(0, "torchvision.models.resnet50 as is (v1.5: the stride on the 3x3 conv of each stage's "
+                        "first bottleneck, 1x1 projection conv + BN shortcuts, bias-free convs, fc with bias, "
+                        "zero_init_residual off): the same blocks as tr's resnet50 BluePrint")
+    else:
+        raise SystemExit(f"unknown model {a.model!r}")
+    return model, notes
+
+
+def run_torch(a: argparse.Namespace, variant: str) -> dict:
+    """One PyTorch row: ``variant`` is one of VARIANTS or ``compile:<mode>``."""
+    import torch
+    from cnn import synthetic
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = a.tf32
+    torch.backends.cudnn.allow_tf32 = a.tf32
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
+    graphed = variant.startswith("cuda_graph")
+    if graphed and not cuda:
+        raise RuntimeError("CUDA graphs need --device cuda")
+    model, notes = torch_model(a, torch)
+    model = model.to(dev, memory_format=torch.channels_last).train()
+    decay = [p for p in model.parameters() if p.ndim > 1]
+    rest = [p for p in model.parameters() if p.ndim <= 1]
+    fused = cuda and a.torch_fused
+    if graphed and not fused:
+        raise RuntimeError("the CUDA-graphed step needs the fused SGD (drop --no-torch-fused)")
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}],
+                          lr=a.lr, momentum=MOMENTUM, nesterov=True, fused=fused or None,
+                          foreach=None if fused else True)
+    scaler = torch.amp.GradScaler(dev.type, enabled=a.amp)
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=LS)
+    x, y = synthetic(a.batch, a.resolution, a.classes, np.float16 if a.amp else np.float32, SEED)
+    xb = torch.from_numpy(x).permute(0, 3, 1, 2).to(dev).contiguous(memory_format=torch.channels_last)
+    yb = torch.from_numpy(y).long().to(dev)
+    net = model
+    if variant.startswith("compile:"):
+        mode = variant.split(":", 1)[1]
+        torch._dynamo.reset()
+        net = torch.compile(model, mode=None if mode == "default" else mode)
+    elif variant not in VARIANTS:
+        raise SystemExit(f"unknown PyTorch variant {variant!r}")
+
+    def forward_backward(cache: bool = True) -> Any:
+        with torch.autocast(dev.type, dtype=torch.float16, enabled=a.amp, cache_enabled=cache):
+            loss = loss_fn(net(xb), yb)
+        scaler.scale(loss).backward()
+        return loss
+
+    def eager_step() -> Any:
+        opt.zero_grad(set_to_none=True)
+        loss = forward_backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(dev)
+
+    out: dict = {"variant": variant, "notes": notes, "optimizer": "SGD fused" if fused else "SGD foreach",
+                 "trainable_params": sum(p.numel() for p in model.parameters())}
+    step = eager_step
+    sync()
+    t0 = time.perf_counter()
+    if graphed:
+        step = capture(torch, variant, opt, scaler, forward_backward, eager_step, max(3, a.warmup))
+        sync()
+        out["capture_s"] = time.perf_counter() - t0  # warm-up steps, then the capture
+        warm = a.warmup
+    else:
+        step()  # the first step: cudnn.benchmark's search, and for torch.compile the compile itself
+        sync()
+        out["first_step_s"] = time.perf_counter() - t0
+        if variant.startswith("compile:"):
+            out["compile_s"] = out["first_step_s"]
+        warm = a.warmup - 1
+    for _ in range(warm):
+        step()
+    sync()
+    scale0 = scaler.get_scale() if a.amp else 1.0
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        loss = step()
+    sync()
+    dt = (time.perf_counter() - t0) / a.steps
+    out.update(images_per_s=a.batch / dt, ms_per_step=dt * 1e3, last_loss=float(loss.detach().float()))
+    if a.amp:  # GradScaler halves its scale per skipped step and grows only after 2000 clean steps
+        out["skipped_steps_timed"] = round(math.log2(scale0 / scaler.get_scale()))
+        out["loss_scale_end"] = scaler.get_scale()
+    if cuda:
+        out["max_memory_gib"] = torch.cuda.max_memory_allocated(dev) / 2**30
+    return out
+
+
+def capture(torch: Any, variant: str, opt: Any, scaler: Any, forward_backward: Any, eager_step: Any,
+            warmup: int) -> Any:
+    """Warm up on a side stream (cudnn.benchmark's search, the momentum buffers, GradScaler's tensors), capture,
+    and return a step function that replays the graph (and, for cuda_graph_fwd_bwd, runs the optimizer)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            if variant == "cuda_graph":
+                opt.zero_grad(set_to_none=True)
+                forward_backward(cache=False)
+                scaler.step(opt)
+                scaler.update()
+            else:
+                eager_step()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    # grads set to None: the captured backward allocates them from the graph's pool and replays write them
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        static_loss = forward_backward(cache=False)
+        if variant == "cuda_graph":
+            scaler.step(opt)
+            scaler.update()
+
+    if variant == "cuda_graph":
+        def replay() -> Any:
+            graph.replay()
+            return static_loss
+        return replay
+
+    def replay_then_step() -> Any:
+        graph.replay()
+        scaler.step(opt)
+        scaler.update()
+        return static_loss
+    return replay_then_step

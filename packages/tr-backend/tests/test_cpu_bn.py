@@ -9,6 +9,8 @@ import pytest
 import torch
 from backend_testkit import SimpleArena, assert_close, nchw, nhwc, op, run
 
+from tr.core.errors import BackendError, DTypeError, ShapeError
+
 VEC = ("gamma", "beta", "mean_in", "var_in", "mean_out", "var_out", "saved_mean", "saved_inv_std", "dgamma",
        "dbeta")
 
@@ -127,3 +129,111 @@ def test_bn_inference_and_folded_params():
     assert_close(be.read(t["y"]), nhwc(ref))
     g, v = vec("gamma").numpy(), vec("var").numpy()
     assert_close(be.read(t["scale"]).ravel(), g / np.sqrt(v + eps))
+
+
+def _fused_setup(shape, dtype):
+    c = shape[-1]
+    a = SimpleArena()
+    t = {name: a.add(name, shape, dtype) for name in ("x", "z", "y", "dy", "dx", "dz", "y2", "y3", "dx2")}
+    t.update({name: a.add(name, (c,)) for name in VEC + ("mean_out2", "var_out2", "saved_mean2", "saved_inv_std2",
+                                                         "dgamma2", "dbeta2")})
+    be = a.allocate()
+    rng = np.random.default_rng(c)
+    be.write(t["x"], 1.0 + 2.0 * rng.standard_normal(shape))
+    be.write(t["z"], rng.standard_normal(shape))
+    be.write(t["dy"], rng.standard_normal(shape))
+    be.write(t["gamma"], rng.uniform(0.5, 1.5, c))
+    be.write(t["beta"], rng.standard_normal(c))
+    be.write(t["var_in"], np.ones(c))
+    return be, t
+
+
+def _fwd(t, y="y", suffix="", **kw):
+    names = ("mean_out", "var_out", "saved_mean", "saved_inv_std")
+    return op("bn_fwd", x=t["x"], gamma=t["gamma"], beta=t["beta"], mean_in=t["mean_in"], var_in=t["var_in"],
+              y=t[y], **{n: t[n + suffix] for n in names}, **kw)
+
+
+@pytest.mark.parametrize("dtype,tol", [("fp32", 1e-5), ("fp16", 3e-3)])
+@pytest.mark.parametrize("residual", [False, True])
+def test_bn_relu_and_residual_fused_against_torch(dtype, tol, residual):
+    """y = relu(bn(x) + z) and its gradients for x, gamma, beta and z, in one forward and one backward op."""
+    shape = (4, 3, 5, 16)
+    be, t = _fused_setup(shape, dtype)
+    extra = {"z": t["z"]} if residual else {}
+    # with a residual the mask is read from y and dz is written; without, the mask is recomputed from x
+    bwd = ({"y": t["y"], "dz": t["dz"]} if residual else {"beta": t["beta"]})
+    run(be, _fwd(t, activation="relu", **extra),
+        op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
+           saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"], activation="relu",
+           **bwd))
+    x = nchw(be.read(t["x"]).astype(np.float64))
+    z = nchw(be.read(t["z"]).astype(np.float64))
+    gamma = torch.tensor(be.read(t["gamma"]).ravel(), dtype=torch.float64, requires_grad=True)
+    beta = torch.tensor(be.read(t["beta"]).ravel(), dtype=torch.float64, requires_grad=True)
+    y = torch.nn.functional.batch_norm(x, None, None, gamma, beta, training=True)
+    y = torch.relu(y + z if residual else y)
+    y.backward(nchw(be.read(t["dy"]).astype(np.float64)))
+    assert_close(be.read(t["y"]), nhwc(y), tol)
+    assert_close(be.read(t["dx"]), nhwc(x.grad), tol)
+    assert_close(be.read(t["dgamma"]).ravel(), gamma.grad.numpy(), 1e-4)
+    assert_close(be.read(t["dbeta"]).ravel(), beta.grad.numpy(), 1e-4)
+    if residual:
+        assert_close(be.read(t["dz"]), nhwc(z.grad), tol)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_fused_relu_equals_bn_then_act_bit_for_bit(dtype):
+    """The mask recomputed from x is exactly the one the unfused act_bwd reads from y (rounding included)."""
+    shape = (2, 4, 4, 8)
+    be, t = _fused_setup(shape, dtype)
+    x = be.read(t["x"]).astype(np.float32)
+    x[0, 0, 0, :] = 0.0  # pre-activations at the kink and far below it
+    be.write(t["x"], x)
+    run(be, _fwd(t, activation="relu"),
+        op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
+           saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"], activation="relu",
+           beta=t["beta"]),
+        _fwd(t, y="y2", suffix="2"),
+        op("act_fwd", x=t["y2"], y=t["y3"], kind="relu"),
+        op("act_bwd", x=t["y3"], dy=t["dy"], dx=t["dz"], kind="relu"),
+        op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dz"], saved_mean=t["saved_mean2"],
+           saved_inv_std=t["saved_inv_std2"], dgamma=t["dgamma2"], dbeta=t["dbeta2"], dx=t["dx2"]))
+    for a, b in (("y", "y3"), ("dx", "dx2"), ("dgamma", "dgamma2"), ("dbeta", "dbeta2")):
+        assert be.read(t[a]).tobytes() == be.read(t[b]).tobytes(), a
+
+
+def test_bn_inference_fused_relu_residual():
+    shape, c = (2, 3, 3, 6), 6
+    a = SimpleArena()
+    t = {name: a.add(name, shape) for name in ("x", "z", "y")}
+    t.update({name: a.add(name, (c,)) for name in ("scale", "bias")})
+    be = a.allocate()
+    rng = np.random.default_rng(9)
+    for name in ("x", "z"):
+        be.write(t[name], rng.standard_normal(shape))
+    be.write(t["scale"], rng.uniform(0.5, 2, c))
+    be.write(t["bias"], rng.standard_normal(c))
+    run(be, op("bn_inf", x=t["x"], scale=t["scale"], bias=t["bias"], z=t["z"], y=t["y"], activation="relu"))
+    ref = np.maximum(be.read(t["x"]) * be.read(t["scale"]).ravel() + be.read(t["bias"]).ravel() + be.read(t["z"]), 0)
+    assert_close(be.read(t["y"]), ref, 1e-6)
+
+
+def test_bn_rules_name_the_problem():
+    shape = (2, 2, 2, 4)
+    a = SimpleArena()
+    t = {name: a.add(name, shape) for name in ("x", "y", "dy", "dx")}
+    t["z16"] = a.add("z16", shape, "fp16")
+    t.update({name: a.add(name, (4,)) for name in VEC})
+    t["short"] = a.add("short", (3,))
+    be = a.allocate()
+    with pytest.raises(BackendError, match="activation 'relu' needs the forward's output y or beta"):
+        run(be, op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
+                   saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"],
+                   activation="relu"))
+    with pytest.raises(DTypeError, match="z is FP16 but x is FP32"):
+        run(be, _fwd(t, z=t["z16"]))
+    with pytest.raises(ShapeError, match=r"scale has 3 elements, expected 4 \(one per channel\)"):
+        run(be, op("bn_inf", x=t["x"], scale=t["short"], bias=t["beta"], y=t["y"]))
+    with pytest.raises(BackendError, match="activation must be None or 'relu', got 'tanh'"):
+        run(be, _fwd(t, activation="tanh"))

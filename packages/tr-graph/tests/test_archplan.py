@@ -14,12 +14,15 @@ def test_resnet50_matches_torchvision(models):
         ref = torchvision.models.resnet50()
     assert plan.num_params == sum(p.numel() for p in ref.parameters()) == 25_557_032
     kinds = [L.kind for L in plan.layers]
-    assert kinds.count("add") == 16 and kinds.count("cbr") == 1 + 16 * 2  # stem + two per bottleneck
-    assert kinds.count("conv") == 16 + 4 and kinds.count("bn2d") == 16 + 4  # last conv of each block + projections
+    # the residual join and its relu run inside the last BN of each bottleneck: no add layer is left
+    assert kinds.count("add") == 0 and kinds.count("cbr") == 1 + 16 * 3  # stem + three per bottleneck
+    joins = [L for L in plan.layers if L.kind == "cbr" and L.params["residual"]]
+    assert len(joins) == 16 and all(L.params["act"] == "relu" and len(L.inputs) == 2 for L in joins)
+    assert kinds.count("conv") == 4 and kinds.count("bn2d") == 4  # the projection shortcuts
     assert plan.layers[0].first and plan.layers[0].kind == "cbr"
     assert plan.shapes[-2] == Shape(1, 1, 1, 1000) and plan.shapes[kinds.index("gap")] == Shape(1, 1, 1, 2048)
     fp32 = ArchPlan.from_blueprint(models.resnet50, (224, 224, 3), 1000, amp=False)
-    assert "cbr" not in [L.kind for L in fp32.layers] and fp32.layers[0].kind == "conv"
+    assert [L.kind for L in fp32.layers] == kinds  # the fusions are exact in FP32 too
 
 
 def test_vgg16_bn_matches_torchvision(models):

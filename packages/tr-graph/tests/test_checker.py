@@ -31,11 +31,11 @@ def resnet(models):
 
 def test_compiled_plans_pass(models, vgg, resnet):
     assert check_program(compile_program(models.mlp_mnist, mlp_spec())) == 4 * (2 + 10 + 2) + 4 * 5
-    assert check_program(vgg) > 500
+    assert check_program(vgg) > 400
     assert check_program(resnet) > 2000
     # reuse is real: far fewer bytes than tensors
     pooled = [t for t in resnet.tensors if t.region == Region.F_FEATURE_FP32]
-    assert len({t.offset for t in pooled}) < len(pooled) / 3
+    assert len({t.offset for t in pooled}) < len(pooled) / 2.5
 
 
 def _first_op(program, variant, gid, op, **arg_names):
@@ -52,19 +52,19 @@ def small():
 
 
 def test_catches_an_overwritten_backward_input(small):
-    # L2.y (a relu output) is the input of the conv at layer 3, read again by its conv_bwd; the GAP output
-    # written after it (and alive until the fc backward) is moved onto it
+    # L0.y (the first cbr's output) is the input of the conv in the cbr at layer 1, read again by its
+    # conv_bwd; the GAP output written after it (and alive until the fc backward) is moved onto it
     t = by_name(small)
-    bad = relocate(small, {t["L6.y"].id: t["L2.y"].offset})
-    with pytest.raises(CompileError, match=r"conv_bwd @L3\): reads x=L2.y, but L6.y overwrote its bytes at op \d+ "
-                                           r"\(DEEP_FWD_BWD: gap_fwd @L6\)"):
+    bad = relocate(small, {t["L2.y"].id: t["L0.y"].offset})
+    with pytest.raises(CompileError, match=r"conv_bwd @L1\): reads x=L0.y, but L2.y overwrote its bytes at op \d+ "
+                                           r"\(DEEP_FWD_BWD: gap_fwd @L2\)"):
         check_program(bad)
 
 
 def test_catches_overwritten_saved_statistics(small):
     t = by_name(small)
-    bad = relocate(small, {t["L4.saved_inv_std"].id: t["L1.saved_mean"].offset})
-    with pytest.raises(CompileError, match=r"reads saved_mean=L1.saved_mean, but L4.saved_inv_std overwrote"):
+    bad = relocate(small, {t["L1.saved_inv_std"].id: t["L0.saved_mean"].offset})
+    with pytest.raises(CompileError, match=r"reads saved_mean=L0.saved_mean, but L1.saved_inv_std overwrote"):
         check_program(bad)
 
 

@@ -76,7 +76,7 @@ def test_inits(models):
     assert [inits[f"L0.{n}"].kind for n in ("gamma", "beta", "prev_mean", "prev_var", "next_mean", "next_var")] == [
         "ones", "zeros", "zeros", "ones", "zeros", "ones"]
     assert inits["L0.eq_scale"].kind == "const" and math.isclose(inits["L0.eq_scale"].value, 1 / math.sqrt(1.001))
-    assert inits["loss_scale"].value == 8192.0 and inits["batch_train"].value == 128.0
+    assert inits["loss_scale"].value == 65536.0 and inits["batch_train"].value == 128.0
     assert not any(n.endswith((".grad", ".grad16", ".fp16", ".m")) for n in inits)
 
 
@@ -89,10 +89,13 @@ def test_amp_placement():
     assert all(x.dtype == DType.FP16 for x in p.tensors if x.region in (R.F_FEATURE_FP16,))
     assert not any(x.region in (R.F_FEATURE_FP32, R.F_GRAD_SLOT_FP32) for x in p.tensors)
     first = p.calls("train", G.FIRST_LAYER_FWD_A)
-    assert [c.op for c in first] == ["copy", "conv_fwd", "bn_fwd", "act_fwd"]  # the CBR is the first layer
+    assert [c.op for c in first] == ["copy", "conv_fwd", "bn_fwd"]  # the CBR is the first layer, its relu in bn_fwd
+    assert first[2].attrs["activation"] == "relu"
     assert first[1].args["w"].name == "L0.w.fp16" and first[1].args["x"].name == "data_a"
     bwd = p.calls("train", G.FIRST_LAYER_BWD_A)
-    assert [c.op for c in bwd] == ["act_bwd", "bn_bwd", "conv_bwd"] and bwd[-1].args["dx"] is None
+    assert [c.op for c in bwd] == ["bn_bwd", "conv_bwd"] and bwd[-1].args["dx"] is None
+    # the relu mask is recomputed from the conv output: the layer's output is not read by its backward
+    assert bwd[0].args["y"] is None and bwd[0].args["beta"].name == "L0.beta" and bwd[0].args["x"].name == "L0.conv_y"
     assert bwd[-1].args["dw"].region == R.G_FIRST_CONV_FP16
     for gid, src, dst in ((G.CAST_DEEP_GRAD_FP16_TO_FP32, R.G_DEEP_CONV_FP16, R.G_DEEP_CONV),
                           (G.CAST_FIRST_GRAD_FP16_TO_FP32, R.G_FC_WEIGHT_FP16, R.G_FC_WEIGHT)):
@@ -209,5 +212,5 @@ def test_compile_with_plan_returns_the_arch(models):
 def test_spec_bn_override(models):
     p = compile_program(seq(conv(4, 3), bn(momentum=0.2), relu(), gap(), fc(2)),
                         CompileSpec((5, 5, 1), 2, 2, bn_momentum=0.01, bn_eps=1e-3))
-    c = next(c for c in p.calls("train", G.DEEP_FWD_BWD) if c.op == "bn_fwd")
-    assert c.attrs == {"momentum": 0.01, "eps": 1e-3}
+    c = next(c for c in p.calls("train", G.FIRST_LAYER_FWD_A) if c.op == "bn_fwd")  # conv+bn+relu: a cbr
+    assert c.attrs == {"momentum": 0.01, "eps": 1e-3, "activation": "relu"}

@@ -72,8 +72,10 @@ def test_mlp_graphs_exactly(models):
         ("softmax_ce_inf", {"logits": "L3.y@inf", "labels": "labels_a", "result": "result", "pred": "pred"}),
     ]
     assert [c.attrs["activation"] for c in p.calls("val", G.INF_MAIN_B)[:4]] == ["relu", "relu", "relu", None]
-    assert g(G.ACCUM_METRICS) == [("accum_metrics", {"result": "result", "accum": "accum", "batch": "batch_train"})]
-    assert names(p.calls("val", G.ACCUM_METRICS))[0][1]["batch"] == "batch_val"
+    assert g(G.ACCUM_METRICS) == [("accum_metrics", {"result": "result", "accum": "accum", "batch": "batch_train",
+                                                     "flag": "nan_flag", "samples": "accum_samples"})]
+    assert names(p.calls("val", G.ACCUM_METRICS)) == [("accum_metrics", {"result": "result", "accum": "accum",
+                                                                         "batch": "batch_val"})]  # no skip flag
     assert g(G.ACCUM_METRICS_TRAIN_LAST)[0][1]["batch"] == "batch_train_last"
     assert g(G.ACCUM_METRICS_VAL_LAST)[0][1]["batch"] == "batch_val_last"
     assert g(G.CLEAR_METRICS) == [("range_clear", {"span": sp(R.R_RESULT_ACCUMULATED)})]
@@ -122,11 +124,14 @@ def test_residual_gradients_are_summed():
     deep = names(p.calls("train", G.DEEP_FWD_BWD))
     acc = [a for op, a in deep if op == "accumulate"]
     assert len(acc) == 2  # one per block input (a branch point)
-    # identity block: the join's gradient (after its relu) is added to the stem's input gradient
-    ident = next(a for a in acc if a["x"].endswith("act_dx"))
-    assert ident["y"].endswith(".dx")
+    # identity block: the join's gradient (masked by its relu, written by the last BN's backward as the
+    # residual's gradient dz) and the stem's input gradient are summed
+    ident = next(a for a in acc if a["x"].endswith(".dx1") or a["y"].endswith(".dx1"))
+    assert {ident["x"][-3:], ident["y"][-3:]} == {"dx1", ".dx"}
+    bwd = next(a for op, a in deep if op == "bn_bwd" and a.get("dz") in (ident["x"], ident["y"]))
+    assert "y" in bwd and "beta" not in bwd  # the mask comes from the block's output
     # projection block: shortcut conv and stem conv gradients are summed
-    proj = next(a for a in acc if not a["x"].endswith("act_dx"))
+    proj = next(a for a in acc if a is not ident)
     assert proj["x"].endswith(".dx") and proj["y"].endswith(".dx")
     # every accumulate happens before the gradient is read by the layer that produced the value
     order = [op for op, _ in deep]
@@ -151,14 +156,14 @@ def test_batch_norm_graphs():
     assert names(p.calls("train", G.STATS_COMM)) == [("range_allreduce_mean",
                                                       {"span": sp(R.B_NEXT_MEAN, R.B_NEXT_VAR)})]
     eq = p.calls("train", G.UPDATE_BN_INF_PARAMS)
-    assert [(c.op, c.layer, c.attrs["eps"]) for c in eq] == [("bn_update_eq", 1, 1e-3), ("bn_update_eq", 5, 1e-5)]
+    assert [(c.op, c.layer, c.attrs["eps"]) for c in eq] == [("bn_update_eq", 0, 1e-3), ("bn_update_eq", 3, 1e-5)]
     assert eq[0].args["mean"].region == R.B_PREV_MEAN and eq[0].args["scale"].region == R.W_EQ_SCALE
-    fwd = next(c for c in p.calls("train", G.DEEP_FWD_BWD) if c.op == "bn_fwd")
-    assert fwd.attrs == {"momentum": 0.05, "eps": 1e-3}
+    fwd = next(c for c in p.calls("train", G.FIRST_LAYER_FWD_A) if c.op == "bn_fwd")  # conv+bn+relu: a cbr
+    assert fwd.attrs == {"momentum": 0.05, "eps": 1e-3, "activation": "relu"}
     assert fwd.args["mean_in"].region == R.B_PREV_MEAN and fwd.args["var_out"].region == R.B_NEXT_VAR
     assert fwd.args["saved_mean"].region == R.T_TEMP_FP32
     inf = [c.op for c in p.calls("val", G.INF_MAIN_A)]
-    assert inf == ["conv_fwd", "bn_inf", "act_inf", "maxpool_inf", "fc_fwd", "bn_inf", "fc_fwd", "softmax_ce_inf"]
+    assert inf == ["conv_fwd", "bn_inf", "maxpool_inf", "fc_fwd", "bn_inf", "fc_fwd", "softmax_ce_inf"]
     # the flatten before the fc is gone (the fc reads [N,H,W,C]); the one feeding a BN1d would be kept
     assert all(c.op != "flatten_fwd" for c in p.calls("train", G.DEEP_FWD_BWD))
     assert next(c for c in p.calls("train", G.DEEP_FWD_BWD) if c.op == "maxpool_fwd").args["mask"].region == R.S_MASK
@@ -192,10 +197,11 @@ def test_optimizers():
     lars = _opt({"optimizer": "lars", "weight_decay": 1e-4, "lr_table_steps": 100, "trust_coefficient": 0.02})
     assert [c.op for c in lars] == ["lr_lookup", "range_optimizer", "lars_update", "lars_update", "scalar_increment"]
     assert lars[1].attrs["rule"] == "momentum" and lars[1].args["w"] == sp(R.W_BN_BIAS, R.W_FC_BIAS)
-    assert [c.args["w"].name for c in lars[2:4]] == ["L0.w", "L4.w"]
+    assert [c.args["w"].name for c in lars[2:4]] == ["L0.w", "L2.w"]
     assert lars[2].args["ratio"].region == R.N_FIRST_CONV and lars[3].args["ratio"].region == R.N_FC_WEIGHT
     assert lars[2].attrs == {"nesterov": False, "momentum": 0.9, "weight_decay": 1e-4, "trust_coefficient": 0.02,
-                             "eps": 1e-8}
+                             "eps": 1e-8, "trust_clip": 100.0}
+    assert _opt({"optimizer": "lars", "trust_clip": 7.0})[2].attrs["trust_clip"] == 7.0
     assert lars[0].args["table"].shape.c == 100
     nest = _opt({"optimizer": "lars_nesterov"})
     assert nest[0].attrs["rule"] == "nesterov" and nest[1].attrs["nesterov"]
@@ -209,3 +215,36 @@ def test_bias_free_model_skips_the_bias_update():
 def test_grad_clip_attribute():
     p = compile_program(seq(fc(3)), mlp_spec(input_shape=(1, 1, 2), num_classes=3, grad_clip=5.0))
     assert p.calls("train", G.NAN_CHECK_AND_GRAD_SCALING)[0].attrs == {"clip": 5.0}
+
+
+def test_bn_running_statistics_join_the_nan_flag():
+    # Inputs of 1e30 overflow the running variance with finite gradients: the statistics are checked too.
+    m = seq(conv(8, 3, p=1), bn(), relu(), flatten(), fc(4))
+    p = compile_program(m, mlp_spec(input_shape=(4, 4, 2), num_classes=4))
+    nan = p.calls("train", G.NAN_CHECK_AND_GRAD_SCALING)
+    assert [c.op for c in nan] == ["range_check_finite", "range_check_finite", "count_flag"]
+    assert names(nan[:2]) == [("range_check_finite", {"span": sp(R.G_BN_BIAS, R.G_DEEP_CONV), "flag": "nan_flag"}),
+                              ("range_check_finite", {"span": sp(R.B_NEXT_MEAN, R.B_NEXT_VAR), "flag": "nan_flag"})]
+    assert nan[0].attrs == {"clip": 0.0} and nan[1].attrs == {"clip": 0.0, "accumulate": True}
+    # without BN there is nothing more to check
+    mlp = compile_program(seq(fc(8), relu(), fc(4)), mlp_spec(input_shape=(1, 1, 4), num_classes=4))
+    assert [c.op for c in mlp.calls("train", G.NAN_CHECK_AND_GRAD_SCALING)] == ["range_check_finite", "count_flag"]
+
+
+def test_loss_scale_rules_reach_the_plan():
+    def update(**kw):
+        p = compile_program(seq(fc(8), relu(), fc(4)), mlp_spec(input_shape=(1, 1, 4), num_classes=4, amp=True, **kw))
+        call = p.calls("train", G.NAN_CHECK_AND_GRAD_SCALING)[-1]
+        assert call.op == "loss_scale_update"
+        return p, call
+
+    p, dyn = update()
+    assert dyn.attrs == {"rule": "dynamic", "growth_interval": 2000}
+    assert dyn.args["tracker"].name == "loss_scale_tracker"
+    assert dyn.args["tracker"].dtype == DType.INT32 and p.named["loss_scale_tracker"].region == R.S_SCALAR_INT32
+    assert {i.tensor.name: i.value for i in p.inits}["loss_scale"] == 65536.0
+    p, dyn = update(loss_scale_growth_interval=7, loss_scale_init=1024.0)
+    assert dyn.attrs["growth_interval"] == 7 and {i.tensor.name: i.value for i in p.inits}["loss_scale"] == 1024.0
+    p, st = update(loss_scale_rule="static")
+    assert st.attrs == {"rule": "static"} and st.args["tracker"] is None and "loss_scale_tracker" not in p.named
+    assert {i.tensor.name: i.value for i in p.inits}["loss_scale"] == 8192.0

@@ -172,14 +172,19 @@ def test_fuse():
     layers = name_bn(remove_identity(wire(expand(
         seq(cbr(8, 3, p=1), fc(4), relu(), add2(identity(), fc(4)), relu()), 3))))
     fp32 = fuse(layers, amp=False)
-    assert [L.describe() for L in fp32] == ["conv 8 k3 s1 p1", "bn2d", "relu", "fc 4+relu", "fc 4", "add+relu"]
+    assert [L.describe() for L in fp32] == ["cbr 8 k3 s1 p1+relu", "fc 4+relu", "fc 4", "add+relu"]
     amp = fuse(layers, amp=True)
     assert [L.kind for L in amp] == ["cbr", "fc", "fc", "add"]
-    assert amp[0].params["momentum"] == 0.1 and amp[0].inputs == (DATA,)
+    assert amp[0].params["momentum"] == 0.1 and amp[0].inputs == (DATA,) and not amp[0].params["residual"]
     assert amp[3].inputs == (amp[1].uid, amp[2].uid)
     # a relu whose input has another reader stays separate
     shared = remove_identity(wire(expand(seq(fc(4), add2(identity(), relu())), 3)))
     assert kinds(fuse(shared, amp=True)) == ["fc", "act", "add"]
+    # conv -> bn -> add: the shortcut side is fused when the stem is not a conv+bn; a bn with two readers is not
+    side = name_bn(remove_identity(wire(expand(seq(fc(4), add2(seq(conv(4, 1), bn()), relu())), 3))))
+    got = fuse(side, amp=False)
+    assert kinds(got) == ["fc", "act", "cbr"] and got[2].inputs == (side[0].uid, got[1].uid)
+    assert got[2].params["residual"] and got[2].params["act"] is None
 
 
 def test_mark_first_and_renumber():
@@ -198,7 +203,9 @@ def test_mark_first_and_renumber():
 def test_build_layers_end_to_end():
     layers, shapes = build_layers(seq(cbr(8, 3, p=1), maxpool(2), block("basic", 8), gap(), fc(5)),
                                   Shape(1, 8, 8, 3), 5, amp=True)
-    assert kinds(layers) == ["cbr", "maxpool", "cbr", "conv", "bn2d", "add", "gap", "fc", "softmax_ce"]
-    assert layers[5].inputs == (1, 4) and layers[5].params["activation"] == "relu"
-    assert [L.uid for L in layers] == list(range(9))
+    # the block's second conv, its BN, the join and the relu: one residual cbr reading (stem, shortcut)
+    assert kinds(layers) == ["cbr", "maxpool", "cbr", "cbr", "gap", "fc", "softmax_ce"]
+    assert layers[3].inputs == (2, 1) and layers[3].params["act"] == "relu" and layers[3].params["residual"]
+    assert layers[3].describe() == "cbr 8 k3 s1 p1+add+relu"
+    assert [L.uid for L in layers] == list(range(7))
     assert shapes[1] == Shape(1, 4, 4, 8) and shapes[-1] == Shape(1, 1, 1, 5)

@@ -93,18 +93,28 @@ _DEFS: list[OpDef] = [
           doc="NHWC cross-correlation, weight KRSC"),
     OpDef("conv_bwd", "conv", (_t("x"), _t("w"), _t("dy"), _t("dw", "out"), _t("dx", "out", True)),
           ("kernel", "stride", "padding"), doc="wgrad (and dgrad unless dx is None)"),
-    # --- batch norm ------------------------------------------------------------------------------
+    # --- batch norm (with the activation and the residual join that follow it fused in) -------------
     OpDef("bn_fwd", "bn",
           (_t("x"), _t("gamma"), _t("beta"), _t("mean_in"), _t("var_in"), _t("mean_out", "out"),
-           _t("var_out", "out"), _t("y", "out"), _t("saved_mean", "out"), _t("saved_inv_std", "out")),
-          ("momentum", "eps"),
-          doc="batch statistics over N*H*W; running stats: out = (1-m)*in + m*batch (unbiased var; biased when "
-              "N*H*W = 1); saved_inv_std = 1/sqrt(biased var + eps)"),
+           _t("var_out", "out"), _t("y", "out"), _t("saved_mean", "out"), _t("saved_inv_std", "out"),
+           _t("z", optional=True)),
+          ("momentum", "eps", "activation"), inplace=(("y", "z"),),
+          doc="y = act(bn(x) + z): batch statistics over N*H*W, bn(x) = (x - mean) * (gamma * inv_std) + beta; "
+              "z (the residual, optional) is added before the activation (None or 'relu'); running stats: "
+              "out = (1-m)*in + m*batch (unbiased var; biased when N*H*W = 1); saved_inv_std = 1/sqrt(biased "
+              "var + eps)"),
     OpDef("bn_bwd", "bn",
           (_t("x"), _t("gamma"), _t("dy"), _t("saved_mean"), _t("saved_inv_std"), _t("dgamma", "out"),
-           _t("dbeta", "out"), _t("dx", "out")), ("eps",), inplace=(("dx", "x"),),
-          doc="eps is informational: saved_inv_std already includes it"),
-    OpDef("bn_inf", "bn", (_t("x"), _t("scale"), _t("bias"), _t("y", "out")), doc="y = x*scale + bias"),
+           _t("dbeta", "out"), _t("dx", "out"), _t("beta", optional=True), _t("y", optional=True),
+           _t("dz", "out", True)),
+          ("eps", "activation"), inplace=(("dx", "x"), ("dz", "dy")),
+          doc="dy is the gradient of bn_fwd's y. With activation 'relu' the mask is y > 0, read from y when "
+              "given (needed with a residual), else recomputed from x with beta exactly as the forward "
+              "rounded it; g = dy * mask; dz = g (the residual's gradient) when given; dbeta = sum g, "
+              "dgamma = sum g*xhat, dx = the BN input gradient of g. eps is informational: saved_inv_std "
+              "already includes it"),
+    OpDef("bn_inf", "bn", (_t("x"), _t("scale"), _t("bias"), _t("y", "out"), _t("z", optional=True)),
+          ("activation",), inplace=(("y", "z"),), doc="y = act(x*scale + bias + z)"),
     OpDef("bn_update_eq", "bn",
           (_t("gamma"), _t("beta"), _t("mean"), _t("var"), _t("scale", "out"), _t("bias", "out")), ("eps",),
           doc="scale = gamma/sqrt(var+eps); bias = beta - mean*scale"),

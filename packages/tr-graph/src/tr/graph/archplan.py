@@ -46,6 +46,8 @@ class ArchLayer:
             s = k
         if p.get("activation") and k in ("fc", "add"):
             s += "+" + str(p["activation"])
+        if k == "cbr":
+            s += ("+add" if p.get("residual") else "") + ("+" + str(p["act"]) if p.get("act") else "")
         return s
 
 

@@ -11,7 +11,8 @@
 8. infer_shapes      per-sample shapes (also run per variant by the compiler)
 9. place_flatten     drop flattens that only feed FCs (an FC reads [N, H*W*C] directly) or that are
                      no-ops, insert one where an FC would read channel-padded rows (AMP)
-10. fuse             relu into fc and add (fused epilogues); conv+bn2d+relu -> cbr under AMP
+10. fuse             relu into fc and add (fused epilogues); conv+bn2d+relu and conv+bn2d+add(+relu)
+                     -> cbr (the relu and the residual add run inside the BN kernels)
 11. mark_first       layer 0 is the first layer (fc, conv, cbr or flatten); nothing else reads the input
 12. renumber         uid = index
 """
@@ -300,36 +301,74 @@ def place_flatten(layers: Sequence[ArchLayer], shapes: dict[int, Shape], amp: bo
 
 # --- 10. fuse -------------------------------------------------------------------------------------
 
-def fuse(layers: Sequence[ArchLayer], amp: bool) -> list[ArchLayer]:
-    """relu into fc/add (always: the ops have a relu epilogue); conv+bn2d+relu -> cbr under AMP."""
-    by_uid = {L.uid: L for L in layers}
-    n_readers: dict[int, int] = {}
+def _readers(layers: Sequence[ArchLayer]) -> dict[int, int]:
+    n: dict[int, int] = {}
     for L in layers:
         for u in L.inputs:
-            n_readers[u] = n_readers.get(u, 0) + 1
+            n[u] = n.get(u, 0) + 1
+    return n
 
-    def sole(u: int) -> ArchLayer | None:
-        return by_uid[u] if u != DATA and n_readers.get(u) == 1 else None
+
+def fuse(layers: Sequence[ArchLayer], amp: bool) -> list[ArchLayer]:
+    """relu into fc/add (the ops have a relu epilogue), then conv+bn2d(+add)(+relu) into cbr layers.
+
+    ``amp`` is accepted for the pass signature; the fusions are exact on FP32 too, so they always apply."""
+    return fuse_cbr(fuse_relu(layers))
+
+
+def fuse_relu(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
+    by_uid = {L.uid: L for L in layers}
+    n_readers = _readers(layers)
+    dropped: set[int] = set()
+    fused: dict[int, ArchLayer] = {}
+    for L in layers:
+        if L.kind != "act" or L.params["kind"] != "relu" or L.inputs[0] == DATA or n_readers.get(L.inputs[0]) != 1:
+            continue
+        p = by_uid[L.inputs[0]]
+        if p.kind in ("fc", "add") and not p.params.get("activation"):
+            fused[L.uid] = replace(p, params=params(**{**p.params, "activation": "relu"}), uid=L.uid)
+            dropped.add(p.uid)
+    return [fused.get(L.uid, L) for L in layers if L.uid not in dropped]
+
+
+def fuse_cbr(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
+    """conv -> bn2d -> relu becomes cbr(act=relu); conv -> bn2d -> add(+relu) (the stem of a residual
+    block, or else its shortcut) becomes cbr(residual, act = the add's), whose second input is the add's
+    other input. Each inner value must have one reader: the next layer of the pattern."""
+    by_uid = {L.uid: L for L in layers}
+    n_readers = _readers(layers)
+
+    def conv_bn(u: int) -> tuple[ArchLayer, ArchLayer] | None:
+        """(conv, bn) when value u is a bn2d read once whose input is a conv read once."""
+        if u == DATA or n_readers.get(u) != 1 or by_uid[u].kind != "bn2d":
+            return None
+        bn = by_uid[u]
+        c = bn.inputs[0]
+        if c == DATA or n_readers.get(c) != 1 or by_uid[c].kind != "conv":
+            return None
+        return by_uid[c], bn
+
+    def cbr(conv: ArchLayer, bn: ArchLayer, uid: int, act: str | None, shortcut: int | None) -> ArchLayer:
+        cp = conv.params
+        return ArchLayer("cbr", params(out=cp["out"], k=cp["k"], s=cp["s"], p=cp["p"], momentum=bn.params["momentum"],
+                                       eps=bn.params["eps"], act=act, residual=shortcut is not None),
+                         conv.origin, uid, conv.inputs if shortcut is None else (conv.inputs[0], shortcut))
 
     dropped: set[int] = set()
     fused: dict[int, ArchLayer] = {}
     for L in layers:
-        if L.kind != "act" or L.params["kind"] != "relu":
-            continue
-        p = sole(L.inputs[0])
-        if p is None:
-            continue
-        if p.kind in ("fc", "add") and not p.params.get("activation"):
-            fused[L.uid] = replace(p, params=params(**{**p.params, "activation": "relu"}), uid=L.uid)
-            dropped.add(p.uid)
-        elif amp and p.kind == "bn2d":
-            c = sole(p.inputs[0])
-            if c is not None and c.kind == "conv":
-                cp = c.params
-                fused[L.uid] = ArchLayer(
-                    "cbr", params(out=cp["out"], k=cp["k"], s=cp["s"], p=cp["p"], momentum=p.params["momentum"],
-                                  eps=p.params["eps"], act="relu"), c.origin, L.uid, c.inputs)
-                dropped.update((p.uid, c.uid))
+        if L.kind == "act" and L.params["kind"] == "relu":
+            found = conv_bn(L.inputs[0])
+            if found is not None:
+                fused[L.uid] = cbr(*found, L.uid, "relu", None)
+                dropped.update(x.uid for x in found)
+        elif L.kind == "add":
+            for k in (1, 0):  # the stem first
+                found = conv_bn(L.inputs[k])
+                if found is not None:
+                    fused[L.uid] = cbr(*found, L.uid, L.params.get("activation"), L.inputs[1 - k])
+                    dropped.update(x.uid for x in found)
+                    break
     return [fused.get(L.uid, L) for L in layers if L.uid not in dropped]
 
 

@@ -407,17 +407,21 @@ class DeepLearningTask(TaskBase):
         return {i.tensor.name: self.backend.read(i.tensor).copy() for i in self.program.inits}
 
     def parameters(self) -> list[tuple[np.ndarray, ...]]:
-        """Per weight-bearing layer, in layer order: copies of its parameters (weight, bias or gamma, beta)."""
+        """Per weight-bearing module, in layer order: copies of its parameters, (weight, bias) or (weight,)
+        of a conv or fc, (gamma, beta) of a batch norm. A fused conv+BN layer (cbr) gives its conv and its
+        BN as two entries, as the BluePrint declared them."""
         if self._phase is not Phase.COMPILED:
             raise PhaseError("parameters() needs a compiled task")
-        by_layer: dict[int, list] = {}
+        bn_regions = ("W_BN_WEIGHT", "W_BN_BIAS")
+        by_module: dict[tuple[int, int], list] = {}
         for i in self.program.inits:
-            if i.kind in ("weight", "bias") or i.tensor.region.name in ("W_BN_WEIGHT", "W_BN_BIAS"):
-                by_layer.setdefault(i.layer, []).append(i)
+            is_bn = i.tensor.region.name in bn_regions
+            if i.kind in ("weight", "bias") or is_bn:
+                by_module.setdefault((i.layer, int(is_bn)), []).append(i)
         out = []
-        for layer in sorted(by_layer):
-            specs = sorted(by_layer[layer],
-                           key=lambda i: 0 if i.kind == "weight" or i.tensor.region.name == "W_BN_WEIGHT" else 1)
+        for key in sorted(by_module):
+            specs = sorted(by_module[key], key=lambda i: 0 if i.kind == "weight" or i.tensor.region.name == "W_BN_WEIGHT"
+                           else 1)
             out.append(tuple(self.backend.read(i.tensor).copy() for i in specs))
         return out
 

@@ -41,19 +41,25 @@ def bn_decls(c: int, eps: float, cx: DeclCtx) -> list[Decl]:
     return d
 
 
-def bn_forward(io: IO, momentum: float, eps: float, x: str, y: str) -> None:
-    io.op("bn_fwd", {"momentum": momentum, "eps": eps}, x=x, gamma=io.t("gamma"), beta=io.t("beta"),
-          mean_in=io.t("prev_mean"), var_in=io.t("prev_var"), mean_out=io.t("next_mean"),
-          var_out=io.t("next_var"), y=y, saved_mean=io.t("saved_mean"), saved_inv_std=io.t("saved_inv_std"))
+def bn_forward(io: IO, momentum: float, eps: float, x: str, y: str, act: str | None = None,
+               z: str | None = None) -> None:
+    """y = act(bn(x) + z)."""
+    io.op("bn_fwd", {"momentum": momentum, "eps": eps, "activation": act}, x=x, gamma=io.t("gamma"),
+          beta=io.t("beta"), mean_in=io.t("prev_mean"), var_in=io.t("prev_var"), mean_out=io.t("next_mean"),
+          var_out=io.t("next_var"), y=y, saved_mean=io.t("saved_mean"), saved_inv_std=io.t("saved_inv_std"), z=z)
 
 
-def bn_backward(io: IO, eps: float, x: str, dy: str, dx: str) -> None:
-    io.op("bn_bwd", {"eps": eps}, x=x, gamma=io.t("gamma"), dy=dy, saved_mean=io.t("saved_mean"),
-          saved_inv_std=io.t("saved_inv_std"), dgamma=io.t("gamma.grad"), dbeta=io.t("beta.grad"), dx=dx)
+def bn_backward(io: IO, eps: float, x: str, dy: str, dx: str, act: str | None = None, y: str | None = None,
+                dz: str | None = None) -> None:
+    """dy: the gradient of bn_forward's y. A relu's mask comes from y when given, else it is recomputed from x
+    (beta is passed for that); dz receives the residual's gradient."""
+    io.op("bn_bwd", {"eps": eps, "activation": act}, x=x, gamma=io.t("gamma"), dy=dy, saved_mean=io.t("saved_mean"),
+          saved_inv_std=io.t("saved_inv_std"), dgamma=io.t("gamma.grad"), dbeta=io.t("beta.grad"), dx=dx,
+          beta=io.t("beta") if act and y is None else None, y=y, dz=dz)
 
 
-def bn_inference(io: IO, x: str, y: str) -> None:
-    io.op("bn_inf", x=x, scale=io.t("eq_scale"), bias=io.t("eq_bias"), y=y)
+def bn_inference(io: IO, x: str, y: str, act: str | None = None, z: str | None = None) -> None:
+    io.op("bn_inf", {"activation": act}, x=x, scale=io.t("eq_scale"), bias=io.t("eq_bias"), y=y, z=z)
 
 
 def bn_update_eq(io: IO, eps: float) -> None:

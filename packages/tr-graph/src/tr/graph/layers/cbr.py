@@ -1,8 +1,12 @@
-"""CBR: conv -> batch norm -> relu as one ArchPlan layer (formed under AMP by the fusion pass).
+"""CBR: conv -> batch norm [-> + residual] [-> relu] as one ArchLayer (formed by the fusion pass).
 
-The catalogue has no fused CBR op, so the layer emits conv_fwd + bn_fwd + act_fwd (and their backward
-and inference counterparts); the unit still matters: the conv output and the BN output are internal
-tensors of the layer, and a CBR that opens the network is the first layer as a whole.
+The layer emits conv_fwd and one bn_fwd that also applies the relu (and adds the residual z, the block's
+shortcut, before it): the BN output never exists as a tensor of its own, and the backward's bn_bwd takes the
+gradient of the layer's output, masks it and reduces it in one pass over the conv output. Without a
+residual the relu mask is recomputed from the conv output (which bn_bwd reads anyway), so the layer's
+output need not live until the backward; with one it is read from the output (y > 0) and bn_bwd writes the
+shortcut's gradient on the way. Inputs: (x) or (x, shortcut); params: the conv's and the BN's, act
+(None or "relu") and residual.
 """
 
 from __future__ import annotations
@@ -10,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tr.core.shape import Shape
-from tr.graph.layers.activation import act_backward
-from tr.graph.layers.base import IO, Decl, DeclCtx, LayerKind
+from tr.graph.layers.base import IO, Decl, DeclCtx, LayerKind, LayerProblem
 from tr.graph.layers.bn import bn_backward, bn_decls, bn_forward, bn_inference, check_bn
 from tr.graph.layers.conv import check_conv, conv_attrs, conv_decls, conv_out_shape
 
@@ -22,36 +25,45 @@ class CBRKind(LayerKind):
     def check(self, layer) -> None:
         check_conv(layer)
         check_bn(layer.params["momentum"], layer.params["eps"])
+        if layer.params.get("act") not in (None, "relu"):
+            raise LayerProblem(f"cbr activation must be None or 'relu', got {layer.params.get('act')!r}")
 
     def out_shape(self, layer, ins: Sequence[Shape]) -> Shape:
-        return conv_out_shape(layer, ins[0])
+        y = conv_out_shape(layer, ins[0])
+        if layer.params.get("residual"):
+            z = ins[1]
+            if (z.h, z.w, z.c) != (y.h, y.w, y.c):
+                raise LayerProblem(f"the residual {z} must have the conv output's shape {y}")
+        return y
 
     def has_params(self, layer) -> bool:
         return True
 
     def declare(self, layer, ins: Sequence[Shape], out: Shape, cx: DeclCtx) -> list[Decl]:
         return (conv_decls(layer, ins[0], cx) + bn_decls(out.c, layer.params["eps"], cx)
-                + [cx.feature("conv_y", out, "train"), cx.feature("bn_y", out, "train"),
-                   cx.feature("conv_y@inf", out, "inf"), cx.feature("bn_y@inf", out, "inf"),
-                   cx.grad("relu_dx", out), cx.grad("bn_dx", out)])
+                + [cx.feature("conv_y", out, "train"), cx.feature("conv_y@inf", out, "inf"), cx.grad("bn_dx", out)])
 
     def forward(self, layer, io: IO) -> None:
         p = layer.params
         io.op("conv_fwd", conv_attrs(layer), x=io.x[0], w=io.w("w"), y=io.t("conv_y"))
-        bn_forward(io, p["momentum"], p["eps"], io.t("conv_y"), io.t("bn_y"))
-        io.op("act_fwd", {"kind": p["act"]}, x=io.t("bn_y"), y=io.y)
+        bn_forward(io, p["momentum"], p["eps"], io.t("conv_y"), io.y, act=p.get("act"),
+                   z=io.x[1] if p.get("residual") else None)
 
     def backward(self, layer, io: IO) -> list[str | None]:
         p = layer.params
-        act_backward(io, p["act"], io.t("bn_y"), io.y, io.dy, io.t("relu_dx"))
-        bn_backward(io, p["eps"], io.t("conv_y"), io.t("relu_dx"), io.t("bn_dx"))
+        residual, act = bool(p.get("residual")), p.get("act")
+        dz = io.dx_or_none(1) if residual and act else None
+        bn_backward(io, p["eps"], io.t("conv_y"), io.dy, io.t("bn_dx"), act=act, y=io.y if residual and act else None,
+                    dz=dz)
         dx = io.dx_or_none(0)
         io.op("conv_bwd", conv_attrs(layer), x=io.x[0], w=io.w("w"), dy=io.t("bn_dx"), dw=io.dw("w"), dx=dx)
-        return [dx]
+        if not residual:
+            return [dx]
+        # without a relu the residual's gradient is the output's gradient itself: borrow it
+        return [dx, dz if act else (io.dy if io.need[1] else None)]
 
     def inference(self, layer, io: IO) -> str:
         p = layer.params
         io.op("conv_fwd", conv_attrs(layer), x=io.x[0], w=io.w("w"), y=io.t("conv_y@inf"))
-        bn_inference(io, io.t("conv_y@inf"), io.t("bn_y@inf"))
-        io.op("act_inf", {"kind": p["act"]}, x=io.t("bn_y@inf"), y=io.y)
+        bn_inference(io, io.t("conv_y@inf"), io.y, act=p.get("act"), z=io.x[1] if p.get("residual") else None)
         return io.y

@@ -1,66 +1,44 @@
-"""Batch normalisation over N*H*W per channel: one block per channel, fixed-order float64 reductions
-(csrc/ops/bn.cu); running statistics use the unbiased batch variance."""
+"""Batch normalisation over N*H*W per channel with the following relu and residual add fused in
+(csrc/ops/bn.cu): 16-byte vector loads, chunked fixed-order float64 reductions (deterministic, no atomics),
+running statistics with the unbiased batch variance. Argument rules: tr.backend.bn_rules."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from tr.backend.bn_rules import bn_bwd_rules, bn_fwd_rules, bn_inf_rules, bn_update_eq_rules
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
-from tr.core.errors import ShapeError
 
-
-def _channels(b: CudaBinder, x: str, *per_channel: str) -> tuple[int, int]:
-    xt = b.tensor(x)
-    c = xt.shape.c
-    for name in per_channel:
-        if b.has(name):
-            b.expect_numel(name, c)
-    return xt.numel // c, c
-
-
-def _same_shape(b: CudaBinder, a: str, c: str) -> None:
-    if b.tensor(a).shape != b.tensor(c).shape:
-        b.fail(f"{c} {b.tensor(c).shape} must have {a}'s shape {b.tensor(a).shape}", ShapeError)
-
-
-_FWD = ("gamma", "beta", "mean_in", "var_in", "mean_out", "var_out", "saved_mean", "saved_inv_std")
+_MASK_CODES = {"": 0, "x": 1, "y": 2}
 
 
 @cuda_op("bn_fwd")
 def bn_fwd(b: CudaBinder) -> Any:
-    m, c = _channels(b, "x", *_FWD)
-    _same_shape(b, "x", "y")
-    mom = b.float_attr("momentum", 0.1, 0.0, 1.0)
-    eps = b.float_attr("eps", 1e-5, 0.0)
-    b.expect_float("x", "y", *_FWD)
-    return b.native("bn_fwd", ["x", "y", *_FWD], ints={"m": m, "c": c}, floats={"momentum": mom, "eps": eps})
+    r = bn_fwd_rules(b)
+    names = ["x", "y", "gamma", "beta", "mean_in", "var_in", "mean_out", "var_out", "saved_mean", "saved_inv_std"]
+    return b.native("bn_fwd", names + (["z"] if r.residual else []),
+                    ints={"m": r.m, "c": r.c, "relu": r.relu, "residual": r.residual},
+                    floats={"momentum": r.momentum, "eps": r.eps})
 
 
 @cuda_op("bn_bwd")
 def bn_bwd(b: CudaBinder) -> Any:
-    m, c = _channels(b, "x", "gamma", "saved_mean", "saved_inv_std", "dgamma", "dbeta")
-    _same_shape(b, "x", "dy")
-    _same_shape(b, "x", "dx")
-    b.expect_float("x", "dy", "dx", "gamma", "saved_mean", "saved_inv_std", "dgamma", "dbeta")
-    return b.native("bn_bwd", ["x", "dy", "dx", "gamma", "saved_mean", "saved_inv_std", "dgamma", "dbeta"],
-                    ints={"m": m, "c": c})
+    r = bn_bwd_rules(b)
+    names = ["x", "dy", "dx", "gamma", "saved_mean", "saved_inv_std", "dgamma", "dbeta"]
+    names += {"": [], "x": ["beta"], "y": ["y"]}[r.mask] + (["dz"] if r.dz else [])
+    return b.native("bn_bwd", names, ints={"m": r.m, "c": r.c, "mask": _MASK_CODES[r.mask], "dz": r.dz})
 
 
 @cuda_op("bn_inf")
 def bn_inf(b: CudaBinder) -> Any:
-    _, c = _channels(b, "x", "scale", "bias")
-    _same_shape(b, "x", "y")
-    b.expect_float("x", "y", "scale", "bias")
-    return b.native("bn_inf", ["x", "scale", "bias", "y"], ints={"n": b.tensor("x").numel, "c": c})
+    r = bn_inf_rules(b)
+    return b.native("bn_inf", ["x", "scale", "bias", "y"] + (["z"] if r.residual else []),
+                    ints={"m": r.m, "c": r.c, "relu": r.relu, "residual": r.residual})
 
 
 @cuda_op("bn_update_eq")
 def bn_update_eq(b: CudaBinder) -> Any:
-    c = b.tensor("gamma").numel
-    for name in ("beta", "mean", "var", "scale", "bias"):
-        b.expect_numel(name, c)
-    eps = b.float_attr("eps", 1e-5, 0.0)
-    names = ["gamma", "beta", "mean", "var", "scale", "bias"]
-    b.expect_float(*names)
-    return b.native("bn_update_eq", names, ints={"c": c}, floats={"eps": eps})
+    c, eps = bn_update_eq_rules(b)
+    return b.native("bn_update_eq", ["gamma", "beta", "mean", "var", "scale", "bias"], ints={"c": c},
+                    floats={"eps": eps})

@@ -1,0 +1,109 @@
+"""The argument rules of the batch-norm family (bn_fwd, bn_bwd, bn_inf, bn_update_eq), written once.
+
+Both backends call these at capture and keep only execution. Every feature tensor of one call (x, y, z,
+dy, dz, dx) has one dtype, and every per-channel tensor (gamma, beta, running and saved statistics, folded
+scale and bias, their gradients) is FP32 with one element per channel of x.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tr.backend.binding import CallBinder
+from tr.core.dtype import DType
+from tr.core.errors import DTypeError, ShapeError
+
+ACTIVATIONS = (None, "relu")
+
+_FWD_VEC = ("gamma", "beta", "mean_in", "var_in", "mean_out", "var_out", "saved_mean", "saved_inv_std")
+_BWD_VEC = ("gamma", "beta", "saved_mean", "saved_inv_std", "dgamma", "dbeta")
+
+
+@dataclass(frozen=True, slots=True)
+class BnShape:
+    m: int  # rows: N*H*W
+    c: int  # channels
+    relu: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BnFwd(BnShape):
+    momentum: float
+    eps: float
+    residual: bool  # z is added before the activation
+
+
+@dataclass(frozen=True, slots=True)
+class BnBwd(BnShape):
+    mask: str  # "" (no activation), "y" (read y > 0) or "x" (recomputed from x, gamma, beta)
+    dz: bool  # the residual's gradient is written
+
+
+def _activation(b: CallBinder) -> bool:
+    act = b.attr("activation", None)
+    if act not in ACTIVATIONS:
+        b.fail(f"activation must be None or 'relu', got {act!r}")
+    return act == "relu"
+
+
+def _features(b: CallBinder, names: tuple[str, ...]) -> tuple[int, int]:
+    """Rows and channels of x; every present feature tensor has x's shape and dtype."""
+    x = b.tensor("x")
+    b.expect_float("x")
+    for name in names:
+        if not b.has(name):
+            continue
+        t = b.tensor(name)
+        if t.shape != x.shape:
+            b.fail(f"{name} {t.shape} must have x's shape {x.shape}", ShapeError)
+        if t.dtype is not x.dtype:
+            b.fail(f"{name} is {t.dtype.name} but x is {x.dtype.name}; a BN call has one feature dtype",
+                   DTypeError)
+    c = x.shape.c
+    return x.numel // c, c
+
+
+def _per_channel(b: CallBinder, c: int, names: tuple[str, ...]) -> None:
+    for name in names:
+        if not b.has(name):
+            continue
+        t = b.tensor(name)
+        if t.numel != c:
+            b.fail(f"{name} has {t.numel} elements, expected {c} (one per channel)", ShapeError)
+        if t.dtype is not DType.FP32:
+            b.fail(f"{name} is {t.dtype.name}; per-channel BN tensors are FP32", DTypeError)
+
+
+def bn_fwd_rules(b: CallBinder) -> BnFwd:
+    m, c = _features(b, ("y", "z"))
+    _per_channel(b, c, _FWD_VEC)
+    return BnFwd(m, c, _activation(b), b.float_attr("momentum", 0.1, 0.0, 1.0), b.float_attr("eps", 1e-5, 0.0),
+                 b.has("z"))
+
+
+def bn_bwd_rules(b: CallBinder) -> BnBwd:
+    m, c = _features(b, ("dy", "dx", "y", "dz"))
+    _per_channel(b, c, _BWD_VEC)
+    relu = _activation(b)
+    b.float_attr("eps", 1e-5, 0.0)
+    if not relu:
+        mask = ""
+    elif b.has("y"):
+        mask = "y"
+    elif b.has("beta"):
+        mask = "x"
+    else:
+        b.fail("activation 'relu' needs the forward's output y or beta (to recompute the mask from x)")
+    return BnBwd(m, c, relu, mask, b.has("dz"))
+
+
+def bn_inf_rules(b: CallBinder) -> BnFwd:
+    m, c = _features(b, ("y", "z"))
+    _per_channel(b, c, ("scale", "bias"))
+    return BnFwd(m, c, _activation(b), 0.0, 0.0, b.has("z"))
+
+
+def bn_update_eq_rules(b: CallBinder) -> tuple[int, float]:
+    c = b.tensor("gamma").numel
+    _per_channel(b, c, ("gamma", "beta", "mean", "var", "scale", "bias"))
+    return c, b.float_attr("eps", 1e-5, 0.0)

@@ -63,6 +63,31 @@ struct Img {  // writable view
   operator ImgC() const { return ImgC{p, h, w, c}; }
 };
 
+// ---------------------------------------------------------------------------------------------
+// Limits (the same numbers as tr/data/checks.py; _native.limits() returns them). Sides stay far
+// below 2^31, so int coordinates plus a padding, a kernel radius or a crop offset never overflow.
+// ---------------------------------------------------------------------------------------------
+constexpr long long kMaxSide = 1LL << 20;               // any size, padding or output side
+constexpr size_t kMaxImageBytes = size_t(1) << 30;      // an image a transform produces
+constexpr long long kMaxKernel = 1023;                  // GaussianBlur kernel side
+constexpr double kMaxScale = 1e4;                       // scale factors, area fractions, aspect ratios
+constexpr double kMaxMagnitude = 1e6;                   // other float parameters
+constexpr int kMaxChannels = 64;
+constexpr long long kMaxWorkers = 4096;                 // Preprocessor worker threads
+
+// The shape (h, w, c) computed in 64 bits; DataErr naming `what` when it is empty or over the limits.
+inline Shape3 checked_shape(const std::string& what, long long h, long long w, long long c) {
+  if (h < 1 || w < 1 || c < 1)
+    throw DataErr(what + " produced an empty image (" + std::to_string(h) + "x" + std::to_string(w) + "x" +
+                  std::to_string(c) + ")");
+  if (h > kMaxSide || w > kMaxSide || c > kMaxChannels ||
+      (unsigned long long)(h * w) * (unsigned long long)c > kMaxImageBytes)
+    throw DataErr(what + " would produce a " + std::to_string(h) + "x" + std::to_string(w) + "x" + std::to_string(c) +
+                  " image, over the limit (sides <= " + std::to_string(kMaxSide) + ", at most " +
+                  std::to_string(kMaxImageBytes) + " bytes)");
+  return {int(h), int(w), int(c)};
+}
+
 // The CPU runs AVX2 (checked once; the hand-written kernels dispatch on it). resample.cpp.
 bool cpu_avx2();
 

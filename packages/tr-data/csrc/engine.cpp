@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <system_error>
 
 namespace trd {
 
@@ -140,20 +141,47 @@ int Station::batch_size_of(long long k) const {
 // ------------------------------------------------------------------------------------------------
 // Engine
 // ------------------------------------------------------------------------------------------------
+namespace {
+std::atomic<int> g_fail_thread_at{-1};
+}  // namespace
+
+void fail_thread_start_at(int k) { g_fail_thread_at.store(k); }
+
 Engine::Engine(int workers) {
   if (workers < 1) throw ConfigErr("preprocess_workers must be >= 1, got " + std::to_string(workers));
-  threads_.reserve(size_t(workers));
-  for (int w = 0; w < workers; ++w) threads_.emplace_back([this, w] { loop(w); });
+  try {
+    threads_.reserve(size_t(workers));
+    for (int w = 0; w < workers; ++w) {
+      if (w == g_fail_thread_at.load())  // test hook: what the system does under a memory or thread limit
+        throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
+      threads_.emplace_back([this, w] { loop(w); });
+    }
+  } catch (const std::system_error& e) {
+    // A constructor that throws runs no destructor: stop and join the workers already started here
+    // (a joinable std::thread destroyed unjoined would terminate the process).
+    const size_t started = threads_.size();
+    stop_workers();
+    throw ConfigErr("preprocess_workers=" + std::to_string(workers) + ": could not start worker thread " +
+                    std::to_string(started + 1) + " (" + e.what() + "); use fewer workers");
+  } catch (const std::bad_alloc&) {
+    stop_workers();
+    throw ConfigErr("preprocess_workers=" + std::to_string(workers) + ": out of memory starting the worker threads");
+  }
 }
 
-Engine::~Engine() {
-  cancel();
+void Engine::stop_workers() {
   {
     std::lock_guard<std::mutex> lk(m_);
     stop_ = true;
   }
   cv_job_.notify_all();
   for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+Engine::~Engine() {
+  cancel();
+  stop_workers();
 }
 
 void Engine::start(std::shared_ptr<Job> job) {

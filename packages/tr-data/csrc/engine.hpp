@@ -105,6 +105,10 @@ struct Job {
   alignas(64) std::atomic<long long> samples_done{0};
 };
 
+// Test hook: make the k-th worker thread (0-based) of the next Engines fail to start, as
+// std::thread does under a memory or thread limit; -1 (the default) turns it off.
+void fail_thread_start_at(int k);
+
 class Engine {
  public:
   explicit Engine(int workers);
@@ -124,6 +128,7 @@ class Engine {
 
  private:
   void loop(int w);
+  void stop_workers();  // stop, join and forget every started thread
   void run_items(Job& job, int w, Workspace& ws);
 
   std::vector<std::thread> threads_;

@@ -27,12 +27,17 @@ OpSpec to_op(const py::handle& t) {
   auto tup = py::reinterpret_borrow<py::tuple>(t);
   if (tup.size() != 6) throw ConfigErr("an op spec is (kind, slot, floats, ints, fill, name)");
   OpSpec op;
-  op.kind = OpKind(tup[0].cast<int>());
-  op.slot = tup[1].cast<int>();
-  op.f = tup[2].cast<std::vector<double>>();
-  op.i = tup[3].cast<std::vector<long long>>();
-  op.fill = tup[4].cast<std::vector<double>>();
-  op.name = tup[5].cast<std::string>();
+  try {
+    op.name = tup[5].cast<std::string>();
+    op.kind = OpKind(tup[0].cast<int>());
+    op.slot = tup[1].cast<int>();
+    op.f = tup[2].cast<std::vector<double>>();
+    op.i = tup[3].cast<std::vector<long long>>();
+    op.fill = tup[4].cast<std::vector<double>>();
+  } catch (const py::cast_error&) {  // e.g. an int that does not fit in 64 bits
+    throw ConfigErr((op.name.empty() ? std::string("an op spec") : op.name) + ": a parameter " +
+                    std::string(py::repr(t)) + " is not a number in range");
+  }
   return op;
 }
 
@@ -71,6 +76,9 @@ ImgC image_view(const U8Array& a) {
   if (a.ndim() != 3)
     throw ShapeErr("an image must be a (height, width, channels) uint8 array, got " + std::to_string(a.ndim()) +
                    " dimensions");
+  for (int d = 0; d < 3; ++d)
+    if (a.shape(d) > kMaxSide)
+      throw ShapeErr("an image side may be at most " + std::to_string(kMaxSide) + ", got " + std::to_string(a.shape(d)));
   return ImgC{a.data(), int(a.shape(0)), int(a.shape(1)), int(a.shape(2))};
 }
 
@@ -79,7 +87,17 @@ py::tuple shape_tuple(const Shape3& s) { return py::make_tuple(s.h, s.w, s.c); }
 Shape3 to_shape(const py::handle& t) {
   auto tup = py::reinterpret_borrow<py::sequence>(t);
   if (tup.size() != 3) throw ShapeErr("a sample shape is (height, width, channels)");
-  return {tup[0].cast<int>(), tup[1].cast<int>(), tup[2].cast<int>()};
+  long long d[3];
+  for (int k = 0; k < 3; ++k) {
+    try {
+      d[k] = tup[size_t(k)].cast<long long>();
+    } catch (const py::cast_error&) {
+      throw ShapeErr("a sample shape holds integers, got " + std::string(py::repr(t)));
+    }
+    if (d[k] < 1 || d[k] > kMaxSide)
+      throw ShapeErr("sample shape sides must be in [1, " + std::to_string(kMaxSide) + "], got " + std::string(py::repr(t)));
+  }
+  return {int(d[0]), int(d[1]), int(d[2])};
 }
 
 py::array out_array(const Shape3& s, OutDType dt) {
@@ -199,6 +217,17 @@ PYBIND11_MODULE(_native, m) {
     for (size_t i = 0; i < count; ++i) r(py::ssize_t(i)) = s.randint(lo, hi);
     return out;
   });
+  m.def("limits", [] {
+    py::dict d;
+    d["max_side"] = kMaxSide;
+    d["max_image_bytes"] = kMaxImageBytes;
+    d["max_kernel"] = kMaxKernel;
+    d["max_scale"] = kMaxScale;
+    d["max_magnitude"] = kMaxMagnitude;
+    d["max_workers"] = kMaxWorkers;
+    return d;
+  });
+  m.def("_fail_thread_start_at", &fail_thread_start_at, "test hook: worker thread k of the next Engines fails to start");
   m.def("derive_seed", [](const std::vector<uint64_t>& parts) {
     uint64_t h = kDeriveInit;
     for (uint64_t p : parts) h = derive_step(h, p);
@@ -255,7 +284,8 @@ PYBIND11_MODULE(_native, m) {
           for (long long i = 0; i < n; ++i) {
             const int* e = er.data() + 4 * i;
             if (e[2] <= 0 || e[3] <= 0) continue;
-            if (e[0] < 0 || e[1] < 0 || e[0] + e[2] > s.h || e[1] + e[3] > s.w)
+            // sums in 64 bits: top + height of two large ints overflowed int (UBSan)
+            if (e[0] < 0 || e[1] < 0 || (long long)e[0] + e[2] > s.h || (long long)e[1] + e[3] > s.w)
               throw ShapeErr("erase rectangle " + std::to_string(i) + " lies outside the image");
             ps[size_t(i)] = FusedParams{ps[size_t(i)].flip, true, e[0], e[1], e[2], e[3]};
           }
@@ -355,9 +385,12 @@ PYBIND11_MODULE(_native, m) {
 
   // ---- Engine ----
   py::class_<PyEngine>(m, "Engine")
-      .def(py::init([](int workers) {
+      .def(py::init([](long long workers) {
+        if (workers < 1 || workers > kMaxWorkers)
+          throw ConfigErr("preprocess_workers must be in [1, " + std::to_string(kMaxWorkers) + "], got " +
+                          std::to_string(workers));
         auto e = std::make_unique<PyEngine>();
-        e->e = std::make_unique<Engine>(workers);
+        e->e = std::make_unique<Engine>(int(workers));
         e->keep = py::none();
         return e;
       }))

@@ -76,7 +76,7 @@ void gaussian_blur(const ImgC& in, const Img& out, int kx, int ky, double sigma,
   gaussian_kernel(ky, sigma, wy);
   const int rx = kx / 2, ry = ky / 2;
   thread_local std::vector<int> ym;
-  ym.resize(size_t(H + 2 * ry));
+  ym.resize(size_t(H) + 2 * size_t(ry));  // kernel <= kMaxKernel, H <= kMaxSide: no overflow
   for (int y = -ry; y < H + ry; ++y) ym[size_t(y + ry)] = extend_index(y, H, PadMode::Reflect);
   // Horizontal pass: each row extended by reflection into floats, then out[k] = sum_t w[t] ext[k + t C],
   // contiguous in k (vectorises for any channel count).
@@ -149,51 +149,93 @@ void need(const OpSpec& op, size_t nf, size_t ni) {
                     std::to_string(op.i.size()) + " ints)");
 }
 
+// Integer parameter `what` = v must lie in [lo, hi] (the Python layer checks the same first).
+void int_in(const OpSpec& op, const char* what, long long v, long long lo, long long hi) {
+  if (v < lo || v > hi)
+    throw ConfigErr(op.name + ": " + what + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                    "], got " + std::to_string(v));
+}
+
+// Float parameter: finite and |v| <= limit.
+void float_in(const OpSpec& op, const char* what, double v, double lo, double hi) {
+  if (!std::isfinite(v) || v < lo || v > hi)
+    throw ConfigErr(op.name + ": " + what + " must be a finite number in [" + std::to_string(lo) + ", " +
+                    std::to_string(hi) + "], got " + std::to_string(v));
+}
+
 }  // namespace
 
 void op_check(const OpSpec& op) {
+  const double M = kMaxMagnitude;
   switch (op.kind) {
     case OpKind::Pad:
       need(op, 0, 5);
-      for (int k = 0; k < 4; ++k)
-        if (op.i[size_t(k)] < 0) throw ConfigErr(op.name + ": padding must be >= 0");
-      if (op.i[4] < 0 || op.i[4] > 3) throw ConfigErr(op.name + ": unknown padding mode");
+      for (int k = 0; k < 4; ++k) int_in(op, "padding", op.i[size_t(k)], 0, kMaxSide);
+      int_in(op, "padding mode", op.i[4], 0, 3);
       break;
     case OpKind::RandomCrop:
       need(op, 0, 8);
-      if (op.i[0] < 1 || op.i[1] < 1) throw ConfigErr(op.name + ": size must be >= 1");
+      int_in(op, "height", op.i[0], 1, kMaxSide);
+      int_in(op, "width", op.i[1], 1, kMaxSide);
+      for (int k = 2; k < 6; ++k) int_in(op, "padding", op.i[size_t(k)], 0, kMaxSide);
+      int_in(op, "padding mode", op.i[6], 0, 3);
+      int_in(op, "pad_if_needed", op.i[7], 0, 1);
       break;
     case OpKind::CenterCrop:
       need(op, 0, 2);
-      if (op.i[0] < 1 || op.i[1] < 1) throw ConfigErr(op.name + ": size must be >= 1");
+      int_in(op, "height", op.i[0], 1, kMaxSide);
+      int_in(op, "width", op.i[1], 1, kMaxSide);
       break;
     case OpKind::Resize:
       need(op, 0, 4);
-      if (op.i[1] < 1 || (op.i[0] == 0 && op.i[2] < 1)) throw ConfigErr(op.name + ": size must be >= 1");
+      int_in(op, "mode", op.i[0], 0, 2);
+      int_in(op, op.i[0] == 0 ? "height" : "size", op.i[1], 1, kMaxSide);
+      if (op.i[0] == 0) int_in(op, "width", op.i[2], 1, kMaxSide);
+      int_in(op, "max_size", op.i[3], 0, kMaxSide);
       break;
     case OpKind::RandomResizedCrop:
       need(op, 4, 2);
+      int_in(op, "height", op.i[0], 1, kMaxSide);
+      int_in(op, "width", op.i[1], 1, kMaxSide);
+      for (int k = 0; k < 2; ++k) float_in(op, "scale", op.f[size_t(k)], 0.0, kMaxScale);
+      for (int k = 2; k < 4; ++k) float_in(op, "ratio", op.f[size_t(k)], 1.0 / kMaxScale, kMaxScale);
       break;
     case OpKind::RandomRotation:
+      need(op, 2, 0);
+      for (int k = 0; k < 2; ++k) float_in(op, "degrees", op.f[size_t(k)], -M, M);
+      break;
     case OpKind::RandomScale:
+      need(op, 2, 0);
+      for (int k = 0; k < 2; ++k) float_in(op, "scale", op.f[size_t(k)], 1e-300, kMaxScale);
+      break;
     case OpKind::GaussianBlur:
-      need(op, 2, op.kind == OpKind::GaussianBlur ? 2 : 0);
+      need(op, 2, 2);
+      for (int k = 0; k < 2; ++k) {
+        int_in(op, "kernel_size", op.i[size_t(k)], 1, kMaxKernel);
+        if (op.i[size_t(k)] % 2 == 0) throw ConfigErr(op.name + ": kernel_size must be odd, got " + std::to_string(op.i[size_t(k)]));
+        float_in(op, "sigma", op.f[size_t(k)], 1e-300, M);
+      }
       break;
     case OpKind::ColorJitter:
       need(op, 8, 4);
+      for (int k = 0; k < 8; ++k) float_in(op, "jitter range", op.f[size_t(k)], -M, M);
       break;
     case OpKind::GaussianNoise:
       need(op, 2, 0);
+      float_in(op, "mean", op.f[0], -M, M);
+      float_in(op, "sigma", op.f[1], 0.0, M);
       break;
     case OpKind::RandomGrayscale:
     case OpKind::RandomAutocontrast:
       need(op, 1, 0);
+      float_in(op, "p", op.f[0], 0.0, 1.0);
       break;
     default:
       throw ConfigErr("unknown transform kind " + std::to_string(int(op.kind)));
   }
   if (op.fill.empty() || op.fill.size() > kMaxFill)
     throw ConfigErr(op.name + ": fill needs 1 to " + std::to_string(kMaxFill) + " values");
+  for (double v : op.fill) float_in(op, "fill", v, 0.0, 255.0);
 }
 
 void op_draw(const OpSpec& op, Stream& rng, const Shape3& in, Params& p) {
@@ -245,7 +287,11 @@ void op_draw(const OpSpec& op, Stream& rng, const Shape3& in, Params& p) {
         const long long size = op.i[1];
         const bool wshort = in.w <= in.h;
         const long long sh = wshort ? in.w : in.h, lg = wshort ? in.h : in.w;
-        long long ns = size, nl = (long long)(double(size * lg) / double(sh));
+        const double nld = double(size) * double(lg) / double(sh);  // size, lg < 2^31: no overflow
+        if (nld > double(kMaxSide))
+          throw DataErr(op.name + ": a " + dims(in.h, in.w) + " image would get a long side of " +
+                        std::to_string(nld) + ", over the limit " + std::to_string(kMaxSide));
+        long long ns = size, nl = (long long)nld;
         const long long maxs = op.i[3];
         if (maxs > 0 && nl > maxs) {
           ns = (long long)(double(maxs * ns) / double(nl));
@@ -273,9 +319,9 @@ void op_draw(const OpSpec& op, Stream& rng, const Shape3& in, Params& p) {
       for (int attempt = 0; attempt < 10; ++attempt) {
         const double ta = area * rng.uniform(op.f[0], op.f[1]);
         const double ar = std::exp(rng.uniform(lr0, lr1));
-        const long long w = round_half_even(std::sqrt(ta * ar));
-        const long long h = round_half_even(std::sqrt(ta / ar));
-        if (0 < w && w <= W && 0 < h && h <= H) {
+        const double wd = std::nearbyint(std::sqrt(ta * ar)), hd = std::nearbyint(std::sqrt(ta / ar));
+        if (0 < wd && wd <= W && 0 < hd && hd <= H) {  // compared as doubles: no out-of-range conversion
+          const long long w = (long long)wd, h = (long long)hd;
           const long long i = rng.randint(0, H - h);
           const long long j = rng.randint(0, W - w);
           p.i = {i, j, h, w, attempt, 0, 0, 0};
@@ -285,10 +331,10 @@ void op_draw(const OpSpec& op, Stream& rng, const Shape3& in, Params& p) {
       const double in_ratio = double(W) / double(H);
       const double rmin = std::min(op.f[2], op.f[3]), rmax = std::max(op.f[2], op.f[3]);
       long long w, h;
-      if (in_ratio < rmin) {
+      if (in_ratio < rmin) {  // then h = W / rmin < H: in range
         w = W;
         h = round_half_even(double(w) / rmin);
-      } else if (in_ratio > rmax) {
+      } else if (in_ratio > rmax) {  // then w = H * rmax < W
         h = H;
         w = round_half_even(double(h) * rmax);
       } else {
@@ -303,8 +349,12 @@ void op_draw(const OpSpec& op, Stream& rng, const Shape3& in, Params& p) {
       return;
     case OpKind::RandomScale: {
       const double s = rng.uniform(op.f[0], op.f[1]);
-      const long long nh = std::max(1LL, round_half_even(in.h * s));
-      const long long nw = std::max(1LL, round_half_even(in.w * s));
+      const double nhd = std::nearbyint(in.h * s), nwd = std::nearbyint(in.w * s);
+      if (nhd > double(kMaxSide) || nwd > double(kMaxSide))
+        throw DataErr(op.name + ": scale " + std::to_string(s) + " makes a " + dims(in.h, in.w) + " image " +
+                      dims((long long)nhd, (long long)nwd) + ", over the side limit " + std::to_string(kMaxSide));
+      const long long nh = std::max(1LL, (long long)nhd);
+      const long long nw = std::max(1LL, (long long)nwd);
       p.f[0] = s;
       p.i = {nh, nw, nh > in.h ? center_offset(int(nh), in.h) : -((in.h - nh) / 2),
              nw > in.w ? center_offset(int(nw), in.w) : -((in.w - nw) / 2), 0, 0, 0, 0};
@@ -334,16 +384,16 @@ void op_draw(const OpSpec& op, Stream& rng, const Shape3& in, Params& p) {
 
 Shape3 op_out_shape(const OpSpec& op, const Params& p, const Shape3& in) {
   if (!p.apply) return in;
+  // In 64 bits, then held to the limits: an int sum could wrap (Pad(2**31) once gave a 1x1 image).
   switch (op.kind) {
     case OpKind::Pad:
-      return {int(in.h + op.i[1] + op.i[3]), int(in.w + op.i[0] + op.i[2]), in.c};
+      return checked_shape(op.name, (long long)in.h + op.i[1] + op.i[3], (long long)in.w + op.i[0] + op.i[2], in.c);
     case OpKind::RandomCrop:
     case OpKind::CenterCrop:
-      return {int(op.i[0]), int(op.i[1]), in.c};
-    case OpKind::Resize:
-      return {int(p.i[0]), int(p.i[1]), in.c};
     case OpKind::RandomResizedCrop:
-      return {int(op.i[0]), int(op.i[1]), in.c};
+      return checked_shape(op.name, op.i[0], op.i[1], in.c);
+    case OpKind::Resize:
+      return checked_shape(op.name, p.i[0], p.i[1], in.c);
     default:
       return in;
   }

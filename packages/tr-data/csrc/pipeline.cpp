@@ -5,19 +5,15 @@
 
 namespace trd {
 
-namespace {
-constexpr size_t kMaxImageBytes = size_t(1) << 30;  // a transform producing more is surely a mistake
-constexpr int kMaxChannels = 64;
-}  // namespace
-
 Pipeline::Pipeline(std::vector<OpSpec> ops, FusedSpec fused) : ops_(std::move(ops)), fused_(std::move(fused)) {
   for (const auto& op : ops_) op_check(op);
   fused_.build();
 }
 
 ImgC Pipeline::run_ops(const ImgC& src, uint64_t sample_seed, Workspace& ws) const {
-  if (src.h < 1 || src.w < 1 || src.c < 1 || src.c > kMaxChannels)
-    throw DataErr("cannot transform an image of shape " + src.shape().str() + " (need h, w >= 1 and 1..64 channels)");
+  if (src.h < 1 || src.w < 1 || src.c < 1 || src.c > kMaxChannels || src.h > kMaxSide || src.w > kMaxSide)
+    throw DataErr("cannot transform an image of shape " + src.shape().str() + " (need 1 <= h, w <= " +
+                  std::to_string(kMaxSide) + " and 1..64 channels)");
   ImgC cur = src;
   int which = -1;  // -1: cur is the (read-only) source
   for (const auto& op : ops_) {
@@ -25,9 +21,7 @@ ImgC Pipeline::run_ops(const ImgC& src, uint64_t sample_seed, Workspace& ws) con
     Params p;
     op_draw(op, rng, cur.shape(), p);
     if (!p.apply) continue;
-    const Shape3 os = op_out_shape(op, p, cur.shape());
-    if (os.h < 1 || os.w < 1) throw DataErr(op.name + " produced an empty image (" + os.str() + ")");
-    if (os.bytes() > kMaxImageBytes) throw DataErr(op.name + " would produce a " + os.str() + " image (over 1 GiB)");
+    const Shape3 os = op_out_shape(op, p, cur.shape());  // checked against the limits
     const int nb = which == 0 ? 1 : 0;
     auto& buf = ws.img[nb];
     if (buf.size() < os.bytes()) buf.resize(os.bytes());

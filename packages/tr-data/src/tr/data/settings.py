@@ -17,15 +17,18 @@ from typing import Any
 
 from tr.core.errors import ConfigError, FrozenError
 from tr.core.norm import NormMode
+from tr.data.checks import MAX_WORKERS
 from tr.data.dataset import DATASET_NAMES, ArrayDataset, Dataset, open_dataset
 from tr.data.transforms import Compose, Transform, check_transforms, norm_constants
 
 
-def _count(name: str, v: Any) -> int:
+def _count(name: str, v: Any, hi: int | None = None) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ConfigError(f"{name} must be an integer, got {v!r}")
     if v < 1:
         raise ConfigError(f"{name} must be >= 1, got {v}")
+    if hi is not None and v > hi:
+        raise ConfigError(f"{name} must be <= {hi}, got {v}")
     return v
 
 
@@ -89,11 +92,11 @@ class PreprocessorSettings:
 
     def load_workers(self, n: int) -> PreprocessorSettings:
         """IO threads that read dataset files."""
-        return self._set("load_workers_count", _count("load_workers", n))
+        return self._set("load_workers_count", _count("load_workers", n, MAX_WORKERS))
 
     def preprocess_workers(self, n: int) -> PreprocessorSettings:
         """Native threads that transform samples (in total, across all devices)."""
-        return self._set("preprocess_workers_count", _count("preprocess_workers", n))
+        return self._set("preprocess_workers_count", _count("preprocess_workers", n, MAX_WORKERS))
 
     def normalization(self, mode: NormMode | tuple) -> PreprocessorSettings:
         norm_constants(mode)  # validates

@@ -8,8 +8,6 @@ torchvision, are in the package README.
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,9 +16,22 @@ import numpy as np
 from tr.core.errors import ConfigError, ShapeError
 from tr.core.norm import NormMode
 from tr.data import _native
+from tr.data.checks import (
+    MAX_KERNEL,
+    MAX_SCALE,
+    Shape,
+    check_shape,
+    fill_fits,
+    fill_values,
+    integer,
+    is_num,
+    num,
+    num_range,
+    out_size,
+    prob,
+    size2,
+)
 from tr.data.seeds import sample_seed
-
-Shape = tuple[int, int, int]
 
 PAD_MODES = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 3}
 _FLOAT_PARAMS = {"angle", "scale", "sigma", "brightness", "contrast", "saturation", "hue"}
@@ -28,85 +39,6 @@ _FLOAT_PARAMS = {"angle", "scale", "sigma", "brightness", "contrast", "saturatio
 # native op kinds (csrc/ops.hpp)
 _PAD, _RANDOM_CROP, _CENTER_CROP, _RESIZE, _RRC, _ROTATION, _SCALE = 1, 2, 3, 4, 5, 6, 7
 _JITTER, _BLUR, _NOISE, _GRAYSCALE, _AUTOCONTRAST = 8, 9, 10, 11, 12
-
-
-# ------------------------------------------------------------------------------------------------
-# validation helpers
-# ------------------------------------------------------------------------------------------------
-def _is_num(v: Any) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
-
-
-def _num(owner: str, name: str, v: Any) -> float:
-    if not _is_num(v) or not math.isfinite(float(v)):
-        raise ConfigError(f"{owner}: {name} must be a finite number, got {v!r}")
-    return float(v)
-
-
-def _prob(owner: str, p: Any) -> float:
-    p = _num(owner, "p", p)
-    if not 0.0 <= p <= 1.0:
-        raise ConfigError(f"{owner}: probability p must be in [0, 1], got {p}")
-    return p
-
-
-def _int(owner: str, name: str, v: Any, lo: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise ConfigError(f"{owner}: {name} must be an integer, got {v!r}")
-    if int(v) < lo:
-        raise ConfigError(f"{owner}: {name} must be >= {lo}, got {v}")
-    return int(v)
-
-
-def _size2(owner: str, size: Any) -> tuple[int, int]:
-    """An int (square) or a (height, width) pair."""
-    if isinstance(size, Sequence) and not isinstance(size, str):
-        if len(size) == 1:
-            size = size[0]
-        elif len(size) == 2:
-            return _int(owner, "height", size[0]), _int(owner, "width", size[1])
-        else:
-            raise ConfigError(f"{owner}: size must be an int or (height, width), got {size!r}")
-    s = _int(owner, "size", size)
-    return s, s
-
-
-def _range(owner: str, name: str, v: Any, lo: float | None = None, hi: float | None = None) -> tuple[float, float]:
-    if not (isinstance(v, Sequence) and len(v) == 2):
-        raise ConfigError(f"{owner}: {name} must be a (min, max) pair, got {v!r}")
-    a, b = _num(owner, name, v[0]), _num(owner, name, v[1])
-    if a > b:
-        raise ConfigError(f"{owner}: {name} must have min <= max, got {tuple(v)}")
-    if lo is not None and a < lo:
-        raise ConfigError(f"{owner}: {name} must be >= {lo}, got {tuple(v)}")
-    if hi is not None and b > hi:
-        raise ConfigError(f"{owner}: {name} must be <= {hi}, got {tuple(v)}")
-    return a, b
-
-
-def _fill(owner: str, fill: Any) -> tuple[float, ...]:
-    vals = tuple(fill) if isinstance(fill, Sequence) and not isinstance(fill, str) else (fill,)
-    if not 1 <= len(vals) <= 16:
-        raise ConfigError(f"{owner}: fill needs 1 to 16 values, got {fill!r}")
-    out = tuple(_num(owner, "fill", v) for v in vals)
-    for v in out:
-        if not 0 <= v <= 255:
-            raise ConfigError(f"{owner}: fill values are pixel values in [0, 255], got {v}")
-    return out
-
-
-def _check_shape(shape: Any) -> Shape:
-    if not (isinstance(shape, Sequence) and len(shape) == 3):
-        raise ShapeError(f"an image shape is (height, width, channels), got {shape!r}")
-    h, w, c = (int(x) for x in shape)
-    if h < 1 or w < 1 or c < 1:
-        raise ShapeError(f"image shape must be positive, got {tuple(shape)}")
-    return h, w, c
-
-
-def _fill_fits(owner: str, fill: tuple[float, ...], c: int) -> None:
-    if len(fill) not in (1, c):
-        raise ConfigError(f"{owner}: fill has {len(fill)} values but the image has {c} channels")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -123,7 +55,7 @@ class Transform:
 
     def out_shape(self, shape: Shape) -> Shape:
         """Output shape for an input shape; raises ConfigError when the input cannot work."""
-        return _check_shape(shape)
+        return check_shape(shape)
 
     def _spec(self, kind: int, slot: int, f=(), i=(), fill=(0.0,)) -> tuple:
         return (kind, slot, [float(x) for x in f], [int(x) for x in i], [float(x) for x in fill], repr(self))
@@ -147,7 +79,7 @@ class Pad(Transform):
     def __init__(self, padding: int | Sequence[int], fill: float | Sequence[float] = 0, padding_mode: str = "constant"):
         o = "Pad"
         if isinstance(padding, Sequence) and not isinstance(padding, str):
-            vals = [_int(o, "padding", p, 0) for p in padding]
+            vals = [integer(o, "padding", p, 0) for p in padding]
             if len(vals) == 2:
                 vals = [vals[0], vals[1], vals[0], vals[1]]
             elif len(vals) == 1:
@@ -155,18 +87,18 @@ class Pad(Transform):
             elif len(vals) != 4:
                 raise ConfigError(f"Pad: padding must have 1, 2 or 4 values, got {padding!r}")
         else:
-            vals = [_int(o, "padding", padding, 0)] * 4
+            vals = [integer(o, "padding", padding, 0)] * 4
         if padding_mode not in PAD_MODES:
             raise ConfigError(f"Pad: padding_mode must be one of {sorted(PAD_MODES)}, got {padding_mode!r}")
         self.padding = tuple(vals)  # left, top, right, bottom
-        self.fill = _fill(o, fill)
+        self.fill = fill_values(o, fill)
         self.padding_mode = padding_mode
 
     def out_shape(self, shape: Shape) -> Shape:
-        h, w, c = _check_shape(shape)
-        _fill_fits("Pad", self.fill, c)
+        h, w, c = check_shape(shape)
+        fill_fits("Pad", self.fill, c)
         left, top, right, bottom = self.padding
-        return h + top + bottom, w + left + right, c
+        return out_size("Pad", h + top + bottom, w + left + right, c, (h, w, c))
 
     def native(self, slot: int) -> tuple:
         return self._spec(_PAD, slot, i=(*self.padding, PAD_MODES[self.padding_mode]), fill=self.fill)
@@ -183,19 +115,19 @@ class RandomCrop(Transform):
         fill: float | Sequence[float] = 0,
         padding_mode: str = "constant",
     ):
-        self.size = _size2("RandomCrop", size)
+        self.size = size2("RandomCrop", size)
         self.padding = None if padding is None else Pad(padding).padding
         if not isinstance(pad_if_needed, bool):
             raise ConfigError(f"RandomCrop: pad_if_needed must be True or False, got {pad_if_needed!r}")
         self.pad_if_needed = pad_if_needed
-        self.fill = _fill("RandomCrop", fill)
+        self.fill = fill_values("RandomCrop", fill)
         if padding_mode not in PAD_MODES:
             raise ConfigError(f"RandomCrop: padding_mode must be one of {sorted(PAD_MODES)}, got {padding_mode!r}")
         self.padding_mode = padding_mode
 
     def out_shape(self, shape: Shape) -> Shape:
-        h, w, c = _check_shape(shape)
-        _fill_fits("RandomCrop", self.fill, c)
+        h, w, c = check_shape(shape)
+        fill_fits("RandomCrop", self.fill, c)
         left, top, right, bottom = self.padding or (0, 0, 0, 0)
         ph, pw = h + top + bottom, w + left + right
         th, tw = self.size
@@ -205,7 +137,7 @@ class RandomCrop(Transform):
         if ph < th or pw < tw:
             after = f" ({ph}x{pw} after padding)" if (ph, pw) != (h, w) else ""
             raise ConfigError(f"{self!r}: the image is {h}x{w}{after}, smaller than the crop {th}x{tw}")
-        return th, tw, c
+        return out_size("RandomCrop", th, tw, c, (h, w, c))
 
     def native(self, slot: int) -> tuple:
         left, top, right, bottom = self.padding or (0, 0, 0, 0)
@@ -223,11 +155,11 @@ class CenterCrop(Transform):
     deterministic = True
 
     def __init__(self, size: int | Sequence[int]):
-        self.size = _size2("CenterCrop", size)
+        self.size = size2("CenterCrop", size)
 
     def out_shape(self, shape: Shape) -> Shape:
-        _, _, c = _check_shape(shape)
-        return self.size[0], self.size[1], c
+        s = check_shape(shape)
+        return out_size("CenterCrop", self.size[0], self.size[1], s[2], s)
 
     def native(self, slot: int) -> tuple:
         return self._spec(_CENTER_CROP, slot, i=self.size)
@@ -253,12 +185,12 @@ class Resize(Transform):
     def __init__(self, size: int | Sequence[int], max_size: int | None = None, square_crop: bool = False):
         o = "Resize"
         if isinstance(size, Sequence) and not isinstance(size, str) and len(size) == 2:
-            self.size: int | tuple[int, int] = (_int(o, "height", size[0]), _int(o, "width", size[1]))
+            self.size: int | tuple[int, int] = (integer(o, "height", size[0]), integer(o, "width", size[1]))
         elif isinstance(size, Sequence) and not isinstance(size, str) and len(size) == 1:
-            self.size = _int(o, "size", size[0])
+            self.size = integer(o, "size", size[0])
         else:
-            self.size = _int(o, "size", size)
-        self.max_size = None if max_size is None else _int(o, "max_size", max_size)
+            self.size = integer(o, "size", size)
+        self.max_size = None if max_size is None else integer(o, "max_size", max_size)
         if not isinstance(square_crop, bool):
             raise ConfigError(f"Resize: square_crop must be True or False, got {square_crop!r}")
         if square_crop and not isinstance(self.size, int):
@@ -270,15 +202,15 @@ class Resize(Transform):
         self.square_crop = square_crop
 
     def out_shape(self, shape: Shape) -> Shape:
-        h, w, c = _check_shape(shape)
+        h, w, c = check_shape(shape)
         if isinstance(self.size, tuple):
-            return self.size[0], self.size[1], c
+            return out_size("Resize", self.size[0], self.size[1], c, (h, w, c))
         if self.square_crop:
-            return self.size, self.size, c
+            return out_size("Resize", self.size, self.size, c, (h, w, c))
         oh, ow = _short_side(h, w, self.size, self.max_size)
         if oh < 1 or ow < 1:
             raise ConfigError(f"{self!r}: a {h}x{w} image would become {oh}x{ow}")
-        return oh, ow, c
+        return out_size("Resize", oh, ow, c, (h, w, c))
 
     def native(self, slot: int) -> tuple:
         if isinstance(self.size, tuple):
@@ -298,17 +230,17 @@ class RandomResizedCrop(Transform):
         ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
     ):
         o = "RandomResizedCrop"
-        self.size = _size2(o, size)
-        self.scale = _range(o, "scale", scale, lo=0.0)
+        self.size = size2(o, size)
+        self.scale = num_range(o, "scale", scale, lo=0.0, limit=MAX_SCALE)
         if self.scale[1] <= 0:
             raise ConfigError(f"{o}: scale must allow a positive area, got {tuple(scale)}")
-        self.ratio = _range(o, "ratio", ratio)
-        if self.ratio[0] <= 0:
-            raise ConfigError(f"{o}: ratio must be > 0, got {tuple(ratio)}")
+        self.ratio = num_range(o, "ratio", ratio, limit=MAX_SCALE)
+        if self.ratio[0] < 1 / MAX_SCALE:
+            raise ConfigError(f"{o}: ratio must be >= {1 / MAX_SCALE:g}, got {tuple(ratio)}")
 
     def out_shape(self, shape: Shape) -> Shape:
-        _, _, c = _check_shape(shape)
-        return self.size[0], self.size[1], c
+        s = check_shape(shape)
+        return out_size("RandomResizedCrop", self.size[0], self.size[1], s[2], s)
 
     def native(self, slot: int) -> tuple:
         return self._spec(_RRC, slot, f=(*self.scale, *self.ratio), i=self.size)
@@ -320,18 +252,18 @@ class RandomRotation(Transform):
 
     def __init__(self, degrees: float | Sequence[float], fill: float | Sequence[float] = 0):
         o = "RandomRotation"
-        if _is_num(degrees):
-            d = _num(o, "degrees", degrees)
+        if is_num(degrees):
+            d = num(o, "degrees", degrees)
             if d < 0:
                 raise ConfigError(f"{o}: degrees must be >= 0 when a single number, got {d}")
             self.degrees = (-d, d)
         else:
-            self.degrees = _range(o, "degrees", degrees)
-        self.fill = _fill(o, fill)
+            self.degrees = num_range(o, "degrees", degrees)
+        self.fill = fill_values(o, fill)
 
     def out_shape(self, shape: Shape) -> Shape:
-        s = _check_shape(shape)
-        _fill_fits("RandomRotation", self.fill, s[2])
+        s = check_shape(shape)
+        fill_fits("RandomRotation", self.fill, s[2])
         return s
 
     def native(self, slot: int) -> tuple:
@@ -344,18 +276,18 @@ class RandomScale(Transform):
 
     def __init__(self, min_scale: float, max_scale: float | None = None, fill: float | Sequence[float] = 0):
         o = "RandomScale"
-        lo = _num(o, "min_scale", min_scale)
-        hi = lo if max_scale is None else _num(o, "max_scale", max_scale)
+        lo = num(o, "min_scale", min_scale, MAX_SCALE)
+        hi = lo if max_scale is None else num(o, "max_scale", max_scale, MAX_SCALE)
         if lo <= 0:
             raise ConfigError(f"{o}: min_scale must be > 0, got {lo}")
         if hi < lo:
             raise ConfigError(f"{o}: max_scale must be >= min_scale, got min_scale={lo}, max_scale={hi}")
         self.scale = (lo, hi)
-        self.fill = _fill(o, fill)
+        self.fill = fill_values(o, fill)
 
     def out_shape(self, shape: Shape) -> Shape:
-        s = _check_shape(shape)
-        _fill_fits("RandomScale", self.fill, s[2])
+        s = check_shape(shape)
+        fill_fits("RandomScale", self.fill, s[2])
         return s
 
     def native(self, slot: int) -> tuple:
@@ -368,7 +300,7 @@ class RandomHorizontalFlip(Transform):
     record = True
 
     def __init__(self, p: float = 0.5):
-        self.p = _prob("RandomHorizontalFlip", p)
+        self.p = prob("RandomHorizontalFlip", p)
 
 
 class RandomErasing(Transform):
@@ -386,18 +318,18 @@ class RandomErasing(Transform):
         value: float | Sequence[float] = 0.0,
     ):
         o = "RandomErasing"
-        self.p = _prob(o, p)
-        self.scale = _range(o, "scale", scale, lo=0.0, hi=1.0)
-        self.ratio = _range(o, "ratio", ratio)
-        if self.ratio[0] <= 0:
-            raise ConfigError(f"{o}: ratio must be > 0, got {tuple(ratio)}")
+        self.p = prob(o, p)
+        self.scale = num_range(o, "scale", scale, lo=0.0, hi=1.0)
+        self.ratio = num_range(o, "ratio", ratio, limit=MAX_SCALE)
+        if self.ratio[0] < 1 / MAX_SCALE:
+            raise ConfigError(f"{o}: ratio must be >= {1 / MAX_SCALE:g}, got {tuple(ratio)}")
         vals = tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else (value,)
         if not 1 <= len(vals) <= 64:
             raise ConfigError(f"{o}: value needs 1 or one-per-channel numbers, got {value!r}")
-        self.value = tuple(_num(o, "value", v) for v in vals)
+        self.value = tuple(num(o, "value", v) for v in vals)
 
     def out_shape(self, shape: Shape) -> Shape:
-        s = _check_shape(shape)
+        s = check_shape(shape)
         if len(self.value) not in (1, s[2]):
             raise ConfigError(f"RandomErasing: value has {len(self.value)} numbers but the image has {s[2]} channels")
         return s
@@ -405,15 +337,15 @@ class RandomErasing(Transform):
 
 def _jitter_range(name: str, v: Any, center: float = 1.0, lo: float = 0.0, hi: float | None = None):
     o = "ColorJitter"
-    if _is_num(v):
-        v = _num(o, name, v)
+    if is_num(v):
+        v = num(o, name, v)
         if v < 0:
             raise ConfigError(f"{o}: {name} must be >= 0, got {v}")
         if v == 0:
             return None
         r = (max(center - v, lo), center + v)
     else:
-        r = _range(o, name, v)
+        r = num_range(o, name, v)
     if r[0] < lo or (hi is not None and r[1] > hi):
         raise ConfigError(f"{o}: {name} must lie in [{lo}, {hi if hi is not None else 'inf'}], got {r}")
     return None if r == (center, center) else r
@@ -445,19 +377,19 @@ class GaussianBlur(Transform):
         if isinstance(kernel_size, Sequence) and not isinstance(kernel_size, str):
             if len(kernel_size) != 2:
                 raise ConfigError(f"{o}: kernel_size must be an int or (kx, ky), got {kernel_size!r}")
-            ks = (_int(o, "kernel_size", kernel_size[0]), _int(o, "kernel_size", kernel_size[1]))
+            ks = tuple(integer(o, "kernel_size", k, 1, MAX_KERNEL) for k in kernel_size)
         else:
-            k = _int(o, "kernel_size", kernel_size)
+            k = integer(o, "kernel_size", kernel_size, 1, MAX_KERNEL)
             ks = (k, k)
         for k in ks:
             if k % 2 == 0:
                 raise ConfigError(f"{o}: kernel_size must be odd, got {k}")
         self.kernel_size = ks
-        if _is_num(sigma):
-            s = _num(o, "sigma", sigma)
+        if is_num(sigma):
+            s = num(o, "sigma", sigma)
             self.sigma = (s, s)
         else:
-            self.sigma = _range(o, "sigma", sigma)
+            self.sigma = num_range(o, "sigma", sigma)
         if self.sigma[0] <= 0:
             raise ConfigError(f"{o}: sigma must be > 0, got {self.sigma}")
 
@@ -470,8 +402,8 @@ class GaussianNoise(Transform):
 
     def __init__(self, mean: float = 0.0, sigma: float = 25.5):
         o = "GaussianNoise"
-        self.mean = _num(o, "mean", mean)
-        self.sigma = _num(o, "sigma", sigma)
+        self.mean = num(o, "mean", mean)
+        self.sigma = num(o, "sigma", sigma)
         if self.sigma < 0:
             raise ConfigError(f"{o}: sigma must be >= 0, got {self.sigma}")
 
@@ -483,7 +415,7 @@ class RandomGrayscale(Transform):
     """With probability p, RGB -> luma (0.2989 R + 0.587 G + 0.114 B, truncated) on all 3 channels."""
 
     def __init__(self, p: float = 0.1):
-        self.p = _prob("RandomGrayscale", p)
+        self.p = prob("RandomGrayscale", p)
 
     def native(self, slot: int) -> tuple:
         return self._spec(_GRAYSCALE, slot, f=(self.p,))
@@ -493,7 +425,7 @@ class RandomAutocontrast(Transform):
     """With probability p, stretch each channel's [min, max] to [0, 255]."""
 
     def __init__(self, p: float = 0.5):
-        self.p = _prob("RandomAutocontrast", p)
+        self.p = prob("RandomAutocontrast", p)
 
     def native(self, slot: int) -> tuple:
         return self._spec(_AUTOCONTRAST, slot, f=(self.p,))
@@ -509,8 +441,8 @@ def norm_constants(normalization: Any) -> tuple[tuple[float, ...], tuple[float, 
     if isinstance(normalization, Sequence) and len(normalization) == 2:
         mean = normalization[0] if isinstance(normalization[0], Sequence) else (normalization[0],)
         std = normalization[1] if isinstance(normalization[1], Sequence) else (normalization[1],)
-        mean = tuple(_num("normalization", "mean", m) for m in mean)
-        std = tuple(_num("normalization", "std", s) for s in std)
+        mean = tuple(num("normalization", "mean", m) for m in mean)
+        std = tuple(num("normalization", "std", s) for s in std)
         if len(mean) != len(std) or not mean:
             raise ConfigError(f"normalization needs as many std as mean values, got mean={mean}, std={std}")
         if any(s <= 0 for s in std):
@@ -566,9 +498,7 @@ class Compose:
         self.mean, self.std = norm_constants(normalization)
         self.dtype = out_dtype(dtype)
         if pad_channels_to is not None:
-            _int("Compose", "pad_channels_to", pad_channels_to, 1)
-            if pad_channels_to > 64:
-                raise ConfigError(f"Compose: pad_channels_to must be <= 64, got {pad_channels_to}")
+            integer("Compose", "pad_channels_to", pad_channels_to, 1, 64)
         self.pad_channels_to = pad_channels_to
         self._native = _native.Pipeline(self._native_ops(), self._fused_spec())
 
@@ -610,7 +540,7 @@ class Compose:
     # ---- shapes ----------------------------------------------------------------------------
     def uint8_shape(self, shape: Shape) -> Shape:
         """Shape after the uint8 transforms; ConfigError when a transform cannot take the input."""
-        s = _check_shape(shape)
+        s = check_shape(shape)
         for t in self.transforms:
             s = t.out_shape(s)
         return s
@@ -645,7 +575,7 @@ class Compose:
 
     def params(self, shape: Shape, *, seed: int = 0, epoch: int = 0, index: int = 0, train: bool = True) -> list[dict]:
         """The random parameters each transform draws for this sample (one dict per native step)."""
-        recs = self._native.describe(_check_shape(shape), sample_seed(seed, epoch, index, train))
+        recs = self._native.describe(check_shape(shape), sample_seed(seed, epoch, index, train))
         for r in recs:  # integral quantities as ints
             r["params"] = {k: (v if k in _FLOAT_PARAMS else int(v)) for k, v in r["params"].items()}
         return recs
@@ -668,7 +598,7 @@ class FusedNormalization:
         self.mean, self.std = norm_constants(normalization)
         self.dtype = out_dtype(dtype)
         self.pad_channels_to = (
-            0 if pad_channels_to is None else _int("FusedNormalization", "pad_channels_to", pad_channels_to)
+            0 if pad_channels_to is None else integer("FusedNormalization", "pad_channels_to", pad_channels_to, 1, 64)
         )
 
     def __call__(
@@ -696,7 +626,20 @@ class FusedNormalization:
         if out.dtype != np.dtype(self.dtype):
             raise ConfigError(f"out must be {self.dtype}, got {out.dtype}")
         ev = list(erase_value) if isinstance(erase_value, Sequence) else [float(erase_value)]
+        if erase is not None:
+            erase = _erase_rects(erase, n)
         _native.fused_normalize(
             np.ascontiguousarray(a), out, list(self.mean), list(self.std), self.pad_channels_to, flip, erase, ev
         )
         return out[0] if single else out
+
+
+def _erase_rects(erase: Any, n: int) -> np.ndarray:
+    """(n, 4) int32 (top, left, height, width) rows; values that do not fit int32 are refused here, not
+    wrapped by a cast (the native side checks each rectangle against the image, in 64 bits)."""
+    er = np.asarray(erase)
+    if er.shape != (n, 4) or er.dtype.kind not in "iu":
+        raise ShapeError(f"erase needs one integer (top, left, height, width) row per image, got {er.dtype} {er.shape}")
+    if er.size and (int(er.min()) < -(2**31) or int(er.max()) > 2**31 - 1):
+        raise ShapeError(f"erase rectangle values must fit in int32, got min {int(er.min())}, max {int(er.max())}")
+    return er.astype(np.int32)

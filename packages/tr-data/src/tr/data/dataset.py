@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from tr.core.errors import ConfigError, DataError, ShapeError
+from tr.data.labels import check_labels
 
 SPLITS = ("train", "val")
 
@@ -29,10 +30,11 @@ class Split:
     shapes: np.ndarray | None = None  # int32 (n, 3) (ragged)
 
     def __post_init__(self) -> None:
-        labels = np.ascontiguousarray(self.labels, dtype=np.int32)
-        object.__setattr__(self, "labels", labels)
+        labels = np.asarray(self.labels)
         if labels.ndim != 1:
             raise ShapeError(f"labels must be one-dimensional, got shape {labels.shape}")
+        labels = np.ascontiguousarray(check_labels(labels))  # never a truncated float or a wrapped int64
+        object.__setattr__(self, "labels", labels)
         imgs = self.images
         if not isinstance(imgs, np.ndarray) or imgs.dtype != np.uint8:
             raise DataError(f"images must be a uint8 numpy array, got {getattr(imgs, 'dtype', type(imgs))}")
@@ -133,6 +135,10 @@ class ArrayDataset:
         self.num_classes = num_classes
         self._splits = {"train": self._as_split(train, "train")}
         self._splits["val"] = self._as_split(val, "val") if val is not None else None
+        if num_classes is not None:  # a label past the model's logits is refused here, not inside a step
+            for which, sp in self._splits.items():
+                if sp is not None:
+                    check_labels(sp.labels, which, num_classes)
 
     @staticmethod
     def _as_split(v: Any, which: str) -> Split:

@@ -22,9 +22,10 @@ import numpy as np
 
 from tr.core import philox
 from tr.core.errors import ConfigError, DataError
+from tr.data.labels import check_labels
 from tr.data.sharding import check_shard, shard_positions, shard_size
 
-__all__ = ["ArrayFeeder", "Feeder", "shard_positions", "shard_size", "steps_for"]
+__all__ = ["ArrayFeeder", "Feeder", "check_labels", "shard_positions", "shard_size", "steps_for"]
 
 
 class Feeder(Protocol):
@@ -59,20 +60,29 @@ class ArrayFeeder:
     def __init__(self, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray] | None,
                  batch: int, seed: int = 0, shuffle: bool = True, drop_last: bool = False,
                  dtype: np.dtype = np.float32, num_classes: int | None = None) -> None:
+        if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+            raise ConfigError(f"ArrayFeeder batch must be an integer >= 1, got {batch!r}")
+        if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
+                                        or num_classes < 2):
+            raise ConfigError(f"ArrayFeeder num_classes must be an integer >= 2, got {num_classes!r}")
         self.batch = self.global_batch = int(batch)
         self.rank, self.world_size = 0, 1
         self.seed, self.shuffle, self.drop_last = seed, shuffle, drop_last
         self._dtype = dtype
         self.num_classes = num_classes
-        self._sets = {True: self._check(*train, "train"), False: self._check(*val, "val") if val else None}
-        x0 = self._sets[True][0]
-        self.sample_shape = tuple(x0.shape[1:])
-        if num_classes is not None:
-            for name, s in (("train", self._sets[True]), ("val", self._sets[False])):
-                if s is not None and (s[1].min() < 0 or s[1].max() >= num_classes):
-                    bad = s[1][(s[1] < 0) | (s[1] >= num_classes)][0]
-                    raise DataError(f"{name} label {int(bad)} is outside [0, {num_classes})")
+        self._sets = {True: self._check(*train, "train", num_classes),
+                      False: self._check(*val, "val", num_classes) if val else None}
+        self.sample_shape = tuple(self._sets[True][0].shape[1:])
+        if self._sets[False] is not None and tuple(self._sets[False][0].shape[1:]) != self.sample_shape:
+            raise DataError(f"val images are {tuple(self._sets[False][0].shape[1:])} (H, W, C) but train images "
+                            f"are {self.sample_shape}: one compiled plan takes one sample shape")
         self._alloc()
+
+    def check_labels(self, num_classes: int) -> None:
+        """DataError when a label is outside the ``num_classes`` the model was compiled for."""
+        for name, s in (("train", self._sets[True]), ("val", self._sets[False])):
+            if s is not None:
+                check_labels(s[1], name, num_classes)
 
     def _alloc(self) -> None:
         self._bufs = [(np.zeros(self.batch, np.int32), np.zeros((self.batch, *self.sample_shape), self._dtype))
@@ -93,12 +103,16 @@ class ArrayFeeder:
         self._alloc()
 
     @staticmethod
-    def _check(x: np.ndarray, y: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    def _check(x: np.ndarray, y: np.ndarray, name: str,
+               num_classes: int | None) -> tuple[np.ndarray, np.ndarray]:
+        x = np.asarray(x)
         if x.ndim != 4:
             raise DataError(f"{name} images must be [N, H, W, C], got shape {x.shape}")
+        if len(x) == 0:
+            raise DataError(f"{name} has no images")
         if len(x) != len(y):
             raise DataError(f"{name} has {len(x)} images but {len(y)} labels")
-        return x, np.asarray(y, dtype=np.int32)
+        return x, check_labels(y, name, num_classes)
 
     @property
     def dtype(self) -> np.dtype:

@@ -38,6 +38,7 @@ class PipelineFeeder:
         self.sample_shape = tuple(self.station.sample_shape)
         self.num_classes = getattr(self.pre.dataset, "num_classes", None)
         self._run = None
+        self._held: set[int] = set()  # batches acquired and not yet released
 
     @property
     def dtype(self) -> np.dtype:
@@ -92,18 +93,24 @@ class PipelineFeeder:
         try:
             for k in range(run.num_batches):
                 b = self.station.acquire(k)
+                self._held.add(k)
                 yield k, b.zone, b.size
-        finally:
+        finally:  # also when the consumer stops early (an exception in a step): stop the workers, free the zones
             run.close()
+            for k in sorted(self._held):
+                self.station.release(k)
+            self._held.clear()
 
     def release(self, k: int) -> None:
         self.station.release(k)
+        self._held.discard(k)
 
     def close(self) -> None:
         self.pre.close()
 
 
 def feeder_from_preprocessor(settings: Settings, zones: Sequence[Any] | None = None) -> PipelineFeeder:
-    """The feeder the seed's examples get: PREPROCESSOR_SETTING, the task's batch, seed and precision."""
-    return PipelineFeeder(PREPROCESSOR_SETTING, settings.local_batch_size, settings.seed,
+    """The feeder the seed's examples get: PREPROCESSOR_SETTING, the task's batch, seed and precision. The batch
+    is the global one: with several ranks the task's ``shard`` call makes it this rank's share."""
+    return PipelineFeeder(PREPROCESSOR_SETTING, settings.batch_size, settings.seed,
                           fp16=settings.amp_enabled, zones=zones)

@@ -392,6 +392,12 @@ def write_json(a: argparse.Namespace, results: dict[str, dict], env: dict) -> No
            "results": results,
            "vs_pytorch_eager": {k: v["images_per_s"] / base for k, v in results.items()
                                 if base and "images_per_s" in v}}
+    torch_rows = {k: v["images_per_s"] for k, v in results.items() if k.startswith("pytorch") and "images_per_s" in v}
+    if torch_rows:
+        best = max(torch_rows, key=torch_rows.__getitem__)
+        doc["strongest_pytorch"] = best
+        if "images_per_s" in results.get("tr", {}):
+            doc["tr_vs_strongest_pytorch"] = results["tr"]["images_per_s"] / torch_rows[best]
     a.json_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = a.json_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=2) + "\n")

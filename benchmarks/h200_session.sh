@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# One device call on the H200 machine: build tr there, then run the stages named on the command line, each
+# stage's log under $OUT, a short summary last (only the end of a call's output comes back).
+#
+#   bash benchmarks/h200_session.sh build gputests profile          # call 1 (carry: .whl)
+#   bash benchmarks/h200_session.sh bench                           # call 2 (rebuilds only what changed)
+#
+# Stages (in the order given; default: build gputests profile bench):
+#   build              wheels of .whl the machine lacks -> $SITE, then tr-core tensor algo graph task (hatchling)
+#                      and the native tr-data and tr-backend (TR_BACKEND_CUDA=ON, TR_CUDA_ARCHS=90, cuDNN
+#                      frontend required) built as wheels and installed into $SITE with one pip --target
+#                      (one install: pip --target replaces a whole top-level folder, and all of them share tr/).
+#                      CMake build folders persist under build/device/ (gitignored: kept on a warm machine).
+#   gputests           pytest -m gpu packages tests-integration
+#   profile[-MODEL]    benchmarks/step_profile.py, MODEL vgg16_bn | resnet50 | mlp_mnist (profile: the first two)
+#   bench[-MODEL]      benchmarks/cnn.py --json auto, MODEL vgg16_bn | resnet50 (bench: both)
+# Every stage after build checks that $SITE holds a build of this very tree and runs the build first if not.
+#
+# Environment: OUT (where logs and JSON go; default build/device/out), PYTHON (python3), TR_SITE (/tmp/site),
+# TR_SESSION_BUDGET_S (570: seconds this script may run; stages are cut to what is left and the summary still
+# prints), TR_BUILD_LIMIT_S (420: the build stage's own limit), PROFILE_BATCH (256), PROFILE_ARGS, BENCH_ARGS (extra arguments, e.g. BENCH_ARGS="--compile-mode
+# default,max-autotune"), TR_REQUIRE_GPU (1; 0 for a smoke test on a machine without a GPU).
+# Files under $OUT (at most 8 come back): build.log gputests.log profile.log bench.log, profile_<model>_b<N>.json
+# per profiled model, <model>_b256_<date>.json per benchmarked model.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
+export NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
+PY=${PYTHON:-python3}
+SITE=${TR_SITE:-/tmp/site}
+BUILD=$ROOT/build/device
+OUT=${OUT:-$BUILD/out}
+ARCHS=${TR_CUDA_ARCHS:-90}
+REQUIRE_GPU=${TR_REQUIRE_GPU:-1}
+BUDGET=${TR_SESSION_BUDGET_S:-570}
+START=${TR_SESSION_START:-$(date +%s)}
+export TR_SESSION_START=$START
+mkdir -p "$OUT" "$BUILD/summary" "$SITE"
+export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+
+# a hash of the source files under the given folders (the device copy has no .git): over packages/, the build
+# marker; over packages/ benchmarks/ examples/, the JSONs' environment.tree
+tree_hash() {
+  find "$@" -type f \( -name '*.py' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' \
+    -o -name '*.hpp' -o -name '*.h' -o -name '*.in' -o -name '*.cmake' -o -name 'CMakeLists.txt' \
+    -o -name 'pyproject.toml' \) -not -path '*/build/*' -not -path '*/__pycache__/*' -print0 | sort -z \
+    | xargs -0 sha1sum | sha1sum | cut -c1-16
+}
+export TR_TREE_HASH=${TR_TREE_HASH:-$(tree_hash packages benchmarks examples)}
+export TR_BUILD_HASH=${TR_BUILD_HASH:-$(tree_hash packages)}
+BUILD_LIMIT=${TR_BUILD_LIMIT_S:-420}
+left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+
+# --- stages (each runs in its own bash: `bash h200_session.sh __stage NAME`) -------------------------------
+stage_build() {
+  echo "[build] packages $TR_BUILD_HASH, python $($PY -c 'import sys; print(sys.version.split()[0])'), site $SITE"
+  if ! compgen -G ".whl/*.whl" >/dev/null; then  # fine where $SITE or the machine has them already
+    echo "[build] warning: no wheels in .whl/ (tools/fetch_device_wheels.sh makes them; carry .whl)"
+  fi
+  # install a carried wheel only where the machine lacks its distribution or has it older than hatchling needs
+  "$PY" - "$BUILD/wheels.txt" <<'EOF' || return 1
+import importlib.metadata as md, pathlib, re, sys
+
+need = {"packaging": (24, 2), "pathspec": (0, 10, 1), "pluggy": (1, 0)}  # hatchling 1.33's requirements
+def ver(s): return tuple(int(x) for x in re.findall(r"\d+", s)[:3])
+picked = []
+for whl in sorted(pathlib.Path(".whl").glob("*.whl")):
+    name, version = whl.name.split("-")[:2]
+    key = re.sub(r"[-_.]+", "-", name).lower()
+    try:
+        have = md.version(key)
+    except md.PackageNotFoundError:
+        have = None
+    if have is not None and ver(have) >= need.get(key, ()):
+        print(f"[build]   {key}: the machine has {have}, kept")
+        continue
+    print(f"[build]   {key}: {'missing' if have is None else have + ' is too old'}, installing {version}")
+    picked.append(str(whl))
+pathlib.Path(sys.argv[1]).write_text("".join(p + "\n" for p in picked))
+EOF
+  if [ -s "$BUILD/wheels.txt" ]; then
+    # shellcheck disable=SC2046
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+      $(cat "$BUILD/wheels.txt") || return 1
+  fi
+  local fe
+  fe=$("$PY" -c "
+import importlib.metadata as m
+d = m.distribution('nvidia-cudnn-frontend')
+print(next(d.locate_file(f).parent for f in d.files if str(f).endswith('include/cudnn_frontend.h')))") || {
+    echo "[build] nvidia-cudnn-frontend is not importable: its headers are missing"; return 1; }
+  echo "[build] cuDNN frontend headers: $fe"
+  local wheels=$BUILD/wheels
+  rm -rf "$wheels" && mkdir -p "$wheels"
+  local PIPW=("$PY" -m pip wheel --no-deps --no-build-isolation --no-cache-dir --no-index --disable-pip-version-check
+              -w "$wheels")
+  echo "[build] pure packages (hatchling)"
+  "${PIPW[@]}" -q packages/tr-core packages/tr-tensor packages/tr-algo packages/tr-graph packages/tr-task || return 1
+  local d
+  for d in "$BUILD/tr-data" "$BUILD/tr-backend-sm$ARCHS"; do  # a CMake cache made for another source path
+    if [ -f "$d/CMakeCache.txt" ] && ! grep -q "^CMAKE_HOME_DIRECTORY:INTERNAL=$ROOT/packages/" "$d/CMakeCache.txt"; then
+      echo "[build] $d was configured for another tree: starting it afresh"; rm -rf "$d"
+    fi
+  done
+  local t0=$SECONDS
+  echo "[build] tr-data (native)"
+  "${PIPW[@]}" -C "build-dir=$BUILD/tr-data" packages/tr-data || return 1
+  echo "[build] tr-data: $((SECONDS - t0)) s; tr-backend (native, CUDA archs $ARCHS)"
+  t0=$SECONDS
+  TR_BACKEND_CUDA=ON TR_CUDA_ARCHS=$ARCHS TR_CUDNN_FRONTEND_INCLUDE=$fe CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    "${PIPW[@]}" -C "build-dir=$BUILD/tr-backend-sm$ARCHS" packages/tr-backend || return 1
+  echo "[build] tr-backend: $((SECONDS - t0)) s"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+    "$wheels"/*.whl || return 1
+  rm -f "$SITE/.tr_tree"
+  "$PY" - <<'EOF' || return 1
+import os
+import tr.backend._native as n
+import tr.backend.cuda as c
+info = dict(n.build_info())
+print("[build] build_info:", info)
+assert info["cuda_compiled"], "tr-backend was built without its CUDA part"
+assert n.cudnn_frontend_built(), "convolutions built without the cuDNN frontend"
+ok, why = c.cuda_status()
+print("[build] cuda_status:", ok, why)
+if os.environ.get("TR_REQUIRE_GPU", "1") == "1":
+    assert ok, "no usable CUDA device: " + why
+    print("[build] cuDNN:", c.load_cudnn())
+EOF
+  echo "$TR_BUILD_HASH" >"$SITE/.tr_tree"
+}
+
+stage_gputests() {
+  "$PY" -m pytest -m gpu -q -rfE -p no:cacheprovider --maxfail=25 packages tests-integration
+}
+
+stage_profile() {  # $1: model
+  local m=$1 b=${PROFILE_BATCH:-256}
+  [ "$m" = mlp_mnist ] && b=${PROFILE_BATCH_MLP:-128}
+  # shellcheck disable=SC2086
+  "$PY" benchmarks/step_profile.py --model "$m" --batch "$b" --top 15 ${PROFILE_ARGS:-} \
+    --json "$OUT/profile_${m}_b$b.json"
+}
+
+stage_bench() {  # $1: model, $2: seconds left for it
+  # shellcheck disable=SC2086
+  "$PY" benchmarks/cnn.py --model "$1" --json auto --json-dir "$OUT" --deadline-s "$2" ${BENCH_ARGS:-}
+}
+
+if [ "${1:-}" = __stage ]; then
+  shift
+  name=$1
+  shift
+  "stage_$name" "$@"
+  exit $?
+fi
+
+# --- the run ------------------------------------------------------------------------------------------------
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(build gputests profile bench)
+plan=()
+for s in "${stages[@]}"; do
+  case $s in
+    build|gputests) plan+=("$s") ;;
+    profile) plan+=(profile-vgg16_bn profile-resnet50) ;;
+    bench) plan+=(bench-vgg16_bn bench-resnet50) ;;
+    profile-vgg16_bn|profile-resnet50|profile-mlp_mnist|bench-vgg16_bn|bench-resnet50) plan+=("$s") ;;
+    *) echo "unknown stage $s (build gputests profile[-MODEL] bench[-MODEL])" >&2; exit 2 ;;
+  esac
+done
+
+results=()
+run() {  # run STAGE LOG LIMIT ARGS...: one stage under a timeout cut to the session's budget
+  local stage=$1 log=$2 limit=$3
+  shift 3
+  local l
+  l=$(( $(left) - 20 ))  # the summary's share
+  (( l < limit )) && limit=$l
+  if (( limit < 30 )); then
+    results+=("$stage|skipped|0|only $(left) s of the session's $BUDGET s left")
+    return 1
+  fi
+  echo "=== $stage (at most $limit s) ===" | tee -a "$OUT/$log"
+  local t0=$SECONDS rc
+  timeout -k 15 "$limit" bash "$0" __stage "$@" 2>&1 | tee -a "$OUT/$log"
+  rc=$?
+  local why=""
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && why="timed out after $limit s"
+  results+=("$stage|$rc|$((SECONDS - t0))|$why")
+  return $rc
+}
+
+build_failed=0
+built_here() { [ "$(cat "$SITE/.tr_tree" 2>/dev/null)" = "$TR_BUILD_HASH" ]; }
+ensure_built() {  # ensure_built STAGE: build first where needed; a failed build is not retried
+  built_here && return 0
+  if (( build_failed )); then
+    results+=("$1|skipped|0|no build of this tree")
+    return 1
+  fi
+  echo "tr in $SITE is not a build of this tree ($TR_BUILD_HASH): building first"
+  run build build.log "$BUILD_LIMIT" build || { build_failed=1; results+=("$1|skipped|0|the build failed"); return 1; }
+}
+
+n_bench=0
+for s in "${plan[@]}"; do [[ $s == bench-* ]] && n_bench=$((n_bench + 1)); done
+for s in "${plan[@]}"; do
+  case $s in
+    build) run build build.log "$BUILD_LIMIT" build || build_failed=1 ;;
+    gputests) ensure_built "$s" && run gputests gputests.log 300 gputests ;;
+    profile-*) ensure_built "$s" && run "$s" profile.log 240 profile "${s#profile-}" ;;
+    bench-*)
+      # the benchmarks share what is left; cnn.py stops starting rows in time to write its table and JSON
+      share=$(( ($(left) - 30) / n_bench ))
+      n_bench=$((n_bench - 1))
+      ensure_built "$s" && run "$s" bench.log "$share" bench "${s#bench-}" $((share - 15)) ;;
+  esac
+done
+
+# --- summary (the last lines of the call's output) -----------------------------------------------------------
+for f in "$OUT"/profile.log; do
+  [ -f "$f" ] || continue
+  echo
+  awk '/^summary by op/{p=1} p{print} /^all ops/{p=0; print ""}' "$f" | tail -n 80
+done
+if [ -f "$OUT/bench.log" ]; then
+  echo
+  awk '/ training step, /{p=1} /^=== /{p=0} p && !/^note: /{print}' "$OUT/bench.log" | tail -n 60
+fi
+echo
+echo "session summary (tree $TR_TREE_HASH, $(( $(date +%s) - START )) s of $BUDGET s; files in $OUT):"
+printf '  %-20s %-8s %6s  %s\n' stage rc seconds note
+for r in "${results[@]}"; do
+  IFS='|' read -r st rc sec why <<<"$r"
+  note=$why
+  case $st in
+    gputests) note="$note $(grep -E '[0-9]+ (passed|failed|error)' "$OUT/gputests.log" 2>/dev/null | tail -n 1)" ;;
+    build) note="$note $(grep -E '^\[build\] (tr-backend:|cuda_status)' "$OUT/build.log" 2>/dev/null | tail -n 2 | tr '\n' ' ')" ;;
+  esac
+  printf '  %-20s %-8s %6s  %s\n' "$st" "$rc" "$sec" "${note:0:150}"
+done
+ls -l "$OUT" | awk 'NR > 1 {printf "  %10d  %s\n", $5, $9}'

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import pickletools
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -45,12 +46,29 @@ class _SafeUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a CIFAR batch")
 
 
+_MEMO_OPS = {"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"}
+
+
+def _check_opcodes(raw: bytes, path: Path) -> None:
+    """Refuse memo indices no valid pickle of this size can have before the C unpickler sees them: it
+    grows its memo to the index, so one corrupt LONG_BINPUT costs gigabytes and seconds."""
+    try:
+        for op, arg, pos in pickletools.genops(raw):
+            if op.name in _MEMO_OPS and int(arg) > len(raw):
+                raise DataError(f"{path}: corrupt CIFAR python batch: memo index {arg} at byte {pos}")
+    except DataError:
+        raise
+    except Exception as e:  # genops reports unknown opcodes and truncation as ValueError
+        raise DataError(f"{path}: not a readable CIFAR python batch ({type(e).__name__}: {e})") from None
+
+
 def _unpickle(path: Path) -> dict:
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as e:
         raise DataError(f"{path}: cannot read ({e.strerror or e})") from e
+    _check_opcodes(raw, path)
     try:
         d = _SafeUnpickler(io.BytesIO(raw), encoding="bytes").load()
     except Exception as e:  # a corrupt pickle can fail in any of the unpickler's and numpy's ways

@@ -7,6 +7,7 @@ Header: two zero bytes, a type code (0x08 uint8, 0x09 int8, 0x0B int16, 0x0C int
 from __future__ import annotations
 
 import gzip
+import math
 import zlib
 from pathlib import Path
 
@@ -46,12 +47,14 @@ def read_idx(path: str | Path, ndim: int | None = None) -> np.ndarray:
         raise DataError(
             f"{path}: idx file has {nd} dimensions (magic 0x{magic:08x}), expected {ndim} (magic 0x{0x0800 | ndim:08x})"
         )
+    if nd > 32:  # numpy arrays have at most 64 dimensions; real idx files 1 to 4
+        raise DataError(f"{path}: idx header claims {nd} dimensions (magic 0x{magic:08x}); at most 32 are read")
     head = 4 + 4 * nd
     if len(data) < head:
         raise DataError(f"{path}: truncated idx header: expected {head} bytes, got {len(data)}")
     dims = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(nd))
     dt = np.dtype(IDX_TYPES[code])
-    expected = head + int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+    expected = head + math.prod(dims) * dt.itemsize  # exact: a corrupt header must not wrap around int64
     if len(data) != expected:
         what = "truncated" if len(data) < expected else "oversized"
         raise DataError(

@@ -18,6 +18,8 @@
 #include "cuda/cublaslt.hpp"
 #include "cuda/cudnn.hpp"
 #include "cuda/nccl.hpp"
+#include "ops/conv_cudnn.hpp"
+#include "ops/conv_plan_cache.hpp"
 #include "ops/op.hpp"
 
 namespace nb = nanobind;
@@ -77,6 +79,55 @@ void bind_nccl(nb::module_& m) {
   m.def("nccl_candidates", &cuda::nccl_candidates, "The paths load_nccl tries, in order.");
   m.def("add_nccl_candidates", &cuda::add_nccl_candidates, "paths"_a,
         "Library paths the NCCL loader tries first after TR_NCCL_PATH.");
+}
+
+// cuDNN convolution planning: its cost, its cache file, and hooks that test the file format without a GPU.
+void bind_conv_plans(nb::module_& m) {
+  m.def(
+      "cudnn_plan_stats",
+      [] {
+        const CudnnPlanStats s = cudnn_plan_stats();
+        nb::dict d;
+        d["graphs"] = s.graphs;
+        d["plans_built"] = s.plans_built;
+        d["autotuned"] = s.autotuned;
+        d["cache_hits"] = s.cache_hits;
+        d["cache_misses"] = s.cache_misses;
+        d["cache_stale"] = s.cache_stale;
+        d["seconds"] = s.seconds;
+        d["build_seconds"] = s.build_seconds;
+        d["tune_seconds"] = s.tune_seconds;
+        return d;
+      },
+      "Cumulative cuDNN convolution planning of this process: counts and seconds (see ops/conv_cudnn.hpp).");
+  m.def("cudnn_plan_cache_path", &cudnn_plan_cache_path, "device"_a = 0,
+        "The autotuning cache file convolutions on `device` use now; '' when off or cuDNN is missing.");
+  m.def("take_cudnn_plan_cache_warnings", &plan_cache::take_warnings,
+        "Warnings of the plan cache since the last call (unreadable, corrupt or unwritable file; stale entries).");
+  m.def(
+      "_plan_cache_parse",
+      [](const std::string& text, const std::string& ident) {
+        plan_cache::Entries entries;
+        std::string why;
+        const bool ok = plan_cache::parse(text, ident, entries, why);
+        return nb::make_tuple(ok, entries, why);
+      },
+      "text"_a, "ident"_a, "Test hook: (is a cache file for ident, entries, why not / lines skipped).");
+  m.def("_plan_cache_format", &plan_cache::format, "ident"_a, "entries"_a, "Test hook: a cache file's text.");
+  m.def("_plan_cache_file_name", &plan_cache::file_name, "gpu"_a, "major"_a, "minor"_a, "cudnn"_a, "frontend"_a);
+  m.def("_plan_cache_ident", &plan_cache::ident, "gpu"_a, "major"_a, "minor"_a, "cudnn"_a, "frontend"_a);
+  m.def("_plan_cache_directory", &plan_cache::directory, "Test hook: the cache directory now ('' when off).");
+  m.def(
+      "_plan_cache_store",
+      [](const std::string& path, const std::string& ident, const std::string& key, const std::string& engine) {
+        plan_cache::open(path, ident).store(key, engine);
+      },
+      "path"_a, "ident"_a, "key"_a, "engine"_a, nb::call_guard<nb::gil_scoped_release>(),
+      "Test hook: store one entry through this process's File for path, as a convolution's search does.");
+  m.def(
+      "_plan_cache_entries",
+      [](const std::string& path, const std::string& ident) { return plan_cache::open(path, ident).entries(); },
+      "path"_a, "ident"_a, "Test hook: what this process's File for path knows (the file, read once, and stores).");
 }
 
 }  // namespace
@@ -155,6 +206,7 @@ void bind_ops(nb::module_& m) {
   m.def("add_cublaslt_candidates", &cuda::add_cublaslt_candidates, "paths"_a,
         "Library paths the cuBLASLt loader tries first (before TR_CUBLASLT_PATH's built-in fallbacks).");
   bind_nccl(m);
+  bind_conv_plans(m);
 }
 
 }  // namespace tr::native::bind

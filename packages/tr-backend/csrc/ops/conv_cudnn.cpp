@@ -7,6 +7,10 @@
 // Winograd); with autotuning each candidate is timed at build and the fastest is kept. Execution is one
 // cudnnBackendExecute on the op's stream, legal inside a stream capture.
 //
+// Autotuning results persist (conv_plan_cache.hpp): with a cache entry for the plan's shape, only that engine
+// is built, untimed, if the heuristics still offer it under the same filters; otherwise (cuDNN or its
+// heuristics changed, a smaller workspace cap) the plan is searched again and the entry replaced.
+//
 // Workspace: one buffer per device shared by all convolutions, grown (by replacement: graphs captured with
 // the old one keep it alive) when a plan needs more, up to TR_CUDNN_WORKSPACE_MB (default 1024). Ops that
 // may run at the same time on different streams must not both be convolutions (the step's branches never
@@ -17,14 +21,19 @@
 
 #include <cudnn_frontend.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include "cuda/check.hpp"
 #include "cuda/context.hpp"
 #include "cuda/cudnn.hpp"
+#include "native/device.hpp"
+#include "ops/conv_plan_cache.hpp"
 
 namespace tr::native {
 
@@ -47,6 +56,23 @@ std::map<std::string, std::shared_ptr<Plan>> g_plans;
 std::map<int, cudnnHandle_t> g_handles;
 std::map<int, std::shared_ptr<DeviceBuffer>> g_workspaces;
 std::map<int, std::size_t> g_workspace_bytes;
+std::map<int, std::pair<std::string, std::string>> g_cache_names;  // device -> (cache file name, identity)
+CudnnPlanStats g_stats;
+
+using Clock = std::chrono::steady_clock;
+
+// Adds the seconds of its lifetime to a counter (early returns included).
+class AddTime {
+ public:
+  explicit AddTime(double& to) : to_(to), t0_(Clock::now()) {}
+  ~AddTime() { to_ += std::chrono::duration<double>(Clock::now() - t0_).count(); }
+  AddTime(const AddTime&) = delete;
+  AddTime& operator=(const AddTime&) = delete;
+
+ private:
+  double& to_;
+  Clock::time_point t0_;
+};
 
 std::int64_t workspace_cap() {
   const char* env = std::getenv("TR_CUDNN_WORKSPACE_MB");
@@ -112,6 +138,57 @@ std::string key_of(Dir d, const ConvGeo& g, DT a, DT b, DT out, const ConvChoice
   return k + (c.tf32 ? ":tf32" : "") + (c.autotune ? ":tuned" : "");
 }
 
+// The plan's key in the cache file: key_of without the device (the file is per GPU model) and with the
+// workspace cap (a larger one may admit a faster engine).
+std::string cache_key(Dir d, const ConvGeo& g, DT a, DT b, DT out, const ConvChoice& c) {
+  std::string k = dir_name(d);
+  const char* names[] = {"n", "h", "w", "c", "k", "r", "s", "sh", "sw", "ph", "pw"};
+  const int values[] = {g.n, g.h, g.w, g.c, g.k, g.r, g.s, g.sh, g.sw, g.ph, g.pw};
+  for (int i = 0; i < 11; ++i) k += std::string(":") + names[i] + std::to_string(values[i]);
+  k += std::string(":") + dtype_name(a) + "," + dtype_name(b) + "," + dtype_name(out);
+  return k + (c.tf32 ? ":tf32=1" : ":tf32=0") + ":ws" + std::to_string(workspace_cap() >> 20) + "M";
+}
+
+// This device's cache file (for its GPU model and the loaded cuDNN), or nullptr when the cache is off.
+// Called with g_mutex held, cuDNN loaded.
+plan_cache::File* cache_for(int device) {
+  const std::string dir = plan_cache::directory();  // read each time: TR_CACHE_DIR may change between compiles
+  if (dir.empty()) return nullptr;
+  auto it = g_cache_names.find(device);
+  if (it == g_cache_names.end()) {
+    const DeviceProperties p = device_properties(device);
+    const long cudnn = cuda::cudnn().version;
+    const long fe_version = CUDNN_FRONTEND_VERSION;
+    it = g_cache_names
+             .emplace(device, std::make_pair(plan_cache::file_name(p.name, p.major, p.minor, cudnn, fe_version),
+                                             plan_cache::ident(p.name, p.major, p.minor, cudnn, fe_version)))
+             .first;
+  }
+  return &plan_cache::open(dir + "/" + it->second.first, it->second.second);
+}
+
+// Builds only `engine` (a cached search's winner), if the heuristics still offer it: it passes the filters
+// set on `graph` (determinism, FP32, workspace) exactly as a searched engine must. False with `why` if not.
+bool build_cached(fe::graph::Graph& graph, std::int64_t count, const std::string& engine, std::string& why) {
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::string name;
+    if (graph.get_plan_name_at_index(i, name).is_bad() || name != engine) continue;
+    auto e = graph.build_plan_at_index(i);  // refuses a deselected engine
+    if (e.is_bad()) {
+      why = "it is deselected or failed to build: " + e.get_message();
+      return false;
+    }
+    std::string built;  // the candidate now selected, what get_workspace_size and execute use
+    if (graph.get_plan_name(built).is_bad() || built != engine) {
+      why = "the plan built is '" + built + "'";
+      return false;
+    }
+    return true;
+  }
+  why = "the heuristics no longer offer it among their " + std::to_string(count) + " engines";
+  return false;
+}
+
 // Builds (or finds) the plan. `ptrs` (a, b, out) are real buffers of the right sizes, used only to time
 // candidates. Returns nullptr with `why` when cuDNN has no deterministic engine for it.
 std::shared_ptr<Plan> plan_for(Context& ctx, Dir d, const ConvGeo& g, DT adt, DT bdt, DT odt, const void* pa,
@@ -126,6 +203,8 @@ std::shared_ptr<Plan> plan_for(Context& ctx, Dir d, const ConvGeo& g, DT adt, DT
   const std::string key = key_of(d, g, adt, bdt, odt, choice, device);
   std::lock_guard<std::mutex> lock(g_mutex);
   if (auto it = g_plans.find(key); it != g_plans.end()) return it->second;
+  AddTime total(g_stats.seconds);
+  std::optional<AddTime> building(std::in_place, g_stats.build_seconds);  // until the engines are built
   cuda::cudnn();  // throws DeviceUnavailable when the library is missing
   cudnnHandle_t handle = handle_for(device);
   cuda::DeviceGuard guard(device);
@@ -174,9 +253,25 @@ std::shared_ptr<Plan> plan_for(Context& ctx, Dir d, const ConvGeo& g, DT adt, DT
   graph->deselect_numeric_notes(notes);
   graph->deselect_workspace_greater_than(workspace_cap());
   const std::int64_t count = graph->get_execution_plan_count();
-  int built = 0;
+  plan_cache::File* cache = choice.autotune ? cache_for(device) : nullptr;  // untuned plans are not cached
+  const std::string ckey = cache != nullptr ? cache_key(d, g, adt, bdt, odt, choice) : std::string();
+  bool from_cache = false;
+  if (std::string cached; cache != nullptr && cache->lookup(ckey, cached)) {
+    std::string stale;
+    from_cache = build_cached(*graph, count, cached, stale);
+    if (from_cache) {
+      ++g_stats.cache_hits;
+    } else {
+      ++g_stats.cache_stale;
+      plan_cache::warn("cuDNN plan cache " + cache->path() + ": engine '" + cached + "' cached for " + ckey +
+                       " is not used (" + stale + "); searching again");
+    }
+  } else if (cache != nullptr) {
+    ++g_stats.cache_misses;
+  }
+  int built = from_cache ? 1 : 0;
   std::string failures;
-  for (std::int64_t i = 0; i < count && built < (choice.autotune ? kCandidates : 1); ++i) {
+  for (std::int64_t i = 0; !from_cache && i < count && built < (choice.autotune ? kCandidates : 1); ++i) {
     auto e = graph->build_plan_at_index(i);
     if (e.is_good()) {
       ++built;
@@ -184,6 +279,8 @@ std::shared_ptr<Plan> plan_for(Context& ctx, Dir d, const ConvGeo& g, DT adt, DT
       failures += "\n  engine " + std::to_string(i) + ": " + e.get_message();
     }
   }
+  g_stats.plans_built += built;
+  building.reset();
   if (built == 0) {
     why = std::string("cuDNN conv ") + dir_name(d) + ": no deterministic engine" +
           (all_fp32 && !choice.tf32 ? " without TF32" : "") + " among " + std::to_string(count) + failures;
@@ -192,7 +289,8 @@ std::shared_ptr<Plan> plan_for(Context& ctx, Dir d, const ConvGeo& g, DT adt, DT
   plan->a = A->get_uid();
   plan->b = B->get_uid();
   plan->out = O->get_uid();
-  if (choice.autotune && built > 1) {
+  if (!from_cache && choice.autotune && built > 1) {
+    AddTime tuning(g_stats.tune_seconds);
     const std::int64_t tune_bytes = graph->get_autotune_workspace_size();
     DeviceBuffer tune_ws(static_cast<std::size_t>(tune_bytes > 0 ? tune_bytes : 0));
     cudaStream_t s = ctx.stream(1);
@@ -202,12 +300,16 @@ std::shared_ptr<Plan> plan_for(Context& ctx, Dir d, const ConvGeo& g, DT adt, DT
                                                  {plan->out, pout}};
     if (bad(graph->autotune(handle, ptrs, tune_ws.get()), "autotune")) return nullptr;
     cuda::check(cudaStreamSynchronize(s), "cuDNN autotuning");
+    ++g_stats.autotuned;
   }
   if (bad(graph->get_workspace_size(plan->workspace), "workspace size") || bad(graph->get_plan_name(plan->name), "plan name")) {
     return nullptr;
   }
+  // a lone buildable candidate is stored too: next time the others are not tried
+  if (cache != nullptr && !from_cache) cache->store(ckey, plan->name);
   plan->graph = graph;
   g_plans[key] = plan;
+  ++g_stats.graphs;
   return plan;
 }
 
@@ -233,6 +335,22 @@ Exec exec_of(Context& ctx, const std::shared_ptr<Plan>& plan, const void* a, con
 }
 
 }  // namespace
+
+CudnnPlanStats cudnn_plan_stats() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_stats;
+}
+
+std::string cudnn_plan_cache_path(int device) {
+  try {
+    cuda::cudnn();
+  } catch (const Error&) {
+    return "";  // no cuDNN, no cuDNN plans
+  }
+  std::lock_guard<std::mutex> lock(g_mutex);
+  plan_cache::File* f = cache_for(device);
+  return f != nullptr ? f->path() : "";
+}
 
 std::unique_ptr<Op> cudnn_conv_fwd(Context& ctx, const ConvGeo& g, DT xdt, DT ydt, const void* x, const void* w,
                                    void* y, const ConvChoice& choice, std::string& why) {
@@ -270,6 +388,10 @@ std::unique_ptr<Op> cudnn_conv_bwd(Context& ctx, const ConvGeo& g, DT xdt, DT dy
 #else  // built without the cuDNN frontend: every convolution takes the direct kernels
 
 namespace tr::native {
+
+CudnnPlanStats cudnn_plan_stats() { return {}; }
+
+std::string cudnn_plan_cache_path(int) { return ""; }
 
 std::unique_ptr<Op> cudnn_conv_fwd(Context&, const ConvGeo&, DT, DT, const void*, const void*, void*,
                                    const ConvChoice&, std::string& why) {

@@ -4,8 +4,9 @@ DeviceUnavailableError naming the reason. Importing it registers the CUDA op bui
 
 from tr.backend.cuda import ops  # noqa: F401  (registers the CUDA op builders)
 from tr.backend.cuda.backend import CudaBackend, CudaGraph
+from tr.backend.cuda.cudnn import CudnnPlanStats, cudnn_plan_stats, load_cudnn
 from tr.backend.cuda.cudnn import frontend_built as cudnn_frontend_built
-from tr.backend.cuda.cudnn import load_cudnn
+from tr.backend.cuda.cudnn import plan_cache_path as cudnn_plan_cache_path
 from tr.backend.cuda.device import (
     DeviceInfo,
     build_info,
@@ -29,6 +30,7 @@ def is_available() -> bool:
 __all__ = [
     "CudaBackend",
     "CudaGraph",
+    "CudnnPlanStats",
     "NcclCollective",
     "DeviceInfo",
     "build_info",
@@ -40,6 +42,8 @@ __all__ = [
     "is_available",
     "require_cuda",
     "cudnn_frontend_built",
+    "cudnn_plan_cache_path",
+    "cudnn_plan_stats",
     "load_cudnn",
     "load_native",
     "load_nccl",

@@ -8,14 +8,23 @@ through the cuDNN frontend when the extension was built with the frontend's head
 ``TR_CONV`` picks the engine: ``auto`` (default: cuDNN, else the direct kernels), ``cudnn`` (cuDNN or an
 error naming why not), ``direct``. ``TR_CUDNN_AUTOTUNE=0`` keeps the heuristics' first deterministic engine
 instead of timing the first few at capture.
+
+Autotuning results are cached on disk (``$TR_CACHE_DIR``, default ``~/.cache/tr``; one file per GPU model,
+cuDNN and frontend version; ``TR_CUDNN_CACHE=0`` turns it off): a later compile of the same convolution
+shape builds only the engine that won, untimed, if cuDNN's heuristics still offer it, and searches again
+otherwise. :func:`cudnn_plan_stats` says what planning cost (csrc/ops/conv_plan_cache.hpp has the details).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, fields
 
-from tr.backend.cuda.native import require_native, wheel_libraries
+from tr.backend.cuda.native import native_module, require_native, wheel_libraries
 from tr.core.errors import ConfigError
+from tr.core.log import get_logger
+
+log = get_logger(__name__)
 
 ENGINES = {"auto": 0, "cudnn": 1, "direct": 2}
 
@@ -59,3 +68,51 @@ def conv_engine() -> int:
 
 def autotune() -> bool:
     return os.environ.get("TR_CUDNN_AUTOTUNE", "1").strip() not in ("0", "false", "no")
+
+
+@dataclass(frozen=True)
+class CudnnPlanStats:
+    """cuDNN convolution planning in this process so far. Cumulative: the difference of two (``after -
+    before``) is one compile's. ``seconds`` is all of it (heuristics, plan builds, timing, cache file I/O);
+    ``build_seconds`` and ``tune_seconds`` are its plan-building and candidate-timing parts."""
+
+    graphs: int = 0  # plans made: one per (direction, geometry, dtypes, TF32), shared by the ops of that shape
+    plans_built: int = 0  # cuDNN engines built, timed candidates included
+    autotuned: int = 0  # plans whose candidates were timed
+    cache_hits: int = 0  # plans built straight from the cache's engine, untimed
+    cache_misses: int = 0  # plans with no cache entry: searched, then stored
+    cache_stale: int = 0  # cache entries whose engine cuDNN no longer offers or builds: searched again
+    seconds: float = 0.0
+    build_seconds: float = 0.0
+    tune_seconds: float = 0.0
+
+    def __sub__(self, other: CudnnPlanStats) -> CudnnPlanStats:
+        return CudnnPlanStats(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
+
+
+def cudnn_plan_stats() -> CudnnPlanStats:
+    """What cuDNN convolution planning cost this process so far (zeros where the extension has no cuDNN)."""
+    native = native_module()
+    if native is None or not hasattr(native, "cudnn_plan_stats"):
+        return CudnnPlanStats()
+    return CudnnPlanStats(**native.cudnn_plan_stats())
+
+
+def plan_cache_path(device: int = 0) -> str:
+    """The autotuning cache file the convolutions on ``device`` use now; "" when it is off or cuDNN is
+    missing. Loads cuDNN."""
+    native = require_native()
+    if not hasattr(native, "cudnn_plan_cache_path"):
+        return ""
+    _add_candidates(native)
+    return str(native.cudnn_plan_cache_path(device))
+
+
+def log_plan_cache_warnings() -> None:
+    """Log (on ``tr.backend.cuda.cudnn``) what the plan cache reported: a corrupt, unreadable or unwritable
+    file, or an entry cuDNN no longer offers. Such a cache is ignored, never an error."""
+    native = native_module()
+    if native is None or not hasattr(native, "take_cudnn_plan_cache_warnings"):
+        return
+    for message in native.take_cudnn_plan_cache_warnings():
+        log.warning("%s", message)

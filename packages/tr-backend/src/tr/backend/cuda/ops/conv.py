@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
-from tr.backend.cuda.cudnn import autotune, conv_engine
+from tr.backend.cuda.cudnn import autotune, conv_engine, log_plan_cache_warnings
 from tr.backend.cuda.ops._register import cuda_op
 from tr.backend.cuda.ops._window import window
 from tr.core.errors import DTypeError, ShapeError
@@ -32,7 +32,10 @@ def _geometry(b: CudaBinder, y: str) -> dict[str, int]:
 def conv_fwd(b: CudaBinder) -> Any:
     g = _geometry(b, "y")
     b.expect_float("x", "w", "y")
-    return b.native("conv_fwd", ["x", "w", "y"], ints=g)
+    try:
+        return b.native("conv_fwd", ["x", "w", "y"], ints=g)
+    finally:
+        log_plan_cache_warnings()  # planning may have met a corrupt or stale autotuning cache
 
 
 @cuda_op("conv_bwd")
@@ -42,4 +45,7 @@ def conv_bwd(b: CudaBinder) -> Any:
     b.expect_float("x", "w", "dy", "dw", "dx")
     if b.has("dx") and b.tensor("dx").shape != b.tensor("x").shape:
         b.fail(f"dx {b.tensor('dx').shape} must have x's shape {b.tensor('x').shape}", ShapeError)
-    return b.native("conv_bwd", ["x", "w", "dy", "dw", "dx"], ints=g)
+    try:
+        return b.native("conv_bwd", ["x", "w", "dy", "dw", "dx"], ints=g)
+    finally:
+        log_plan_cache_warnings()

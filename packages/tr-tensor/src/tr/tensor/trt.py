@@ -10,14 +10,16 @@ TRT format, version 2 (all integers little-endian):
     32     8     u64 payload bytes (= N*H*W*C*itemsize)
     40     4     u32 CRC-32 (zlib) of the payload
     44     4     u32 name length L (bytes of UTF-8)
-    48     4     u32 header CRC-32 (zlib) of bytes 0..47 followed by the name (new in version 2)
+    48     4     u32 header CRC-32 (zlib): of bytes 0..63 with this field read as zero, then the name and
+                 its padding (new in version 2)
     52     12    reserved, zero
     64     L     name, UTF-8
     64+L   ...   zero padding up to the next multiple of 64
     ...          payload: the elements in compact NHWC order
 
 Version 2 puts the header under a checksum: in version 1 a corrupted shape, dtype or name field (a
-permuted shape, say) loaded silently, since only the payload was checked. Version 1 files (bytes 48..63
+permuted shape, say) loaded silently, since only the payload was checked. Now every byte of the file
+is under one of the two CRCs. Version 1 files (bytes 48..63
 zero, no header checksum) are still read, with every consistency check but that one; files are always
 written as version 2. Load checks the magic, version, header CRC, dtype code, sizes and payload CRC and
 raises DataError naming the file and the problem.
@@ -39,7 +41,7 @@ MAGIC = b"TRTENSOR"
 VERSION = 2
 READABLE_VERSIONS = (1, 2)
 HEADER = struct.Struct("<8sII4IQIII12s")
-_CRC_SPAN = 48  # the header bytes the header CRC covers (everything before the CRC field)
+_CRC_AT = 48  # offset of the header CRC field
 assert HEADER.size == 64
 CODES = {DType.FP32: 0, DType.FP16: 1, DType.INT8: 2, DType.INT32: 3, DType.BF16: 4}
 FROM_CODE = {v: k for k, v in CODES.items()}
@@ -57,10 +59,11 @@ def encode(data: np.ndarray, dtype: DType, name: str) -> bytes:
     payload = data.tobytes()
     nm = name.encode("utf-8")
     n, h, w, c = data.shape
-    head = HEADER.pack(MAGIC, VERSION, CODES[dtype], n, h, w, c, len(payload), _crc(payload), len(nm), 0, b"")
-    head = head[:_CRC_SPAN] + struct.pack("<I", _crc(head[:_CRC_SPAN], nm)) + head[_CRC_SPAN + 4 :]
-    pad = (-(HEADER.size + len(nm))) % 64
-    return head + nm + b"\0" * pad + payload
+    fields = (MAGIC, VERSION, CODES[dtype], n, h, w, c, len(payload), _crc(payload), len(nm), 0, b"")
+    head = bytearray(HEADER.pack(*fields))
+    meta = nm + b"\0" * ((-(HEADER.size + len(nm))) % 64)
+    struct.pack_into("<I", head, _CRC_AT, _crc(bytes(head), meta))  # computed with the field still zero
+    return bytes(head) + meta + payload
 
 
 def decode(raw: bytes, path: Path) -> tuple[np.ndarray, DType, str]:
@@ -75,8 +78,10 @@ def decode(raw: bytes, path: Path) -> tuple[np.ndarray, DType, str]:
     if HEADER.size + nlen > len(raw):
         raise DataError(f"{path}: name length {nlen} runs past the end of the {len(raw)}-byte file (corrupt header)")
     name_raw = raw[HEADER.size : HEADER.size + nlen]
+    start = HEADER.size + nlen + (-(HEADER.size + nlen)) % 64
     if ver >= 2:
-        if head_crc != _crc(raw[:_CRC_SPAN], name_raw):
+        zeroed = raw[:_CRC_AT] + b"\0\0\0\0" + raw[_CRC_AT + 4 : HEADER.size]
+        if start > len(raw) or head_crc != _crc(zeroed, raw[HEADER.size : start]):
             raise DataError(f"{path}: header CRC mismatch, the header (shape, dtype, sizes or name) is corrupt")
     elif head_crc or reserved.strip(b"\0"):
         raise DataError(f"{path}: version-1 header has non-zero reserved bytes (corrupt header)")
@@ -89,7 +94,6 @@ def decode(raw: bytes, path: Path) -> tuple[np.ndarray, DType, str]:
         raise DataError(f"{path}: corrupt shape: {e}") from None
     if nbytes != shape.numel() * dt.itemsize:
         raise DataError(f"{path}: payload size {nbytes} disagrees with shape {shape} of {dt.name}")
-    start = HEADER.size + nlen + (-(HEADER.size + nlen)) % 64
     if len(raw) != start + nbytes:
         what = "truncated" if len(raw) < start + nbytes else "trailing bytes"
         raise DataError(f"{path}: file has {len(raw)} bytes, expected {start + nbytes} ({what})")

@@ -3,7 +3,7 @@ for three steps, print one JSON line (what cuDNN planning cost, the losses, a di
 engines the convolutions run, the cache file). The settings come from the environment (TR_CACHE_DIR,
 TR_CUDNN_CACHE, TR_CONV); argv[1] is "fp32" or "tf32".
 
-conv3x3 (3 -> 16) -> relu -> conv3x3 stride 2 (16 -> 32) -> relu -> GAP -> FC -> softmax-CE, momentum SGD:
+conv3x3 (8 -> 16) -> relu -> conv3x3 stride 2 (16 -> 32) -> relu -> GAP -> FC -> softmax-CE, momentum SGD:
 five cuDNN plans (two fprop, two wgrad, one dgrad; the first layer has no dgrad).
 """
 
@@ -21,7 +21,7 @@ from tr.backend.cuda import CudaBackend, cudnn_plan_cache_path, cudnn_plan_stats
 from tr.core.log import configure_logging
 from tr.core.region import Region as R
 
-N, H, C0, C1, C2, K = 8, 16, 3, 16, 32, 10
+N, H, C0, C1, C2, K = 8, 16, 8, 16, 32, 10
 PARAMS = [("fcb", (K,), "FC_BIAS"), ("fcw", (K, 1, 1, C2), "FC_WEIGHT"), ("w1", (C1, 3, 3, C0), "FIRST_CONV"),
           ("w2", (C2, 3, 3, C1), "DEEP_CONV")]
 

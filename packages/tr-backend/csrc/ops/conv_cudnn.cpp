@@ -190,7 +190,7 @@ bool build_cached(fe::graph::Graph& graph, std::int64_t count, const std::string
 }
 
 // Builds (or finds) the plan. `ptrs` (a, b, out) are real buffers of the right sizes, used only to time
-// candidates. Returns nullptr with `why` when cuDNN has no deterministic engine for it.
+// candidates or run a cached engine once. Returns nullptr with `why` when cuDNN has no deterministic engine.
 std::shared_ptr<Plan> plan_for(Context& ctx, Dir d, const ConvGeo& g, DT adt, DT bdt, DT odt, const void* pa,
                                const void* pb, void* pout, const ConvChoice& choice, std::string& why) {
   for (DT t : {adt, bdt, odt}) {
@@ -304,6 +304,20 @@ std::shared_ptr<Plan> plan_for(Context& ctx, Dir d, const ConvGeo& g, DT adt, DT
   }
   if (bad(graph->get_workspace_size(plan->workspace), "workspace size") || bad(graph->get_plan_name(plan->name), "plan name")) {
     return nullptr;
+  }
+  if (from_cache) {
+    // Run once now, outside any stream capture, as autotuning runs its candidates: whatever cuDNN does on a
+    // plan's first execution happens here, as it did when this engine was timed. The device is idle first
+    // (as autotune makes it): the shared workspace and `pout` are ours meanwhile.
+    cuda::check(cudaDeviceSynchronize(), "cuDNN conv warm-up");
+    cudaStream_t s = ctx.stream(1);
+    if (fe::detail::set_stream(handle, s) != CUDNN_STATUS_SUCCESS) fail(ErrorKind::Backend, "cudnnSetStream failed");
+    auto ws = workspace_for(device, static_cast<std::size_t>(plan->workspace));
+    std::unordered_map<std::int64_t, void*> ptrs{{plan->a, const_cast<void*>(pa)},
+                                                 {plan->b, const_cast<void*>(pb)},
+                                                 {plan->out, pout}};
+    if (bad(graph->execute(handle, ptrs, ws ? ws->get() : nullptr), "first execution")) return nullptr;
+    cuda::check(cudaStreamSynchronize(s), "cuDNN conv warm-up");
   }
   // a lone buildable candidate is stored too: next time the others are not tried
   if (cache != nullptr && !from_cache) cache->store(ckey, plan->name);

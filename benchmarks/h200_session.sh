@@ -18,7 +18,8 @@
 #
 # Environment: OUT (where logs and JSON go; default build/device/out), PYTHON (python3), TR_SITE (/tmp/site),
 # TR_SESSION_BUDGET_S (570: seconds this script may run; stages are cut to what is left and the summary still
-# prints), TR_BUILD_LIMIT_S (420: the build stage's own limit), PROFILE_BATCH (256), PROFILE_ARGS, BENCH_ARGS (extra arguments, e.g. BENCH_ARGS="--compile-mode
+# prints), TR_BUILD_LIMIT_S (420), TR_GPUTESTS_LIMIT_S (300), TR_PROFILE_LIMIT_S (240: per model) (each
+# stage's own limit, cut to what is left of the budget), PROFILE_BATCH (256), PROFILE_ARGS, BENCH_ARGS (extra arguments, e.g. BENCH_ARGS="--compile-mode
 # default,max-autotune"), TR_REQUIRE_GPU (1; 0 for a smoke test on a machine without a GPU).
 # Files under $OUT (at most 8 come back): build.log gputests.log profile.log bench.log, profile_<model>_b<N>.json
 # per profiled model, <model>_b256_<date>.json per benchmarked model.
@@ -50,7 +51,7 @@ tree_hash() {
 }
 export TR_TREE_HASH=${TR_TREE_HASH:-$(tree_hash packages benchmarks examples)}
 export TR_BUILD_HASH=${TR_BUILD_HASH:-$(tree_hash packages)}
-BUILD_LIMIT=${TR_BUILD_LIMIT_S:-420}
+BUILD_LIMIT=${TR_BUILD_LIMIT_S:-420} TESTS_LIMIT=${TR_GPUTESTS_LIMIT_S:-300} PROFILE_LIMIT=${TR_PROFILE_LIMIT_S:-240}
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 
 # --- stages (each runs in its own bash: `bash h200_session.sh __stage NAME`) -------------------------------
@@ -209,8 +210,8 @@ for s in "${plan[@]}"; do [[ $s == bench-* ]] && n_bench=$((n_bench + 1)); done
 for s in "${plan[@]}"; do
   case $s in
     build) run build build.log "$BUILD_LIMIT" build || build_failed=1 ;;
-    gputests) ensure_built "$s" && run gputests gputests.log 300 gputests ;;
-    profile-*) ensure_built "$s" && run "$s" profile.log 240 profile "${s#profile-}" ;;
+    gputests) ensure_built "$s" && run gputests gputests.log "$TESTS_LIMIT" gputests ;;
+    profile-*) ensure_built "$s" && run "$s" profile.log "$PROFILE_LIMIT" profile "${s#profile-}" ;;
     bench-*)
       # the benchmarks share what is left; cnn.py stops starting rows in time to write its table and JSON
       share=$(( ($(left) - 30) / n_bench ))

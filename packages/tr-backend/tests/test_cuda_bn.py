@@ -1,0 +1,127 @@
+"""The CUDA batch-norm family (csrc/ops/bn.cu) against the CPU backend: training forward with the fused relu
+and residual, backward with the mask recomputed from x or read from y (and the residual's gradient), inference,
+across dtypes, channel counts that take the 16-byte vector path or not, odd spatial sizes and many chunks.
+
+Tolerances (relative to the data's scale): FP32 1e-5 (both sum in float64; the GPU's statistics are one
+pass over shifted values, the CPU's two passes); FP16/BF16 outputs within one rounding of the reference
+(2e-3 / 1.6e-2), per-channel sums 1e-4. The backward is compared on the GPU's own forward (its y and saved
+statistics are copied to the CPU first), so a pre-activation within rounding of zero cannot take the relu
+mask different ways on the two sides.
+"""
+
+import pytest
+from backend_testkit import op
+from cuda_testkit import Twin, close
+
+pytestmark = pytest.mark.gpu
+
+VEC = ("gamma", "beta", "mean_in", "var_in", "mean_out", "var_out", "saved_mean", "saved_inv_std", "dgamma",
+       "dbeta", "scale", "bias")
+FEAT = ("x", "z", "y", "dy", "dx", "dz")
+TOL = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1.6e-2}
+SHAPES = [(2, 3, 5, 3), (4, 7, 9, 12), (8, 11, 13, 40), (16, 23, 29, 64), (4, 3, 3, 2048)]
+IDS = ["c3", "c12", "c40", "c64-many-chunks", "c2048-many-tiles"]
+
+
+def _twin(shape, dtype):
+    tw = Twin()
+    for name in FEAT:
+        tw.add(name, shape, dtype)
+    for name in VEC:
+        tw.add(name, (shape[-1],))
+    tw.allocate()
+    for name in ("z", "dy", "gamma", "beta", "mean_in"):
+        tw.fill(name)
+    tw.fill("var_in", 0.5, 2)
+    tw.write("x", tw.fill("x") * 3 + 1)
+    return tw
+
+
+def _fwd(t, **kw):
+    return op("bn_fwd", x=t["x"], gamma=t["gamma"], beta=t["beta"], mean_in=t["mean_in"], var_in=t["var_in"],
+              mean_out=t["mean_out"], var_out=t["var_out"], y=t["y"], saved_mean=t["saved_mean"],
+              saved_inv_std=t["saved_inv_std"], momentum=0.1, eps=1e-5, **kw)
+
+
+def _bwd(t, **kw):
+    return op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
+              saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"], eps=1e-5, **kw)
+
+
+def _gpu_forward_to_cpu(tw, *names):
+    for n in names:
+        tw.cpu.write(tw[n], tw.gpu.read(tw[n]))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+@pytest.mark.parametrize("mode", ["plain", "relu", "relu+residual"])
+def test_bn_forward_backward_fused(shape, dtype, mode):
+    tw = _twin(shape, dtype)
+    t = tw.arena.tensors
+    relu = "relu" if mode != "plain" else None
+    residual = mode == "relu+residual"
+    fwd = {"activation": relu, **({"z": t["z"]} if residual else {})}
+    tw.run(_fwd(t, **fwd), poison=("y", "mean_out", "var_out", "saved_mean", "saved_inv_std"))
+    tol = TOL[dtype]
+    close(*tw.both("y"), tol, "y")
+    for n in ("mean_out", "var_out", "saved_mean", "saved_inv_std"):
+        close(*tw.both(n), 1e-5, n)
+    _gpu_forward_to_cpu(tw, "y", "saved_mean", "saved_inv_std")
+    if residual:
+        bwd = {"y": t["y"], "dz": t["dz"]}
+    elif relu:
+        bwd = {"beta": t["beta"]}
+    else:
+        bwd = {}
+    tw.run(_bwd(t, activation=relu, **bwd), poison=("dx", "dgamma", "dbeta") + (("dz",) if residual else ()))
+    close(*tw.both("dx"), tol, "dx")
+    for n in ("dgamma", "dbeta"):
+        close(*tw.both(n), 1e-4, n)
+    if residual:
+        cpu, gpu = tw.both("dz")
+        assert cpu.tobytes() == gpu.tobytes()  # dy times a 0/1 mask: exact
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_backward_in_place_and_vector_path(dtype):
+    """dx over x and dz over dy (the catalogue's in-place pairs); channels of 64 take 16-byte vectors."""
+    shape = (8, 9, 7, 64)
+    tw = _twin(shape, dtype)
+    t = tw.arena.tensors
+    _, gg = tw.run(_fwd(t, activation="relu", z=t["z"]))
+    assert "vec" + ("4" if dtype == "fp32" else "8") in gg.ops[0].info
+    _gpu_forward_to_cpu(tw, "y", "saved_mean", "saved_inv_std")
+    tw.run(op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
+              saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["x"], y=t["y"], dz=t["dy"],
+              activation="relu"))
+    close(*tw.both("x"), TOL[dtype], "dx over x")
+    close(*tw.both("dy"), 0.0, "dz over dy")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+@pytest.mark.parametrize("shape", SHAPES[1:4], ids=IDS[1:4])
+def test_bn_inference_fused(shape, dtype):
+    tw = _twin(shape, dtype)
+    t = tw.arena.tensors
+    tw.fill("scale", 0.5, 2)
+    tw.fill("bias")
+    for act, z in ((None, None), ("relu", None), ("relu", t["z"])):
+        tw.run(op("bn_inf", x=t["x"], scale=t["scale"], bias=t["bias"], y=t["y"], z=z, activation=act),
+               poison=("y",))
+        close(*tw.both("y"), 0.0 if dtype == "fp32" else TOL[dtype], f"y {act} {z is not None}")
+
+
+def test_fused_bn_is_deterministic():
+    """Fixed chunking and summation order: the same bytes on every launch."""
+    tw = _twin((16, 23, 29, 64), "fp16")
+    t = tw.arena.tensors
+    graph = tw.gpu.capture("step", [_fwd(t, activation="relu", z=t["z"]),
+                                    _bwd(t, activation="relu", y=t["y"], dz=t["dz"])])
+    runs = []
+    for _ in range(3):
+        tw.gpu.launch(graph)
+        tw.gpu.synchronize()
+        runs.append([tw.gpu.read(t[n]).tobytes() for n in ("y", "mean_out", "var_out", "saved_inv_std", "dx", "dz",
+                                                           "dgamma", "dbeta")])
+    assert runs[0] == runs[1] == runs[2]

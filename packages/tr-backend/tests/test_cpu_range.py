@@ -212,3 +212,53 @@ def test_span_length_mismatch_is_a_capture_error():
     be = a.allocate()
     with pytest.raises(Exception, match=r"graph 'ema', op #0 range_ema \(no layer\): span src has"):
         be.capture("ema", [op("range_ema", src=span(R.W_BN_BIAS), dst=span(R.E_BN_BIAS), decay=0.5)])
+
+
+def test_range_check_finite_accumulate_ors_into_the_flag():
+    # The BN running statistics join the gradients' flag: a second check must not clear it.
+    a = SimpleArena()
+    stats = [a.add("nm", (4,), region=R.B_NEXT_MEAN), a.add("nv", (4,), region=R.B_NEXT_VAR)]
+    g = a.add("g", (8,), region=R.G_BN_BIAS)
+    flag = a.add("flag", (1,), "int32", R.S_SCALAR_INT32)
+    be = a.allocate()
+    both = be.capture("check", [op("range_check_finite", span=span(R.G_BN_BIAS), flag=flag),
+                                op("range_check_finite", span=span(R.B_NEXT_MEAN, R.B_NEXT_VAR), flag=flag,
+                                   accumulate=True)])
+    be.write(g, np.ones(8))
+    for t in stats:
+        be.write(t, np.ones(4))
+    be.launch(both)
+    assert be.read(flag).ravel()[0] == 0
+    be.write(stats[1], [1.0, np.inf, 1.0, 1.0])  # the running variance overflowed
+    be.launch(both)
+    assert be.read(flag).ravel()[0] == 1
+    be.write(stats[1], np.ones(4))
+    be.write(g, [np.nan] + [1.0] * 7)  # finite statistics keep the gradients' flag
+    be.launch(both)
+    assert be.read(flag).ravel()[0] == 1
+    be.write(g, np.ones(8))
+    be.launch(both)
+    assert be.read(flag).ravel()[0] == 0
+
+
+def test_accum_metrics_skips_flagged_steps_and_counts_samples():
+    a = SimpleArena()
+    result = a.add("result", (3,), region=R.R_RESULT)
+    batch = a.add("batch", (1,), region=R.S_SCALAR_FP32)
+    flag = a.add("flag", (1,), "int32", R.S_SCALAR_INT32)
+    accum = a.add("acc", (3,), region=R.R_RESULT_ACCUMULATED)
+    samples = a.add("samples", (1,), region=R.R_RESULT_ACCUMULATED)
+    be = a.allocate()
+    g = be.capture("acc", [op("accum_metrics", result=result, accum=accum, batch=batch, flag=flag, samples=samples)])
+    total, n_total = np.zeros(3), 0
+    for res, n, skipped in (([2.0, 0.5, 0.75], 128, False), ([np.nan, 0.0, 0.0], 128, True),
+                            ([1.0, 1.0, 1.0], 44, False)):
+        be.write(result, res)
+        be.write(batch, [n])
+        be.write(flag, [int(skipped)])
+        be.launch(g)
+        if not skipped:
+            total += np.array(res) * n
+            n_total += n
+    np.testing.assert_allclose(be.read(accum).ravel(), total, rtol=1e-7)  # finite: the NaN step left no trace
+    assert be.read(samples).ravel()[0] == n_total

@@ -54,13 +54,15 @@ __global__ void check_finite_kernel(float* v, std::int64_t n, int* flag, float c
   if (bad) *flag = 1;
 }
 
+// accumulate != 0: OR into the flag (the kernel only ever stores 1), so the flag is not cleared first.
 std::unique_ptr<Op> range_check_finite(Context&, const OpArgs& args) {
   const std::int64_t n = args.i("n");
   const float clip = static_cast<float>(args.f("clip", 0.0));
+  const bool accumulate = args.i("accumulate", 0) != 0;
   float* v = n > 0 ? static_cast<float*>(args.ptr("span")) : nullptr;
   int* flag = static_cast<int*>(args.ptr("flag"));
   return fn_op([=](cudaStream_t s) {
-    cuda::check(cudaMemsetAsync(flag, 0, sizeof(int), s), "cudaMemsetAsync(flag)");
+    if (!accumulate) cuda::check(cudaMemsetAsync(flag, 0, sizeof(int), s), "cudaMemsetAsync(flag)");
     if (n > 0) {
       check_finite_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(v, n, flag, clip);
       check_launch("range_check_finite");
@@ -100,13 +102,17 @@ std::unique_ptr<Op> range_ema(Context&, const OpArgs& args) {
 }
 
 // accum += result * batch[0] as the CPU backend's numpy does it (NEP 50): the product in float32 (the batch
-// is a weak Python float), the sum in float64, rounded once to float32.
+// is a weak Python float), the sum in float64, rounded once to float32; samples += batch[0] in float32. A set
+// flag (a skipped step) leaves both as they are. flag and samples may be null.
 template <class TB>
-__global__ void accum_kernel(const float* result, float* accum, const TB* batch, int n) {
+__global__ void accum_kernel(const float* result, float* accum, const TB* batch, int n, const int* flag,
+                             float* samples) {
+  if (flag != nullptr && *flag != 0) return;
   const float b = static_cast<float>(static_cast<double>(batch[0]));
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     accum[i] = static_cast<float>(static_cast<double>(accum[i]) + static_cast<double>(result[i] * b));
   }
+  if (samples != nullptr && threadIdx.x == 0) *samples = *samples + b;
 }
 
 std::unique_ptr<Op> accum_metrics(Context&, const OpArgs& args) {
@@ -116,11 +122,13 @@ std::unique_ptr<Op> accum_metrics(Context&, const OpArgs& args) {
   const void* batch = args.ptr("batch");
   const DT bdt = args.dt("batch");
   if (bdt != DT::F32 && bdt != DT::I32) args.bad(std::string("batch must be FP32 or INT32, got ") + dtype_name(bdt));
+  const int* flag = args.has("flag") ? static_cast<const int*>(args.ptr("flag")) : nullptr;
+  float* samples = args.has("samples") ? static_cast<float*>(args.ptr("samples")) : nullptr;
   return fn_op([=](cudaStream_t s) {
     if (bdt == DT::F32) {
-      accum_kernel<float><<<1, 32, 0, s>>>(result, accum, static_cast<const float*>(batch), n);
+      accum_kernel<float><<<1, 32, 0, s>>>(result, accum, static_cast<const float*>(batch), n, flag, samples);
     } else {
-      accum_kernel<int><<<1, 32, 0, s>>>(result, accum, static_cast<const int*>(batch), n);
+      accum_kernel<int><<<1, 32, 0, s>>>(result, accum, static_cast<const int*>(batch), n, flag, samples);
     }
     check_launch("accum_metrics");
   });

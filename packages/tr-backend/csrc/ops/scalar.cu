@@ -1,5 +1,5 @@
-// Device-side scalars: step counters, the skipped-step counter, the learning-rate table lookup, the only-halving loss scale
-// (tr/backend/cpu/ops/scalar.py). One tiny kernel each, so a step needs no host involvement.
+// Device-side scalars: step counters, the skipped-step counter, the learning-rate table lookup, the loss scale
+// (static or dynamic) (tr/backend/cpu/ops/scalar.py). One tiny kernel each, so a step needs no host involvement.
 #include "cuda/context.hpp"
 #include "ops/kernels.cuh"
 
@@ -45,6 +45,7 @@ std::unique_ptr<Op> lr_lookup(Context&, const OpArgs& args) {
   });
 }
 
+// The seed's static rule: halve on overflow, never below 1, never grow.
 __global__ void loss_scale_kernel(const int* flag, float* scale) {
   if (*flag != 0) {
     const double half = static_cast<double>(*scale) * 0.5;
@@ -52,11 +53,40 @@ __global__ void loss_scale_kernel(const int* flag, float* scale) {
   }
 }
 
+// torch.amp.GradScaler's rule (_amp_update_scale_, backoff 0.5, growth 2), in float32: an overflow halves the
+// scale and restarts the count of clean steps; the growth_interval-th clean step in a row doubles it (kept only
+// when finite).
+__global__ void dynamic_loss_scale_kernel(const int* flag, float* scale, int* tracker, int growth_interval) {
+  if (*flag != 0) {
+    *scale = *scale * 0.5f;
+    *tracker = 0;
+    return;
+  }
+  const int clean = *tracker + 1;
+  if (clean == growth_interval) {
+    const float grown = *scale * 2.0f;
+    if (isfinite(grown)) *scale = grown;
+    *tracker = 0;
+  } else {
+    *tracker = clean;
+  }
+}
+
 std::unique_ptr<Op> loss_scale_update(Context&, const OpArgs& args) {
   const int* flag = static_cast<const int*>(args.ptr("flag"));
   float* scale = static_cast<float*>(args.ptr("scale"));
+  if (args.i("dynamic", 0) == 0) {
+    return fn_op([=](cudaStream_t s) {
+      loss_scale_kernel<<<1, 1, 0, s>>>(flag, scale);
+      check_launch("loss_scale_update");
+    });
+  }
+  int* tracker = static_cast<int*>(args.ptr("tracker"));
+  const auto interval = args.i("growth_interval");
+  if (interval < 1 || interval > INT32_MAX) args.bad("growth_interval must be in [1, 2^31)");
+  const int growth_interval = static_cast<int>(interval);
   return fn_op([=](cudaStream_t s) {
-    loss_scale_kernel<<<1, 1, 0, s>>>(flag, scale);
+    dynamic_loss_scale_kernel<<<1, 1, 0, s>>>(flag, scale, tracker, growth_interval);
     check_launch("loss_scale_update");
   });
 }

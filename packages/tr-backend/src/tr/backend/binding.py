@@ -64,6 +64,18 @@ class CallBinder:
             self.fail(f"attribute {name!r} = {v!r} is out of range [{lo}, {hi}]")
         return f
 
+    def int_attr(self, name: str, default: Any = REQUIRED, lo: int | None = None) -> int:
+        v = self.attr(name, default)
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or (lo is not None and v < lo):
+            self.fail(f"attribute {name!r} must be an integer{'' if lo is None else f' >= {lo}'}, got {v!r}")
+        return int(v)
+
+    def bool_attr(self, name: str, default: Any = REQUIRED) -> bool:
+        v = self.attr(name, default)
+        if not isinstance(v, (bool, np.bool_)):
+            self.fail(f"attribute {name!r} must be True or False, got {v!r}")
+        return bool(v)
+
     # --- tensors --------------------------------------------------------------------------------------
     def has(self, name: str) -> bool:
         return self.call.args.get(name) is not None

@@ -1,4 +1,4 @@
-"""Device-side scalars: step counters, the learning-rate table lookup, the only-halving loss scale."""
+"""Device-side scalars: step counters, the learning-rate table lookup, the loss scale (static or dynamic)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
 from tr.core.dtype import DType
+from tr.core.ops import DEFAULT_GROWTH_INTERVAL, LOSS_SCALE_RULES
 
 
 @cuda_op("scalar_increment")
@@ -34,4 +35,13 @@ def count_flag(b: CudaBinder) -> Any:
 def loss_scale_update(b: CudaBinder) -> Any:
     b.expect_dtype("scale", DType.FP32)
     b.expect_dtype("flag", DType.INT32)
-    return b.native("loss_scale_update", ["flag", "scale"])
+    rule = b.attr("rule", "static")
+    if rule not in LOSS_SCALE_RULES:
+        b.fail(f"loss-scale rule {rule!r} is not one of {list(LOSS_SCALE_RULES)}")
+    if rule == "static":
+        return b.native("loss_scale_update", ["flag", "scale"], ints={"dynamic": 0})
+    if not b.has("tracker"):
+        b.fail("rule 'dynamic' needs argument 'tracker' (INT32: clean steps in a row)")
+    b.expect_dtype("tracker", DType.INT32)
+    return b.native("loss_scale_update", ["flag", "scale", "tracker"],
+                    ints={"dynamic": 1, "growth_interval": b.int_attr("growth_interval", DEFAULT_GROWTH_INTERVAL, 1)})

@@ -58,15 +58,19 @@ def range_cast(b: Binder) -> Step | None:
 @cpu_op("range_check_finite")
 def range_check_finite(b: Binder) -> Step:
     v = b.span("span", np.float32)
+    b.expect_dtype("flag", DType.INT32)
     flag = b.flat("flag")
     clip = b.float_attr("clip", 0.0, 0.0)
+    accumulate = b.bool_attr("accumulate", False)
     lo, hi = np.float32(-clip), np.float32(clip)
     if v.size == 0:
-        return partial(flag.fill, 0)
+        return None if accumulate else partial(flag.fill, 0)
 
     def run() -> None:
         # max/min propagate NaN and expose +-inf: two vectorised passes, no boolean temporaries
-        flag[0] = 0 if np.isfinite(v.max()) and np.isfinite(v.min()) else 1
+        bad = not (np.isfinite(v.max()) and np.isfinite(v.min()))
+        if bad or not accumulate:  # accumulate: OR into the flag, never clear it
+            flag[0] = 1 if bad else 0
         if clip > 0:
             np.clip(v, lo, hi, out=v)
 
@@ -119,9 +123,28 @@ def accum_metrics(b: Binder) -> Step:
     b.expect_numel("accum", n)
     result, accum, batch = b.flat("result"), b.flat("accum"), b.flat("batch")
     tmp = b.scratch((n,), np.float64)
+    flag = _int32_scalar(b, "flag")
+    samples = None
+    if b.has("samples"):
+        b.expect_dtype("samples", DType.FP32)
+        b.expect_numel("samples", 1)
+        samples = b.flat("samples")
 
     def run() -> None:
+        if flag is not None and flag[0]:
+            return  # a skipped step: its (non-finite) loss must not reach the epoch's sums
         np.multiply(result, float(batch[0]), out=tmp)
         np.add(accum, tmp, out=accum, casting="same_kind")
+        if samples is not None:
+            samples[0] += float(batch[0])
 
     return run
+
+
+def _int32_scalar(b: Binder, name: str) -> np.ndarray | None:
+    """The optional INT32 scalar argument ``name`` (a flag), or None when absent."""
+    if not b.has(name):
+        return None
+    b.expect_dtype(name, DType.INT32)
+    b.expect_numel(name, 1)
+    return b.flat(name)

@@ -67,3 +67,12 @@ def test_a_wait_that_fails_after_the_watchdog_aborted_reports_the_dead_peer():
     Watchdog.failure = None
     with pytest.raises(BackendError, match="unspecified launch failure"):
         StepLauncher(Backend(), Watchdog()).synchronize()
+
+
+@pytest.mark.parametrize("last", [False, True])
+def test_the_nan_check_follows_the_statistics_and_precedes_the_metric_sums(last):
+    # The flag covers the all-reduced BN statistics (every rank agrees), and a skipped step's loss is not summed.
+    tail = train_step_branches(0, last)[3][1]
+    accum = G.ACCUM_METRICS_TRAIN_LAST if last else G.ACCUM_METRICS
+    assert tail.index(G.STATS_COMM) < tail.index(G.NAN_CHECK_AND_GRAD_SCALING) < tail.index(accum)
+    assert tail.index(G.NAN_CHECK_AND_GRAD_SCALING) < tail.index(G.UPDATE_STATS) < tail.index(G.OPTIMIZER)

@@ -62,7 +62,7 @@ class GraphAtlas:
                 per: dict[str, tuple[OpCall, ...]] = {}
                 for name, info in self.variants.items():
                     if gid == GraphId.ACCUM_METRICS:
-                        ops = accum_metrics(batch_role(info))
+                        ops = accum_metrics(batch_role(info), info.train)
                     elif (gid in TRAIN_GRAPHS) == info.train:
                         ops = cg.ops(gid)
                     else:

@@ -40,8 +40,8 @@ from tr.tensor.dtensor import DTensor
 from tr.tensor.program import InitSpec, Program, VariantInfo
 
 NAMED = ("labels_a", "data_a", "labels_b", "data_b", "labels", "nan_flag", "step", "skipped", "dropout_seed", "lr",
-         "loss_scale", "batch_train", "batch_train_last", "batch_val", "batch_val_last", "lr_table", "result",
-         "accum", "probs", "pred")
+         "loss_scale", "loss_scale_tracker", "batch_train", "batch_train_last", "batch_val", "batch_val_last",
+         "lr_table", "result", "accum", "accum_samples", "probs", "pred")
 
 
 @dataclass(frozen=True)
@@ -181,12 +181,16 @@ class Compiler:
             add("dropout_seed", Shape(1, 1, 1, 2), Region.S_SCALAR_INT32, DType.INT32)
             add("lr", one, Region.S_SCALAR_FP32, DType.FP32)
             add("loss_scale", one, Region.S_SCALAR_FP32, DType.FP32, init=Init("const", value=spec.loss_scale))
+            if spec.amp and spec.loss_scale_rule == "dynamic":  # clean steps in a row (GradScaler's tracker)
+                add("loss_scale_tracker", one, Region.S_SCALAR_INT32, DType.INT32, init=Init("zeros"))
             for role, b in batch_of.items():
                 add(role, one, Region.S_SCALAR_FP32, DType.FP32, init=Init("const", value=float(b)))
             if spec.lr_table_steps:
                 add("lr_table", Shape(1, 1, 1, spec.lr_table_steps), Region.S_SCALAR_FP32, DType.FP32)
             add("result", Shape(1, 1, 1, 3), Region.R_RESULT, DType.FP32)
             add("accum", Shape(1, 1, 1, 3), Region.R_RESULT_ACCUMULATED, DType.FP32)
+            # samples of the applied (not skipped) training steps: the epoch's mean loss divides by them
+            add("accum_samples", one, Region.R_RESULT_ACCUMULATED, DType.FP32, TRAIN)
             add("probs", Shape(n, 1, 1, spec.num_classes), Region.T_TEMP_FP32, DType.FP32, TRAIN)
             add("pred", Shape(n, 1, 1, 1), Region.R_PREDICTED_LABEL, DType.INT32, INF)
 

@@ -11,6 +11,7 @@ layer's backward, inside the same graph.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -29,7 +30,9 @@ G = GraphId
 # waits-for) branches (§11): once the deep layers' backward is done, their gradient bucket is cast and
 # all-reduced on the UPDATE stream while COMP_1 runs the first layer's backward (which writes only bucket 2
 # and reads neither bucket 1 nor the step result); bucket 2's all-reduce and everything after it wait for
-# both. With one rank the collectives are empty and only the AMP cast moves to the side.
+# both. With one rank the collectives are empty and only the AMP cast moves to the side. The NaN check follows
+# every collective it reads (both gradient buckets and the BN statistics, so all ranks agree on the flag), and
+# the metric sums follow the check (a skipped step's loss is not summed).
 def train_step_branches(buffer: int, last: bool
                         ) -> tuple[tuple[StreamKind, tuple[GraphId, ...], tuple[int, ...]], ...]:
     first_fwd = G.FIRST_LAYER_FWD_A if buffer == 0 else G.FIRST_LAYER_FWD_B
@@ -39,8 +42,8 @@ def train_step_branches(buffer: int, last: bool
         (comp, (G.ZERO_GRAD, first_fwd, G.DEEP_FWD_BWD), ()),
         (update, (G.CAST_DEEP_GRAD_FP16_TO_FP32, G.DEEP_COMM), (0,)),
         (comp, (first_bwd, G.CAST_FIRST_GRAD_FP16_TO_FP32), (0,)),
-        (comp, (G.FIRST_COMM, G.ACCUM_METRICS_TRAIN_LAST if last else G.ACCUM_METRICS,
-                G.NAN_CHECK_AND_GRAD_SCALING, G.STATS_COMM, G.UPDATE_STATS,
+        (comp, (G.FIRST_COMM, G.STATS_COMM, G.NAN_CHECK_AND_GRAD_SCALING,
+                G.ACCUM_METRICS_TRAIN_LAST if last else G.ACCUM_METRICS, G.UPDATE_STATS,
                 G.OPTIMIZER, G.LARS_FC_OPT, G.LARS_FIRST_CONV_OPT, G.LARS_DEEP_CONV_OPT,
                 G.CAST_MAIN_FP32_TO_FP16), (1, 2)),
     )
@@ -183,3 +186,10 @@ class StepLauncher:
 
 def scalar(backend, program: Program, role: str) -> np.ndarray:
     return backend.read(program.tensor(role)).reshape(-1)
+
+
+def train_mean_loss(backend, program: Program) -> float:
+    """The epoch's mean training loss over the steps that were applied (skipped ones add neither loss nor
+    samples); NaN when every step was skipped."""
+    samples = float(scalar(backend, program, "accum_samples")[0])
+    return float(scalar(backend, program, "accum")[0]) / samples if samples > 0 else math.nan

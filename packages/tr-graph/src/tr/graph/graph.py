@@ -216,10 +216,13 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
     g[GraphId.FIRST_COMM] = [_op("range_allreduce_mean", span=span(*GRAD_BUCKET_2), label="gradient bucket 2")]
     g[GraphId.DEEP_COMM] = [_op("range_allreduce_mean", span=span(*GRAD_BUCKET_1),
                                 label="gradient bucket 1 and the step result")]
-    nan = [_op("range_check_finite", {"clip": spec.grad_clip}, span=span(*FP32_GRADS), flag="nan_flag"),
-           _op("count_flag", flag="nan_flag", count="skipped", label="skipped steps")]
+    nan = [_op("range_check_finite", {"clip": spec.grad_clip}, span=span(*FP32_GRADS), flag="nan_flag")]
+    if has(Region.B_NEXT_MEAN):  # an overflowed running statistic skips the step too (after STATS_COMM)
+        nan.append(_op("range_check_finite", {"clip": 0.0, "accumulate": True}, span=span(*BN_NEXT_STATS),
+                       flag="nan_flag", label="BN running statistics"))
+    nan.append(_op("count_flag", flag="nan_flag", count="skipped", label="skipped steps"))
     if spec.amp:
-        nan.append(_op("loss_scale_update", flag="nan_flag", scale="loss_scale"))
+        nan.append(_loss_scale_update(spec))
     g[GraphId.NAN_CHECK_AND_GRAD_SCALING] = nan
     if has(Region.B_NEXT_MEAN):
         g[GraphId.STATS_COMM] = [_op("range_allreduce_mean", span=span(*BN_NEXT_STATS), label="BN statistics")]
@@ -230,9 +233,8 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
     if spec.amp and has(Region.A_FC_WEIGHT, Region.A_FIRST_CONV, Region.A_DEEP_CONV):
         g[GraphId.CAST_MAIN_FP32_TO_FP16] = [_op("range_cast", fp32, src=span(*DECAYED_WEIGHTS),
                                                  dst=span(Region.A_FC_WEIGHT, Region.A_DEEP_CONV))]
-    g[GraphId.ACCUM_METRICS_TRAIN_LAST] = [_op("accum_metrics", result="result", accum="accum",
-                                               batch="batch_train_last")]
-    g[GraphId.ACCUM_METRICS_VAL_LAST] = [_op("accum_metrics", result="result", accum="accum", batch="batch_val_last")]
+    g[GraphId.ACCUM_METRICS_TRAIN_LAST] = accum_metrics("batch_train_last", train=True)
+    g[GraphId.ACCUM_METRICS_VAL_LAST] = accum_metrics("batch_val_last", train=False)
     g[GraphId.VAL_RESULT_COMM] = [_op("range_allreduce_mean", span=span(Region.R_RESULT_ACCUMULATED))]
     g[GraphId.CLEAR_METRICS] = [_op("range_clear", span=span(Region.R_RESULT_ACCUMULATED))]
     eq = []
@@ -245,9 +247,21 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
         g[GraphId.UPDATE_BN_INF_PARAMS] = eq
 
 
-def accum_metrics(batch_role: str) -> list[SymOp]:
-    """ACCUM_METRICS of one variant: weighted by that variant's batch-size scalar."""
-    return [_op("accum_metrics", result="result", accum="accum", batch=batch_role)]
+def accum_metrics(batch_role: str, train: bool) -> list[SymOp]:
+    """ACCUM_METRICS of one variant: weighted by that variant's batch-size scalar. A training step skipped for
+    a non-finite value adds nothing, and the applied steps' samples are counted (the epoch's mean divides by
+    them); validation has no skip flag."""
+    if not train:
+        return [_op("accum_metrics", result="result", accum="accum", batch=batch_role)]
+    return [_op("accum_metrics", result="result", accum="accum", batch=batch_role, flag="nan_flag",
+                samples="accum_samples")]
+
+
+def _loss_scale_update(spec: CompileSpec) -> SymOp:
+    if spec.loss_scale_rule == "static":
+        return _op("loss_scale_update", {"rule": "static"}, flag="nan_flag", scale="loss_scale")
+    return _op("loss_scale_update", {"rule": "dynamic", "growth_interval": spec.loss_scale_growth_interval},
+               flag="nan_flag", scale="loss_scale", tracker="loss_scale_tracker", label="dynamic loss scale")
 
 
 def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[tuple[int, str]]) -> list[SymOp]:
@@ -273,7 +287,8 @@ def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[t
         ops.append(rng(BIAS_RULE[spec.optimizer], 0.0, *BIAS_LIKE_WEIGHTS, "bias-like parameters, no decay"))
     if spec.lars:
         attrs = {"nesterov": spec.optimizer == "lars_nesterov", "momentum": spec.momentum,
-                 "weight_decay": spec.weight_decay, "trust_coefficient": spec.trust_coefficient, "eps": spec.eps}
+                 "weight_decay": spec.weight_decay, "trust_coefficient": spec.trust_coefficient, "eps": spec.eps,
+                 "trust_clip": spec.trust_clip}
         for layer, local in lars_weights:
             p = f"L{layer}.{local}"
             ops.append(_op("lars_update", attrs, layer=layer, w=p, g=p + ".grad", m=p + ".m", lr="lr",

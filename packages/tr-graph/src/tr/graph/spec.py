@@ -13,7 +13,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from tr.core.errors import ConfigError
-from tr.core.settings import AMP_INITIAL_LOSS_SCALE, Settings
+from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_RULES
+from tr.core.settings import Settings
 from tr.core.shape import Shape
 from tr.tensor.program import TRAIN, TRAIN_LAST, TRAIN_LOW, TRAIN_LOW_LAST, VAL, VAL_LAST, VariantInfo
 
@@ -32,12 +33,16 @@ class CompileSpec:
     train_low_resolution: int | None = None  # progressive resizing: start side (adds train_low variants)
     val_resolution: int | None = None  # None: = train_resolution
     amp: bool = False
+    loss_scale_rule: str = "dynamic"  # AMP: one of LOSS_SCALE_RULES (GradScaler's, or the seed's only-halving)
+    loss_scale_init: float | None = None  # AMP's first loss scale; None: the rule's INITIAL_LOSS_SCALE
+    loss_scale_growth_interval: int = DEFAULT_GROWTH_INTERVAL  # dynamic: clean steps in a row before doubling
     optimizer: str = "momentum"  # one of OPTIMIZERS
     momentum: float = 0.9  # beta1 for adam/adamw
     beta2: float = 0.999
     eps: float = 1e-8
     weight_decay: float = 0.0
     trust_coefficient: float = 0.001  # LARS
+    trust_clip: float = 100.0  # LARS: the trust ratio's upper bound
     label_smoothing: float = 0.0
     grad_clip: float = 0.0  # > 0: clamp FP32 gradients element-wise during the finite check
     lr_table_steps: int = 0  # > 0: a device table of learning rates read by lr_lookup; 0: the host writes lr
@@ -68,14 +73,17 @@ class CompileSpec:
             raise ConfigError(f"last_val_batch {self.last_val_batch} exceeds val batch {self.val_batch_size}")
         if not isinstance(self.amp, bool):
             raise ConfigError(f"amp must be True or False, got {self.amp!r}")
+        self._validate_loss_scale()
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         _unit("momentum", self.momentum, closed=True)
         _unit("beta2", self.beta2)
-        for name in ("eps", "weight_decay", "trust_coefficient", "grad_clip"):
+        for name in ("eps", "weight_decay", "trust_coefficient", "trust_clip", "grad_clip"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ConfigError(f"{name} must be a finite number >= 0, got {v!r}")
+        if not self.trust_clip > 0:
+            raise ConfigError(f"trust_clip must be > 0, got {self.trust_clip!r}")
         _unit("label_smoothing", self.label_smoothing)
         if isinstance(self.lr_table_steps, bool) or not isinstance(self.lr_table_steps, int) or self.lr_table_steps < 0:
             raise ConfigError(f"lr_table_steps must be an integer >= 0, got {self.lr_table_steps!r}")
@@ -83,6 +91,14 @@ class CompileSpec:
             _unit("bn_momentum", self.bn_momentum, closed=True)
         if self.bn_eps is not None and (not isinstance(self.bn_eps, (int, float)) or not self.bn_eps > 0):
             raise ConfigError(f"bn_eps must be > 0, got {self.bn_eps!r}")
+
+    def _validate_loss_scale(self) -> None:
+        if self.loss_scale_rule not in LOSS_SCALE_RULES:
+            raise ConfigError(f"loss_scale_rule must be one of {LOSS_SCALE_RULES}, got {self.loss_scale_rule!r}")
+        v = self.loss_scale_init
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf):
+            raise ConfigError(f"loss_scale_init must be a finite number > 0 or None, got {v!r}")
+        _positive("loss_scale_growth_interval", self.loss_scale_growth_interval)
 
     # --- derived ----------------------------------------------------------------------------------
     @property
@@ -104,7 +120,10 @@ class CompileSpec:
 
     @property
     def loss_scale(self) -> float:
-        return AMP_INITIAL_LOSS_SCALE if self.amp else 1.0
+        """The loss scale's first value: 1 without AMP."""
+        if not self.amp:
+            return 1.0
+        return float(self.loss_scale_init or INITIAL_LOSS_SCALE[self.loss_scale_rule])
 
     def input_at(self, batch: int, resolution: int | None) -> Shape:
         h, w, c = self.input_shape
@@ -154,13 +173,19 @@ class CompileSpec:
         b, e = settings.train_res_begin, settings.train_res_end
         base: dict[str, Any] = {
             "input_shape": tuple(input_shape), "num_classes": num_classes, "batch": settings.local_batch_size,
-            "amp": settings.amp_enabled, "world_size": settings.world_size,
+            "amp": settings.amp_enabled, "world_size": settings.world_size, **loss_scale_fields(settings),
             "train_resolution": (e or settings.input_res or None),
             "train_low_resolution": b if (b and e and b != e) else None,
             "val_resolution": settings.val_res or None,
         }
         base.update(kw)
         return cls(**base)
+
+
+def loss_scale_fields(settings: Settings) -> dict[str, Any]:
+    """The CompileSpec fields of the settings' loss scaling (loss_scaling())."""
+    return {"loss_scale_rule": settings.loss_scale_rule, "loss_scale_init": settings.loss_scale_init or None,
+            "loss_scale_growth_interval": settings.loss_scale_growth_interval}
 
 
 def _positive(name: str, v: Any) -> None:

@@ -60,7 +60,11 @@ def range_check_finite(b: CudaBinder) -> Any:
     ptr, n = b.span_elems("span")
     b.expect_dtype("flag", DType.INT32)
     clip = b.float_attr("clip", 0.0, 0.0)
-    return b.native("range_check_finite", ["flag"], ptrs={"span": ptr}, ints={"n": n}, floats={"clip": clip})
+    accumulate = b.bool_attr("accumulate", False)
+    if accumulate and not n:
+        return None  # OR-ing nothing into the flag
+    return b.native("range_check_finite", ["flag"], ptrs={"span": ptr}, ints={"n": n, "accumulate": int(accumulate)},
+                    floats={"clip": clip})
 
 
 @cuda_op("range_scale")
@@ -99,7 +103,13 @@ def accum_metrics(b: CudaBinder) -> Any:
     b.expect_dtype("result", DType.FP32)
     b.expect_dtype("accum", DType.FP32)
     b.expect_dtype("batch", DType.FP32, DType.INT32)
-    return b.native("accum_metrics", ["result", "accum", "batch"], ints={"n": n})
+    if b.has("flag"):  # a skipped step (flag != 0) adds nothing
+        b.expect_dtype("flag", DType.INT32)
+        b.expect_numel("flag", 1)
+    if b.has("samples"):
+        b.expect_dtype("samples", DType.FP32)
+        b.expect_numel("samples", 1)
+    return b.native("accum_metrics", ["result", "accum", "batch", "flag", "samples"], ints={"n": n})
 
 
 @cuda_op("range_optimizer")
@@ -155,4 +165,5 @@ def lars_update(b: CudaBinder) -> Any:
                     floats={"momentum": b.float_attr("momentum", 0.9, 0.0, 1.0),
                             "weight_decay": b.float_attr("weight_decay", 0.0, 0.0),
                             "trust_coefficient": b.float_attr("trust_coefficient", 0.001, 0.0),
-                            "eps": b.float_attr("eps", 1e-8, 0.0)})
+                            "eps": b.float_attr("eps", 1e-8, 0.0),
+                            "trust_clip": b.float_attr("trust_clip", 100.0, 0.0)})

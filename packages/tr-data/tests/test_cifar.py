@@ -125,3 +125,17 @@ def test_pickles_cannot_run_code(cifar10_py):
 def test_missing_cifar(tmp_path):
     with pytest.raises(DataError, match=r"CIFAR100 files missing in .*cifar-100-python/train"):
         CIFAR100(tmp_path).load("train")
+
+
+def test_a_corrupt_memo_index_is_refused_before_unpickling(tmp_path, rng):
+    # Found by the fuzzer: LONG_BINPUT with a huge index made the C unpickler grow its memo to it
+    # (seconds and gigabytes) before failing.
+    import pickletools
+
+    d = tmp_path / "cifar-10-batches-py"
+    write_py(d, "test_batch", rng.integers(0, 256, (2, 32, 32, 3), dtype=np.uint8), [1, 2])
+    raw = (d / "test_batch").read_bytes()
+    pos = next(p for op, _, p in pickletools.genops(raw) if op.name == "BINPUT")
+    (d / "test_batch").write_bytes(raw[:pos] + b"r" + (0xFFFFFFF0).to_bytes(4, "little") + raw[pos + 2 :])
+    with pytest.raises(DataError, match=r"test_batch: corrupt CIFAR python batch: memo index 4294967280"):
+        CIFAR10(tmp_path).load("val")

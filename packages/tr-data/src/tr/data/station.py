@@ -23,6 +23,9 @@ from tr.core.align import align_up_256
 from tr.core.dtype import DType
 from tr.core.errors import ConfigError, DTypeError, ShapeError
 from tr.data import _native
+from tr.data.checks import MAX_IMAGE_BYTES, MAX_SIDE
+
+MAX_BATCH = 1 << 20  # samples per batch (a zone of MAX_BATCH 224x224x3 FP32 samples is already 600 GiB)
 
 EpochCancelled = _native.EpochCancelled
 
@@ -88,9 +91,17 @@ class TransferStation:
     ):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if batch_size > MAX_BATCH:
+            raise ConfigError(f"batch_size must be <= {MAX_BATCH}, got {batch_size}")
         shape = tuple(int(s) for s in sample_shape)
         if len(shape) != 3 or min(shape) < 1:
             raise ShapeError(f"sample_shape must be a positive (height, width, channels), got {tuple(sample_shape)}")
+        h, w, c = shape
+        if h > MAX_SIDE or w > MAX_SIDE or c > 64 or h * w * c > MAX_IMAGE_BYTES:
+            raise ShapeError(
+                f"sample_shape {shape} is over the limit (sides <= {MAX_SIDE}, <= 64 channels, "
+                f"at most {MAX_IMAGE_BYTES} elements)"
+            )
         self.batch_size = batch_size
         self.sample_shape: tuple[int, int, int] = shape  # type: ignore[assignment]
         self.dtype = _np_dtype(dtype)

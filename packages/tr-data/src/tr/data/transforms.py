@@ -71,6 +71,21 @@ class Transform:
         return hash((type(self).__name__, repr(self)))
 
 
+def _padding(owner: str, padding: Any) -> tuple[int, int, int, int]:
+    """(left, top, right, bottom) of an int, a (left/right, top/bottom) or a 4-tuple."""
+    if isinstance(padding, Sequence) and not isinstance(padding, str):
+        vals = [integer(owner, "padding", p, 0) for p in padding]
+        if len(vals) == 2:
+            vals = [vals[0], vals[1], vals[0], vals[1]]
+        elif len(vals) == 1:
+            vals = vals * 4
+        elif len(vals) != 4:
+            raise ConfigError(f"{owner}: padding must have 1, 2 or 4 values, got {padding!r}")
+        return vals[0], vals[1], vals[2], vals[3]
+    v = integer(owner, "padding", padding, 0)
+    return v, v, v, v
+
+
 class Pad(Transform):
     """Pad by ``padding``: int (all sides), (left/right, top/bottom) or (left, top, right, bottom)."""
 
@@ -78,19 +93,9 @@ class Pad(Transform):
 
     def __init__(self, padding: int | Sequence[int], fill: float | Sequence[float] = 0, padding_mode: str = "constant"):
         o = "Pad"
-        if isinstance(padding, Sequence) and not isinstance(padding, str):
-            vals = [integer(o, "padding", p, 0) for p in padding]
-            if len(vals) == 2:
-                vals = [vals[0], vals[1], vals[0], vals[1]]
-            elif len(vals) == 1:
-                vals = vals * 4
-            elif len(vals) != 4:
-                raise ConfigError(f"Pad: padding must have 1, 2 or 4 values, got {padding!r}")
-        else:
-            vals = [integer(o, "padding", padding, 0)] * 4
         if padding_mode not in PAD_MODES:
             raise ConfigError(f"Pad: padding_mode must be one of {sorted(PAD_MODES)}, got {padding_mode!r}")
-        self.padding = tuple(vals)  # left, top, right, bottom
+        self.padding = _padding(o, padding)  # left, top, right, bottom
         self.fill = fill_values(o, fill)
         self.padding_mode = padding_mode
 
@@ -116,7 +121,7 @@ class RandomCrop(Transform):
         padding_mode: str = "constant",
     ):
         self.size = size2("RandomCrop", size)
-        self.padding = None if padding is None else Pad(padding).padding
+        self.padding = None if padding is None else _padding("RandomCrop", padding)
         if not isinstance(pad_if_needed, bool):
             raise ConfigError(f"RandomCrop: pad_if_needed must be True or False, got {pad_if_needed!r}")
         self.pad_if_needed = pad_if_needed

@@ -224,7 +224,7 @@ done
 for f in "$OUT"/profile.log; do
   [ -f "$f" ] || continue
   echo
-  awk '/^summary by op/{p=1} p{print} /^all ops/{p=0; print ""}' "$f" | tail -n 80
+  awk '/^summary by op/{p=1} p{print} /^all ops/{p=0; print ""}' "$f" | cut -c1-150 | tail -n 80
 done
 if [ -f "$OUT/bench.log" ]; then
   echo

@@ -7,6 +7,8 @@ set -euo pipefail
 PKG=$(cd "$(dirname "$0")/.." && pwd)
 ROOT=$(cd "$PKG/../.." && pwd)
 PY=${PYTHON:-$ROOT/.venv/bin/python}
+case "$PY" in /*) ;; */*) PY="$PWD/$PY" ;; esac  # relative to the caller (the tests run in $PKG); a venv's
+# python must not be resolved through its symlink, so no realpath
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/tr-data-asan.XXXXXX")
 [ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$WORK"' EXIT
 
@@ -52,6 +54,7 @@ assert "tr-data-asan" in tr.data.__file__, tr.data.__file__
 print("[asan] using", n.__file__)
 PY
 cd "$PKG"
-"$PY" -m pytest -q -s -p no:cacheprovider tests/test_fuzz.py tests/test_preprocessor.py tests/test_station.py \
+"$PY" -m pytest -q -s -p no:cacheprovider tests/test_fuzz.py tests/test_fuzz_params.py tests/test_fuzz_files.py \
+  tests/test_checks.py tests/test_engine.py tests/test_preprocessor.py tests/test_station.py \
   tests/test_fused_normalization.py tests/test_seeds.py "$@"
 echo "[asan] clean"

@@ -51,6 +51,11 @@ def _remove_stale_staging(dest: Path) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
+def _relative(name: str) -> str:
+    """A member's path relative to ``dest``, normalised ("a/../b" -> "b"), the key of the manifest."""
+    return os.path.normpath(name).replace(os.sep, "/").lstrip("/")
+
+
 def _checked_members(tf: tarfile.TarFile, archive: Path, root: Path) -> list[tarfile.TarInfo]:
     members = tf.getmembers()
     for m in members:
@@ -92,7 +97,9 @@ def extract_tar(archive: Path, dest: Path) -> dict[str, dict]:
         try:
             with tarfile.open(archive, "r:*") as tf:
                 for m in _checked_members(tf, archive, root):
-                    rel = Path(m.name).as_posix().lstrip("/")
+                    rel = _relative(m.name)
+                    if rel == ".." or rel.startswith("../"):  # resolves inside dest only through its own name
+                        raise DataError(f"{archive}: member {m.name!r} climbs out of the extraction directory")
                     files[rel] = _write_member(tf, m, staging / rel, archive)
         except DataError:
             raise
@@ -136,7 +143,7 @@ def archive_sizes(archive: Path) -> dict[str, int]:
     """{relative path: size} of the regular files in an archive (reads the whole archive)."""
     try:
         with tarfile.open(archive, "r:*") as tf:
-            return {Path(m.name).as_posix().lstrip("/"): m.size for m in tf.getmembers() if m.isfile()}
+            return {_relative(m.name): m.size for m in tf.getmembers() if m.isfile()}
     except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
         raise DataError(f"{archive}: cannot read ({e})") from e
 

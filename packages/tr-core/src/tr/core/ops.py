@@ -73,6 +73,11 @@ def _s(name: str, role: str = "inout") -> Arg:
 
 ACTIVATIONS = ("relu", "tanh", "silu", "sigmoid", "relu6", "leaky_relu", "hardswish", "elu", "gelu")
 OPTIMIZER_RULES = ("sgd", "momentum", "nesterov", "adam", "adamw")
+LOSS_SCALE_RULES = ("static", "dynamic")  # the seed's only-halving scale; torch.amp.GradScaler's
+# Each rule's first scale (GradScaler's init_scale for "dynamic", the seed's for "static"), and GradScaler's
+# number of clean steps in a row before the dynamic scale doubles.
+INITIAL_LOSS_SCALE = MappingProxyType({"dynamic": 65536.0, "static": 8192.0})
+DEFAULT_GROWTH_INTERVAL = 2000
 
 _DEFS: list[OpDef] = [
     # --- copies and shape ops -------------------------------------------------------------------
@@ -115,6 +120,21 @@ _DEFS: list[OpDef] = [
               "already includes it"),
     OpDef("bn_inf", "bn", (_t("x"), _t("scale"), _t("bias"), _t("y", "out"), _t("z", optional=True)),
           ("activation",), inplace=(("y", "z"),), doc="y = act(x*scale + bias + z)"),
+    # --- batch norm + relu + max pooling in one pass (a CBR followed by a max pool) --------------------
+    OpDef("bn_maxpool_fwd", "bn_pool",
+          (_t("x"), _t("gamma"), _t("beta"), _t("mean_in"), _t("var_in"), _t("mean_out", "out"),
+           _t("var_out", "out"), _t("y", "out"), _t("mask", "out"), _t("saved_mean", "out"),
+           _t("saved_inv_std", "out")),
+          ("momentum", "eps", "kernel", "stride", "padding"),
+          doc="y = maxpool(relu(bn(x))) with bn_fwd's statistics and maxpool_fwd's INT8 argmax mask, the relu "
+              "output rounded to x's dtype before the window's max is taken; the full-resolution activation is "
+              "never stored"),
+    OpDef("bn_maxpool_bwd", "bn_pool",
+          (_t("x"), _t("gamma"), _t("beta"), _t("dy"), _t("mask"), _t("saved_mean"), _t("saved_inv_std"),
+           _t("dgamma", "out"), _t("dbeta", "out"), _t("dx", "out")),
+          ("eps", "kernel", "stride", "padding"), inplace=(("dx", "x"),),
+          doc="the gradient of bn_maxpool_fwd: dy routed to the argmax as maxpool_bwd does (sums of overlapping "
+              "windows rounded to x's dtype), masked by the relu recomputed from x, then bn_bwd's reduction"),
     OpDef("bn_update_eq", "bn",
           (_t("gamma"), _t("beta"), _t("mean"), _t("var"), _t("scale", "out"), _t("bias", "out")), ("eps",),
           doc="scale = gamma/sqrt(var+eps); bias = beta - mean*scale"),
@@ -160,8 +180,12 @@ _DEFS: list[OpDef] = [
           doc="count += (flag != 0) (INT32): skipped steps counted on the device, read once per epoch"),
     OpDef("lr_lookup", "scalar", (_t("table"), _t("step"), _t("lr", "out")),
           doc="lr = table[min(step, len-1)]: the learning rate stays on the device"),
-    OpDef("loss_scale_update", "scalar", (_t("flag"), _t("scale", "inout")),
-          doc="if flag: scale = max(1, scale/2) (static loss scale that only halves)"),
+    OpDef("loss_scale_update", "scalar", (_t("flag"), _t("scale", "inout"), _t("tracker", "inout", True)),
+          ("rule", "growth_interval"),
+          doc="rule 'static' (the seed's, the default): if flag: scale = max(1, scale/2). rule 'dynamic' "
+              "(torch.amp.GradScaler's; needs tracker, INT32 clean steps in a row): if flag: scale /= 2, tracker "
+              "= 0; else tracker += 1 and when it reaches growth_interval, scale *= 2 (kept only if finite) and "
+              "tracker = 0"),
     # --- range ops (one kernel per byte range, independent of the number of layers) ----------------
     OpDef("range_clear", "range", (_s("span", "out"),), kind="range"),
     OpDef("range_copy", "range", (_s("src", "in"), _s("dst", "out"), _t("flag", "in", True)), kind="range",
@@ -169,9 +193,11 @@ _DEFS: list[OpDef] = [
               "discarded: B_NEXT is rewritten from B_PREV by the next forward)"),
     OpDef("range_cast", "range", (_s("src", "in"), _s("dst", "out")), ("src_dtype", "dst_dtype"), kind="range",
           doc="element-wise cast; FP32 slots are twice their FP16 twins' so elements line up"),
-    OpDef("range_check_finite", "range", (_s("span", "inout"), _t("flag", "out")), ("clip",), kind="range",
-          doc="flag = any(!isfinite) (set, not OR-ed; Inf is flagged even when clipping); with clip > 0 also "
-              "clamp elements to [-clip, clip]"),
+    OpDef("range_check_finite", "range", (_s("span", "inout"), _t("flag", "inout")), ("clip", "accumulate"),
+          kind="range",
+          doc="flag = any(!isfinite) (set, not OR-ed; Inf is flagged even when clipping); with accumulate, "
+              "flag |= any(!isfinite) instead (a second span, e.g. the BN statistics, joins the gradients' "
+              "flag); with clip > 0 also clamp elements to [-clip, clip]"),
     OpDef("range_scale", "range", (_s("span", "inout"), _t("factor")), kind="range", doc="x *= factor[0]"),
     OpDef("range_allreduce_mean", "range", (_s("span", "inout"),), kind="range",
           doc="mean over ranks in place; identity with one rank"),
@@ -183,12 +209,15 @@ _DEFS: list[OpDef] = [
               "completed updates (incremented after the optimizer); Adam's bias correction uses t = step + 1"),
     OpDef("lars_update", "range",
           (_t("w", "inout"), _t("g"), _t("m", "inout"), _t("lr"), _t("flag"), _t("grad_scale"), _t("ratio", "out")),
-          ("nesterov", "momentum", "weight_decay", "trust_coefficient", "eps"), kind="range",
-          doc="per weight tensor: trust ratio then momentum update (SEED_SYSTEM.md §7)"),
+          ("nesterov", "momentum", "weight_decay", "trust_coefficient", "eps", "trust_clip"), kind="range",
+          doc="per weight tensor: trust ratio (at most trust_clip) then momentum update (SEED_SYSTEM.md §7)"),
     OpDef("range_ema", "range", (_s("src", "in"), _s("dst", "inout")), ("decay",), kind="range",
           doc="dst = decay*dst + (1-decay)*src"),
-    OpDef("accum_metrics", "range", (_t("result"), _t("accum", "inout"), _t("batch")), kind="range",
-          doc="accum += result * batch[0]"),
+    OpDef("accum_metrics", "range",
+          (_t("result"), _t("accum", "inout"), _t("batch"), _t("flag", "in", True), _t("samples", "inout", True)),
+          kind="range",
+          doc="accum += result * batch[0] and samples += batch[0] (when given); with a flag, nothing happens "
+              "when flag != 0 (a skipped step's loss is not part of the epoch's mean)"),
     OpDef("h2d_copy", "transfer", (_t("labels", "out"), _t("data", "out")), ("buffer",), kind="range",
           doc="copy host staging buffer `buffer` (0 = A, 1 = B) into the device input tensors"),
 ]

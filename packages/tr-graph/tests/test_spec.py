@@ -24,7 +24,7 @@ def test_progressive_resizing_adds_low_variants():
     assert [(i.batch, i.resolution) for i in v.values()] == [(64, 224), (10, 224), (64, 128), (10, 128), (100, 256),
                                                              (7, 256)]
     assert s.variant_input(v["train_low_last"]) == Shape(10, 128, 128, 3)
-    assert s.loss_scale == 8192.0
+    assert s.loss_scale == 65536.0  # GradScaler's first scale under the default (dynamic) rule
 
 
 def test_native_non_square_input():
@@ -44,6 +44,9 @@ def test_native_non_square_input():
     ({"lr_table_steps": -1}, "lr_table_steps"),
     ({"weight_decay": -1e-4}, "weight_decay"),
     ({"amp": 1}, "amp must be True or False"),
+    ({"loss_scale_rule": "grow"}, "loss_scale_rule must be one of"),
+    ({"loss_scale_init": 0.0}, "loss_scale_init must be a finite number > 0 or None, got 0.0"),
+    ({"loss_scale_growth_interval": 0}, "loss_scale_growth_interval must be an integer >= 1, got 0"),
 ])
 def test_validation(kw, msg):
     base = {"input_shape": (28, 28, 1), "num_classes": 10, "batch": 128}
@@ -60,7 +63,14 @@ def test_optimizer_slots():
 
 
 def test_from_settings():
-    st = Settings().use_gpu("0,1").global_batch_size(256).amp().train_resolution(128, 224).val_resolution(256)
+    # progressive resizing is refused by the settings (one sample shape per run): no train_low variants
+    st = Settings().use_gpu("0,1").global_batch_size(256).amp().train_resolution(224).val_resolution(256)
     s = CompileSpec.from_settings(st, (256, 256, 3), 1000, optimizer="lars")
     assert (s.batch, s.amp, s.world_size, s.optimizer) == (128, True, 2, "lars")
-    assert (s.train_resolution, s.train_low_resolution, s.val_resolution) == (224, 128, 256)
+    assert (s.train_resolution, s.train_low_resolution, s.val_resolution) == (224, None, 256)
+    assert (s.loss_scale_rule, s.loss_scale_growth_interval, s.loss_scale) == ("dynamic", 2000, 65536.0)
+    st = Settings().amp().loss_scaling("static")
+    assert CompileSpec.from_settings(st, (8, 8, 1), 2).loss_scale == 8192.0  # the seed's first scale
+    st = Settings().amp().loss_scaling("dynamic", init=512.0, growth_interval=100)
+    s = CompileSpec.from_settings(st, (8, 8, 1), 2)
+    assert (s.loss_scale_rule, s.loss_scale_growth_interval, s.loss_scale) == ("dynamic", 100, 512.0)

@@ -169,13 +169,6 @@ def test_global_batch_must_divide_by_the_world_size():
     assert t.group is None  # raised before joining anything
 
 
-def test_one_device_per_process():
-    t = _task(8, DistEnv(0, 2, 0, "127.0.0.1", free_port()))
-    t._settings_source.use_gpu("0,1")
-    with pytest.raises(ConfigError, match="use_gpu lists 2 devices, but with a launcher each of the 2 processes"):
-        t.compile()
-
-
 def test_world_size_from_the_launcher_is_automatic(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "5")
     monkeypatch.setenv("RANK", "4")

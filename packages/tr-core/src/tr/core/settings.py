@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from tr.core.errors import ConfigError, FrozenError
+from tr.core.log import configure_logging
+from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_RULES
 
-AMP_INITIAL_LOSS_SCALE = 8192.0
 DEFAULT_SEED = 123
 
 
@@ -71,8 +72,12 @@ class Settings:
     train_res_end: int = 0
     val_res: int = 0
     tf32: bool = False
-    deterministic: bool = True
-    log_level_name: str = "INFO"
+    cpu_only: bool = False  # use_cpu(): the CPU backend even where CUDA is available
+    log_level_name: str | None = None  # log_level(): applied to the ``tr`` loggers when set
+    _batch_set: bool = field(default=False, repr=False)  # global_batch_size() was called (use_gpu checks then)
+    loss_scale_rule: str = "dynamic"  # one of LOSS_SCALE_RULES (AMP only)
+    loss_scale_init: float = 0.0  # 0: the rule's INITIAL_LOSS_SCALE
+    loss_scale_growth_interval: int = DEFAULT_GROWTH_INTERVAL
     _frozen: bool = field(default=False, repr=False)
 
     # --- the fluent builder -------------------------------------------------------------------
@@ -86,14 +91,36 @@ class Settings:
         return self
 
     def use_gpu(self, spec: str | int | list[int] | tuple[int, ...] = "0") -> Settings:
-        """Select GPUs: "0", "0,1", [0, 1]. ``use_cpu()`` clears the list."""
-        return self._set("gpu_ids", parse_gpu_list(spec))
+        """Select GPUs: "0", "0,1", [0, 1]: one process trains on each (a plain script is started once per
+        device, see tr.task.devices), each on global batch / devices samples. ``use_cpu()`` undoes it."""
+        ids = parse_gpu_list(spec)
+        if self._batch_set and self.batch_size % len(ids):
+            raise ConfigError(f"global batch size {self.batch_size} does not divide by the number of GPUs {len(ids)}")
+        self._set("gpu_ids", ids)
+        return self._set("cpu_only", False)
 
     def use_cpu(self) -> Settings:
-        return self._set("gpu_ids", ())
+        """Train on the CPU backend, even where a CUDA device is available."""
+        self._set("gpu_ids", ())
+        return self._set("cpu_only", True)
 
     def amp(self, enabled: bool = True) -> Settings:
         return self._set("amp_enabled", self._bool("amp", enabled))
+
+    def loss_scaling(self, rule: str = "dynamic", init: float | None = None,
+                     growth_interval: int = DEFAULT_GROWTH_INTERVAL) -> Settings:
+        """AMP's loss scale. "dynamic" (default, torch.amp.GradScaler's rule): halve on a non-finite step,
+        double after ``growth_interval`` finite steps in a row, starting at ``init`` (default 65536).
+        "static" (the seed's): only halves, never below 1, starting at ``init`` (default 8192)."""
+        if rule not in LOSS_SCALE_RULES:
+            raise ConfigError(f"loss-scale rule must be one of {LOSS_SCALE_RULES}, got {rule!r}")
+        if init is not None and (isinstance(init, bool) or not isinstance(init, (int, float))
+                                 or not 0 < init < float("inf")):
+            raise ConfigError(f"initial loss scale must be a finite number > 0, got {init!r}")
+        n = _positive_int("loss-scale growth interval", growth_interval)
+        self._set("loss_scale_rule", rule)
+        self._set("loss_scale_init", float(init or 0.0))
+        return self._set("loss_scale_growth_interval", n)
 
     def manual_seed(self, seed: int) -> Settings:
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
@@ -106,33 +133,41 @@ class Settings:
             raise ConfigError(
                 f"global batch size {n} does not divide by the number of GPUs {len(self.gpu_ids)}"
             )
-        return self._set("batch_size", n)
+        self._set("batch_size", n)
+        return self._set("_batch_set", True)
 
+    # The resolutions are the side of the (square) samples the model is compiled for. The transforms make
+    # the samples; compile() refuses data that does not deliver this side (tr.task.plan_inputs).
     def input_resolution(self, r: int) -> Settings:
-        """Side of the (square) input images the loader delivers."""
+        """Side of the (square) samples the model takes, for training and validation."""
         return self._set("input_res", _positive_int("input resolution", r))
 
     def train_resolution(self, begin: int, end: int | None = None) -> Settings:
-        """Training resolution; with ``end`` different from ``begin``, progressive resizing from begin to end."""
+        """Side of the training samples. Progressive resizing (``end`` != ``begin``) is refused: the data
+        pipeline delivers one sample shape for the whole run."""
         b = _positive_int("train resolution", begin)
         e = b if end is None else _positive_int("train resolution end", end)
+        if e != b:
+            raise ConfigError(f"train_resolution({b}, {e}): progressive resizing is not supported (the data pipeline "
+                              f"delivers one sample shape for the whole run); give one side")
         self._set("train_res_begin", b)
         return self._set("train_res_end", e)
 
     def val_resolution(self, r: int) -> Settings:
+        """Side of the validation samples: the training side (one TransferStation holds one sample shape)."""
         return self._set("val_res", _positive_int("val resolution", r))
 
     def use_tf32(self, enabled: bool = True) -> Settings:
         return self._set("tf32", self._bool("use_tf32", enabled))
 
-    def reproducible(self, enabled: bool = True) -> Settings:
-        return self._set("deterministic", self._bool("reproducible", enabled))
-
     def log_level(self, level: str) -> Settings:
+        """Set the level of tr's loggers now, with a stream handler on stderr (``configure_logging``)."""
         lv = str(level).upper()
         if lv not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"log level must be DEBUG, INFO, WARNING or ERROR, got {level!r}")
-        return self._set("log_level_name", lv)
+        self._set("log_level_name", lv)
+        configure_logging(lv)
+        return self
 
     @staticmethod
     def _bool(name: str, v: Any) -> bool:
@@ -151,7 +186,10 @@ class Settings:
 
     @property
     def loss_scale(self) -> float:
-        return AMP_INITIAL_LOSS_SCALE if self.amp_enabled else 1.0
+        """The first loss scale: 1 without AMP."""
+        if not self.amp_enabled:
+            return 1.0
+        return self.loss_scale_init or INITIAL_LOSS_SCALE[self.loss_scale_rule]
 
     # --- lifecycle ----------------------------------------------------------------------------
     @property
@@ -160,6 +198,11 @@ class Settings:
 
     def freeze(self) -> Settings:
         object.__setattr__(self, "_frozen", True)
+        return self
+
+    def thaw(self) -> Settings:
+        """Undo freeze(): for a compile that failed, which must not leave the settings locked."""
+        object.__setattr__(self, "_frozen", False)
         return self
 
     def snapshot(self) -> Settings:

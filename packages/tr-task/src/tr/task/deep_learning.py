@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import closing
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,9 @@ from tr.core.errors import CompileError, ConfigError, PhaseError
 from tr.core.log import get_logger
 from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
+from tr.task import devices, plan_inputs
 from tr.task.base import TaskBase
+from tr.task.devices import relaunch_per_device
 from tr.task.distributed import (
     DistEnv,
     Group,
@@ -27,9 +30,11 @@ from tr.task.distributed import (
     op_timeout,
     read_env,
 )
-from tr.task.executor import StepLauncher, capture_steps, scalar
+from tr.task.executor import StepLauncher, capture_steps, scalar, train_mean_loss
 from tr.task.feeder import Feeder
-from tr.task.report import EpochRecord, EpochTable, ProgressBar, TrainingResult
+from tr.task.progress import Progress
+from tr.task.report import EpochRecord, EpochTable, TrainingResult
+from tr.task.sinks import MetricsLog
 from tr.task.weights import initialize_program
 
 log = get_logger(__name__)
@@ -50,10 +55,9 @@ def optimizer_spec(opt) -> dict[str, Any]:
         out["eps"] = float(hp["eps"])
     if "trust_coefficient" in hp:
         out["trust_coefficient"] = float(hp["trust_coefficient"])
+    if "trust_clip" in hp:
+        out["trust_clip"] = float(hp["trust_clip"])
     return out
-
-
-_METRICS = {"train_loss", "val_loss", "val_top1", "val_top5"}
 
 
 class DeepLearningTask(TaskBase):
@@ -70,17 +74,21 @@ class DeepLearningTask(TaskBase):
         self._validate_every = (1, 0)
         self._early_stop = 1.0
         self._grad_clip = -1.0
-        self._metrics = {"train_loss", "val_loss", "val_top1"}
         self._feeder: Feeder | None = None
         self._device = "auto"
         self._log_table = True
         self._on_step = None
+        self._log: MetricsLog | None = None  # log_to(): CSV, JSON lines, plots, TensorBoard
+        self._sinks: MetricsLog | None = None  # the log while run() runs (rank 0 only)
         self._dist: tuple[DistEnv, float | None] | None = None
         self.group: Group | None = None  # this process's rank group when training data-parallel
         self._val_samples = 0.0  # what validation sums are divided by (global mean of per-rank counts)
         self.program = None
+        self.spec = None  # the CompileSpec the plan was compiled from (inspection, tests)
         self.backend = None
         self._steps = None
+        self._epochs_done = 0  # completed epochs over every run(): numbering and the schedule continue
+        self._lr_table: np.ndarray | None = None
         self.settings: Settings | None = None
 
     # --- the chain API (PLANNING only) ------------------------------------------------------------
@@ -160,14 +168,6 @@ class DeepLearningTask(TaskBase):
         self._grad_clip = float(max_abs)
         return self
 
-    def metrics(self, *names: str) -> DeepLearningTask:
-        self._plan("metrics()")
-        bad = [n for n in names if n not in _METRICS]
-        if bad:
-            raise ConfigError(f"unknown metric(s) {bad}; choose from {sorted(_METRICS)}")
-        self._metrics = set(names)
-        return self
-
     def data(self, feeder: Feeder) -> DeepLearningTask:
         """Where batches come from (default: tr.data's PREPROCESSOR_SETTING)."""
         self._plan("data()")
@@ -202,6 +202,13 @@ class DeepLearningTask(TaskBase):
         self._on_step = fn
         return self
 
+    def log_to(self, directory, plots: bool | None = None, tensorboard: bool | None = None) -> DeepLearningTask:
+        """Write every epoch's record to ``directory``: metrics.csv and metrics.jsonl (appended to by later
+        runs), loss/accuracy/lr PNG plots (``plots``: None = when matplotlib is installed, True = required)
+        and TensorBoard scalars under tensorboard/ (``tensorboard``: likewise). Only rank 0 writes."""
+        self._log = MetricsLog(directory, plots=plots, tensorboard=tensorboard)
+        return self
+
     def quiet(self, quiet: bool = True) -> DeepLearningTask:
         self._log_table = not quiet
         return self
@@ -214,11 +221,26 @@ class DeepLearningTask(TaskBase):
             raise CompileError("compile(): no model; call model(seq(...)) first")
         if self._optimizer is None:
             raise CompileError("compile(): no optimizer; call optimizer(SGD()/Adam()/...) first")
-        s = self.settings = self._settings_source.snapshot()
-        self._settings_source.freeze()
+        source, was_frozen, user_feeder = self._settings_source, self._settings_source.frozen, self._feeder
+        source.freeze()
+        try:
+            return self._compile(source.snapshot())
+        except BaseException:
+            # a failed compile leaves nothing held: the settings can be changed again and the task retried
+            if not was_frozen:
+                source.thaw()
+            self._feeder = user_feeder
+            raise
+
+    def _compile(self, s: Settings) -> DeepLearningTask:
+        self.settings = s
         env, timeout = self._dist or (auto_env(), None)
         env = env if env is not None and env.distributed else None
-        local_batch = s.local_batch_size if env is None else self._local_batch(s, env)
+        kind = devices.backend_kind(self._device, s)
+        if env is None and len(s.gpu_ids) > 1:
+            relaunch_per_device(s)  # one process per device: this one starts them and exits with their code
+        local_batch = devices.local_batch(s, env)
+        cuda_device = devices.device_index(s, env)
         feeder = self._feeder or self._default_feeder(s)
         self._feeder = feeder
         if env is not None and hasattr(feeder, "shard"):
@@ -226,29 +248,29 @@ class DeepLearningTask(TaskBase):
         if feeder.batch != local_batch:
             raise ConfigError(f"the feeder's batch {feeder.batch} differs from the local batch size "
                               f"{local_batch} of the settings")
-        num_classes = self._num_classes or getattr(feeder, "num_classes", None)
-        if num_classes is None:
-            raise CompileError("compile(): the number of classes is unknown; call num_classes(n)")
-        self._num_classes = num_classes
+        num_classes = plan_inputs.num_classes(self._num_classes, self._blueprint, getattr(feeder, "num_classes", None))
+        if hasattr(feeder, "check_labels"):  # labels past the logits are refused now, not wrapped in a step
+            feeder.check_labels(num_classes)
         steps = feeder.steps(True)
         sched = self._scheduler or ConstantLR().base_lr(0.1)
         self._sched = sched.prepare(self._epochs, steps)
 
         from tr.backend.registry import get_backend
         from tr.graph.compiler import compile_program
-        from tr.graph.spec import CompileSpec
+        from tr.graph.spec import CompileSpec, loss_scale_fields
 
-        h, w, c = feeder.sample_shape
         has_val = feeder.num_samples(False) > 0
         spec = CompileSpec(
-            input_shape=(h, w, c), num_classes=num_classes, batch=feeder.batch,
+            input_shape=plan_inputs.input_shape(self._blueprint, feeder.sample_shape), num_classes=num_classes,
+            batch=feeder.batch, **plan_inputs.resolutions(s, feeder.sample_shape, has_val),
             last_train_batch=feeder.last_batch(True),
             val_batch=feeder.batch if has_val else None,
             last_val_batch=feeder.last_batch(False) if has_val else None,
-            amp=s.amp_enabled, label_smoothing=float(self._loss.smoothing),
+            amp=s.amp_enabled, **loss_scale_fields(s), label_smoothing=float(self._loss.smoothing),
             grad_clip=max(0.0, self._grad_clip), lr_table_steps=self._sched.total_steps,
-            world_size=s.world_size if env is None else env.world_size, **optimizer_spec(self._optimizer),
+            world_size=1 if env is None else env.world_size, **optimizer_spec(self._optimizer),
         )
+        self.spec = spec
         self.program = compile_program(self._blueprint, spec)
         self._advance(Phase.MEMORY_LOCKED)
         if env is not None:  # join the world; every rank must then hold the same plan
@@ -257,7 +279,7 @@ class DeepLearningTask(TaskBase):
                 "global batch": s.batch_size, "seed": s.seed, "data seed": getattr(feeder, "seed", None),
                 "steps per epoch": steps, "epochs": self._epochs, "validates": has_val, "amp": s.amp_enabled,
                 "optimizer": spec.optimizer, "parameters": [list(i.tensor.shape.dims) for i in self.program.inits]})
-        kind, options = backend_options(self._device, self.group)
+        kind, options = backend_options(kind, self.group, cuda_device)
         self.backend = get_backend(kind, **options)
         if self._device == "auto" and self.backend.name != "cuda":
             from tr.backend.cuda import cuda_status
@@ -273,7 +295,8 @@ class DeepLearningTask(TaskBase):
         initialize_program(self.backend, self.program, s, self._initializer,
                            rank=0 if env is None else env.rank)
         # the learning rate of every step, read on the device by lr_lookup: the loop never writes it
-        self.backend.write(self.program.tensor("lr_table"), self._sched.table())
+        self._lr_table = self._sched.table()
+        self.backend.write(self.program.tensor("lr_table"), self._lr_table)
         # validation metrics are sums over this rank's samples, averaged over ranks by VAL_RESULT_COMM
         self._val_samples = float(feeder.num_samples(False))
         if self.group is not None:
@@ -285,16 +308,6 @@ class DeepLearningTask(TaskBase):
                  self.program.layout.total_bytes / 2**20, self.backend.name)
         return self
 
-    @staticmethod
-    def _local_batch(s: Settings, env: DistEnv) -> int:
-        if len(s.gpu_ids) > 1:
-            raise ConfigError(f"use_gpu lists {len(s.gpu_ids)} devices, but with a launcher each of the "
-                              f"{env.world_size} processes drives one device (LOCAL_RANK picks it)")
-        if s.batch_size % env.world_size:
-            raise ConfigError(f"the global batch size {s.batch_size} does not divide by the world size "
-                              f"{env.world_size}")
-        return s.batch_size // env.world_size
-
     def _default_feeder(self, s: Settings) -> Feeder:
         try:
             from tr.task.pipeline import feeder_from_preprocessor
@@ -303,16 +316,26 @@ class DeepLearningTask(TaskBase):
         return feeder_from_preprocessor(s)
 
     # --- run --------------------------------------------------------------------------------------
-    def run(self) -> TrainingResult:
+    def run(self, epochs: int | None = None) -> TrainingResult:
+        """Train ``epochs`` more epochs (default: those of total_epochs not done yet, or total_epochs again
+        when all are). Epoch numbers and the schedule continue from earlier runs; an exception inside an
+        epoch cancels that epoch (the feeder is reset) and a later run() starts it again."""
         if self._phase is not Phase.COMPILED:
             raise PhaseError(f"run() needs a compiled task; the task is in {self._phase.name}: call compile() first")
+        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
+            raise ConfigError(f"run(epochs) must be an integer >= 1, got {epochs!r}")
+        n = epochs or (self._epochs - self._epochs_done) or self._epochs
         wd = self._watchdog()
         self._launch = StepLauncher(self.backend, wd)
+        main = self.group is None or self.group.is_main
+        self._sinks = self._log.open() if self._log is not None and main else None
         try:
-            return self._train()
+            return self._train(n)
         finally:
             if wd is not None:
                 wd.stop()
+            if self._sinks is not None:  # after a crash too: the plots show the epochs that finished
+                self._sinks.close()
 
     def _watchdog(self):
         """With an NCCL communicator: a started NcclWatchdog (tr.backend.cuda.watchdog), else None."""
@@ -325,48 +348,51 @@ class DeepLearningTask(TaskBase):
         timeout = getattr(getattr(self.group, "collective", None), "timeout_s", None) or op_timeout()
         return NcclWatchdog(nccl, timeout).start()
 
-    def _train(self) -> TrainingResult:
-        feeder, be, prog, st = self._feeder, self.backend, self.program, self._steps
-        launch = self._launch
-        wd = launch.watchdog
+    def _device_lr(self) -> float:
+        """The LR the device's next step reads: lr_table[min(step, len - 1)] with the device's step counter
+        (after the schedule's end, its last value), so the log shows what actually trains."""
+        step = int(scalar(self.backend, self.program, "step")[0])
+        return float(self._lr_table[min(step, len(self._lr_table) - 1)])
+
+    def _cancel_epoch(self, epoch: int, exc: BaseException) -> None:
+        """After an exception inside epoch ``epoch``: let launched work finish, so the arena is quiet and the
+        next run() can start the epoch again (the feeder's epoch generator is already closed)."""
+        try:
+            self._launch.synchronize()
+        except Exception as e:  # the device error is the one to report; the original exception follows
+            log.error("after the interrupted epoch %d the device reports: %s", epoch + 1, e)
+        if self._launch.watchdog is not None:
+            self._launch.watchdog.disarm()
+        log.warning("epoch %d cancelled by %s; run() starts it again", epoch + 1, type(exc).__name__)
+
+    def _train(self, n_epochs: int) -> TrainingResult:
+        feeder, be, prog = self._feeder, self.backend, self.program
+        wd = self._launch.watchdog
         has_val = feeder.num_samples(False) > 0
         main = self.group is None or self.group.is_main  # only rank 0 prints
         table = EpochTable(validate=has_val) if self._log_table and main else None
         result = TrainingResult()
         interval, offset = self._validate_every
         t_all = time.perf_counter()
-        steps = feeder.steps(True)
         skipped_before = int(scalar(be, prog, "skipped")[0])
-        for epoch in range(self._epochs):
-            if wd is not None:
-                wd.arm()
+        first = self._epochs_done
+        for epoch in range(first, first + n_epochs):
             t0 = time.perf_counter()
-            be.launch(st.clear_metrics)
-            be.launch(st.epoch_begin)
-            bar = ProgressBar(steps, f"epoch {epoch + 1}")
-            bar.enabled = bar.enabled and main
-            lr0 = float(self._sched.lr_at(epoch, 0))
-            for k, buf, _n in feeder.epoch(epoch, True):
-                launch(st.transfer[buf], (st.train_last if k == steps - 1 else st.train)[buf], buf)
-                feeder.release(k)
-                if self._on_step is not None:
-                    self._on_step(k, be.read(prog.tensor("result")).reshape(-1))
-                bar.update(k + 1)
-            bar.close()
-            be.launch(st.epoch_end)
-            launch.synchronize()
+            validate = has_val and (epoch + 1 - offset) >= 0 and (epoch + 1 - offset) % interval == 0
+            try:
+                rec = self._epoch(epoch, main, validate)
+            except BaseException as e:  # KeyboardInterrupt too: the task must stay usable
+                self._cancel_epoch(epoch, e)
+                raise
+            self._epochs_done = epoch + 1
             skipped_total = int(scalar(be, prog, "skipped")[0])  # counted on the device, read once an epoch
-            skipped, skipped_before = skipped_total - skipped_before, skipped_total
-            if skipped:
+            rec.skipped_steps, skipped_before = skipped_total - skipped_before, skipped_total
+            if rec.skipped_steps:
                 log.warning("epoch %d: %d step(s) with non-finite gradients skipped (loss scale now %g)",
-                            epoch + 1, skipped, float(scalar(be, prog, "loss_scale")[0]))
-            train_loss = float(scalar(be, prog, "accum")[0]) / feeder.num_samples(True)
-            rec = EpochRecord(epoch + 1, train_loss, lr0, 0.0, skipped_steps=skipped)
-            result.skipped_steps += skipped
-            if has_val and (epoch + 1 - offset) >= 0 and (epoch + 1 - offset) % interval == 0:
-                rec.val_loss, rec.top1, rec.top5 = self._validate(epoch)
-                if rec.top1 > result.best_top1:
-                    result.best_top1, result.best_top5, result.best_epoch = rec.top1, rec.top5, epoch + 1
+                            epoch + 1, rec.skipped_steps, float(scalar(be, prog, "loss_scale")[0]))
+            result.skipped_steps += rec.skipped_steps
+            if rec.top1 is not None and rec.top1 > result.best_top1:
+                result.best_top1, result.best_top5, result.best_epoch = rec.top1, rec.top5, epoch + 1
             if wd is not None:
                 wd.disarm()  # host work between epochs (a checkpoint) may take long on one rank
             rec.seconds = time.perf_counter() - t0
@@ -374,8 +400,10 @@ class DeepLearningTask(TaskBase):
             result.epochs = epoch + 1
             if table:
                 table.row(rec)
-            if not math.isfinite(train_loss):
-                log.warning("epoch %d: training loss is %s", epoch + 1, train_loss)
+            if self._sinks is not None:
+                self._sinks.write(rec)
+            if not math.isfinite(rec.train_loss):
+                log.warning("epoch %d: training loss is %s", epoch + 1, rec.train_loss)
             if rec.top1 is not None and rec.top1 >= self._early_stop:
                 log.info("Early stop triggered at epoch %d (top1 %.4f >= %.4f)", epoch + 1, rec.top1,
                          self._early_stop)
@@ -386,14 +414,45 @@ class DeepLearningTask(TaskBase):
         result.seconds = time.perf_counter() - t_all
         return result
 
+    def _epoch(self, epoch: int, main: bool, validate: bool) -> EpochRecord:
+        """Train epoch ``epoch`` (0-based) and validate it when asked; the record's times are the caller's."""
+        feeder, be, prog, st, launch = self._feeder, self.backend, self.program, self._steps, self._launch
+        if launch.watchdog is not None:
+            launch.watchdog.arm()
+        steps = feeder.steps(True)
+        be.launch(st.clear_metrics)
+        be.launch(st.epoch_begin)
+        bar = Progress(steps, f"epoch {epoch + 1} train", enabled=main and self._log_table)
+        lr0 = self._device_lr()
+        with closing(feeder.epoch(epoch, True)) as batches:  # closed on an exception too: zones released
+            for k, buf, _n in batches:
+                launch(st.transfer[buf], (st.train_last if k == steps - 1 else st.train)[buf], buf)
+                feeder.release(k)
+                if self._on_step is not None:
+                    self._on_step(k, be.read(prog.tensor("result")).reshape(-1))
+                bar.update(k + 1)
+        bar.close()
+        be.launch(st.epoch_end)
+        launch.synchronize()
+        train_loss = train_mean_loss(be, prog)  # over the applied steps: a skipped one's loss is not summed
+        rec = EpochRecord(epoch + 1, train_loss, lr0, 0.0)
+        if validate:
+            rec.val_loss, rec.top1, rec.top5 = self._validate(epoch)
+        return rec
+
     def _validate(self, epoch: int) -> tuple[float, float, float]:
         feeder, be, st = self._feeder, self.backend, self._steps
         steps = feeder.steps(False)
         be.launch(st.clear_metrics)
         launch = self._launch
-        for k, buf, _n in feeder.epoch(epoch, False):
-            launch(st.transfer[buf], (st.val_last if k == steps - 1 else st.val)[buf], buf)
-            feeder.release(k)
+        main = self.group is None or self.group.is_main
+        bar = Progress(steps, f"epoch {epoch + 1} val", enabled=main and self._log_table)
+        with closing(feeder.epoch(epoch, False)) as batches:
+            for k, buf, _n in batches:
+                launch(st.transfer[buf], (st.val_last if k == steps - 1 else st.val)[buf], buf)
+                feeder.release(k)
+                bar.update(k + 1)
+        bar.close()
         be.launch(st.val_end)
         launch.synchronize()
         acc = scalar(be, self.program, "accum").astype(np.float64) / self._val_samples
@@ -420,8 +479,8 @@ class DeepLearningTask(TaskBase):
                 by_module.setdefault((i.layer, int(is_bn)), []).append(i)
         out = []
         for key in sorted(by_module):
-            specs = sorted(by_module[key], key=lambda i: 0 if i.kind == "weight" or i.tensor.region.name == "W_BN_WEIGHT"
-                           else 1)
+            specs = sorted(by_module[key],
+                           key=lambda i: 0 if i.kind == "weight" or i.tensor.region.name == "W_BN_WEIGHT" else 1)
             out.append(tuple(self.backend.read(i.tensor).copy() for i in specs))
         return out
 

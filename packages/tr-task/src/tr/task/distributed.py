@@ -452,19 +452,20 @@ def force_nccl(environ: Mapping[str, str] | None = None) -> bool:
     return (os.environ if environ is None else environ).get(FORCE_NCCL_ENV, "").strip() not in ("", "0")
 
 
-def backend_options(device: str, group: Group | None) -> tuple[str, dict[str, Any]]:
-    """(backend kind, options for get_backend): the collective, and for CUDA the device LOCAL_RANK names and
-    an NCCL communicator made through the group's store (with more than one rank, or TR_FORCE_NCCL=1)."""
+def backend_options(device: str, group: Group | None, cuda_device: int | None = None) -> tuple[str, dict[str, Any]]:
+    """(backend kind, options for get_backend): the collective, and for CUDA the device (``cuda_device``: what
+    use_gpu names for this process; None: the one LOCAL_RANK names) and an NCCL communicator made through the
+    group's store (with more than one rank, or TR_FORCE_NCCL=1)."""
     force = force_nccl()
-    if group is None and not force:
+    if group is None and not force and cuda_device is None:
         return device, {}
     from tr.backend.registry import cuda_available
 
     kind = ("cuda" if cuda_available() else "cpu") if device == "auto" else device
     opts: dict[str, Any] = {} if group is None else {"collective": group.collective}
     if kind == "cuda":
-        local = 0 if group is None else group.env.local_rank
-        if group is not None:
+        local = (0 if group is None else group.env.local_rank) if cuda_device is None else cuda_device
+        if group is not None or cuda_device is not None:
             opts["device"] = local
         if force or (group is not None and group.world_size > 1):
             from tr.backend.cuda.nccl import NcclCollective

@@ -1,0 +1,55 @@
+"""What a compiled plan takes from the settings, the BluePrint and the data, checked against each other.
+
+Every value the user sets either reaches the CompileSpec or is refused here, before anything is allocated:
+the BluePrint's ``input_shape`` and ``num_classes``, ``num_classes()``, and the resolutions of
+GLOBAL_SETTING. The data pipeline delivers one sample shape for training and validation (one
+TransferStation, made by the transforms), so a resolution is the side of the samples the model is compiled
+for: the data must deliver it, and a plan whose training and validation sides differ cannot be fed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tr.core.errors import CompileError, ConfigError
+from tr.core.settings import Settings
+
+
+def num_classes(explicit: int | None, blueprint: Any, data_classes: int | None) -> int:
+    """The class count of the plan: num_classes(), else the BluePrint's, else the data's. Two that are given
+    must agree, and the model must have at least the data's classes (a label would index past the logits)."""
+    declared = getattr(blueprint, "num_classes", None)
+    if explicit is not None and declared is not None and explicit != declared:
+        raise ConfigError(f"num_classes({explicit}) differs from the BluePrint's num_classes={declared}")
+    n = explicit or declared or data_classes
+    if n is None:
+        raise CompileError("compile(): the number of classes is unknown; call num_classes(n) or give the "
+                           "BluePrint num_classes=")
+    if data_classes is not None and n < data_classes:
+        raise ConfigError(f"the model is compiled for {n} classes, but the data has {data_classes}")
+    return n
+
+
+def input_shape(blueprint: Any, sample_shape: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The data's (H, W, C), which a BluePrint that declares ``input_shape`` must match."""
+    shape = tuple(int(v) for v in sample_shape)
+    declared = getattr(blueprint, "input_shape", None)
+    if declared is not None and tuple(declared) != shape:
+        raise ConfigError(f"the BluePrint's input_shape={tuple(declared)} (H, W, C) differs from the data's "
+                          f"samples {shape}")
+    return shape  # type: ignore[return-value]
+
+
+def resolutions(s: Settings, sample_shape: tuple[int, int, int], validates: bool) -> dict[str, int | None]:
+    """CompileSpec's train_resolution and val_resolution from the settings; ConfigError when the data does not
+    deliver samples of that side (the transforms decide it: Resize, CenterCrop, RandomResizedCrop, ...)."""
+    h, w = int(sample_shape[0]), int(sample_shape[1])
+    asked = [("input_resolution", s.input_res), ("train_resolution", s.train_res_end)]
+    if validates:
+        asked.append(("val_resolution", s.val_res))
+    for name, side in asked:
+        if side and (h, w) != (side, side):
+            raise ConfigError(f"{name}({side}) asks for {side}x{side} samples, but the data delivers {h}x{w}: end the "
+                              f"transforms in a {side}x{side} crop or resize, or leave {name} out")
+    train = s.train_res_end or s.input_res or None
+    return {"train_resolution": train, "val_resolution": (s.val_res or train) if validates else None}

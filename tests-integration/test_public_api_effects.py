@@ -1,0 +1,530 @@
+"""Every public setting does what it says: a table of setter -> observable effect on the compiled plan or the run.
+
+The test walks ``renaissance.__all__`` and every chain setter (public method) of the configuration objects it
+exports: DeepLearningTask, Settings, PREPROCESSOR_SETTING, the loss, optimizers, schedulers, the initializer and
+the BluePrint's fields. Each must have an entry in EFFECTS (or, for a method that configures nothing, in
+NOT_SETTERS with the reason), and each entry proves the effect against a baseline: a setter added without an
+entry, or one that is accepted and ignored, fails here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import fields
+
+import numpy as np
+import pytest
+
+import renaissance as R
+from tr.backend.cpu.backend import CpuBackend
+from tr.core.errors import ConfigError, DeviceUnavailableError
+from tr.core.norm import NormMode
+from tr.data import ArrayDataset, Preprocessor, PreprocessorSettings
+from tr.data.transforms import Compose
+from tr.graph.archplan import ArchPlan
+from tr.task import devices
+from tr.task.deep_learning import DeepLearningTask
+from tr.task.distributed import DistEnv, backend_options
+from tr.task.feeder import ArrayFeeder
+from tr.task.pipeline import PipelineFeeder
+
+BATCH, H, C, K = 8, 4, 2, 3
+
+# --- the baseline and what is observed ------------------------------------------------------------------------
+
+
+def _data(n: int = 24, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, H, H, C)).astype(np.float32)
+    return x, (np.arange(n) % K).astype(np.int32)
+
+
+def _feeder(batch: int = BATCH, seed: int = 0) -> ArrayFeeder:
+    x, y = _data(seed=seed)
+    return ArrayFeeder((x, y), (x[:8], y[:8]), batch, seed=1, num_classes=K)
+
+
+MODEL = R.seq(R.conv(4, 3, p=1), R.bn(), R.relu(), R.gap(), R.fc(K))
+
+
+def task(settings: R.Settings | None = None, model=MODEL, feeder=None, **chain) -> DeepLearningTask:
+    """The baseline task; ``chain`` replaces a chain call (name=args tuple) or adds one."""
+    calls = {"device": ("cpu",), "quiet": (), "model": (model,), "optimizer": (R.SGD(),),
+             "scheduler": (R.ConstantLR(0.1),), "total_epochs": (1,), "data": (feeder or _feeder(),)}
+    calls.update(chain)
+    t = DeepLearningTask(settings or R.Settings().global_batch_size(BATCH))
+    for name, args in calls.items():
+        t = getattr(t, name)(*args)
+    return t
+
+
+def plan(t: DeepLearningTask) -> list[tuple]:
+    """Every op call of the compiled plan with its attributes, in order."""
+    t = t if t.compiled else t.compile()
+    return [(v, int(g), c.op, tuple(sorted((k, repr(a)) for k, a in c.attrs.items())))
+            for (v, g), calls in sorted(t.program.graphs.items(), key=lambda kv: (kv[0][0], int(kv[0][1])))
+            for c in calls]
+
+
+def weights(t: DeepLearningTask, epochs: int = 0) -> bytes:
+    t = t if t.compiled else t.compile()
+    if epochs:
+        t.run(epochs=epochs)
+    return b"".join(v.tobytes() for _, v in sorted(t.weights().items()))
+
+
+def differs(observe: Callable[[DeepLearningTask], object], **changed) -> None:
+    """``observe`` gives another value for the task with ``changed`` than for the baseline."""
+    settings = changed.pop("settings", None)
+    model = changed.pop("model", MODEL)
+    base, other = observe(task()), observe(task(settings, model, **changed))
+    assert base != other
+
+
+def run_differs(**changed) -> None:
+    differs(lambda t: weights(t, 1), **changed)
+
+
+def plan_differs(**changed) -> None:
+    differs(plan, **changed)
+
+
+# --- PREPROCESSOR_SETTING: observed on the first batches the pipeline delivers ----------------------------------
+
+def _pre(configure: Callable[[PreprocessorSettings], PreprocessorSettings] = lambda s: s) -> PreprocessorSettings:
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 255, (20, 6, 6, 1), dtype=np.uint8)
+    y = (np.arange(20) % K).astype(np.int32)
+    ds = ArrayDataset((x[:16], y[:16]), (x[16:], y[16:]), num_classes=K)
+    return configure(PreprocessorSettings().dataset(ds).preprocess_workers(1).seed(3)).commit()
+
+
+def batches(s: PreprocessorSettings, train: bool = True) -> list[tuple[bytes, bytes]]:
+    f = PipelineFeeder(s, 4, seed=3)
+    out = []
+    for k, buf, n in f.epoch(0, train):
+        labels, data = f.buffers()[buf]
+        out.append((labels[:n].tobytes(), data[:n].tobytes()))
+        f.release(k)
+    f.close()
+    return out
+
+
+def pre_differs(configure, train: bool = True, observe=batches) -> None:
+    assert observe(_pre(), train) != observe(_pre(configure), train)
+
+
+def _opened(configure) -> dict:
+    """The arguments PreprocessorSettings hands the dataset loader (a named dataset: no files are read)."""
+    import tr.data.settings as ds
+
+    seen: dict = {}
+
+    def fake(name, path, download, workers):
+        seen.update(download=download, workers=workers)
+        return "opened"
+
+    orig, ds.open_dataset = ds.open_dataset, fake
+    try:
+        configure(PreprocessorSettings().dataset("mnist", "/nonexistent")).open_dataset()
+    finally:
+        ds.open_dataset = orig
+    return seen
+
+
+def _cpvs_ready(s: PreprocessorSettings, train: bool) -> bool:
+    f = PipelineFeeder(s, 4, seed=3)
+    for k, _b, _n in f.epoch(0, False):
+        f.release(k)
+    ready = f.pre.cpvs_ready
+    f.close()
+    return ready
+
+
+# --- optimizers, schedulers, loss, initializer -----------------------------------------------------------------
+
+LARS_MODEL = R.seq(R.conv(4, 3, p=1), R.relu(), R.gap(), R.fc(K))
+
+
+def optimizer_differs(base, changed, model=MODEL) -> None:
+    assert plan(task(model=model, optimizer=(base,))) != plan(task(model=model, optimizer=(changed,)))
+
+
+def table(sched) -> np.ndarray:
+    return sched.prepare(6, 3).table()
+
+
+def sched_differs(base, changed) -> None:
+    assert not np.array_equal(table(base), table(changed))
+
+
+def test_the_task_writes_the_schedulers_table_to_the_device():
+    sched = R.CosineAnnealingLR(0.3).warmup(1).eta_min(0.01)
+    t = task(scheduler=(sched,), total_epochs=(3,)).compile()
+    steps = t._feeder.steps(True)
+    np.testing.assert_array_equal(t.backend.read(t.program.tensor("lr_table")).ravel(), table_for(sched, 3, steps))
+
+
+def table_for(sched, epochs: int, steps: int) -> np.ndarray:
+    return sched.prepare(epochs, steps).table()
+
+
+def init_differs(init) -> None:
+    assert weights(task()) != weights(task(initializer=(init,)))
+
+
+# --- DeepLearningTask effects that need more than a plan or weights comparison ----------------------------------
+
+def _history(t: DeepLearningTask, **kw):
+    return t.compile().run(**kw).history
+
+
+def _validate_every() -> None:
+    h = _history(task(total_epochs=(2,), validate_every=(2,)))
+    assert h[0].top1 is None and h[1].top1 is not None
+
+
+def _early_stop() -> None:
+    r = task(total_epochs=(3,), early_stop_by_top1=(1e-6,)).compile().run()
+    assert r.early_stopped and r.epochs == 1
+
+
+def _num_classes() -> None:
+    t = task(model=R.seq(R.conv(4, 3, p=1), R.gap(), R.fc(5)), num_classes=(5,)).compile()
+    assert t.spec.num_classes == 5 and t.program.tensor("probs").shape.dims[-1] == 5
+
+
+def _device() -> None:
+    t = task(device=("cuda",))
+    from tr.backend.registry import cuda_available
+
+    if cuda_available():
+        assert t.compile().backend.name == "cuda"
+    else:
+        with pytest.raises(DeviceUnavailableError):
+            t.compile()
+
+
+def _distributed() -> None:
+    with pytest.raises(ConfigError, match="global batch size 8 does not divide by the world size 3"):
+        task(distributed=(DistEnv(0, 3),)).compile()
+
+
+def _on_step() -> None:
+    seen = []
+    task(on_step=(lambda k, r: seen.append(k),)).compile().run()
+    assert seen == list(range(24 // BATCH))
+
+
+def _quiet(capsys) -> None:
+    task(quiet=(False,)).compile().run()
+    assert "Train Loss" in capsys.readouterr().out
+
+
+def _log_to(tmp_path) -> None:
+    task(log_to=(tmp_path,)).compile().run()
+    assert (tmp_path / "metrics.csv").read_text().count("\n") >= 2
+
+
+def _total_epochs() -> None:
+    assert len(_history(task(total_epochs=(2,)))) == 2
+
+
+def _scheduler() -> None:
+    assert [r.lr for r in _history(task(scheduler=(R.ConstantLR(0.5),)))] == [0.5]
+
+
+# --- Settings effects ------------------------------------------------------------------------------------------
+
+def _use_gpu() -> None:
+    s = R.Settings().use_gpu("1")
+    assert backend_options("cuda", None, devices.device_index(s, None)) == ("cuda", {"device": 1})
+
+
+def _use_cpu() -> None:
+    assert devices.backend_kind("auto", R.Settings().use_cpu()) == "cpu"
+    assert devices.backend_kind("auto", R.Settings()) == "auto"
+
+
+def _use_tf32(monkeypatch) -> None:
+    seen = []
+    monkeypatch.setattr(CpuBackend, "configure", lambda self, tf32=None: seen.append(tf32), raising=False)
+    task(R.Settings().global_batch_size(BATCH).use_tf32()).compile()
+    assert seen == [True]
+
+
+def _log_level() -> None:
+    logger = logging.getLogger("tr")
+    level, handlers = logger.level, list(logger.handlers)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    try:
+        task(R.Settings().global_batch_size(BATCH).log_level("DEBUG")).compile()
+        assert logger.level == logging.DEBUG and any(r.levelno == logging.DEBUG for r in records)
+    finally:  # log_level() attached configure_logging's stderr handler: the next tests log as before
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+
+
+def _resolution(setter: str) -> None:
+    s = getattr(R.Settings().global_batch_size(BATCH), setter)(H)
+    t = task(s).compile()
+    assert {v.resolution for v in t.spec.variants().values()} == {H}
+    assert (t.spec.train_resolution or t.spec.val_resolution) == H
+    with pytest.raises(ConfigError, match=f"{setter}\\(5\\) asks for 5x5 samples, but the data delivers 4x4"):
+        task(getattr(R.Settings().global_batch_size(BATCH), setter)(5)).compile()
+
+
+def _spec(s: R.Settings) -> object:
+    return task(s).compile().spec
+
+
+# --- the table --------------------------------------------------------------------------------------------------
+
+def _s(**kw) -> R.Settings:
+    s = R.Settings().global_batch_size(BATCH)
+    for name, args in kw.items():
+        s = getattr(s, name)(*args)
+    return s
+
+
+EFFECTS: dict[str, Callable[..., None]] = {
+    # DeepLearningTask
+    "DeepLearningTask.model": lambda: plan_differs(model=R.seq(R.conv(4, 3, p=1), R.relu(), R.gap(), R.fc(K))),
+    "DeepLearningTask.loss": lambda: plan_differs(loss=(R.CrossEntropyLoss().label_smoothing(0.1),)),
+    "DeepLearningTask.initializer": lambda: init_differs(R.Initializer().fc(R.InitKind.ZEROS)),
+    "DeepLearningTask.optimizer": lambda: plan_differs(optimizer=(R.Adam(),)),
+    "DeepLearningTask.scheduler": _scheduler,
+    "DeepLearningTask.total_epochs": _total_epochs,
+    "DeepLearningTask.num_classes": _num_classes,
+    "DeepLearningTask.validate_every": _validate_every,
+    "DeepLearningTask.early_stop_by_top1": _early_stop,
+    "DeepLearningTask.grad_clip": lambda: run_differs(grad_clip=(1e-4,)),
+    "DeepLearningTask.data": lambda: run_differs(data=(_feeder(seed=9),)),
+    "DeepLearningTask.device": _device,
+    "DeepLearningTask.distributed": _distributed,
+    "DeepLearningTask.on_step": _on_step,
+    "DeepLearningTask.quiet": _quiet,
+    "DeepLearningTask.log_to": _log_to,
+    # Settings
+    "Settings.use_gpu": _use_gpu,
+    "Settings.use_cpu": _use_cpu,
+    "Settings.amp": lambda: plan_differs(settings=_s(amp=())),
+    "Settings.loss_scaling": lambda: _plans_differ(_s(amp=()), _s(amp=(), loss_scaling=("static",))),
+    "Settings.manual_seed": lambda: differs(weights, settings=_s(manual_seed=(7,))),
+    "Settings.global_batch_size": lambda: differs(lambda t: t.compile().spec.batch, settings=_s(global_batch_size=(4,)),
+                                                  data=(_feeder(4),)),
+    "Settings.input_resolution": lambda: _resolution("input_resolution"),
+    "Settings.train_resolution": lambda: _resolution("train_resolution"),
+    "Settings.val_resolution": lambda: _resolution("val_resolution"),
+    "Settings.use_tf32": _use_tf32,
+    "Settings.log_level": _log_level,
+    # PREPROCESSOR_SETTING
+    "PreprocessorSettings.dataset": lambda: pre_differs(lambda s: s.dataset(ArrayDataset(
+        (np.full((16, 6, 6, 1), 7, np.uint8), np.zeros(16, np.int32)), num_classes=K))),
+    "PreprocessorSettings.download": lambda: _check(_opened(lambda s: s.download(True)) == {
+        "download": True, "workers": 1}),
+    "PreprocessorSettings.load_workers": lambda: _check(_opened(lambda s: s.load_workers(3))["workers"] == 3),
+    "PreprocessorSettings.preprocess_workers": lambda: _check(
+        Preprocessor(_pre(lambda s: s.preprocess_workers(3)), _station()).workers == 3),
+    "PreprocessorSettings.normalization": lambda: pre_differs(lambda s: s.normalization(NormMode.MNIST)),
+    "PreprocessorSettings.train_transforms": lambda: pre_differs(lambda s: s.train_transforms(R.RandomErasing(1.0))),
+    "PreprocessorSettings.val_transforms": lambda: pre_differs(lambda s: s.val_transforms(R.GaussianNoise()), False),
+    "PreprocessorSettings.shuffle": lambda: pre_differs(lambda s: s.shuffle(False)),
+    "PreprocessorSettings.shuffle_train_set": lambda: pre_differs(lambda s: s.shuffle_train_set(False)),
+    "PreprocessorSettings.drop_last": lambda: pre_differs(
+        lambda s: s.drop_last(True), observe=lambda s, t: PipelineFeeder(s, 5, seed=3).steps(True)),
+    "PreprocessorSettings.cpvs": lambda: pre_differs(lambda s: s.cpvs(False), observe=_cpvs_ready),
+    "PreprocessorSettings.using_cpvs": lambda: pre_differs(lambda s: s.using_cpvs(False), observe=_cpvs_ready),
+    "PreprocessorSettings.pad_channels_to": lambda: pre_differs(
+        lambda s: s.pad_channels_to(4), observe=lambda s, t: PipelineFeeder(s, 4, seed=3).sample_shape),
+    "PreprocessorSettings.seed": lambda: pre_differs(
+        lambda s: s.seed(99), observe=lambda s, t: list(Preprocessor(s, _station()).epoch_order(0))),
+    # the loss
+    "CrossEntropyLoss.label_smoothing": lambda: plan_differs(loss=(R.CrossEntropyLoss().label_smoothing(0.2),)),
+    # the BluePrint's fields (a dataclass: its "setters" are its constructor arguments)
+    "BluePrint.name": lambda: _check(
+        ArchPlan.from_blueprint(R.BluePrint(MODEL, name="mine"), (H, H, C), K, False).name == "mine"),
+    "BluePrint.input_shape": lambda: _refused(task(model=R.BluePrint(MODEL, input_shape=(5, 5, C))),
+                                              r"input_shape=\(5, 5, 2\) \(H, W, C\) differs from the data's"),
+    "BluePrint.num_classes": lambda: _check(task(model=R.BluePrint(MODEL, num_classes=K), data=(
+        ArrayFeeder(_data(), None, BATCH),)).compile().spec.num_classes == K),  # the feeder does not know K
+}
+
+
+def _check(ok: bool) -> None:
+    assert ok
+
+
+def _refused(t: DeepLearningTask, msg: str) -> None:
+    with pytest.raises(ConfigError, match=msg):
+        t.compile()
+
+
+def _plans_differ(a: R.Settings, b: R.Settings) -> None:
+    assert plan(task(a)) != plan(task(b))
+
+
+def _station():
+    from tr.data import TransferStation
+
+    return TransferStation(4, (6, 6, 1), np.float32)
+
+
+# optimizers: every setter changes an attribute of the optimizer's ops
+for _cls in (R.SGD, R.LARS, R.Adam, R.AdamW):
+    _model = LARS_MODEL if _cls is R.LARS else MODEL
+    _changes = {"momentum": (0.5,), "weight_decay": (1e-3,), "nesterov": (True,), "trust_coefficient": (0.02,),
+                "eps": (1e-4,), "trust_ratio_clip": (7.0,), "betas": (0.8, 0.99)}
+    for _name, _args in _changes.items():
+        if hasattr(_cls, _name):
+            EFFECTS[f"{_cls.__name__}.{_name}"] = (
+                lambda c=_cls, n=_name, a=_args, m=_model: optimizer_differs(c(), getattr(c(), n)(*a), m))
+
+# schedulers: every setter changes the table of learning rates the device reads
+_SCHED_BASE = {R.MultiStepLR: lambda: R.MultiStepLR(0.1).milestones([2]), R.StepLR: lambda: R.StepLR(0.1).step_size(2),
+               R.CosineAnnealingWithWarmRestartsLR: lambda: R.CosineAnnealingWithWarmRestartsLR(0.1).t_0(2)}
+_SCHED_CHANGES = {"base_lr": (0.5,), "warmup": (2,),
+                  "step_size": (3,), "gamma": (0.5,), "milestones": ([3],), "power": (1.0,), "end_lr": (0.05,),
+                  "eta_min": (0.05,), "t_0": (3,), "t_mult": (2,), "decay_start": (0.5,)}
+for _cls in (R.ConstantLR, R.StepLR, R.MultiStepLR, R.ExponentialLR, R.PolynomialLR, R.CosineAnnealingLR,
+             R.CosineAnnealingWithWarmRestartsLR, R.WSDLR):
+    _base = _SCHED_BASE.get(_cls, lambda c=_cls: c(0.1))
+    for _name, _args in _SCHED_CHANGES.items():
+        if hasattr(_cls, _name):
+            EFFECTS[f"{_cls.__name__}.{_name}"] = (
+                lambda b=_base, n=_name, a=_args: sched_differs(b(), getattr(b(), n)(*a)))
+    # the warmup's start needs a warmup, step_by_epoch is the default: compared against another base
+    EFFECTS[f"{_cls.__name__}.warmup_start_factor"] = (
+        lambda b=_base: sched_differs(b().warmup(2), b().warmup(2).warmup_start_factor(0.5)))
+    EFFECTS[f"{_cls.__name__}.warmup_start_lr"] = (
+        lambda b=_base: sched_differs(b().warmup(2), b().warmup(2).warmup_start_lr(0.01)))
+    EFFECTS[f"{_cls.__name__}.step_by_batch"] = (
+        lambda b=_base: sched_differs(b().warmup(2), b().warmup(2).step_by_batch()))
+    EFFECTS[f"{_cls.__name__}.step_by_epoch"] = (
+        lambda b=_base: sched_differs(b().warmup(2).step_by_batch(), b().warmup(2).step_by_batch().step_by_epoch()))
+
+# the initializer policy: every setter changes the initial weights
+for _name, _init in {"conv": lambda i: i.conv(R.InitKind.XAVIER_NORMAL), "fc": lambda i: i.fc(R.InitKind.ONES),
+                     "fan": lambda i: i.fan(R.FanMode.FAN_OUT), "gain": lambda i: i.gain(3.0),
+                     "scale": lambda i: i.scale(0.5),
+                     "constant": lambda i: i.fc(R.InitKind.CONSTANT).constant(0.25)}.items():
+    EFFECTS[f"Initializer.{_name}"] = lambda f=_init: init_differs(f(R.Initializer()))
+
+# Public methods of those classes that configure nothing (queries, the lifecycle, the math the ops are checked
+# against): they are not settings.
+NOT_SETTERS = {
+    "DeepLearningTask": {"compile", "run", "weights", "parameters", "describe", "host_us_per_step",
+                         "time_train_step"},
+    "Settings": {"freeze", "thaw", "snapshot", "as_dict"},
+    "PreprocessorSettings": {"commit", "copy", "open_dataset", "chain", "sample_shape"},
+    "CrossEntropyLoss": {"forward", "backward"},
+    "optimizer": {"hyperparams", "bias_hyperparams"},
+    "scheduler": {"prepare", "curve", "lr", "lr_at", "table"},
+    "Initializer": {"spec_for"},
+}
+CONFIGS = {"DeepLearningTask": DeepLearningTask, "Settings": R.Settings,
+           "PreprocessorSettings": type(R.PREPROCESSOR_SETTING), "CrossEntropyLoss": R.CrossEntropyLoss,
+           "Initializer": R.Initializer,
+           **{c.__name__: c for c in (R.SGD, R.LARS, R.Adam, R.AdamW)},
+           **{c.__name__: c for c in (R.ConstantLR, R.StepLR, R.MultiStepLR, R.ExponentialLR, R.PolynomialLR,
+                                      R.CosineAnnealingLR, R.CosineAnnealingWithWarmRestartsLR, R.WSDLR)}}
+
+
+def _group(cls: type) -> str:
+    if cls in (R.SGD, R.LARS, R.Adam, R.AdamW):
+        return "optimizer"
+    return "scheduler" if issubclass(cls, R.ConstantLR.__mro__[1]) else cls.__name__
+
+
+def public_setters() -> set[str]:
+    out = set()
+    for name, cls in CONFIGS.items():
+        skip = NOT_SETTERS.get(_group(cls), set())
+        for m, _ in inspect.getmembers(cls, inspect.isfunction):
+            if not m.startswith("_") and m not in skip:
+                out.add(f"{name}.{m}")
+    out |= {f"BluePrint.{f.name}" for f in fields(R.BluePrint) if f.name != "root"}
+    return out
+
+
+def test_every_public_setter_is_in_the_table():
+    have = public_setters()
+    assert sorted(have - set(EFFECTS)) == [], "setters without a proven effect: add them to EFFECTS"
+    assert sorted(set(EFFECTS) - have) == [], "EFFECTS names setters that no longer exist"
+
+
+@pytest.mark.parametrize("key", sorted(EFFECTS))
+def test_setter_has_its_effect(key, request):
+    fn = EFFECTS[key]
+    fixtures = [n for n, p in inspect.signature(fn).parameters.items() if p.default is inspect.Parameter.empty]
+    fn(**{n: request.getfixturevalue(n) for n in fixtures})  # capsys, tmp_path, monkeypatch
+
+
+# --- the rest of renaissance.__all__: layers, transforms, and what is not configuration -------------------------
+
+def _layer_plan(layer) -> list[tuple]:
+    model = R.seq(R.conv(4, 3, p=1), layer, R.gap(), R.fc(K))
+    return plan(task(model=model))
+
+
+LAYERS = {  # factory -> a model fragment using it (shape-preserving on [B, 4, 4, 4])
+    "bn": R.bn(), "relu": R.relu(), "elu": R.elu(), "gelu": R.gelu(), "hardswish": R.hardswish(),
+    "leaky_relu": R.leaky_relu(), "relu6": R.relu6(), "sigmoid": R.sigmoid(), "silu": R.silu(), "tanh": R.tanh(),
+    "dropout": R.dropout(0.3), "cbr": R.cbr(4, 3, p=1), "maxpool": R.maxpool(3, 1, 1), "avgpool": R.avgpool(3, 1, 1),
+    "basic_block": R.basic_block(4), "bottleneck": R.bottleneck(2, 4), "block": R.block("basic", 4),
+    "add2": R.add2(R.identity(), R.conv(4, 3, p=1)), "repeat": R.repeat(R.conv(4, 3, p=1), 2),
+    "conv": R.conv(4, 1), "seq": R.seq(R.relu(), R.relu()), "fc": None, "gap": None, "flatten": None,
+    "identity": None,
+}
+TRANSFORMS = {
+    "CenterCrop": R.CenterCrop(4), "ColorJitter": R.ColorJitter(brightness=0.5), "GaussianBlur": R.GaussianBlur(3, 1.0),
+    "GaussianNoise": R.GaussianNoise(), "Pad": R.Pad(1), "RandomAutocontrast": R.RandomAutocontrast(1.0),
+    "RandomCrop": R.RandomCrop(4), "RandomErasing": R.RandomErasing(1.0), "RandomGrayscale": R.RandomGrayscale(1.0),
+    "RandomHorizontalFlip": R.RandomHorizontalFlip(1.0), "RandomResizedCrop": R.RandomResizedCrop(6),
+    "RandomRotation": R.RandomRotation(30), "RandomScale": R.RandomScale(0.5, 0.8), "Resize": R.Resize(3),
+}
+NOT_CONFIGURATION = {  # exported for users, configure nothing themselves (or are covered above)
+    # errors and types
+    "BackendError", "CompileError", "ConfigError", "DataError", "DeviceUnavailableError", "PhaseError", "TrError",
+    "DType", "GraphId", "NormMode", "Phase", "Region", "Shape", "InitKind", "FanMode", "OptimizerKind", "DTensor",
+    "Tensor", "TrainingResult", "DistEnv",  # DistEnv is distributed()'s argument
+    # the configuration objects walked above
+    "DeepLearningTask", "Settings", "GLOBAL_SETTING", "PREPROCESSOR_SETTING", "CrossEntropyLoss", "Initializer",
+    "BluePrint", "SGD", "LARS", "Adam", "AdamW", "ConstantLR", "StepLR", "MultiStepLR", "ExponentialLR",
+    "PolynomialLR", "CosineAnnealingLR", "CosineAnnealingWithWarmRestartsLR", "WSDLR",
+    # functions: the logging helpers, the settings reset, and the hand-built task of the seed's tests
+    "configure_logging", "get_logger", "reset_global_settings", "SimpleTask",
+}
+
+
+def test_every_exported_name_is_classified():
+    names = set(R.__all__)
+    known = set(LAYERS) | set(TRANSFORMS) | NOT_CONFIGURATION
+    assert sorted(names - known) == [], "exported names without an effect check: classify them here"
+    assert sorted(known - names) == []
+
+
+@pytest.mark.parametrize("name", sorted(k for k, v in LAYERS.items() if v is not None))
+def test_a_layer_reaches_the_plan(name):
+    assert _layer_plan(LAYERS[name]) != _layer_plan(R.identity())
+
+
+def test_the_model_head_layers_reach_the_plan():
+    base = plan(task())
+    assert plan(task(model=R.seq(R.conv(4, 3, p=1), R.flatten(), R.fc(K)))) != base  # flatten instead of gap
+    assert plan(task(model=R.seq(R.conv(4, 3, p=1), R.bn(), R.relu(), R.gap(), R.fc(6), R.fc(K)))) != base  # fc
+    # identity is a no-op by design (add2's shortcut): the plan is the one without it
+    assert plan(task(model=R.seq(R.conv(4, 3, p=1), R.bn(), R.relu(), R.identity(), R.gap(), R.fc(K)))) == base
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_a_transform_changes_the_samples(name):
+    img = np.random.default_rng(5).integers(0, 255, (6, 6, 3), dtype=np.uint8)
+    plain = Compose((), NormMode.NO_NORM)(img, seed=1)
+    out = Compose((TRANSFORMS[name],), NormMode.NO_NORM)(img, seed=1)
+    assert out.shape != plain.shape or not np.array_equal(out, plain)

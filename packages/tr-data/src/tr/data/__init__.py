@@ -3,6 +3,7 @@ TransferStation. Depends only on tr.core and numpy (plus its own native extensio
 
 from tr.data.cifar import CIFAR10, CIFAR100
 from tr.data.dataset import ArrayDataset, Dataset, Split, open_dataset
+from tr.data.fused import FusedNormalization
 from tr.data.idx import read_idx
 from tr.data.mnist import MNIST
 from tr.data.preprocessor import EpochPlan, EpochRun, Preprocessor
@@ -14,7 +15,6 @@ from tr.data.transforms import (
     CenterCrop,
     ColorJitter,
     Compose,
-    FusedNormalization,
     GaussianBlur,
     GaussianNoise,
     Pad,

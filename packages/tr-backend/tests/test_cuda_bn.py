@@ -9,6 +9,7 @@ statistics are copied to the CPU first), so a pre-activation within rounding of 
 mask different ways on the two sides.
 """
 
+import numpy as np
 import pytest
 from backend_testkit import op
 from cuda_testkit import Twin, close
@@ -125,3 +126,49 @@ def test_fused_bn_is_deterministic():
         runs.append([tw.gpu.read(t[n]).tobytes() for n in ("y", "mean_out", "var_out", "saved_inv_std", "dx", "dz",
                                                            "dgamma", "dbeta")])
     assert runs[0] == runs[1] == runs[2]
+
+
+POOLS = [((2, 2, 0), (4, 8, 8, 64)), ((3, 2, 1), (4, 9, 9, 64)), ((2, 2, 0), (2, 6, 6, 12)),
+         ((3, 2, 1), (2, 16, 16, 8))]
+POOL_IDS = ["2x2/2 c64", "3x3/2 pad c64", "2x2/2 c12", "3x3/2 pad c8"]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("pool,shape", POOLS, ids=POOL_IDS)
+def test_bn_maxpool_fused(pool, shape, dtype):
+    """The pooled output within the BN tolerance and its argmax as the CPU's (but where two window values are
+    within the statistics' rounding of each other); the backward, on the GPU's mask and statistics, within the
+    BN tolerances."""
+    k, s, p = pool
+    n, h, w, c = shape
+    q = (h + 2 * p - k) // s + 1
+    tw = Twin()
+    for name in ("x", "dx"):
+        tw.add(name, shape, dtype)
+    for name in ("y", "dy"):
+        tw.add(name, (n, q, q, c), dtype)
+    tw.add("mask", (n, q, q, c), "int8")
+    for name in VEC:
+        tw.add(name, (c,))
+    tw.allocate()
+    for name in ("dy", "gamma", "beta", "mean_in"):
+        tw.fill(name)
+    tw.fill("var_in", 0.5, 2)
+    tw.write("x", tw.fill("x") * 3 + 1)
+    t = tw.arena.tensors
+    geo = {"kernel": k, "stride": s, "padding": p}
+    vecs = {n_: t[n_] for n_ in ("gamma", "beta", "saved_mean", "saved_inv_std")}
+    fwd = op("bn_maxpool_fwd", x=t["x"], y=t["y"], mask=t["mask"], mean_in=t["mean_in"], var_in=t["var_in"],
+             mean_out=t["mean_out"], var_out=t["var_out"], momentum=0.1, eps=1e-5, **vecs, **geo)
+    tw.run(fwd, poison=("y", "mask", "mean_out", "var_out", "saved_mean", "saved_inv_std"))
+    for n_ in ("mean_out", "var_out", "saved_mean", "saved_inv_std"):
+        close(*tw.both(n_), 1e-5, n_)
+    close(*tw.both("y"), TOL[dtype], "y")
+    cpu, gpu = tw.both("mask")
+    assert float(np.mean(cpu != gpu)) < (1e-3 if dtype == "fp32" else 2e-2)
+    _gpu_forward_to_cpu(tw, "saved_mean", "saved_inv_std", "mask")
+    tw.run(op("bn_maxpool_bwd", x=t["x"], dy=t["dy"], mask=t["mask"], dgamma=t["dgamma"], dbeta=t["dbeta"],
+              dx=t["dx"], eps=1e-5, **vecs, **geo), poison=("dx", "dgamma", "dbeta"))
+    close(*tw.both("dx"), TOL[dtype], "dx")
+    for n_ in ("dgamma", "dbeta"):
+        close(*tw.both(n_), 1e-4, n_)

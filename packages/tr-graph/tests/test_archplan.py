@@ -32,8 +32,11 @@ def test_vgg16_bn_matches_torchvision(models):
     conv_biases = sum(m.bias.numel() for m in ref.features if hasattr(m, "bias") and m.bias is not None
                       and m.weight.dim() == 4)
     assert plan.num_params == sum(p.numel() for p in ref.parameters()) - conv_biases == 138_361_768
-    assert [L.describe() for L in plan.layers[-7:]] == ["maxpool k2 s2 p0", "fc 4096+relu", "dropout 0.5",
-                                                         "fc 4096+relu", "dropout 0.5", "fc 1000", "softmax_ce 1000"]
+    # every stage's last CBR pools in its BN kernels
+    assert [L.describe() for L in plan.layers[-7:]] == ["cbr 512 k3 s1 p1+relu+maxpool k2 s2 p0", "fc 4096+relu",
+                                                         "dropout 0.5", "fc 4096+relu", "dropout 0.5", "fc 1000",
+                                                         "softmax_ce 1000"]
+    assert [L.kind for L in plan.layers].count("maxpool") == 0
 
 
 def test_mlp(models):

@@ -156,17 +156,20 @@ def test_batch_norm_graphs():
     assert names(p.calls("train", G.STATS_COMM)) == [("range_allreduce_mean",
                                                       {"span": sp(R.B_NEXT_MEAN, R.B_NEXT_VAR)})]
     eq = p.calls("train", G.UPDATE_BN_INF_PARAMS)
-    assert [(c.op, c.layer, c.attrs["eps"]) for c in eq] == [("bn_update_eq", 0, 1e-3), ("bn_update_eq", 3, 1e-5)]
+    assert [(c.op, c.layer, c.attrs["eps"]) for c in eq] == [("bn_update_eq", 0, 1e-3), ("bn_update_eq", 2, 1e-5)]
     assert eq[0].args["mean"].region == R.B_PREV_MEAN and eq[0].args["scale"].region == R.W_EQ_SCALE
-    fwd = next(c for c in p.calls("train", G.FIRST_LAYER_FWD_A) if c.op == "bn_fwd")  # conv+bn+relu: a cbr
-    assert fwd.attrs == {"momentum": 0.05, "eps": 1e-3, "activation": "relu"}
+    # conv+bn+relu+maxpool: one cbr whose BN kernels pool
+    fwd = next(c for c in p.calls("train", G.FIRST_LAYER_FWD_A) if c.op == "bn_maxpool_fwd")
+    assert fwd.attrs == {"momentum": 0.05, "eps": 1e-3, "kernel": 2, "stride": 2, "padding": 0}
     assert fwd.args["mean_in"].region == R.B_PREV_MEAN and fwd.args["var_out"].region == R.B_NEXT_VAR
     assert fwd.args["saved_mean"].region == R.T_TEMP_FP32
     inf = [c.op for c in p.calls("val", G.INF_MAIN_A)]
     assert inf == ["conv_fwd", "bn_inf", "maxpool_inf", "fc_fwd", "bn_inf", "fc_fwd", "softmax_ce_inf"]
+    bwd = [c.op for c in p.calls("train", G.FIRST_LAYER_BWD_A)]
+    assert bwd == ["bn_maxpool_bwd", "conv_bwd"]
     # the flatten before the fc is gone (the fc reads [N,H,W,C]); the one feeding a BN1d would be kept
     assert all(c.op != "flatten_fwd" for c in p.calls("train", G.DEEP_FWD_BWD))
-    assert next(c for c in p.calls("train", G.DEEP_FWD_BWD) if c.op == "maxpool_fwd").args["mask"].region == R.S_MASK
+    assert fwd.args["mask"].region == R.S_MASK and fwd.args["y"].shape.h == 2
 
 
 def test_dropout_train_only():

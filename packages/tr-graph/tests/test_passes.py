@@ -204,8 +204,10 @@ def test_build_layers_end_to_end():
     layers, shapes = build_layers(seq(cbr(8, 3, p=1), maxpool(2), block("basic", 8), gap(), fc(5)),
                                   Shape(1, 8, 8, 3), 5, amp=True)
     # the block's second conv, its BN, the join and the relu: one residual cbr reading (stem, shortcut)
-    assert kinds(layers) == ["cbr", "maxpool", "cbr", "cbr", "gap", "fc", "softmax_ce"]
-    assert layers[3].inputs == (2, 1) and layers[3].params["act"] == "relu" and layers[3].params["residual"]
-    assert layers[3].describe() == "cbr 8 k3 s1 p1+add+relu"
-    assert [L.uid for L in layers] == list(range(7))
-    assert shapes[1] == Shape(1, 4, 4, 8) and shapes[-1] == Shape(1, 1, 1, 5)
+    # the first cbr pools; the block's second conv, its BN, the join and the relu: one residual cbr
+    assert kinds(layers) == ["cbr", "cbr", "cbr", "gap", "fc", "softmax_ce"]
+    assert layers[0].params["pool"] == (2, 2, 0) and layers[0].describe() == "cbr 8 k3 s1 p1+relu+maxpool k2 s2 p0"
+    assert layers[2].inputs == (1, 0) and layers[2].params["act"] == "relu" and layers[2].params["residual"]
+    assert layers[2].describe() == "cbr 8 k3 s1 p1+add+relu"
+    assert [L.uid for L in layers] == list(range(6))
+    assert shapes[0] == Shape(1, 4, 4, 8) and shapes[-1] == Shape(1, 1, 1, 5)

@@ -16,202 +16,13 @@
 #include <memory>
 
 #include "cuda/context.hpp"
-#include "ops/kernels.cuh"
+#include "ops/bn_kernels.cuh"
 
 namespace tr::native {
 
 namespace {
 
-constexpr int kBlock = 256;
-constexpr int kTargetBlocks = 1024;  // chunks x tiles: ~8 resident blocks per SM on a 132-SM H100/H200
-constexpr int kUnroll = 4;           // rows a thread sums in float before adding them to its float64 sums
-
-enum Mask : int { NO_MASK = 0, MASK_FROM_X = 1, MASK_FROM_Y = 2 };
-
-struct Geo {
-  std::int64_t m;     // rows
-  std::int64_t rows;  // rows per chunk
-  int c, v;           // channels, vector width
-  int groups;         // c / v
-  int gx, lanes;      // block: vector groups across, rows in flight
-  int tiles, chunks;  // grid: (chunks, tiles)
-};
-
-Geo geometry(std::int64_t m, int c, int v) {
-  Geo g{};
-  g.m = m;
-  g.c = c;
-  g.v = v;
-  g.groups = c / v;
-  g.gx = std::min(g.groups, 32);
-  g.lanes = kBlock / g.gx;
-  g.tiles = (g.groups + g.gx - 1) / g.gx;
-  const std::int64_t want = std::max<std::int64_t>(1, kTargetBlocks / g.tiles);
-  std::int64_t rows = std::max<std::int64_t>((m + want - 1) / want, static_cast<std::int64_t>(kUnroll) * g.lanes);
-  g.rows = rows;
-  g.chunks = static_cast<int>((m + rows - 1) / rows);
-  return g;
-}
-
-// 16 bytes (or one element) at a time.
-template <int BYTES>
-struct Raw;
-template <>
-struct Raw<16> {
-  using type = uint4;
-};
-template <>
-struct Raw<4> {
-  using type = unsigned;
-};
-template <>
-struct Raw<2> {
-  using type = unsigned short;
-};
-
-template <class T, int V>
-__device__ __forceinline__ void load(const T* p, float (&out)[V]) {
-  using R = typename Raw<sizeof(T) * V>::type;
-  const R r = *reinterpret_cast<const R*>(p);
-  const T* e = reinterpret_cast<const T*>(&r);
-#pragma unroll
-  for (int j = 0; j < V; ++j) out[j] = kern::to_f(e[j]);
-}
-
-template <class T, int V>
-__device__ __forceinline__ void store(T* p, const float (&in)[V]) {
-  using R = typename Raw<sizeof(T) * V>::type;
-  R r;
-  T* e = reinterpret_cast<T*>(&r);
-#pragma unroll
-  for (int j = 0; j < V; ++j) e[j] = kern::from_f<T>(in[j]);
-  *reinterpret_cast<R*>(p) = r;
-}
-
-template <int V>
-__device__ __forceinline__ void load_params(const float* p, int ch, float (&out)[V]) {
-#pragma unroll
-  for (int j = 0; j < V; ++j) out[j] = p[ch + j];
-}
-
-// The forward's pre-activation, in the CPU backend's order of float operations ((x - mean) * a + b; with
-// --fmad=false nothing is contracted, so the backward recomputes it to the bit).
-__device__ __forceinline__ float affine(float x, float mu, float a, float b) { return (x - mu) * a + b; }
-
-// relu's mask as the forward left it in y: the pre-activation rounded to T, then > 0.
-template <class T>
-__device__ __forceinline__ float relu_passed(float pre) {
-  return kern::to_f(kern::from_f<T>(pre)) > 0.0f ? 1.0f : 0.0f;
-}
-
-// The block's per-lane float64 sums of its tile -> part[chunk * c + ch] and part[(chunks + chunk) * c + ch],
-// each channel's lanes added in lane order.
-template <int V>
-__device__ void tile_sums(const double (&s1)[V], const double (&s2)[V], const Geo& g, double* part) {
-  __shared__ double sh[2][kBlock * V];
-  const int width = g.gx * V;  // channels in the tile
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    sh[0][threadIdx.y * width + threadIdx.x * V + j] = s1[j];
-    sh[1][threadIdx.y * width + threadIdx.x * V + j] = s2[j];
-  }
-  __syncthreads();
-  const int t = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
-  for (int cl = t; cl < width; cl += nt) {
-    const int ch = blockIdx.y * width + cl;
-    if (ch >= g.c) break;
-    double a = 0.0, b = 0.0;
-    for (int l = 0; l < g.lanes; ++l) {
-      a += sh[0][l * width + cl];
-      b += sh[1][l * width + cl];
-    }
-    part[static_cast<std::int64_t>(blockIdx.x) * g.c + ch] = a;
-    part[(static_cast<std::int64_t>(g.chunks) + blockIdx.x) * g.c + ch] = b;
-  }
-}
-
-// Forward pass 1: per chunk, the sums of d = x - K and d^2.
-template <class T, int V>
-__global__ void __launch_bounds__(kBlock) stats_kernel(const T* __restrict__ x, Geo g, double* __restrict__ part) {
-  const int grp = blockIdx.y * g.gx + threadIdx.x;
-  const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * g.rows, hi = min(g.m, lo + g.rows);
-  double ds[V], dq[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) ds[j] = dq[j] = 0.0;
-  if (grp < g.groups) {
-    float k[V];
-    load<T, V>(x + grp * V, k);
-    for (std::int64_t r = lo + threadIdx.y; r < hi; r += kUnroll * g.lanes) {
-      float fs[V], fq[V];
-#pragma unroll
-      for (int j = 0; j < V; ++j) fs[j] = fq[j] = 0.0f;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const std::int64_t rr = r + static_cast<std::int64_t>(u) * g.lanes;
-        if (rr < hi) {
-          float v[V];
-          load<T, V>(x + rr * g.c + grp * V, v);
-#pragma unroll
-          for (int j = 0; j < V; ++j) {
-            const float d = v[j] - k[j];
-            fs[j] += d;
-            fq[j] += d * d;
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        ds[j] += static_cast<double>(fs[j]);
-        dq[j] += static_cast<double>(fq[j]);
-      }
-    }
-  }
-  tile_sums<V>(ds, dq, g, part);
-}
-
-// Sums the chunks of channel `ch` (one warp per channel, a fixed shuffle tree): valid in lane 0.
-__device__ __forceinline__ void chunk_sums(const double* part, const Geo& g, int ch, double& a, double& b) {
-  const int lane = threadIdx.x & 31;
-  a = 0.0;
-  b = 0.0;
-  for (int k = lane; k < g.chunks; k += 32) {
-    a += part[static_cast<std::int64_t>(k) * g.c + ch];
-    b += part[(static_cast<std::int64_t>(g.chunks) + k) * g.c + ch];
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    a += __shfl_down_sync(0xffffffffu, a, o);
-    b += __shfl_down_sync(0xffffffffu, b, o);
-  }
-}
-
-// Forward pass 2: mean and variance, running and saved statistics, and coef = (mean, gamma * inv, beta).
-template <class T>
-__global__ void stats_finish_kernel(const T* __restrict__ x, const double* __restrict__ part, Geo g,
-                                    const float* gamma, const float* beta, const float* mean_in, const float* var_in,
-                                    float* mean_out, float* var_out, float* saved_mean, float* saved_inv, float* coef,
-                                    double mom, double eps) {
-  const int ch = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  if (ch >= g.c) return;  // the whole warp
-  double s1, s2;
-  chunk_sums(part, g, ch, s1, s2);
-  if ((threadIdx.x & 31) != 0) return;
-  const double inv_m = 1.0 / static_cast<double>(g.m);
-  const double d1 = s1 * inv_m;
-  const double mean = static_cast<double>(kern::to_f(x[ch])) + d1;
-  const double var = fmax(0.0, s2 * inv_m - d1 * d1);
-  const double unbias = g.m > 1 ? static_cast<double>(g.m) / static_cast<double>(g.m - 1) : 1.0;
-  const float inv = static_cast<float>(1.0 / sqrt(var + eps));
-  // numpy (NEP 50): (1 - m) * var_in is float32 arithmetic, the float64 batch term is added in float64
-  const float keep = static_cast<float>(1.0 - mom);
-  var_out[ch] = static_cast<float>(static_cast<double>(keep * var_in[ch]) + (mom * unbias) * var);
-  mean_out[ch] = static_cast<float>(static_cast<double>(keep * mean_in[ch]) + mom * mean);
-  const float mu = static_cast<float>(mean);
-  saved_mean[ch] = mu;
-  saved_inv[ch] = inv;
-  coef[ch] = mu;
-  coef[g.c + ch] = gamma[ch] * inv;
-  coef[2 * g.c + ch] = beta[ch];
-}
+using namespace bnk;  // NOLINT: the shared BN device code
 
 // y = act(affine(x) + z): the training forward (centered: (x - mean) * a + b) and inference (x * scale + bias).
 template <class T, int V>
@@ -253,25 +64,6 @@ __global__ void __launch_bounds__(kBlock) apply_kernel(const T* __restrict__ x, 
     if (two) store<T, V>(y + o1, v1);
   }
 }
-
-// Per-thread constants of the backward: saved mean and inverse std, and for a mask recomputed from x the
-// forward's a = gamma * inv and b = beta.
-template <int V>
-struct BwdParams {
-  float mu[V], iv[V], a[V], b[V];
-  __device__ void load_all(const float* gamma, const float* beta, const float* mean, const float* inv, int ch,
-                           int mask) {
-    load_params<V>(mean, ch, mu);
-    load_params<V>(inv, ch, iv);
-    if (mask == MASK_FROM_X) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        a[j] = gamma[ch + j] * iv[j];
-        b[j] = beta[ch + j];
-      }
-    }
-  }
-};
 
 // g = dy * relu'(.) for one vector (the multiply, not a select: a NaN gradient stays NaN, as on the CPU).
 template <class T, int V>
@@ -334,22 +126,6 @@ __global__ void __launch_bounds__(kBlock) bwd_reduce_kernel(const T* __restrict_
   tile_sums<V>(ds, dq, g, part);
 }
 
-// Backward pass 2: dbeta, dgamma, and coef = (t1, t2, k) of dx = ((g - xhat * t2) - t1) * k.
-__global__ void bwd_finish_kernel(const double* __restrict__ part, Geo g, const float* gamma, const float* inv,
-                                  float* dgamma, float* dbeta, float* coef) {
-  const int ch = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  if (ch >= g.c) return;
-  double s1, s2;
-  chunk_sums(part, g, ch, s1, s2);
-  if ((threadIdx.x & 31) != 0) return;
-  dbeta[ch] = static_cast<float>(s1);
-  dgamma[ch] = static_cast<float>(s2);
-  const double inv_m = 1.0 / static_cast<double>(g.m);
-  coef[ch] = static_cast<float>(s1 * inv_m);
-  coef[g.c + ch] = static_cast<float>(s2 * inv_m);
-  coef[2 * g.c + ch] = gamma[ch] * inv[ch];
-}
-
 // Backward pass 3: dx from g (read from dz, or dy masked again). dx may be x, dz may be dy.
 template <class T, int V>
 __global__ void __launch_bounds__(kBlock) bwd_apply_kernel(const T* x, const T* gsrc, const T* y, T* dx,
@@ -389,35 +165,6 @@ __global__ void bn_update_eq_kernel(const float* gamma, const float* beta, const
 }
 
 // ---- host side -------------------------------------------------------------------------------------------
-
-// 16-byte vectors when every feature pointer is 16-byte aligned and the channels fill whole vectors.
-int vector_width(const OpArgs& args, int c, std::initializer_list<const char*> names) {
-  const int elem = dtype_size(args.dt("x"));
-  const int v = 16 / elem;
-  if (c % v != 0) return 1;
-  for (const char* n : names) {
-    if (args.has(n) && reinterpret_cast<std::uintptr_t>(args.ptr(n)) % 16 != 0) return 1;
-  }
-  return v;
-}
-
-// Calls fn(Tag<T>, integral_constant<V>) for x's float type and the chosen width.
-template <class Fn>
-void dispatch(const OpArgs& args, int v, Fn&& fn) {
-  kern::dispatch_float(args.dt("x"), args, "x", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    constexpr int W = 16 / static_cast<int>(sizeof(T));
-    if (v == 1) {
-      fn(tag, std::integral_constant<int, 1>{});
-    } else {
-      fn(tag, std::integral_constant<int, W>{});
-    }
-  });
-}
-
-const void* opt(const OpArgs& args, const char* name) { return args.has(name) ? args.ptr(name) : nullptr; }
-
-unsigned warp_blocks(int c) { return static_cast<unsigned>((c + 7) / 8); }  // 8 warps of 256 threads
 
 std::string describe(const char* op, const Geo& g, bool relu, bool res) {
   return std::string(op) + (relu ? " +relu" : "") + (res ? " +residual" : "") + ", vec" + std::to_string(g.v) + ", " +

@@ -103,6 +103,7 @@ std::vector<std::string> factory_names();
 // One per op family (csrc/ops/<family>.cu); register_all_ops() calls each once.
 void register_activation_ops();
 void register_bn_ops();
+void register_bn_pool_ops();
 void register_collective_ops();
 void register_conv_ops();
 void register_copy_ops();

@@ -116,6 +116,7 @@ void register_all_ops() {
   std::call_once(once, [] {
     register_activation_ops();
     register_bn_ops();
+    register_bn_pool_ops();
     register_collective_ops();
     register_conv_ops();
     register_copy_ops();

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tr.backend.binding import CallBinder
+from tr.backend.binding import CallBinder, Geometry, window_geometry
 from tr.core.dtype import DType
 from tr.core.errors import DTypeError, ShapeError
 
@@ -95,6 +95,46 @@ def bn_bwd_rules(b: CallBinder) -> BnBwd:
     else:
         b.fail("activation 'relu' needs the forward's output y or beta (to recompute the mask from x)")
     return BnBwd(m, c, relu, mask, b.has("dz"))
+
+
+@dataclass(frozen=True, slots=True)
+class BnPool:
+    m: int  # rows of x: N*H*W
+    c: int
+    geo: Geometry  # the pooling window over x -> y
+    momentum: float
+    eps: float
+
+
+MAX_TAPS = 127  # the INT8 mask holds the window position
+
+
+def _pool(b: CallBinder, full: str, pooled: str) -> tuple[int, int, Geometry]:
+    """x (and dx) at full resolution, y (or dy) pooled with x's dtype and channels, the INT8 mask like it."""
+    m, c = _features(b, ("dx",))
+    geo = window_geometry(b, full, pooled)
+    p = b.tensor(pooled)
+    if p.shape.c != c or p.dtype is not b.tensor("x").dtype:
+        b.fail(f"{pooled} {p.shape} {p.dtype.name} must have x's channels and dtype ({c}, "
+               f"{b.tensor('x').dtype.name})", ShapeError)
+    if geo.kh * geo.kw > MAX_TAPS:
+        b.fail(f"a {geo.kh}x{geo.kw} window has {geo.kh * geo.kw} positions; the INT8 mask holds at most {MAX_TAPS}")
+    b.expect_dtype("mask", DType.INT8)
+    if b.tensor("mask").shape != p.shape:
+        b.fail(f"mask {b.tensor('mask').shape} must have {pooled}'s shape {p.shape}", ShapeError)
+    return m, c, geo
+
+
+def bn_maxpool_fwd_rules(b: CallBinder) -> BnPool:
+    m, c, geo = _pool(b, "x", "y")
+    _per_channel(b, c, _FWD_VEC)
+    return BnPool(m, c, geo, b.float_attr("momentum", 0.1, 0.0, 1.0), b.float_attr("eps", 1e-5, 0.0))
+
+
+def bn_maxpool_bwd_rules(b: CallBinder) -> BnPool:
+    m, c, geo = _pool(b, "x", "dy")
+    _per_channel(b, c, _BWD_VEC)
+    return BnPool(m, c, geo, 0.0, b.float_attr("eps", 1e-5, 0.0))
 
 
 def bn_inf_rules(b: CallBinder) -> BnFwd:

@@ -48,6 +48,8 @@ class ArchLayer:
             s += "+" + str(p["activation"])
         if k == "cbr":
             s += ("+add" if p.get("residual") else "") + ("+" + str(p["act"]) if p.get("act") else "")
+            if p.get("pool"):
+                s += "+maxpool k{} s{} p{}".format(*p["pool"])
         return s
 
 

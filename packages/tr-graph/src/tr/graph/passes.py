@@ -12,7 +12,8 @@
 9. place_flatten     drop flattens that only feed FCs (an FC reads [N, H*W*C] directly) or that are
                      no-ops, insert one where an FC would read channel-padded rows (AMP)
 10. fuse             relu into fc and add (fused epilogues); conv+bn2d+relu and conv+bn2d+add(+relu)
-                     -> cbr (the relu and the residual add run inside the BN kernels)
+                     -> cbr (the relu and the residual add run inside the BN kernels); cbr(relu) +
+                     maxpool -> one cbr that pools in its BN kernels
 11. mark_first       layer 0 is the first layer (fc, conv, cbr or flatten); nothing else reads the input
 12. renumber         uid = index
 """
@@ -313,7 +314,7 @@ def fuse(layers: Sequence[ArchLayer], amp: bool) -> list[ArchLayer]:
     """relu into fc/add (the ops have a relu epilogue), then conv+bn2d(+add)(+relu) into cbr layers.
 
     ``amp`` is accepted for the pass signature; the fusions are exact on FP32 too, so they always apply."""
-    return fuse_cbr(fuse_relu(layers))
+    return fuse_pool(fuse_cbr(fuse_relu(layers)))
 
 
 def fuse_relu(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
@@ -369,6 +370,25 @@ def fuse_cbr(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
                     fused[L.uid] = cbr(*found, L.uid, L.params.get("activation"), L.inputs[1 - k])
                     dropped.update(x.uid for x in found)
                     break
+    return [fused.get(L.uid, L) for L in layers if L.uid not in dropped]
+
+
+def fuse_pool(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
+    """cbr(relu) -> maxpool becomes one cbr with the pool: its BN kernels pool as they normalise, so the
+    full-resolution activation (and in the backward its gradient) is never a tensor of the plan."""
+    by_uid = {L.uid: L for L in layers}
+    n_readers = _readers(layers)
+    dropped: set[int] = set()
+    fused: dict[int, ArchLayer] = {}
+    for L in layers:
+        if L.kind != "maxpool" or L.inputs[0] == DATA or n_readers.get(L.inputs[0]) != 1:
+            continue
+        c = by_uid[L.inputs[0]]
+        if c.kind == "cbr" and c.params.get("act") == "relu" and not c.params.get("residual") \
+                and c.params.get("pool") is None:
+            pool = (L.params["k"], L.params["s"], L.params["p"])
+            fused[L.uid] = replace(c, params=params(**{**c.params, "pool": pool}), uid=L.uid)
+            dropped.add(c.uid)
     return [fused.get(L.uid, L) for L in layers if L.uid not in dropped]
 
 

@@ -1,12 +1,14 @@
-"""CBR: conv -> batch norm [-> + residual] [-> relu] as one ArchLayer (formed by the fusion pass).
+"""CBR: conv -> batch norm [-> + residual] [-> relu] [-> max pool] as one ArchLayer (formed by the fusion pass).
 
 The layer emits conv_fwd and one bn_fwd that also applies the relu (and adds the residual z, the block's
 shortcut, before it): the BN output never exists as a tensor of its own, and the backward's bn_bwd takes the
 gradient of the layer's output, masks it and reduces it in one pass over the conv output. Without a
 residual the relu mask is recomputed from the conv output (which bn_bwd reads anyway), so the layer's
 output need not live until the backward; with one it is read from the output (y > 0) and bn_bwd writes the
-shortcut's gradient on the way. Inputs: (x) or (x, shortcut); params: the conv's and the BN's, act
-(None or "relu") and residual.
+shortcut's gradient on the way. With a max pool (after the relu, no residual) bn_maxpool_fwd/_bwd pool as
+they normalise: the layer's output is the pooled one, and the full-resolution activation and its gradient are
+not tensors of the plan. Inputs: (x) or (x, shortcut); params: the conv's and the BN's, act (None or
+"relu"), residual, pool (None or (kernel, stride, padding)).
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tr.core.shape import Shape
-from tr.graph.layers.base import IO, Decl, DeclCtx, LayerKind, LayerProblem
+from tr.graph.layers.base import IO, Decl, DeclCtx, LayerKind, LayerProblem, spatial_out
 from tr.graph.layers.bn import bn_backward, bn_decls, bn_forward, bn_inference, check_bn
 from tr.graph.layers.conv import check_conv, conv_attrs, conv_decls, conv_out_shape
+
+
+def _pool_attrs(pool: tuple[int, int, int]) -> dict[str, int]:
+    return {"kernel": pool[0], "stride": pool[1], "padding": pool[2]}
 
 
 class CBRKind(LayerKind):
@@ -27,6 +33,8 @@ class CBRKind(LayerKind):
         check_bn(layer.params["momentum"], layer.params["eps"])
         if layer.params.get("act") not in (None, "relu"):
             raise LayerProblem(f"cbr activation must be None or 'relu', got {layer.params.get('act')!r}")
+        if layer.params.get("pool") is not None and (layer.params.get("act") != "relu" or layer.params.get("residual")):
+            raise LayerProblem("a cbr pools only after its relu and without a residual")
 
     def out_shape(self, layer, ins: Sequence[Shape]) -> Shape:
         y = conv_out_shape(layer, ins[0])
@@ -34,18 +42,32 @@ class CBRKind(LayerKind):
             z = ins[1]
             if (z.h, z.w, z.c) != (y.h, y.w, y.c):
                 raise LayerProblem(f"the residual {z} must have the conv output's shape {y}")
+        pool = layer.params.get("pool")
+        if pool is not None:
+            ho, wo = spatial_out(y, pool[0], pool[1], pool[2], "maxpool")
+            return Shape(y.n, ho, wo, y.c)
         return y
 
     def has_params(self, layer) -> bool:
         return True
 
     def declare(self, layer, ins: Sequence[Shape], out: Shape, cx: DeclCtx) -> list[Decl]:
-        return (conv_decls(layer, ins[0], cx) + bn_decls(out.c, layer.params["eps"], cx)
-                + [cx.feature("conv_y", out, "train"), cx.feature("conv_y@inf", out, "inf"), cx.grad("bn_dx", out)])
+        full = conv_out_shape(layer, ins[0])
+        d = (conv_decls(layer, ins[0], cx) + bn_decls(out.c, layer.params["eps"], cx)
+             + [cx.feature("conv_y", full, "train"), cx.feature("conv_y@inf", full, "inf"), cx.grad("bn_dx", full)])
+        if layer.params.get("pool") is not None:
+            d += [cx.mask("mask", out), cx.feature("act@inf", full, "inf")]
+        return d
 
     def forward(self, layer, io: IO) -> None:
         p = layer.params
         io.op("conv_fwd", conv_attrs(layer), x=io.x[0], w=io.w("w"), y=io.t("conv_y"))
+        if p.get("pool") is not None:
+            io.op("bn_maxpool_fwd", {"momentum": p["momentum"], "eps": p["eps"], **_pool_attrs(p["pool"])},
+                  x=io.t("conv_y"), gamma=io.t("gamma"), beta=io.t("beta"), mean_in=io.t("prev_mean"),
+                  var_in=io.t("prev_var"), mean_out=io.t("next_mean"), var_out=io.t("next_var"), y=io.y,
+                  mask=io.t("mask"), saved_mean=io.t("saved_mean"), saved_inv_std=io.t("saved_inv_std"))
+            return
         bn_forward(io, p["momentum"], p["eps"], io.t("conv_y"), io.y, act=p.get("act"),
                    z=io.x[1] if p.get("residual") else None)
 
@@ -53,8 +75,14 @@ class CBRKind(LayerKind):
         p = layer.params
         residual, act = bool(p.get("residual")), p.get("act")
         dz = io.dx_or_none(1) if residual and act else None
-        bn_backward(io, p["eps"], io.t("conv_y"), io.dy, io.t("bn_dx"), act=act, y=io.y if residual and act else None,
-                    dz=dz)
+        if p.get("pool") is not None:
+            io.op("bn_maxpool_bwd", {"eps": p["eps"], **_pool_attrs(p["pool"])}, x=io.t("conv_y"), gamma=io.t("gamma"),
+                  beta=io.t("beta"), dy=io.dy, mask=io.t("mask"), saved_mean=io.t("saved_mean"),
+                  saved_inv_std=io.t("saved_inv_std"), dgamma=io.t("gamma.grad"), dbeta=io.t("beta.grad"),
+                  dx=io.t("bn_dx"))
+        else:
+            bn_backward(io, p["eps"], io.t("conv_y"), io.dy, io.t("bn_dx"), act=act,
+                        y=io.y if residual and act else None, dz=dz)
         dx = io.dx_or_none(0)
         io.op("conv_bwd", conv_attrs(layer), x=io.x[0], w=io.w("w"), dy=io.t("bn_dx"), dw=io.dw("w"), dx=dx)
         if not residual:
@@ -65,5 +93,9 @@ class CBRKind(LayerKind):
     def inference(self, layer, io: IO) -> str:
         p = layer.params
         io.op("conv_fwd", conv_attrs(layer), x=io.x[0], w=io.w("w"), y=io.t("conv_y@inf"))
+        if p.get("pool") is not None:
+            bn_inference(io, io.t("conv_y@inf"), io.t("act@inf"), act=p.get("act"))
+            io.op("maxpool_inf", _pool_attrs(p["pool"]), x=io.t("act@inf"), y=io.y)
+            return io.y
         bn_inference(io, io.t("conv_y@inf"), io.y, act=p.get("act"), z=io.x[1] if p.get("residual") else None)
         return io.y

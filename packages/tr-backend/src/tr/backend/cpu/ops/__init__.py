@@ -7,6 +7,7 @@ from tr.backend.cpu.ops import (  # noqa: F401  (imported for their registration
     activation,
     add,
     bn,
+    bn_pool,
     conv,
     copy,
     dropout,

@@ -19,7 +19,7 @@ from tr.backend.cpu.ops._register import cpu_op
 from tr.core.dtype import DType
 
 
-def _rounder(b: Binder, shape: tuple[int, ...], dtype: DType):
+def rounder(b: Binder, shape: tuple[int, ...], dtype: DType):
     """A function giving its float32 argument rounded to ``dtype`` and widened again (the value a tensor of
     that dtype would hold); its buffers are taken now, at capture."""
     if dtype is DType.FP32:
@@ -44,117 +44,142 @@ def _rounder(b: Binder, shape: tuple[int, ...], dtype: DType):
     return to_bf16
 
 
+class TrainStats:
+    """The per-channel side of a training forward: loads and stores of gamma, beta, the running and saved
+    statistics, and ``normalize(x, out)``: statistics of x, then out = (x - mean) * (gamma * inv_std) + beta."""
+
+    def __init__(self, b: Binder, m: int, c: int, momentum: float, eps: float) -> None:
+        self.m, self.c, self.mom, self.eps = m, c, momentum, eps
+        self.gamma, load_g = b.load("gamma", (c,))
+        self.beta, load_b = b.load("beta", (c,))
+        self.mean_in, load_mi = b.load("mean_in", (c,))
+        self.var_in, load_vi = b.load("var_in", (c,))
+        self.mean_out, store_mo = b.store("mean_out", (c,))
+        self.var_out, store_vo = b.store("var_out", (c,))
+        self.smean, store_sm = b.store("saved_mean", (c,))
+        self.sinv, store_si = b.store("saved_inv_std", (c,))
+        self.loads = [load_g, load_b, load_mi, load_vi]
+        self.stores = [store_mo, store_vo, store_sm, store_si]
+        self.dev = b.scratch((m, c))
+        self.s1 = b.scratch((c,), np.float64)
+        self.s2 = b.scratch((c,), np.float64)
+        self.a = b.scratch((c,))
+
+    def normalize(self, x: np.ndarray, out: np.ndarray) -> None:
+        m_, mom, s1, s2, dev = self.m, self.mom, self.s1, self.s2, self.dev
+        unbias = m_ / (m_ - 1) if m_ > 1 else 1.0
+        np.sum(x, axis=0, dtype=np.float64, out=s1)
+        np.multiply(s1, 1.0 / m_, out=s1)
+        np.copyto(self.smean, s1)
+        np.subtract(x, self.smean, out=dev)
+        np.multiply(dev, dev, out=out)  # out is free until the end: use it for the squares
+        np.sum(out, axis=0, dtype=np.float64, out=s2)
+        np.multiply(s2, 1.0 / m_, out=s2)
+        np.copyto(self.var_out, (1.0 - mom) * self.var_in + (mom * unbias) * s2)
+        np.copyto(self.mean_out, (1.0 - mom) * self.mean_in + mom * s1)
+        np.add(s2, self.eps, out=s2)
+        np.sqrt(s2, out=s2)
+        np.divide(1.0, s2, out=s2)
+        np.copyto(self.sinv, s2)
+        np.multiply(self.gamma, self.sinv, out=self.a)
+        np.multiply(dev, self.a, out=out)
+        np.add(out, self.beta, out=out)
+
+
+class TrainGrad:
+    """The per-channel side of a training backward: the relu mask recomputed from x (``relu_passed``) and
+    ``backward(x, g, dx)``: dbeta, dgamma and dx from the already masked output gradient g."""
+
+    def __init__(self, b: Binder, m: int, c: int, with_beta: bool) -> None:
+        self.m = m
+        self.gamma, load_g = b.load("gamma", (c,))
+        self.mean, load_m = b.load("saved_mean", (c,))
+        self.inv, load_i = b.load("saved_inv_std", (c,))
+        self.beta, load_b = b.load("beta", (c,)) if with_beta else (None, None)
+        self.dgamma, store_dg = b.store("dgamma", (c,))
+        self.dbeta, store_db = b.store("dbeta", (c,))
+        self.loads = [load_g, load_m, load_i, load_b]
+        self.stores = [store_dg, store_db]
+        self.xhat = b.scratch((m, c))
+        self.s1 = b.scratch((c,), np.float64)
+        self.s2 = b.scratch((c,), np.float64)
+        self.k = b.scratch((c,))
+        self.t1 = b.scratch((c,))
+        self.t2 = b.scratch((c,))
+        self.stored = rounder(b, (m, c), b.dtype("x")) if with_beta else None
+
+    def relu_passed(self, x: np.ndarray, out: np.ndarray) -> None:
+        """out = 1 where the forward's relu passed its input, as it rounded the pre-activation into y, else 0."""
+        np.multiply(self.gamma, self.inv, out=self.k)
+        np.subtract(x, self.mean, out=out)
+        np.multiply(out, self.k, out=out)
+        np.add(out, self.beta, out=out)
+        np.greater(self.stored(out), np.float32(0), out=out)
+
+    def backward(self, x: np.ndarray, g: np.ndarray, dx: np.ndarray) -> None:
+        xhat, s1, s2 = self.xhat, self.s1, self.s2
+        np.subtract(x, self.mean, out=xhat)  # x is not read after this: dx may share its bytes
+        np.multiply(xhat, self.inv, out=xhat)
+        np.sum(g, axis=0, dtype=np.float64, out=s1)
+        np.multiply(g, xhat, out=dx)
+        np.sum(dx, axis=0, dtype=np.float64, out=s2)
+        np.copyto(self.dbeta, s1)
+        np.copyto(self.dgamma, s2)
+        # dx = gamma*inv * (g - dbeta/M - xhat*dgamma/M)
+        np.multiply(s1, 1.0 / self.m, out=s1)
+        np.multiply(s2, 1.0 / self.m, out=s2)
+        np.copyto(self.t1, s1)
+        np.copyto(self.t2, s2)
+        np.multiply(self.gamma, self.inv, out=self.k)
+        np.multiply(xhat, self.t2, out=xhat)
+        np.subtract(g, xhat, out=xhat)
+        np.subtract(xhat, self.t1, out=xhat)
+        np.multiply(xhat, self.k, out=dx)
+
+
 @cpu_op("bn_fwd")
 def bn_fwd(b: Binder) -> Step:
     r = bn_fwd_rules(b)
-    m_, c, mom, eps = r.m, r.c, r.momentum, r.eps
-    x, load_x = b.load("x", (m_, c))
-    y, store_y = b.store("y", (m_, c))
-    z, load_z = b.load("z", (m_, c)) if r.residual else (None, None)
-    gamma, load_g = b.load("gamma", (c,))
-    beta, load_b = b.load("beta", (c,))
-    mean_in, load_mi = b.load("mean_in", (c,))
-    var_in, load_vi = b.load("var_in", (c,))
-    mean_out, store_mo = b.store("mean_out", (c,))
-    var_out, store_vo = b.store("var_out", (c,))
-    smean, store_sm = b.store("saved_mean", (c,))
-    sinv, store_si = b.store("saved_inv_std", (c,))
-    dev = b.scratch((m_, c))
-    s1 = b.scratch((c,), np.float64)
-    s2 = b.scratch((c,), np.float64)
-    a = b.scratch((c,))
-    inv_m = 1.0 / m_
-    unbias = m_ / (m_ - 1) if m_ > 1 else 1.0
+    x, load_x = b.load("x", (r.m, r.c))
+    y, store_y = b.store("y", (r.m, r.c))
+    z, load_z = b.load("z", (r.m, r.c)) if r.residual else (None, None)
+    stats = TrainStats(b, r.m, r.c, r.momentum, r.eps)
 
     def core() -> None:
-        np.sum(x, axis=0, dtype=np.float64, out=s1)
-        np.multiply(s1, inv_m, out=s1)
-        np.copyto(smean, s1)
-        np.subtract(x, smean, out=dev)
-        np.multiply(dev, dev, out=y)  # y is free until the end: use it for the squares
-        np.sum(y, axis=0, dtype=np.float64, out=s2)
-        np.multiply(s2, inv_m, out=s2)
-        np.copyto(var_out, (1.0 - mom) * var_in + (mom * unbias) * s2)
-        np.copyto(mean_out, (1.0 - mom) * mean_in + mom * s1)
-        np.add(s2, eps, out=s2)
-        np.sqrt(s2, out=s2)
-        np.divide(1.0, s2, out=s2)
-        np.copyto(sinv, s2)
-        np.multiply(gamma, sinv, out=a)
-        np.multiply(dev, a, out=y)
-        np.add(y, beta, out=y)
+        stats.normalize(x, y)
         if z is not None:
             np.add(y, z, out=y)
         if r.relu:
             np.maximum(y, np.float32(0), out=y)
 
-    return seq(load_x, load_z, load_g, load_b, load_mi, load_vi, core, store_y, store_mo, store_vo, store_sm,
-               store_si)
+    return seq(load_x, load_z, *stats.loads, core, store_y, *stats.stores)
 
 
 @cpu_op("bn_bwd")
 def bn_bwd(b: Binder) -> Step:
     r = bn_bwd_rules(b)
     m_, c = r.m, r.c
-    fdt = b.dtype("x")
     x, load_x = b.load("x", (m_, c))
     dy, load_dy = b.load("dy", (m_, c))
     dx, store_dx = b.store("dx", (m_, c))
-    gamma, load_g = b.load("gamma", (c,))
-    mean, load_m = b.load("saved_mean", (c,))
-    inv, load_i = b.load("saved_inv_std", (c,))
-    beta, load_b = b.load("beta", (c,)) if r.mask == "x" else (None, None)
     y, load_y = b.load("y", (m_, c)) if r.mask == "y" else (None, None)
     dz, store_dz = b.store("dz", (m_, c)) if r.dz else (None, None)
-    stored = _rounder(b, (m_, c), fdt) if r.mask == "x" else None
-    dgamma, store_dg = b.store("dgamma", (c,))
-    dbeta, store_db = b.store("dbeta", (c,))
-    xhat = b.scratch((m_, c))
+    grad = TrainGrad(b, m_, c, with_beta=r.mask == "x")
     g = b.scratch((m_, c)) if r.mask else dy
-    s1 = b.scratch((c,), np.float64)
-    s2 = b.scratch((c,), np.float64)
-    k = b.scratch((c,))
-    t1 = b.scratch((c,))
-    t2 = b.scratch((c,))
-    inv_m = 1.0 / m_
-
-    def masked() -> None:
-        """g = dy where the forward's relu passed its input (y > 0), else 0."""
-        if r.mask == "y":
-            np.greater(y, np.float32(0), out=xhat)
-        else:  # the forward's pre-activation, as it rounded it into y
-            np.multiply(gamma, inv, out=k)
-            np.subtract(x, mean, out=xhat)
-            np.multiply(xhat, k, out=xhat)
-            np.add(xhat, beta, out=xhat)
-            np.greater(stored(xhat), np.float32(0), out=xhat)
-        np.multiply(dy, xhat, out=g)
+    passed = b.scratch((m_, c)) if r.mask else None
 
     def core() -> None:
+        if r.mask == "y":
+            np.greater(y, np.float32(0), out=passed)
+        elif r.mask == "x":
+            grad.relu_passed(x, passed)
         if r.mask:
-            masked()
+            np.multiply(dy, passed, out=g)  # g = dy where the relu passed its input
         if dz is not None:
             np.copyto(dz, g)
-        np.subtract(x, mean, out=xhat)  # x is not read after this: dx may share its bytes
-        np.multiply(xhat, inv, out=xhat)
-        np.sum(g, axis=0, dtype=np.float64, out=s1)
-        np.multiply(g, xhat, out=dx)
-        np.sum(dx, axis=0, dtype=np.float64, out=s2)
-        np.copyto(dbeta, s1)
-        np.copyto(dgamma, s2)
-        # dx = gamma*inv * (g - dbeta/M - xhat*dgamma/M)
-        np.multiply(s1, inv_m, out=s1)
-        np.multiply(s2, inv_m, out=s2)
-        np.copyto(t1, s1)
-        np.copyto(t2, s2)
-        np.multiply(gamma, inv, out=k)
-        np.multiply(xhat, t2, out=xhat)
-        np.subtract(g, xhat, out=xhat)
-        np.subtract(xhat, t1, out=xhat)
-        np.multiply(xhat, k, out=dx)
+        grad.backward(x, g, dx)
 
-    return seq(load_x, load_dy, load_y, load_g, load_b, load_m, load_i, core, store_dz, store_dx, store_dg,
-               store_db)
+    return seq(load_x, load_dy, load_y, *grad.loads, core, store_dz, store_dx, *grad.stores)
 
 
 @cpu_op("bn_inf")

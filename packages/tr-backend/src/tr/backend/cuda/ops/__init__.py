@@ -9,6 +9,7 @@ from tr.backend.cuda.ops import (  # noqa: F401  (imported for their registratio
     activation,
     add,
     bn,
+    bn_pool,
     conv,
     copy,
     dropout,

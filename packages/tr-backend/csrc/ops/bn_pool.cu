@@ -1,0 +1,283 @@
+// Batch norm + relu + max pooling (tr/backend/cpu/ops/bn_pool.py): the CBR before a pool as one op pair, so the
+// full-resolution activation and its gradient never go through memory.
+//
+// Forward: the statistics of x as bn_fwd computes them, then one thread per (output position, vector of
+// channels) normalises its window's inputs, rounds them to x's dtype, applies the relu and keeps the first
+// maximum (strict '>', as maxpool_fwd), writing the pooled output and the INT8 argmax. Backward: per input
+// position, the pooled gradient routed back through the mask (maxpool_bwd's rule: a copy where windows do not
+// overlap, a sum in window order where they do, rounded to x's dtype), times the relu recomputed from x, then
+// bn_bwd's chunked reduction and apply. Deterministic: fixed chunks, fixed order, no atomics.
+#include <memory>
+
+#include "cuda/context.hpp"
+#include "ops/bn_kernels.cuh"
+
+namespace tr::native {
+
+namespace {
+
+using namespace bnk;  // NOLINT: the shared BN device code
+
+struct Win {
+  int n, h, w, kh, kw, sh, sw, ph, pw, p, q;
+  int overlap;  // windows share inputs (stride < kernel): the backward sums
+};
+
+Win win_of(const OpArgs& a) {
+  auto g = [&](const char* k) { return static_cast<int>(a.i(k)); };
+  Win w{g("n"), g("h"), g("w"), g("kh"), g("kw"), g("sh"), g("sw"), g("ph"), g("pw"), g("p"), g("q"), 0};
+  w.overlap = (w.sh < w.kh || w.sw < w.kw) ? 1 : 0;
+  return w;
+}
+
+template <int V>
+__device__ __forceinline__ void load_mask(const signed char* p, int (&out)[V]) {
+  using R = typename Raw<V>::type;
+  const R r = *reinterpret_cast<const R*>(p);
+  const signed char* e = reinterpret_cast<const signed char*>(&r);
+#pragma unroll
+  for (int j = 0; j < V; ++j) out[j] = e[j];
+}
+
+template <int V>
+__device__ __forceinline__ void store_mask(signed char* p, const int (&in)[V]) {
+  using R = typename Raw<V>::type;
+  R r;
+  signed char* e = reinterpret_cast<signed char*>(&r);
+#pragma unroll
+  for (int j = 0; j < V; ++j) e[j] = static_cast<signed char>(in[j]);
+  *reinterpret_cast<R*>(p) = r;
+}
+
+// Forward pass 3 (after bn_kernels' stats and finish): g runs over the pooled rows (n, op, oq).
+template <class T, int V>
+__global__ void __launch_bounds__(kBlock) pool_apply_kernel(const T* __restrict__ x, T* y, signed char* mask,
+                                                            const float* coef, Geo g, Win w) {
+  const int grp = blockIdx.y * g.gx + threadIdx.x;
+  if (grp >= g.groups) return;
+  float mu[V], sa[V], sb[V];
+  load_params<V>(coef, grp * V, mu);
+  load_params<V>(coef + g.c, grp * V, sa);
+  load_params<V>(coef + 2 * g.c, grp * V, sb);
+  const int taps = w.kh * w.kw;
+  const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * g.rows, hi = min(g.m, lo + g.rows);
+  for (std::int64_t r = lo + threadIdx.y; r < hi; r += g.lanes) {
+    const int oq = static_cast<int>(r % w.q);
+    const std::int64_t nr = r / w.q;
+    const int op = static_cast<int>(nr % w.p), n = static_cast<int>(nr / w.p);
+    float best[V];
+    int arg[V];
+    for (int t = 0; t < taps; ++t) {
+      const int hh = op * w.sh - w.ph + t / w.kw, ww = oq * w.sw - w.pw + t % w.kw;
+      float v[V];
+      if (hh >= 0 && hh < w.h && ww >= 0 && ww < w.w) {
+        load<T, V>(x + ((static_cast<std::int64_t>(n) * w.h + hh) * w.w + ww) * g.c + grp * V, v);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {  // the activation as bn_fwd then act_fwd would have stored it
+          v[j] = kern::nan_max(kern::to_f(kern::from_f<T>(affine(v[j], mu[j], sa[j], sb[j]))), 0.0f);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[j] = -INFINITY;
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (t == 0 || v[j] > best[j]) {  // strict '>': the first max wins, NaN never replaces
+          best[j] = v[j];
+          arg[j] = t;
+        }
+      }
+    }
+    store<T, V>(y + r * g.c + grp * V, best);
+    store_mask<V>(mask + r * g.c + grp * V, arg);
+  }
+}
+
+// The pooled gradient routed back to input position (n, hh, ww) for one vector, rounded to T, times the relu
+// recomputed from x (xv: that position's x).
+template <class T, int V>
+__device__ __forceinline__ void routed_grad(const T* dy, const signed char* mask, const Geo& g, const Win& w, int grp,
+                                            std::int64_t r, const float (&xv)[V], const BwdParams<V>& p,
+                                            float (&gv)[V]) {
+  const int ww = static_cast<int>(r % w.w);
+  const std::int64_t nr = r / w.w;
+  const int hh = static_cast<int>(nr % w.h), n = static_cast<int>(nr / w.h);
+#pragma unroll
+  for (int j = 0; j < V; ++j) gv[j] = 0.0f;
+  for (int t = 0; t < w.kh * w.kw; ++t) {
+    const int a = hh + w.ph - t / w.kw, b = ww + w.pw - t % w.kw;
+    if (a < 0 || b < 0 || a % w.sh != 0 || b % w.sw != 0) continue;
+    const int op = a / w.sh, oq = b / w.sw;
+    if (op >= w.p || oq >= w.q) continue;
+    const std::int64_t o = ((static_cast<std::int64_t>(n) * w.p + op) * w.q + oq) * g.c + grp * V;
+    float d[V];
+    int code[V];
+    load<T, V>(dy + o, d);
+    load_mask<V>(mask + o, code);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      if (w.overlap) {
+        gv[j] = gv[j] + d[j] * (code[j] == t ? 1.0f : 0.0f);  // the CPU's dy * (code == t), NaN included
+      } else if (code[j] == t) {
+        gv[j] = d[j];
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    gv[j] = kern::to_f(kern::from_f<T>(gv[j])) * relu_passed<T>(affine(xv[j], p.mu[j], p.a[j], p.b[j]));
+  }
+}
+
+template <class T, int V>
+__global__ void __launch_bounds__(kBlock) pool_bwd_reduce_kernel(const T* __restrict__ x, const T* dy,
+                                                                 const signed char* mask, const float* gamma,
+                                                                 const float* beta, const float* mean,
+                                                                 const float* inv, Geo g, Win w,
+                                                                 double* __restrict__ part) {
+  const int grp = blockIdx.y * g.gx + threadIdx.x;
+  const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * g.rows, hi = min(g.m, lo + g.rows);
+  double ds[V], dq[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) ds[j] = dq[j] = 0.0;
+  if (grp < g.groups) {
+    BwdParams<V> p;
+    p.load_all(gamma, beta, mean, inv, grp * V, MASK_FROM_X);
+    for (std::int64_t r = lo + threadIdx.y; r < hi; r += kUnroll * g.lanes) {
+      float fs[V], fq[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) fs[j] = fq[j] = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::int64_t rr = r + static_cast<std::int64_t>(u) * g.lanes;
+        if (rr < hi) {
+          float xv[V], gv[V];
+          load<T, V>(x + rr * g.c + grp * V, xv);
+          routed_grad<T, V>(dy, mask, g, w, grp, rr, xv, p, gv);
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
+            fs[j] += gv[j];
+            fq[j] += gv[j] * xhat;
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        ds[j] += static_cast<double>(fs[j]);
+        dq[j] += static_cast<double>(fq[j]);
+      }
+    }
+  }
+  tile_sums<V>(ds, dq, g, part);
+}
+
+template <class T, int V>
+__global__ void __launch_bounds__(kBlock) pool_bwd_apply_kernel(const T* x, const T* dy, const signed char* mask,
+                                                                T* dx, const float* gamma, const float* beta,
+                                                                const float* mean, const float* inv,
+                                                                const float* coef, Geo g, Win w) {
+  const int grp = blockIdx.y * g.gx + threadIdx.x;
+  if (grp >= g.groups) return;
+  BwdParams<V> p;
+  p.load_all(gamma, beta, mean, inv, grp * V, MASK_FROM_X);
+  float t1[V], t2[V], kk[V];
+  load_params<V>(coef, grp * V, t1);
+  load_params<V>(coef + g.c, grp * V, t2);
+  load_params<V>(coef + 2 * g.c, grp * V, kk);
+  const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * g.rows, hi = min(g.m, lo + g.rows);
+  for (std::int64_t r = lo + threadIdx.y; r < hi; r += g.lanes) {
+    float xv[V], gv[V];
+    load<T, V>(x + r * g.c + grp * V, xv);
+    routed_grad<T, V>(dy, mask, g, w, grp, r, xv, p, gv);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
+      gv[j] = ((gv[j] - xhat * t2[j]) - t1[j]) * kk[j];
+    }
+    store<T, V>(dx + r * g.c + grp * V, gv);
+  }
+}
+
+std::string describe(const char* op, const Geo& g, const Win& w) {
+  return std::string(op) + " " + std::to_string(w.kh) + "x" + std::to_string(w.kw) + "/" + std::to_string(w.sh) +
+         ", vec" + std::to_string(g.v) + ", " + std::to_string(g.chunks) + "x" + std::to_string(g.tiles) +
+         " blocks of " + std::to_string(g.gx) + "x" + std::to_string(g.lanes);
+}
+
+std::unique_ptr<Op> bn_maxpool_fwd(Context&, const OpArgs& args) {
+  const std::int64_t m = args.i("m");
+  const int c = static_cast<int>(args.i("c"));
+  const Win w = win_of(args);
+  const double mom = args.f("momentum"), eps = args.f("eps");
+  const int v = vector_width(args, c, {"x", "y", "mask"});
+  const Geo gs = geometry(m, c, v);  // over the input rows: the statistics
+  const Geo gp = geometry(static_cast<std::int64_t>(w.n) * w.p * w.q, c, v);  // over the pooled rows
+  const void* x = args.ptr("x");
+  void* y = args.ptr("y");
+  auto* mask = static_cast<signed char*>(args.ptr("mask"));
+  auto P = [&](const char* n) { return static_cast<float*>(args.ptr(n)); };
+  float *gamma = P("gamma"), *beta = P("beta"), *mean_in = P("mean_in"), *var_in = P("var_in");
+  float *mean_out = P("mean_out"), *var_out = P("var_out"), *smean = P("saved_mean"), *sinv = P("saved_inv_std");
+  auto scratch = std::make_shared<DeviceBuffer>(2 * static_cast<std::size_t>(gs.chunks) * c * sizeof(double) +
+                                                3 * static_cast<std::size_t>(c) * sizeof(float));
+  double* part = scratch->as<double>();
+  float* coef = reinterpret_cast<float*>(part + 2 * static_cast<std::int64_t>(gs.chunks) * c);
+  return fn_op([=](cudaStream_t s) {
+    (void)scratch;
+    dispatch(args, v, [&](auto tag, auto vc) {
+      using T = typename decltype(tag)::type;
+      constexpr int V = decltype(vc)::value;
+      const T* xp = static_cast<const T*>(x);
+      stats_kernel<T, V><<<dim3(gs.chunks, gs.tiles), dim3(gs.gx, gs.lanes), 0, s>>>(xp, gs, part);
+      stats_finish_kernel<T><<<warp_blocks(c), kBlock, 0, s>>>(xp, part, gs, gamma, beta, mean_in, var_in, mean_out,
+                                                               var_out, smean, sinv, coef, mom, eps);
+      pool_apply_kernel<T, V><<<dim3(gp.chunks, gp.tiles), dim3(gp.gx, gp.lanes), 0, s>>>(
+          xp, static_cast<T*>(y), mask, coef, gp, w);
+    });
+    check_launch("bn_maxpool_fwd");
+  }, describe("bn_maxpool_fwd", gp, w));
+}
+
+std::unique_ptr<Op> bn_maxpool_bwd(Context&, const OpArgs& args) {
+  const std::int64_t m = args.i("m");
+  const int c = static_cast<int>(args.i("c"));
+  const Win w = win_of(args);
+  const int v = vector_width(args, c, {"x", "dy", "dx", "mask"});
+  const Geo g = geometry(m, c, v);
+  const void* x = args.ptr("x");
+  const void* dy = args.ptr("dy");
+  const auto* mask = static_cast<const signed char*>(args.ptr("mask"));
+  void* dx = args.ptr("dx");
+  auto P = [&](const char* n) { return static_cast<float*>(args.ptr(n)); };
+  float *gamma = P("gamma"), *beta = P("beta"), *smean = P("saved_mean"), *sinv = P("saved_inv_std");
+  float *dgamma = P("dgamma"), *dbeta = P("dbeta");
+  auto scratch = std::make_shared<DeviceBuffer>(2 * static_cast<std::size_t>(g.chunks) * c * sizeof(double) +
+                                                3 * static_cast<std::size_t>(c) * sizeof(float));
+  double* part = scratch->as<double>();
+  float* coef = reinterpret_cast<float*>(part + 2 * static_cast<std::int64_t>(g.chunks) * c);
+  const dim3 grid(g.chunks, g.tiles), block(g.gx, g.lanes);
+  return fn_op([=](cudaStream_t s) {
+    (void)scratch;
+    dispatch(args, v, [&](auto tag, auto vc) {
+      using T = typename decltype(tag)::type;
+      constexpr int V = decltype(vc)::value;
+      const T* xp = static_cast<const T*>(x);
+      const T* dyp = static_cast<const T*>(dy);
+      pool_bwd_reduce_kernel<T, V><<<grid, block, 0, s>>>(xp, dyp, mask, gamma, beta, smean, sinv, g, w, part);
+      bwd_finish_kernel<<<warp_blocks(c), kBlock, 0, s>>>(part, g, gamma, sinv, dgamma, dbeta, coef);
+      pool_bwd_apply_kernel<T, V><<<grid, block, 0, s>>>(xp, dyp, mask, static_cast<T*>(dx), gamma, beta, smean, sinv,
+                                                         coef, g, w);
+    });
+    check_launch("bn_maxpool_bwd");
+  }, describe("bn_maxpool_bwd", g, w));
+}
+
+}  // namespace
+
+void register_bn_pool_ops() {
+  register_factory("bn_maxpool_fwd", &bn_maxpool_fwd);
+  register_factory("bn_maxpool_bwd", &bn_maxpool_bwd);
+}
+
+}  // namespace tr::native

@@ -1,6 +1,6 @@
 """The seed's MNIST MLP example (Tech-Renaissance article 1), in tr.
 
-    python examples/mlp_mnist.py --epochs 2 --device cpu
+    python examples/mlp_mnist.py --epochs 2 --device cpu [--log-dir runs/mnist]
 
 Ends with one JSON line: best_top1, best_epoch, epochs, seconds, device.
 """
@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
                     help="mixed precision (default: on when training on a GPU, as the seed does)")
     ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--log-dir", type=Path, default=None,
+                    help="write metrics.csv, metrics.jsonl, PNG plots and TensorBoard scalars here (log_to)")
     args = ap.parse_args(argv)
     configure_logging("INFO")
     on_gpu = args.device == "cuda" or (args.device == "auto" and cuda_available())
@@ -79,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         .optimizer(AdamW().weight_decay(1e-4)) \
         .scheduler(CosineAnnealingLR().base_lr(0.001).warmup(round(args.epochs * 0.05)).step_by_batch())
 
+    if args.log_dir is not None:
+        task.log_to(args.log_dir)
     task.compile()
     result = task.run()
     print(json.dumps({"best_top1": round(result.best_top1, 4), "best_epoch": result.best_epoch,

@@ -7,7 +7,7 @@ from tr.core.settings import GLOBAL_SETTING, Settings, parse_gpu_list, reset_glo
 def test_fluent_chain():
     s = Settings().use_gpu("0,1").amp(True).manual_seed(7).global_batch_size(256).train_resolution(224)
     assert s.gpu_ids == (0, 1) and s.world_size == 2 and s.local_batch_size == 128
-    assert s.amp_enabled and s.loss_scale == 8192.0 and s.train_res_begin == 224
+    assert s.amp_enabled and s.loss_scale == 65536.0 and s.train_res_begin == 224
 
 
 @pytest.mark.parametrize("spec,msg", [("0,,1", "empty entry"), ("x", "'x' is not a device number"),
@@ -45,3 +45,20 @@ def test_snapshot_and_reset():
     GLOBAL_SETTING.freeze()
     reset_global_settings()
     assert not GLOBAL_SETTING.frozen and GLOBAL_SETTING.seed == 123
+
+
+def test_loss_scaling():
+    assert Settings().loss_scale == 1.0  # no AMP, no scaling
+    s = Settings().amp()
+    assert (s.loss_scale_rule, s.loss_scale_growth_interval, s.loss_scale) == ("dynamic", 2000, 65536.0)
+    assert Settings().amp().loss_scaling("static").loss_scale == 8192.0
+    s = Settings().amp().loss_scaling(init=1024, growth_interval=50)
+    assert (s.loss_scale, s.loss_scale_growth_interval) == (1024.0, 50)
+    with pytest.raises(ConfigError, match="loss-scale rule must be one of .*got 'halving'"):
+        Settings().loss_scaling("halving")
+    with pytest.raises(ConfigError, match="initial loss scale must be a finite number > 0, got -1"):
+        Settings().loss_scaling(init=-1)
+    with pytest.raises(ConfigError, match="loss-scale growth interval must be >= 1, got 0"):
+        Settings().loss_scaling(growth_interval=0)
+    with pytest.raises(FrozenError, match="cannot change loss_scale_rule"):
+        Settings().freeze().loss_scaling("static")

@@ -1,9 +1,8 @@
-"""Training results, the seed's epoch table, and a progress bar for long epochs."""
+"""Training results and the seed's epoch table (the progress bar is tr.task.progress)."""
 
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -70,34 +69,3 @@ class EpochTable:
         if self._started:
             print(self.rule, file=self.out, flush=True)
 
-
-class ProgressBar:
-    """A single-line bar on a terminal, redrawn at most 10 times a second; silent when not a tty."""
-
-    def __init__(self, total: int, label: str, out: TextIO | None = None, min_seconds: float = 2.0) -> None:
-        self.total, self.label = total, label
-        self.out = out or sys.stderr
-        self.enabled = hasattr(self.out, "isatty") and self.out.isatty()
-        self.start = time.perf_counter()
-        self.last = 0.0
-        self.min_seconds = min_seconds
-        self.drawn = False
-
-    def update(self, done: int) -> None:
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if now - self.last < 0.1 or now - self.start < self.min_seconds:
-            return
-        self.last = now
-        frac = done / max(1, self.total)
-        bar = "#" * int(30 * frac)
-        rate = done / max(1e-9, now - self.start)
-        self.out.write(f"\r{self.label} [{bar:<30}] {done}/{self.total} {rate:.0f} steps/s")
-        self.out.flush()
-        self.drawn = True
-
-    def close(self) -> None:
-        if self.drawn:
-            self.out.write("\r" + " " * 80 + "\r")
-            self.out.flush()

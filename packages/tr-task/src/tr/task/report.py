@@ -68,4 +68,3 @@ class EpochTable:
     def close(self) -> None:
         if self._started:
             print(self.rule, file=self.out, flush=True)
-

@@ -55,6 +55,7 @@ def _save(fig, path: Path) -> None:
 def draw(rows: list[dict[str, Any]], directory: Path) -> list[Path]:
     """Draws the plots of ``rows`` into ``directory``; returns the files written."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     if not rows:
         return []
@@ -77,6 +78,7 @@ def draw(rows: list[dict[str, Any]], directory: Path) -> list[Path]:
             if x:
                 ax.plot(x, y, marker="." if len(x) < 50 else None, label=label)
         ax.set_xlabel(xlabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         if len(series) > 1:

@@ -19,8 +19,8 @@ STEPS = [("requirements", "requirements", "tools/requirements-dev.txt"),
          *[(f"tr-{p}", "native", f"packages/tr-{p}") for p in ("data", "backend")]]
 
 
-def _package(tmp_path: Path) -> Path:
-    pkg = tmp_path / "tr-x"
+def _package(tmp_path: Path, name: str = "tr-x") -> Path:
+    pkg = tmp_path / name
     for rel, text in {"pyproject.toml": "[project]\nname='tr-x'\n", "CMakeLists.txt": "project(x)\n",
                       "csrc/a.cpp": "int a;\n", "src/tr/x/__init__.py": "", "tests/test_a.py": "def test(): pass\n"
                       }.items():
@@ -64,6 +64,23 @@ def test_native_digest_follows_the_build_environment(tmp_path):
     assert with_nvcc != base  # a CUDA compiler appeared: the CUDA part would now be built
     nvcc.write_text("#!/bin/sh\n# a newer release\n")
     assert bs.digest("native", pkg, env) != with_nvcc
+
+
+def test_each_native_package_follows_only_what_its_build_reads(tmp_path):
+    data, backend = _package(tmp_path, "tr-data"), _package(tmp_path, "tr-backend")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    env = {"PATH": str(bin_dir)}
+    d0, b0 = bs.digest("native", data, env), bs.digest("native", backend, env)
+    arch = env | {"TR_CUDA_ARCHS": "90"}
+    assert bs.digest("native", data, arch) == d0 and bs.digest("native", backend, arch) != b0
+    asan = env | {"TR_DATA_ASAN": "ON"}
+    assert bs.digest("native", data, asan) != d0 and bs.digest("native", backend, asan) == b0
+    cxx = env | {"CXX": "clang++"}
+    assert bs.digest("native", data, cxx) != d0 and bs.digest("native", backend, cxx) != b0
+    (bin_dir / "nvcc").write_text("")
+    (bin_dir / "nvcc").chmod(0o755)
+    assert bs.digest("native", data, env) == d0 and bs.digest("native", backend, env) != b0
 
 
 def test_editable_and_requirements_digests(tmp_path):

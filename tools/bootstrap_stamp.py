@@ -28,18 +28,34 @@ KINDS = ("requirements", "editable", "native")
 STALE = 10  # exit status of `check` when the step must run (1 stays a crash)
 # Directories inside a native package that never reach its wheel: build trees, caches, tests.
 SKIP_DIRS = {"build", "dist", "tests", "__pycache__", ".pytest_cache", ".ruff_cache", ".tox"}
-# Environment variables read by the native builds (CMakeLists, csrc/cmake/*.cmake, scikit-build-core, the
-# compilers). SKBUILD_* is added wholesale.
-BUILD_ENV = ("TR_BACKEND_CUDA", "TR_CUDA_ARCHS", "TR_CUDA_LIBS_ROOT", "TR_CUDNN_ROOT", "TR_CUDNN_FRONTEND_INCLUDE",
-             "TR_DATA_ASAN", "CC", "CXX", "CUDACXX", "CUDAHOSTCXX", "CUDA_HOME", "CUDA_PATH", "CUDAToolkit_ROOT",
-             "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "CMAKE_ARGS",
-             "CMAKE_GENERATOR")
-# Programs whose presence (CUDA part built or not) or version (a compiler upgrade) changes the build.
-TOOLS = ("nvcc", "c++", "g++", "gcc", "cc", "clang++", "clang", "ninja", "cmake")
-FIXED_TOOLS = ("/usr/local/cuda/bin/nvcc",)  # CMake's check_language(CUDA) looks here without PATH
-# Build requirements whose versions shape the native build (from tools/requirements-dev.txt).
-BUILD_DISTS = ("scikit-build-core", "pybind11", "nanobind", "cmake", "ninja", "nvidia-cudnn-frontend", "numpy")
+# What decides a native build besides its files: environment variables (SKBUILD_* wholesale), programs
+# found (presence: e.g. the CUDA part built or not; fingerprint: a compiler upgrade) and build dependencies'
+# versions. Every native package has the common part; each adds what its CMake code reads, so that e.g. a
+# new TR_CUDA_ARCHS rebuilds tr-backend only. A native package missing from PROFILES gets all of them.
+COMMON_ENV = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "CMAKE_ARGS", "CMAKE_GENERATOR")
+COMMON_TOOLS = ("c++", "g++", "gcc", "cc", "clang++", "clang", "ninja", "cmake")
+COMMON_DISTS = ("scikit-build-core", "cmake", "ninja", "numpy")
+PROFILES: dict[str, dict[str, tuple[str, ...]]] = {
+    "tr-data": {"env": ("TR_DATA_ASAN",), "tools": (), "dists": ("pybind11",)},
+    "tr-backend": {
+        "env": ("TR_BACKEND_CUDA", "TR_CUDA_ARCHS", "TR_CUDA_LIBS_ROOT", "TR_CUDNN_ROOT", "TR_CUDNN_FRONTEND_INCLUDE",
+                "CUDACXX", "CUDAHOSTCXX", "CUDA_HOME", "CUDA_PATH", "CUDAToolkit_ROOT", "NVCC_APPEND_FLAGS",
+                "NVCC_PREPEND_FLAGS"),
+        # /usr/local/cuda/bin/nvcc: CMake's check_language(CUDA) finds it without PATH
+        "tools": ("nvcc", "/usr/local/cuda/bin/nvcc"),
+        # the headers of NVIDIA's wheels (cuBLASLt, NCCL, cuDNN and its frontend) decide what CUDA code builds
+        "dists": ("nanobind", "nvidia-cudnn-frontend", "nvidia-cublas", "nvidia-cublas-cu12", "nvidia-nccl-cu13",
+                  "nvidia-nccl-cu12", "nvidia-cudnn-cu13", "nvidia-cudnn-cu12"),
+    },
+}
 
+
+def profile(name: str) -> dict[str, tuple[str, ...]]:
+    extra = PROFILES.get(name)
+    if extra is None:  # unknown package: assume it reads everything any package does
+        extra = {k: tuple(dict.fromkeys(x for p in PROFILES.values() for x in p[k])) for k in ("env", "tools", "dists")}
+    return {"env": COMMON_ENV + extra["env"], "tools": COMMON_TOOLS + extra["tools"],
+            "dists": COMMON_DISTS + extra["dists"]}
 
 def iter_files(root: Path) -> Iterator[Path]:
     """Every file under root that can reach the package's build, in a fixed order."""
@@ -75,17 +91,15 @@ def dist_version(name: str) -> str | None:
         return None
 
 
-def build_environment(env: dict[str, str] | None = None) -> dict:
-    """What of the machine decides a native build besides the package's own files."""
+def build_environment(name: str, env: dict[str, str] | None = None) -> dict:
+    """What of the machine decides package ``name``'s native build besides its own files."""
     env = dict(os.environ) if env is None else env
-    path = env.get("PATH", "")
+    prof, path = profile(name), env.get("PATH", "")
     return {
-        "env": {k: env[k] for k in sorted(env) if k in BUILD_ENV or k.startswith("SKBUILD_")},
-        "tools": {t: tool_fingerprint(shutil.which(t, path=path)) for t in TOOLS}
-        | {t: tool_fingerprint(t) for t in FIXED_TOOLS},
-        "dists": {d: dist_version(d) for d in BUILD_DISTS},
+        "env": {k: env[k] for k in sorted(env) if k in prof["env"] or k.startswith("SKBUILD_")},
+        "tools": {t: tool_fingerprint(t if os.path.isabs(t) else shutil.which(t, path=path)) for t in prof["tools"]},
+        "dists": {d: dist_version(d) for d in prof["dists"]},
     }
-
 
 def digest(kind: str, path: Path, env: dict[str, str] | None = None) -> str:
     if kind not in KINDS:
@@ -97,7 +111,7 @@ def digest(kind: str, path: Path, env: dict[str, str] | None = None) -> str:
         parts["pyproject"] = hashlib.sha256((path / "pyproject.toml").read_bytes()).hexdigest()
     else:
         parts["tree"] = tree_digest(path)
-        parts["build"] = build_environment(env)
+        parts["build"] = build_environment(path.resolve().name, env)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 

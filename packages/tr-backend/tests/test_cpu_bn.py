@@ -237,3 +237,23 @@ def test_bn_rules_name_the_problem():
         run(be, op("bn_inf", x=t["x"], scale=t["short"], bias=t["beta"], y=t["y"]))
     with pytest.raises(BackendError, match="activation must be None or 'relu', got 'tanh'"):
         run(be, _fwd(t, activation="tanh"))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_residual_in_place_over_z(dtype):
+    """y over z (the catalogue's in-place pair; the planner takes it for a projection shortcut): z is read
+    before y is written, in training and in inference."""
+    shape = (4, 3, 5, 16)
+    be, t = _fused_setup(shape, dtype)
+    z0 = be.read(t["z"])
+    run(be, _fwd(t, y="y", activation="relu", z=t["z"]))
+    want = be.read(t["y"])
+    be.write(t["z"], z0)
+    run(be, _fwd(t, y="z", activation="relu", z=t["z"]))
+    assert be.read(t["z"]).tobytes() == want.tobytes()
+    be.write(t["z"], z0)
+    run(be, op("bn_inf", x=t["x"], scale=t["gamma"], bias=t["beta"], z=t["z"], y=t["y"], activation="relu"))
+    want = be.read(t["y"])
+    be.write(t["z"], z0)
+    run(be, op("bn_inf", x=t["x"], scale=t["gamma"], bias=t["beta"], z=t["z"], y=t["z"], activation="relu"))
+    assert be.read(t["z"]).tobytes() == want.tobytes()

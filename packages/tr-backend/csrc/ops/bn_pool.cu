@@ -18,15 +18,20 @@ namespace {
 
 using namespace bnk;  // NOLINT: the shared BN device code
 
+// Row indices are 32-bit in these kernels (the host refuses more than 2^31 - 1 rows): a 64-bit division per
+// row is emulated and was most of the kernels' time.
 struct Win {
   int n, h, w, kh, kw, sh, sw, ph, pw, p, q;
-  int overlap;  // windows share inputs (stride < kernel): the backward sums
+  int overlap;   // windows share inputs (stride < kernel): the backward sums
+  int disjoint;  // stride == kernel, no padding: an input lies in at most one window, found by division
 };
 
 Win win_of(const OpArgs& a) {
   auto g = [&](const char* k) { return static_cast<int>(a.i(k)); };
-  Win w{g("n"), g("h"), g("w"), g("kh"), g("kw"), g("sh"), g("sw"), g("ph"), g("pw"), g("p"), g("q"), 0};
+  Win w{g("n"), g("h"), g("w"), g("kh"), g("kw"), g("sh"), g("sw"), g("ph"), g("pw"), g("p"), g("q"), 0, 0};
   w.overlap = (w.sh < w.kh || w.sw < w.kw) ? 1 : 0;
+  w.disjoint = (w.sh == w.kh && w.sw == w.kw && w.ph == 0 && w.pw == 0) ? 1 : 0;
+  if (static_cast<std::int64_t>(w.n) * w.h * w.w >= (1LL << 31)) a.bad("more than 2^31 - 1 rows");
   return w;
 }
 
@@ -62,9 +67,8 @@ __global__ void __launch_bounds__(kBlock) pool_apply_kernel(const T* __restrict_
   const int taps = w.kh * w.kw;
   const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * g.rows, hi = min(g.m, lo + g.rows);
   for (std::int64_t r = lo + threadIdx.y; r < hi; r += g.lanes) {
-    const int oq = static_cast<int>(r % w.q);
-    const std::int64_t nr = r / w.q;
-    const int op = static_cast<int>(nr % w.p), n = static_cast<int>(nr / w.p);
+    const int ri = static_cast<int>(r), nr = ri / w.q;
+    const int oq = ri - nr * w.q, n = nr / w.p, op = nr - n * w.p;
     float best[V];
     int arg[V];
     for (int t = 0; t < taps; ++t) {
@@ -99,12 +103,24 @@ template <class T, int V>
 __device__ __forceinline__ void routed_grad(const T* dy, const signed char* mask, const Geo& g, const Win& w, int grp,
                                             std::int64_t r, const float (&xv)[V], const BwdParams<V>& p,
                                             float (&gv)[V]) {
-  const int ww = static_cast<int>(r % w.w);
-  const std::int64_t nr = r / w.w;
-  const int hh = static_cast<int>(nr % w.h), n = static_cast<int>(nr / w.h);
+  const int ri = static_cast<int>(r), nr = ri / w.w;
+  const int ww = ri - nr * w.w, n = nr / w.h, hh = nr - n * w.h;
 #pragma unroll
   for (int j = 0; j < V; ++j) gv[j] = 0.0f;
-  for (int t = 0; t < w.kh * w.kw; ++t) {
+  if (w.disjoint) {  // the one window holding this input, if any (inputs past the last window get nothing)
+    const int op = hh / w.kh, oq = ww / w.kw;
+    if (op < w.p && oq < w.q) {
+      const int t = (hh - op * w.kh) * w.kw + (ww - oq * w.kw);
+      const std::int64_t o = ((static_cast<std::int64_t>(n) * w.p + op) * w.q + oq) * g.c + grp * V;
+      float d[V];
+      int code[V];
+      load<T, V>(dy + o, d);
+      load_mask<V>(mask + o, code);
+#pragma unroll
+      for (int j = 0; j < V; ++j) gv[j] = code[j] == t ? d[j] : 0.0f;
+    }
+  }
+  for (int t = 0; !w.disjoint && t < w.kh * w.kw; ++t) {
     const int a = hh + w.ph - t / w.kw, b = ww + w.pw - t % w.kw;
     if (a < 0 || b < 0 || a % w.sh != 0 || b % w.sw != 0) continue;
     const int op = a / w.sh, oq = b / w.sw;

@@ -10,6 +10,8 @@ needs neither y nor a mask unless a residual was added. Argument rules: tr.backe
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from tr.backend.bn_rules import bn_bwd_rules, bn_fwd_rules, bn_inf_rules, bn_update_eq_rules
@@ -137,12 +139,21 @@ class TrainGrad:
         np.multiply(xhat, self.k, out=dx)
 
 
+def _residual(b: Binder, m: int, c: int, y: np.ndarray) -> tuple[np.ndarray, Step | None]:
+    """z as an array that writing y does not change: y may take z's bytes (the catalogue allows it)."""
+    z, load_z = b.load("z", (m, c))
+    if not np.shares_memory(z, y):
+        return z, load_z
+    keep = b.scratch((m, c))
+    return keep, seq(load_z, partial(np.copyto, keep, z))
+
+
 @cpu_op("bn_fwd")
 def bn_fwd(b: Binder) -> Step:
     r = bn_fwd_rules(b)
     x, load_x = b.load("x", (r.m, r.c))
     y, store_y = b.store("y", (r.m, r.c))
-    z, load_z = b.load("z", (r.m, r.c)) if r.residual else (None, None)
+    z, load_z = _residual(b, r.m, r.c, y) if r.residual else (None, None)
     stats = TrainStats(b, r.m, r.c, r.momentum, r.eps)
 
     def core() -> None:
@@ -187,7 +198,7 @@ def bn_inf(b: Binder) -> Step:
     r = bn_inf_rules(b)
     x, load_x = b.load("x", (r.m, r.c))
     y, store_y = b.store("y", (r.m, r.c))
-    z, load_z = b.load("z", (r.m, r.c)) if r.residual else (None, None)
+    z, load_z = _residual(b, r.m, r.c, y) if r.residual else (None, None)
     scale, load_s = b.load("scale", (r.c,))
     bias, load_b = b.load("bias", (r.c,))
 

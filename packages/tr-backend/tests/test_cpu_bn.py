@@ -257,3 +257,19 @@ def test_residual_in_place_over_z(dtype):
     be.write(t["z"], z0)
     run(be, op("bn_inf", x=t["x"], scale=t["gamma"], bias=t["beta"], z=t["z"], y=t["z"], activation="relu"))
     assert be.read(t["z"]).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_second_gradient_equals_accumulate_then_bwd(dtype):
+    """bn_bwd(dy, dy2) gives the bytes of accumulate(dy2 into dy) then bn_bwd(dy): a branch point's sum."""
+    shape = (4, 3, 5, 16)
+    be, t = _fused_setup(shape, dtype)
+    be.write(t["dz"], np.random.default_rng(3).standard_normal(shape))  # the second contribution
+    run(be, _fwd(t, activation="relu", z=t["z"]))
+    common = dict(x=t["x"], gamma=t["gamma"], saved_mean=t["saved_mean"], saved_inv_std=t["saved_inv_std"],
+                  dbeta=t["dbeta"], activation="relu", y=t["y"])
+    run(be, op("bn_bwd", dy=t["dy"], dy2=t["dz"], dgamma=t["dgamma"], dx=t["dx"], **common))
+    dx1, dg1 = be.read(t["dx"]).tobytes(), be.read(t["dgamma"]).tobytes()
+    run(be, op("accumulate", x=t["dz"], y=t["dy"]),
+        op("bn_bwd", dy=t["dy"], dgamma=t["dgamma"], dx=t["dx2"], **common))
+    assert be.read(t["dx2"]).tobytes() == dx1 and be.read(t["dgamma"]).tobytes() == dg1

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.gpu
 
 VEC = ("gamma", "beta", "mean_in", "var_in", "mean_out", "var_out", "saved_mean", "saved_inv_std", "dgamma",
        "dbeta", "scale", "bias")
-FEAT = ("x", "z", "y", "dy", "dx", "dz")
+FEAT = ("x", "z", "y", "dy", "dx", "dz", "dy2")
 TOL = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1.6e-2}
 SHAPES = [(2, 3, 5, 3), (4, 7, 9, 12), (8, 11, 13, 40), (16, 23, 29, 64), (4, 3, 3, 2048)]
 IDS = ["c3", "c12", "c40", "c64-many-chunks", "c2048-many-tiles"]
@@ -31,7 +31,7 @@ def _twin(shape, dtype):
     for name in VEC:
         tw.add(name, (shape[-1],))
     tw.allocate()
-    for name in ("z", "dy", "gamma", "beta", "mean_in"):
+    for name in ("z", "dy", "dy2", "gamma", "beta", "mean_in"):
         tw.fill(name)
     tw.fill("var_in", 0.5, 2)
     tw.write("x", tw.fill("x") * 3 + 1)
@@ -56,12 +56,12 @@ def _gpu_forward_to_cpu(tw, *names):
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("shape", SHAPES, ids=IDS)
-@pytest.mark.parametrize("mode", ["plain", "relu", "relu+residual"])
+@pytest.mark.parametrize("mode", ["plain", "relu", "relu+residual", "relu+residual+dy2", "relu+dy2"])
 def test_bn_forward_backward_fused(shape, dtype, mode):
     tw = _twin(shape, dtype)
     t = tw.arena.tensors
     relu = "relu" if mode != "plain" else None
-    residual = mode == "relu+residual"
+    residual = "residual" in mode
     fwd = {"activation": relu, **({"z": t["z"]} if residual else {})}
     tw.run(_fwd(t, **fwd), poison=("y", "mean_out", "var_out", "saved_mean", "saved_inv_std"))
     tol = TOL[dtype]
@@ -75,6 +75,8 @@ def test_bn_forward_backward_fused(shape, dtype, mode):
         bwd = {"beta": t["beta"]}
     else:
         bwd = {}
+    if "dy2" in mode:  # a branch point's second gradient contribution, added as it is read
+        bwd["dy2"] = t["dy2"]
     tw.run(_bwd(t, activation=relu, **bwd), poison=("dx", "dgamma", "dbeta") + (("dz",) if residual else ()))
     close(*tw.both("dx"), tol, "dx")
     for n in ("dgamma", "dbeta"):

@@ -123,19 +123,18 @@ def test_residual_gradients_are_summed():
     p = compile_program(m, mlp_spec(input_shape=(8, 8, 3), num_classes=5, batch=4))
     deep = names(p.calls("train", G.DEEP_FWD_BWD))
     acc = [a for op, a in deep if op == "accumulate"]
-    assert len(acc) == 2  # one per block input (a branch point)
-    # identity block: the join's gradient (masked by its relu, written by the last BN's backward as the
-    # residual's gradient dz) and the stem's input gradient are summed
-    ident = next(a for a in acc if a["x"].endswith(".dx1") or a["y"].endswith(".dx1"))
-    assert {ident["x"][-3:], ident["y"][-3:]} == {"dx1", ".dx"}
-    bwd = next(a for op, a in deep if op == "bn_bwd" and a.get("dz") in (ident["x"], ident["y"]))
-    assert "y" in bwd and "beta" not in bwd  # the mask comes from the block's output
-    # projection block: shortcut conv and stem conv gradients are summed
-    proj = next(a for a in acc if a is not ident)
-    assert proj["x"].endswith(".dx") and proj["y"].endswith(".dx")
-    # every accumulate happens before the gradient is read by the layer that produced the value
-    order = [op for op, _ in deep]
-    assert order.index("accumulate") < len(order) - 1
+    # the first layer's output (the identity block's input) is a branch point: its stem's input gradient and
+    # the join's gradient (masked by the join's relu, written by the last BN's backward as dz) are summed
+    assert len(acc) == 1 and {acc[0]["x"][-3:], acc[0]["y"][-3:]} == {"dx1", ".dx"}
+    ident = next(a for op, a in deep if op == "bn_bwd" and a.get("dz") in (acc[0]["x"], acc[0]["y"]))
+    assert "y" in ident and "beta" not in ident  # the mask comes from the block's output
+    # the projection block's input is the identity block's output: shortcut conv and stem conv gradients
+    # are both read by that block's last bn_bwd (dy + dy2), with no accumulate op
+    (two,) = [a for op, a in deep if op == "bn_bwd" and "dy2" in a]
+    assert two["dy"].endswith(".dx") and two["dy2"].endswith(".dx") and "dz" in two
+    # the first layer's backward (its own graph, after this one) reads the sum: it is the deep graph's last op
+    assert deep[-1][0] == "accumulate"
+    assert names(p.calls("train", G.FIRST_LAYER_BWD_A))[0][1]["dy"] == acc[0]["y"]
 
 
 def test_add_of_the_same_value_twice():

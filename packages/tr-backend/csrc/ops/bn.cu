@@ -65,6 +65,16 @@ __global__ void __launch_bounds__(kBlock) apply_kernel(const T* __restrict__ x, 
   }
 }
 
+// dy + dy2 for one vector, rounded to T as an accumulate op would have stored the branch point's sum.
+template <class T, int V>
+__device__ __forceinline__ void add_second(const T* dy2, std::int64_t o, float (&gv)[V]) {
+  if (dy2 == nullptr) return;
+  float d2[V];
+  load<T, V>(dy2 + o, d2);
+#pragma unroll
+  for (int j = 0; j < V; ++j) gv[j] = kern::to_f(kern::from_f<T>(gv[j] + d2[j]));
+}
+
 // g = dy * relu'(.) for one vector (the multiply, not a select: a NaN gradient stays NaN, as on the CPU).
 template <class T, int V>
 __device__ __forceinline__ void masked_grad(const T* y, std::int64_t o, int mask, const float (&xv)[V],
@@ -82,7 +92,8 @@ __device__ __forceinline__ void masked_grad(const T* y, std::int64_t o, int mask
 
 // Backward pass 1: g (written to dz when asked), and per chunk the sums of g and g * xhat.
 template <class T, int V>
-__global__ void __launch_bounds__(kBlock) bwd_reduce_kernel(const T* __restrict__ x, const T* dy, const T* y, T* dz,
+__global__ void __launch_bounds__(kBlock) bwd_reduce_kernel(const T* __restrict__ x, const T* dy, const T* dy2,
+                                                            const T* y, T* dz,
                                                             const float* gamma, const float* beta, const float* mean,
                                                             const float* inv, Geo g, int mask,
                                                             double* __restrict__ part) {
@@ -106,6 +117,7 @@ __global__ void __launch_bounds__(kBlock) bwd_reduce_kernel(const T* __restrict_
           float xv[V], gv[V];
           load<T, V>(x + o, xv);
           load<T, V>(dy + o, gv);
+          add_second<T, V>(dy2, o, gv);
           masked_grad<T, V>(y, o, mask, xv, p, gv);
           if (dz != nullptr) store<T, V>(dz + o, gv);
 #pragma unroll
@@ -128,7 +140,7 @@ __global__ void __launch_bounds__(kBlock) bwd_reduce_kernel(const T* __restrict_
 
 // Backward pass 3: dx from g (read from dz, or dy masked again). dx may be x, dz may be dy.
 template <class T, int V>
-__global__ void __launch_bounds__(kBlock) bwd_apply_kernel(const T* x, const T* gsrc, const T* y, T* dx,
+__global__ void __launch_bounds__(kBlock) bwd_apply_kernel(const T* x, const T* gsrc, const T* dy2, const T* y, T* dx,
                                                            const float* gamma, const float* beta, const float* mean,
                                                            const float* inv, const float* coef, Geo g, int mask) {
   const int grp = blockIdx.y * g.gx + threadIdx.x;
@@ -145,6 +157,7 @@ __global__ void __launch_bounds__(kBlock) bwd_apply_kernel(const T* x, const T* 
     float xv[V], gv[V];
     load<T, V>(x + o, xv);
     load<T, V>(gsrc + o, gv);
+    add_second<T, V>(dy2, o, gv);
     masked_grad<T, V>(y, o, mask, xv, p, gv);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
@@ -210,9 +223,10 @@ std::unique_ptr<Op> bn_bwd(Context&, const OpArgs& args) {
   const int c = static_cast<int>(args.i("c"));
   const int mask = static_cast<int>(args.i("mask"));
   if (mask < NO_MASK || mask > MASK_FROM_Y) args.bad("mask code " + std::to_string(mask) + " is out of range");
-  const Geo g = geometry(m, c, vector_width(args, c, {"x", "dy", "dx", "y", "dz"}));
+  const Geo g = geometry(m, c, vector_width(args, c, {"x", "dy", "dx", "y", "dz", "dy2"}));
   const void* x = args.ptr("x");
   const void* dy = args.ptr("dy");
+  const void* dy2 = opt(args, "dy2");
   const void* y = opt(args, "y");
   void* dz = const_cast<void*>(opt(args, "dz"));
   void* dx = args.ptr("dx");
@@ -232,16 +246,18 @@ std::unique_ptr<Op> bn_bwd(Context&, const OpArgs& args) {
       const T* xp = static_cast<const T*>(x);
       const T* yp = static_cast<const T*>(y);
       T* dzp = static_cast<T*>(dz);
-      bwd_reduce_kernel<T, V><<<grid, block, 0, s>>>(xp, static_cast<const T*>(dy), yp, dzp, gamma, beta, smean,
-                                                     sinv, g, mask, part);
+      const T* dy2p = static_cast<const T*>(dy2);
+      bwd_reduce_kernel<T, V><<<grid, block, 0, s>>>(xp, static_cast<const T*>(dy), dy2p, yp, dzp, gamma, beta,
+                                                     smean, sinv, g, mask, part);
       bwd_finish_kernel<<<warp_blocks(c), kBlock, 0, s>>>(part, g, gamma, sinv, dgamma, dbeta, coef);
-      // with dz written, g is read back from it: already masked
-      const T* gsrc = dzp != nullptr ? dzp : static_cast<const T*>(dy);
-      bwd_apply_kernel<T, V><<<grid, block, 0, s>>>(xp, gsrc, yp, static_cast<T*>(dx), gamma, beta, smean, sinv,
-                                                    coef, g, dzp != nullptr ? NO_MASK : mask);
+      // with dz written, g is read back from it: already summed and masked
+      const bool from_dz = dzp != nullptr;
+      const T* gsrc = from_dz ? dzp : static_cast<const T*>(dy);
+      bwd_apply_kernel<T, V><<<grid, block, 0, s>>>(xp, gsrc, from_dz ? nullptr : dy2p, yp, static_cast<T*>(dx),
+                                                    gamma, beta, smean, sinv, coef, g, from_dz ? NO_MASK : mask);
     });
     check_launch("bn_bwd");
-  }, describe("bn_bwd", g, mask != NO_MASK, dz != nullptr));
+  }, describe("bn_bwd", g, mask != NO_MASK, dz != nullptr) + (dy2 != nullptr ? " +dy2" : ""));
 }
 
 std::unique_ptr<Op> bn_inf(Context&, const OpArgs& args) {

@@ -37,6 +37,7 @@ class BnFwd(BnShape):
 class BnBwd(BnShape):
     mask: str  # "" (no activation), "y" (read y > 0) or "x" (recomputed from x, gamma, beta)
     dz: bool  # the residual's gradient is written
+    dy2: bool  # a second gradient contribution is added to dy
 
 
 def _activation(b: CallBinder) -> bool:
@@ -82,7 +83,7 @@ def bn_fwd_rules(b: CallBinder) -> BnFwd:
 
 
 def bn_bwd_rules(b: CallBinder) -> BnBwd:
-    m, c = _features(b, ("dy", "dx", "y", "dz"))
+    m, c = _features(b, ("dy", "dx", "y", "dz", "dy2"))
     _per_channel(b, c, _BWD_VEC)
     relu = _activation(b)
     b.float_attr("eps", 1e-5, 0.0)
@@ -94,7 +95,7 @@ def bn_bwd_rules(b: CallBinder) -> BnBwd:
         mask = "x"
     else:
         b.fail("activation 'relu' needs the forward's output y or beta (to recompute the mask from x)")
-    return BnBwd(m, c, relu, mask, b.has("dz"))
+    return BnBwd(m, c, relu, mask, b.has("dz"), b.has("dy2"))
 
 
 @dataclass(frozen=True, slots=True)

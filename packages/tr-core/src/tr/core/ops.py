@@ -111,9 +111,10 @@ _DEFS: list[OpDef] = [
     OpDef("bn_bwd", "bn",
           (_t("x"), _t("gamma"), _t("dy"), _t("saved_mean"), _t("saved_inv_std"), _t("dgamma", "out"),
            _t("dbeta", "out"), _t("dx", "out"), _t("beta", optional=True), _t("y", optional=True),
-           _t("dz", "out", True)),
+           _t("dz", "out", True), _t("dy2", optional=True)),
           ("eps", "activation"), inplace=(("dx", "x"), ("dz", "dy")),
-          doc="dy is the gradient of bn_fwd's y. With activation 'relu' the mask is y > 0, read from y when "
+          doc="dy (+ dy2, a second contribution added as it is read and rounded to dy's dtype, as an accumulate "
+              "op would) is the gradient of bn_fwd's y. With activation 'relu' the mask is y > 0, read from y when "
               "given (needed with a residual), else recomputed from x with beta exactly as the forward "
               "rounded it; g = dy * mask; dz = g (the residual's gradient) when given; dbeta = sum g, "
               "dgamma = sum g*xhat, dx = the BN input gradient of g. eps is informational: saved_inv_std "

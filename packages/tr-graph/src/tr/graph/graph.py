@@ -133,7 +133,7 @@ class ChainBuilder:
             KINDS[L.kind].forward(L, self._io(i, deep, x=[self.y(u) for u in L.inputs],
                                               y=self.y(i) if i < last else ""))
         need = need_grad(self.arch)
-        grads: dict[int, tuple[str, bool]] = {}  # value -> (key holding its gradient, owned)
+        grads: dict[int, list[tuple[str, bool]]] = {}  # value -> its gradient's contributions (key, owned)
         for i in range(last, 0, -1):
             L = layers[i]
             kind = KINDS[L.kind]
@@ -142,34 +142,41 @@ class ChainBuilder:
                 continue
             dx = [self._value_key(f"L{i}.dx" if len(L.inputs) == 1 else f"L{i}.dx{k}", max(u, 0), GRAD, TRAIN)
                   for k, u in enumerate(L.inputs)]
+            dy = dy2 = ""
+            if i < last:
+                parts = grads[i]
+                if len(parts) == 2 and kind.takes_second_gradient(L):
+                    (dy, _), (dy2, _) = parts  # the layer's backward adds them as it reads them
+                else:
+                    dy = self._sum(deep, parts, i, i)
             io = self._io(i, deep, x=[self.y(u) for u in L.inputs], y=self.y(i) if i < last else "",
-                          dy=grads[i][0] if i < last else "", dx=dx, need=need_in)
+                          dy=dy, dy2=dy2, dx=dx, need=need_in)
             for k, c in enumerate(kind.backward(L, io)):
                 if c is not None and need_in[k]:
-                    self._contribute(deep, grads, L.inputs[k], c, c == dx[k], i)
+                    grads.setdefault(L.inputs[k], []).append((c, c == dx[k]))
         if k0.has_params(l0):
+            dy0 = self._sum(deep, grads[0], 0, 1)
             for ab in (A, B):
                 k0.backward(l0, self._io(0, self.cg.sink(FIRST_BWD[ab]), x=[f"data_{ab}"], y=self.y(0),
-                                         dy=grads[0][0], dx=[""], need=[False]))
+                                         dy=dy0, dx=[""], need=[False]))
 
-    def _contribute(self, sink: list[SymOp], grads: dict[int, tuple[str, bool]], u: int, c: str, owned: bool,
-                    layer: int) -> None:
-        """Add gradient contribution ``c`` to value ``u`` (summing at branch points)."""
-        if u not in grads:
-            grads[u] = (c, owned)
-            return
-        e, e_owned = grads[u]
+    def _sum(self, sink: list[SymOp], parts: list[tuple[str, bool]], u: int, layer: int) -> str:
+        """The key holding the sum of value u's gradient contributions (accumulated into an owned one where
+        there is one, else into a fresh tensor); ``layer`` labels the ops."""
+        key, owned = parts[0]
         label = f"gradient of L{u} (branch point)"
-        if e_owned:
-            sink.append(SymOp("accumulate", {"x": c, "y": e}, {}, layer, label))
-        elif owned:
-            sink.append(SymOp("accumulate", {"x": e, "y": c}, {}, layer, label))
-            grads[u] = (c, True)
-        else:  # both borrowed: sum into a fresh tensor
-            s = self._value_key(f"L{u}.dsum", u, GRAD, TRAIN)
-            sink.append(SymOp("copy", {"x": e, "y": s}, {}, layer, label))
-            sink.append(SymOp("accumulate", {"x": c, "y": s}, {}, layer, label))
-            grads[u] = (s, True)
+        for c, c_owned in parts[1:]:
+            if owned:
+                sink.append(SymOp("accumulate", {"x": c, "y": key}, {}, layer, label))
+            elif c_owned:
+                sink.append(SymOp("accumulate", {"x": key, "y": c}, {}, layer, label))
+                key, owned = c, True
+            else:  # both borrowed: sum into a fresh tensor
+                s = self._value_key(f"L{u}.dsum", u, GRAD, TRAIN)
+                sink.append(SymOp("copy", {"x": key, "y": s}, {}, layer, label))
+                sink.append(SymOp("accumulate", {"x": c, "y": s}, {}, layer, label))
+                key, owned = s, True
+        return key
 
     # --- inference --------------------------------------------------------------------------------
     def _inference(self) -> None:

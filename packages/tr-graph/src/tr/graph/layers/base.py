@@ -136,12 +136,13 @@ class IO:
     """Keys a kind reads and writes for one layer, and the op sink.
 
     ``x``: input value keys; ``y``: output value key; ``dy``: key of the output's gradient (backward);
+    ``dy2``: a second part of it, to be added, for kinds whose ``takes_second_gradient`` says so (else "");
     ``dx``: keys where the input gradients go; ``need``: whether each input needs its gradient at all.
     """
 
-    __slots__ = ("index", "layer", "x", "y", "dy", "dx", "need", "amp", "spec", "labels", "_emit", "_has")
+    __slots__ = ("index", "layer", "x", "y", "dy", "dy2", "dx", "need", "amp", "spec", "labels", "_emit", "_has")
 
-    def __init__(self, index: int, layer: ArchLayer, *, x: Sequence[str], y: str = "", dy: str = "",
+    def __init__(self, index: int, layer: ArchLayer, *, x: Sequence[str], y: str = "", dy: str = "", dy2: str = "",
                  dx: Sequence[str] = (), need: Sequence[bool] = (), amp: bool, spec: CompileSpec,
                  labels: str = "labels", emit: Callable[..., None], has: Callable[[str], bool]) -> None:
         self.index = index
@@ -149,6 +150,7 @@ class IO:
         self.x = list(x)
         self.y = y
         self.dy = dy
+        self.dy2 = dy2
         self.dx = list(dx)
         self.need = list(need)
         self.amp = amp
@@ -197,6 +199,11 @@ class LayerKind:
 
     def forward(self, layer: ArchLayer, io: IO) -> None:
         raise NotImplementedError
+
+    def takes_second_gradient(self, layer: ArchLayer) -> bool:
+        """Whether backward adds ``io.dy2`` to ``io.dy`` itself (a branch point's two gradient contributions,
+        summed as the kernel reads them instead of by an accumulate op)."""
+        return False
 
     def backward(self, layer: ArchLayer, io: IO) -> list[str | None]:
         """Emit the backward ops; return, per input, the key holding its gradient contribution (None: none).

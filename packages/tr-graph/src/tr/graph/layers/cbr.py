@@ -51,6 +51,12 @@ class CBRKind(LayerKind):
     def has_params(self, layer) -> bool:
         return True
 
+    def takes_second_gradient(self, layer) -> bool:
+        # bn_bwd adds a branch point's two gradients as it reads them; not when the pooled op runs instead,
+        # nor when the residual's gradient would be the sum itself (no relu: it is borrowed, not written)
+        p = layer.params
+        return p.get("pool") is None and (not p.get("residual") or p.get("act") is not None)
+
     def declare(self, layer, ins: Sequence[Shape], out: Shape, cx: DeclCtx) -> list[Decl]:
         full = conv_out_shape(layer, ins[0])
         d = (conv_decls(layer, ins[0], cx) + bn_decls(out.c, layer.params["eps"], cx)
@@ -82,7 +88,7 @@ class CBRKind(LayerKind):
                   dx=io.t("bn_dx"))
         else:
             bn_backward(io, p["eps"], io.t("conv_y"), io.dy, io.t("bn_dx"), act=act,
-                        y=io.y if residual and act else None, dz=dz)
+                        y=io.y if residual and act else None, dz=dz, dy2=io.dy2)
         dx = io.dx_or_none(0)
         io.op("conv_bwd", conv_attrs(layer), x=io.x[0], w=io.w("w"), dy=io.t("bn_dx"), dw=io.dw("w"), dx=dx)
         if not residual:

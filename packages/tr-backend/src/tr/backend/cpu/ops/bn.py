@@ -175,22 +175,28 @@ def bn_bwd(b: Binder) -> Step:
     dx, store_dx = b.store("dx", (m_, c))
     y, load_y = b.load("y", (m_, c)) if r.mask == "y" else (None, None)
     dz, store_dz = b.store("dz", (m_, c)) if r.dz else (None, None)
+    dy2, load_dy2 = b.load("dy2", (m_, c)) if r.dy2 else (None, None)
     grad = TrainGrad(b, m_, c, with_beta=r.mask == "x")
-    g = b.scratch((m_, c)) if r.mask else dy
+    g = b.scratch((m_, c)) if r.mask or r.dy2 else dy
     passed = b.scratch((m_, c)) if r.mask else None
+    summed = rounder(b, (m_, c), b.dtype("dy")) if r.dy2 else None
 
     def core() -> None:
+        if dy2 is not None:  # the branch point's sum, as an accumulate op would have stored it
+            np.add(dy, dy2, out=g)
+            np.copyto(g, summed(g))
+        src = g if dy2 is not None else dy
         if r.mask == "y":
             np.greater(y, np.float32(0), out=passed)
         elif r.mask == "x":
             grad.relu_passed(x, passed)
         if r.mask:
-            np.multiply(dy, passed, out=g)  # g = dy where the relu passed its input
+            np.multiply(src, passed, out=g)  # g = dy where the relu passed its input
         if dz is not None:
             np.copyto(dz, g)
         grad.backward(x, g, dx)
 
-    return seq(load_x, load_dy, load_y, *grad.loads, core, store_dz, store_dx, *grad.stores)
+    return seq(load_x, load_dy, load_dy2, load_y, *grad.loads, core, store_dz, store_dx, *grad.stores)
 
 
 @cpu_op("bn_inf")

@@ -26,7 +26,7 @@ def bn_fwd(b: CudaBinder) -> Any:
 def bn_bwd(b: CudaBinder) -> Any:
     r = bn_bwd_rules(b)
     names = ["x", "dy", "dx", "gamma", "saved_mean", "saved_inv_std", "dgamma", "dbeta"]
-    names += {"": [], "x": ["beta"], "y": ["y"]}[r.mask] + (["dz"] if r.dz else [])
+    names += {"": [], "x": ["beta"], "y": ["y"]}[r.mask] + (["dz"] if r.dz else []) + (["dy2"] if r.dy2 else [])
     return b.native("bn_bwd", names, ints={"m": r.m, "c": r.c, "mask": _MASK_CODES[r.mask], "dz": r.dz})
 
 

@@ -130,9 +130,10 @@ def test_fused_bn_is_deterministic():
     assert runs[0] == runs[1] == runs[2]
 
 
+# exact 2x2/2 tilings take the by-window kernels, the rest the per-input ones (odd sizes: uncovered inputs)
 POOLS = [((2, 2, 0), (4, 8, 8, 64)), ((3, 2, 1), (4, 9, 9, 64)), ((2, 2, 0), (2, 6, 6, 12)),
-         ((3, 2, 1), (2, 16, 16, 8))]
-POOL_IDS = ["2x2/2 c64", "3x3/2 pad c64", "2x2/2 c12", "3x3/2 pad c8"]
+         ((3, 2, 1), (2, 16, 16, 8)), ((2, 2, 0), (2, 7, 9, 16)), ((3, 3, 0), (2, 9, 9, 8))]
+POOL_IDS = ["2x2/2 c64", "3x3/2 pad c64", "2x2/2 c12", "3x3/2 pad c8", "2x2/2 odd c16", "3x3/3 c8"]
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
@@ -143,13 +144,13 @@ def test_bn_maxpool_fused(pool, shape, dtype):
     BN tolerances."""
     k, s, p = pool
     n, h, w, c = shape
-    q = (h + 2 * p - k) // s + 1
+    hp, q = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
     tw = Twin()
     for name in ("x", "dx"):
         tw.add(name, shape, dtype)
     for name in ("y", "dy"):
-        tw.add(name, (n, q, q, c), dtype)
-    tw.add("mask", (n, q, q, c), "int8")
+        tw.add(name, (n, hp, q, c), dtype)
+    tw.add("mask", (n, hp, q, c), "int8")
     for name in VEC:
         tw.add(name, (c,))
     tw.allocate()

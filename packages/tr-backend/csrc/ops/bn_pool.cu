@@ -120,22 +120,28 @@ __device__ __forceinline__ void routed_grad(const T* dy, const signed char* mask
       for (int j = 0; j < V; ++j) gv[j] = code[j] == t ? d[j] : 0.0f;
     }
   }
-  for (int t = 0; !w.disjoint && t < w.kh * w.kw; ++t) {
-    const int a = hh + w.ph - t / w.kw, b = ww + w.pw - t % w.kw;
-    if (a < 0 || b < 0 || a % w.sh != 0 || b % w.sw != 0) continue;
-    const int op = a / w.sh, oq = b / w.sw;
-    if (op >= w.p || oq >= w.q) continue;
-    const std::int64_t o = ((static_cast<std::int64_t>(n) * w.p + op) * w.q + oq) * g.c + grp * V;
-    float d[V];
-    int code[V];
-    load<T, V>(dy + o, d);
-    load_mask<V>(mask + o, code);
+  if (!w.disjoint) {
+    // the windows holding this input: rows op in [op_lo, op_hi], columns oq likewise; visited with op and oq
+    // descending, i.e. window positions t = (ah - op*sh) * kw + (aw - oq*sw) ascending, the CPU's order
+    const int ah = hh + w.ph, aw = ww + w.pw;
+    const int op_lo = ah >= w.kh ? (ah - w.kh) / w.sh + 1 : 0, op_hi = min(ah / w.sh, w.p - 1);
+    const int oq_lo = aw >= w.kw ? (aw - w.kw) / w.sw + 1 : 0, oq_hi = min(aw / w.sw, w.q - 1);
+    for (int op = op_hi; op >= op_lo; --op) {
+      for (int oq = oq_hi; oq >= oq_lo; --oq) {
+        const int t = (ah - op * w.sh) * w.kw + (aw - oq * w.sw);
+        const std::int64_t o = ((static_cast<std::int64_t>(n) * w.p + op) * w.q + oq) * g.c + grp * V;
+        float d[V];
+        int code[V];
+        load<T, V>(dy + o, d);
+        load_mask<V>(mask + o, code);
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      if (w.overlap) {
-        gv[j] = gv[j] + d[j] * (code[j] == t ? 1.0f : 0.0f);  // the CPU's dy * (code == t), NaN included
-      } else if (code[j] == t) {
-        gv[j] = d[j];
+        for (int j = 0; j < V; ++j) {
+          if (w.overlap) {
+            gv[j] = gv[j] + d[j] * (code[j] == t ? 1.0f : 0.0f);  // the CPU's dy * (code == t), NaN included
+          } else if (code[j] == t) {
+            gv[j] = d[j];
+          }
+        }
       }
     }
   }
@@ -215,6 +221,69 @@ __global__ void __launch_bounds__(kBlock) pool_bwd_apply_kernel(const T* x, cons
   }
 }
 
+// Disjoint windows that cover the input exactly (VGG's 2x2/2): one thread per (window, vector) reads the pooled
+// gradient and mask once and visits its kh*kw inputs, so there is no index arithmetic per input row. g runs
+// over the pooled rows. pass 0: the chunk sums of g and g * xhat; pass 1: dx.
+template <class T, int V, int PASS>
+__global__ void __launch_bounds__(kBlock) pool_bwd_window_kernel(const T* __restrict__ x, const T* dy,
+                                                                 const signed char* mask, T* dx, const float* gamma,
+                                                                 const float* beta, const float* mean,
+                                                                 const float* inv, const float* coef, Geo g, Win w,
+                                                                 double* __restrict__ part) {
+  const int grp = blockIdx.y * g.gx + threadIdx.x;
+  const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * g.rows, hi = min(g.m, lo + g.rows);
+  double ds[V], dq[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) ds[j] = dq[j] = 0.0;
+  if (grp < g.groups) {
+    BwdParams<V> p;
+    p.load_all(gamma, beta, mean, inv, grp * V, MASK_FROM_X);
+    float t1[V], t2[V], kk[V];
+    if (PASS == 1) {
+      load_params<V>(coef, grp * V, t1);
+      load_params<V>(coef + g.c, grp * V, t2);
+      load_params<V>(coef + 2 * g.c, grp * V, kk);
+    }
+    for (std::int64_t r = lo + threadIdx.y; r < hi; r += g.lanes) {
+      const int ro = static_cast<int>(r), nr = ro / w.q;
+      const int oq = ro - nr * w.q, n = nr / w.p, op = nr - n * w.p;
+      float d[V];
+      int code[V];
+      load<T, V>(dy + r * g.c + grp * V, d);
+      load_mask<V>(mask + r * g.c + grp * V, code);
+      float fs[V], fq[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) fs[j] = fq[j] = 0.0f;
+      for (int t = 0; t < w.kh * w.kw; ++t) {
+        const int hh = op * w.kh + t / w.kw, ww = oq * w.kw + t % w.kw;
+        const std::int64_t o = ((static_cast<std::int64_t>(n) * w.h + hh) * w.w + ww) * g.c + grp * V;
+        float xv[V], gv[V];
+        load<T, V>(x + o, xv);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          gv[j] = (code[j] == t ? d[j] : 0.0f) * relu_passed<T>(affine(xv[j], p.mu[j], p.a[j], p.b[j]));
+          const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
+          if (PASS == 0) {
+            fs[j] += gv[j];
+            fq[j] += gv[j] * xhat;
+          } else {
+            gv[j] = ((gv[j] - xhat * t2[j]) - t1[j]) * kk[j];
+          }
+        }
+        if (PASS == 1) store<T, V>(dx + o, gv);
+      }
+      if (PASS == 0) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          ds[j] += static_cast<double>(fs[j]);
+          dq[j] += static_cast<double>(fq[j]);
+        }
+      }
+    }
+  }
+  if (PASS == 0) tile_sums<V>(ds, dq, g, part);
+}
+
 std::string describe(const char* op, const Geo& g, const Win& w) {
   return std::string(op) + " " + std::to_string(w.kh) + "x" + std::to_string(w.kw) + "/" + std::to_string(w.sh) +
          ", vec" + std::to_string(g.v) + ", " + std::to_string(g.chunks) + "x" + std::to_string(g.tiles) +
@@ -260,7 +329,11 @@ std::unique_ptr<Op> bn_maxpool_bwd(Context&, const OpArgs& args) {
   const int c = static_cast<int>(args.i("c"));
   const Win w = win_of(args);
   const int v = vector_width(args, c, {"x", "dy", "dx", "mask"});
-  const Geo g = geometry(m, c, v);
+  // windows that tile the input exactly: walk the windows; otherwise every input row finds its windows
+  const bool by_window = w.disjoint && w.h == w.p * w.kh && w.w == w.q * w.kw;
+  const Geo g = by_window ? geometry(static_cast<std::int64_t>(w.n) * w.p * w.q, c, v) : geometry(m, c, v);
+  Geo gm = g;
+  gm.m = m;  // the BN statistics are over the input rows whatever the walk
   const void* x = args.ptr("x");
   const void* dy = args.ptr("dy");
   const auto* mask = static_cast<const signed char*>(args.ptr("mask"));
@@ -280,13 +353,23 @@ std::unique_ptr<Op> bn_maxpool_bwd(Context&, const OpArgs& args) {
       constexpr int V = decltype(vc)::value;
       const T* xp = static_cast<const T*>(x);
       const T* dyp = static_cast<const T*>(dy);
-      pool_bwd_reduce_kernel<T, V><<<grid, block, 0, s>>>(xp, dyp, mask, gamma, beta, smean, sinv, g, w, part);
-      bwd_finish_kernel<<<warp_blocks(c), kBlock, 0, s>>>(part, g, gamma, sinv, dgamma, dbeta, coef);
-      pool_bwd_apply_kernel<T, V><<<grid, block, 0, s>>>(xp, dyp, mask, static_cast<T*>(dx), gamma, beta, smean, sinv,
-                                                         coef, g, w);
+      if (by_window) {
+        pool_bwd_window_kernel<T, V, 0><<<grid, block, 0, s>>>(xp, dyp, mask, nullptr, gamma, beta, smean, sinv,
+                                                               nullptr, g, w, part);
+      } else {
+        pool_bwd_reduce_kernel<T, V><<<grid, block, 0, s>>>(xp, dyp, mask, gamma, beta, smean, sinv, g, w, part);
+      }
+      bwd_finish_kernel<<<warp_blocks(c), kBlock, 0, s>>>(part, gm, gamma, sinv, dgamma, dbeta, coef);
+      if (by_window) {
+        pool_bwd_window_kernel<T, V, 1><<<grid, block, 0, s>>>(xp, dyp, mask, static_cast<T*>(dx), gamma, beta,
+                                                               smean, sinv, coef, g, w, nullptr);
+      } else {
+        pool_bwd_apply_kernel<T, V><<<grid, block, 0, s>>>(xp, dyp, mask, static_cast<T*>(dx), gamma, beta, smean,
+                                                           sinv, coef, g, w);
+      }
     });
     check_launch("bn_maxpool_bwd");
-  }, describe("bn_maxpool_bwd", g, w));
+  }, describe(by_window ? "bn_maxpool_bwd by window" : "bn_maxpool_bwd", g, w));
 }
 
 }  // namespace

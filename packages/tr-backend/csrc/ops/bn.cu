@@ -197,10 +197,10 @@ std::unique_ptr<Op> bn_fwd(Context&, const OpArgs& args) {
   auto P = [&](const char* n) { return static_cast<float*>(args.ptr(n)); };
   float *gamma = P("gamma"), *beta = P("beta"), *mean_in = P("mean_in"), *var_in = P("var_in");
   float *mean_out = P("mean_out"), *var_out = P("var_out"), *smean = P("saved_mean"), *sinv = P("saved_inv_std");
-  auto scratch = std::make_shared<DeviceBuffer>(2 * static_cast<std::size_t>(g.chunks) * c * sizeof(double) +
-                                                3 * static_cast<std::size_t>(c) * sizeof(float));
-  double* part = scratch->as<double>();
-  float* coef = reinterpret_cast<float*>(part + 2 * static_cast<std::int64_t>(g.chunks) * c);
+  const Partials pt = partials(g);
+  auto scratch = pt.buf;
+  double* part = pt.part;
+  float* coef = pt.coef;
   const dim3 grid(g.chunks, g.tiles), block(g.gx, g.lanes);
   return fn_op([=](cudaStream_t s) {
     (void)scratch;  // owned by the op
@@ -233,10 +233,10 @@ std::unique_ptr<Op> bn_bwd(Context&, const OpArgs& args) {
   auto P = [&](const char* n) { return static_cast<float*>(const_cast<void*>(opt(args, n))); };
   float *gamma = P("gamma"), *beta = P("beta"), *smean = P("saved_mean"), *sinv = P("saved_inv_std");
   float *dgamma = P("dgamma"), *dbeta = P("dbeta");
-  auto scratch = std::make_shared<DeviceBuffer>(2 * static_cast<std::size_t>(g.chunks) * c * sizeof(double) +
-                                                3 * static_cast<std::size_t>(c) * sizeof(float));
-  double* part = scratch->as<double>();
-  float* coef = reinterpret_cast<float*>(part + 2 * static_cast<std::int64_t>(g.chunks) * c);
+  const Partials pt = partials(g);
+  auto scratch = pt.buf;
+  double* part = pt.part;
+  float* coef = pt.coef;
   const dim3 grid(g.chunks, g.tiles), block(g.gx, g.lanes);
   return fn_op([=](cudaStream_t s) {
     (void)scratch;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <type_traits>
 
@@ -272,6 +273,23 @@ void dispatch(const OpArgs& args, int v, Fn&& fn) {
       fn(tag, std::integral_constant<int, W>{});
     }
   });
+}
+
+// The op-private scratch of a chunked reduction: the chunk partials (two float64 arrays of chunks x c) and
+// three float coefficient arrays of c.
+struct Partials {
+  std::shared_ptr<DeviceBuffer> buf;
+  double* part;
+  float* coef;
+};
+
+inline Partials partials(const Geo& g) {
+  Partials p;
+  p.buf = std::make_shared<DeviceBuffer>(2 * static_cast<std::size_t>(g.chunks) * g.c * sizeof(double) +
+                                         3 * static_cast<std::size_t>(g.c) * sizeof(float));
+  p.part = p.buf->as<double>();
+  p.coef = reinterpret_cast<float*>(p.part + 2 * static_cast<std::int64_t>(g.chunks) * g.c);
+  return p;
 }
 
 inline const void* opt(const OpArgs& args, const char* name) { return args.has(name) ? args.ptr(name) : nullptr; }

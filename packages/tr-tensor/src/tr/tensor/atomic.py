@@ -31,6 +31,9 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+fsync_dir = _fsync_dir  # public: tr.task.checkpoint_files fsyncs the directories it writes
+
+
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
     """Run ``write(f)`` on a temporary file next to ``path``, then fsync and rename it onto ``path``.
 

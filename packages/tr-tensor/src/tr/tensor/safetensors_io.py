@@ -38,6 +38,12 @@ def _lib(action: str) -> ModuleType:
 
 
 def save(path: Path, tensors: dict[str, tuple[np.ndarray, DType]]) -> Path:
+    return write_bytes(path, to_bytes(path, tensors))
+
+
+def to_bytes(path: Path, tensors: dict[str, tuple[np.ndarray, DType]]) -> bytes:
+    """The safetensors bytes of ``tensors`` (``path`` only names the file in errors); callers that checksum
+    what they write (tr.task.checkpoint) hash these bytes."""
     st = _lib("saving")
     arrays = {k: np.ascontiguousarray(a, dtype=dt.np_dtype.newbyteorder("<")) for k, (a, dt) in tensors.items()}
     specs = {
@@ -48,15 +54,20 @@ def save(path: Path, tensors: dict[str, tuple[np.ndarray, DType]]) -> Path:
         raw = st.serialize(specs)  # `arrays` keeps the buffers alive until here
     except st.SafetensorError as e:
         raise DataError(f"{path}: cannot serialize the tensors ({e})") from e
-    return write_bytes(path, raw)
+    return raw
 
 
 def load(path: Path) -> dict[str, tuple[np.ndarray, DType]]:
-    st = _lib("reading")
     try:
         raw = path.read_bytes()
     except OSError as e:
         raise DataError(f"{path}: cannot read ({e.strerror or e})") from e
+    return from_bytes(path, raw)
+
+
+def from_bytes(path: Path, raw: bytes) -> dict[str, tuple[np.ndarray, DType]]:
+    """Parse safetensors bytes read from ``path`` (named in errors)."""
+    st = _lib("reading")
     try:
         flat = st.deserialize(raw)
     except Exception as e:  # SafetensorError, and whatever else the Rust parser reports for bad input

@@ -1,0 +1,263 @@
+"""Trained models out of tr and into it: PyTorch state_dicts <-> a compiled task's arena.
+
+The mapping is by order with shape checks: the torch side is a *template* (an ``nn.Module`` or its
+``state_dict()``: torchvision's ``vgg16_bn``/``resnet50``, an ``nn.Sequential`` of Linear/ReLU), whose
+keys are grouped into modules (``<prefix>.weight`` ...) in registration order; tr's side is its weight-bearing
+layers in layer order (a cbr is its conv, then its BN). One rule reorders torch's side: a block's
+``downsample`` (torchvision ResNets register it last) comes first, as tr's residual blocks hold the
+projection first. Conversions: conv KRSC -> OIHW, BN (1,1,1,C) -> (C,) with running_mean/var from
+B_PREV_*, fc [out,1,1,in] -> [out,in] with the columns of an NHWC-flattened (H,W,C) input put in NCHW
+flatten order. tr's convs have no bias: exported conv biases are zeros, and an imported conv bias is folded
+into the following BN's running mean (exact: BN subtracts the mean, so bn(x + b) with mean m is bn(x) with
+mean m - b, in training too, where the batch mean absorbs b). num_batches_tracked is exported as the
+applied training steps (step - skipped) and ignored on import (tr keeps no per-BN counter).
+
+torch is optional (``pip install 'tr-task[torch]'``): imported only when a function here needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tr.core.errors import ConfigError, PhaseError, ShapeError
+from tr.core.phase import Phase
+from tr.tensor.dtensor import DTensor
+
+_CONV_REGIONS = ("W_FIRST_CONV", "W_DEEP_CONV")
+_BN_ROLES = {"W_BN_WEIGHT": "weight", "W_BN_BIAS": "bias", "B_PREV_MEAN": "running_mean",
+             "B_PREV_VAR": "running_var", "B_NEXT_MEAN": "next_mean", "B_NEXT_VAR": "next_var"}
+
+
+def require_torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError("tr.task.torch_io needs PyTorch: pip install 'tr-task[torch]' (or torch)") from e
+    return torch
+
+
+@dataclass
+class _TrModule:
+    kind: str  # "conv" | "bn" | "fc"
+    layer: int
+    tensors: dict[str, DTensor] = field(default_factory=dict)
+    fc_input: tuple[int, int, int] | None = None  # (H, W, C) an fc reads, NHWC-flattened
+
+    def name(self) -> str:
+        return f"layer L{self.layer} ({self.kind})"
+
+
+@dataclass
+class _TorchModule:
+    prefix: str
+    kind: str  # "conv" | "bn" | "fc"
+    shapes: dict[str, tuple[int, ...]]
+
+
+def _compiled(task, action: str) -> None:
+    if task.phase is not Phase.COMPILED:
+        raise PhaseError(f"{action} needs a compiled task (call compile() first)")
+
+
+def _fc_inputs(program) -> dict[str, tuple[int, int, int]]:
+    """The (H, W, C) each fc weight reads, from the inference or training forward's fc_fwd calls."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for calls in program.graphs.values():
+        for c in calls:
+            if c.op == "fc_fwd":
+                x, w = c.args["x"], c.args["w"]
+                out.setdefault(w.name, tuple(x.shape.dims[1:]))
+    return out
+
+
+def tr_modules(program) -> list[_TrModule]:
+    """tr's weight-bearing modules in layer order, each with its DTensors by torch's parameter suffix."""
+    fc_in = _fc_inputs(program)
+    mods: dict[tuple[int, int], _TrModule] = {}
+    for i in program.inits:
+        t, region = i.tensor, i.tensor.region.name
+        if region in _BN_ROLES:
+            mods.setdefault((i.layer, 1), _TrModule("bn", i.layer)).tensors[_BN_ROLES[region]] = t
+        elif region in _CONV_REGIONS and i.kind == "weight":
+            mods.setdefault((i.layer, 0), _TrModule("conv", i.layer)).tensors["weight"] = t
+        elif region in ("W_FC_WEIGHT", "W_FC_BIAS"):
+            m = mods.setdefault((i.layer, 0), _TrModule("fc", i.layer))
+            m.tensors["weight" if region == "W_FC_WEIGHT" else "bias"] = t
+            if region == "W_FC_WEIGHT":
+                m.fc_input = fc_in.get(t.name, (1, 1, t.shape.dims[3]))
+    return [mods[k] for k in sorted(mods)]
+
+
+def _numpy(v: Any) -> np.ndarray:
+    if hasattr(v, "detach"):
+        v = v.detach().cpu().numpy()
+    return np.asarray(v)
+
+
+def torch_modules(state: Mapping[str, Any]) -> list[_TorchModule]:
+    """The template's modules in tr's order (see the module docstring), with each key's shape."""
+    groups: dict[str, dict[str, tuple[int, ...]]] = {}
+    for key, v in state.items():
+        prefix, _, suffix = key.rpartition(".")
+        groups.setdefault(prefix, {})[suffix] = tuple(np.shape(_numpy(v)))
+    mods: list[_TorchModule] = []
+    for prefix, shapes in groups.items():
+        if "running_mean" in shapes:
+            kind = "bn"
+        elif len(shapes.get("weight", ())) == 4:
+            kind = "conv"
+        elif len(shapes.get("weight", ())) == 2:
+            kind = "fc"
+        else:
+            raise ConfigError(f"torch parameter {prefix!r} ({sorted(shapes)}) is neither a Conv2d, a BatchNorm2d "
+                              "nor a Linear: tr cannot map it")
+        mods.append(_TorchModule(prefix, kind, shapes))
+    def order(i: int) -> tuple[int, int, int]:
+        block, ds, _ = mods[i].prefix.partition(".downsample.")
+        if not ds:
+            return (i, 1, i)
+        return (next(j for j, m in enumerate(mods) if m.prefix.startswith(block + ".")), 0, i)
+
+    return [mods[i] for i in sorted(range(len(mods)), key=order)]
+
+
+def _torch_shapes(m: _TrModule, program_shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The shapes a torch module must have to hold tr module m."""
+    if m.kind == "conv":
+        o, k1, k2, i = program_shapes["weight"]
+        return {"weight": (o, i, k1, k2)}
+    if m.kind == "fc":
+        o, i = program_shapes["weight"][0], program_shapes["weight"][3]
+        out = {"weight": (o, i)}
+        if "bias" in program_shapes:
+            out["bias"] = (o,)
+        return out
+    c = program_shapes["weight"][3]
+    return {"weight": (c,), "bias": (c,), "running_mean": (c,), "running_var": (c,)}
+
+
+def pair(program, state: Mapping[str, Any]) -> list[tuple[_TrModule, _TorchModule]]:
+    """tr's modules zipped with the template's; raises naming the first torch parameter that differs."""
+    trs, tms = tr_modules(program), torch_modules(state)
+    for k, (a, b) in enumerate(zip(trs, tms)):
+        want = _torch_shapes(a, {s: t.shape.dims for s, t in a.tensors.items()})
+        if a.kind != b.kind:
+            raise ShapeError(f"torch module {b.prefix!r} is a {b.kind}, but module {k} of tr is a {a.kind} "
+                             f"({a.name()}): the state_dict is of another architecture")
+        for suffix, shape in want.items():
+            got = b.shapes.get(suffix)
+            if got != shape:
+                raise ShapeError(f"torch parameter '{b.prefix}.{suffix}' has shape {got}, tr's {a.name()} "
+                                 f"needs {shape}: the state_dict is of another architecture or size")
+        extra = set(b.shapes) - set(want) - {"num_batches_tracked"} - ({"bias"} if a.kind == "conv" else set())
+        if a.kind == "fc" and "bias" not in want and "bias" in b.shapes:
+            extra.add("bias")
+        if extra:
+            raise ShapeError(f"torch parameters {sorted(f'{b.prefix}.{s}' for s in extra)} have no counterpart "
+                             f"in tr's {a.name()}")
+    if len(trs) != len(tms):
+        k = min(len(trs), len(tms))
+        what = (f"torch module {tms[k].prefix!r} has no tr counterpart" if len(tms) > k
+                else f"tr's {trs[k].name()} has no torch counterpart")
+        raise ShapeError(f"tr has {len(trs)} weight-bearing modules, the torch template {len(tms)}: {what}")
+    return list(zip(trs, tms))
+
+
+def _fc_to_torch(w: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray:
+    o = w.shape[0]
+    return w.reshape(o, *hwc).transpose(0, 3, 1, 2).reshape(o, -1)
+
+
+def _fc_from_torch(w: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray:
+    h, wd, c = hwc
+    o = w.shape[0]
+    return w.reshape(o, c, h, wd).transpose(0, 2, 3, 1).reshape(o, 1, 1, -1)
+
+
+def _template(target: Any) -> Mapping[str, Any]:
+    return target.state_dict() if hasattr(target, "state_dict") else target
+
+
+def to_torch_state_dict(task, target: Any) -> dict[str, Any]:
+    """A state_dict for ``target`` (an nn.Module or a state_dict giving names, order and shapes) holding the
+    task's trained weights and BN running statistics; ``target.load_state_dict(result)`` then loads it."""
+    _compiled(task, "to_torch_state_dict()")
+    torch = require_torch()
+    state = _template(target)
+    be, prog = task.backend, task.program
+    steps = 0
+    if "step" in prog.named:
+        steps = int(be.read(prog.named["step"]).reshape(-1)[0])
+        if "skipped" in prog.named:
+            steps -= int(be.read(prog.named["skipped"]).reshape(-1)[0])
+    out: dict[str, Any] = {}
+    for a, b in pair(prog, state):
+        arrays = {s: be.read(t).astype(np.float32) for s, t in a.tensors.items()}
+        if a.kind == "conv":
+            vals = {"weight": arrays["weight"].transpose(0, 3, 1, 2)}
+            if "bias" in b.shapes:  # tr's convs have none (a BN follows): zeros keep torch's model the same
+                vals["bias"] = np.zeros(b.shapes["bias"], np.float32)
+        elif a.kind == "fc":
+            vals = {"weight": _fc_to_torch(arrays["weight"], a.fc_input)}
+            if "bias" in arrays:
+                vals["bias"] = arrays["bias"].reshape(-1)
+        else:
+            vals = {s: arrays[s].reshape(-1) for s in ("weight", "bias", "running_mean", "running_var")}
+        for s, v in vals.items():
+            out[f"{b.prefix}.{s}"] = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32))
+        if "num_batches_tracked" in b.shapes:
+            out[f"{b.prefix}.num_batches_tracked"] = torch.tensor(steps, dtype=torch.long)
+    return out
+
+
+def save_torch(task, target: Any, path: str) -> None:
+    """Write to_torch_state_dict(task, target) with torch.save (loads with torch.load + load_state_dict)."""
+    require_torch().save(to_torch_state_dict(task, target), path)
+
+
+def load_torch(task, source: Any) -> None:
+    """Load a torch model's weights (an nn.Module or its state_dict) into the compiled task: parameters and
+    BN running statistics (see the module docstring for the conversions). Every shape is checked before the
+    first byte is written: a state_dict of another architecture raises and leaves the task unchanged."""
+    _compiled(task, "load_torch()")
+    state = _template(source)
+    pairs = pair(task.program, state)
+    writes: list[tuple[DTensor, np.ndarray]] = []
+    pending_bias: np.ndarray | None = None  # a conv's bias, folded into the BN after it
+    for k, (a, b) in enumerate(pairs):
+        get = {s: _numpy(state[f"{b.prefix}.{s}"]).astype(np.float32) for s in b.shapes if s != "num_batches_tracked"}
+        if a.kind == "conv":
+            writes.append((a.tensors["weight"], get["weight"].transpose(0, 2, 3, 1)))
+            pending_bias = get.get("bias")
+            if pending_bias is not None and np.any(pending_bias) and (
+                    k + 1 == len(pairs) or pairs[k + 1][0].kind != "bn"):
+                raise ConfigError(f"torch parameter '{b.prefix}.bias' is non-zero and no batch norm follows the "
+                                  "conv in tr to absorb it (tr's convs have no bias)")
+            continue
+        if a.kind == "fc":
+            writes.append((a.tensors["weight"], _fc_from_torch(get["weight"], a.fc_input)))
+            if "bias" in a.tensors:
+                writes.append((a.tensors["bias"], get["bias"]))
+        else:
+            mean = get["running_mean"] - (pending_bias if pending_bias is not None else 0.0)
+            vals = {"weight": get["weight"], "bias": get["bias"], "running_mean": mean,
+                    "running_var": get["running_var"], "next_mean": mean, "next_var": get["running_var"]}
+            writes.extend((t, vals[s]) for s, t in a.tensors.items())
+        pending_bias = None
+    be = task.backend
+    for t, v in writes:
+        be.write(t, np.ascontiguousarray(v.reshape(t.shape.dims)).astype(t.dtype.np_dtype))
+    refresh_derived(task)
+
+
+def refresh_derived(task) -> None:
+    """Recompute what the plan derives from the master weights: FP16 working copies (AMP) and the
+    inference scale/bias folded from the BN statistics."""
+    st = task._steps
+    task.backend.launch(st.epoch_begin)
+    task.backend.launch(st.epoch_end)
+    task.backend.synchronize()

@@ -1,0 +1,177 @@
+"""Models out of tr and in: tr -> torch state_dict -> the same logits as tr's inference, and torch -> tr -> the
+same logits, for the MNIST MLP, a small CNN (an fc after the flatten of a 4x4x8 NHWC map, conv biases),
+torchvision's VGG16-BN and ResNet-50 at 32x32 with 10 classes (eval mode: BN with running statistics).
+Bad state_dicts raise naming the first differing parameter and change nothing; predict() refuses bad input.
+
+Tolerance: FP32 on both sides, different summation orders: |diff| <= 1e-4 * max|logit| + 1e-5.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+torchvision = pytest.importorskip("torchvision")
+
+from tr.algo.optimizer import SGD  # noqa: E402
+from tr.core.errors import DTypeError, PhaseError, ShapeError  # noqa: E402
+from tr.core.settings import Settings  # noqa: E402
+from tr.graph.blueprint import bn, conv, fc, flatten, maxpool, relu, seq  # noqa: E402
+from tr.task.deep_learning import DeepLearningTask  # noqa: E402
+from tr.task.feeder import ArrayFeeder  # noqa: E402
+from tr.task.predict import predict  # noqa: E402
+from tr.task.torch_io import load_torch, to_torch_state_dict  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from models import mlp_mnist, resnet50, vgg16_bn  # noqa: E402
+
+CLASSES, BATCH = 10, 2
+
+
+def _classes(bp):  # the example model with a 10-way head
+    return seq(*bp.root.layers[:-1], fc(CLASSES))
+
+
+def _mlp():
+    t = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512),
+                            torch.nn.ReLU(), torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, CLASSES))
+    return mlp_mnist, (28, 28, 1), t
+
+
+def _cnn():
+    bp = seq(conv(8, 3, 1, 1), bn(), relu(), maxpool(2, 2), flatten(), fc(CLASSES))
+    t = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, 1, 1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(4 * 4 * 8, CLASSES))
+    return bp, (8, 8, 3), t
+
+
+def _vgg():
+    t = torchvision.models.vgg16_bn(num_classes=CLASSES)
+    t.avgpool = torch.nn.Identity()  # at 32x32 the features are 1x1x512 (torchvision's 7x7 pool is for 224)
+    t.classifier[0] = torch.nn.Linear(512, 4096)
+    return _classes(vgg16_bn), (32, 32, 3), t
+
+
+def _resnet():
+    return _classes(resnet50), (32, 32, 3), torchvision.models.resnet50(num_classes=CLASSES)
+
+
+MODELS = {"mlp": _mlp, "cnn": _cnn, "vgg16_bn": _vgg, "resnet50": _resnet}
+
+
+def _task(bp, hwc, train_steps=0):
+    rng = np.random.default_rng(3)
+    n = max(train_steps, 1) * BATCH
+    x = rng.standard_normal((n, *hwc)).astype(np.float32)
+    y = rng.integers(0, CLASSES, n).astype(np.int32)
+    feeder = ArrayFeeder((x, y), (x[:BATCH], y[:BATCH]), BATCH, shuffle=False, num_classes=CLASSES)
+    task = (DeepLearningTask(Settings().manual_seed(5).global_batch_size(BATCH)).device("cpu").quiet().model(bp)
+            .optimizer(SGD().momentum(0.9)).total_epochs(1).data(feeder)).compile()
+    if train_steps:
+        task.run()  # BN running statistics move away from (0, 1)
+    return task
+
+
+def _batch(hwc, seed=11):
+    return np.random.default_rng(seed).standard_normal((BATCH, *hwc)).astype(np.float32)
+
+
+def _torch_logits(model, x):
+    model.eval()
+    with torch.no_grad():
+        return model(torch.from_numpy(x.transpose(0, 3, 1, 2).copy())).numpy()
+
+
+def _close(a, b):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-4 * float(np.abs(b).max()) + 1e-5)
+
+
+def _randomize(model):
+    """Non-trivial BN statistics and affine parameters, conv biases (folded into tr's BN mean) where there are."""
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.bias.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            elif isinstance(m, torch.nn.Conv2d) and m.bias is not None:
+                m.bias.copy_(torch.randn(m.out_channels, generator=g) * 0.1)
+    return model
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_tr_to_torch_same_logits(name):
+    bp, hwc, model = MODELS[name]()
+    task = _task(bp, hwc, train_steps=1)
+    state = to_torch_state_dict(task, model)
+    model.load_state_dict(state)  # strict: every key present, shapes equal
+    x = _batch(hwc)
+    _close(_torch_logits(model, x), predict(task, x))
+    bns = [k for k in state if k.endswith("running_var")]
+    if bns:  # the statistics left (0, 1): the comparison exercised them
+        assert not np.allclose(state[bns[0]].numpy(), 1.0)
+        assert int(state[bns[0].replace("running_var", "num_batches_tracked")]) == 1
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_torch_to_tr_same_logits(name):
+    bp, hwc, model = MODELS[name]()
+    model = _randomize(model)
+    task = _task(bp, hwc)
+    load_torch(task, model)
+    x = _batch(hwc, seed=12)
+    _close(predict(task, x), _torch_logits(model, x))
+    np.testing.assert_array_equal(predict(task, x, "argmax"), predict(task, x).argmax(1))
+    np.testing.assert_allclose(predict(task, x[:1], "probs").sum(1), 1.0, rtol=1e-6)
+
+
+def test_fine_tune_from_loaded_weights():
+    bp, hwc, model = _cnn()
+    task = _task(bp, hwc, train_steps=2)
+    load_torch(task, _randomize(model))
+    before = task.weights()
+    task.run()
+    after = task.weights()
+    assert any(not np.array_equal(before[k], after[k]) for k in before)
+    model.load_state_dict(to_torch_state_dict(task, model))  # and back out after training
+    x = _batch(hwc)
+    _close(_torch_logits(model, x), predict(task, x))
+
+
+def test_other_architecture_is_refused_and_nothing_loaded():
+    bp, hwc, _ = _cnn()
+    task = _task(bp, hwc)
+    before = task.weights()
+    other = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, 1, 1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+                                torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(4 * 4 * 16, CLASSES))
+    with pytest.raises(ShapeError, match=r"'0\.weight' has shape \(16, 3, 3, 3\)"):
+        load_torch(task, other)
+    with pytest.raises(ShapeError, match="'5.weight'"):
+        to_torch_state_dict(task, torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8),
+                                                      torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Identity(),
+                                                      torch.nn.Linear(7, CLASSES)))
+    state = _cnn()[2].state_dict()
+    state["1.running_mean"] = torch.zeros(9)  # one statistic of the wrong size: refused before any write
+    with pytest.raises(ShapeError, match="'1.running_mean'"):
+        load_torch(task, state)
+    with pytest.raises(ShapeError, match="'conv1.weight' has shape \\(64, 3, 7, 7\\)"):
+        load_torch(task, torchvision.models.resnet18(num_classes=CLASSES))
+    after = task.weights()
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_predict_refuses_bad_input():
+    bp, hwc, _ = _cnn()
+    with pytest.raises(PhaseError, match="compile"):
+        predict(DeepLearningTask().model(bp), _batch(hwc))
+    task = _task(bp, hwc)
+    with pytest.raises(ShapeError, match=r"\[n, 8, 8, 3\]"):
+        predict(task, np.zeros((BATCH, 3, 8, 8), np.float32))
+    with pytest.raises(ShapeError, match="n <= 2"):
+        predict(task, np.zeros((3, 8, 8, 3), np.float32))
+    with pytest.raises(DTypeError, match="float64"):
+        predict(task, np.zeros((BATCH, 8, 8, 3)))

@@ -228,6 +228,11 @@ def _log_to(tmp_path) -> None:
     assert (tmp_path / "metrics.csv").read_text().count("\n") >= 2
 
 
+def _checkpoint_every(tmp_path) -> None:
+    task(checkpoint_every=(1, tmp_path, 1, "top1"), total_epochs=(2,)).compile().run()
+    assert sorted(p.name for p in tmp_path.iterdir()) in (["best", "epoch-0002"], ["epoch-0002"])
+
+
 def _total_epochs() -> None:
     assert len(_history(task(total_epochs=(2,)))) == 2
 
@@ -310,6 +315,7 @@ EFFECTS: dict[str, Callable[..., None]] = {
     "DeepLearningTask.on_step": _on_step,
     "DeepLearningTask.quiet": _quiet,
     "DeepLearningTask.log_to": _log_to,
+    "DeepLearningTask.checkpoint_every": _checkpoint_every,
     # Settings
     "Settings.use_gpu": _use_gpu,
     "Settings.use_cpu": _use_cpu,
@@ -419,7 +425,7 @@ for _name, _init in {"conv": lambda i: i.conv(R.InitKind.XAVIER_NORMAL), "fc": l
 # against): they are not settings.
 NOT_SETTERS = {
     "DeepLearningTask": {"compile", "run", "weights", "parameters", "describe", "host_us_per_step",
-                         "time_train_step"},
+                         "time_train_step", "save", "resume"},
     "Settings": {"freeze", "thaw", "snapshot", "as_dict"},
     "PreprocessorSettings": {"commit", "copy", "open_dataset", "chain", "sample_shape"},
     "CrossEntropyLoss": {"forward", "backward"},

@@ -15,7 +15,7 @@ from tr.core.errors import CompileError, ConfigError, PhaseError
 from tr.core.log import get_logger
 from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
-from tr.task import devices, plan_inputs
+from tr.task import checkpoint, devices, plan_inputs
 from tr.task.base import TaskBase
 from tr.task.devices import relaunch_per_device
 from tr.task.distributed import (
@@ -80,6 +80,7 @@ class DeepLearningTask(TaskBase):
         self._on_step = None
         self._log: MetricsLog | None = None  # log_to(): CSV, JSON lines, plots, TensorBoard
         self._sinks: MetricsLog | None = None  # the log while run() runs (rank 0 only)
+        self._checkpoints: checkpoint.CheckpointPolicy | None = None  # checkpoint_every()
         self._dist: tuple[DistEnv, float | None] | None = None
         self.group: Group | None = None  # this process's rank group when training data-parallel
         self._val_samples = 0.0  # what validation sums are divided by (global mean of per-rank counts)
@@ -207,6 +208,32 @@ class DeepLearningTask(TaskBase):
         runs), loss/accuracy/lr PNG plots (``plots``: None = when matplotlib is installed, True = required)
         and TensorBoard scalars under tensorboard/ (``tensorboard``: likewise). Only rank 0 writes."""
         self._log = MetricsLog(directory, plots=plots, tensorboard=tensorboard)
+        return self
+
+    def checkpoint_every(self, epochs: int, directory, keep_last: int = 1,
+                         keep_best: str | None = None) -> DeepLearningTask:
+        """After every ``epochs``-th epoch save a checkpoint ``directory``/epoch-NNNN (the newest
+        ``keep_last`` are kept); with ``keep_best`` ("top1", "top5", "val_loss" or "train_loss") also keep
+        ``directory``/best, the best epoch by that metric. Only rank 0 writes. See tr.task.checkpoint."""
+        self._checkpoints = checkpoint.CheckpointPolicy(epochs, directory, keep_last, keep_best)
+        return self
+
+    def save(self, path) -> DeepLearningTask:
+        """Write a checkpoint directory at ``path`` (atomically: a crash leaves the previous one whole)."""
+        self._require(Phase.COMPILED, "save()")
+        checkpoint.save(self, path)
+        return self
+
+    def resume(self, path) -> DeepLearningTask:
+        """Continue from the checkpoint at ``path``: configure the task as for the run that saved it (same
+        settings, model, optimizer, schedule, data), then ``task.resume(path).run()`` trains the remaining
+        epochs with the bytes of an uninterrupted run. Compiles the task first when it is not compiled. A
+        damaged checkpoint (DataError) or one of another model or configuration (ConfigError, naming the first
+        difference) is refused before anything is loaded."""
+        if self._phase is Phase.PLANNING:
+            self.compile()
+        self._require(Phase.COMPILED, "resume()")
+        checkpoint.load(self, path)
         return self
 
     def quiet(self, quiet: bool = True) -> DeepLearningTask:
@@ -398,6 +425,8 @@ class DeepLearningTask(TaskBase):
             rec.seconds = time.perf_counter() - t0
             result.history.append(rec)
             result.epochs = epoch + 1
+            if self._checkpoints is not None and main:
+                self._checkpoints.after_epoch(self, rec)
             if table:
                 table.row(rec)
             if self._sinks is not None:

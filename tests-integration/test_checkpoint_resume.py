@@ -1,0 +1,82 @@
+"""Checkpoints end to end on the CPU backend: exact resume in a new process (4 epochs straight == 2 epochs, save,
+a subprocess resumes and trains 2 more: every state tensor byte-identical, the metrics equal) for an MLP with
+dropout and augmentation through the native pipeline and for a small BN CNN under AMP; crash safety (a writer
+killed with SIGKILL at random moments of a save never leaves a checkpoint that does not load and verify)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import checkpoint_worker as W  # noqa: E402
+
+from tr.task import checkpoint_files  # noqa: E402
+
+WORKER = str(Path(__file__).resolve().parent / "checkpoint_worker.py")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    root = Path(__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "packages/tr-backend/src"), env.get("PYTHONPATH", "")])
+    return env
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_a_resumed_run_in_a_new_process_gives_the_bytes_of_an_uninterrupted_one(kind, tmp_path):
+    straight = W.make_task(kind).compile()
+    full = straight.run()
+    want_state, want_metrics = W.arena_state(straight), W.metrics(full)
+    straight._feeder.close()
+
+    first = W.make_task(kind).compile()
+    first.run(2)
+    first.save(tmp_path / "ck")
+    first._feeder.close()
+
+    out = tmp_path / "resumed.npz"
+    subprocess.run([sys.executable, WORKER, "resume", kind, str(tmp_path / "ck"), str(out)], check=True,
+                   env=_env(), timeout=120)
+    got = np.load(out)
+    assert int(got["epochs_done"]) == W.EPOCHS
+    np.testing.assert_array_equal(got["metrics"], want_metrics[2:])  # epochs 3, 4: losses, LR, accuracy, skips
+    assert sorted(k[2:] for k in got.files if k.startswith("s:")) == sorted(want_state)
+    for name, arr in want_state.items():
+        assert got[f"s:{name}"].tobytes() == arr.tobytes(), name
+    if kind == "cnn":  # the AMP and BN state was really part of it
+        assert {"loss_scale", "loss_scale_tracker", "L0.prev_mean", "L0.w.fp16"} <= set(want_state)
+    else:
+        assert "dropout_seed" in want_state and np.isfinite(want_metrics[:, 4]).all()
+
+
+def test_a_writer_killed_mid_save_leaves_the_previous_checkpoint_whole(tmp_path):
+    from tr.core.dtype import DType
+
+    path = tmp_path / "ck"
+    checkpoint_files.write(path, {"w": (np.full((256, 1024), 0, np.float32), DType.FP32)}, {"version_of_test": 0})
+    rng = random.Random(1234)
+    seen = 0
+    for _trial in range(12):
+        before = int(checkpoint_files.read(path)[0]["version_of_test"])
+        proc = subprocess.Popen([sys.executable, WORKER, "writer", str(path)], env=_env())
+        time.sleep(rng.uniform(0.25, 0.6))  # the interpreter's start, then a few saves and a cut inside one
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        manifest, tensors = checkpoint_files.read(path)  # verifies every checksum
+        version = int(manifest["version_of_test"])
+        assert version >= before
+        arr, dt = tensors["w"]
+        assert dt is DType.FP32 and (arr == version).all()  # the data of the version its manifest names
+        seen = max(seen, version)
+        leftovers = [p.name for p in tmp_path.iterdir() if p.name != "ck"]
+        assert all(name.startswith(".ck.") for name in leftovers), leftovers  # only hidden temporaries
+    assert seen > 0  # the writer did replace the checkpoint, so the kills hit real saves

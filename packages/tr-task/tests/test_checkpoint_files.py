@@ -1,0 +1,103 @@
+"""The checkpoint directory format: round trip, the two-rename path's recovery where renameat2 cannot swap,
+a failed save leaving the previous checkpoint and no temporaries, and refused manifests (version, file list);
+state_tensors takes EMA regions whenever the plan allocates them."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tr.core.dtype import DType
+from tr.core.errors import DataError
+from tr.core.region import Region
+from tr.core.shape import Shape
+from tr.task import checkpoint, checkpoint_files
+from tr.tensor.dtensor import DTensor, slot_bytes_for
+
+
+def _w(v: float) -> dict:
+    return {"w": (np.full((4, 3), v, np.float32), DType.FP32), "h": (np.full((2,), v, np.float16), DType.FP16)}
+
+
+def test_round_trip_and_replace(tmp_path):
+    checkpoint_files.write(tmp_path / "ck", _w(1), {"epoch": 1})
+    checkpoint_files.write(tmp_path / "ck", _w(2), {"epoch": 2})
+    m, t = checkpoint_files.read(tmp_path / "ck")
+    assert m["epoch"] == 2 and (t["w"][0] == 2).all() and t["h"][1] is DType.FP16
+    assert os.listdir(tmp_path) == ["ck"]
+
+
+def test_without_an_atomic_swap_a_crash_between_the_renames_reads_the_previous_one(tmp_path, monkeypatch):
+    checkpoint_files.write(tmp_path / "ck", _w(1), {"epoch": 1})
+    monkeypatch.setattr(checkpoint_files, "_exchange", lambda a, b: False)
+    real = os.replace
+
+    def crash_on_second(src, dst):
+        if str(src).startswith(str(tmp_path / ".ck.tmp-")):
+            raise KeyboardInterrupt  # the process dies after moving the old checkpoint aside
+        real(src, dst)
+
+    monkeypatch.setattr(checkpoint_files.os, "replace", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint_files.write(tmp_path / "ck", _w(2), {"epoch": 2})
+    assert not (tmp_path / "ck").exists()
+    assert checkpoint_files.read(tmp_path / "ck")[0]["epoch"] == 1  # from .ck.old
+    monkeypatch.setattr(checkpoint_files.os, "replace", real)
+    checkpoint_files.write(tmp_path / "ck", _w(3), {"epoch": 3})  # the next save completes and tidies up
+    assert os.listdir(tmp_path) == ["ck"] and checkpoint_files.read(tmp_path / "ck")[0]["epoch"] == 3
+
+
+def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    checkpoint_files.write(tmp_path / "ck", _w(1), {"epoch": 1})
+    real = checkpoint_files._write_file
+
+    def disk_full(path, data):
+        if path.name == checkpoint_files.MANIFEST:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(checkpoint_files, "_write_file", disk_full)
+    with pytest.raises(DataError, match="ck: cannot save the checkpoint .No space left on device"):
+        checkpoint_files.write(tmp_path / "ck", _w(2), {"epoch": 2})
+    assert checkpoint_files.read(tmp_path / "ck")[0]["epoch"] == 1 and os.listdir(tmp_path) == ["ck"]
+
+
+def _resign(path, **changes) -> None:
+    m = json.loads((path / "manifest.json").read_text())
+    m.update(changes)
+    body = {k: v for k, v in m.items() if k != "sha256"}
+    m["sha256"] = hashlib.sha256(checkpoint_files._canonical(body)).hexdigest()
+    (path / "manifest.json").write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize("changes, msg", [
+    ({"version": 99}, "format version 99"),
+    ({"format": "other"}, "not a tr checkpoint manifest"),
+    ({"files": {}}, "lists files"),
+])
+def test_refused_manifests_name_the_file(changes, msg, tmp_path):
+    checkpoint_files.write(tmp_path / "ck", _w(1), {"epoch": 1})
+    _resign(tmp_path / "ck", **changes)
+    with pytest.raises(DataError, match=msg) as e:
+        checkpoint_files.read(tmp_path / "ck")
+    assert str(tmp_path / "ck" / "manifest.json") in str(e.value)
+
+
+def _t(i: int, name: str, region: Region, slot: bool = True) -> DTensor:
+    shape = Shape(1, 1, 1, 4)
+    return DTensor(i, name, region, shape, DType.FP32, slot_bytes_for(shape, DType.FP32) if slot else 0, 256 * i)
+
+
+def test_state_tensors_take_ema_weights_when_allocated_and_skip_transients():
+    tensors = (_t(0, "w", Region.W_FC_WEIGHT), _t(1, "w.ema", Region.E_FC_WEIGHT), _t(2, "w.m", Region.M_FC_WEIGHT),
+               _t(3, "g", Region.G_FC_WEIGHT), _t(4, "x", Region.F_FEATURE_FP32), _t(5, "mask", Region.S_MASK),
+               _t(6, "lr_table", Region.S_SCALAR_FP32), _t(7, "e16", Region.E_FC_WEIGHT_FP16, slot=False),
+               _t(8, "accum", Region.R_RESULT_ACCUMULATED), _t(9, "step", Region.S_SCALAR_INT32))
+    names = [t.name for t in checkpoint.state_tensors(SimpleNamespace(tensors=tensors))]
+    assert names == ["w", "w.ema", "w.m", "accum", "step"]

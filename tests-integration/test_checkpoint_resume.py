@@ -67,13 +67,15 @@ def test_a_writer_killed_mid_save_leaves_the_previous_checkpoint_whole(tmp_path)
     seen = 0
     for _trial in range(12):
         before = int(checkpoint_files.read(path)[0]["version_of_test"])
-        proc = subprocess.Popen([sys.executable, WORKER, "writer", str(path)], env=_env())
-        time.sleep(rng.uniform(0.25, 0.6))  # the interpreter's start, then a few saves and a cut inside one
+        proc = subprocess.Popen([sys.executable, WORKER, "writer", str(path)], env=_env(), stdout=subprocess.PIPE)
+        assert proc.stdout.readline() == b"saving\n"  # its first save is done and the next one has begun
+        time.sleep(rng.uniform(0.0, 0.05))  # a few saves, then a cut somewhere inside one
         proc.send_signal(signal.SIGKILL)
+        proc.stdout.close()
         proc.wait()
         manifest, tensors = checkpoint_files.read(path)  # verifies every checksum
         version = int(manifest["version_of_test"])
-        assert version >= before
+        assert version > before  # the writer's first save completed before the kill
         arr, dt = tensors["w"]
         assert dt is DType.FP32 and (arr == version).all()  # the data of the version its manifest names
         seen = max(seen, version)

@@ -101,3 +101,10 @@ def test_state_tensors_take_ema_weights_when_allocated_and_skip_transients():
                _t(8, "accum", Region.R_RESULT_ACCUMULATED), _t(9, "step", Region.S_SCALAR_INT32))
     names = [t.name for t in checkpoint.state_tensors(SimpleNamespace(tensors=tensors))]
     assert names == ["w", "w.ema", "w.m", "accum", "step"]
+
+
+def test_a_save_onto_a_file_is_refused(tmp_path):
+    (tmp_path / "ck").write_text("mine")
+    with pytest.raises(DataError, match="it is a file, not a checkpoint directory"):
+        checkpoint_files.write(tmp_path / "ck", _w(1), {"epoch": 1})
+    assert (tmp_path / "ck").read_text() == "mine"

@@ -122,7 +122,11 @@ def _has_dropout(program) -> bool:
 
 
 def save(task, path: str | Path, record=None) -> Path:
-    """Write ``task``'s state to the checkpoint directory ``path`` (atomically; see checkpoint_files)."""
+    """Write ``task``'s state to the checkpoint directory ``path`` (atomically; see checkpoint_files). In
+    data-parallel training only rank 0 writes (every rank holds the same weights); the others return."""
+    path = Path(path)
+    if task.group is not None and not task.group.is_main:
+        return path
     task.backend.synchronize()
     tensors = state_tensors(task.program)
     arrays = {k: (task.backend.read(t), t.dtype) for k, t in zip(_keys(tensors), tensors)}

@@ -77,6 +77,8 @@ def write(path: str | Path, tensors: dict[str, tuple[np.ndarray, DType]], body: 
     manifest with ``body``'s keys. OSError becomes a DataError naming ``path``; ``path`` is untouched then."""
     path = Path(path)
     parent = path.parent
+    if path.exists() and not path.is_dir():
+        raise DataError(f"{path}: cannot save a checkpoint there: it is a file, not a checkpoint directory")
     for stale in parent.glob(f".{path.name}.tmp-*"):  # a writer killed earlier; never a checkpoint
         shutil.rmtree(stale, ignore_errors=True)
     if path.exists() and _old(path).exists():

@@ -219,7 +219,8 @@ class DeepLearningTask(TaskBase):
         return self
 
     def save(self, path) -> DeepLearningTask:
-        """Write a checkpoint directory at ``path`` (atomically: a crash leaves the previous one whole)."""
+        """Write a checkpoint directory at ``path`` (atomically: a crash leaves the previous one whole; only
+        rank 0 writes in data-parallel training)."""
         self._require(Phase.COMPILED, "save()")
         checkpoint.save(self, path)
         return self

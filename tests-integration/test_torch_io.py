@@ -1,6 +1,7 @@
 """Models out of tr and in: tr -> torch state_dict -> the same logits as tr's inference, and torch -> tr -> the
-same logits, for the MNIST MLP, a small CNN (an fc after the flatten of a 4x4x8 NHWC map, conv biases),
-torchvision's VGG16-BN and ResNet-50 at 32x32 with 10 classes (eval mode: BN with running statistics).
+same logits, for the MNIST MLP, a small CNN (an fc after the flatten of a 4x4x8 NHWC map, conv biases), one
+with torch's AdaptiveAvgPool2d before its Linear, torchvision's VGG16-BN (unchanged) and ResNet-50 at 32x32 with
+10 classes (eval mode: BN with running statistics).
 Bad state_dicts raise naming the first differing parameter and change nothing; predict() refuses bad input.
 
 Tolerance: FP32 on both sides, different summation orders: |diff| <= 1e-4 * max|logit| + 1e-5.
@@ -47,18 +48,24 @@ def _cnn():
     return bp, (8, 8, 3), t
 
 
+def _pooled_cnn():  # torch pools the 2x2 map to 3x3 before its Linear (overlapping bins); tr's fc reads 2x2
+    bp = seq(conv(4, 3, 1, 1), bn(), relu(), maxpool(2, 2), flatten(), fc(CLASSES))
+    t = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, 1, 1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                            torch.nn.MaxPool2d(2), torch.nn.AdaptiveAvgPool2d(3), torch.nn.Flatten(),
+                            torch.nn.Linear(4 * 9, CLASSES))
+    return bp, (4, 4, 3), t
+
+
 def _vgg():
-    t = torchvision.models.vgg16_bn(num_classes=CLASSES)
-    t.avgpool = torch.nn.Identity()  # at 32x32 the features are 1x1x512 (torchvision's 7x7 pool is for 224)
-    t.classifier[0] = torch.nn.Linear(512, 4096)
-    return _classes(vgg16_bn), (32, 32, 3), t
+    # unchanged: at 32x32 its AdaptiveAvgPool2d((7, 7)) replicates the 1x1x512 map, folded into classifier.0
+    return _classes(vgg16_bn), (32, 32, 3), torchvision.models.vgg16_bn(num_classes=CLASSES)
 
 
 def _resnet():
     return _classes(resnet50), (32, 32, 3), torchvision.models.resnet50(num_classes=CLASSES)
 
 
-MODELS = {"mlp": _mlp, "cnn": _cnn, "vgg16_bn": _vgg, "resnet50": _resnet}
+MODELS = {"mlp": _mlp, "cnn": _cnn, "pooled_cnn": _pooled_cnn, "vgg16_bn": _vgg, "resnet50": _resnet}
 
 
 def _task(bp, hwc, train_steps=0):

@@ -5,12 +5,16 @@ The mapping is by order with shape checks: the torch side is a *template* (an ``
 keys are grouped into modules (``<prefix>.weight`` ...) in registration order; tr's side is its weight-bearing
 layers in layer order (a cbr is its conv, then its BN). One rule reorders torch's side: a block's
 ``downsample`` (torchvision ResNets register it last) comes first, as tr's residual blocks hold the
-projection first. Conversions: conv KRSC -> OIHW, BN (1,1,1,C) -> (C,) with running_mean/var from
-B_PREV_*, fc [out,1,1,in] -> [out,in] with the columns of an NHWC-flattened (H,W,C) input put in NCHW
-flatten order. tr's convs have no bias: exported conv biases are zeros, and an imported conv bias is folded
-into the following BN's running mean (exact: BN subtracts the mean, so bn(x + b) with mean m is bn(x) with
-mean m - b, in training too, where the batch mean absorbs b). num_batches_tracked is exported as the
-applied training steps (step - skipped) and ignored on import (tr keeps no per-BN counter).
+projection first.
+
+Conversions: conv KRSC -> OIHW; BN (1,1,1,C) -> (C,) with running_mean/var from B_PREV_*; fc [out,1,1,in]
+-> [out,in] with the columns of an NHWC-flattened (H,W,C) input put in NCHW flatten order. Where torch's
+Linear reads C*s*s features after an AdaptiveAvgPool2d((s, s)) (torchvision's VGG below 224x224; tr's
+flatten reads the small map itself), the pool's linear map is folded in, exactly both ways while H, W <= s.
+tr's convs have no bias: exported conv biases are zeros, and an imported conv bias is folded into the
+following BN's running mean (exact: bn(x + b) with mean m is bn(x) with mean m - b, and in training the
+batch mean absorbs b). num_batches_tracked is exported as the applied training steps (step - skipped)
+and ignored on import (tr keeps no per-BN counter).
 
 torch is optional (``pip install 'tr-task[torch]'``): imported only when a function here needs it.
 """
@@ -56,6 +60,7 @@ class _TorchModule:
     prefix: str
     kind: str  # "conv" | "bn" | "fc"
     shapes: dict[str, tuple[int, ...]]
+    pool: int | None = None  # s: an AdaptiveAvgPool2d((s, s)) sits between tr's feature map and this Linear
 
 
 def _compiled(task, action: str) -> None:
@@ -148,6 +153,10 @@ def pair(program, state: Mapping[str, Any]) -> list[tuple[_TrModule, _TorchModul
         if a.kind != b.kind:
             raise ShapeError(f"torch module {b.prefix!r} is a {b.kind}, but module {k} of tr is a {a.kind} "
                              f"({a.name()}): the state_dict is of another architecture")
+        if a.kind == "fc":
+            b.pool = _adaptive_pool(a.fc_input, want["weight"], b.shapes.get("weight"))
+            if b.pool is not None:
+                want["weight"] = b.shapes["weight"]
         for suffix, shape in want.items():
             got = b.shapes.get(suffix)
             if got != shape:
@@ -167,14 +176,39 @@ def pair(program, state: Mapping[str, Any]) -> list[tuple[_TrModule, _TorchModul
     return list(zip(trs, tms))
 
 
-def _fc_to_torch(w: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray:
-    o = w.shape[0]
-    return w.reshape(o, *hwc).transpose(0, 3, 1, 2).reshape(o, -1)
+def _adaptive_pool(hwc: tuple[int, int, int], want: tuple[int, ...], got: tuple[int, ...] | None) -> int | None:
+    """s when torch's Linear reads C*s*s features where tr's fc reads H*W*C: torchvision's VGG pools any
+    feature map to 7x7 (AdaptiveAvgPool2d) before its classifier, tr's flatten reads the map itself."""
+    h, w, c = hwc
+    if got is None or len(got) != 2 or got == want or got[0] != want[0] or got[1] % c:
+        return None
+    s = round((got[1] // c) ** 0.5)
+    return s if s * s * c == got[1] and h <= s and w <= s else None
 
 
-def _fc_from_torch(w: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray:
-    h, wd, c = hwc
-    o = w.shape[0]
+def _pool_matrix(h: int, w: int, s: int) -> np.ndarray:
+    """AdaptiveAvgPool2d((s, s)) of an h x w map as a [s*s, h*w] matrix (torch's bins: floor/ceil bounds)."""
+    def bins(n: int) -> np.ndarray:
+        m = np.zeros((s, n))
+        for i in range(s):
+            lo, hi = (i * n) // s, -(-(i + 1) * n // s)
+            m[i, lo:hi] = 1.0 / (hi - lo)
+        return m
+    return np.kron(bins(h), bins(w))
+
+
+def _fc_to_torch(w: np.ndarray, hwc: tuple[int, int, int], pool: int | None) -> np.ndarray:
+    o, (h, wd, c) = w.shape[0], hwc
+    w = w.reshape(o, h, wd, c).transpose(0, 3, 1, 2).reshape(o, c, h * wd)
+    if pool is not None:  # W' with W' P = W (P has full column rank: h, w <= s), so Linear(pool(x)) = fc(x)
+        w = (w.astype(np.float64) @ np.linalg.pinv(_pool_matrix(h, wd, pool))).astype(np.float32)
+    return w.reshape(o, -1)
+
+
+def _fc_from_torch(w: np.ndarray, hwc: tuple[int, int, int], pool: int | None) -> np.ndarray:
+    o, (h, wd, c) = w.shape[0], hwc
+    if pool is not None:  # Linear(pool(x)) = (W' P) x, exactly
+        w = (w.reshape(o, c, pool * pool).astype(np.float64) @ _pool_matrix(h, wd, pool)).astype(np.float32)
     return w.reshape(o, c, h, wd).transpose(0, 2, 3, 1).reshape(o, 1, 1, -1)
 
 
@@ -202,7 +236,7 @@ def to_torch_state_dict(task, target: Any) -> dict[str, Any]:
             if "bias" in b.shapes:  # tr's convs have none (a BN follows): zeros keep torch's model the same
                 vals["bias"] = np.zeros(b.shapes["bias"], np.float32)
         elif a.kind == "fc":
-            vals = {"weight": _fc_to_torch(arrays["weight"], a.fc_input)}
+            vals = {"weight": _fc_to_torch(arrays["weight"], a.fc_input, b.pool)}
             if "bias" in arrays:
                 vals["bias"] = arrays["bias"].reshape(-1)
         else:
@@ -239,7 +273,7 @@ def load_torch(task, source: Any) -> None:
                                   "conv in tr to absorb it (tr's convs have no bias)")
             continue
         if a.kind == "fc":
-            writes.append((a.tensors["weight"], _fc_from_torch(get["weight"], a.fc_input)))
+            writes.append((a.tensors["weight"], _fc_from_torch(get["weight"], a.fc_input, b.pool)))
             if "bias" in a.tensors:
                 writes.append((a.tensors["bias"], get["bias"]))
         else:

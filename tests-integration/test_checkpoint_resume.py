@@ -31,6 +31,15 @@ def _env() -> dict[str, str]:
     return env
 
 
+@pytest.fixture(autouse=True)
+def _default_pipeline():
+    """The MLP configures the process-wide PREPROCESSOR_SETTING; later tests get the defaults back."""
+    yield
+    from tr.data import reset_preprocessor_settings
+
+    reset_preprocessor_settings()
+
+
 @pytest.mark.parametrize("kind", ["mlp", "cnn"])
 def test_a_resumed_run_in_a_new_process_gives_the_bytes_of_an_uninterrupted_one(kind, tmp_path):
     straight = W.make_task(kind).compile()

@@ -425,7 +425,7 @@ for _name, _init in {"conv": lambda i: i.conv(R.InitKind.XAVIER_NORMAL), "fc": l
 # against): they are not settings.
 NOT_SETTERS = {
     "DeepLearningTask": {"compile", "run", "weights", "parameters", "describe", "host_us_per_step",
-                         "time_train_step", "save", "resume"},
+                         "time_train_step", "save", "resume", "predict", "load_torch", "to_torch"},
     "Settings": {"freeze", "thaw", "snapshot", "as_dict"},
     "PreprocessorSettings": {"commit", "copy", "open_dataset", "chain", "sample_shape"},
     "CrossEntropyLoss": {"forward", "backward"},

@@ -139,14 +139,13 @@ def test_torch_to_tr_same_logits(name):
 def test_fine_tune_from_loaded_weights():
     bp, hwc, model = _cnn()
     task = _task(bp, hwc, train_steps=2)
-    load_torch(task, _randomize(model))
-    before = task.weights()
+    before = task.load_torch(_randomize(model)).weights()  # the task's thin methods: load_torch, to_torch, predict
     task.run()
     after = task.weights()
     assert any(not np.array_equal(before[k], after[k]) for k in before)
-    model.load_state_dict(to_torch_state_dict(task, model))  # and back out after training
+    model.load_state_dict(task.to_torch(model))  # and back out after training
     x = _batch(hwc)
-    _close(_torch_logits(model, x), predict(task, x))
+    _close(_torch_logits(model, x), task.predict(x))
 
 
 def test_other_architecture_is_refused_and_nothing_loaded():

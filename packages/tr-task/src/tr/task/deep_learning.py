@@ -514,6 +514,26 @@ class DeepLearningTask(TaskBase):
             out.append(tuple(self.backend.read(i.tensor).copy() for i in specs))
         return out
 
+    # --- models out and in (tr.task.predict, tr.task.torch_io) ------------------------------------
+    def predict(self, batch: np.ndarray, output: str = "logits") -> np.ndarray:
+        """The inference graph on an NHWC batch: logits [n, classes], or ``"probs"`` / ``"argmax"``."""
+        from tr.task.predict import predict
+
+        return predict(self, batch, output)
+
+    def load_torch(self, source) -> DeepLearningTask:
+        """Load a torch model's (or its state_dict's) weights and BN statistics; run() then fine-tunes them."""
+        from tr.task.torch_io import load_torch
+
+        load_torch(self, source)
+        return self
+
+    def to_torch(self, target) -> dict[str, Any]:
+        """The weights and BN statistics as a state_dict for ``target`` (an nn.Module or a state_dict)."""
+        from tr.task.torch_io import to_torch_state_dict
+
+        return to_torch_state_dict(self, target)
+
     @property
     def launches_per_step(self) -> int:
         """Host launches per training step: the transfer graph and the whole-step graph."""

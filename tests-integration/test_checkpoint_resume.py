@@ -91,3 +91,18 @@ def test_a_writer_killed_mid_save_leaves_the_previous_checkpoint_whole(tmp_path)
         leftovers = [p.name for p in tmp_path.iterdir() if p.name != "ck"]
         assert all(name.startswith(".ck.") for name in leftovers), leftovers  # only hidden temporaries
     assert seen > 0  # the writer did replace the checkpoint, so the kills hit real saves
+
+
+def test_a_checkpoint_of_other_augmentation_is_refused(tmp_path):
+    from tr.core.errors import ConfigError
+    from tr.data import PREPROCESSOR_SETTING, Pad, RandomCrop
+
+    t = W.make_task("mlp").compile()
+    t.save(tmp_path / "ck")
+    t._feeder.close()
+    other = W.make_task("mlp")
+    PREPROCESSOR_SETTING.train_transforms(Pad(3), RandomCrop(28))
+    named = r"another configuration \(nothing loaded\): data.transforms: the checkpoint has .*Pad\(padding=\(2"
+    with pytest.raises(ConfigError, match=named):
+        other.resume(tmp_path / "ck")
+    other._feeder.close()

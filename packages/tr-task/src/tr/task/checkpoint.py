@@ -63,6 +63,12 @@ def _jsonable(v: Any) -> Any:
     return json.loads(json.dumps(v, default=repr))  # key order kept: the first difference is the first named
 
 
+def _transforms(feeder) -> list[str] | None:
+    """The native pipeline's train and val chains (augmentation and normalisation), when the feeder has one."""
+    s = getattr(getattr(feeder, "pre", None), "settings", None)
+    return None if s is None or not hasattr(s, "chain") else [repr(s.chain(True)), repr(s.chain(False))]
+
+
 def describe(task) -> dict[str, Any]:
     """The canonical description of what ``task``'s plan and run were built from (JSON values)."""
     s, f = task.settings, task._feeder
@@ -78,7 +84,7 @@ def describe(task) -> dict[str, Any]:
         "data": {"feeder": type(f).__name__, "seed": getattr(f, "seed", None), "batch": f.batch,
                  "sample_shape": list(f.sample_shape), "dtype": str(np.dtype(f.dtype)),
                  "train_samples": f.num_samples(True), "val_samples": f.num_samples(False),
-                 "world_size": getattr(f, "world_size", 1)},
+                 "world_size": getattr(f, "world_size", 1), "transforms": _transforms(f)},
         "spec": dataclasses.asdict(task.spec),  # last: derived from the above, named only when they agree
     })
 

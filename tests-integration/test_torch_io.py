@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
 
 from tr.algo.optimizer import SGD  # noqa: E402
-from tr.core.errors import DTypeError, PhaseError, ShapeError  # noqa: E402
+from tr.core.errors import ConfigError, DTypeError, PhaseError, ShapeError  # noqa: E402
 from tr.core.settings import Settings  # noqa: E402
 from tr.graph.blueprint import bn, conv, fc, flatten, maxpool, relu, seq  # noqa: E402
 from tr.task.deep_learning import DeepLearningTask  # noqa: E402
@@ -181,3 +181,40 @@ def test_predict_refuses_bad_input():
         predict(task, np.zeros((3, 8, 8, 3), np.float32))
     with pytest.raises(DTypeError, match="float64"):
         predict(task, np.zeros((BATCH, 8, 8, 3)))
+
+
+def test_save_torch_file_loads_with_torch(tmp_path):
+    from tr.task.torch_io import save_torch
+
+    bp, hwc, model = _cnn()
+    task = _task(bp, hwc, train_steps=1)
+    save_torch(task, model, str(tmp_path / "cnn.pt"))
+    model.load_state_dict(torch.load(tmp_path / "cnn.pt", weights_only=True))
+    x = _batch(hwc)
+    _close(_torch_logits(model, x), task.predict(x))
+
+
+def test_amp_plan_predicts_what_torch_computes_in_fp32():
+    bp, hwc, model = _cnn()
+    x = np.random.default_rng(3).standard_normal((BATCH, *hwc)).astype(np.float32)
+    feeder = ArrayFeeder((x, np.zeros(BATCH, np.int32)), (x, np.zeros(BATCH, np.int32)), BATCH, shuffle=False,
+                         num_classes=CLASSES)
+    task = (DeepLearningTask(Settings().manual_seed(5).global_batch_size(BATCH).amp()).device("cpu").quiet()
+            .model(bp).optimizer(SGD()).total_epochs(1).data(feeder)).compile()
+    task.load_torch(_randomize(model))  # the FP16 working weights are refreshed from the loaded masters
+    ref = _torch_logits(model, x)
+    np.testing.assert_allclose(task.predict(x), ref, atol=2e-2 * float(np.abs(ref).max()))
+
+
+def test_without_validation_data_predict_works_and_no_torch_is_a_clear_error(monkeypatch):
+    bp, hwc, model = _cnn()
+    x = _batch(hwc)
+    feeder = ArrayFeeder((x, np.zeros(BATCH, np.int32)), None, BATCH, shuffle=False, num_classes=CLASSES)
+    task = (DeepLearningTask(Settings().global_batch_size(BATCH)).device("cpu").quiet().model(bp)
+            .optimizer(SGD()).total_epochs(1).data(feeder)).compile()
+    _close(task.load_torch(_randomize(model)).predict(x), _torch_logits(model, x))  # the plan infers at the batch
+    with pytest.raises(ConfigError, match="output="):
+        task.predict(x, "softmax")
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    with pytest.raises(ImportError, match=r"tr-task\[torch\]"):
+        task.to_torch(model.state_dict())

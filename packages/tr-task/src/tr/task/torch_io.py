@@ -68,14 +68,14 @@ def _compiled(task, action: str) -> None:
         raise PhaseError(f"{action} needs a compiled task (call compile() first)")
 
 
-def _fc_inputs(program) -> dict[str, tuple[int, int, int]]:
-    """The (H, W, C) each fc weight reads, from the inference or training forward's fc_fwd calls."""
-    out: dict[str, tuple[int, int, int]] = {}
+def _fc_inputs(program) -> dict[int, tuple[int, int, int]]:
+    """The (H, W, C) each fc layer reads, from its fc_fwd calls (by layer: under AMP they read the FP16
+    working copy, not the master weight the InitSpec names)."""
+    out: dict[int, tuple[int, int, int]] = {}
     for calls in program.graphs.values():
         for c in calls:
             if c.op == "fc_fwd":
-                x, w = c.args["x"], c.args["w"]
-                out.setdefault(w.name, tuple(x.shape.dims[1:]))
+                out.setdefault(c.layer, tuple(c.args["x"].shape.dims[1:]))
     return out
 
 
@@ -93,7 +93,7 @@ def tr_modules(program) -> list[_TrModule]:
             m = mods.setdefault((i.layer, 0), _TrModule("fc", i.layer))
             m.tensors["weight" if region == "W_FC_WEIGHT" else "bias"] = t
             if region == "W_FC_WEIGHT":
-                m.fc_input = fc_in.get(t.name, (1, 1, t.shape.dims[3]))
+                m.fc_input = fc_in.get(i.layer, (1, 1, t.shape.dims[3]))
     return [mods[k] for k in sorted(mods)]
 
 

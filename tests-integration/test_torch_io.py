@@ -164,6 +164,10 @@ def test_other_architecture_is_refused_and_nothing_loaded():
     state["1.running_mean"] = torch.zeros(9)  # one statistic of the wrong size: refused before any write
     with pytest.raises(ShapeError, match="'1.running_mean'"):
         load_torch(task, state)
+    del state["1.running_var"]
+    state["1.running_mean"] = torch.zeros(8)
+    with pytest.raises(ShapeError, match="'1.running_var' is missing"):
+        load_torch(task, state)
     with pytest.raises(ShapeError, match="'conv1.weight' has shape \\(64, 3, 7, 7\\)"):
         load_torch(task, torchvision.models.resnet18(num_classes=CLASSES))
     after = task.weights()

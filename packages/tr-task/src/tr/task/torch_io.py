@@ -159,6 +159,9 @@ def pair(program, state: Mapping[str, Any]) -> list[tuple[_TrModule, _TorchModul
                 want["weight"] = b.shapes["weight"]
         for suffix, shape in want.items():
             got = b.shapes.get(suffix)
+            if got is None:
+                raise ShapeError(f"torch parameter '{b.prefix}.{suffix}' is missing: tr's {a.name()} needs it "
+                                 f"with shape {shape}")
             if got != shape:
                 raise ShapeError(f"torch parameter '{b.prefix}.{suffix}' has shape {got}, tr's {a.name()} "
                                  f"needs {shape}: the state_dict is of another architecture or size")

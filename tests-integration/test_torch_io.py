@@ -130,6 +130,12 @@ def test_round_trip_same_logits(name):  # one compiled task for both directions:
     _close(predict(task, x), _torch_logits(model, x))
     np.testing.assert_array_equal(predict(task, x, "argmax"), predict(task, x).argmax(1))
     np.testing.assert_allclose(predict(task, x[:1], "probs").sum(1), 1.0, rtol=1e-6)
+    if name == "resnet50":  # the same architecture with another head: refused at the head, nothing written
+        before = task.weights()
+        with pytest.raises(ShapeError, match=r"'fc.weight' has shape \(7, 2048\)"):
+            load_torch(task, torchvision.models.resnet50(num_classes=7))
+        after = task.weights()
+        assert all(np.array_equal(v, after[k]) for k, v in before.items())
 
 
 def test_fine_tune_from_loaded_weights():

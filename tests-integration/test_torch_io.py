@@ -162,6 +162,12 @@ def test_other_architecture_is_refused_and_nothing_loaded():
         to_torch_state_dict(task, torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8),
                                                       torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Identity(),
                                                       torch.nn.Linear(7, CLASSES)))
+    no_pool = _pooled_cnn()[2]
+    no_pool[4] = torch.nn.Identity()  # a Linear(36) with no pool before it reads a 3x3 map: not this model
+    pooled_task = _task(_pooled_cnn()[0], (4, 4, 3))
+    with pytest.raises(ShapeError, match=r"'6.weight' has shape \(10, 36\)"):
+        load_torch(pooled_task, no_pool)
+    load_torch(pooled_task, no_pool.state_dict())  # a bare state_dict says nothing of pools: read as pooled
     state = _cnn()[2].state_dict()
     state["1.running_mean"] = torch.zeros(9)  # one statistic of the wrong size: refused before any write
     with pytest.raises(ShapeError, match="'1.running_mean'"):

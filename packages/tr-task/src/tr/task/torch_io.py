@@ -10,7 +10,8 @@ projection first.
 Conversions: conv KRSC -> OIHW; BN (1,1,1,C) -> (C,) with running_mean/var from B_PREV_*; fc [out,1,1,in]
 -> [out,in] with the columns of an NHWC-flattened (H,W,C) input put in NCHW flatten order. Where torch's
 Linear reads C*s*s features after an AdaptiveAvgPool2d((s, s)) (torchvision's VGG below 224x224; tr's
-flatten reads the small map itself), the pool's linear map is folded in, exactly both ways while H, W <= s.
+flatten reads the small map itself), the pool's linear map is folded in, exactly both ways while H, W <= s
+(a template nn.Module must have that pool; a bare state_dict cannot say, and is read as pooled).
 tr's convs have no bias: exported conv biases are zeros, and an imported conv bias is folded into the
 following BN's running mean (exact: bn(x + b) with mean m is bn(x) with mean m - b, and in training the
 batch mean absorbs b). num_batches_tracked is exported as the applied training steps (step - skipped)
@@ -145,8 +146,9 @@ def _torch_shapes(m: _TrModule, program_shapes: dict[str, tuple[int, ...]]) -> d
     return {"weight": (c,), "bias": (c,), "running_mean": (c,), "running_var": (c,)}
 
 
-def pair(program, state: Mapping[str, Any]) -> list[tuple[_TrModule, _TorchModule]]:
-    """tr's modules zipped with the template's; raises naming the first torch parameter that differs."""
+def pair(program, state: Mapping[str, Any], pools: set[int] | None = None) -> list[tuple[_TrModule, _TorchModule]]:
+    """tr's modules zipped with the template's; raises naming the first torch parameter that differs.
+    ``pools``: the AdaptiveAvgPool2d sizes of the torch model (None for a bare state_dict: not checked)."""
     trs, tms = tr_modules(program), torch_modules(state)
     for k, (a, b) in enumerate(zip(trs, tms)):
         want = _torch_shapes(a, {s: t.shape.dims for s, t in a.tensors.items()})
@@ -155,6 +157,8 @@ def pair(program, state: Mapping[str, Any]) -> list[tuple[_TrModule, _TorchModul
                              f"({a.name()}): the state_dict is of another architecture")
         if a.kind == "fc":
             b.pool = _adaptive_pool(a.fc_input, want["weight"], b.shapes.get("weight"))
+            if pools is not None and b.pool not in pools:
+                b.pool = None  # the model has no such pool: its Linear really reads other features
             if b.pool is not None:
                 want["weight"] = b.shapes["weight"]
         for suffix, shape in want.items():
@@ -219,6 +223,19 @@ def _template(target: Any) -> Mapping[str, Any]:
     return target.state_dict() if hasattr(target, "state_dict") else target
 
 
+def _pools(target: Any) -> set[int] | None:
+    """The square output sizes of the model's AdaptiveAvgPool2d modules; None for a state_dict."""
+    if not hasattr(target, "modules"):
+        return None
+    out: set[int] = set()
+    for m in target.modules():
+        if type(m).__name__ == "AdaptiveAvgPool2d":
+            size = m.output_size if isinstance(m.output_size, tuple) else (m.output_size, m.output_size)
+            if size[0] == size[1] and size[0] is not None:
+                out.add(int(size[0]))
+    return out
+
+
 def to_torch_state_dict(task, target: Any) -> dict[str, Any]:
     """A state_dict for ``target`` (an nn.Module or a state_dict giving names, order and shapes) holding the
     task's trained weights and BN running statistics; ``target.load_state_dict(result)`` then loads it."""
@@ -232,7 +249,7 @@ def to_torch_state_dict(task, target: Any) -> dict[str, Any]:
         if "skipped" in prog.named:
             steps -= int(be.read(prog.named["skipped"]).reshape(-1)[0])
     out: dict[str, Any] = {}
-    for a, b in pair(prog, state):
+    for a, b in pair(prog, state, _pools(target)):
         arrays = {s: be.read(t).astype(np.float32) for s, t in a.tensors.items()}
         if a.kind == "conv":
             vals = {"weight": arrays["weight"].transpose(0, 3, 1, 2)}
@@ -262,7 +279,7 @@ def load_torch(task, source: Any) -> None:
     first byte is written: a state_dict of another architecture raises and leaves the task unchanged."""
     _compiled(task, "load_torch()")
     state = _template(source)
-    pairs = pair(task.program, state)
+    pairs = pair(task.program, state, _pools(source))
     writes: list[tuple[DTensor, np.ndarray]] = []
     pending_bias: np.ndarray | None = None  # a conv's bias, folded into the BN after it
     for k, (a, b) in enumerate(pairs):

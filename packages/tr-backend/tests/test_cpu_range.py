@@ -189,6 +189,25 @@ def test_range_ema_ten_steps():
         assert_close(be.read(t), r, 1e-6)
 
 
+def test_range_ema_flag_skips():
+    a = SimpleArena()
+    w = a.add("w0", (6,), region=R.W_BN_BIAS)
+    e = a.add("e0", (6,), region=R.E_BN_BIAS)
+    flag = a.add("flag", (1,), "int32", R.S_SCALAR_INT32)
+    be = a.allocate()
+    rng = np.random.default_rng(6)
+    _rand(be, w, rng)
+    _rand(be, e, rng)
+    g = be.capture("ema", [op("range_ema", src=span(R.W_BN_BIAS), dst=span(R.E_BN_BIAS), flag=flag, decay=0.5)])
+    before = be.read(e).copy()
+    be.write(flag, [1])  # a skipped step: the EMA does not move
+    be.launch(g)
+    np.testing.assert_array_equal(be.read(e), before)
+    be.write(flag, [0])
+    be.launch(g)
+    assert_close(be.read(e), 0.5 * before.astype(np.float64) + 0.5 * be.read(w), 1e-6)
+
+
 def test_accum_metrics():
     a = SimpleArena()
     result = a.add("result", (3,), region=R.R_RESULT)

@@ -295,6 +295,14 @@ def test_range_clear_copy_scale_ema_allreduce():
     exact(tw, "gb", "gw")
     tw.run(op("range_ema", src=span(R.W_FC_BIAS, R.W_FC_WEIGHT), dst=span(R.M_FC_BIAS, R.M_FC_WEIGHT), decay=0.9))
     exact(tw, "mb", "mw")
+    tw.write("flag", [1])  # a skipped step keeps the EMA weights
+    tw.run(op("range_ema", src=span(R.W_FC_BIAS, R.W_FC_WEIGHT), dst=span(R.M_FC_BIAS, R.M_FC_WEIGHT), decay=0.9,
+              flag=tw["flag"]))
+    exact(tw, "mb", "mw")
+    tw.write("flag", [0])
+    tw.run(op("range_ema", src=span(R.W_FC_BIAS, R.W_FC_WEIGHT), dst=span(R.M_FC_BIAS, R.M_FC_WEIGHT), decay=0.9,
+              flag=tw["flag"]))
+    exact(tw, "mb", "mw")
     tw.write("flag", [1])  # a skipped step keeps the destination
     tw.run(op("range_copy", src=span(R.W_FC_BIAS, R.W_FC_WEIGHT), dst=span(R.V_FC_BIAS, R.V_FC_WEIGHT),
               flag=tw["flag"]))

@@ -85,7 +85,9 @@ std::unique_ptr<Op> range_scale(Context&, const OpArgs& args) {
   });
 }
 
-__global__ void ema_kernel(const float* src, float* dst, std::int64_t n, float decay, float keep) {
+// A set flag (a skipped step) leaves dst as it is; flag may be null.
+__global__ void ema_kernel(const float* src, float* dst, std::int64_t n, float decay, float keep, const int* flag) {
+  if (flag != nullptr && *flag != 0) return;
   TR_GRID_STRIDE(i, n) { dst[i] = dst[i] * decay + src[i] * keep; }
 }
 
@@ -95,8 +97,9 @@ std::unique_ptr<Op> range_ema(Context&, const OpArgs& args) {
   const float d = static_cast<float>(decay), keep = static_cast<float>(1.0 - decay);
   const float* src = static_cast<const float*>(args.ptr("src"));
   float* dst = static_cast<float*>(args.ptr("dst"));
+  const int* flag = args.has("flag") ? static_cast<const int*>(args.ptr("flag")) : nullptr;
   return fn_op([=](cudaStream_t s) {
-    ema_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(src, dst, n, d, keep);
+    ema_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(src, dst, n, d, keep, flag);
     check_launch("range_ema");
   });
 }

@@ -93,7 +93,11 @@ def range_ema(b: CudaBinder) -> Any:
     src, sn = b.span_elems("src")
     dst, dn = b.span_elems("dst")
     _same_length(b, "src", "dst", sn, dn)
-    return b.native("range_ema", ptrs={"src": src, "dst": dst}, ints={"n": sn}, floats={"decay": decay}) if sn else None
+    if b.has("flag"):  # a skipped step (flag != 0) leaves the EMA weights as they were
+        b.expect_dtype("flag", DType.INT32)
+        b.expect_numel("flag", 1)
+    return b.native("range_ema", ["flag"], ptrs={"src": src, "dst": dst}, ints={"n": sn},
+                    floats={"decay": decay}) if sn else None
 
 
 @cuda_op("accum_metrics")

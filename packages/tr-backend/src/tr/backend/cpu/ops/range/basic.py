@@ -108,8 +108,11 @@ def range_ema(b: Binder) -> Step | None:
         return None
     tmp = b.scratch(src.shape)
     d, keep = np.float32(decay), np.float32(1.0 - decay)
+    flag = b.flat("flag") if b.has("flag") else None
 
     def run() -> None:
+        if flag is not None and flag[0]:  # a skipped step: the EMA weights stay as they were
+            return
         np.multiply(dst, d, out=dst)
         np.multiply(src, keep, out=tmp)
         np.add(dst, tmp, out=dst)

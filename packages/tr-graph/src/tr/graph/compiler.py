@@ -27,6 +27,7 @@ from tr.core.shape import Shape
 from tr.graph.archplan import ArchPlan, params
 from tr.graph.atlas import GraphAtlas
 from tr.graph.checker import check_program
+from tr.graph.ema import add_ema_graphs, ema_twins
 from tr.graph.graph import INF_CHAIN, TRAIN_CHAIN, ChainBuilder, add_update_graphs
 from tr.graph.layers import KINDS
 from tr.graph.layers.base import ANY, BASE, DECAYED_GROUPS, INF, TRAIN, DeclCtx, Init
@@ -95,7 +96,8 @@ class Compiler:
         vshapes = self._variant_shapes(arch, variants)
 
         table = TensorTable(variants)
-        cx = DeclCtx(spec.amp, spec.momentum_slot, spec.second_moment_slot, spec.lars)
+        ema = spec.ema_decay is not None
+        cx = DeclCtx(spec.amp, spec.momentum_slot, spec.second_moment_slot, spec.lars, ema)
         self._declare_baseline(table, variants)
         for v, shapes in vshapes.items():
             for i, L in enumerate(arch.layers):
@@ -114,7 +116,7 @@ class Compiler:
         pooled = [i for i in infos if i.pooled]
         timeline = cg.timeline(TRAIN_CHAIN) + cg.timeline(INF_CHAIN)
         pools = plan_pools(timeline, {i.key: i.slot for i in pooled}, {i.key: i.region for i in pooled})
-        mp = MemoryPlan(RegionConditions(amp=spec.amp))
+        mp = MemoryPlan(RegionConditions(amp=spec.amp, has_ema=ema))
         slots = {i.key: mp.alloc(i.key, i.region, i.slot) for i in infos if not i.pooled}
         for region, extent in pools.extents.items():
             mp.pool(region, extent, {i.key: pools.offsets[i.key] for i in pooled if i.region == region})
@@ -127,6 +129,8 @@ class Compiler:
         nonempty = {r for r, b in region_bytes.items() if b > 0}
         lars = [(i.layer, i.key.split(".", 1)[1]) for i in infos if i.twin == "w" and i.group in DECAYED_GROUPS]
         add_update_graphs(cg, arch, spec, nonempty, lars)
+        if ema:
+            add_ema_graphs(cg, arch, spec, ema_twins([(i.key, i.twin) for i in infos]))
 
         atlas = GraphAtlas(variants, tensors, {i.key: i.shapes for i in infos})
         graphs = atlas.build(cg)

@@ -49,6 +49,7 @@ class CompileSpec:
     bn_momentum: float | None = None  # overrides every BN's momentum when set
     bn_eps: float | None = None  # overrides every BN's eps when set
     world_size: int = 1  # recorded; the all-reduce ops are emitted for any size
+    ema_decay: float | None = None  # in (0, 1): EMA twins of the weights, updated every step (tr.graph.ema)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -89,6 +90,9 @@ class CompileSpec:
             raise ConfigError(f"lr_table_steps must be an integer >= 0, got {self.lr_table_steps!r}")
         if self.bn_momentum is not None:
             _unit("bn_momentum", self.bn_momentum, closed=True)
+        v = self.ema_decay
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1):
+            raise ConfigError(f"ema decay must be a number in (0, 1), got {v!r}")
         if self.bn_eps is not None and (not isinstance(self.bn_eps, (int, float)) or not self.bn_eps > 0):
             raise ConfigError(f"bn_eps must be > 0, got {self.bn_eps!r}")
 

@@ -74,6 +74,9 @@ PARAM_GROUPS: dict[str, tuple[Region, Region, Region | None, Region | None, Regi
     "bn_b": (Region.W_BN_BIAS, Region.G_BN_BIAS, None, None, Region.M_BN_BIAS, Region.V_BN_BIAS, None),
 }
 DECAYED_GROUPS = ("fc_w", "first_conv", "deep_conv")
+E_OFFSET = int(Region.E_BN_BIAS) - int(Region.W_BN_BIAS)  # W_x + E_OFFSET = E_x for every master region
+E_FP16 = {Region.W_FC_WEIGHT: Region.E_FC_WEIGHT_FP16, Region.W_FIRST_CONV: Region.E_FIRST_CONV_FP16,
+          Region.W_DEEP_CONV: Region.E_DEEP_CONV_FP16}
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,7 @@ class DeclCtx:
     momentum_slot: bool
     second_moment_slot: bool
     lars: bool
+    ema: bool = False  # EMA twins (E_*) of every master weight, and under AMP of every FP16 working copy
 
     @property
     def feature_dtype(self) -> DType:
@@ -113,6 +117,10 @@ class DeclCtx:
             out.append(Decl(local + ".v", v, DType.FP32, shape, group=group, twin="v"))
         if self.lars and n is not None:
             out.append(Decl(local + ".ratio", n, DType.FP32, Shape(1, 1, 1, 1), group=group, twin="n"))
+        if self.ema:  # the E twin sits at its master's offset within the E regions (tr.graph.ema)
+            out.append(Decl(local + ".ema", Region(w + E_OFFSET), DType.FP32, shape, group=group, twin="e"))
+            if self.amp and a is not None:
+                out.append(Decl(local + ".ema16", E_FP16[w], DType.FP16, shape, group=group, twin="e16"))
         return out
 
     def state(self, local: str, region: Region, shape: Shape, init: Init) -> Decl:

@@ -1,0 +1,70 @@
+"""EMA weights in the compiled plan: the E_* twins, the per-step update and the EMA inference graphs.
+
+Every master weight (W_*) has an E_* twin declared right after it (tr.graph.layers.base.DeclCtx.param), so
+the E regions mirror the W regions byte for byte and one range op covers all of them:
+
+- EMA_UPDATE: E = decay*E + (1-decay)*W, after the optimizer, flagged: a skipped (non-finite) step leaves E
+  as it was, as it leaves W.
+- CAST_EMA_FP32_TO_FP16: prepares the EMA model for inference, once before its validation: folds each BN's
+  EMA gamma/beta with the main model's running statistics (B_PREV) into the inference scale/bias (the EMA
+  model has no statistics of its own: it validates with the main model's, the seed's "BN stats copied"),
+  and under AMP casts the EMA weights to their E_*_FP16 twins. The fold overwrites the main model's W_EQ
+  scale/bias: the caller refolds them (UPDATE_BN_INF_PARAMS) after the EMA validation.
+- INF_EMA_A/B: INF_MAIN_A/B with every weight argument replaced by its E twin (same features, same order,
+  so the pooled memory plan of INF_MAIN holds for them).
+"""
+
+from __future__ import annotations
+
+from tr.core.dtype import DType
+from tr.core.graph_id import GraphId
+from tr.core.region import MASTER_WEIGHTS, Region
+from tr.graph.archplan import ArchPlan
+from tr.graph.graph import ComputationGraph, SymOp, span
+from tr.graph.spec import CompileSpec
+
+EMA_WEIGHTS = (Region.E_BN_BIAS, Region.E_DEEP_CONV)
+EMA_DECAYED = (Region.E_FC_WEIGHT, Region.E_DEEP_CONV)
+EMA_FP16 = (Region.E_FC_WEIGHT_FP16, Region.E_DEEP_CONV_FP16)
+INF_EMA = {GraphId.INF_MAIN_A: GraphId.INF_EMA_A, GraphId.INF_MAIN_B: GraphId.INF_EMA_B}
+
+
+def ema_key(key: str) -> str:
+    """The E twin of master weight ``key`` (declared by DeclCtx.param)."""
+    return key + ".ema"
+
+
+def ema_twins(keys_by_twin: list[tuple[str, str]]) -> dict[str, str]:
+    """(key, twin role) of the declared tensors -> {master or FP16 working copy key: its EMA twin's key}."""
+    out = {}
+    for key, twin in keys_by_twin:
+        if twin == "w":
+            out[key] = ema_key(key)
+        elif twin == "a":  # "<master>.fp16" -> "<master>.ema16"
+            out[key] = key.removesuffix(".fp16") + ".ema16"
+    return out
+
+
+def add_ema_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, twins: dict[str, str]) -> None:
+    """EMA_UPDATE, CAST_EMA_FP32_TO_FP16 and INF_EMA_A/B (see the module doc). ``twins``: every master weight
+    key and every AMP working copy key -> the key of its EMA twin that inference reads instead."""
+    assert spec.ema_decay is not None
+    cg.graphs[GraphId.EMA_UPDATE] = [SymOp(
+        "range_ema", {"src": span(*MASTER_WEIGHTS), "dst": span(*EMA_WEIGHTS), "flag": "nan_flag"},
+        {"decay": spec.ema_decay}, -1, "EMA weights (a skipped step leaves them)")]
+    prep = []
+    for i, L in enumerate(arch.layers):
+        if L.kind in ("bn1d", "bn2d", "cbr"):
+            p = f"L{i}."
+            prep.append(SymOp("bn_update_eq", {
+                "gamma": ema_key(p + "gamma"), "beta": ema_key(p + "beta"), "mean": p + "prev_mean",
+                "var": p + "prev_var", "scale": p + "eq_scale", "bias": p + "eq_bias"},
+                {"eps": L.params["eps"]}, i, "EMA gamma/beta with the main model's statistics"))
+    if spec.amp and any(k.endswith(".fp16") for k in twins):
+        prep.append(SymOp("range_cast", {"src": span(*EMA_DECAYED), "dst": span(*EMA_FP16)},
+                          {"src_dtype": DType.FP32, "dst_dtype": DType.FP16}, -1, "EMA FP16 weights"))
+    if prep:
+        cg.graphs[GraphId.CAST_EMA_FP32_TO_FP16] = prep
+    for main, gid in INF_EMA.items():
+        cg.graphs[gid] = [SymOp(op.op, {k: twins.get(v, v) if isinstance(v, str) else v for k, v in op.args.items()},
+                                dict(op.attrs), op.layer, op.label) for op in cg.ops(main)]

@@ -233,6 +233,12 @@ def _checkpoint_every(tmp_path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) in (["best", "epoch-0002"], ["epoch-0002"])
 
 
+def _ema(capsys) -> None:
+    plan_differs(ema=(0.9, False))  # the EMA update and the E regions
+    r = task(ema=(0.9,), quiet=(False,)).compile().run()
+    assert "EMA Top1%" in capsys.readouterr().out and r.history[0].ema_top1 is not None
+
+
 def _total_epochs() -> None:
     assert len(_history(task(total_epochs=(2,)))) == 2
 
@@ -316,6 +322,8 @@ EFFECTS: dict[str, Callable[..., None]] = {
     "DeepLearningTask.quiet": _quiet,
     "DeepLearningTask.log_to": _log_to,
     "DeepLearningTask.checkpoint_every": _checkpoint_every,
+    "DeepLearningTask.ema": _ema,
+    "DeepLearningTask.sema": lambda: run_differs(sema=(0.5,)),  # the weights become their EMA at the epoch's end
     # Settings
     "Settings.use_gpu": _use_gpu,
     "Settings.use_cpu": _use_cpu,

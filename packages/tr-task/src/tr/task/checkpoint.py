@@ -85,6 +85,7 @@ def describe(task) -> dict[str, Any]:
                  "sample_shape": list(f.sample_shape), "dtype": str(np.dtype(f.dtype)),
                  "train_samples": f.num_samples(True), "val_samples": f.num_samples(False),
                  "world_size": getattr(f, "world_size", 1), "transforms": _transforms(f)},
+        **({"ema": dataclasses.asdict(task._ema)} if task._ema is not None else {}),
         "spec": dataclasses.asdict(task.spec),  # last: derived from the above, named only when they agree
     })
 

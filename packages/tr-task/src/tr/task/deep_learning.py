@@ -15,7 +15,7 @@ from tr.core.errors import CompileError, ConfigError, PhaseError
 from tr.core.log import get_logger
 from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
-from tr.task import checkpoint, devices, plan_inputs
+from tr.task import checkpoint, devices, ema, plan_inputs
 from tr.task.base import TaskBase
 from tr.task.devices import relaunch_per_device
 from tr.task.distributed import (
@@ -81,6 +81,8 @@ class DeepLearningTask(TaskBase):
         self._log: MetricsLog | None = None  # log_to(): CSV, JSON lines, plots, TensorBoard
         self._sinks: MetricsLog | None = None  # the log while run() runs (rank 0 only)
         self._checkpoints: checkpoint.CheckpointPolicy | None = None  # checkpoint_every()
+        self._ema: ema.EmaConfig | None = None  # ema() / sema()
+        self._ema_steps: ema.EmaSteps | None = None
         self._dist: tuple[DistEnv, float | None] | None = None
         self.group: Group | None = None  # this process's rank group when training data-parallel
         self._val_samples = 0.0  # what validation sums are divided by (global mean of per-rank counts)
@@ -167,6 +169,20 @@ class DeepLearningTask(TaskBase):
         if not (float(max_abs) > 0 or float(max_abs) == -1):
             raise ConfigError(f"grad_clip must be > 0 (or -1 to disable), got {max_abs!r}")
         self._grad_clip = float(max_abs)
+        return self
+
+    def ema(self, decay: float = 0.999, validate: bool = True) -> DeepLearningTask:
+        """Keep an exponential moving average of the weights, updated on the device after every applied
+        step (EMA = decay*EMA + (1-decay)*W); with ``validate`` also validate it (the table's EMA columns)."""
+        self._plan("ema()")
+        self._ema = ema.EmaConfig(decay, validate, switch=False)
+        return self
+
+    def sema(self, decay: float = 0.9, validate: bool = False) -> DeepLearningTask:
+        """The seed's use_sema/sema_decay: EMA with decay ``decay``, and at every epoch's end the weights
+        become the EMA weights. See tr.task.ema."""
+        self._plan("sema()")
+        self._ema = ema.EmaConfig(decay, validate, switch=True)
         return self
 
     def data(self, feeder: Feeder) -> DeepLearningTask:
@@ -288,6 +304,8 @@ class DeepLearningTask(TaskBase):
         from tr.graph.spec import CompileSpec, loss_scale_fields
 
         has_val = feeder.num_samples(False) > 0
+        if self._ema is not None and self._ema.validate and not has_val:
+            raise ConfigError("EMA validation needs validation data (the feeder has none): ema(validate=False)")
         spec = CompileSpec(
             input_shape=plan_inputs.input_shape(self._blueprint, feeder.sample_shape), num_classes=num_classes,
             batch=feeder.batch, **plan_inputs.resolutions(s, feeder.sample_shape, has_val),
@@ -297,6 +315,7 @@ class DeepLearningTask(TaskBase):
             amp=s.amp_enabled, **loss_scale_fields(s), label_smoothing=float(self._loss.smoothing),
             grad_clip=max(0.0, self._grad_clip), lr_table_steps=self._sched.total_steps,
             world_size=1 if env is None else env.world_size, **optimizer_spec(self._optimizer),
+            ema_decay=self._ema.decay if self._ema is not None else None,
         )
         self.spec = spec
         self.program = compile_program(self._blueprint, spec)
@@ -331,6 +350,8 @@ class DeepLearningTask(TaskBase):
             broadcast_parameters(self.backend, self.program, self.group.collective)
             self._val_samples = global_count(self.group.collective, feeder.num_samples(False))
         self._steps = capture_steps(self.backend, self.program, has_val)
+        if self._ema is not None:
+            self._ema_steps = ema.capture_ema(self.backend, self.program, self._ema.validate)
         self._advance(Phase.COMPILED)
         log.info("compiled: %d ops, arena %.1f MiB on %s", self.program.num_ops,
                  self.program.layout.total_bytes / 2**20, self.backend.name)
@@ -398,12 +419,15 @@ class DeepLearningTask(TaskBase):
         wd = self._launch.watchdog
         has_val = feeder.num_samples(False) > 0
         main = self.group is None or self.group.is_main  # only rank 0 prints
-        table = EpochTable(validate=has_val) if self._log_table and main else None
+        table = EpochTable(validate=has_val, ema=bool(self._ema and self._ema.validate)) \
+            if self._log_table and main else None
         result = TrainingResult()
         interval, offset = self._validate_every
         t_all = time.perf_counter()
         skipped_before = int(scalar(be, prog, "skipped")[0])
         first = self._epochs_done
+        if self._ema is not None and first == 0:  # the EMA starts from the weights training starts from
+            be.launch(self._ema_steps.start)
         for epoch in range(first, first + n_epochs):
             t0 = time.perf_counter()
             validate = has_val and (epoch + 1 - offset) >= 0 and (epoch + 1 - offset) % interval == 0
@@ -419,8 +443,7 @@ class DeepLearningTask(TaskBase):
                 log.warning("epoch %d: %d step(s) with non-finite gradients skipped (loss scale now %g)",
                             epoch + 1, rec.skipped_steps, float(scalar(be, prog, "loss_scale")[0]))
             result.skipped_steps += rec.skipped_steps
-            if rec.top1 is not None and rec.top1 > result.best_top1:
-                result.best_top1, result.best_top5, result.best_epoch = rec.top1, rec.top5, epoch + 1
+            result.add(rec)
             if wd is not None:
                 wd.disarm()  # host work between epochs (a checkpoint) may take long on one rank
             rec.seconds = time.perf_counter() - t0
@@ -468,18 +491,22 @@ class DeepLearningTask(TaskBase):
         rec = EpochRecord(epoch + 1, train_loss, lr0, 0.0)
         if validate:
             rec.val_loss, rec.top1, rec.top5 = self._validate(epoch)
+        if self._ema is not None:
+            ema.after_epoch(self, epoch, rec, validate)
         return rec
 
-    def _validate(self, epoch: int) -> tuple[float, float, float]:
+    def _validate(self, epoch: int, val=None, val_last=None, label: str = "val") -> tuple[float, float, float]:
+        """(loss, top1, top5) of the main model, or of the model whose step graphs ``val``/``val_last`` are."""
         feeder, be, st = self._feeder, self.backend, self._steps
+        val, val_last = val or st.val, val_last or st.val_last
         steps = feeder.steps(False)
         be.launch(st.clear_metrics)
         launch = self._launch
         main = self.group is None or self.group.is_main
-        bar = Progress(steps, f"epoch {epoch + 1} val", enabled=main and self._log_table)
+        bar = Progress(steps, f"epoch {epoch + 1} {label}", enabled=main and self._log_table)
         with closing(feeder.epoch(epoch, False)) as batches:
             for k, buf, _n in batches:
-                launch(st.transfer[buf], (st.val_last if k == steps - 1 else st.val)[buf], buf)
+                launch(st.transfer[buf], (val_last if k == steps - 1 else val)[buf], buf)
                 feeder.release(k)
                 bar.update(k + 1)
         bar.close()

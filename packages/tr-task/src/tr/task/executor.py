@@ -2,7 +2,7 @@
 
 Per training step the host does exactly this: wait for the feeder's buffer, launch the transfer graph,
 write the learning rate (unless the program reads it from a device table), launch ONE captured graph
-that holds the whole step (zero-grad, forward, backward, casts, NaN check, optimizer, statistics,
+that holds the whole step (zero-grad, forward, backward, casts, NaN check, optimizer, EMA, statistics,
 metrics). The graphs are concatenations of the GraphId buckets in the order below, captured once per
 (variant, A/B buffer) at compile time, so the loop has no per-op Python work. The training step is captured
 as branches (:func:`train_step_branches`): the deep gradient bucket's all-reduce runs beside the first
@@ -44,14 +44,15 @@ def train_step_branches(buffer: int, last: bool
         (comp, (first_bwd, G.CAST_FIRST_GRAD_FP16_TO_FP32), (0,)),
         (comp, (G.FIRST_COMM, G.STATS_COMM, G.NAN_CHECK_AND_GRAD_SCALING,
                 G.ACCUM_METRICS_TRAIN_LAST if last else G.ACCUM_METRICS, G.UPDATE_STATS,
-                G.OPTIMIZER, G.LARS_FC_OPT, G.LARS_FIRST_CONV_OPT, G.LARS_DEEP_CONV_OPT,
+                G.OPTIMIZER, G.LARS_FC_OPT, G.LARS_FIRST_CONV_OPT, G.LARS_DEEP_CONV_OPT, G.EMA_UPDATE,
                 G.CAST_MAIN_FP32_TO_FP16), (1, 2)),
     )
 
 
-def val_step_order(buffer: int, last: bool) -> tuple[GraphId, ...]:
-    inf = G.INF_MAIN_A if buffer == 0 else G.INF_MAIN_B
-    return (inf, G.ACCUM_METRICS_VAL_LAST if last else G.ACCUM_METRICS)
+def val_step_order(buffer: int, last: bool, ema: bool = False) -> tuple[GraphId, ...]:
+    """One validation step of the main model, or with ``ema`` of the EMA weights (INF_EMA_A/B)."""
+    inf = (G.INF_EMA_A, G.INF_EMA_B) if ema else (G.INF_MAIN_A, G.INF_MAIN_B)
+    return (inf[buffer], G.ACCUM_METRICS_VAL_LAST if last else G.ACCUM_METRICS)
 
 
 def branches(program: Program, variant: str, parts) -> list[Branch]:

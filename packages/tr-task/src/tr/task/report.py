@@ -17,6 +17,8 @@ class EpochRecord:
     top1: float | None = None  # fractions in [0, 1]
     top5: float | None = None
     skipped_steps: int = 0
+    ema_top1: float | None = None  # the EMA model's (when EMA validation is on)
+    ema_top5: float | None = None
 
 
 @dataclass
@@ -29,21 +31,37 @@ class TrainingResult:
     history: list[EpochRecord] = field(default_factory=list)
     skipped_steps: int = 0
     early_stopped: bool = False
+    best_ema_top1: float | None = None  # the EMA model's best top-1 (and its top-5) over the validated epochs
+    best_ema_top5: float | None = None
 
     def as_dict(self) -> dict:
-        return {"best_top1": self.best_top1, "best_top5": self.best_top5, "best_epoch": self.best_epoch,
-                "epochs": self.epochs, "seconds": round(self.seconds, 3), "skipped_steps": self.skipped_steps}
+        out = {"best_top1": self.best_top1, "best_top5": self.best_top5, "best_epoch": self.best_epoch,
+               "epochs": self.epochs, "seconds": round(self.seconds, 3), "skipped_steps": self.skipped_steps}
+        if self.best_ema_top1 is not None:
+            out.update(best_ema_top1=self.best_ema_top1, best_ema_top5=self.best_ema_top5)
+        return out
+
+    def add(self, rec: EpochRecord) -> None:
+        """Count a validated epoch's accuracies into the bests."""
+        if rec.top1 is not None and rec.top1 > self.best_top1:
+            self.best_top1, self.best_top5, self.best_epoch = rec.top1, rec.top5, rec.epoch
+        if rec.ema_top1 is not None and (self.best_ema_top1 is None or rec.ema_top1 > self.best_ema_top1):
+            self.best_ema_top1, self.best_ema_top5 = rec.ema_top1, rec.ema_top5
 
 
 class EpochTable:
-    """The seed's log: a '=' framed header, then one row per epoch (widths 6/10/10/9/9/12/7)."""
+    """The seed's log: a '=' framed header, then one row per epoch (widths 6/10/10/9/9/12/7; with ``ema``
+    the EMA model's "EMA Top1%" and "EMA Top5%", 9 each, after Top5%)."""
 
-    def __init__(self, out: TextIO | None = None, validate: bool = True) -> None:
+    def __init__(self, out: TextIO | None = None, validate: bool = True, ema: bool = False) -> None:
         self.out = out or sys.stdout
         self.validate = validate
+        self.ema = validate and ema
         cols = ["Epoch", "Train Loss"]
         if validate:
             cols += ["  Val Loss", "    Top1%", "    Top5%"]
+        if self.ema:
+            cols += ["EMA Top1%", "EMA Top5%"]
         cols += ["          LR", "Time(s)"]
         self.header = f"{cols[0]:>6} | " + " | ".join(cols[1:])
         self.rule = "=" * len(self.header)
@@ -59,6 +77,11 @@ class EpochTable:
                 parts += [f"{'-':>10}", f"{'-':>8} ", f"{'-':>8} "]
             else:
                 parts += [f"{r.val_loss:>10.6f}", f"{r.top1 * 100:>8.2f}%", f"{(r.top5 or 0) * 100:>8.2f}%"]
+        if self.ema:
+            if r.ema_top1 is None:
+                parts += [f"{'-':>8} ", f"{'-':>8} "]
+            else:
+                parts += [f"{r.ema_top1 * 100:>8.2f}%", f"{(r.ema_top5 or 0) * 100:>8.2f}%"]
         parts += [f"{r.lr:>12.6f}", f"{r.seconds:>6.1f}s"]
         line = " | ".join(parts)
         if r.skipped_steps:

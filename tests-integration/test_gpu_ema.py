@@ -1,0 +1,76 @@
+"""EMA on the CUDA backend against the CPU backend (same plan, same batches), 50 steps with one NaN batch.
+GPU-only (skipped without a device): for the lead to run on a GPU machine after rebuilding tr-backend (the
+range_ema kernel gained its flag argument).
+
+Checked on the GPU: every step the EMA weights follow EMA = d*EMA + (1-d)*W of the GPU's own weights
+(float64 reference, 1e-5 relative), a skipped step (the NaN batch) leaves them bit for bit, the skipped steps
+agree with the CPU's; the final EMA weights agree with the CPU's within the bounds of test_gpu_training's
+final weights (2e-4 FP32, 1e-2 AMP, absolute) and the EMA validation top-1 within 1 %.
+"""
+
+import numpy as np
+import pytest
+
+from tr.algo.optimizer import AdamW
+from tr.algo.scheduler import ConstantLR
+from tr.core.region import Region as R
+from tr.core.settings import Settings
+from tr.graph.blueprint import bn, fc, relu, seq
+from tr.task.deep_learning import DeepLearningTask
+from tr.task.feeder import ArrayFeeder
+
+pytestmark = pytest.mark.gpu
+STEPS, BATCH, IN, CLASSES, DECAY, NAN_BATCH = 50, 64, 96, 10, 0.95, 7
+
+
+def _task(device: str, amp: bool):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((STEPS * BATCH, 1, 1, IN)).astype(np.float32)
+    y = (x.reshape(-1, IN) @ rng.standard_normal((IN, CLASSES))).argmax(1).astype(np.int32)
+    x[NAN_BATCH * BATCH + 5, 0, 0, 3] = np.nan
+    dt = np.float16 if amp else np.float32
+    feeder = ArrayFeeder((x.astype(dt), y), (x[:500].astype(dt), y[:500]), BATCH, shuffle=False,
+                         num_classes=CLASSES, dtype=dt)
+    s = Settings().manual_seed(9).global_batch_size(BATCH).amp(amp)
+    t = (DeepLearningTask(s).device(device).quiet()
+         .model(seq(fc(256, True), bn(), relu(), fc(CLASSES, True)))
+         .optimizer(AdamW().weight_decay(1e-4)).scheduler(ConstantLR(1e-3))
+         .total_epochs(1).data(feeder).ema(DECAY, validate=True))
+    return t.compile()
+
+
+def _pairs(task):
+    ws = [t for t in task.program.tensors if R.W_BN_BIAS <= t.region <= R.W_DEEP_CONV]
+    es = {t.name: t for t in task.program.tensors if t.name.endswith(".ema")}
+    return ws, [es[w.name + ".ema"] for w in ws]
+
+
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "amp"])
+def test_cuda_ema_matches_cpu_over_50_steps(amp):
+    cpu, gpu = _task("cpu", amp), _task("cuda", amp)
+    assert gpu.backend.name == "cuda"
+    ws, es = _pairs(gpu)
+    be = gpu.backend
+    state = {"ref": [be.read(w).astype(np.float64) for w in ws], "e": None, "skipped": 0}
+    skipped_steps = []
+
+    def step(k, _r):
+        skipped = int(be.read(gpu.program.tensor("skipped")).reshape(-1)[0])
+        e_now = [be.read(e).astype(np.float64) for e in es]
+        if skipped > state["skipped"]:
+            skipped_steps.append(k)
+            for now, before in zip(e_now, state["e"]):
+                np.testing.assert_array_equal(now, before)
+        else:
+            w_now = [be.read(w).astype(np.float64) for w in ws]
+            state["ref"] = [DECAY * r + (1 - DECAY) * w for r, w in zip(state["ref"], w_now)]
+        for e, r in zip(e_now, state["ref"]):
+            np.testing.assert_allclose(e, r, rtol=1e-5, atol=1e-6)
+        state.update(e=e_now, skipped=skipped)
+
+    gpu.on_step(step)
+    rc, rg = cpu.run(), gpu.run()
+    assert NAN_BATCH in skipped_steps and rg.skipped_steps == rc.skipped_steps
+    for ec, eg in zip(_pairs(cpu)[1], es):
+        np.testing.assert_allclose(be.read(eg), cpu.backend.read(ec), rtol=0, atol=1e-2 if amp else 2e-4)
+    assert abs(rg.best_ema_top1 - rc.best_ema_top1) <= 0.01

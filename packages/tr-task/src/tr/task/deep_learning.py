@@ -39,27 +39,6 @@ from tr.task.weights import initialize_program
 
 log = get_logger(__name__)
 
-_OPT_NAMES = {"SGD": "sgd", "SGD_MOMENTUM": "momentum", "SGD_NESTEROV": "nesterov", "LARS": "lars",
-              "LARS_NESTEROV": "lars_nesterov", "ADAM": "adam", "ADAMW": "adamw"}
-
-
-def optimizer_spec(opt) -> dict[str, Any]:
-    """The CompileSpec fields of a tr.algo optimizer config."""
-    hp = opt.hyperparams()
-    out: dict[str, Any] = {"optimizer": _OPT_NAMES[opt.kind.name], "weight_decay": float(hp.get("weight_decay", 0))}
-    if "momentum" in hp:
-        out["momentum"] = float(hp["momentum"])
-    if "beta1" in hp:
-        out["momentum"], out["beta2"] = float(hp["beta1"]), float(hp["beta2"])
-    if "eps" in hp:
-        out["eps"] = float(hp["eps"])
-    if "trust_coefficient" in hp:
-        out["trust_coefficient"] = float(hp["trust_coefficient"])
-    if "trust_clip" in hp:
-        out["trust_clip"] = float(hp["trust_clip"])
-    return out
-
-
 class DeepLearningTask(TaskBase):
     def __init__(self, settings: Settings | None = None) -> None:
         super().__init__()
@@ -314,7 +293,7 @@ class DeepLearningTask(TaskBase):
             last_val_batch=feeder.last_batch(False) if has_val else None,
             amp=s.amp_enabled, **loss_scale_fields(s), label_smoothing=float(self._loss.smoothing),
             grad_clip=max(0.0, self._grad_clip), lr_table_steps=self._sched.total_steps,
-            world_size=1 if env is None else env.world_size, **optimizer_spec(self._optimizer),
+            world_size=1 if env is None else env.world_size, **plan_inputs.optimizer_spec(self._optimizer),
             ema_decay=self._ema.decay if self._ema is not None else None,
         )
         self.spec = spec

@@ -1,4 +1,5 @@
-"""What a compiled plan takes from the settings, the BluePrint and the data, checked against each other.
+"""What a compiled plan takes from the settings, the BluePrint, the optimizer and the data, checked against each
+other.
 
 Every value the user sets either reaches the CompileSpec or is refused here, before anything is allocated:
 the BluePrint's ``input_shape`` and ``num_classes``, ``num_classes()``, and the resolutions of
@@ -53,3 +54,24 @@ def resolutions(s: Settings, sample_shape: tuple[int, int, int], validates: bool
                               f"transforms in a {side}x{side} crop or resize, or leave {name} out")
     train = s.train_res_end or s.input_res or None
     return {"train_resolution": train, "val_resolution": (s.val_res or train) if validates else None}
+
+
+_OPT_NAMES = {"SGD": "sgd", "SGD_MOMENTUM": "momentum", "SGD_NESTEROV": "nesterov", "LARS": "lars",
+              "LARS_NESTEROV": "lars_nesterov", "ADAM": "adam", "ADAMW": "adamw"}
+
+
+def optimizer_spec(opt) -> dict[str, Any]:
+    """The CompileSpec fields of a tr.algo optimizer config."""
+    hp = opt.hyperparams()
+    out: dict[str, Any] = {"optimizer": _OPT_NAMES[opt.kind.name], "weight_decay": float(hp.get("weight_decay", 0))}
+    if "momentum" in hp:
+        out["momentum"] = float(hp["momentum"])
+    if "beta1" in hp:
+        out["momentum"], out["beta2"] = float(hp["beta1"]), float(hp["beta2"])
+    if "eps" in hp:
+        out["eps"] = float(hp["eps"])
+    if "trust_coefficient" in hp:
+        out["trust_coefficient"] = float(hp["trust_coefficient"])
+    if "trust_clip" in hp:
+        out["trust_clip"] = float(hp["trust_clip"])
+    return out

@@ -16,7 +16,7 @@ import numpy as np
 
 from tr.backend.bn_rules import bn_bwd_rules, bn_fwd_rules, bn_inf_rules, bn_update_eq_rules
 from tr.backend.cpu.binder import Binder, Step, seq
-from tr.backend.cpu.convert import bf16_to_f32, f32_to_bf16
+from tr.backend.cpu.convert import converter
 from tr.backend.cpu.ops._register import cpu_op
 from tr.core.dtype import DType
 
@@ -26,24 +26,15 @@ def rounder(b: Binder, shape: tuple[int, ...], dtype: DType):
     that dtype would hold); its buffers are taken now, at capture."""
     if dtype is DType.FP32:
         return lambda v: v
-    out = b.scratch(shape)
-    if dtype is DType.FP16:
-        half = b.scratch(shape, np.float16)
+    narrow, widen = converter(DType.FP32, dtype), converter(dtype, DType.FP32)
+    raw, out = b.scratch(shape, dtype.np_dtype), b.scratch(shape)
 
-        def to_fp16(v: np.ndarray) -> np.ndarray:
-            np.copyto(half, v, casting="same_kind")
-            np.copyto(out, half)
-            return out
-
-        return to_fp16
-    bits = b.scratch(shape, np.uint16)
-
-    def to_bf16(v: np.ndarray) -> np.ndarray:
-        f32_to_bf16(v, bits)
-        bf16_to_f32(bits, out)
+    def rounded(v: np.ndarray) -> np.ndarray:
+        narrow(v, raw)
+        widen(raw, out)
         return out
 
-    return to_bf16
+    return rounded
 
 
 class TrainStats:

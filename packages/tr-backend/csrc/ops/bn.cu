@@ -105,35 +105,21 @@ __global__ void __launch_bounds__(kBlock) bwd_reduce_kernel(const T* __restrict_
   if (grp < g.groups) {
     BwdParams<V> p;
     p.load_all(gamma, beta, mean, inv, grp * V, mask);
-    for (std::int64_t r = lo + threadIdx.y; r < hi; r += kUnroll * g.lanes) {
-      float fs[V], fq[V];
-#pragma unroll
-      for (int j = 0; j < V; ++j) fs[j] = fq[j] = 0.0f;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const std::int64_t rr = r + static_cast<std::int64_t>(u) * g.lanes;
-        if (rr < hi) {
-          const std::int64_t o = rr * g.c + grp * V;
-          float xv[V], gv[V];
-          load<T, V>(x + o, xv);
-          load<T, V>(dy + o, gv);
-          add_second<T, V>(dy2, o, gv);
-          masked_grad<T, V>(y, o, mask, xv, p, gv);
-          if (dz != nullptr) store<T, V>(dz + o, gv);
-#pragma unroll
-          for (int j = 0; j < V; ++j) {
-            const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
-            fs[j] += gv[j];
-            fq[j] += gv[j] * xhat;
-          }
-        }
-      }
+    sum_rows<V>(g, lo, hi, ds, dq, [&](std::int64_t rr, float (&fs)[V], float (&fq)[V]) {
+      const std::int64_t o = rr * g.c + grp * V;
+      float xv[V], gv[V];
+      load<T, V>(x + o, xv);
+      load<T, V>(dy + o, gv);
+      add_second<T, V>(dy2, o, gv);
+      masked_grad<T, V>(y, o, mask, xv, p, gv);
+      if (dz != nullptr) store<T, V>(dz + o, gv);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        ds[j] += static_cast<double>(fs[j]);
-        dq[j] += static_cast<double>(fq[j]);
+        const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
+        fs[j] += gv[j];
+        fq[j] += gv[j] * xhat;
       }
-    }
+    });
   }
   tile_sums<V>(ds, dq, g, part);
 }

@@ -132,6 +132,29 @@ __device__ inline void tile_sums(const double (&s1)[V], const double (&s2)[V], c
   }
 }
 
+// The chunk loop of every reduction: ``row(rr, fs, fq)`` adds row rr's terms to the float sums fs/fq; each
+// thread visits its rows of [lo, hi) kUnroll at a time (loads in flight) and adds those float sums to its
+// float64 sums ds/dq.
+template <int V, class Row>
+__device__ __forceinline__ void sum_rows(const Geo& g, std::int64_t lo, std::int64_t hi, double (&ds)[V],
+                                         double (&dq)[V], Row&& row) {
+  for (std::int64_t r = lo + threadIdx.y; r < hi; r += kUnroll * g.lanes) {
+    float fs[V], fq[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) fs[j] = fq[j] = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t rr = r + static_cast<std::int64_t>(u) * g.lanes;
+      if (rr < hi) row(rr, fs, fq);
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      ds[j] += static_cast<double>(fs[j]);
+      dq[j] += static_cast<double>(fq[j]);
+    }
+  }
+}
+
 // Forward pass 1: per chunk, the sums of d = x - K and d^2.
 template <class T, int V>
 __global__ void __launch_bounds__(kBlock) stats_kernel(const T* __restrict__ x, Geo g, double* __restrict__ part) {
@@ -143,30 +166,16 @@ __global__ void __launch_bounds__(kBlock) stats_kernel(const T* __restrict__ x, 
   if (grp < g.groups) {
     float k[V];
     load<T, V>(x + grp * V, k);
-    for (std::int64_t r = lo + threadIdx.y; r < hi; r += kUnroll * g.lanes) {
-      float fs[V], fq[V];
-#pragma unroll
-      for (int j = 0; j < V; ++j) fs[j] = fq[j] = 0.0f;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const std::int64_t rr = r + static_cast<std::int64_t>(u) * g.lanes;
-        if (rr < hi) {
-          float v[V];
-          load<T, V>(x + rr * g.c + grp * V, v);
-#pragma unroll
-          for (int j = 0; j < V; ++j) {
-            const float d = v[j] - k[j];
-            fs[j] += d;
-            fq[j] += d * d;
-          }
-        }
-      }
+    sum_rows<V>(g, lo, hi, ds, dq, [&](std::int64_t rr, float (&fs)[V], float (&fq)[V]) {
+      float v[V];
+      load<T, V>(x + rr * g.c + grp * V, v);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        ds[j] += static_cast<double>(fs[j]);
-        dq[j] += static_cast<double>(fq[j]);
+        const float d = v[j] - k[j];
+        fs[j] += d;
+        fq[j] += d * d;
       }
-    }
+    });
   }
   tile_sums<V>(ds, dq, g, part);
 }

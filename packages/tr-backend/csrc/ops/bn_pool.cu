@@ -165,31 +165,17 @@ __global__ void __launch_bounds__(kBlock) pool_bwd_reduce_kernel(const T* __rest
   if (grp < g.groups) {
     BwdParams<V> p;
     p.load_all(gamma, beta, mean, inv, grp * V, MASK_FROM_X);
-    for (std::int64_t r = lo + threadIdx.y; r < hi; r += kUnroll * g.lanes) {
-      float fs[V], fq[V];
-#pragma unroll
-      for (int j = 0; j < V; ++j) fs[j] = fq[j] = 0.0f;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const std::int64_t rr = r + static_cast<std::int64_t>(u) * g.lanes;
-        if (rr < hi) {
-          float xv[V], gv[V];
-          load<T, V>(x + rr * g.c + grp * V, xv);
-          routed_grad<T, V>(dy, mask, g, w, grp, rr, xv, p, gv);
-#pragma unroll
-          for (int j = 0; j < V; ++j) {
-            const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
-            fs[j] += gv[j];
-            fq[j] += gv[j] * xhat;
-          }
-        }
-      }
+    sum_rows<V>(g, lo, hi, ds, dq, [&](std::int64_t rr, float (&fs)[V], float (&fq)[V]) {
+      float xv[V], gv[V];
+      load<T, V>(x + rr * g.c + grp * V, xv);
+      routed_grad<T, V>(dy, mask, g, w, grp, rr, xv, p, gv);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        ds[j] += static_cast<double>(fs[j]);
-        dq[j] += static_cast<double>(fq[j]);
+        const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
+        fs[j] += gv[j];
+        fq[j] += gv[j] * xhat;
       }
-    }
+    });
   }
   tile_sums<V>(ds, dq, g, part);
 }

@@ -130,10 +130,16 @@ def test_fused_bn_is_deterministic():
     assert runs[0] == runs[1] == runs[2]
 
 
-# exact 2x2/2 tilings take the by-window kernels, the rest the per-input ones (odd sizes: uncovered inputs)
+# the backward's walks: exact tilings by window (2x2/2 c64, c12; 3x3/3 c8), at most two windows a row and column
+# by cell (3x3/2 with padding, even and odd sizes; 2x2/1 overlapping; 2x2/2 with uncovered inputs and 3x3/3 with
+# padding: one window; 4x4/2), more by input row (3x3/1); the forward's window loop unrolled for 2x2 and 3x3,
+# general for 4x4
 POOLS = [((2, 2, 0), (4, 8, 8, 64)), ((3, 2, 1), (4, 9, 9, 64)), ((2, 2, 0), (2, 6, 6, 12)),
-         ((3, 2, 1), (2, 16, 16, 8)), ((2, 2, 0), (2, 7, 9, 16)), ((3, 3, 0), (2, 9, 9, 8))]
-POOL_IDS = ["2x2/2 c64", "3x3/2 pad c64", "2x2/2 c12", "3x3/2 pad c8", "2x2/2 odd c16", "3x3/3 c8"]
+         ((3, 2, 1), (2, 16, 16, 8)), ((2, 2, 0), (2, 7, 9, 16)), ((3, 3, 0), (2, 9, 9, 8)),
+         ((3, 2, 1), (2, 13, 11, 24)), ((2, 1, 0), (2, 7, 6, 16)), ((3, 3, 1), (2, 8, 8, 8)),
+         ((3, 1, 1), (2, 7, 9, 16)), ((4, 2, 1), (2, 10, 10, 16))]
+POOL_IDS = ["2x2/2 c64", "3x3/2 pad c64", "2x2/2 c12", "3x3/2 pad c8", "2x2/2 odd c16", "3x3/3 c8",
+            "3x3/2 pad odd c24", "2x2/1 c16", "3x3/3 pad c8", "3x3/1 pad c16", "4x4/2 pad c16"]
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])

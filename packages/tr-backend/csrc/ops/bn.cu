@@ -67,36 +67,62 @@ __global__ void __launch_bounds__(kBlock) apply_kernel(const T* __restrict__ x, 
 
 // dy + dy2 for one vector, rounded to T as an accumulate op would have stored the branch point's sum.
 template <class T, int V>
-__device__ __forceinline__ void add_second(const T* dy2, std::int64_t o, float (&gv)[V]) {
-  if (dy2 == nullptr) return;
-  float d2[V];
-  load<T, V>(dy2 + o, d2);
+__device__ __forceinline__ void add_second(const float (&d2)[V], float (&gv)[V]) {
 #pragma unroll
   for (int j = 0; j < V; ++j) gv[j] = kern::to_f(kern::from_f<T>(gv[j] + d2[j]));
 }
 
-// g = dy * relu'(.) for one vector (the multiply, not a select: a NaN gradient stays NaN, as on the CPU).
-template <class T, int V>
-__device__ __forceinline__ void masked_grad(const T* y, std::int64_t o, int mask, const float (&xv)[V],
-                                            const BwdParams<V>& p, float (&gv)[V]) {
-  if (mask == MASK_FROM_Y) {
-    float yv[V];
-    load<T, V>(y + o, yv);
+// g = g * relu'(.) for one vector (the multiply, not a select: a NaN gradient stays NaN, as on the CPU), the
+// mask read from y (MASK_FROM_Y: yv) or recomputed from x.
+template <class T, int V, int MASK>
+__device__ __forceinline__ void apply_mask(const float (&xv)[V], const float (&yv)[V], const BwdParams<V>& p,
+                                           float (&gv)[V]) {
+  if (MASK == MASK_FROM_Y) {
 #pragma unroll
     for (int j = 0; j < V; ++j) gv[j] = gv[j] * (yv[j] > 0.0f ? 1.0f : 0.0f);
-  } else if (mask == MASK_FROM_X) {
+  } else if (MASK == MASK_FROM_X) {
 #pragma unroll
     for (int j = 0; j < V; ++j) gv[j] = gv[j] * relu_passed<T>(affine(xv[j], p.mu[j], p.a[j], p.b[j]));
   }
 }
 
+// The backward's rows: x and dy, and where the op has them dy2 (the branch point's second gradient) and y (the
+// mask's source), loaded raw for U rows at a time.
+template <class T, int V, int MASK, bool DY2, int U>
+struct BwdRows {
+  RawOf<T, V> x[U], dy[U], dy2[DY2 ? U : 1], y[MASK == MASK_FROM_Y ? U : 1];
+
+  __device__ __forceinline__ void load(const T* xp, const T* dyp, const T* dy2p, const T* yp, std::int64_t o, int u) {
+    x[u] = load_raw<T, V>(xp + o);
+    dy[u] = load_raw<T, V>(dyp + o);
+    if (DY2) dy2[u] = load_raw<T, V>(dy2p + o);
+    if (MASK == MASK_FROM_Y) y[u] = load_raw<T, V>(yp + o);
+  }
+
+  // row u's x and its masked output gradient g
+  __device__ __forceinline__ void grad(int u, const BwdParams<V>& p, float (&xv)[V], float (&gv)[V]) const {
+    widen<T, V>(x[u], xv);
+    widen<T, V>(dy[u], gv);
+    if (DY2) {
+      float d2[V];
+      widen<T, V>(dy2[DY2 ? u : 0], d2);
+      add_second<T, V>(d2, gv);
+    }
+    float yv[V];
+    if (MASK == MASK_FROM_Y) widen<T, V>(y[MASK == MASK_FROM_Y ? u : 0], yv);
+    apply_mask<T, V, MASK>(xv, yv, p, gv);
+  }
+};
+
+constexpr int bwd_unroll(int mask, bool dy2) { return 2 + (dy2 ? 1 : 0) + (mask == MASK_FROM_Y ? 1 : 0) > 2 ? 2 : 4; }
+
 // Backward pass 1: g (written to dz when asked), and per chunk the sums of g and g * xhat.
-template <class T, int V>
+template <class T, int V, int MASK, bool DY2>
 __global__ void __launch_bounds__(kBlock) bwd_reduce_kernel(const T* __restrict__ x, const T* dy, const T* dy2,
                                                             const T* y, T* dz,
                                                             const float* gamma, const float* beta, const float* mean,
-                                                            const float* inv, Geo g, int mask,
-                                                            double* __restrict__ part) {
+                                                            const float* inv, Geo g, double* __restrict__ part) {
+  constexpr int U = bwd_unroll(MASK, DY2);
   const int grp = blockIdx.y * g.gx + threadIdx.x;
   const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * g.rows, hi = min(g.m, lo + g.rows);
   double ds[V], dq[V];
@@ -104,53 +130,56 @@ __global__ void __launch_bounds__(kBlock) bwd_reduce_kernel(const T* __restrict_
   for (int j = 0; j < V; ++j) ds[j] = dq[j] = 0.0;
   if (grp < g.groups) {
     BwdParams<V> p;
-    p.load_all(gamma, beta, mean, inv, grp * V, mask);
-    sum_rows<V>(g, lo, hi, ds, dq, [&](std::int64_t rr, float (&fs)[V], float (&fq)[V]) {
-      const std::int64_t o = rr * g.c + grp * V;
-      float xv[V], gv[V];
-      load<T, V>(x + o, xv);
-      load<T, V>(dy + o, gv);
-      add_second<T, V>(dy2, o, gv);
-      masked_grad<T, V>(y, o, mask, xv, p, gv);
-      if (dz != nullptr) store<T, V>(dz + o, gv);
+    p.load_all(gamma, beta, mean, inv, grp * V, MASK);
+    BwdRows<T, V, MASK, DY2, U> rows;
+    sum_rows<V, U>(
+        g, lo, hi, ds, dq, [&](std::int64_t rr, int u) { rows.load(x, dy, dy2, y, rr * g.c + grp * V, u); },
+        [&](std::int64_t rr, bool valid, int u, float (&fs)[V], float (&fq)[V]) {
+          float xv[V], gv[V];
+          rows.grad(u, p, xv, gv);
+          if (dz != nullptr && valid) store<T, V>(dz + rr * g.c + grp * V, gv);
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
-        fs[j] += gv[j];
-        fq[j] += gv[j] * xhat;
-      }
-    });
+          for (int j = 0; j < V; ++j) {
+            const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
+            fs[j] += valid ? gv[j] : 0.0f;
+            fq[j] += valid ? gv[j] * xhat : 0.0f;
+          }
+        });
   }
   tile_sums<V>(ds, dq, g, part);
 }
 
-// Backward pass 3: dx from g (read from dz, or dy masked again). dx may be x, dz may be dy.
-template <class T, int V>
+// Backward pass 3: dx from g (read from dz, or dy masked again), two rows a step with both rows' loads first.
+// dx may be x, dz may be dy.
+template <class T, int V, int MASK, bool DY2>
 __global__ void __launch_bounds__(kBlock) bwd_apply_kernel(const T* x, const T* gsrc, const T* dy2, const T* y, T* dx,
                                                            const float* gamma, const float* beta, const float* mean,
-                                                           const float* inv, const float* coef, Geo g, int mask) {
+                                                           const float* inv, const float* coef, Geo g) {
   const int grp = blockIdx.y * g.gx + threadIdx.x;
   if (grp >= g.groups) return;
   BwdParams<V> p;
-  p.load_all(gamma, beta, mean, inv, grp * V, mask);
+  p.load_all(gamma, beta, mean, inv, grp * V, MASK);
   float t1[V], t2[V], kk[V];
   load_params<V>(coef, grp * V, t1);
   load_params<V>(coef + g.c, grp * V, t2);
   load_params<V>(coef + 2 * g.c, grp * V, kk);
   const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * g.rows, hi = min(g.m, lo + g.rows);
-  for (std::int64_t r = lo + threadIdx.y; r < hi; r += g.lanes) {
-    const std::int64_t o = r * g.c + grp * V;
-    float xv[V], gv[V];
-    load<T, V>(x + o, xv);
-    load<T, V>(gsrc + o, gv);
-    add_second<T, V>(dy2, o, gv);
-    masked_grad<T, V>(y, o, mask, xv, p, gv);
+  for (std::int64_t r = lo + threadIdx.y; r < hi; r += 2 * g.lanes) {
+    const std::int64_t r1 = min(r + g.lanes, hi - 1);
+    BwdRows<T, V, MASK, DY2, 2> rows;
+    rows.load(x, gsrc, dy2, y, r * g.c + grp * V, 0);
+    rows.load(x, gsrc, dy2, y, r1 * g.c + grp * V, 1);
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
-      gv[j] = ((gv[j] - xhat * t2[j]) - t1[j]) * kk[j];
+    for (int u = 0; u < 2; ++u) {
+      float xv[V], gv[V];
+      rows.grad(u, p, xv, gv);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
+        gv[j] = ((gv[j] - xhat * t2[j]) - t1[j]) * kk[j];
+      }
+      if (u == 0 || r + g.lanes < hi) store<T, V>(dx + (u == 0 ? r : r1) * g.c + grp * V, gv);
     }
-    store<T, V>(dx + o, gv);
   }
 }
 
@@ -164,6 +193,25 @@ __global__ void bn_update_eq_kernel(const float* gamma, const float* beta, const
 }
 
 // ---- host side -------------------------------------------------------------------------------------------
+
+// Calls fn(integral_constant<mask>, bool_constant<dy2>) for the runtime mask code and dy2's presence.
+template <class Fn>
+void with_mask(int mask, bool dy2, Fn&& fn) {
+  auto d = [&](auto mc) {
+    if (dy2) {
+      fn(mc, std::true_type{});
+    } else {
+      fn(mc, std::false_type{});
+    }
+  };
+  if (mask == MASK_FROM_X) {
+    d(std::integral_constant<int, MASK_FROM_X>{});
+  } else if (mask == MASK_FROM_Y) {
+    d(std::integral_constant<int, MASK_FROM_Y>{});
+  } else {
+    d(std::integral_constant<int, NO_MASK>{});
+  }
+}
 
 std::string describe(const char* op, const Geo& g, bool relu, bool res) {
   return std::string(op) + (relu ? " +relu" : "") + (res ? " +residual" : "") + ", vec" + std::to_string(g.v) + ", " +
@@ -195,7 +243,7 @@ std::unique_ptr<Op> bn_fwd(Context&, const OpArgs& args) {
       constexpr int V = decltype(vc)::value;
       const T* xp = static_cast<const T*>(x);
       stats_kernel<T, V><<<grid, block, 0, s>>>(xp, g, part);
-      stats_finish_kernel<T><<<warp_blocks(c), kBlock, 0, s>>>(xp, part, g, gamma, beta, mean_in, var_in, mean_out,
+      stats_finish_kernel<T><<<finish_blocks(c), finish_block(), 0, s>>>(xp, part, g, gamma, beta, mean_in, var_in, mean_out,
                                                                var_out, smean, sinv, coef, mom, eps);
       apply_kernel<T, V><<<grid, block, 0, s>>>(xp, static_cast<const T*>(z), static_cast<T*>(y), coef, coef + c,
                                                 coef + 2 * c, g, relu);
@@ -233,14 +281,22 @@ std::unique_ptr<Op> bn_bwd(Context&, const OpArgs& args) {
       const T* yp = static_cast<const T*>(y);
       T* dzp = static_cast<T*>(dz);
       const T* dy2p = static_cast<const T*>(dy2);
-      bwd_reduce_kernel<T, V><<<grid, block, 0, s>>>(xp, static_cast<const T*>(dy), dy2p, yp, dzp, gamma, beta,
-                                                     smean, sinv, g, mask, part);
-      bwd_finish_kernel<<<warp_blocks(c), kBlock, 0, s>>>(part, g, gamma, sinv, dgamma, dbeta, coef);
-      // with dz written, g is read back from it: already summed and masked
-      const bool from_dz = dzp != nullptr;
-      const T* gsrc = from_dz ? dzp : static_cast<const T*>(dy);
-      bwd_apply_kernel<T, V><<<grid, block, 0, s>>>(xp, gsrc, from_dz ? nullptr : dy2p, yp, static_cast<T*>(dx),
-                                                    gamma, beta, smean, sinv, coef, g, from_dz ? NO_MASK : mask);
+      const T* dyp = static_cast<const T*>(dy);
+      with_mask(mask, dy2p != nullptr, [&](auto mc, auto dc) {
+        constexpr int M = decltype(mc)::value;
+        constexpr bool D2 = decltype(dc)::value;
+        bwd_reduce_kernel<T, V, M, D2><<<grid, block, 0, s>>>(xp, dyp, dy2p, yp, dzp, gamma, beta, smean, sinv, g,
+                                                              part);
+        bwd_finish_kernel<<<finish_blocks(c), finish_block(), 0, s>>>(part, g, gamma, sinv, dgamma, dbeta, coef);
+        T* dxp = static_cast<T*>(dx);
+        if (dzp != nullptr) {  // with dz written, g is read back from it: already summed and masked
+          bwd_apply_kernel<T, V, NO_MASK, false><<<grid, block, 0, s>>>(xp, dzp, nullptr, nullptr, dxp, gamma, beta,
+                                                                        smean, sinv, coef, g);
+        } else {
+          bwd_apply_kernel<T, V, M, D2><<<grid, block, 0, s>>>(xp, dyp, dy2p, yp, dxp, gamma, beta, smean, sinv,
+                                                               coef, g);
+        }
+      });
     });
     check_launch("bn_bwd");
   }, describe("bn_bwd", g, mask != NO_MASK, dz != nullptr) + (dy2 != nullptr ? " +dy2" : ""));

@@ -90,6 +90,24 @@ __device__ __forceinline__ void store(T* p, const float (&in)[V]) {
   *reinterpret_cast<R*>(p) = r;
 }
 
+// A vector's raw bytes, loaded now and widened later: a loop that loads every row it needs into these first
+// and computes after has all its loads in flight at once (a widening load per row, branched on the row bound,
+// was issued one at a time and waited on).
+template <class T, int V>
+using RawOf = typename Raw<sizeof(T) * V>::type;
+
+template <class T, int V>
+__device__ __forceinline__ RawOf<T, V> load_raw(const T* p) {
+  return *reinterpret_cast<const RawOf<T, V>*>(p);
+}
+
+template <class T, int V>
+__device__ __forceinline__ void widen(const RawOf<T, V>& r, float (&out)[V]) {
+  const T* e = reinterpret_cast<const T*>(&r);
+#pragma unroll
+  for (int j = 0; j < V; ++j) out[j] = kern::to_f(e[j]);
+}
+
 template <int V>
 __device__ __forceinline__ void load_params(const float* p, int ch, float (&out)[V]) {
 #pragma unroll
@@ -132,20 +150,23 @@ __device__ inline void tile_sums(const double (&s1)[V], const double (&s2)[V], c
   }
 }
 
-// The chunk loop of every reduction: ``row(rr, fs, fq)`` adds row rr's terms to the float sums fs/fq; each
-// thread visits its rows of [lo, hi) kUnroll at a time (loads in flight) and adds those float sums to its
-// float64 sums ds/dq.
-template <int V, class Row>
+// The chunk loop of every reduction, in two phases per step of U rows: ``load(rr, u)`` issues row rr's loads
+// into the caller's slot u (raw registers), then ``use(rr, valid, u, fs, fq)`` adds the row's terms to the float
+// sums fs/fq (and may store: after every load of the step). Rows past hi are clamped to hi - 1 (a load of a
+// real row, no branch) and used with valid = false. Each thread's U-row float sums go into its float64 sums.
+template <int V, int U, class Load, class Use>
 __device__ __forceinline__ void sum_rows(const Geo& g, std::int64_t lo, std::int64_t hi, double (&ds)[V],
-                                         double (&dq)[V], Row&& row) {
-  for (std::int64_t r = lo + threadIdx.y; r < hi; r += kUnroll * g.lanes) {
+                                         double (&dq)[V], Load&& load, Use&& use) {
+  for (std::int64_t r = lo + threadIdx.y; r < hi; r += U * g.lanes) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) load(min(r + static_cast<std::int64_t>(u) * g.lanes, hi - 1), u);
     float fs[V], fq[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) fs[j] = fq[j] = 0.0f;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const std::int64_t rr = r + static_cast<std::int64_t>(u) * g.lanes;
-      if (rr < hi) row(rr, fs, fq);
+      use(min(rr, hi - 1), rr < hi, u, fs, fq);
     }
 #pragma unroll
     for (int j = 0; j < V; ++j) {
@@ -166,33 +187,54 @@ __global__ void __launch_bounds__(kBlock) stats_kernel(const T* __restrict__ x, 
   if (grp < g.groups) {
     float k[V];
     load<T, V>(x + grp * V, k);
-    sum_rows<V>(g, lo, hi, ds, dq, [&](std::int64_t rr, float (&fs)[V], float (&fq)[V]) {
-      float v[V];
-      load<T, V>(x + rr * g.c + grp * V, v);
+    RawOf<T, V> raw[kUnroll];
+    sum_rows<V, kUnroll>(
+        g, lo, hi, ds, dq, [&](std::int64_t rr, int u) { raw[u] = load_raw<T, V>(x + rr * g.c + grp * V); },
+        [&](std::int64_t, bool valid, int u, float (&fs)[V], float (&fq)[V]) {
+          float v[V];
+          widen<T, V>(raw[u], v);
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float d = v[j] - k[j];
-        fs[j] += d;
-        fq[j] += d * d;
-      }
-    });
+          for (int j = 0; j < V; ++j) {
+            const float d = valid ? v[j] - k[j] : 0.0f;
+            fs[j] += d;
+            fq[j] += d * d;
+          }
+        });
   }
   tile_sums<V>(ds, dq, g, part);
 }
 
-// Sums the chunks of channel `ch` (one warp per channel, a fixed shuffle tree): valid in lane 0.
-__device__ __forceinline__ void chunk_sums(const double* part, const Geo& g, int ch, double& a, double& b) {
-  const int lane = threadIdx.x & 31;
+// The finish kernels run as blocks of kFinishLanes x kFinishLanes threads, one block per 32 channels: thread
+// (x, y) adds the chunks y, y + 32, ... of channel 32 * block + x (reads of 32 adjacent channels: coalesced),
+// then thread (x, 0) adds the 32 lane sums in lane order. Fixed order: the same sums on every run.
+constexpr int kFinishLanes = 32;
+
+inline unsigned finish_blocks(int c) { return static_cast<unsigned>((c + kFinishLanes - 1) / kFinishLanes); }
+inline dim3 finish_block() { return dim3(kFinishLanes, kFinishLanes); }
+
+// The chunk sums of this thread's channel: true (with a and b) in the threads of row 0 that have a channel.
+__device__ __forceinline__ bool chunk_sums(const double* part, const Geo& g, int& ch, double& a, double& b) {
+  __shared__ double sa[kFinishLanes][kFinishLanes + 1], sb[kFinishLanes][kFinishLanes + 1];
+  ch = blockIdx.x * kFinishLanes + threadIdx.x;
+  double x = 0.0, y = 0.0;
+  if (ch < g.c) {
+#pragma unroll 8
+    for (int k = threadIdx.y; k < g.chunks; k += kFinishLanes) {
+      x += part[static_cast<std::int64_t>(k) * g.c + ch];
+      y += part[(static_cast<std::int64_t>(g.chunks) + k) * g.c + ch];
+    }
+  }
+  sa[threadIdx.y][threadIdx.x] = x;
+  sb[threadIdx.y][threadIdx.x] = y;
+  __syncthreads();
+  if (threadIdx.y != 0 || ch >= g.c) return false;
   a = 0.0;
   b = 0.0;
-  for (int k = lane; k < g.chunks; k += 32) {
-    a += part[static_cast<std::int64_t>(k) * g.c + ch];
-    b += part[(static_cast<std::int64_t>(g.chunks) + k) * g.c + ch];
+  for (int l = 0; l < kFinishLanes; ++l) {
+    a += sa[l][threadIdx.x];
+    b += sb[l][threadIdx.x];
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    a += __shfl_down_sync(0xffffffffu, a, o);
-    b += __shfl_down_sync(0xffffffffu, b, o);
-  }
+  return true;
 }
 
 // Forward pass 2: mean and variance, running and saved statistics, and coef = (mean, gamma * inv, beta).
@@ -201,11 +243,9 @@ __global__ void stats_finish_kernel(const T* __restrict__ x, const double* __res
                                     const float* gamma, const float* beta, const float* mean_in, const float* var_in,
                                     float* mean_out, float* var_out, float* saved_mean, float* saved_inv, float* coef,
                                     double mom, double eps) {
-  const int ch = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  if (ch >= g.c) return;  // the whole warp
+  int ch;
   double s1, s2;
-  chunk_sums(part, g, ch, s1, s2);
-  if ((threadIdx.x & 31) != 0) return;
+  if (!chunk_sums(part, g, ch, s1, s2)) return;
   const double inv_m = 1.0 / static_cast<double>(g.m);
   const double d1 = s1 * inv_m;
   const double mean = static_cast<double>(kern::to_f(x[ch])) + d1;
@@ -246,11 +286,9 @@ struct BwdParams {
 // Backward pass 2: dbeta, dgamma, and coef = (t1, t2, k) of dx = ((g - xhat * t2) - t1) * k.
 __global__ void bwd_finish_kernel(const double* __restrict__ part, Geo g, const float* gamma, const float* inv,
                                   float* dgamma, float* dbeta, float* coef) {
-  const int ch = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  if (ch >= g.c) return;
+  int ch;
   double s1, s2;
-  chunk_sums(part, g, ch, s1, s2);
-  if ((threadIdx.x & 31) != 0) return;
+  if (!chunk_sums(part, g, ch, s1, s2)) return;
   dbeta[ch] = static_cast<float>(s1);
   dgamma[ch] = static_cast<float>(s2);
   const double inv_m = 1.0 / static_cast<double>(g.m);
@@ -303,7 +341,6 @@ inline Partials partials(const Geo& g) {
 
 inline const void* opt(const OpArgs& args, const char* name) { return args.has(name) ? args.ptr(name) : nullptr; }
 
-inline unsigned warp_blocks(int c) { return static_cast<unsigned>((c + 7) / 8); }  // 8 warps of 256 threads
 
 
 }  // namespace

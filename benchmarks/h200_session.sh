@@ -14,6 +14,7 @@
 #   gputests           pytest -m gpu packages tests-integration
 #   profile[-MODEL]    benchmarks/step_profile.py, MODEL vgg16_bn | resnet50 | mlp_mnist (profile: the first two)
 #   bench[-MODEL]      benchmarks/cnn.py --json auto, MODEL vgg16_bn | resnet50 (bench: both)
+#   trace[-MODEL]      benchmarks/kernel_trace.py: every kernel of the real step (CUPTI), MODEL as for profile
 # Every stage after build checks that $SITE holds a build of this very tree and runs the build first if not.
 #
 # Environment: OUT (where logs and JSON go; default build/device/out), PYTHON (python3), TR_SITE (/tmp/site),
@@ -21,8 +22,8 @@
 # prints), TR_BUILD_LIMIT_S (420), TR_GPUTESTS_LIMIT_S (300), TR_PROFILE_LIMIT_S (240: per model) (each
 # stage's own limit, cut to what is left of the budget), PROFILE_BATCH (256), PROFILE_ARGS, BENCH_ARGS (extra arguments, e.g. BENCH_ARGS="--compile-mode
 # default,max-autotune"), TR_REQUIRE_GPU (1; 0 for a smoke test on a machine without a GPU).
-# Files under $OUT (at most 8 come back): build.log gputests.log profile.log bench.log, profile_<model>_b<N>.json
-# per profiled model, <model>_b256_<date>.json per benchmarked model.
+# Files under $OUT (at most 8 come back): build.log gputests.log profile.log trace.log bench.log,
+# profile_<model>_b<N>.json per profiled model, trace_<model>_b<N>.json per traced model, <model>_b256_<date>.json per benchmarked model.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -145,6 +146,12 @@ stage_profile() {  # $1: model
     --json "$OUT/profile_${m}_b$b.json"
 }
 
+stage_trace() {  # $1: model
+  local m=$1 b=${PROFILE_BATCH:-256}
+  [ "$m" = mlp_mnist ] && b=${PROFILE_BATCH_MLP:-128}
+  "$PY" benchmarks/kernel_trace.py --model "$m" --batch "$b" --top 30 --json "$OUT/trace_${m}_b$b.json"
+}
+
 stage_bench() {  # $1: model, $2: seconds left for it
   # shellcheck disable=SC2086
   "$PY" benchmarks/cnn.py --model "$1" --json auto --json-dir "$OUT" --deadline-s "$2" ${BENCH_ARGS:-}
@@ -167,8 +174,10 @@ for s in "${stages[@]}"; do
     build|gputests) plan+=("$s") ;;
     profile) plan+=(profile-vgg16_bn profile-resnet50) ;;
     bench) plan+=(bench-vgg16_bn bench-resnet50) ;;
+    trace) plan+=(trace-vgg16_bn trace-resnet50) ;;
     profile-vgg16_bn|profile-resnet50|profile-mlp_mnist|bench-vgg16_bn|bench-resnet50) plan+=("$s") ;;
-    *) echo "unknown stage $s (build gputests profile[-MODEL] bench[-MODEL])" >&2; exit 2 ;;
+    trace-vgg16_bn|trace-resnet50|trace-mlp_mnist) plan+=("$s") ;;
+    *) echo "unknown stage $s (build gputests profile[-MODEL] trace[-MODEL] bench[-MODEL])" >&2; exit 2 ;;
   esac
 done
 
@@ -212,6 +221,7 @@ for s in "${plan[@]}"; do
     build) run build build.log "$BUILD_LIMIT" build || build_failed=1 ;;
     gputests) ensure_built "$s" && run gputests gputests.log "$TESTS_LIMIT" gputests ;;
     profile-*) ensure_built "$s" && run "$s" profile.log "$PROFILE_LIMIT" profile "${s#profile-}" ;;
+    trace-*) ensure_built "$s" && run "$s" trace.log "$PROFILE_LIMIT" trace "${s#trace-}" ;;
     bench-*)
       # the benchmarks share what is left; cnn.py stops starting rows in time to write its table and JSON
       share=$(( ($(left) - 30) / n_bench ))
@@ -226,6 +236,10 @@ for f in "$OUT"/profile.log; do
   echo
   awk '/^summary by op/{p=1} p{print} /^all ops/{p=0; print ""}' "$f" | cut -c1-150 | tail -n 80
 done
+if [ -f "$OUT/trace.log" ]; then
+  echo
+  grep -E '^(resnet50|vgg16_bn|mlp_mnist) batch' "$OUT/trace.log" | cut -c1-200
+fi
 if [ -f "$OUT/bench.log" ]; then
   echo
   awk '/ training step, /{p=1} /^=== /{p=0} p && !/^note: /{print}' "$OUT/bench.log" | tail -n 60

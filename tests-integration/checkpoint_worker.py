@@ -1,8 +1,10 @@
 """The processes of test_checkpoint_resume.py.
 
-    python checkpoint_worker.py resume KIND CKPT OUT.npz   configure KIND as the test did, resume CKPT, train the
-                                                           remaining epochs, write every state tensor and the
-                                                           epoch metrics to OUT.npz
+    python checkpoint_worker.py resume KIND CKPT OUT.npz [DEVICE]
+                                                           configure KIND as the test did (on DEVICE: cpu, the
+                                                           default, or cuda), resume CKPT, train the remaining
+                                                           epochs, write every state tensor and the epoch metrics
+                                                           to OUT.npz
     python checkpoint_worker.py writer CKPT                save versions 1, 2, ... of a checkpoint at CKPT forever
                                                            (the crash test kills it with SIGKILL mid-save)
 
@@ -34,8 +36,8 @@ def configure_pipeline() -> None:
         .train_transforms(Pad(2), RandomCrop(28))
 
 
-def make_task(kind: str):
-    """The task of ``kind``, configured and not compiled (the same in every process)."""
+def make_task(kind: str, device: str = "cpu"):
+    """The task of ``kind`` on ``device``, configured and not compiled (the same in every process)."""
     from tr.algo.optimizer import SGD, AdamW
     from tr.algo.scheduler import CosineAnnealingLR
     from tr.core.settings import Settings
@@ -45,7 +47,7 @@ def make_task(kind: str):
 
     if kind == "mlp":
         configure_pipeline()
-        return (DeepLearningTask(Settings().manual_seed(7).global_batch_size(BATCH)).device("cpu").quiet()
+        return (DeepLearningTask(Settings().manual_seed(7).global_batch_size(BATCH)).device(device).quiet()
                 .model(seq(fc(32), relu(), dropout(0.2), fc(10)))
                 .optimizer(SGD().momentum(0.9).weight_decay(1e-4)).scheduler(CosineAnnealingLR(0.05))
                 .total_epochs(EPOCHS))
@@ -55,7 +57,7 @@ def make_task(kind: str):
     feeder = ArrayFeeder((x[:N_TRAIN], y[:N_TRAIN]), (x[N_TRAIN:], y[N_TRAIN:]), BATCH, seed=4, dtype=np.float16,
                          num_classes=3)
     s = Settings().manual_seed(9).global_batch_size(BATCH).amp().loss_scaling("dynamic", growth_interval=2)
-    return (DeepLearningTask(s).device("cpu").quiet().data(feeder)
+    return (DeepLearningTask(s).device(device).quiet().data(feeder)
             .model(seq(conv(4, 3, 1, 1), bn(), relu(), maxpool(2), flatten(), fc(3)))
             .optimizer(AdamW().weight_decay(1e-3)).scheduler(CosineAnnealingLR(3e-3).warmup(1))
             .total_epochs(EPOCHS))
@@ -90,8 +92,8 @@ def main(argv: list[str]) -> int:
     if argv[0] == "writer":
         writer(argv[1])
         return 0
-    _, kind, ckpt, out = argv
-    task = make_task(kind).resume(ckpt)
+    _, kind, ckpt, out, *device = argv
+    task = make_task(kind, *device).resume(ckpt)
     result = task.run()
     np.savez(out, metrics=metrics(result), epochs_done=task._epochs_done,
              **{f"s:{k}": v for k, v in arena_state(task).items()})

@@ -1,7 +1,8 @@
 """Checkpoints end to end on the CPU backend: exact resume in a new process (4 epochs straight == 2 epochs, save,
 a subprocess resumes and trains 2 more: every state tensor byte-identical, the metrics equal) for an MLP with
 dropout and augmentation through the native pipeline and for a small BN CNN under AMP; crash safety (a writer
-killed with SIGKILL at random moments of a save never leaves a checkpoint that does not load and verify)."""
+killed with SIGKILL at random moments of a save never leaves a checkpoint that does not load and verify).
+The exact resume also runs on CUDA (GPU-marked)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,13 @@ WORKER = str(Path(__file__).resolve().parent / "checkpoint_worker.py")
 
 
 def _env() -> dict[str, str]:
+    """The worker imports the tr.backend this process runs (the source tree's, with its built extension, or an
+    installed build's: on the GPU machine the source folder has no CUDA extension)."""
+    import tr.backend
+
     env = dict(os.environ)
-    root = Path(__file__).resolve().parents[1]
-    env["PYTHONPATH"] = os.pathsep.join([str(root / "packages/tr-backend/src"), env.get("PYTHONPATH", "")])
+    here = str(Path(tr.backend.__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([here, env.get("PYTHONPATH", "")])
     return env
 
 
@@ -40,21 +45,21 @@ def _default_pipeline():
     reset_preprocessor_settings()
 
 
-@pytest.mark.parametrize("kind", ["mlp", "cnn"])
-def test_a_resumed_run_in_a_new_process_gives_the_bytes_of_an_uninterrupted_one(kind, tmp_path):
-    straight = W.make_task(kind).compile()
+def _resume_matches_straight(kind: str, device: str, tmp_path: Path) -> None:
+    straight = W.make_task(kind, device).compile()
     full = straight.run()
     want_state, want_metrics = W.arena_state(straight), W.metrics(full)
     straight._feeder.close()
 
-    first = W.make_task(kind).compile()
+    first = W.make_task(kind, device).compile()
+    assert first.backend.name == device
     first.run(2)
     first.save(tmp_path / "ck")
     first._feeder.close()
 
     out = tmp_path / "resumed.npz"
-    subprocess.run([sys.executable, WORKER, "resume", kind, str(tmp_path / "ck"), str(out)], check=True,
-                   env=_env(), timeout=120)
+    subprocess.run([sys.executable, WORKER, "resume", kind, str(tmp_path / "ck"), str(out), device], check=True,
+                   env=_env(), timeout=180)
     got = np.load(out)
     assert int(got["epochs_done"]) == W.EPOCHS
     np.testing.assert_array_equal(got["metrics"], want_metrics[2:])  # epochs 3, 4: losses, LR, accuracy, skips
@@ -65,6 +70,19 @@ def test_a_resumed_run_in_a_new_process_gives_the_bytes_of_an_uninterrupted_one(
         assert {"loss_scale", "loss_scale_tracker", "L0.prev_mean", "L0.w.fp16"} <= set(want_state)
     else:
         assert "dropout_seed" in want_state and np.isfinite(want_metrics[:, 4]).all()
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_a_resumed_run_in_a_new_process_gives_the_bytes_of_an_uninterrupted_one(kind, tmp_path):
+    _resume_matches_straight(kind, "cpu", tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_a_resumed_cuda_run_in_a_new_process_gives_the_bytes_of_an_uninterrupted_one(kind, tmp_path):
+    """The same on the CUDA backend: its captured step, device RNG offsets and the cuDNN/BN kernels' sums are
+    deterministic, so a resumed GPU run is byte-identical too."""
+    _resume_matches_straight(kind, "cuda", tmp_path)
 
 
 def test_a_writer_killed_mid_save_leaves_the_previous_checkpoint_whole(tmp_path):

@@ -4,8 +4,11 @@ range_ema kernel gained its flag argument).
 
 Checked on the GPU: every step the EMA weights follow EMA = d*EMA + (1-d)*W of the GPU's own weights
 (float64 reference, 1e-5 relative), a skipped step (the NaN batch) leaves them bit for bit, the skipped steps
-agree with the CPU's; the final EMA weights agree with the CPU's within the bounds of test_gpu_training's
-final weights (2e-4 FP32, 1e-2 AMP, absolute) and the EMA validation top-1 within 1 %.
+agree with the CPU's. Across backends the trained weights themselves part by rounding (AdamW turns a
+near-zero gradient's rounding into a full step; measured on the H200, 2026-12-01: final EMA weights up to 1.5e-3
+apart in FP32, 2.2e-2 in AMP), so the final EMA weights are held to what the rule allows: an EMA is a convex
+combination of the weights it has seen (from the same initial weights), so each element of |EMA_gpu - EMA_cpu|
+is at most the largest |W_gpu - W_cpu| of that element over the run; the EMA validation top-1 within 2 %.
 """
 
 import numpy as np
@@ -68,9 +71,23 @@ def test_cuda_ema_matches_cpu_over_50_steps(amp):
             np.testing.assert_allclose(e, r, rtol=1e-5, atol=1e-6)
         state.update(e=e_now, skipped=skipped)
 
-    gpu.on_step(step)
+    cws = _pairs(cpu)[0]
+    traj_c = [[cpu.backend.read(w).astype(np.float64) for w in cws]]  # the weights before each step and after
+    cpu.on_step(lambda k, r: traj_c.append([cpu.backend.read(w).astype(np.float64) for w in cws]))
+    traj_g = [[be.read(w).astype(np.float64) for w in ws]]
+
+    def gpu_step(k, r):
+        step(k, r)
+        traj_g.append([be.read(w).astype(np.float64) for w in ws])
+
+    gpu.on_step(gpu_step)
     rc, rg = cpu.run(), gpu.run()
     assert NAN_BATCH in skipped_steps and rg.skipped_steps == rc.skipped_steps
-    for ec, eg in zip(_pairs(cpu)[1], es):
-        np.testing.assert_allclose(be.read(eg), cpu.backend.read(ec), rtol=0, atol=1e-2 if amp else 2e-4)
-    assert abs(rg.best_ema_top1 - rc.best_ema_top1) <= 0.01
+    assert len(traj_c) == len(traj_g) == STEPS + 1
+    for i, (ec, eg) in enumerate(zip(_pairs(cpu)[1], es)):
+        apart = np.max([np.abs(tg[i] - tc[i]) for tg, tc in zip(traj_g, traj_c)], axis=0)
+        d = np.abs(be.read(eg).astype(np.float64) - cpu.backend.read(ec).astype(np.float64))
+        over = d - (apart + 1e-5 * np.abs(cpu.backend.read(ec)) + 1e-6)
+        assert (over <= 0).all(), (f"{eg.name}: EMA apart by more than its weights ever were: worst excess "
+                                   f"{over.max():.3g} (EMA difference {d.max():.3g}, weights {apart.max():.3g})")
+    assert abs(rg.best_ema_top1 - rc.best_ema_top1) <= 0.02, (rg.best_ema_top1, rc.best_ema_top1)

@@ -68,14 +68,15 @@ def _resnet():
 MODELS = {"mlp": _mlp, "cnn": _cnn, "pooled_cnn": _pooled_cnn, "vgg16_bn": _vgg, "resnet50": _resnet}
 
 
-def _task(bp, hwc, train_steps=0):
+def _task(bp, hwc, train_steps=0, device="cpu"):
     rng = np.random.default_rng(3)
     n = max(train_steps, 1) * BATCH
     x = rng.standard_normal((n, *hwc)).astype(np.float32)
     y = rng.integers(0, CLASSES, n).astype(np.int32)
     feeder = ArrayFeeder((x, y), (x[:BATCH], y[:BATCH]), BATCH, shuffle=False, num_classes=CLASSES)
-    task = (DeepLearningTask(Settings().manual_seed(5).global_batch_size(BATCH)).device("cpu").quiet().model(bp)
+    task = (DeepLearningTask(Settings().manual_seed(5).global_batch_size(BATCH)).device(device).quiet().model(bp)
             .optimizer(SGD().momentum(0.9)).total_epochs(1).data(feeder)).compile()
+    assert task.backend.name == device
     if train_steps:
         task.run()  # BN running statistics move away from (0, 1)
     return task
@@ -112,8 +113,19 @@ def _randomize(model):
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_round_trip_same_logits(name):  # one compiled task for both directions: compiling is most of the time
+    _round_trip(name, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["mlp", "cnn", "vgg16_bn", "resnet50"])
+def test_round_trip_same_logits_on_cuda(name):
+    """The same from a plan compiled for the CUDA backend (FP32, no TF32): trained there, read out, loaded in."""
+    _round_trip(name, "cuda")
+
+
+def _round_trip(name, device):
     bp, hwc, model = MODELS[name]()
-    task = _task(bp, hwc, train_steps=1)
+    task = _task(bp, hwc, train_steps=1, device=device)
     # tr -> torch
     state = to_torch_state_dict(task, model)
     model.load_state_dict(state)  # strict: every key present, shapes equal

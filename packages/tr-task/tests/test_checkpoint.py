@@ -170,13 +170,14 @@ def test_checkpoint_every_refuses_bad_arguments(args, msg, tmp_path, monkeypatch
         _task().checkpoint_every(*args)
 
 
-def test_a_data_parallel_rank_with_dropout_is_refused(tmp_path):
-    """Each rank draws its own dropout stream; the checkpoint (rank 0's) holds only rank 0's."""
+def test_a_one_process_checkpoint_is_refused_by_a_data_parallel_rank_with_dropout(tmp_path):
+    """Each rank draws its own dropout stream; a one-process checkpoint holds one (a data-parallel run's holds
+    every rank's: tests-integration/test_distributed_resume.py)."""
     model = seq(fc(8), relu(), dropout(0.5), fc(3))
     _task(model=model).compile().save(tmp_path / "ck")
     t = _task(model=model).compile()
-    t.group = SimpleNamespace(rank=1)
-    with pytest.raises(ConfigError, match="not rank 1's"):
+    t.group = SimpleNamespace(rank=1, world_size=2)
+    with pytest.raises(ConfigError, match="rank 1 of 2 needs its own"):
         t.resume(tmp_path / "ck")
     t.group = None
     assert t.resume(tmp_path / "ck")._epochs_done == 0

@@ -8,7 +8,9 @@ step, so a resumed run gives the bytes of an uninterrupted one:
   allocates them), BN running statistics (B_*), optimizer moments (M_*, V_*), LARS ratios (N_*) and the
   scalars: step counter (the LR table is indexed by it), skip counter, loss scale and its tracker
   (loss_scale_tracker), the dropout seed. Activations, gradients, inputs, masks and temporaries are not
-  state: every step rewrites them before reading them.
+  state: every step rewrites them before reading them. In data-parallel training with dropout each rank
+  draws its own dropout stream: the checkpoint then also holds every rank's (``dropout_seed@ranks``, gathered
+  to rank 0 at the save), and each rank resumes its own.
 - ``epoch``: the completed epochs. The data pipeline's order and augmentation are keyed by (seed, epoch,
   sample), so the epoch number is the whole position of the data RNG.
 - ``config``: a canonical description of what the plan was compiled from (settings, BluePrint, CompileSpec,
@@ -39,7 +41,9 @@ from tr.tensor.dtensor import DTensor
 # regions whose bytes outlive a step; the rest (I, F, G, T, S_MASK, the step result) are rewritten first
 _STATE_GROUPS = frozenset("BWEAMVNS")
 _NOT_STATE = frozenset({Region.S_MASK})
-_CONFIG_TENSORS = frozenset({"lr_table"})  # compiled from the schedule: compared through config, not loaded
+# compiled from the schedule and the data (the batch sizes are a rank's own in data-parallel training):
+# compared through config, not loaded
+_CONFIG_TENSORS = frozenset({"lr_table", "batch_train", "batch_train_last", "batch_val", "batch_val_last"})
 _SETTINGS_KEYS = ("amp_enabled", "seed", "batch_size", "input_res", "train_res_begin", "train_res_end", "val_res",
                   "tf32", "loss_scale_rule", "loss_scale_init", "loss_scale_growth_interval")
 # keep_best metric -> whether larger is better
@@ -128,10 +132,35 @@ def _has_dropout(program) -> bool:
     return any(c.op == "dropout_fwd" for calls in program.graphs.values() for c in calls)
 
 
+RANK_STREAMS = "dropout_seed@ranks"  # every rank's dropout_seed, (world, 1, 1, 1, 2) INT32
+
+
+def _world(task) -> int:
+    return task.group.world_size if task.group is not None else 1
+
+
+def _rank_streams(task) -> np.ndarray | None:
+    """Every rank's dropout stream stacked in rank order on rank 0 (None on the others, and where the run is
+    one process or has no dropout). Every rank calls it: it is a gather."""
+    if _world(task) == 1 or not _has_dropout(task.program):
+        return None
+    task.backend.synchronize()
+    mine = task.backend.read(task.program.named["dropout_seed"])
+    got = task.group.gather("checkpoint/dropout_seed", np.ascontiguousarray(mine).tobytes())
+    if got is None:
+        return None
+    return np.stack([np.frombuffer(b, mine.dtype).reshape(mine.shape) for b in got])
+
+
 def save(task, path: str | Path, record=None) -> Path:
     """Write ``task``'s state to the checkpoint directory ``path`` (atomically; see checkpoint_files). In
-    data-parallel training only rank 0 writes (every rank holds the same weights); the others return."""
+    data-parallel training every rank calls it and only rank 0 writes (every rank holds the same weights; with
+    dropout the others first hand rank 0 their dropout streams)."""
     path = Path(path)
+    streams = _rank_streams(task)
+    configs = None  # data-parallel: every rank's description (a rank's shards and last batches are its own)
+    if _world(task) > 1:
+        configs = task.group.gather("checkpoint/config", json.dumps(describe(task), sort_keys=True).encode())
     if task.group is not None and not task.group.is_main:
         return path
     task.backend.synchronize()
@@ -139,6 +168,11 @@ def save(task, path: str | Path, record=None) -> Path:
     arrays = {k: (task.backend.read(t), t.dtype) for k, t in zip(_keys(tensors), tensors)}
     body = {"epoch": task._epochs_done, "tensors": _tensor_list(tensors), "config": describe(task),
             "metrics": _record(record)}
+    if configs is not None:
+        body["config_ranks"] = [json.loads(c) for c in configs]
+    if streams is not None:
+        arrays[RANK_STREAMS] = (streams, task.program.named["dropout_seed"].dtype)
+        body["dropout_ranks"] = int(streams.shape[0])
     return checkpoint_files.write(path, arrays, body)
 
 
@@ -148,11 +182,23 @@ def load(task, path: str | Path) -> dict[str, Any]:
     both name the file and the difference, and leave the task as it was."""
     path = Path(path)
     rank = getattr(task.group, "rank", 0) if task.group is not None else 0
-    if rank and _has_dropout(task.program):
-        raise ConfigError(f"{path}: resuming data-parallel training with dropout is not supported yet: the "
-                          f"checkpoint holds rank 0's dropout stream, not rank {rank}'s (nothing loaded)")
     manifest, arrays = checkpoint_files.read(path)
     mpath, where = path / checkpoint_files.MANIFEST, path / checkpoint_files.STATE
+    streams = arrays.pop(RANK_STREAMS, None)
+    world = _world(task)
+    if world > 1 and _has_dropout(task.program):
+        saved = manifest.get("dropout_ranks")
+        if streams is None:
+            raise ConfigError(f"{mpath}: a checkpoint of a run in one process holds one dropout stream; rank "
+                              f"{rank} of {world} needs its own: resume data-parallel training with dropout from "
+                              f"a checkpoint of a data-parallel run (nothing loaded)")
+        if saved != world or streams[0].shape[0] != world:
+            raise ConfigError(f"{mpath}: the checkpoint holds the dropout streams of {saved} ranks, this run has "
+                              f"{world} (nothing loaded)")
+        seed = task.program.named["dropout_seed"]
+        if streams[1] is not seed.dtype or tuple(streams[0].shape[1:]) != tuple(seed.shape.dims):
+            raise DataError(f"{where}: {RANK_STREAMS} is {streams[0].shape} {streams[1].name}, expected "
+                            f"({world}, {', '.join(map(str, seed.shape.dims))}) {seed.dtype.name} (nothing loaded)")
     tensors = state_tensors(task.program)
     listed, here = manifest.get("tensors"), _tensor_list(tensors)
     if listed != here:
@@ -161,7 +207,11 @@ def load(task, path: str | Path) -> dict[str, Any]:
         want = _row(here[i]) if i < len(here) else "nothing"
         raise ConfigError(f"{mpath}: a checkpoint of another plan (nothing loaded): state tensor {i} is {have} "
                           f"in the checkpoint, {want} in this task")
-    diff = first_difference(manifest.get("config", {}), describe(task))
+    saved_config = manifest.get("config", {})
+    per_rank = manifest.get("config_ranks")
+    if isinstance(per_rank, list) and len(per_rank) == world and world > 1:  # this rank's own description
+        saved_config = per_rank[rank]
+    diff = first_difference(saved_config, describe(task))
     if diff is not None:
         raise ConfigError(f"{mpath}: a checkpoint of another configuration (nothing loaded): {diff}")
     for key, t in zip(_keys(tensors), tensors):
@@ -178,6 +228,8 @@ def load(task, path: str | Path) -> dict[str, Any]:
     task.backend.synchronize()
     for key, t in zip(_keys(tensors), tensors):
         task.backend.write(t, arrays[key][0])
+    if world > 1 and streams is not None and _has_dropout(task.program):  # this rank's own dropout stream
+        task.backend.write(task.program.named["dropout_seed"], np.ascontiguousarray(streams[0][rank]))
     task._epochs_done = epoch
     return manifest
 

@@ -359,6 +359,18 @@ class Group:
                 raise ConfigError(f"the ranks disagree on {what} {key} ({per_rank}); every rank must run the "
                                   f"same configuration")
 
+    def gather(self, what: str, value: bytes) -> list[bytes] | None:
+        """Every rank's ``value`` in rank order on rank 0, None on the others; every rank calls it, in the same
+        order as its other group calls (small values: they go through the store)."""
+        if self.store is None:
+            return [value]
+        self._seq += 1
+        base = f"tr/gather/{self._seq}/{what}"
+        self.store.set(f"{base}/{self.rank}", value)
+        if not self.is_main:
+            return None
+        return [self.store.get(f"{base}/{r}") for r in range(self.world_size)]  # rank 0 hosts: it reads last
+
     def close(self) -> None:
         """Release the collective, then the store (rank 0: stops hosting it)."""
         close = getattr(self.collective, "close", None)

@@ -1,0 +1,66 @@
+"""One rank of test_distributed_resume.py's runs: an MLP with dropout trained data-parallel on the CPU.
+
+    python dist_resume_worker.py straight OUT      train all EPOCHS, write OUT/rank<r>.npz
+    python dist_resume_worker.py first CKPT        train HALF epochs, save CKPT (every rank calls save)
+    python dist_resume_worker.py resume CKPT OUT   resume CKPT, train the rest, write OUT/rank<r>.npz
+
+Each .npz holds every state tensor of the checkpoint (``s:<name>``), this rank's dropout stream and the epoch
+metrics. The ranks' dropout streams differ (each draws its own masks), which is what a resume must restore.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+STEPS, GLOBAL_BATCH, IN, CLASSES, EPOCHS, HALF, VAL = 4, 16, 12, 4, 4, 2, 13
+
+
+def make_task():
+    from tr.algo.optimizer import SGD
+    from tr.algo.scheduler import CosineAnnealingLR
+    from tr.core.settings import Settings
+    from tr.graph.blueprint import dropout, fc, relu, seq
+    from tr.task.deep_learning import DeepLearningTask
+    from tr.task.feeder import ArrayFeeder
+
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((IN, CLASSES))
+    x = rng.standard_normal((STEPS * GLOBAL_BATCH + VAL, 1, 1, IN)).astype(np.float32)
+    y = (x.reshape(-1, IN) @ w).argmax(1).astype(np.int32)
+    n = STEPS * GLOBAL_BATCH
+    feeder = ArrayFeeder((x[:n], y[:n]), (x[n:], y[n:]), GLOBAL_BATCH, seed=11, shuffle=True, num_classes=CLASSES)
+    return (DeepLearningTask(Settings().manual_seed(5).global_batch_size(GLOBAL_BATCH)).device("cpu").quiet()
+            .distributed(None, 60.0)
+            .model(seq(fc(32, True), relu(), dropout(0.3), fc(24, True), relu(), dropout(0.2), fc(CLASSES, True)))
+            .optimizer(SGD().momentum(0.9).weight_decay(1e-4)).scheduler(CosineAnnealingLR(0.05))
+            .total_epochs(EPOCHS).data(feeder))
+
+
+def dump(task, result, out: str) -> None:
+    from tr.task.checkpoint import state_tensors
+
+    rank = int(os.environ["RANK"])
+    metrics = np.array([[r.epoch, r.train_loss, r.lr, r.val_loss, r.top1, r.top5] for r in result.history])
+    np.savez(os.path.join(out, f"rank{rank}.npz"), metrics=metrics, epochs_done=task._epochs_done,
+             **{f"s:{t.name}": task.backend.read(t) for t in state_tensors(task.program)})
+
+
+def main(argv: list[str]) -> int:
+    mode = argv[0]
+    task = make_task()
+    if mode == "straight":
+        dump(task, task.compile().run(), argv[1])
+    elif mode == "first":
+        task.compile().run(HALF)
+        task.save(argv[1])
+    else:
+        task.resume(argv[1])
+        dump(task, task.run(), argv[2])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -5,6 +5,7 @@ from tr.data.cifar import CIFAR10, CIFAR100
 from tr.data.dataset import ArrayDataset, Dataset, Split, open_dataset
 from tr.data.fused import FusedNormalization
 from tr.data.idx import read_idx
+from tr.data.image_folder import ImageFolderIndex, jpeg_info, scan_image_folder
 from tr.data.mnist import MNIST
 from tr.data.preprocessor import EpochPlan, EpochRun, Preprocessor
 from tr.data.seeds import sample_seed, shuffle_order
@@ -47,6 +48,7 @@ __all__ = [
     "FusedNormalization",
     "GaussianBlur",
     "GaussianNoise",
+    "ImageFolderIndex",
     "Pad",
     "Preprocessor",
     "PreprocessorSettings",
@@ -63,10 +65,12 @@ __all__ = [
     "TransferStation",
     "Transform",
     "ZoneLayout",
+    "jpeg_info",
     "open_dataset",
     "read_idx",
     "reset_preprocessor_settings",
     "sample_seed",
+    "scan_image_folder",
     "shard_positions",
     "shard_size",
     "shuffle_order",

@@ -1,0 +1,158 @@
+"""Make an ImageNet-style JPEG folder (OUT/<class>/*.JPEG, or OUT/train and OUT/val) from real photographs,
+for tests and benchmarks on machines without internet.
+
+The photographs are scikit-image's bundled samples (skimage.data; those that need a download are skipped):
+each class is one photograph, each sample a random crop of it (area and aspect drawn like RandomResizedCrop),
+resized so its short side lies in [min_side, max_side], flipped at random and saved by Pillow at a JPEG
+quality from {75, 85, 90, 95}, some progressive, some with 4:4:4 chroma. Gray photographs stay gray
+(one-component JPEGs). Every file's randomness comes from (seed, split, class, index) alone, so a seed
+gives the same bytes whatever the number of workers.
+
+    python tools/make_image_folder.py OUT [--classes 10] [--per-class 100] [--val-per-class 0] [--seed 0]
+
+Needs Pillow and scikit-image (tr-data's ``images`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from tr.core.errors import ConfigError
+
+# skimage.data photographs, gray ones early so that a few classes are enough to have both kinds.
+SOURCES = (
+    "astronaut", "chelsea", "camera", "coffee", "coins", "rocket", "moon", "hubble_deep_field", "brick",
+    "immunohistochemistry", "stereo_motorcycle", "gravel", "retina", "grass", "clock", "cell", "page", "text",
+)  # fmt: skip
+QUALITIES = (75, 85, 90, 95)
+SCALE = (0.25, 1.0)  # crop area as a fraction of the photograph (wider than 0.08: the sources are small)
+RATIO = (3 / 4, 4 / 3)
+P_PROGRESSIVE = 0.3
+P_FULL_CHROMA = 0.25  # 4:4:4 instead of Pillow's default 4:2:0
+
+
+def load_sources(count: int) -> list[tuple[str, np.ndarray]]:
+    """The first ``count`` photographs of SOURCES that load offline, as uint8 (h, w) or (h, w, 3)."""
+    import skimage.data
+
+    out: list[tuple[str, np.ndarray]] = []
+    for name in SOURCES:
+        if len(out) == count:
+            break
+        try:
+            img = getattr(skimage.data, name)()
+        except Exception:  # not bundled with this scikit-image (needs pooch and a download): skip it
+            continue
+        img = img[0] if isinstance(img, tuple) else img  # stereo_motorcycle: (left, right, disparity)
+        if img.dtype != np.uint8 or img.ndim not in (2, 3) or (img.ndim == 3 and img.shape[2] != 3):
+            continue
+        out.append((name, np.ascontiguousarray(img)))
+    if len(out) < count:
+        raise ConfigError(f"make_image_folder: {count} classes asked, only {len(out)} scikit-image photographs "
+                          f"load offline ({', '.join(n for n, _ in out)})")
+    return out
+
+
+def crop_box(rng: np.random.Generator, h: int, w: int) -> tuple[int, int, int, int]:
+    """(top, left, height, width) like RandomResizedCrop: area and log-uniform aspect drawn, 10 tries, else
+    the whole image clamped to the ratio range."""
+    for _ in range(10):
+        area = h * w * rng.uniform(*SCALE)
+        ratio = math.exp(rng.uniform(math.log(RATIO[0]), math.log(RATIO[1])))
+        cw, ch = round(math.sqrt(area * ratio)), round(math.sqrt(area / ratio))
+        if 0 < cw <= w and 0 < ch <= h:
+            return int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1)), ch, cw
+    r = w / h
+    ch, cw = (h, round(h * RATIO[1])) if r > RATIO[1] else (round(w / RATIO[0]), w) if r < RATIO[0] else (h, w)
+    return (h - ch) // 2, (w - cw) // 2, ch, cw
+
+
+def make_sample(src: np.ndarray, path: Path, key: tuple[int, ...], min_side: int, max_side: int) -> None:
+    """Write one JPEG crop of ``src`` to ``path``."""
+    from PIL import Image
+
+    rng = np.random.default_rng(key)
+    top, left, ch, cw = crop_box(rng, src.shape[0], src.shape[1])
+    img = Image.fromarray(src[top : top + ch, left : left + cw])
+    short = int(rng.integers(min_side, max_side + 1))
+    size = (short, max(1, round(short * ch / cw))) if cw <= ch else (max(1, round(short * cw / ch)), short)
+    img = img.resize(size, Image.Resampling.BICUBIC)
+    if rng.random() < 0.5:
+        img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    opts = {"quality": int(rng.choice(QUALITIES)), "progressive": bool(rng.random() < P_PROGRESSIVE)}
+    if img.mode == "RGB" and rng.random() < P_FULL_CHROMA:
+        opts["subsampling"] = 0
+    img.save(path, format="JPEG", **opts)
+
+
+def make_image_folder(
+    out: str | Path,
+    classes: int = 10,
+    per_class: int = 100,
+    min_side: int = 300,
+    max_side: int = 500,
+    seed: int = 0,
+    val_per_class: int = 0,
+    workers: int | None = None,
+) -> int:
+    """Write the folder (OUT/<class>/, or OUT/train/<class>/ and OUT/val/<class>/ when ``val_per_class`` > 0)
+    and return the number of files written. OUT must be absent or empty: left-over files of another call
+    would become samples."""
+    if classes < 1 or per_class < 1 or val_per_class < 0:
+        raise ConfigError(f"make_image_folder: need classes >= 1, per_class >= 1 and val_per_class >= 0, got "
+                          f"{classes}, {per_class}, {val_per_class}")
+    if not 1 <= min_side <= max_side:
+        raise ConfigError(f"make_image_folder: need 1 <= min_side <= max_side, got {min_side}, {max_side}")
+    if seed < 0:
+        raise ConfigError(f"make_image_folder: seed must be >= 0, got {seed}")
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"make_image_folder: {out} exists and is not an empty directory")
+    sources = load_sources(classes)
+    splits = [("train", per_class), ("val", val_per_class)] if val_per_class > 0 else [("", per_class)]
+    jobs = []
+    for s, (split, count) in enumerate(splits):
+        for c, (name, src) in enumerate(sources):
+            folder = out / split / name if split else out / name
+            folder.mkdir(parents=True, exist_ok=True)
+            jobs += [(src, folder / f"{name}_{i:05d}.JPEG", (seed, s, c, i)) for i in range(count)]
+    # Pillow releases the GIL while it resizes and encodes: threads are enough.
+    with ThreadPoolExecutor(max_workers=max(1, workers or os.cpu_count() or 1)) as ex:
+        list(ex.map(lambda j: make_sample(j[0], j[1], j[2], min_side, max_side), jobs))
+    return len(jobs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="folder to create (absent or empty)")
+    ap.add_argument("--classes", type=int, default=10, help="number of classes (photographs), default 10")
+    ap.add_argument("--per-class", type=int, default=100, help="images per class (train), default 100")
+    ap.add_argument("--val-per-class", type=int, default=0, help="> 0: also OUT/val with this many per class")
+    ap.add_argument("--min-side", type=int, default=300, help="shortest short side in pixels, default 300")
+    ap.add_argument("--max-side", type=int, default=500, help="longest short side in pixels, default 500")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=None, help="threads, default os.cpu_count()")
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        n = make_image_folder(a.out, a.classes, a.per_class, a.min_side, a.max_side, a.seed, a.val_per_class,
+                              a.workers)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    size = sum(p.stat().st_size for p in a.out.rglob("*.JPEG"))
+    print(f"{a.out}: {n} files, {size:,} bytes ({size / max(n, 1) / 1024:.1f} KiB each), "
+          f"{time.perf_counter() - t0:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,7 @@
 """`pip install tr-core tr-data` alone must work: a fresh virtual environment with only those two
-distributions (and numpy) imports tr.data, reads MNIST, and cannot import the rest of tr."""
+distributions (and their dependencies numpy and tqdm) imports tr.data, reads MNIST, packs it with the
+`tr-dts` command (pack, verify), runs one augmented epoch of the native pipeline from the DTS pack, and
+cannot import the rest of tr."""
 
 import subprocess
 import sys
@@ -22,7 +24,7 @@ def test_tr_data_installs_and_works_alone(tmp_path):
     env_dir = tmp_path / "env"
     venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env_dir)
     py = env_dir / "bin" / "python"
-    inst = subprocess.run([str(py), "-m", "pip", "install", "-q", "numpy", *map(str, sorted(wheels.glob("*.whl")))],
+    inst = subprocess.run([str(py), "-m", "pip", "install", "-q", *map(str, sorted(wheels.glob("*.whl")))],
                           capture_output=True, text=True)
     assert inst.returncode == 0, inst.stderr[-3000:]
     probe = (
@@ -38,3 +40,26 @@ def test_tr_data_installs_and_works_alone(tmp_path):
     lines = out.stdout.strip().splitlines()
     assert lines[0] == "10000"
     assert lines[1] == "[]"
+    tr_dts = env_dir / "bin" / "tr-dts"
+    packed = subprocess.run([str(tr_dts), "pack", str(ROOT / "data" / "mnist"), str(tmp_path / "packed")],
+                            capture_output=True, text=True)
+    assert packed.returncode == 0, packed.stderr[-3000:]
+    verified = subprocess.run([str(tr_dts), "verify", str(tmp_path / "packed" / "train.dts"),
+                               str(tmp_path / "packed" / "val.dts")], capture_output=True, text=True)
+    assert verified.returncode == 0 and verified.stdout.count("every checksum matches") == 2, verified.stderr
+    epoch = (
+        "from tr.data import Pad, PreprocessorSettings, Preprocessor, RandomCrop, TransferStation\n"
+        "from tr.core.norm import NormMode\n"
+        "from tr.data.dts import DtsDataset\n"
+        f"ds = DtsDataset(r'{tmp_path / 'packed'}')\n"
+        "s = PreprocessorSettings().dataset(ds).preprocess_workers(2).normalization(NormMode.MNIST)"
+        ".train_transforms(Pad(2), RandomCrop(28)).seed(3)\n"
+        "n = 0\n"
+        "with Preprocessor(s, TransferStation(500, (28, 28, 1), 'float32')) as pre, pre.epoch(0, True) as run:\n"
+        "    for b in run.batches(0):\n"
+        "        n += len(b.valid_labels)\n"
+        "print(n)\n"
+    )
+    out = subprocess.run([str(py), "-c", epoch], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "60000"

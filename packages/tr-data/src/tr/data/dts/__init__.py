@@ -1,0 +1,14 @@
+"""DTS: datasets packed into checksummed blocks (tr.data.dts.format), their writer, reader and packer.
+
+    tr-dts pack data/mnist packed/         # packed/train.dts, packed/val.dts
+    from tr.data.dts import DtsFile, DtsDataset
+"""
+
+from tr.data.dts.dataset import DtsDataset
+from tr.data.dts.format import VERSION, Header
+from tr.data.dts.pack import Packed, detect, pack
+from tr.data.dts.reader import Block, DtsFile, VerifyReport
+from tr.data.dts.writer import DtsWriter, jpeg_header, raw_header
+
+__all__ = ["VERSION", "Block", "DtsDataset", "DtsFile", "DtsWriter", "Header", "Packed", "VerifyReport", "detect",
+           "jpeg_header", "pack", "raw_header"]

@@ -1,0 +1,161 @@
+"""The DTS file format (version 4): a dataset packed into blocks, with a checksum for every part.
+
+Our version of the seed's DTS v3 (SEED_SYSTEM.md §9), kept where it is sound (16 MiB blocks, a per-block
+index as the only index, 64-byte sample alignment, levels 0-3) and strengthened where it is weak: the header
+and every block header carry a CRC-32 of themselves, every block a CRC-32 of its samples, so damage is found
+and named at the block (and the sample whose bytes it covers), and a reader refuses a newer major version.
+
+Layout (little-endian):
+
+* header region, ``header_bytes`` (a multiple of 4 KiB): the 256-byte fixed header (``HEADER``), then the
+  metadata as UTF-8 JSON (class names, source, packing parameters), zero-padded. ``header_crc`` (the last
+  field) is the CRC-32 of the whole region with that field zeroed.
+* blocks: block i starts at ``header_bytes + i * block_bytes``; the last block is cut after its last
+  sample. A block is its header (``block_header_bytes``: ``BLOCK`` then offsets[n], sizes[n], labels[n] as
+  u32, zero-padded), then the samples, each starting at a multiple of ``alignment`` from the block start.
+  ``payload_crc`` covers the bytes from the end of the block header to the end of its last sample,
+  ``header_crc`` the block header with that field zeroed.
+
+Samples are ``kind`` RAW (u8 HWC pixels, all ``height x width x channels``: MNIST, CIFAR) or JPEG (the file's
+bytes, any size; ``level`` 0 keeps the source's bytes, 1-3 re-encode: tr.data.dts.levels).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from tr.core.errors import DataError
+
+MAGIC = b".DTS"
+VERSION = (4, 0, 0, 0)  # major, minor, patch, reserved: a reader refuses a newer major
+KIND_RAW, KIND_JPEG = 0, 1
+KINDS = {KIND_RAW: "raw", KIND_JPEG: "jpeg"}
+SPLITS = ("train", "val")
+PAGE = 4096
+DEFAULT_BLOCK_BYTES = 16 << 20
+DEFAULT_ALIGNMENT = 64
+MAX_PICS_PER_BLOCK = 2000  # JPEG blocks: the index is sized for this many samples (the seed's safe limit: 1000)
+
+# the fixed header: 256 bytes, header_crc last
+HEADER = struct.Struct("<4s4B8sIIII4sIII4sQIIQIIIQI152xI")
+BLOCK = struct.Struct("<4sIIIII")  # magic "LV<level>B", block_id, num_pics, payload_bytes, payload_crc, header_crc
+assert HEADER.size == 256 and BLOCK.size == 24
+
+
+def align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def crc32(*parts: bytes | memoryview) -> int:
+    c = 0
+    for p in parts:
+        c = zlib.crc32(p, c)
+    return c & 0xFFFFFFFF
+
+
+@dataclass
+class Header:
+    """Everything the fixed header and the metadata say about a DTS file."""
+
+    dataset: str  # up to 8 ASCII characters: "MNIST", "CIFAR10", "IMAGENET", a folder's name...
+    split: str  # "train" | "val"
+    kind: int  # KIND_RAW | KIND_JPEG
+    level: int  # 0-3 (RAW: 0)
+    num_classes: int
+    width: int  # RAW: every sample's; JPEG: 0 (any)
+    height: int
+    channels: int
+    color: str  # "GRAY", " RGB", "MIXD"
+    num_samples: int
+    total_blocks: int
+    header_bytes: int
+    block_bytes: int
+    block_header_bytes: int
+    alignment: int
+    max_pics_per_block: int
+    total_bytes: int  # the file's size
+    meta: dict[str, Any] = field(default_factory=dict)
+    version: tuple[int, int, int, int] = VERSION
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.meta.get("classes", []))
+
+    @property
+    def sample_bytes(self) -> int:
+        """RAW: the bytes of one sample."""
+        return self.width * self.height * self.channels
+
+    def pack(self) -> bytes:
+        """The header region (header_bytes long) with its CRC."""
+        meta = json.dumps(self.meta, sort_keys=True).encode()
+        if HEADER.size + len(meta) > self.header_bytes:
+            raise ValueError("header_bytes too small for the metadata")
+        fixed = HEADER.pack(MAGIC, *self.version, self.dataset.encode("ascii")[:8].rjust(8), SPLITS.index(self.split),
+                            self.level, self.kind, self.num_classes, b"NHWC", self.width, self.height, self.channels,
+                            self.color.encode("ascii")[:4].rjust(4), self.num_samples, self.total_blocks,
+                            self.header_bytes, self.block_bytes, self.block_header_bytes, self.alignment,
+                            self.max_pics_per_block, self.total_bytes, len(meta), 0)
+        region = bytearray(self.header_bytes)
+        region[:HEADER.size] = fixed
+        region[HEADER.size:HEADER.size + len(meta)] = meta
+        struct.pack_into("<I", region, HEADER.size - 4, crc32(region))
+        return bytes(region)
+
+    @staticmethod
+    def needed_bytes(meta: dict[str, Any]) -> int:
+        return align(HEADER.size + len(json.dumps(meta, sort_keys=True).encode()), PAGE)
+
+
+def parse_header(region: bytes, where: str) -> Header:
+    """The Header of a DTS file from its first bytes (at least the fixed header; the whole header region for
+    the CRC and the metadata: read again when ``header_bytes`` is larger than what was passed)."""
+    if len(region) < HEADER.size:
+        raise DataError(f"{where}: {len(region)} bytes: too short for a DTS header ({HEADER.size} bytes): truncated")
+    f = HEADER.unpack_from(region)
+    if f[0] != MAGIC:
+        raise DataError(f"{where}: not a DTS file (magic {f[0]!r}, expected {MAGIC!r})")
+    version = tuple(f[1:5])
+    if version[0] > VERSION[0]:
+        raise DataError(f"{where}: DTS version {'.'.join(map(str, version[:3]))} is newer than this reader's "
+                        f"{VERSION[0]}.x: update tr-data")
+    if version[0] < VERSION[0]:
+        raise DataError(f"{where}: DTS version {'.'.join(map(str, version[:3]))} (the seed's format) is not read: "
+                        f"pack the dataset again with tr-dts")
+    (dataset, split, level, kind, classes, layout, width, height, channels, color, num, blocks, header_bytes,
+     block_bytes, bh_bytes, alignment, max_pics, total, meta_len, crc) = f[5:]
+    if header_bytes < HEADER.size or header_bytes % PAGE:
+        raise DataError(f"{where}: a header region of {header_bytes} bytes is not a multiple of {PAGE}: the header "
+                        f"is damaged")
+    if len(region) < header_bytes:
+        raise DataError(f"{where}: the header region is {header_bytes} bytes, the file has {len(region)}: truncated")
+    body = bytearray(region[:header_bytes])
+    struct.pack_into("<I", body, HEADER.size - 4, 0)
+    if crc32(body) != crc:
+        raise DataError(f"{where}: the header's checksum does not match (stored {crc:#010x}, computed "
+                        f"{crc32(body):#010x}): the header is damaged")
+    if split >= len(SPLITS) or kind not in KINDS or layout != b"NHWC" or not 0 <= level <= 3:
+        raise DataError(f"{where}: header fields out of range (split {split}, kind {kind}, layout {layout!r}, "
+                        f"level {level})")
+    if meta_len > header_bytes - HEADER.size or block_bytes <= bh_bytes or alignment < 1:
+        raise DataError(f"{where}: inconsistent header (metadata {meta_len} bytes, block {block_bytes}, block header "
+                        f"{bh_bytes}, alignment {alignment})")
+    try:
+        meta = json.loads(bytes(region[HEADER.size:HEADER.size + meta_len]).decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{where}: the header's metadata is not JSON: {e}") from None
+    return Header(dataset.decode("ascii", "replace").strip(), SPLITS[split], kind, level, classes, width, height,
+                  channels, color.decode("ascii", "replace"), num, blocks, header_bytes, block_bytes, bh_bytes,
+                  alignment, max_pics, total, meta, version)  # type: ignore[arg-type]
+
+
+def block_header_bytes(max_pics: int) -> int:
+    return align(BLOCK.size + 12 * max_pics, PAGE)
+
+
+def block_magic(level: int) -> bytes:
+    return f"LV{level}B".encode()

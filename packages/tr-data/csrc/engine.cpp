@@ -1,12 +1,15 @@
 #include "engine.hpp"
 
+#include "jpeg.hpp"
+
 #include <chrono>
 #include <cstring>
 #include <system_error>
 
 namespace trd {
 
-ImgC Source::get(long long i) const {
+ImgC Source::get(long long i, std::vector<uint8_t>& scratch) const {
+  if (sizes) return decode_jpeg(base + offsets[i], size_t(sizes[i]), scratch);
   if (offsets) {
     const int32_t* s = shapes + 3 * i;
     return ImgC{base + offsets[i], s[0], s[1], s[2]};
@@ -271,7 +274,7 @@ void Engine::run_items(Job& job, int w, Workspace& ws) {
         std::memcpy(dst, job.cache + size_t(idx) * job.sample_bytes, job.sample_bytes);
       } else {
         const uint64_t seed = derive_step(job.seed_prefix, uint64_t(idx));
-        job.pipe->run(job.src.get(idx), seed, ws, dst, job.out_shape);
+        job.pipe->run(job.src.get(idx, ws.jpeg), seed, ws, dst, job.out_shape);
         if (job.cache_mode == 1 && q < n) std::memcpy(job.cache + size_t(idx) * job.sample_bytes, dst, job.sample_bytes);
       }
       st->labels(int(k & 1))[pos] = job.src.labels ? job.src.labels[idx] : 0;

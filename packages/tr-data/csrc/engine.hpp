@@ -23,7 +23,9 @@ struct Source {
   const long long* offsets = nullptr;  // ragged, n entries
   const int32_t* shapes = nullptr;     // ragged, n * 3
   const int32_t* labels = nullptr;     // n
-  ImgC get(long long i) const;
+  const long long* sizes = nullptr;    // encoded (JPEG) samples: n byte counts at `offsets`
+  // sample i as pixels: a view of the source, or (encoded) decoded into `scratch`
+  ImgC get(long long i, std::vector<uint8_t>& scratch) const;
 };
 
 enum class ErrKind : int { None = 0, Data = 1, Shape = 2, Other = 3 };

@@ -7,9 +7,11 @@
 
 #include <chrono>
 #include <cstring>
+#include <string_view>
 
 #include "engine.hpp"
 #include "fused_norm.hpp"
+#include "jpeg.hpp"
 #include "pipeline.hpp"
 
 namespace py = pybind11;
@@ -235,6 +237,29 @@ PYBIND11_MODULE(_native, m) {
   });
 
   // ---- FP16 ----
+  m.def("jpeg_available", &jpeg_available, "whether this build decodes JPEG (libjpeg-turbo was found)");
+  m.def("jpeg_shape", [](py::bytes data, bool keep_gray) {
+    std::string_view v = data;
+    Shape3 s;
+    {
+      py::gil_scoped_release nogil;
+      s = jpeg_shape(reinterpret_cast<const uint8_t*>(v.data()), v.size(), keep_gray);
+    }
+    return py::make_tuple(s.h, s.w, s.c);
+  }, py::arg("data"), py::arg("keep_gray") = false);
+  m.def("decode_jpeg", [](py::bytes data, bool keep_gray) {
+    std::string_view v = data;
+    std::vector<uint8_t> buf;
+    ImgC img;
+    {
+      py::gil_scoped_release nogil;
+      img = decode_jpeg(reinterpret_cast<const uint8_t*>(v.data()), v.size(), buf, keep_gray);
+    }
+    py::array_t<uint8_t> out({img.h, img.w, img.c});
+    std::memcpy(out.mutable_data(), img.p, img.shape().bytes());
+    return out;
+  }, py::arg("data"), py::arg("keep_gray") = false,
+     "decode one JPEG to u8 HWC RGB (keep_gray: one channel for a gray file), as the worker pool does");
   m.def("cpu_has_f16c", &cpu_has_f16c);
   m.def("f16c_enabled", &f16c_enabled);
   m.def("set_f16c_enabled", &set_f16c_enabled);
@@ -419,7 +444,7 @@ PYBIND11_MODULE(_native, m) {
           [](PyEngine& self, PyPipeline& pipe, py::array data, py::object offsets, py::object shapes,
              py::object uniform_shape, py::object labels, py::array_t<long long, py::array::c_style | py::array::forcecast> order,
              py::list stations, long long per_rank, long long num_batches, int last_size, uint64_t seed_prefix,
-             py::object out_shape, py::object cache, int cache_mode) {
+             py::object out_shape, py::object cache, int cache_mode, py::object sizes) {
             if (self.e->busy()) throw PhaseErr("the previous epoch is still running; finish or cancel it first");
             auto job = std::make_shared<Job>();
             job->pipe = pipe.p.get();
@@ -431,7 +456,19 @@ PYBIND11_MODULE(_native, m) {
             py::list keep;
             keep.append(data);
             keep.append(order);
-            if (!offsets.is_none()) {
+            if (!sizes.is_none()) {  // encoded samples: bytes at offsets[i], sizes[i] long, decoded per sample
+              auto off = offsets.cast<py::array_t<long long, py::array::c_style>>();
+              auto siz = sizes.cast<py::array_t<long long, py::array::c_style>>();
+              if (off.size() != job->src.n || siz.size() != job->src.n)
+                throw ShapeErr("encoded sources need one offset and one size per sample");
+              for (long long i = 0; i < job->src.n; ++i)
+                if (off.data()[i] < 0 || siz.data()[i] < 0 || size_t(off.data()[i] + siz.data()[i]) > size_t(data.nbytes()))
+                  throw ShapeErr("encoded sample " + std::to_string(i) + " lies outside the data buffer");
+              job->src.offsets = off.data();
+              job->src.sizes = siz.data();
+              keep.append(off);
+              keep.append(siz);
+            } else if (!offsets.is_none()) {
               auto off = offsets.cast<py::array_t<long long, py::array::c_style>>();
               auto shp = shapes.cast<py::array_t<int32_t, py::array::c_style>>();
               if (off.size() != job->src.n || shp.size() != 3 * job->src.n)
@@ -490,5 +527,5 @@ PYBIND11_MODULE(_native, m) {
           py::arg("pipeline"), py::arg("data"), py::arg("offsets"), py::arg("shapes"), py::arg("uniform_shape"),
           py::arg("labels"), py::arg("order"), py::arg("stations"), py::arg("per_rank"), py::arg("num_batches"),
           py::arg("last_size"), py::arg("seed_prefix"), py::arg("out_shape"), py::arg("cache") = py::none(),
-          py::arg("cache_mode") = 0);
+          py::arg("cache_mode") = 0, py::arg("sizes") = py::none());
 }

@@ -20,6 +20,7 @@ struct Workspace {
   std::vector<float> ftmp;
   std::vector<float> frow;
   std::vector<uint8_t> u8tmp;
+  std::vector<uint8_t> jpeg;  // the decoded sample of an encoded source
 };
 
 // Record of the random parameters one sample used (Compose.params, tests, debugging).

@@ -5,6 +5,7 @@ from tr.data.cifar import CIFAR10, CIFAR100
 from tr.data.dataset import ArrayDataset, Dataset, Split, open_dataset
 from tr.data.fused import FusedNormalization
 from tr.data.idx import read_idx
+from tr.data.image_dataset import DtsImages, ImageFolder
 from tr.data.image_folder import ImageFolderIndex, jpeg_info, scan_image_folder
 from tr.data.mnist import MNIST
 from tr.data.preprocessor import EpochPlan, EpochRun, Preprocessor
@@ -42,12 +43,14 @@ __all__ = [
     "ColorJitter",
     "Compose",
     "Dataset",
+    "DtsImages",
     "EpochCancelled",
     "EpochPlan",
     "EpochRun",
     "FusedNormalization",
     "GaussianBlur",
     "GaussianNoise",
+    "ImageFolder",
     "ImageFolderIndex",
     "Pad",
     "Preprocessor",

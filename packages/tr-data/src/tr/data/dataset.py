@@ -26,8 +26,9 @@ class Split:
 
     images: np.ndarray
     labels: np.ndarray
-    offsets: np.ndarray | None = None  # int64 (n,) byte offsets into images (ragged)
+    offsets: np.ndarray | None = None  # int64 (n,) byte offsets into images (ragged, encoded)
     shapes: np.ndarray | None = None  # int32 (n, 3) (ragged)
+    sizes: np.ndarray | None = None  # int64 (n,) byte counts of encoded (JPEG) samples at offsets
 
     def __post_init__(self) -> None:
         labels = np.asarray(self.labels)
@@ -40,7 +41,17 @@ class Split:
             raise DataError(f"images must be a uint8 numpy array, got {getattr(imgs, 'dtype', type(imgs))}")
         if not imgs.flags.c_contiguous:
             object.__setattr__(self, "images", np.ascontiguousarray(imgs))
-        if self.offsets is None:
+        if self.sizes is not None:  # encoded: JPEG files' bytes, decoded by the pipeline's workers
+            offs = np.ascontiguousarray(self.offsets, dtype=np.int64)
+            siz = np.ascontiguousarray(self.sizes, dtype=np.int64)
+            object.__setattr__(self, "offsets", offs)
+            object.__setattr__(self, "sizes", siz)
+            n = len(offs)
+            flat = imgs.reshape(-1)
+            object.__setattr__(self, "images", flat)
+            if siz.shape != (n,) or (n and ((offs < 0).any() or (siz < 1).any() or (offs + siz).max() > flat.size)):
+                raise DataError(f"encoded samples must lie inside their buffer of {flat.size} bytes")
+        elif self.offsets is None:
             if imgs.ndim == 3:  # (n, h, w): one channel
                 object.__setattr__(self, "images", imgs[..., None])
             elif imgs.ndim != 4:
@@ -89,15 +100,27 @@ class Split:
         return self.offsets is not None
 
     @property
+    def encoded(self) -> bool:
+        return self.sizes is not None
+
+    @property
     def image_shape(self) -> tuple[int, int, int] | None:
-        """(h, w, c) when all images share it, else None."""
+        """(h, w, c) when all images share it, else None (encoded samples: None)."""
         if not self.ragged:
             return tuple(int(x) for x in self.images.shape[1:])  # type: ignore[return-value]
-        if len(self) and (self.shapes == self.shapes[0]).all():
+        if self.shapes is not None and len(self) and (self.shapes == self.shapes[0]).all():
             return tuple(int(x) for x in self.shapes[0])  # type: ignore[return-value]
         return None
 
+    def encoded_bytes(self, i: int) -> bytes:
+        o, n = int(self.offsets[i]), int(self.sizes[i])
+        return self.images[o:o + n].tobytes()
+
     def image(self, i: int) -> np.ndarray:
+        if self.encoded:
+            from tr.data import _native
+
+            return _native.decode_jpeg(self.encoded_bytes(i))
         if not self.ragged:
             return self.images[i]
         h, w, c = (int(x) for x in self.shapes[i])

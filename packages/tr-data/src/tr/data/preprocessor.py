@@ -227,7 +227,12 @@ class Preprocessor:
     def _check_shape(self, sp: Split, key: str) -> None:
         want = self.stations[0].sample_shape
         shape = sp.image_shape
-        if shape is None:
+        if shape is None and sp.encoded:  # the first sample's decoded shape, from its JPEG header
+            shape = tuple(_native.jpeg_shape(sp.encoded_bytes(0))) if len(sp) else None
+            if shape is None:
+                return
+            got = self.chains[key]._native.out_shape(shape, 0)
+        elif shape is None:
             shape = tuple(int(x) for x in sp.shapes[0]) if len(sp) else None
             if shape is None:
                 return
@@ -301,6 +306,7 @@ class Preprocessor:
             self.sample_shape,
             cache,
             mode,
+            sp.sizes,
         )
         if mode == 1:
             self._cache_pending = plan.per_rank * plan.world_size

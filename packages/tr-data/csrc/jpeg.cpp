@@ -1,0 +1,108 @@
+#include "jpeg.hpp"
+
+#ifdef TRD_HAVE_JPEG
+#include <csetjmp>
+#include <cstdio>
+#include <string>
+
+#include <jpeglib.h>
+#endif
+
+namespace trd {
+
+#ifdef TRD_HAVE_JPEG
+namespace {
+
+// libjpeg reports errors through error_exit, which must not return: it longjmps back to the decode call,
+// whose frame holds nothing that needs a destructor between setjmp and the jump.
+struct Err {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  char msg[JMSG_LENGTH_MAX];
+};
+
+void on_error(j_common_ptr cinfo) {
+  Err* e = reinterpret_cast<Err*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, e->msg);
+  std::longjmp(e->jump, 1);
+}
+
+void on_message(j_common_ptr cinfo, int level) {
+  if (level < 0) on_error(cinfo);  // a warning (corrupt data): an error here
+}
+
+// Runs fn(cinfo) with the source set up; DataErr with libjpeg's message when it fails. Returns fn's value.
+template <class Fn>
+auto with_decoder(const uint8_t* data, size_t size, bool keep_gray, Fn&& fn) -> decltype(fn(std::declval<jpeg_decompress_struct&>())) {
+  jpeg_decompress_struct cinfo;
+  Err err;
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = on_error;
+  err.pub.emit_message = on_message;
+  err.msg[0] = 0;
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    throw DataErr(std::string("corrupt JPEG: ") + err.msg);
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  if (jpeg_read_header(&cinfo, TRUE) != JPEG_HEADER_OK) {
+    jpeg_destroy_decompress(&cinfo);
+    throw DataErr("not a JPEG image");
+  }
+  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+    jpeg_destroy_decompress(&cinfo);
+    throw DataErr("CMYK JPEG not supported");
+  }
+  cinfo.out_color_space = cinfo.num_components == 1 && keep_gray ? JCS_GRAYSCALE : JCS_RGB;
+  auto result = fn(cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  return result;
+}
+
+}  // namespace
+
+bool jpeg_available() { return true; }
+
+Shape3 jpeg_shape(const uint8_t* data, size_t size, bool keep_gray) {
+  return with_decoder(data, size, keep_gray, [&](jpeg_decompress_struct& c) {
+    return Shape3{int(c.image_height), int(c.image_width), c.num_components == 1 && keep_gray ? 1 : 3};
+  });
+}
+
+ImgC decode_jpeg(const uint8_t* data, size_t size, std::vector<uint8_t>& out, bool keep_gray) {
+  // the buffer is sized before the decoder starts: no allocation between setjmp and a longjmp
+  const Shape3 s = jpeg_shape(data, size, keep_gray);
+  checked_shape("a JPEG", s.h, s.w, s.c);
+  out.resize(s.bytes());
+  uint8_t* base = out.data();
+  with_decoder(data, size, keep_gray, [&](jpeg_decompress_struct& c) {
+    c.dct_method = JDCT_ISLOW;  // the accurate integer IDCT (Pillow's default too)
+    jpeg_start_decompress(&c);
+    const size_t stride = size_t(c.output_width) * size_t(c.output_components);
+    while (c.output_scanline < c.output_height) {
+      JSAMPROW row = base + size_t(c.output_scanline) * stride;
+      jpeg_read_scanlines(&c, &row, 1);
+    }
+    jpeg_finish_decompress(&c);
+    return 0;
+  });
+  return ImgC{base, s.h, s.w, s.c};
+}
+
+#else
+
+bool jpeg_available() { return false; }
+
+[[noreturn]] static void no_jpeg() {
+  throw ConfigErr("this tr-data was built without libjpeg-turbo, so it cannot decode JPEG samples: install its "
+                  "development files (Debian/Ubuntu: apt-get install libjpeg62-turbo-dev or libturbojpeg0-dev) and "
+                  "reinstall tr-data from source");
+}
+
+Shape3 jpeg_shape(const uint8_t*, size_t, bool) { no_jpeg(); }
+ImgC decode_jpeg(const uint8_t*, size_t, std::vector<uint8_t>&, bool) { no_jpeg(); }
+
+#endif
+
+}  // namespace trd

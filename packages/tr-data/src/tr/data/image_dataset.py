@@ -1,0 +1,110 @@
+"""JPEG datasets for the native pipeline (FULLY mode: the encoded files in memory or mapped, decoded by the
+workers per sample): an ImageNet-style class folder, or a JPEG DTS pack."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from tr.core.errors import DataError
+from tr.data.dataset import Split, check_split
+from tr.data.image_folder import ImageFolderIndex, scan_image_folder
+
+
+def _folder_roots(root: Path) -> dict[str, Path]:
+    subs = {s: root / s for s in ("train", "val") if (root / s).is_dir()}
+    return subs or {"train": root}
+
+
+class ImageFolder:
+    """``root`` holding class folders of JPEG files, or train/ and val/ of them (as torchvision's
+    ImageFolder: classes are the sorted folder names). Every file's JPEG structure is checked when a split is
+    loaded (tr.data.scan_image_folder; ``on_bad="skip"`` skips and counts bad files); ``load`` reads the
+    files into one buffer and the pipeline decodes them (libjpeg-turbo) in its worker threads."""
+
+    def __init__(self, root: str | Path, on_bad: str = "error", load_workers: int = 8) -> None:
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise DataError(f"{self.root}: no such image folder")
+        self.on_bad = on_bad
+        self.load_workers = max(1, int(load_workers))
+        self._roots = _folder_roots(self.root)
+        self._index: dict[str, ImageFolderIndex] = {}
+        train = self.index("train")
+        self.name = self.root.name
+        self.classes = train.classes
+        self.num_classes = len(train.classes)
+
+    @property
+    def image_shape(self) -> None:
+        return None  # images of any size
+
+    def index(self, split: str) -> ImageFolderIndex:
+        split = check_split(split)
+        if split not in self._index:
+            if split not in self._roots:
+                raise DataError(f"{self.root}: no {split}/ folder")
+            self._index[split] = scan_image_folder(self._roots[split], on_bad=self.on_bad)
+        return self._index[split]
+
+    def has_split(self, split: str) -> bool:
+        return check_split(split) in self._roots
+
+    def load(self, split: str) -> Split:
+        idx = self.index(split)
+        if split != "train" and idx.classes != self.classes:
+            raise DataError(f"{self._roots[check_split(split)]}: its class folders differ from train's")
+        with ThreadPoolExecutor(self.load_workers) as pool:
+            blobs = list(pool.map(lambda item: item[0].read_bytes(), idx.samples))
+        sizes = np.array([len(b) for b in blobs], np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        data = np.frombuffer(b"".join(blobs), np.uint8)
+        labels = np.array([label for _, label in idx.samples], np.int32)
+        return Split(data, labels, offsets=offsets, sizes=sizes)
+
+
+class DtsImages:
+    """A JPEG DTS pack (``root``/train.dts, val.dts) as a dataset: the files are mapped, not copied; every
+    block's checksums are checked when a split is loaded (``verify=False`` skips the payload checksums)."""
+
+    def __init__(self, root: str | Path, verify: bool = True) -> None:
+        from tr.data.dts.format import KIND_JPEG
+        from tr.data.dts.reader import DtsFile
+
+        self.root = Path(root)
+        self.verify = verify
+        path = self.root / "train.dts"
+        if not path.is_file():
+            raise DataError(f"{path}: no such DTS file (pack one with: tr-dts pack SRC {self.root})")
+        with DtsFile(path) as f:
+            if f.header.kind != KIND_JPEG:
+                raise DataError(f"{path}: a RAW DTS; load it with tr.data.dts.DtsDataset")
+            self.classes = tuple(f.header.classes)
+            self.num_classes = f.header.num_classes
+            self.name = str(f.header.dataset).lower()
+        self._files: list[object] = []  # the open files: their maps back the Splits
+
+    @property
+    def image_shape(self) -> None:
+        return None
+
+    def has_split(self, split: str) -> bool:
+        return (self.root / f"{check_split(split)}.dts").is_file()
+
+    def load(self, split: str) -> Split:
+        from tr.data.dts.reader import DtsFile
+
+        f = DtsFile(self.root / f"{check_split(split)}.dts")
+        if tuple(f.header.classes) != self.classes:
+            raise DataError(f"{f.path}: its classes differ from train.dts's")
+        offsets, sizes, labels = [], [], []
+        for b in f.blocks(check=self.verify):
+            start = f.header.header_bytes + b.index * f.header.block_bytes
+            offsets.append(b.offsets.astype(np.int64) + start)
+            sizes.append(b.sizes.astype(np.int64))
+            labels.append(b.labels)
+        self._files.append(f)
+        data = np.frombuffer(f._map, np.uint8)
+        return Split(data, np.concatenate(labels), offsets=np.concatenate(offsets), sizes=np.concatenate(sizes))

@@ -274,7 +274,19 @@ void Engine::run_items(Job& job, int w, Workspace& ws) {
         std::memcpy(dst, job.cache + size_t(idx) * job.sample_bytes, job.sample_bytes);
       } else {
         const uint64_t seed = derive_step(job.seed_prefix, uint64_t(idx));
-        job.pipe->run(job.src.get(idx, ws.jpeg), seed, ws, dst, job.out_shape);
+        int y, x, h, w;
+        if (job.src.sizes && window_decode() &&
+            job.pipe->first_window(jpeg_shape(job.src.base + job.src.offsets[idx], size_t(job.src.sizes[idx])), seed,
+                                   y, x, h, w)) {
+          // a JPEG whose first transform crops: decode only the crop (and a margin), same bytes as a full decode
+          Roi roi;
+          roi.full = jpeg_shape(job.src.base + job.src.offsets[idx], size_t(job.src.sizes[idx]));
+          const ImgC win = decode_jpeg_window(job.src.base + job.src.offsets[idx], size_t(job.src.sizes[idx]), y, x,
+                                              h, w, ws.jpeg, roi.y0, roi.x0);
+          job.pipe->run(win, seed, ws, dst, job.out_shape, &roi);
+        } else {
+          job.pipe->run(job.src.get(idx, ws.jpeg), seed, ws, dst, job.out_shape);
+        }
         if (job.cache_mode == 1 && q < n) std::memcpy(job.cache + size_t(idx) * job.sample_bytes, dst, job.sample_bytes);
       }
       st->labels(int(k & 1))[pos] = job.src.labels ? job.src.labels[idx] : 0;

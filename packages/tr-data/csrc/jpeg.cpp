@@ -1,6 +1,8 @@
 #include "jpeg.hpp"
 
 #ifdef TRD_HAVE_JPEG
+#include <algorithm>
+#include <atomic>
 #include <csetjmp>
 #include <cstdio>
 #include <string>
@@ -90,9 +92,59 @@ ImgC decode_jpeg(const uint8_t* data, size_t size, std::vector<uint8_t>& out, bo
   return ImgC{base, s.h, s.w, s.c};
 }
 
+ImgC decode_jpeg_window(const uint8_t* data, size_t size, int y, int x, int h, int w, std::vector<uint8_t>& out,
+                        int& oy, int& ox) {
+  constexpr int kMargin = 16;  // beyond the upsampling context of any chroma subsampling
+  const Shape3 full = jpeg_shape(data, size);
+  const int y0 = std::max(0, y - kMargin), y1 = std::min(full.h, y + h + kMargin);
+  const int x0 = std::max(0, x - kMargin), x1 = std::min(full.w, x + w + kMargin);
+  if (y0 >= y1 || x0 >= x1) throw DataErr("the crop window lies outside the JPEG image");
+  // the widest window libjpeg may return: [x0 rounded down to an iMCU, x1 rounded up]
+  out.resize(size_t(y1 - y0) * size_t(full.w) * 3);
+  uint8_t* base = out.data();
+  int got_x = 0, got_w = 0;
+  const int rows = with_decoder(data, size, false, [&](jpeg_decompress_struct& c) {
+    c.dct_method = JDCT_ISLOW;
+    jpeg_start_decompress(&c);
+    JDIMENSION xoff = JDIMENSION(x0), width = JDIMENSION(x1 - x0);
+    jpeg_crop_scanline(&c, &xoff, &width);
+    got_x = int(xoff);
+    got_w = int(width);
+    if (y0 > 0) jpeg_skip_scanlines(&c, JDIMENSION(y0));
+    const size_t stride = size_t(width) * 3;
+    int r = 0;
+    for (; r < y1 - y0; ++r) {
+      JSAMPROW row = base + size_t(r) * stride;
+      if (jpeg_read_scanlines(&c, &row, 1) != 1) break;  // (no C++ throw between setjmp and destroy)
+    }
+    if (r == y1 - y0 && y1 == full.h) {
+      jpeg_finish_decompress(&c);  // to the end-of-image marker: damage after the last row is found too
+    } else {
+      jpeg_abort_decompress(&c);  // the rows below the window are not decoded (nor checked)
+    }
+    return r;
+  });
+  if (rows != y1 - y0) throw DataErr("corrupt JPEG: it ended before row " + std::to_string(y0 + rows));
+  oy = y0;
+  ox = got_x;
+  return ImgC{base, y1 - y0, got_w, 3};
+}
+
+namespace {
+std::atomic<bool> g_window_decode{true};
+}
+
+void set_window_decode(bool on) { g_window_decode.store(on); }
+bool window_decode() { return g_window_decode.load(); }
+
 #else
 
 bool jpeg_available() { return false; }
+void set_window_decode(bool) {}
+bool window_decode() { return false; }
+ImgC decode_jpeg_window(const uint8_t*, size_t, int, int, int, int, std::vector<uint8_t>&, int&, int&) {
+  throw ConfigErr("this tr-data was built without libjpeg-turbo");
+}
 
 [[noreturn]] static void no_jpeg() {
   throw ConfigErr("this tr-data was built without libjpeg-turbo, so it cannot decode JPEG samples: install its "

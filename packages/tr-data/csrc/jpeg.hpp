@@ -20,4 +20,17 @@ Shape3 jpeg_shape(const uint8_t* data, size_t size, bool keep_gray = false);
 // ImageFolder converts it; keep_gray: one channel for a gray file).
 ImgC decode_jpeg(const uint8_t* data, size_t size, std::vector<uint8_t>& out, bool keep_gray = false);
 
+// Decodes only the rows and columns of the window (y, x, h, w) of the full image, widened by a margin and
+// to libjpeg's iMCU columns: ``oy``/``ox`` say where the decoded image starts in the full one. The pixels
+// inside the window are those a full decode gives (checked by the tests); damage in the rows below the window
+// is not seen (they are not decoded).
+ImgC decode_jpeg_window(const uint8_t* data, size_t size, int y, int x, int h, int w, std::vector<uint8_t>& out,
+                        int& oy, int& ox);
+
+// Whether the engine decodes only the window a first RandomResizedCrop reads (default on: 17 % more images/s
+// on 300-500 px JPEGs, benchmarks/RESULTS.md; libjpeg-turbo still entropy-decodes the rows above the window
+// and the cropped columns, so the gain grows with the image; off: whole decodes, the same bytes).
+void set_window_decode(bool on);
+bool window_decode();
+
 }  // namespace trd

@@ -238,6 +238,9 @@ PYBIND11_MODULE(_native, m) {
 
   // ---- FP16 ----
   m.def("jpeg_available", &jpeg_available, "whether this build decodes JPEG (libjpeg-turbo was found)");
+  m.def("set_window_decode", &set_window_decode,
+        "decode only the window a first RandomResizedCrop reads (default True; False: whole decodes, same bytes)");
+  m.def("window_decode", &window_decode);
   m.def("jpeg_shape", [](py::bytes data, bool keep_gray) {
     std::string_view v = data;
     Shape3 s;

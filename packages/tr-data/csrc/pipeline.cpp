@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 namespace trd {
 
@@ -10,7 +11,20 @@ Pipeline::Pipeline(std::vector<OpSpec> ops, FusedSpec fused) : ops_(std::move(op
   fused_.build();
 }
 
-ImgC Pipeline::run_ops(const ImgC& src, uint64_t sample_seed, Workspace& ws) const {
+bool Pipeline::first_window(const Shape3& full, uint64_t sample_seed, int& y, int& x, int& h, int& w) const {
+  if (ops_.empty() || ops_[0].kind != OpKind::RandomResizedCrop) return false;
+  const OpSpec& op = ops_[0];
+  Stream rng(sample_seed, uint64_t(op.slot) << 32);
+  Params p;
+  op_draw(op, rng, full, p);
+  y = int(p.i[0]);
+  x = int(p.i[1]);
+  h = int(p.i[2]);
+  w = int(p.i[3]);
+  return true;
+}
+
+ImgC Pipeline::run_ops(const ImgC& src, uint64_t sample_seed, Workspace& ws, const Roi* roi) const {
   if (src.h < 1 || src.w < 1 || src.c < 1 || src.c > kMaxChannels || src.h > kMaxSide || src.w > kMaxSide)
     throw DataErr("cannot transform an image of shape " + src.shape().str() + " (need 1 <= h, w <= " +
                   std::to_string(kMaxSide) + " and 1..64 channels)");
@@ -19,7 +33,15 @@ ImgC Pipeline::run_ops(const ImgC& src, uint64_t sample_seed, Workspace& ws) con
   for (const auto& op : ops_) {
     Stream rng(sample_seed, uint64_t(op.slot) << 32);
     Params p;
-    op_draw(op, rng, cur.shape(), p);
+    if (roi != nullptr && &op == &ops_[0]) {  // drawn for the full image, applied to its window
+      op_draw(op, rng, roi->full, p);
+      p.i[0] -= roi->y0;
+      p.i[1] -= roi->x0;
+      if (p.i[0] < 0 || p.i[1] < 0 || p.i[0] + p.i[2] > cur.h || p.i[1] + p.i[3] > cur.w)
+        throw std::logic_error("decoded window does not hold " + op.name + "'s crop");
+    } else {
+      op_draw(op, rng, cur.shape(), p);
+    }
     if (!p.apply) continue;
     const Shape3 os = op_out_shape(op, p, cur.shape());  // checked against the limits
     const int nb = which == 0 ? 1 : 0;
@@ -50,11 +72,12 @@ Shape3 Pipeline::out_shape(const Shape3& in, uint64_t sample_seed) const {
   return s;
 }
 
-void Pipeline::run(const ImgC& src, uint64_t sample_seed, Workspace& ws, void* dst, const Shape3& expect) const {
-  const ImgC img = run_ops(src, sample_seed, ws);
+void Pipeline::run(const ImgC& src, uint64_t sample_seed, Workspace& ws, void* dst, const Shape3& expect,
+                   const Roi* roi) const {
+  const ImgC img = run_ops(src, sample_seed, ws, roi);
   const Shape3 os{img.h, img.w, fused_.out_channels(img.c)};
   if (os != expect)
-    throw ShapeErr("the transforms turn a " + src.shape().str() + " image into a " + os.str() +
+    throw ShapeErr("the transforms turn a " + (roi ? roi->full : src.shape()).str() + " image into a " + os.str() +
                    " sample, but the batch buffer holds " + expect.str() + " samples");
   FusedParams fp;
   fused_draw(fused_, sample_seed, img.shape(), fp);

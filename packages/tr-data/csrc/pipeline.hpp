@@ -31,6 +31,12 @@ struct OpRecord {
   std::vector<std::pair<std::string, double>> values;
 };
 
+// The source is the window at (y0, x0) of a `full` image (a JPEG decoded only where the first transform reads).
+struct Roi {
+  Shape3 full;
+  int y0 = 0, x0 = 0;
+};
+
 class Pipeline {
  public:
   Pipeline(std::vector<OpSpec> ops, FusedSpec fused);
@@ -46,7 +52,13 @@ class Pipeline {
 
   // Runs the chain on `src` and writes the normalised sample to dst (dtype/channels of the
   // FusedSpec). `expect` (h, w, c_out) must match, else ShapeErr.
-  void run(const ImgC& src, uint64_t sample_seed, Workspace& ws, void* dst, const Shape3& expect) const;
+  void run(const ImgC& src, uint64_t sample_seed, Workspace& ws, void* dst, const Shape3& expect,
+           const Roi* roi = nullptr) const;
+
+  // The window (y, x, h, w) of a `full`-sized input that the first transform reads, when it reads only a
+  // window (RandomResizedCrop: its crop); false otherwise. run() with the matching Roi then gives the bytes
+  // of a run on the full image.
+  bool first_window(const Shape3& full, uint64_t sample_seed, int& y, int& x, int& h, int& w) const;
 
   // Runs only the uint8 part, then flip/erase in uint8 space; returns the final image view
   // (inside ws, valid until the next call).
@@ -55,7 +67,7 @@ class Pipeline {
   std::vector<OpRecord> describe(const Shape3& in, uint64_t sample_seed) const;
 
  private:
-  ImgC run_ops(const ImgC& src, uint64_t sample_seed, Workspace& ws) const;
+  ImgC run_ops(const ImgC& src, uint64_t sample_seed, Workspace& ws, const Roi* roi = nullptr) const;
   std::vector<OpSpec> ops_;
   FusedSpec fused_;
 };

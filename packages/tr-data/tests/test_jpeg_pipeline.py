@@ -86,6 +86,18 @@ def test_an_epoch_of_jpegs_is_the_same_with_1_and_3_workers(folder, tmp_path, so
     assert not np.array_equal(_epoch(ds, 2, epoch=1)[0], x1)
 
 
+def test_decoding_only_the_crop_window_gives_the_same_bytes(folder):
+    ds = ImageFolder(folder)
+    assert _native.window_decode()  # the default
+    window = _epoch(ds, 2)
+    try:
+        _native.set_window_decode(False)
+        whole = _epoch(ds, 2)
+    finally:
+        _native.set_window_decode(True)
+    assert window[0].tobytes() == whole[0].tobytes() and np.array_equal(window[1], whole[1])
+
+
 def test_a_pack_decodes_to_the_folder_files_pixels(folder, tmp_path):
     pack(folder, tmp_path / "p")
     sp, ref = DtsImages(tmp_path / "p").load("val"), ImageFolder(folder).load("val")
@@ -98,7 +110,8 @@ def test_a_pack_decodes_to_the_folder_files_pixels(folder, tmp_path):
 
 def test_damaged_jpeg_data_fails_the_epoch_naming_the_sample(tmp_path):
     """A file whose markers are whole but whose coded data is damaged passes the folder check and fails in the
-    decoder (libjpeg's warnings are errors here): the epoch raises naming the sample, never a gray image."""
+    decoder (libjpeg's warnings are errors here): the epoch raises naming the sample, never a gray image. (The
+    crop is the whole image: a window decode stops at the window's last row and need not reach the damage.)"""
     for c in ("a", "b"):
         (tmp_path / c).mkdir()
         for k in range(3):
@@ -111,7 +124,7 @@ def test_damaged_jpeg_data_fails_the_epoch_naming_the_sample(tmp_path):
     (tmp_path / "b" / "1.jpg").write_bytes(bytes(raw))
     ds = ImageFolder(tmp_path)
     s = (PreprocessorSettings().dataset(ds).preprocess_workers(2).normalization(NormMode.IMAGENET)
-         .train_transforms(RandomResizedCrop(16)).seed(1).shuffle(False))
+         .train_transforms(RandomResizedCrop(16, scale=(1.0, 1.0), ratio=(1.0, 1.0))).seed(1).shuffle(False))
     with pytest.raises(DataError, match=r"sample 4: corrupt JPEG"), \
             Preprocessor(s, TransferStation(2, (16, 16, 3), "float32")) as pre, pre.epoch(0, True) as run:
         for _ in run.batches(0):

@@ -1,0 +1,162 @@
+"""The ImageNet training chain on the CPU: JPEG decode + RandomResizedCrop(224) + flip + normalisation, images/s.
+
+Rows, in one run, each over the same JPEG files:
+* tr from an ImageNet-style folder (tr.data.ImageFolder: files in memory, decoded by libjpeg-turbo in the
+  native worker threads, only the rows and iMCU columns RandomResizedCrop reads), writing FP16 NHWC with 4
+  channels (the AMP input);
+* tr from a DTS pack of the same folder (tr.data.DtsImages: the pack mapped, not copied);
+* tr from the folder decoding every file whole (set_window_decode(False): the same bytes, what the window
+  decode saves);
+* torchvision's ImageFolder + DataLoader (Pillow decode, transforms.RandomResizedCrop, RandomHorizontalFlip,
+  ToTensor, Normalize; worker processes), the loader a PyTorch user runs.
+Each row with 1 worker (one core) and with every core. The folder is made by tools/make_image_folder.py from
+scikit-image's photographs when it does not exist (short sides 300-500 px, quality 75-95).
+
+    python benchmarks/imagenet_pipeline.py --images /tmp/bench_images --make 2000 --json auto
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tools"))
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def tr_rate(ds, workers: int, batch: int, epochs: int, window: bool = True) -> tuple[float, int]:
+    from tr.core.norm import NormMode
+    from tr.data import (
+        CenterCrop,
+        Preprocessor,
+        PreprocessorSettings,
+        RandomHorizontalFlip,
+        RandomResizedCrop,
+        Resize,
+        TransferStation,
+        _native,
+    )
+
+    s = (PreprocessorSettings().dataset(ds).preprocess_workers(workers).normalization(NormMode.IMAGENET)
+         .train_transforms(RandomResizedCrop(224), RandomHorizontalFlip())
+         .val_transforms(Resize(256), CenterCrop(224)).pad_channels_to(4).seed(1))
+    n = 0
+    _native.set_window_decode(window)
+    with Preprocessor(s, TransferStation(batch, (224, 224, 4), "float16")) as pre:
+        with pre.epoch(0, True) as run:  # warm: pages in, threads up
+            for _b in run.batches(0):
+                pass
+        t0 = time.perf_counter()
+        for e in range(1, epochs + 1):
+            with pre.epoch(e, True) as run:
+                for b in run.batches(0):
+                    n += len(b.valid_labels)
+        dt = time.perf_counter() - t0
+    _native.set_window_decode(True)
+    return n / dt, n
+
+
+def torchvision_rate(root: Path, workers: int, batch: int, epochs: int) -> tuple[float, int]:
+    import torch
+    from torchvision import datasets, transforms
+
+    tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
+                             transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
+    ds = datasets.ImageFolder(str(root), tf)
+    torch.set_num_threads(1)
+    loader = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers,
+                                         persistent_workers=True, prefetch_factor=4)
+    for _ in loader:  # warm: workers up, files in the page cache
+        pass
+    n, t0 = 0, time.perf_counter()
+    for _ in range(epochs):
+        for x, _y in loader:
+            n += len(x)
+    return n / (time.perf_counter() - t0), n
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", type=Path, default=Path("/tmp/tr_bench_images"))
+    ap.add_argument("--make", type=int, default=2000, help="images to generate when --images does not exist")
+    ap.add_argument("--workers", default=f"1,{os.cpu_count()}", help="comma-separated worker counts")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--epochs", type=int, default=2, help="timed epochs per row (after one warm-up epoch)")
+    ap.add_argument("--ab", type=int, default=4,
+                    help="also time tr's window decode against whole decodes, interleaved this many times (1 worker)")
+    ap.add_argument("--json", help="write the figures here, or 'auto' (benchmarks/results/)")
+    a = ap.parse_args(argv)
+    workers = sorted({int(w) for w in a.workers.split(",")})
+    if min(workers) < 1 or a.batch < 1 or a.epochs < 1:
+        ap.error("--workers, --batch and --epochs must be >= 1")
+    root = a.images / "train"
+    if not root.exists():
+        from make_image_folder import make_image_folder
+
+        t0 = time.perf_counter()
+        classes = 10
+        make_image_folder(a.images, classes=classes, per_class=a.make // classes, min_side=300, max_side=500,
+                          seed=0, val_per_class=2)
+        print(f"made {a.make} images in {a.images} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    from tr.data import DtsImages, ImageFolder
+    from tr.data.dts import pack
+
+    packed = a.images.parent / (a.images.name + "_dts")
+    if not (packed / "train.dts").exists():
+        pack(a.images, packed, workers=os.cpu_count() or 1)
+    files = sorted(root.glob("*/*"))
+    mb = sum(p.stat().st_size for p in files) / 2**20
+    print(f"{len(files)} JPEGs, {mb:.0f} MiB, mean {mb * 1024 / max(1, len(files)):.0f} KiB; "
+          f"{os.cpu_count()} cores ({platform.processor() or platform.machine()})", flush=True)
+    folder_ds, dts_ds = ImageFolder(a.images), DtsImages(packed)
+    rows = []
+    for w in workers:
+        for name, fn in (("tr folder", lambda w=w: tr_rate(folder_ds, w, a.batch, a.epochs)),
+                         ("tr folder, whole decode", lambda w=w: tr_rate(folder_ds, w, a.batch, a.epochs, False)),
+                         ("tr dts", lambda w=w: tr_rate(dts_ds, w, a.batch, a.epochs)),
+                         ("torchvision ImageFolder+DataLoader", lambda w=w: torchvision_rate(root, w, a.batch,
+                                                                                             a.epochs))):
+            rate, n = fn()
+            rows.append({"row": name, "workers": w, "images_per_s": rate, "images_per_s_per_worker": rate / w,
+                         "images": n})
+            print(f"{name:<36} workers {w:2d}: {rate:8.1f} images/s ({rate / w:7.1f} per worker)", flush=True)
+    by = {(r["row"], r["workers"]): r["images_per_s"] for r in rows}
+    for w in workers:
+        tv = by[("torchvision ImageFolder+DataLoader", w)]
+        print(f"workers {w}: tr folder {by[('tr folder', w)] / tv:.2f}x torchvision, tr dts "
+              f"{by[('tr dts', w)] / tv:.2f}x")
+    ab = {"window": [], "whole": []}
+    for _ in range(max(0, a.ab)):  # alternated, so drift of the machine hits both alike
+        ab["whole"].append(tr_rate(folder_ds, 1, a.batch, 1, False)[0])
+        ab["window"].append(tr_rate(folder_ds, 1, a.batch, 1, True)[0])
+    if a.ab > 0:
+        med = {k: float(sorted(v)[len(v) // 2]) for k, v in ab.items()}
+        print(f"window decode vs whole decodes, 1 worker, {a.ab} interleaved runs: median {med['window']:.0f} vs "
+              f"{med['whole']:.0f} images/s ({100 * (med['window'] / med['whole'] - 1):+.1f} %)")
+    if a.json:
+        import torch
+        import torchvision
+
+        out = (HERE / "results" / f"imagenet_pipeline_cpu{os.cpu_count()}_{date.today()}.json"
+               if a.json == "auto" else Path(a.json))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({
+            "command": sys.argv, "images": len(files), "mib": mb, "cores": os.cpu_count(),
+            "machine": platform.machine(), "python": platform.python_version(), "torch": torch.__version__,
+            "torchvision": torchvision.__version__, "batch": a.batch, "epochs": a.epochs,
+            "chain": "RandomResizedCrop(224) + RandomHorizontalFlip + normalise (tr: FP16 NHWC 4 channels; "
+                     "torchvision: FP32 NCHW tensors)", "rows": rows, "window_vs_whole_decode_1_worker": ab},
+            indent=1) + "\n")
+        print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

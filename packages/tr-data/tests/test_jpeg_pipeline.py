@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tr.core.errors import DataError
+from tr.core.errors import ConfigError, DataError
 from tr.core.norm import NormMode
 from tr.data import (
     CenterCrop,
@@ -144,3 +144,49 @@ def test_the_decoder_survives_mutated_jpegs(folder, tmp_path, fuzz):
     out = fuzz("jpeg decode", seeds, lambda p: _native.decode_jpeg(p.read_bytes()), 400, seed=29,
                names=lambda p: ("JPEG",), header=600)
     assert out.cases == 400 and out.rejected > 0
+
+
+def test_a_partial_pack_reads_buffers_of_blocks_in_a_shuffled_order(folder, tmp_path):
+    """PARTIAL: each buffer's samples come from `buffer_blocks` blocks only, block order and sample order
+    change with the epoch, every sample once; the batches are the same with 1 and 3 workers."""
+    from tr.data.seeds import block_shuffle_order
+
+    pack(folder, tmp_path / "p", block_bytes=32 << 10)  # small blocks (8 KiB of samples beside the index): many
+    ds = DtsImages(tmp_path / "p", mode="partial", buffer_blocks=2)
+    sp = ds.load("train")
+    sizes = ds._block_sizes["train"]
+    assert len(sizes) >= 6 and sizes.sum() == len(sp)
+    block_of = np.repeat(np.arange(len(sizes)), sizes)
+    o0, o1 = ds.epoch_order("train", 5, 0), ds.epoch_order("train", 5, 1)
+    assert sorted(o0) == list(range(len(sp))) and not np.array_equal(o0, o1)
+    k, buffers = 0, 0
+    while k < len(o0):  # the order is a run of buffers, each all the samples of at most two blocks
+        seen: set[int] = set()
+        j = k
+        while j < len(o0):
+            seen.add(int(block_of[o0[j]]))
+            j += 1
+            assert len(seen) <= 2, f"buffer {buffers} reaches a third block"
+            if j - k == int(sizes[sorted(seen)].sum()) and (len(seen) == 2 or j == len(o0)):
+                break
+        assert j - k == int(sizes[sorted(seen)].sum())
+        k, buffers = j, buffers + 1
+    assert buffers == (len(sizes) + 1) // 2
+    np.testing.assert_array_equal(o0, block_shuffle_order(sizes, 2, 5, 0))
+    x1, y1 = _epoch(ds, 1)
+    x3, y3 = _epoch(ds, 3)
+    assert x1.tobytes() == x3.tobytes() and np.array_equal(y1, y3)
+    with pytest.raises(ConfigError, match="mode must be 'fully' or 'partial'"):
+        DtsImages(tmp_path / "p", mode="sometimes")
+
+
+def test_batches_are_torch_tensors_without_a_copy(folder):
+    torch = pytest.importorskip("torch")
+    s = (PreprocessorSettings().dataset(ImageFolder(folder)).preprocess_workers(2).normalization(NormMode.IMAGENET)
+         .train_transforms(RandomResizedCrop(32)).val_transforms(Resize(36), CenterCrop(32)).seed(5))
+    with Preprocessor(s, TransferStation(8, (32, 32, 3), "float32")) as pre, pre.epoch(0, True) as run:
+        for b in run.batches(0):
+            x, y = b.torch()
+            assert x.shape == (b.size, 32, 32, 3) and x.dtype == torch.float32 and y.dtype == torch.int32
+            assert x.data_ptr() == b.valid_data.ctypes.data  # the batch's own memory
+            np.testing.assert_array_equal(x.numpy(), b.valid_data)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tr.core.errors import DataError
+from tr.core.errors import ConfigError, DataError
 from tr.data.dataset import Split, check_split
 from tr.data.image_folder import ImageFolderIndex, scan_image_folder
 
@@ -67,14 +67,25 @@ class ImageFolder:
 
 class DtsImages:
     """A JPEG DTS pack (``root``/train.dts, val.dts) as a dataset: the files are mapped, not copied; every
-    block's checksums are checked when a split is loaded (``verify=False`` skips the payload checksums)."""
+    block's checksums are checked when a split is loaded (``verify=False`` skips the payload checksums).
 
-    def __init__(self, root: str | Path, verify: bool = True) -> None:
+    ``mode``: "fully" shuffles the training samples over the whole pack (random reads: the pack should fit
+    the page cache); "partial" reads ``buffer_blocks`` blocks at a time (the seed's PARTIAL mode: the block
+    order shuffled per epoch, the samples shuffled inside each buffer; tr.data.seeds), so a pack larger than
+    memory is read a few 16 MiB blocks at a time."""
+
+    def __init__(self, root: str | Path, verify: bool = True, mode: str = "fully", buffer_blocks: int = 4) -> None:
         from tr.data.dts.format import KIND_JPEG
         from tr.data.dts.reader import DtsFile
 
         self.root = Path(root)
         self.verify = verify
+        if mode not in ("fully", "partial"):
+            raise ConfigError(f"DtsImages mode must be 'fully' or 'partial', got {mode!r}")
+        if isinstance(buffer_blocks, bool) or not isinstance(buffer_blocks, int) or buffer_blocks < 1:
+            raise ConfigError(f"buffer_blocks must be an integer >= 1, got {buffer_blocks!r}")
+        self.mode, self.buffer_blocks = mode, buffer_blocks
+        self._block_sizes: dict[str, np.ndarray] = {}
         path = self.root / "train.dts"
         if not path.is_file():
             raise DataError(f"{path}: no such DTS file (pack one with: tr-dts pack SRC {self.root})")
@@ -106,5 +117,17 @@ class DtsImages:
             sizes.append(b.sizes.astype(np.int64))
             labels.append(b.labels)
         self._files.append(f)
+        self._block_sizes[check_split(split)] = np.array([len(x) for x in labels], np.int64)
         data = np.frombuffer(f._map, np.uint8)
         return Split(data, np.concatenate(labels), offsets=np.concatenate(offsets), sizes=np.concatenate(sizes))
+
+    def epoch_order(self, split: str, seed: int, epoch: int) -> np.ndarray | None:
+        """The training order the Preprocessor uses: "partial" the block-buffer shuffle, "fully" its own."""
+        from tr.data.seeds import block_shuffle_order, shuffle_order
+
+        sizes = self._block_sizes.get(check_split(split))
+        if sizes is None:
+            raise DataError(f"{self.root}: the {split} split is not loaded")
+        if self.mode == "fully":
+            return shuffle_order(int(sizes.sum()), seed, epoch)
+        return block_shuffle_order(sizes, self.buffer_blocks, seed, epoch)

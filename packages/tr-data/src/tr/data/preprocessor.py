@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tr.core.errors import ConfigError, PhaseError, ShapeError
+from tr.core.errors import ConfigError, DataError, PhaseError, ShapeError
 from tr.core.log import get_logger
 from tr.core.settings import GLOBAL_SETTING
 from tr.data import _native
@@ -262,7 +262,12 @@ class Preprocessor:
     def epoch_order(self, epoch: int, train: bool = True) -> np.ndarray:
         """Dataset indices in this epoch's order; with a shard, this rank's (see ``shard``)."""
         n = len(self.split(train))
-        if train and self.settings.shuffle_train:
+        custom = getattr(self.dataset, "epoch_order", None)  # a dataset's own shuffle (a PARTIAL DTS pack)
+        if train and self.settings.shuffle_train and callable(custom):
+            order = np.asarray(custom("train", self.seed, epoch), dtype=np.int64)
+            if order.shape != (n,) or not np.array_equal(np.sort(order), np.arange(n)):
+                raise DataError(f"{type(self.dataset).__name__}.epoch_order is not a permutation of its {n} samples")
+        elif train and self.settings.shuffle_train:
             order = shuffle_order(n, self.seed, epoch)
         else:
             order = np.arange(n, dtype=np.int64)

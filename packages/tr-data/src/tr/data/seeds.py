@@ -6,6 +6,9 @@
   at Philox4x32-10 (key = sample seed, offset = (j + 1) * 2**32 + k). RandomHorizontalFlip draws at
   offset 0 and RandomErasing from offset 16, since both are folded into the final FusedNormalization.
 - Shuffle of epoch ``e``: ``tr.core.philox.shuffle_indices(n, derive_seed(seed, 3, e))``.
+- Block shuffle of epoch ``e`` (a DTS pack read PARTIAL): the blocks in the order
+  ``shuffle_indices(blocks, derive_seed(seed, 4, e))``, taken ``per_buffer`` at a time, the samples of
+  buffer ``b`` in the order ``shuffle_indices(len, derive_seed(seed, 4, e, b))``.
 
 Nothing depends on the number of workers, on which worker handles a sample, or on timing.
 """
@@ -19,6 +22,7 @@ from tr.core.philox import derive_seed, shuffle_indices
 TAG_TRAIN = 1
 TAG_VAL = 2
 TAG_SHUFFLE = 3
+TAG_BLOCKS = 4
 
 
 def split_tag(train: bool) -> int:
@@ -38,3 +42,19 @@ def sample_seed(seed: int, epoch: int, index: int, train: bool = True) -> int:
 def shuffle_order(n: int, seed: int, epoch: int) -> np.ndarray:
     """The epoch's sample order: a permutation of range(n), a pure function of (seed, epoch)."""
     return shuffle_indices(n, derive_seed(seed, TAG_SHUFFLE, epoch))
+
+
+def block_shuffle_order(block_sizes: np.ndarray, per_buffer: int, seed: int, epoch: int) -> np.ndarray:
+    """The epoch's sample order of a pack read a buffer of ``per_buffer`` blocks at a time (the seed's PARTIAL
+    mode): block order shuffled, then the samples inside each buffer; block i holds the samples
+    sum(block_sizes[:i]) ... sum(block_sizes[:i + 1]) - 1. A pure function of (sizes, per_buffer, seed, epoch)."""
+    sizes = np.asarray(block_sizes, dtype=np.int64)
+    if per_buffer < 1:
+        raise ValueError(f"per_buffer must be >= 1, got {per_buffer}")
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    blocks = shuffle_indices(len(sizes), derive_seed(seed, TAG_BLOCKS, epoch))
+    out = []
+    for b, k in enumerate(range(0, len(blocks), per_buffer)):
+        members = np.concatenate([np.arange(starts[i], starts[i] + sizes[i]) for i in blocks[k:k + per_buffer]])
+        out.append(members[shuffle_indices(len(members), derive_seed(seed, TAG_BLOCKS, epoch, b))])
+    return np.concatenate(out).astype(np.int64) if out else np.zeros(0, np.int64)

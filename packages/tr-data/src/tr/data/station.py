@@ -74,6 +74,15 @@ class Batch:
     def valid_labels(self) -> np.ndarray:
         return self.labels[: self.size]
 
+    def torch(self) -> tuple[Any, Any]:
+        """(data, labels) of the valid rows as torch tensors sharing this batch's memory (DLPack, no copy; torch
+        is not a dependency of tr-data). Valid until the batch is released: copy what must outlive it."""
+        try:
+            import torch
+        except ImportError:
+            raise ConfigError("Batch.torch() needs PyTorch: pip install torch") from None
+        return torch.from_dlpack(self.valid_data), torch.from_dlpack(self.valid_labels)
+
 
 class TransferStation:
     """``TransferStation(batch_size, sample_shape, dtype, buffers=None)``.

@@ -24,6 +24,8 @@ class ImageFolder:
     loaded (tr.data.scan_image_folder; ``on_bad="skip"`` skips and counts bad files); ``load`` reads the
     files into one buffer and the pipeline decodes them (libjpeg-turbo) in its worker threads."""
 
+    channels = 3  # decoded as RGB (gray files too)
+
     def __init__(self, root: str | Path, on_bad: str = "error", load_workers: int = 8) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
@@ -73,6 +75,8 @@ class DtsImages:
     the page cache); "partial" reads ``buffer_blocks`` blocks at a time (the seed's PARTIAL mode: the block
     order shuffled per epoch, the samples shuffled inside each buffer; tr.data.seeds), so a pack larger than
     memory is read a few 16 MiB blocks at a time."""
+
+    channels = 3  # decoded as RGB (gray files too)
 
     def __init__(self, root: str | Path, verify: bool = True, mode: str = "fully", buffer_blocks: int = 4) -> None:
         from tr.data.dts.format import KIND_JPEG

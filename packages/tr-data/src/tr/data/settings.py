@@ -155,7 +155,13 @@ class PreprocessorSettings:
 
     def sample_shape(self, train: bool = True, image_shape: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
         """(h, w, c) of the normalised samples, for sizing a TransferStation before loading data."""
-        shape = image_shape or self.open_dataset().image_shape
+        ds = self.open_dataset() if image_shape is None else None
+        shape = image_shape or ds.image_shape
+        channels = getattr(ds, "channels", None)
+        if shape is None and channels:  # images of any size, known channels (decoded JPEGs: RGB)
+            a, b = (self.chain(train).out_shape((h, w, channels)) for h, w in ((97, 131), (211, 157)))
+            if a == b:  # the chain ends in a fixed-size crop or resize
+                return a
         if shape is None:
             raise ConfigError(
                 f"dataset {self.dataset_name!r} has images of different sizes; its sample shape is only "

@@ -7,6 +7,9 @@ Rows, in one run, each over the same JPEG files:
 * tr from a DTS pack of the same folder (tr.data.DtsImages: the pack mapped, not copied);
 * tr from the folder decoding every file whole (set_window_decode(False): the same bytes, what the window
   decode saves);
+* tr from the folder with SDMP 2 and 4 (settings.sdmp_factor: each file decoded once per k epochs, the other
+  epochs' samples computed from that decode and replayed: the same bytes; timed over 4 epochs, a whole
+  number of groups);
 * torchvision's ImageFolder + DataLoader (Pillow decode, transforms.RandomResizedCrop, RandomHorizontalFlip,
   ToTensor, Normalize; worker processes), the loader a PyTorch user runs.
 Each row with 1 worker (one core) and with every core. The folder is made by tools/make_image_folder.py from
@@ -32,7 +35,7 @@ sys.path.insert(0, str(HERE.parent / "tools"))
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-def tr_rate(ds, workers: int, batch: int, epochs: int, window: bool = True) -> tuple[float, int]:
+def tr_rate(ds, workers: int, batch: int, epochs: int, window: bool = True, sdmp: int = 1) -> tuple[float, int]:
     from tr.core.norm import NormMode
     from tr.data import (
         CenterCrop,
@@ -47,7 +50,7 @@ def tr_rate(ds, workers: int, batch: int, epochs: int, window: bool = True) -> t
 
     s = (PreprocessorSettings().dataset(ds).preprocess_workers(workers).normalization(NormMode.IMAGENET)
          .train_transforms(RandomResizedCrop(224), RandomHorizontalFlip())
-         .val_transforms(Resize(256), CenterCrop(224)).pad_channels_to(4).seed(1))
+         .val_transforms(Resize(256), CenterCrop(224)).pad_channels_to(4).sdmp_factor(sdmp).seed(1))
     n = 0
     _native.set_window_decode(window)
     with Preprocessor(s, TransferStation(batch, (224, 224, 4), "float16")) as pre:
@@ -121,6 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     for w in workers:
         for name, fn in (("tr folder", lambda w=w: tr_rate(folder_ds, w, a.batch, a.epochs)),
                          ("tr folder, whole decode", lambda w=w: tr_rate(folder_ds, w, a.batch, a.epochs, False)),
+                         ("tr folder, SDMP 2", lambda w=w: tr_rate(folder_ds, w, a.batch, 4, sdmp=2)),
+                         ("tr folder, SDMP 4", lambda w=w: tr_rate(folder_ds, w, a.batch, 4, sdmp=4)),
                          ("tr dts", lambda w=w: tr_rate(dts_ds, w, a.batch, a.epochs)),
                          ("torchvision ImageFolder+DataLoader", lambda w=w: torchvision_rate(root, w, a.batch,
                                                                                              a.epochs))):

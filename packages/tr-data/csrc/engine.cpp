@@ -270,8 +270,20 @@ void Engine::run_items(Job& job, int w, Workspace& ws) {
     if (!st->wait_writable(k)) return;
     uint8_t* dst = st->data(int(k & 1)) + size_t(pos) * job.sample_bytes;
     try {
+      const size_t slot_bytes = size_t(n) * job.sample_bytes;
       if (job.cache_mode == 2) {
         std::memcpy(dst, job.cache + size_t(idx) * job.sample_bytes, job.sample_bytes);
+      } else if (job.sdmp_mode == 2 && job.sdmp_filled[size_t(job.sdmp_slot) * size_t(n) + size_t(idx)]) {
+        std::memcpy(dst, job.sdmp + size_t(job.sdmp_slot) * slot_bytes + size_t(idx) * job.sample_bytes,
+                    job.sample_bytes);
+      } else if (job.sdmp_mode == 1) {  // one decode, this epoch's sample and every slot's
+        const ImgC img = job.src.get(idx, ws.jpeg);
+        job.pipe->run(img, derive_step(job.seed_prefix, uint64_t(idx)), ws, dst, job.out_shape);
+        for (size_t s = 0; s < job.sdmp_prefix.size(); ++s) {
+          job.pipe->run(img, derive_step(job.sdmp_prefix[s], uint64_t(idx)), ws,
+                        job.sdmp + s * slot_bytes + size_t(idx) * job.sample_bytes, job.out_shape);
+          job.sdmp_filled[s * size_t(n) + size_t(idx)] = 1;
+        }
       } else {
         const uint64_t seed = derive_step(job.seed_prefix, uint64_t(idx));
         int y, x, h, w;

@@ -102,6 +102,14 @@ struct Job {
   size_t sample_bytes = 0;
   uint8_t* cache = nullptr;  // CPVS: (src.n, sample_bytes)
   int cache_mode = 0;        // 0 off, 1 fill (first pass), 2 replay
+  // SDMP: a busy epoch decodes each sample once and also writes the samples of the next epochs (their own
+  // seeds) into slots (slot s: (src.n, sample_bytes) at sdmp + s * src.n * sample_bytes, filled[s * n + i]
+  // set when written); a lazy epoch copies its slot (a sample not filled is computed as usual).
+  uint8_t* sdmp = nullptr;
+  uint8_t* sdmp_filled = nullptr;
+  std::vector<uint64_t> sdmp_prefix;  // busy: the seed prefix of each slot's epoch
+  int sdmp_mode = 0;                  // 0 off, 1 busy (fill every slot), 2 lazy (replay sdmp_slot)
+  int sdmp_slot = 0;
   // Polled by every worker per sample / bumped once per worker per batch: separate cache lines.
   alignas(64) std::atomic<bool> abort{false};
   alignas(64) std::atomic<long long> samples_done{0};

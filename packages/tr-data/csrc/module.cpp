@@ -447,7 +447,8 @@ PYBIND11_MODULE(_native, m) {
           [](PyEngine& self, PyPipeline& pipe, py::array data, py::object offsets, py::object shapes,
              py::object uniform_shape, py::object labels, py::array_t<long long, py::array::c_style | py::array::forcecast> order,
              py::list stations, long long per_rank, long long num_batches, int last_size, uint64_t seed_prefix,
-             py::object out_shape, py::object cache, int cache_mode, py::object sizes) {
+             py::object out_shape, py::object cache, int cache_mode, py::object sizes, py::object sdmp,
+             py::object sdmp_filled, std::vector<uint64_t> sdmp_prefix, int sdmp_mode, int sdmp_slot) {
             if (self.e->busy()) throw PhaseErr("the previous epoch is still running; finish or cancel it first");
             auto job = std::make_shared<Job>();
             job->pipe = pipe.p.get();
@@ -523,6 +524,19 @@ PYBIND11_MODULE(_native, m) {
               keep.append(cache);
               job->cache_mode = cache_mode;
             }
+            if (sdmp_mode != 0) {
+              const size_t slots = sdmp_mode == 1 ? sdmp_prefix.size() : size_t(sdmp_slot) + 1;
+              if (sdmp_mode < 0 || sdmp_mode > 2 || slots == 0 || sdmp_slot < 0)
+                throw ConfigErr("SDMP mode " + std::to_string(sdmp_mode) + " with " + std::to_string(slots) +
+                                " slots is not valid");
+              job->sdmp = writable(sdmp.cast<py::buffer>(), slots * size_t(job->src.n) * job->sample_bytes, "SDMP cache");
+              job->sdmp_filled = writable(sdmp_filled.cast<py::buffer>(), slots * size_t(job->src.n), "SDMP flags");
+              keep.append(sdmp);
+              keep.append(sdmp_filled);
+              job->sdmp_prefix = std::move(sdmp_prefix);
+              job->sdmp_mode = sdmp_mode;
+              job->sdmp_slot = sdmp_slot;
+            }
             for (auto& s : sts) s->begin_epoch(num_batches, last_size);
             self.keep = py::tuple(keep);
             self.e->start(job);
@@ -530,5 +544,7 @@ PYBIND11_MODULE(_native, m) {
           py::arg("pipeline"), py::arg("data"), py::arg("offsets"), py::arg("shapes"), py::arg("uniform_shape"),
           py::arg("labels"), py::arg("order"), py::arg("stations"), py::arg("per_rank"), py::arg("num_batches"),
           py::arg("last_size"), py::arg("seed_prefix"), py::arg("out_shape"), py::arg("cache") = py::none(),
-          py::arg("cache_mode") = 0, py::arg("sizes") = py::none());
+          py::arg("cache_mode") = 0, py::arg("sizes") = py::none(), py::arg("sdmp") = py::none(),
+          py::arg("sdmp_filled") = py::none(), py::arg("sdmp_prefix") = std::vector<uint64_t>{},
+          py::arg("sdmp_mode") = 0, py::arg("sdmp_slot") = 0);
 }

@@ -190,3 +190,24 @@ def test_batches_are_torch_tensors_without_a_copy(folder):
             assert x.shape == (b.size, 32, 32, 3) and x.dtype == torch.float32 and y.dtype == torch.int32
             assert x.data_ptr() == b.valid_data.ctypes.data  # the batch's own memory
             np.testing.assert_array_equal(x.numpy(), b.valid_data)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_sdmp_gives_the_bytes_of_decoding_every_epoch(folder, k):
+    """SDMP k: epochs 0, k, 2k ... decode once and compute the next k - 1 epochs' samples with those epochs'
+    seeds; the other epochs replay them. Every epoch's batches equal those of a run without SDMP."""
+    ds = ImageFolder(folder)
+
+    def run(factor: int) -> list[bytes]:
+        s = (PreprocessorSettings().dataset(ds).preprocess_workers(2).normalization(NormMode.IMAGENET)
+             .train_transforms(RandomResizedCrop(32), RandomHorizontalFlip()).val_transforms(Resize(36), CenterCrop(32))
+             .sdmp_factor(factor).seed(5))
+        out = []
+        with Preprocessor(s, TransferStation(6, (32, 32, 3), "float32")) as pre:
+            for e in range(5):
+                with pre.epoch(e, True) as r:
+                    out.append(b"".join(b.valid_data.tobytes() + b.valid_labels.tobytes() for b in r.batches(0)))
+        return out
+
+    plain, cached = run(1), run(k)
+    assert cached == plain and len(set(plain)) == 5

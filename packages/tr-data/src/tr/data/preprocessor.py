@@ -161,6 +161,10 @@ class Preprocessor:
         self._cache: np.ndarray | None = None
         self._cache_valid = False
         self._cache_pending: int | None = None  # expected samples of a filling val pass
+        # SDMP (settings.sdmp_factor): slots of later training epochs, filled by a busy epoch
+        self._sdmp: np.ndarray | None = None
+        self._sdmp_filled: np.ndarray | None = None
+        self._sdmp_slots: dict[int, int] = {}  # epoch -> its slot
         self.rank, self.world_size = 0, 1  # the data-parallel shard this process delivers (see shard())
         if s.cpvs_enabled and not self.chains["val"].deterministic:
             log.warning("CPVS caches the first validation pass, but the val transforms are random")
@@ -295,6 +299,7 @@ class Preprocessor:
         if not train and self.settings.cpvs_enabled:
             cache, mode = self._cache_for(sp)
         chain = self.chains["train" if train else "val"]
+        sdmp = self._sdmp_args(epoch, sp) if train and self.settings.sdmp > 1 else {}
         self._engine.start(
             chain._native,
             sp.images,
@@ -312,6 +317,7 @@ class Preprocessor:
             cache,
             mode,
             sp.sizes,
+            **sdmp,
         )
         if mode == 1:
             self._cache_pending = plan.per_rank * plan.world_size
@@ -323,6 +329,25 @@ class Preprocessor:
 
     def val_epoch(self, epoch: int) -> EpochRun:
         return self.epoch(epoch, False)
+
+    def _sdmp_args(self, epoch: int, sp: Split) -> dict:
+        """The engine's SDMP arguments for training epoch ``epoch``: replay its slot when a busy epoch filled
+        it, else a busy epoch that also fills the slots of the rest of its group of k epochs."""
+        k, sb = self.settings.sdmp, self.stations[0].sample_bytes
+        if epoch in self._sdmp_slots:
+            return {"sdmp": self._sdmp, "sdmp_filled": self._sdmp_filled, "sdmp_mode": 2,
+                    "sdmp_slot": self._sdmp_slots.pop(epoch)}
+        later = list(range(epoch + 1, epoch - epoch % k + k))  # the rest of the group
+        self._sdmp_slots = {}
+        if not later:
+            return {}
+        if self._sdmp is None or self._sdmp.size != (k - 1) * len(sp) * sb:
+            self._sdmp = np.empty((k - 1) * len(sp) * sb, np.uint8)
+            self._sdmp_filled = np.zeros((k - 1) * len(sp), np.uint8)
+        self._sdmp_filled[:] = 0
+        self._sdmp_slots = {e: i for i, e in enumerate(later)}
+        return {"sdmp": self._sdmp, "sdmp_filled": self._sdmp_filled, "sdmp_mode": 1,
+                "sdmp_prefix": [seed_prefix(self.seed, e, True) for e in later]}
 
     def _cache_for(self, sp: Split) -> tuple[np.ndarray, int]:
         if self._cache_valid and self._cache is not None:

@@ -56,6 +56,7 @@ class PreprocessorSettings:
     shuffle_train: bool = True
     drop_last_enabled: bool = False
     cpvs_enabled: bool = True
+    sdmp: int = 1
     pad_channels: int | None = None
     seed_value: int | None = None  # None: tr.core.settings.GLOBAL_SETTING.seed
     _frozen: bool = field(default=False, repr=False)
@@ -123,6 +124,13 @@ class PreprocessorSettings:
         return self._set("cpvs_enabled", _flag("cpvs", enabled))
 
     using_cpvs = cpvs
+
+    def sdmp_factor(self, k: int) -> PreprocessorSettings:
+        """SDMP (the seed's "single decode, multiple passes"): every k-th training epoch decodes each sample
+        once and also computes its samples of the next k - 1 epochs (their own augmentation seeds), kept in
+        memory ((k - 1) x the split's samples x the sample's bytes) and replayed then: the same bytes as
+        k = 1, decoded k times less often. One process only (a rank's shard changes with the epoch)."""
+        return self._set("sdmp", _count("sdmp_factor", k, 16))
 
     def pad_channels_to(self, n: int | None) -> PreprocessorSettings:
         """Pad the normalised samples to n channels with zeros (the seed uses 4 in AMP mode)."""

@@ -134,6 +134,16 @@ def _opened(configure) -> dict:
     return seen
 
 
+def _sdmp_cached(s: PreprocessorSettings, train: bool) -> tuple[int, ...]:
+    """The epochs SDMP has computed ahead after training epoch 0 (its batches are the same bytes either way)."""
+    f = PipelineFeeder(s, 4, seed=3)
+    for k, _b, _n in f.epoch(0, True):
+        f.release(k)
+    cached = f.pre.sdmp_cached_epochs
+    f.close()
+    return cached
+
+
 def _cpvs_ready(s: PreprocessorSettings, train: bool) -> bool:
     f = PipelineFeeder(s, 4, seed=3)
     for k, _b, _n in f.epoch(0, False):
@@ -354,6 +364,7 @@ EFFECTS: dict[str, Callable[..., None]] = {
         lambda s: s.drop_last(True), observe=lambda s, t: PipelineFeeder(s, 5, seed=3).steps(True)),
     "PreprocessorSettings.cpvs": lambda: pre_differs(lambda s: s.cpvs(False), observe=_cpvs_ready),
     "PreprocessorSettings.using_cpvs": lambda: pre_differs(lambda s: s.using_cpvs(False), observe=_cpvs_ready),
+    "PreprocessorSettings.sdmp_factor": lambda: pre_differs(lambda s: s.sdmp_factor(3), observe=_sdmp_cached),
     "PreprocessorSettings.pad_channels_to": lambda: pre_differs(
         lambda s: s.pad_channels_to(4), observe=lambda s, t: PipelineFeeder(s, 4, seed=3).sample_shape),
     "PreprocessorSettings.seed": lambda: pre_differs(

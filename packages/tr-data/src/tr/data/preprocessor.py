@@ -367,6 +367,11 @@ class Preprocessor:
     def cpvs_ready(self) -> bool:
         return self._cache_valid
 
+    @property
+    def sdmp_cached_epochs(self) -> tuple[int, ...]:
+        """The training epochs whose samples an SDMP busy epoch has computed (replayed when they run)."""
+        return tuple(sorted(self._sdmp_slots))
+
     def close(self) -> None:
         """Stop the workers and free the engine (idempotent)."""
         if self._run is not None and not self._run.closed:

@@ -211,3 +211,26 @@ def test_sdmp_gives_the_bytes_of_decoding_every_epoch(folder, k):
 
     plain, cached = run(1), run(k)
     assert cached == plain and len(set(plain)) == 5
+
+
+def test_batch_loader_iterates_epochs_as_arrays_or_tensors(folder):
+    from tr.data import BatchLoader
+
+    def settings():
+        return (PreprocessorSettings().dataset(ImageFolder(folder)).preprocess_workers(3)
+                .normalization(NormMode.IMAGENET).train_transforms(RandomResizedCrop(32), RandomHorizontalFlip())
+                .val_transforms(Resize(36), CenterCrop(32)).pad_channels_to(4).seed(5))
+
+    with BatchLoader(settings(), batch_size=6, dtype="float16") as loader:
+        assert loader.sample_shape == (32, 32, 4) and len(loader) == 6  # 32 samples, batches of 6
+        got = [(x.copy(), y.copy()) for x, y in loader.epoch(0)]
+        assert np.concatenate([x for x, _ in got]).tobytes() == _epoch(ImageFolder(folder), 1)[0].tobytes()
+        for _x, _y in loader.epoch(1):  # leaving an epoch early releases its batch
+            break
+        val = list(loader.epoch(2, train=False, copy=True))
+        assert sum(len(y) for _, y in val) == 8
+        torch = pytest.importorskip("torch")
+        x, y = next(iter(loader.epoch(3, torch=True, copy=True)))
+        assert isinstance(x, torch.Tensor) and x.shape == (6, 32, 32, 4) and x.dtype == torch.float16
+    with pytest.raises(ConfigError, match="batch_size must be an integer >= 1"):
+        BatchLoader(settings(), batch_size=0)

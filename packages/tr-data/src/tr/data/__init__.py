@@ -7,6 +7,7 @@ from tr.data.fused import FusedNormalization
 from tr.data.idx import read_idx
 from tr.data.image_dataset import DtsImages, ImageFolder
 from tr.data.image_folder import ImageFolderIndex, jpeg_info, scan_image_folder
+from tr.data.loader import BatchLoader
 from tr.data.mnist import MNIST
 from tr.data.preprocessor import EpochPlan, EpochRun, Preprocessor
 from tr.data.seeds import sample_seed, shuffle_order
@@ -39,6 +40,7 @@ __all__ = [
     "PREPROCESSOR_SETTING",
     "ArrayDataset",
     "Batch",
+    "BatchLoader",
     "CenterCrop",
     "ColorJitter",
     "Compose",

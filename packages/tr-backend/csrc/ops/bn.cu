@@ -138,12 +138,7 @@ __global__ void __launch_bounds__(kBlock) bwd_reduce_kernel(const T* __restrict_
           float xv[V], gv[V];
           rows.grad(u, p, xv, gv);
           if (dz != nullptr && valid) store<T, V>(dz + rr * g.c + grp * V, gv);
-#pragma unroll
-          for (int j = 0; j < V; ++j) {
-            const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
-            fs[j] += valid ? gv[j] : 0.0f;
-            fq[j] += valid ? gv[j] * xhat : 0.0f;
-          }
+          add_terms<V>(p, xv, gv, valid, fs, fq);
         });
   }
   tile_sums<V>(ds, dq, g, part);
@@ -159,10 +154,8 @@ __global__ void __launch_bounds__(kBlock) bwd_apply_kernel(const T* x, const T* 
   if (grp >= g.groups) return;
   BwdParams<V> p;
   p.load_all(gamma, beta, mean, inv, grp * V, MASK);
-  float t1[V], t2[V], kk[V];
-  load_params<V>(coef, grp * V, t1);
-  load_params<V>(coef + g.c, grp * V, t2);
-  load_params<V>(coef + 2 * g.c, grp * V, kk);
+  BwdApply<V> apply;
+  apply.load(coef, g.c, grp * V);
   const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * g.rows, hi = min(g.m, lo + g.rows);
   for (std::int64_t r = lo + threadIdx.y; r < hi; r += 2 * g.lanes) {
     const std::int64_t r1 = min(r + g.lanes, hi - 1);
@@ -173,11 +166,7 @@ __global__ void __launch_bounds__(kBlock) bwd_apply_kernel(const T* x, const T* 
     for (int u = 0; u < 2; ++u) {
       float xv[V], gv[V];
       rows.grad(u, p, xv, gv);
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
-        gv[j] = ((gv[j] - xhat * t2[j]) - t1[j]) * kk[j];
-      }
+      apply(p, xv, gv);
       if (u == 0 || r + g.lanes < hi) store<T, V>(dx + (u == 0 ? r : r1) * g.c + grp * V, gv);
     }
   }

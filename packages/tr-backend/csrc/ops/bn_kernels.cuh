@@ -297,6 +297,37 @@ __global__ void bwd_finish_kernel(const double* __restrict__ part, Geo g, const 
   coef[2 * g.c + ch] = gamma[ch] * inv[ch];
 }
 
+// dx = ((g - xhat * t2) - t1) * k for one vector, with coef = (t1, t2, k) as bwd_finish_kernel wrote it.
+template <int V>
+struct BwdApply {
+  float t1[V], t2[V], k[V];
+  __device__ void load(const float* coef, int c, int ch) {
+    load_params<V>(coef, ch, t1);
+    load_params<V>(coef + c, ch, t2);
+    load_params<V>(coef + 2 * c, ch, k);
+  }
+  __device__ __forceinline__ void operator()(const BwdParams<V>& p, const float (&xv)[V], float (&gv)[V]) const {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
+      gv[j] = ((gv[j] - xhat * t2[j]) - t1[j]) * k[j];
+    }
+  }
+};
+
+// One row's terms of the backward's sums, g and g * xhat, added to the float sums (nothing for a row past the
+// chunk: valid false).
+template <int V>
+__device__ __forceinline__ void add_terms(const BwdParams<V>& p, const float (&xv)[V], const float (&gv)[V],
+                                          bool valid, float (&fs)[V], float (&fq)[V]) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
+    fs[j] += valid ? gv[j] : 0.0f;
+    fq[j] += valid ? gv[j] * xhat : 0.0f;
+  }
+}
+
 // 16-byte vectors when every feature pointer is 16-byte aligned and the channels fill whole vectors.
 inline int vector_width(const OpArgs& args, int c, std::initializer_list<const char*> names) {
   const int elem = dtype_size(args.dt("x"));

@@ -189,12 +189,7 @@ __global__ void __launch_bounds__(kBlock) pool_bwd_reduce_kernel(const T* __rest
           float xv[V], gv[V];
           widen<T, V>(raw[u], xv);
           routed_grad<T, V>(dy, mask, g, w, grp, rr, xv, p, gv);
-#pragma unroll
-          for (int j = 0; j < V; ++j) {
-            const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
-            fs[j] += valid ? gv[j] : 0.0f;
-            fq[j] += valid ? gv[j] * xhat : 0.0f;
-          }
+          add_terms<V>(p, xv, gv, valid, fs, fq);
         });
   }
   tile_sums<V>(ds, dq, g, part);
@@ -209,20 +204,14 @@ __global__ void __launch_bounds__(kBlock) pool_bwd_apply_kernel(const T* x, cons
   if (grp >= g.groups) return;
   BwdParams<V> p;
   p.load_all(gamma, beta, mean, inv, grp * V, MASK_FROM_X);
-  float t1[V], t2[V], kk[V];
-  load_params<V>(coef, grp * V, t1);
-  load_params<V>(coef + g.c, grp * V, t2);
-  load_params<V>(coef + 2 * g.c, grp * V, kk);
+  BwdApply<V> apply;
+  apply.load(coef, g.c, grp * V);
   const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * g.rows, hi = min(g.m, lo + g.rows);
   for (std::int64_t r = lo + threadIdx.y; r < hi; r += g.lanes) {
     float xv[V], gv[V];
     load<T, V>(x + r * g.c + grp * V, xv);
     routed_grad<T, V>(dy, mask, g, w, grp, r, xv, p, gv);
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
-      gv[j] = ((gv[j] - xhat * t2[j]) - t1[j]) * kk[j];
-    }
+    apply(p, xv, gv);
     store<T, V>(dx + r * g.c + grp * V, gv);
   }
 }
@@ -244,12 +233,8 @@ __global__ void __launch_bounds__(kBlock) pool_bwd_window_kernel(const T* __rest
   if (grp < g.groups) {
     BwdParams<V> p;
     p.load_all(gamma, beta, mean, inv, grp * V, MASK_FROM_X);
-    float t1[V], t2[V], kk[V];
-    if (PASS == 1) {
-      load_params<V>(coef, grp * V, t1);
-      load_params<V>(coef + g.c, grp * V, t2);
-      load_params<V>(coef + 2 * g.c, grp * V, kk);
-    }
+    BwdApply<V> apply;
+    if (PASS == 1) apply.load(coef, g.c, grp * V);
     for (std::int64_t r = lo + threadIdx.y; r < hi; r += g.lanes) {
       const int ro = static_cast<int>(r), nr = ro / w.q;
       const int oq = ro - nr * w.q, n = nr / w.p, op = nr - n * w.p;
@@ -268,15 +253,13 @@ __global__ void __launch_bounds__(kBlock) pool_bwd_window_kernel(const T* __rest
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           gv[j] = (code[j] == t ? d[j] : 0.0f) * relu_passed<T>(affine(xv[j], p.mu[j], p.a[j], p.b[j]));
-          const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
-          if (PASS == 0) {
-            fs[j] += gv[j];
-            fq[j] += gv[j] * xhat;
-          } else {
-            gv[j] = ((gv[j] - xhat * t2[j]) - t1[j]) * kk[j];
-          }
         }
-        if (PASS == 1) store<T, V>(dx + o, gv);
+        if (PASS == 0) {
+          add_terms<V>(p, xv, gv, true, fs, fq);
+        } else {
+          apply(p, xv, gv);
+          store<T, V>(dx + o, gv);
+        }
       }
       if (PASS == 0) {
 #pragma unroll
@@ -317,12 +300,8 @@ __global__ void __launch_bounds__(kBlock) pool_bwd_cell_kernel(const T* __restri
   if (grp < g.groups) {
     BwdParams<V> p;
     p.load_all(gamma, beta, mean, inv, grp * V, MASK_FROM_X);
-    float t1[V], t2[V], kk[V];
-    if (PASS == 1) {
-      load_params<V>(coef, grp * V, t1);
-      load_params<V>(coef + g.c, grp * V, t2);
-      load_params<V>(coef + 2 * g.c, grp * V, kk);
-    }
+    BwdApply<V> apply;
+    if (PASS == 1) apply.load(coef, g.c, grp * V);
     for (std::int64_t r = lo + threadIdx.y; r < hi; r += g.lanes) {
       const int rc = static_cast<int>(r), nr = rc / cl.cq;
       const int cq = rc - nr * cl.cq, n = nr / cl.cp, cp = nr - n * cl.cp;
@@ -398,15 +377,13 @@ __global__ void __launch_bounds__(kBlock) pool_bwd_cell_kernel(const T* __restri
 #pragma unroll
           for (int j = 0; j < V; ++j) {
             gv[j] = kern::to_f(kern::from_f<T>(gv[j])) * relu_passed<T>(affine(xv[j], p.mu[j], p.a[j], p.b[j]));
-            const float xhat = (xv[j] - p.mu[j]) * p.iv[j];
-            if (PASS == 0) {
-              fs[j] += gv[j];
-              fq[j] += gv[j] * xhat;
-            } else {
-              gv[j] = ((gv[j] - xhat * t2[j]) - t1[j]) * kk[j];
-            }
           }
-          if (PASS == 1) store<T, V>(dx + o, gv);
+          if (PASS == 0) {
+            add_terms<V>(p, xv, gv, true, fs, fq);
+          } else {
+            apply(p, xv, gv);
+            store<T, V>(dx + o, gv);
+          }
         }
       }
       if (PASS == 0) {

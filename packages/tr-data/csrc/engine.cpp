@@ -287,14 +287,14 @@ void Engine::run_items(Job& job, int w, Workspace& ws) {
       } else {
         const uint64_t seed = derive_step(job.seed_prefix, uint64_t(idx));
         int y, x, h, w;
-        if (job.src.sizes && window_decode() &&
-            job.pipe->first_window(jpeg_shape(job.src.base + job.src.offsets[idx], size_t(job.src.sizes[idx])), seed,
-                                   y, x, h, w)) {
+        Roi roi;
+        const uint8_t* jpeg = job.src.sizes ? job.src.base + job.src.offsets[idx] : nullptr;
+        const size_t jpeg_bytes = job.src.sizes ? size_t(job.src.sizes[idx]) : 0;
+        const bool windowed = jpeg != nullptr && window_decode();
+        if (windowed) roi.full = jpeg_shape(jpeg, jpeg_bytes);
+        if (windowed && job.pipe->first_window(roi.full, seed, y, x, h, w)) {
           // a JPEG whose first transform crops: decode only the crop (and a margin), same bytes as a full decode
-          Roi roi;
-          roi.full = jpeg_shape(job.src.base + job.src.offsets[idx], size_t(job.src.sizes[idx]));
-          const ImgC win = decode_jpeg_window(job.src.base + job.src.offsets[idx], size_t(job.src.sizes[idx]), y, x,
-                                              h, w, ws.jpeg, roi.y0, roi.x0);
+          const ImgC win = decode_jpeg_window(jpeg, jpeg_bytes, roi.full, y, x, h, w, ws.jpeg, roi.y0, roi.x0);
           job.pipe->run(win, seed, ws, dst, job.out_shape, &roi);
         } else {
           job.pipe->run(job.src.get(idx, ws.jpeg), seed, ws, dst, job.out_shape);

@@ -35,7 +35,8 @@ void on_message(j_common_ptr cinfo, int level) {
 
 // Runs fn(cinfo) with the source set up; DataErr with libjpeg's message when it fails. Returns fn's value.
 template <class Fn>
-auto with_decoder(const uint8_t* data, size_t size, bool keep_gray, Fn&& fn) -> decltype(fn(std::declval<jpeg_decompress_struct&>())) {
+auto with_decoder(const uint8_t* data, size_t size, bool keep_gray, Fn&& fn)
+    -> decltype(fn(std::declval<jpeg_decompress_struct&>())) {
   jpeg_decompress_struct cinfo;
   Err err;
   cinfo.err = jpeg_std_error(&err.pub);
@@ -92,10 +93,9 @@ ImgC decode_jpeg(const uint8_t* data, size_t size, std::vector<uint8_t>& out, bo
   return ImgC{base, s.h, s.w, s.c};
 }
 
-ImgC decode_jpeg_window(const uint8_t* data, size_t size, int y, int x, int h, int w, std::vector<uint8_t>& out,
-                        int& oy, int& ox) {
+ImgC decode_jpeg_window(const uint8_t* data, size_t size, const Shape3& full, int y, int x, int h, int w,
+                        std::vector<uint8_t>& out, int& oy, int& ox) {
   constexpr int kMargin = 16;  // beyond the upsampling context of any chroma subsampling
-  const Shape3 full = jpeg_shape(data, size);
   const int y0 = std::max(0, y - kMargin), y1 = std::min(full.h, y + h + kMargin);
   const int x0 = std::max(0, x - kMargin), x1 = std::min(full.w, x + w + kMargin);
   if (y0 >= y1 || x0 >= x1) throw DataErr("the crop window lies outside the JPEG image");
@@ -142,7 +142,8 @@ bool window_decode() { return g_window_decode.load(); }
 bool jpeg_available() { return false; }
 void set_window_decode(bool) {}
 bool window_decode() { return false; }
-ImgC decode_jpeg_window(const uint8_t*, size_t, int, int, int, int, std::vector<uint8_t>&, int&, int&) {
+ImgC decode_jpeg_window(const uint8_t*, size_t, const Shape3&, int, int, int, int, std::vector<uint8_t>&, int&,
+                        int&) {
   throw ConfigErr("this tr-data was built without libjpeg-turbo");
 }
 

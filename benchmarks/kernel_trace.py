@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     for k in kernels:
         by_name[k["name"]]["count"] += 1
         by_name[k["name"]]["us"] += k["us"]
-    n = max(1, len(per)) if len(per) > 1 else 1
+    n = len(per)  # launches the by-name sums cover
     print(f"\n{a.model} batch {a.batch} {'AMP' if a.amp else 'FP32'}: step {step_ms:.3f} ms (timed launches); "
           f"one traced launch: {len(one)} kernels, span {span / 1e3:.3f} ms, busy {busy / 1e3:.3f} ms, "
           f"idle between kernels {(span - busy) / 1e3:.3f} ms")

@@ -182,7 +182,7 @@ class DtsFile:
                 b = self.block(i, True, first)
             except DataError as e:
                 rep.errors.append(str(e))
-                first = -1 if first < 0 else first  # sample numbers after a damaged index are unknown
+                first = -1  # sample numbers after a damaged index are unknown
                 continue
             rep.blocks += 1
             rep.samples += len(b)

@@ -15,6 +15,14 @@
 #   profile[-MODEL]    benchmarks/step_profile.py, MODEL vgg16_bn | resnet50 | mlp_mnist (profile: the first two)
 #   bench[-MODEL]      benchmarks/cnn.py --json auto, MODEL vgg16_bn | resnet50 (bench: both)
 #   trace[-MODEL]      benchmarks/kernel_trace.py: every kernel of the real step (CUPTI), MODEL as for profile
+#   build-data         tr-core and the native tr-data only (enough for the pipeline stages)
+#   datatests          pytest packages/tr-data (the JPEG tests need libjpeg-turbo: see below)
+#   pipeline           benchmarks/pipeline_scaling.py (worker scaling, MNIST and ImageNet chains) and
+#                      benchmarks/imagenet_pipeline.py (tr vs torchvision ImageFolder+DataLoader, 1 and all cores)
+#   e2e[-LEVEL]        benchmarks/imagenet_train.py: ResNet-50 from a DTS pack at LEVEL (default 0) vs its step
+# libjpeg-turbo: where the machine lacks its headers, carry a prefix at .devdata/jpeg (include/ jpeglib.h,
+# jconfig.h, jmorecfg.h, jerror.h; lib/ libjpeg.so and libjpeg.so.62, plain copies: links do not travel):
+# CMake finds it through CMAKE_PREFIX_PATH and the extension loads it through LD_LIBRARY_PATH.
 # Every stage after build checks that $SITE holds a build of this very tree and runs the build first if not.
 #
 # Environment: OUT (where logs and JSON go; default build/device/out), PYTHON (python3), TR_SITE (/tmp/site),
@@ -41,6 +49,11 @@ START=${TR_SESSION_START:-$(date +%s)}
 export TR_SESSION_START=$START
 mkdir -p "$OUT" "$BUILD/summary" "$SITE"
 export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+if [ -f "$ROOT/.devdata/jpeg/include/jpeglib.h" ]; then
+  export CMAKE_PREFIX_PATH=$ROOT/.devdata/jpeg${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+  export LD_LIBRARY_PATH=$ROOT/.devdata/jpeg/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+export TR_IMAGES=${TR_IMAGES:-/tmp/tr_bench_images}
 
 # a hash of the source files under the given folders (the device copy has no .git): over packages/, the build
 # marker; over packages/ benchmarks/ examples/, the JSONs' environment.tree
@@ -52,12 +65,12 @@ tree_hash() {
 }
 export TR_TREE_HASH=${TR_TREE_HASH:-$(tree_hash packages benchmarks examples)}
 export TR_BUILD_HASH=${TR_BUILD_HASH:-$(tree_hash packages)}
+export TR_DATA_HASH=${TR_DATA_HASH:-$(tree_hash packages/tr-core packages/tr-data)}
 BUILD_LIMIT=${TR_BUILD_LIMIT_S:-420} TESTS_LIMIT=${TR_GPUTESTS_LIMIT_S:-300} PROFILE_LIMIT=${TR_PROFILE_LIMIT_S:-240}
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 
 # --- stages (each runs in its own bash: `bash h200_session.sh __stage NAME`) -------------------------------
-stage_build() {
-  echo "[build] packages $TR_BUILD_HASH, python $($PY -c 'import sys; print(sys.version.split()[0])'), site $SITE"
+install_carried_wheels() {
   if ! compgen -G ".whl/*.whl" >/dev/null; then  # fine where $SITE or the machine has them already
     echo "[build] warning: no wheels in .whl/ (tools/fetch_device_wheels.sh makes them; carry .whl)"
   fi
@@ -87,6 +100,11 @@ EOF
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
       $(cat "$BUILD/wheels.txt") || return 1
   fi
+}
+
+stage_build() {
+  echo "[build] packages $TR_BUILD_HASH, python $($PY -c 'import sys; print(sys.version.split()[0])'), site $SITE"
+  install_carried_wheels || return 1
   local fe
   fe=$("$PY" -c "
 import importlib.metadata as m
@@ -134,6 +152,39 @@ EOF
   echo "$TR_BUILD_HASH" >"$SITE/.tr_tree"
 }
 
+stage_build_data() {  # tr-core (hatchling) and the native tr-data into $SITE
+  echo "[build-data] tr-core + tr-data $TR_DATA_HASH, python $($PY -c 'import sys; print(sys.version.split()[0])')"
+  install_carried_wheels || return 1
+  local wheels=$BUILD/wheels-data
+  rm -rf "$wheels" && mkdir -p "$wheels"
+  local PIPW=("$PY" -m pip wheel --no-deps --no-build-isolation --no-cache-dir --no-index --disable-pip-version-check
+              -w "$wheels")
+  "${PIPW[@]}" -q packages/tr-core || return 1
+  "${PIPW[@]}" -C "build-dir=$BUILD/tr-data" -C cmake.define.TR_DATA_JPEG=ON packages/tr-data 2>&1 \
+    | grep -E "tr-data:|error|Error|warning" || true
+  compgen -G "$wheels/tr_data-*.whl" >/dev/null || { echo "[build-data] the tr-data wheel was not built"; return 1; }
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+    "$wheels"/*.whl || return 1
+  "$PY" -c "import tr.data._native as n; print('[build-data] jpeg_available:', n.jpeg_available())" || return 1
+  echo "$TR_DATA_HASH" >"$SITE/.tr_data_tree"
+}
+
+stage_datatests() {
+  "$PY" -m pytest -q -rfE -p no:cacheprovider -n 8 --maxfail=25 packages/tr-data
+}
+
+stage_pipeline() {
+  "$PY" benchmarks/pipeline_scaling.py --workers "1,2,4,8,$(nproc)" --images "$TR_IMAGES" --make 4000 \
+    --json "$OUT/pipeline_scaling.json" || return 1
+  "$PY" benchmarks/imagenet_pipeline.py --images "${TR_IMAGES}_2k" --make 2000 --workers "1,$(nproc)" \
+    --epochs 2 --ab 2 --json "$OUT/imagenet_pipeline.json"
+}
+
+stage_e2e() {  # $1: DTS level
+  "$PY" benchmarks/imagenet_train.py --images /tmp/tr_train_images --make 12800 --level "$1" --epochs 3 \
+    --json "$OUT/imagenet_train_dts$1.json"
+}
+
 stage_gputests() {
   "$PY" -m pytest -m gpu -q -rfE -p no:cacheprovider --maxfail=25 packages tests-integration
 }
@@ -171,13 +222,16 @@ stages=("$@")
 plan=()
 for s in "${stages[@]}"; do
   case $s in
-    build|gputests) plan+=("$s") ;;
+    build|gputests|build-data|datatests|pipeline) plan+=("$s") ;;
+    e2e) plan+=(e2e-0) ;;
+    e2e-[0-3]) plan+=("$s") ;;
     profile) plan+=(profile-vgg16_bn profile-resnet50) ;;
     bench) plan+=(bench-vgg16_bn bench-resnet50) ;;
     trace) plan+=(trace-vgg16_bn trace-resnet50) ;;
     profile-vgg16_bn|profile-resnet50|profile-mlp_mnist|bench-vgg16_bn|bench-resnet50) plan+=("$s") ;;
     trace-vgg16_bn|trace-resnet50|trace-mlp_mnist) plan+=("$s") ;;
-    *) echo "unknown stage $s (build gputests profile[-MODEL] trace[-MODEL] bench[-MODEL])" >&2; exit 2 ;;
+    *) echo "unknown stage $s (build build-data gputests datatests pipeline e2e[-LEVEL] profile[-MODEL]" \
+            "trace[-MODEL] bench[-MODEL])" >&2; exit 2 ;;
   esac
 done
 
@@ -214,12 +268,22 @@ ensure_built() {  # ensure_built STAGE: build first where needed; a failed build
   run build build.log "$BUILD_LIMIT" build || { build_failed=1; results+=("$1|skipped|0|the build failed"); return 1; }
 }
 
+data_built() { built_here || [ "$(cat "$SITE/.tr_data_tree" 2>/dev/null)" = "$TR_DATA_HASH" ]; }
+ensure_data() {  # ensure_data STAGE: tr-data (from either build) of this tree, else build-data first
+  data_built && return 0
+  run build-data build.log 240 build_data || { results+=("$1|skipped|0|the data build failed"); return 1; }
+}
+
 n_bench=0
 for s in "${plan[@]}"; do [[ $s == bench-* ]] && n_bench=$((n_bench + 1)); done
 for s in "${plan[@]}"; do
   case $s in
     build) run build build.log "$BUILD_LIMIT" build || build_failed=1 ;;
     gputests) ensure_built "$s" && run gputests gputests.log "$TESTS_LIMIT" gputests ;;
+    build-data) run build-data build.log 240 build_data ;;
+    datatests) ensure_data "$s" && run datatests datatests.log 180 datatests ;;
+    pipeline) ensure_data "$s" && run pipeline pipeline.log 420 pipeline ;;
+    e2e-*) ensure_built "$s" && run "$s" e2e.log 300 e2e "${s#e2e-}" ;;
     profile-*) ensure_built "$s" && run "$s" profile.log "$PROFILE_LIMIT" profile "${s#profile-}" ;;
     trace-*) ensure_built "$s" && run "$s" trace.log "$PROFILE_LIMIT" trace "${s#trace-}" ;;
     bench-*)
@@ -240,6 +304,12 @@ if [ -f "$OUT/trace.log" ]; then
   echo
   grep -E '^(resnet50|vgg16_bn|mlp_mnist) batch' "$OUT/trace.log" | cut -c1-200
 fi
+for f in "$OUT"/pipeline.log "$OUT"/e2e.log; do
+  [ -f "$f" ] || continue
+  echo
+  grep -E "images/s|independent|reaches|x torchvision|window decode|Thread|Model name|affinity" "$f" | cut -c1-220 \
+    | tail -n 60
+done
 if [ -f "$OUT/bench.log" ]; then
   echo
   awk '/ training step, /{p=1} /^=== /{p=0} p && !/^note: /{print}' "$OUT/bench.log" | tail -n 60
@@ -251,6 +321,7 @@ for r in "${results[@]}"; do
   IFS='|' read -r st rc sec why <<<"$r"
   note=$why
   case $st in
+    datatests) note="$note $(grep -E '[0-9]+ (passed|failed|error)' "$OUT/datatests.log" 2>/dev/null | tail -n 1)" ;;
     gputests) note="$note $(grep -E '[0-9]+ (passed|failed|error)' "$OUT/gputests.log" 2>/dev/null | tail -n 1)" ;;
     build) note="$note $(grep -E '^\[build\] (tr-backend:|cuda_status)' "$OUT/build.log" 2>/dev/null | tail -n 2 | tr '\n' ' ')" ;;
   esac

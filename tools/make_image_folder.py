@@ -9,8 +9,11 @@ quality from {75, 85, 90, 95}, some progressive, some with 4:4:4 chroma. Gray ph
 gives the same bytes whatever the number of workers.
 
     python tools/make_image_folder.py OUT [--classes 10] [--per-class 100] [--val-per-class 0] [--seed 0]
+    python tools/make_image_folder.py --export-sources photos.npz     # the photographs, for a machine without
+    TR_IMAGE_SOURCES=photos.npz python tools/make_image_folder.py OUT  # scikit-image (same files either way)
 
-Needs Pillow and scikit-image (tr-data's ``images`` extra).
+Needs Pillow and scikit-image (tr-data's ``images`` extra), or an exported ``.npz`` of the photographs
+(``--sources FILE`` or the environment variable TR_IMAGE_SOURCES).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -39,26 +43,49 @@ P_PROGRESSIVE = 0.3
 P_FULL_CHROMA = 0.25  # 4:4:4 instead of Pillow's default 4:2:0
 
 
-def load_sources(count: int) -> list[tuple[str, np.ndarray]]:
-    """The first ``count`` photographs of SOURCES that load offline, as uint8 (h, w) or (h, w, 3)."""
-    import skimage.data
-
-    out: list[tuple[str, np.ndarray]] = []
-    for name in SOURCES:
+def load_sources(count: int, sources: str | Path | None = None) -> list[tuple[str, np.ndarray]]:
+    """The first ``count`` photographs of SOURCES that load offline, as uint8 (h, w) or (h, w, 3); from the
+    ``.npz`` file ``sources`` (or $TR_IMAGE_SOURCES) that ``export_sources`` wrote, when given."""
+    sources = sources or os.environ.get("TR_IMAGE_SOURCES") or None
+    if sources is not None:
+        try:
+            with np.load(sources) as z:
+                got = [(name, np.ascontiguousarray(z[name])) for name in SOURCES if name in z.files]
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"make_image_folder: cannot read the photographs file {sources}: {e}") from None
+        if len(got) < count:
+            raise ConfigError(f"make_image_folder: {count} classes asked, {sources} holds {len(got)} photographs")
+        return got[:count]
+    out = []
+    for photo in skimage_photos():
         if len(out) == count:
             break
+        out.append(photo)
+    if len(out) < count:
+        raise ConfigError(f"make_image_folder: {count} classes asked, only {len(out)} scikit-image photographs "
+                          f"load offline ({', '.join(n for n, _ in out)})")
+    return out
+
+
+def skimage_photos() -> Iterator[tuple[str, np.ndarray]]:
+    """The photographs of SOURCES that this scikit-image loads offline, in order."""
+    import skimage.data
+
+    for name in SOURCES:
         try:
             img = getattr(skimage.data, name)()
         except Exception:  # not bundled with this scikit-image (needs pooch and a download): skip it
             continue
         img = img[0] if isinstance(img, tuple) else img  # stereo_motorcycle: (left, right, disparity)
-        if img.dtype != np.uint8 or img.ndim not in (2, 3) or (img.ndim == 3 and img.shape[2] != 3):
-            continue
-        out.append((name, np.ascontiguousarray(img)))
-    if len(out) < count:
-        raise ConfigError(f"make_image_folder: {count} classes asked, only {len(out)} scikit-image photographs "
-                          f"load offline ({', '.join(n for n, _ in out)})")
-    return out
+        if img.dtype == np.uint8 and (img.ndim == 2 or (img.ndim == 3 and img.shape[2] == 3)):
+            yield name, np.ascontiguousarray(img)
+
+
+def export_sources(path: str | Path) -> int:
+    """Write every photograph ``skimage_photos`` gives to ``path`` (.npz); returns how many."""
+    photos = dict(skimage_photos())
+    np.savez_compressed(path, **photos)
+    return len(photos)
 
 
 def crop_box(rng: np.random.Generator, h: int, w: int) -> tuple[int, int, int, int]:
@@ -102,6 +129,7 @@ def make_image_folder(
     seed: int = 0,
     val_per_class: int = 0,
     workers: int | None = None,
+    sources: str | Path | None = None,
 ) -> int:
     """Write the folder (OUT/<class>/, or OUT/train/<class>/ and OUT/val/<class>/ when ``val_per_class`` > 0)
     and return the number of files written. OUT must be absent or empty: left-over files of another call
@@ -116,11 +144,11 @@ def make_image_folder(
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"make_image_folder: {out} exists and is not an empty directory")
-    sources = load_sources(classes)
+    photos = load_sources(classes, sources)
     splits = [("train", per_class), ("val", val_per_class)] if val_per_class > 0 else [("", per_class)]
     jobs = []
     for s, (split, count) in enumerate(splits):
-        for c, (name, src) in enumerate(sources):
+        for c, (name, src) in enumerate(photos):
             folder = out / split / name if split else out / name
             folder.mkdir(parents=True, exist_ok=True)
             jobs += [(src, folder / f"{name}_{i:05d}.JPEG", (seed, s, c, i)) for i in range(count)]
@@ -132,7 +160,7 @@ def make_image_folder(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out", type=Path, help="folder to create (absent or empty)")
+    ap.add_argument("out", type=Path, nargs="?", help="folder to create (absent or empty)")
     ap.add_argument("--classes", type=int, default=10, help="number of classes (photographs), default 10")
     ap.add_argument("--per-class", type=int, default=100, help="images per class (train), default 100")
     ap.add_argument("--val-per-class", type=int, default=0, help="> 0: also OUT/val with this many per class")
@@ -140,11 +168,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-side", type=int, default=500, help="longest short side in pixels, default 500")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=None, help="threads, default os.cpu_count()")
+    ap.add_argument("--sources", type=Path, default=None, help="the photographs as exported (.npz), instead of "
+                    "scikit-image (default: $TR_IMAGE_SOURCES when set)")
+    ap.add_argument("--export-sources", type=Path, default=None, metavar="FILE",
+                    help="write scikit-image's photographs to FILE (.npz) and stop")
     a = ap.parse_args(argv)
+    if a.export_sources is not None:
+        print(f"{a.export_sources}: {export_sources(a.export_sources)} photographs")
+        return 0
+    if a.out is None:
+        ap.error("the folder to create is required (or --export-sources FILE)")
     t0 = time.perf_counter()
     try:
         n = make_image_folder(a.out, a.classes, a.per_class, a.min_side, a.max_side, a.seed, a.val_per_class,
-                              a.workers)
+                              a.workers, a.sources)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -2,11 +2,28 @@
 
 #include "jpeg.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <system_error>
 
 namespace trd {
+
+namespace {
+constexpr int kSpinUs = 50;  // how long a producer spins on its zone before it blocks
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+long long ns_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
 
 ImgC Source::get(long long i, std::vector<uint8_t>& scratch) const {
   if (sizes) return decode_jpeg(base + offsets[i], size_t(sizes[i]), scratch);
@@ -36,6 +53,7 @@ void Station::begin_epoch(long long num_batches, int last_size) {
   aborted_ = false;
   err_ = ErrKind::None;
   msg_.clear();
+  consumer_wait_ns_.store(0);
   for (int s = 0; s < 2; ++s) {
     Zone& z = z_[s];
     z.filled.store(0);
@@ -69,6 +87,16 @@ void Station::fail(ErrKind kind, const std::string& msg) {
 bool Station::wait_writable(long long k) {
   Zone& z = z_[k & 1];
   if (z.batch.load(std::memory_order_acquire) == k) return !aborted_.load(std::memory_order_acquire);
+  // Spin a little first: the consumer usually releases within microseconds, and waking all waiters from a
+  // condition variable makes them queue on its mutex one after the other.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);
+  do {
+    for (int i = 0; i < 64; ++i) {
+      if (z.batch.load(std::memory_order_acquire) == k || aborted_.load(std::memory_order_relaxed))
+        return !aborted_.load(std::memory_order_acquire);
+      cpu_relax();
+    }
+  } while (std::chrono::steady_clock::now() < until);
   std::unique_lock<std::mutex> lk(m_);
   cv_prod_.wait(lk, [&] { return aborted_.load() || z.batch.load(std::memory_order_acquire) == k; });
   return !aborted_;
@@ -98,10 +126,16 @@ int Station::acquire(long long k, double timeout_s) {
     throw PhaseErr("batch " + std::to_string(k) + " uses buffer " + std::to_string(k & 1) + ", which still holds batch " +
                    std::to_string(cur) + ": acquire and release batch " + std::to_string(cur) + " first");
   auto ready = [&] { return aborted_.load() || (z.batch.load() == k && z.ready); };
-  if (timeout_s < 0) {
-    cv_cons_.wait(lk, ready);
-  } else if (!cv_cons_.wait_for(lk, std::chrono::duration<double>(timeout_s), ready)) {
-    return -1;
+  if (!ready()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    bool got = true;
+    if (timeout_s < 0) {
+      cv_cons_.wait(lk, ready);
+    } else {
+      got = cv_cons_.wait_for(lk, std::chrono::duration<double>(timeout_s), ready);
+    }
+    consumer_wait_ns_.fetch_add(ns_since(t0), std::memory_order_relaxed);
+    if (!got) return -1;
   }
   if (err_ == ErrKind::Data) throw DataErr(msg_);
   if (err_ == ErrKind::Shape) throw ShapeErr(msg_);
@@ -145,10 +179,18 @@ int Station::batch_size_of(long long k) const {
 // Engine
 // ------------------------------------------------------------------------------------------------
 namespace {
+void fail_all(Job& job, ErrKind kind, const std::string& msg) {
+  job.abort.store(true);
+  for (Station* s : job.stations) s->fail(kind, msg);
+}
+
 std::atomic<int> g_fail_thread_at{-1};
+std::atomic<bool> g_static_assignment{false};
 }  // namespace
 
 void fail_thread_start_at(int k) { g_fail_thread_at.store(k); }
+void set_static_assignment(bool on) { g_static_assignment.store(on); }
+bool static_assignment() { return g_static_assignment.load(); }
 
 Engine::Engine(int workers) {
   if (workers < 1) throw ConfigErr("preprocess_workers must be >= 1, got " + std::to_string(workers));
@@ -192,6 +234,11 @@ void Engine::start(std::shared_ptr<Job> job) {
   if (active_ > 0) throw PhaseErr("the previous epoch is still running; finish or cancel it first");
   job_ = std::move(job);
   live_ = job_.get();
+  const int M = int(threads_.size());
+  live_->times.assign(size_t(M), WorkerTime{});
+  // A few items per claim: one cursor update per chunk, and a batch still spread over every worker.
+  live_->chunk = std::max(1, std::min(8, live_->batch / (4 * M)));
+  live_->cursor.store(0);
   active_ = int(threads_.size());
   ++gen_;
   cv_job_.notify_all();
@@ -251,81 +298,102 @@ void Engine::loop(int w) {
 }
 
 void Engine::run_items(Job& job, int w, Workspace& ws) {
-  const int M = int(threads_.size());
-  const long long world = job.world;
-  const long long total = world * job.per_rank;
-  const long long n = job.src.n;
-  // Static assignment: work item g (rank g % world, position g / world) belongs to worker g % M.
-  // Items are visited in increasing order, so all workers fill batch k before moving to k + 1.
-  long long pending_done = 0;
-  for (long long g = w; g < total; g += M) {
-    if (job.abort.load(std::memory_order_relaxed)) return;
-    const int r = int(g % world);
-    const long long p = g / world;
-    const long long k = p / job.batch;
-    const int pos = int(p % job.batch);
-    const long long q = (long long)r + world * p;  // position in the (wrapped) epoch order
-    const long long idx = job.order[size_t(q % n)];
-    Station* st = job.stations[size_t(r)];
-    if (!st->wait_writable(k)) return;
-    uint8_t* dst = st->data(int(k & 1)) + size_t(pos) * job.sample_bytes;
-    try {
-      const size_t slot_bytes = size_t(n) * job.sample_bytes;
-      if (job.cache_mode == 2) {
-        std::memcpy(dst, job.cache + size_t(idx) * job.sample_bytes, job.sample_bytes);
-      } else if (job.sdmp_mode == 2 && job.sdmp_filled[size_t(job.sdmp_slot) * size_t(n) + size_t(idx)]) {
-        std::memcpy(dst, job.sdmp + size_t(job.sdmp_slot) * slot_bytes + size_t(idx) * job.sample_bytes,
-                    job.sample_bytes);
-      } else if (job.sdmp_mode == 1) {  // one decode, this epoch's sample and every slot's
-        const ImgC img = job.src.get(idx, ws.jpeg);
-        job.pipe->run(img, derive_step(job.seed_prefix, uint64_t(idx)), ws, dst, job.out_shape);
-        for (size_t s = 0; s < job.sdmp_prefix.size(); ++s) {
-          job.pipe->run(img, derive_step(job.sdmp_prefix[s], uint64_t(idx)), ws,
-                        job.sdmp + s * slot_bytes + size_t(idx) * job.sample_bytes, job.out_shape);
-          job.sdmp_filled[s * size_t(n) + size_t(idx)] = 1;
-        }
-      } else {
-        const uint64_t seed = derive_step(job.seed_prefix, uint64_t(idx));
-        int y, x, h, w;
-        Roi roi;
-        const uint8_t* jpeg = job.src.sizes ? job.src.base + job.src.offsets[idx] : nullptr;
-        const size_t jpeg_bytes = job.src.sizes ? size_t(job.src.sizes[idx]) : 0;
-        const bool windowed = jpeg != nullptr && window_decode();
-        if (windowed) roi.full = jpeg_shape(jpeg, jpeg_bytes);
-        if (windowed && job.pipe->first_window(roi.full, seed, y, x, h, w)) {
-          // a JPEG whose first transform crops: decode only the crop (and a margin), same bytes as a full decode
-          const ImgC win = decode_jpeg_window(jpeg, jpeg_bytes, roi.full, y, x, h, w, ws.jpeg, roi.y0, roi.x0);
-          job.pipe->run(win, seed, ws, dst, job.out_shape, &roi);
-        } else {
-          job.pipe->run(job.src.get(idx, ws.jpeg), seed, ws, dst, job.out_shape);
-        }
-        if (job.cache_mode == 1 && q < n) std::memcpy(job.cache + size_t(idx) * job.sample_bytes, dst, job.sample_bytes);
+  const long long M = (long long)threads_.size();
+  const long long total = (long long)job.world * job.per_rank;
+  WorkerTime& t = job.times[size_t(w)];
+  // Work item g is rank g % world's sample at position g / world of its share. Items are claimed in
+  // increasing order, so batch k is filled before k + 1 (the zones hold two batches at a time).
+  // samples_done is bumped per batch (static) or per chunk (dynamic), not per sample: a shared counter.
+  if (static_assignment()) {
+    long long pending = 0;
+    for (long long g = w; g < total; g += M) {
+      if (!run_item(job, g, ws, t)) break;
+      ++pending;
+      if (g + M >= total || (g + M) / job.world / job.batch != g / job.world / job.batch) {
+        job.samples_done.fetch_add(pending, std::memory_order_relaxed);
+        pending = 0;
       }
-      st->labels(int(k & 1))[pos] = job.src.labels ? job.src.labels[idx] : 0;
-    } catch (const DataErr& e) {
-      job.abort.store(true);
-      const std::string msg = "sample " + std::to_string(idx) + ": " + e.what();
-      for (Station* s : job.stations) s->fail(ErrKind::Data, msg);
-      return;
-    } catch (const ShapeErr& e) {
-      job.abort.store(true);
-      const std::string msg = "sample " + std::to_string(idx) + ": " + e.what();
-      for (Station* s : job.stations) s->fail(ErrKind::Shape, msg);
-      return;
-    } catch (const std::exception& e) {
-      job.abort.store(true);
-      const std::string msg = "sample " + std::to_string(idx) + ": " + e.what();
-      for (Station* s : job.stations) s->fail(ErrKind::Other, msg);
-      return;
     }
-    ++pending_done;
-    // Counted per batch, not per sample: one shared-counter update per worker and batch.
-    if (g + M >= total || (g + M) / world / job.batch != k) {
-      job.samples_done.fetch_add(pending_done, std::memory_order_relaxed);
-      pending_done = 0;
+  } else {
+    const long long chunk = job.chunk;
+    for (;;) {
+      const long long g0 = job.cursor.fetch_add(chunk, std::memory_order_relaxed);
+      if (g0 >= total) break;
+      const long long g1 = std::min(total, g0 + chunk);
+      long long g = g0;
+      while (g < g1 && run_item(job, g, ws, t)) ++g;
+      job.samples_done.fetch_add(g - g0, std::memory_order_relaxed);
+      if (g < g1) break;
     }
-    st->done(k);
   }
+}
+
+bool Engine::run_item(Job& job, long long g, Workspace& ws, WorkerTime& t) {
+  const long long world = job.world;
+  const long long n = job.src.n;
+  if (job.abort.load(std::memory_order_relaxed)) return false;
+  const int r = int(g % world);
+  const long long p = g / world;
+  const long long k = p / job.batch;
+  const int pos = int(p % job.batch);
+  const long long q = (long long)r + world * p;  // position in the (wrapped) epoch order
+  const long long idx = job.order[size_t(q % n)];
+  Station* st = job.stations[size_t(r)];
+  if (!st->writable_now(k)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool ok = st->wait_writable(k);
+    t.wait_ns += ns_since(t0);
+    if (!ok) return false;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  uint8_t* dst = st->data(int(k & 1)) + size_t(pos) * job.sample_bytes;
+  try {
+    const size_t slot_bytes = size_t(n) * job.sample_bytes;
+    if (job.cache_mode == 2) {
+      std::memcpy(dst, job.cache + size_t(idx) * job.sample_bytes, job.sample_bytes);
+    } else if (job.sdmp_mode == 2 && job.sdmp_filled[size_t(job.sdmp_slot) * size_t(n) + size_t(idx)]) {
+      std::memcpy(dst, job.sdmp + size_t(job.sdmp_slot) * slot_bytes + size_t(idx) * job.sample_bytes,
+                  job.sample_bytes);
+    } else if (job.sdmp_mode == 1) {  // one decode, this epoch's sample and every slot's
+      const ImgC img = job.src.get(idx, ws.jpeg);
+      job.pipe->run(img, derive_step(job.seed_prefix, uint64_t(idx)), ws, dst, job.out_shape);
+      for (size_t s = 0; s < job.sdmp_prefix.size(); ++s) {
+        job.pipe->run(img, derive_step(job.sdmp_prefix[s], uint64_t(idx)), ws,
+                      job.sdmp + s * slot_bytes + size_t(idx) * job.sample_bytes, job.out_shape);
+        job.sdmp_filled[s * size_t(n) + size_t(idx)] = 1;
+      }
+    } else {
+      const uint64_t seed = derive_step(job.seed_prefix, uint64_t(idx));
+      int y, x, h, w;
+      Roi roi;
+      const uint8_t* jpeg = job.src.sizes ? job.src.base + job.src.offsets[idx] : nullptr;
+      const size_t jpeg_bytes = job.src.sizes ? size_t(job.src.sizes[idx]) : 0;
+      const bool windowed = jpeg != nullptr && window_decode();
+      if (windowed) roi.full = jpeg_shape(jpeg, jpeg_bytes);
+      if (windowed && job.pipe->first_window(roi.full, seed, y, x, h, w)) {
+        // a JPEG whose first transform crops: decode only the crop (and a margin), same bytes as a full decode
+        const ImgC win = decode_jpeg_window(jpeg, jpeg_bytes, roi.full, y, x, h, w, ws.jpeg, roi.y0, roi.x0);
+        job.pipe->run(win, seed, ws, dst, job.out_shape, &roi);
+      } else {
+        job.pipe->run(job.src.get(idx, ws.jpeg), seed, ws, dst, job.out_shape);
+      }
+      if (job.cache_mode == 1 && q < n) std::memcpy(job.cache + size_t(idx) * job.sample_bytes, dst, job.sample_bytes);
+    }
+    st->labels(int(k & 1))[pos] = job.src.labels ? job.src.labels[idx] : 0;
+  } catch (const DataErr& e) {
+    fail_all(job, ErrKind::Data, "sample " + std::to_string(idx) + ": " + e.what());
+    return false;
+  } catch (const ShapeErr& e) {
+    fail_all(job, ErrKind::Shape, "sample " + std::to_string(idx) + ": " + e.what());
+    return false;
+  } catch (const std::exception& e) {
+    fail_all(job, ErrKind::Other, "sample " + std::to_string(idx) + ": " + e.what());
+    return false;
+  }
+  t.work_ns += ns_since(t0);
+  ++t.items;
+  st->done(k);
+  return true;
 }
 
 }  // namespace trd

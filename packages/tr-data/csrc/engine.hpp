@@ -30,6 +30,13 @@ struct Source {
 
 enum class ErrKind : int { None = 0, Data = 1, Shape = 2, Other = 3 };
 
+// Where a worker's time went during one epoch (nanoseconds; written by that worker only).
+struct alignas(64) WorkerTime {
+  long long items = 0;
+  long long work_ns = 0;   // reading/decoding and running the chain on samples
+  long long wait_ns = 0;   // blocked until the zone of the next item's batch was free
+};
+
 // Two zones; zone s holds the batches k with k % 2 == s. Producers (workers) write samples of
 // batch k once the zone is assigned to k; the consumer acquires k when all its samples are in and
 // releases it, which assigns the zone to k + 2. Waiting is on condition variables only.
@@ -48,6 +55,9 @@ class Station {
   void fail(ErrKind kind, const std::string& msg);   // a worker failed: acquire raises msg
 
   // ---- producers ----
+  bool writable_now(long long k) const {  // the lock-free fast path of wait_writable
+    return z_[k & 1].batch.load(std::memory_order_acquire) == k && !aborted_.load(std::memory_order_acquire);
+  }
   bool wait_writable(long long k);  // false when the epoch was aborted or failed
   void done(long long k);           // one sample of batch k is written
 
@@ -55,6 +65,8 @@ class Station {
   // Blocks until batch k is complete; returns its sample count, or -1 on timeout (< 0: none).
   int acquire(long long k, double timeout_s);
   void release(long long k);
+  // Nanoseconds the consumer spent blocked in acquire since the last begin_epoch.
+  long long consumer_wait_ns() const { return consumer_wait_ns_.load(std::memory_order_relaxed); }
 
   long long num_batches() const;
   int batch_size_of(long long k) const;
@@ -82,6 +94,7 @@ class Station {
   long long nb_ = 0;
   int last_ = 0;
   std::atomic<bool> aborted_{false};  // written under m_, read lock-free on the fast path
+  std::atomic<long long> consumer_wait_ns_{0};
   ErrKind err_ = ErrKind::None;
   std::string msg_;
 };
@@ -110,10 +123,21 @@ struct Job {
   std::vector<uint64_t> sdmp_prefix;  // busy: the seed prefix of each slot's epoch
   int sdmp_mode = 0;                  // 0 off, 1 busy (fill every slot), 2 lazy (replay sdmp_slot)
   int sdmp_slot = 0;
-  // Polled by every worker per sample / bumped once per worker per batch: separate cache lines.
+  int chunk = 1;                       // work items a worker claims at once (dynamic claiming)
+  std::vector<WorkerTime> times;       // one per worker
+  // Polled by every worker per sample / bumped once per worker per batch / claimed from per chunk:
+  // separate cache lines.
   alignas(64) std::atomic<bool> abort{false};
   alignas(64) std::atomic<long long> samples_done{0};
+  alignas(64) std::atomic<long long> cursor{0};  // the next unclaimed work item
 };
+
+// How workers share an epoch's items: "dynamic" (the default) claims the next `chunk` items from a shared
+// cursor, so a worker that is descheduled or draws slow samples holds up nobody; "static" gives item g to
+// worker g % workers (what tr did before; kept to measure the difference). Both visit items in increasing
+// order and write the same bytes: a sample's result depends on its index and seed only.
+void set_static_assignment(bool on);
+bool static_assignment();
 
 // Test hook: make the k-th worker thread (0-based) of the next Engines fail to start, as
 // std::thread does under a memory or thread limit; -1 (the default) turns it off.
@@ -140,6 +164,7 @@ class Engine {
   void loop(int w);
   void stop_workers();  // stop, join and forget every started thread
   void run_items(Job& job, int w, Workspace& ws);
+  bool run_item(Job& job, long long g, Workspace& ws, WorkerTime& t);  // false: stop (abort or failure)
 
   std::vector<std::thread> threads_;
   mutable std::mutex m_;

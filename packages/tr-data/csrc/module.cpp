@@ -241,6 +241,9 @@ PYBIND11_MODULE(_native, m) {
   m.def("set_window_decode", &set_window_decode,
         "decode only the window a first RandomResizedCrop reads (default True; False: whole decodes, same bytes)");
   m.def("window_decode", &window_decode);
+  m.def("set_static_assignment", &set_static_assignment,
+        "benchmarks: True gives work item g to worker g % workers (the old scheme) instead of claiming items");
+  m.def("static_assignment", &static_assignment);
   m.def("jpeg_shape", [](py::bytes data, bool keep_gray) {
     std::string_view v = data;
     Shape3 s;
@@ -408,6 +411,7 @@ PYBIND11_MODULE(_native, m) {
       .def("begin_epoch", [](PyStation& self, long long nb, int last) { self.s->begin_epoch(nb, last); })
       .def_property_readonly("num_batches", [](const PyStation& self) { return self.s->num_batches(); })
       .def("batch_size_of", [](const PyStation& self, long long k) { return self.s->batch_size_of(k); })
+      .def("consumer_wait_ns", [](const PyStation& self) { return self.s->consumer_wait_ns(); })
       .def_property_readonly("batch", [](const PyStation& self) { return self.s->batch(); })
       .def_property_readonly("sample_bytes", [](const PyStation& self) { return self.s->sample_bytes(); });
 
@@ -442,6 +446,17 @@ PYBIND11_MODULE(_native, m) {
              auto j = self.e->current();
              return j ? j->samples_done.load() : 0LL;
            })
+      .def(
+          "worker_times",
+          [](const PyEngine& self) {
+            // the last epoch's (items, work_ns, wait_ns) per worker; read only when the workers are idle
+            if (self.e->busy()) throw PhaseErr("worker times are read after the epoch's workers finished");
+            py::list out;
+            if (auto j = self.e->current())
+              for (const WorkerTime& t : j->times) out.append(py::make_tuple(t.items, t.work_ns, t.wait_ns));
+            return out;
+          },
+          "the last epoch's (items, work_ns, wait_ns) per worker")
       .def(
           "start",
           [](PyEngine& self, PyPipeline& pipe, py::array data, py::object offsets, py::object shapes,

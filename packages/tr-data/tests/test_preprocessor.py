@@ -91,6 +91,39 @@ def test_worker_counts_1_2_7_give_byte_identical_epochs(mnist_ds):
     assert sorted(l0.tolist()) == sorted(l1.tolist())
 
 
+def test_static_and_claimed_assignment_write_the_same_bytes(mnist_ds):
+    from tr.data import _native
+
+    assert not _native.static_assignment()  # workers claim items by default
+    claimed = run_epochs(settings(mnist_ds, MNIST_CHAIN, 3), (28, 28, 1), "float32", 64)
+    _native.set_static_assignment(True)
+    try:
+        fixed = run_epochs(settings(mnist_ds, MNIST_CHAIN, 3), (28, 28, 1), "float32", 64)
+    finally:
+        _native.set_static_assignment(False)
+    for (d0, l0), (d1, l1) in zip(claimed, fixed):
+        assert d0.tobytes() == d1.tobytes() and np.array_equal(l0, l1)
+
+
+def test_epoch_times_account_for_every_sample(mnist_ds):
+    st = TransferStation(100, (28, 28, 1), "float32")
+    with Preprocessor(settings(mnist_ds, MNIST_CHAIN, 3), st) as pre:
+        run = pre.epoch(0)
+        with pytest.raises(PhaseError, match="still running"):
+            run.times()  # batch 0 and 1 fill; the workers wait for a release
+        for _b in run.batches():
+            pass
+        run.close()
+        t = run.times()
+        assert t.workers == 3 and sum(t.items) == 1200
+        assert all(w > 0 for w in t.work_s) and all(w >= 0 for w in t.wait_s)
+        assert len(t.consumer_wait_s) == 1 and t.consumer_wait_s[0] >= 0
+        assert 0 < t.busy_fraction(sum(t.work_s)) <= 1
+        pre.epoch(1).close()
+        with pytest.raises(PhaseError, match="later epoch"):
+            run.times()
+
+
 def test_worker_counts_ragged_rgb_fp16_padded(ragged_ds):
     outs = []
     for w in (1, 2, 7):

@@ -9,7 +9,7 @@ from tr.data.image_dataset import DtsImages, ImageFolder
 from tr.data.image_folder import ImageFolderIndex, jpeg_info, scan_image_folder
 from tr.data.loader import BatchLoader
 from tr.data.mnist import MNIST
-from tr.data.preprocessor import EpochPlan, EpochRun, Preprocessor
+from tr.data.preprocessor import EpochPlan, EpochRun, EpochTimes, Preprocessor
 from tr.data.seeds import sample_seed, shuffle_order
 from tr.data.settings import PREPROCESSOR_SETTING, PreprocessorSettings, reset_preprocessor_settings
 from tr.data.sharding import shard_positions, shard_size
@@ -49,6 +49,7 @@ __all__ = [
     "EpochCancelled",
     "EpochPlan",
     "EpochRun",
+    "EpochTimes",
     "FusedNormalization",
     "GaussianBlur",
     "GaussianNoise",

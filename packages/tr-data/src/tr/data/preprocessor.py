@@ -13,8 +13,9 @@ Driving an epoch (one device)::
 
 Sample placement: with W stations (devices) and batch B, rank r's j-th sample is epoch position
 r + W * j (wrapping around, so every rank delivers ceil(n / W) samples; drop_last trims the
-training epoch to whole batches). Work item g = (rank g % W, position g // W) is done by worker
-g % M, so each worker's share is fixed; augmentation draws depend only on (seed, epoch, sample).
+training epoch to whole batches). Work item g = (rank g % W, position g // W); the workers claim items a
+few at a time from a shared cursor in increasing order, so which worker runs a sample varies, but what it
+writes does not: augmentation draws depend only on (seed, epoch, sample).
 
 Data parallelism over processes (one device each): ``shard(rank, world_size)`` makes this process
 deliver only rank r's share of every epoch, by the rule of tr.data.sharding (training padded to ceil(n / W)
@@ -73,6 +74,29 @@ class EpochPlan:
         return self.last_batch_size if k == self.num_batches - 1 else self.batch_size
 
 
+@dataclass(frozen=True)
+class EpochTimes:
+    """Where an epoch's time went (``EpochRun.times()``, once its workers finished). Per worker: samples run,
+    seconds working on them (read, decode, transforms), seconds blocked because both zones were full (the
+    consumer was the slower side). Per station: seconds its consumer was blocked in ``acquire`` (the
+    workers were the slower side)."""
+
+    items: tuple[int, ...]
+    work_s: tuple[float, ...]
+    wait_s: tuple[float, ...]
+    consumer_wait_s: tuple[float, ...]
+
+    @property
+    def workers(self) -> int:
+        return len(self.items)
+
+    def busy_fraction(self, wall_s: float) -> float:
+        """The workers' mean share of ``wall_s`` spent working."""
+        if wall_s <= 0 or not self.items:
+            return 0.0
+        return sum(self.work_s) / (len(self.items) * wall_s)
+
+
 class EpochRun:
     """One running epoch: iterate it for batch indices; ``close()`` (or leaving ``with``) stops the
     workers if batches are left."""
@@ -108,6 +132,22 @@ class EpochRun:
     def done(self) -> bool:
         """All samples are written (the workers are idle)."""
         return not self._pre._engine.busy()
+
+    def times(self) -> EpochTimes:
+        """Where this epoch's time went; raises PhaseError while its workers still run or after the next
+        epoch started."""
+        pre = self._pre
+        if pre._engine is None or pre._run is not self:
+            raise PhaseError(f"epoch {self.epoch}'s times are gone: a later epoch started or the Preprocessor closed")
+        if pre._engine.busy():
+            raise PhaseError(f"epoch {self.epoch} is still running: read its times after its last batch")
+        rows = pre._engine.worker_times()
+        return EpochTimes(
+            items=tuple(r[0] for r in rows),
+            work_s=tuple(r[1] * 1e-9 for r in rows),
+            wait_s=tuple(r[2] * 1e-9 for r in rows),
+            consumer_wait_s=tuple(st._native.consumer_wait_ns() * 1e-9 for st in pre.stations),
+        )
 
     def close(self) -> None:
         if self.closed:

@@ -541,6 +541,12 @@ class DeepLearningTask(TaskBase):
         return to_torch_state_dict(self, target)
 
     @property
+    def feeder(self) -> Feeder | None:
+        """The feeder training reads (the one given to data(), or the one compile() built from
+        PREPROCESSOR_SETTING); None before compile() when none was given."""
+        return self._feeder
+
+    @property
     def launches_per_step(self) -> int:
         """Host launches per training step: the transfer graph and the whole-step graph."""
         return self._steps.launches_per_step

@@ -105,6 +105,11 @@ class PipelineFeeder:
         self.station.release(k)
         self._held.discard(k)
 
+    def last_epoch_times(self):
+        """Where the last finished pass's time went (tr.data.EpochTimes): the workers' busy and blocked
+        seconds, and how long the trainer waited for batches; None before the first pass."""
+        return None if self._run is None else self._run.times()
+
     def close(self) -> None:
         self.pre.close()
 

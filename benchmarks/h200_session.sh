@@ -20,6 +20,8 @@
 #   pipeline           benchmarks/pipeline_scaling.py (worker scaling, MNIST and ImageNet chains) and
 #                      benchmarks/imagenet_pipeline.py (tr vs torchvision ImageFolder+DataLoader, 1 and all cores)
 #   e2e[-LEVEL]        benchmarks/imagenet_train.py: ResNet-50 from a DTS pack at LEVEL (default 0) vs its step
+#   breakdown          benchmarks/chain_breakdown.py: one core's time per stage of the ImageNet chain, tr vs Pillow
+#   scaling-mnist      benchmarks/pipeline_scaling.py, the MNIST chain only, claimed, 1 and all workers
 # libjpeg-turbo: where the machine lacks its headers, carry a prefix at .devdata/jpeg (include/ jpeglib.h,
 # jconfig.h, jmorecfg.h, jerror.h; lib/ libjpeg.so and libjpeg.so.62, plain copies: links do not travel):
 # CMake finds it through CMAKE_PREFIX_PATH and the extension loads it through LD_LIBRARY_PATH.
@@ -170,7 +172,7 @@ stage_build_data() {  # tr-core (hatchling) and the native tr-data into $SITE
 }
 
 stage_datatests() {
-  "$PY" -m pytest -q -rfE -p no:cacheprovider -n 8 --maxfail=25 packages/tr-data
+  "$PY" -m pytest -q -rfE -p no:cacheprovider -n 8 -p no:benchmark --maxfail=25 packages/tr-data
 }
 
 stage_pipeline() {
@@ -178,6 +180,16 @@ stage_pipeline() {
     --json "$OUT/pipeline_scaling.json" || return 1
   "$PY" benchmarks/imagenet_pipeline.py --images "${TR_IMAGES}_2k" --make 2000 --workers "1,$(nproc)" \
     --epochs 2 --ab 2 --json "$OUT/imagenet_pipeline.json"
+}
+
+stage_breakdown() {
+  [ -d "${TR_IMAGES}_2k" ] || "$PY" tools/make_image_folder.py "${TR_IMAGES}_2k" --per-class 200 --val-per-class 2
+  "$PY" benchmarks/chain_breakdown.py --images "${TR_IMAGES}_2k" --limit 500 --json "$OUT/chain_breakdown.json"
+}
+
+stage_scaling_mnist() {
+  "$PY" benchmarks/pipeline_scaling.py --workload mnist --workers "1,$(nproc)" --schemes claimed \
+    --json "$OUT/pipeline_scaling_mnist.json"
 }
 
 stage_e2e() {  # $1: DTS level
@@ -222,7 +234,7 @@ stages=("$@")
 plan=()
 for s in "${stages[@]}"; do
   case $s in
-    build|gputests|build-data|datatests|pipeline) plan+=("$s") ;;
+    build|gputests|build-data|datatests|pipeline|breakdown|scaling-mnist) plan+=("$s") ;;
     e2e) plan+=(e2e-0) ;;
     e2e-[0-3]) plan+=("$s") ;;
     profile) plan+=(profile-vgg16_bn profile-resnet50) ;;
@@ -283,6 +295,8 @@ for s in "${plan[@]}"; do
     build-data) run build-data build.log 240 build_data ;;
     datatests) ensure_data "$s" && run datatests datatests.log 180 datatests ;;
     pipeline) ensure_data "$s" && run pipeline pipeline.log 420 pipeline ;;
+    breakdown) ensure_data "$s" && run breakdown pipeline.log 120 breakdown ;;
+    scaling-mnist) ensure_data "$s" && run scaling-mnist pipeline.log 90 scaling_mnist ;;
     e2e-*) ensure_built "$s" && run "$s" e2e.log 300 e2e "${s#e2e-}" ;;
     profile-*) ensure_built "$s" && run "$s" profile.log "$PROFILE_LIMIT" profile "${s#profile-}" ;;
     trace-*) ensure_built "$s" && run "$s" trace.log "$PROFILE_LIMIT" trace "${s#trace-}" ;;
@@ -307,7 +321,8 @@ fi
 for f in "$OUT"/pipeline.log "$OUT"/e2e.log; do
   [ -f "$f" ] || continue
   echo
-  grep -E "images/s|independent|reaches|x torchvision|window decode|Thread|Model name|affinity" "$f" | cut -c1-220 \
+  grep -E "images/s|independent|reaches|x torchvision|window decode|Thread|Model name|affinity|cpu_flags" "$f" \
+    | cut -c1-400 \
     | tail -n 60
 done
 if [ -f "$OUT/bench.log" ]; then

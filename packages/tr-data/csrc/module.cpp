@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <string_view>
+#include <utility>
 
 #include "engine.hpp"
 #include "fused_norm.hpp"
@@ -217,6 +218,22 @@ PYBIND11_MODULE(_native, m) {
     auto r = out.mutable_unchecked<1>();
     Stream s(seed, offset);
     for (size_t i = 0; i < count; ++i) r(py::ssize_t(i)) = s.randint(lo, hi);
+    return out;
+  });
+  // tr.core.philox.shuffle_indices, natively: its Python swap loop took 25 ms for MNIST's 60,000 samples, a
+  // third of an epoch at a million samples a second (and 0.6 s for ImageNet's 1.28 M) before every epoch.
+  m.def("shuffle_indices", [](long long n, uint64_t seed) {
+    if (n < 0) throw ConfigErr("shuffle length must be >= 0, got " + std::to_string(n));
+    py::array_t<long long> out(static_cast<py::ssize_t>(n));
+    long long* perm = out.mutable_data();
+    {
+      py::gil_scoped_release nogil;
+      for (long long i = 0; i < n; ++i) perm[i] = i;
+      for (long long i = n - 1; i >= 1; --i) {  // j = r0(seed, offset i) % (i + 1), then swap(i, j)
+        const uint64_t r0 = philox4x32_10(seed, uint64_t(i)).r[0];
+        std::swap(perm[i], perm[r0 % uint64_t(i + 1)]);
+      }
+    }
     return out;
   });
   m.def("limits", [] {

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tr.core import philox
+from tr.core.errors import ConfigError
 from tr.data import Compose, RandomCrop, _native
 from tr.data.seeds import TAG_SHUFFLE, TAG_TRAIN, TAG_VAL, sample_seed, seed_prefix, shuffle_order
 
@@ -50,6 +51,15 @@ def test_shuffle_is_a_pure_function_of_seed_and_epoch():
     assert sorted(a.tolist()) == list(range(1000))
     assert not np.array_equal(a, shuffle_order(1000, 42, 4))
     assert not np.array_equal(a, shuffle_order(1000, 43, 3))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_native_shuffle_is_tr_core_s_permutation(seed):
+    for n in (0, 1, 2, 3, 17, 1000, 70001):
+        np.testing.assert_array_equal(_native.shuffle_indices(n, seed), philox.shuffle_indices(n, seed))
+    assert _native.shuffle_indices(5, seed).dtype == np.int64
+    with pytest.raises(ConfigError, match="shuffle length"):
+        _native.shuffle_indices(-1, seed)
 
 
 def test_each_transform_owns_a_stream():

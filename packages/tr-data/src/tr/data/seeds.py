@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tr.core.philox import derive_seed, shuffle_indices
+from tr.core.philox import derive_seed
+from tr.data._native import shuffle_indices  # tr.core.philox.shuffle_indices, the same permutation, natively
 
 TAG_TRAIN = 1
 TAG_VAL = 2

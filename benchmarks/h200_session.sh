@@ -17,8 +17,11 @@
 #   trace[-MODEL]      benchmarks/kernel_trace.py: every kernel of the real step (CUPTI), MODEL as for profile
 #   build-data         tr-core and the native tr-data only (enough for the pipeline stages)
 #   datatests          pytest packages/tr-data (the JPEG tests need libjpeg-turbo: see below)
-#   pipeline           benchmarks/pipeline_scaling.py (worker scaling, MNIST and ImageNet chains) and
-#                      benchmarks/imagenet_pipeline.py (tr vs torchvision ImageFolder+DataLoader, 1 and all cores)
+#   pipeline           = scaling loaders
+#   scaling[-imagenet] benchmarks/pipeline_scaling.py: worker scaling of the MNIST and ImageNet chains (claimed and
+#                      static assignment), or of the ImageNet chain only (claimed)
+#   loaders            benchmarks/imagenet_pipeline.py: tr vs torchvision ImageFolder+DataLoader, 1 and all cores
+#                      (LOADERS_AB=N: also N interleaved window/whole-decode runs)
 #   e2e[-LEVEL]        benchmarks/imagenet_train.py: ResNet-50 from a DTS pack at LEVEL (default 0) vs its step
 #   breakdown          benchmarks/chain_breakdown.py: one core's time per stage of the ImageNet chain, tr vs Pillow
 #   scaling-mnist      benchmarks/pipeline_scaling.py, the MNIST chain only, claimed, 1 and all workers
@@ -175,11 +178,14 @@ stage_datatests() {
   "$PY" -m pytest -q -rfE -p no:cacheprovider -n 8 -p no:benchmark --maxfail=25 packages/tr-data
 }
 
-stage_pipeline() {
-  "$PY" benchmarks/pipeline_scaling.py --workers "1,2,4,8,$(nproc)" --images "$TR_IMAGES" --make 4000 \
-    --json "$OUT/pipeline_scaling.json" || return 1
+stage_scaling() {  # $1: workloads, $2: schemes
+  "$PY" benchmarks/pipeline_scaling.py --workload "$1" --schemes "$2" --workers "1,2,4,8,$(nproc)" \
+    --images "$TR_IMAGES" --make 4000 --json "$OUT/pipeline_scaling.json"
+}
+
+stage_loaders() {
   "$PY" benchmarks/imagenet_pipeline.py --images "${TR_IMAGES}_2k" --make 2000 --workers "1,$(nproc)" \
-    --epochs 2 --ab 2 --json "$OUT/imagenet_pipeline.json"
+    --epochs 2 --ab "${LOADERS_AB:-0}" --json "$OUT/imagenet_pipeline.json"
 }
 
 stage_breakdown() {
@@ -234,7 +240,8 @@ stages=("$@")
 plan=()
 for s in "${stages[@]}"; do
   case $s in
-    build|gputests|build-data|datatests|pipeline|breakdown|scaling-mnist) plan+=("$s") ;;
+    build|gputests|build-data|datatests|breakdown|scaling-mnist|scaling|scaling-imagenet|loaders) plan+=("$s") ;;
+    pipeline) plan+=(scaling loaders) ;;
     e2e) plan+=(e2e-0) ;;
     e2e-[0-3]) plan+=("$s") ;;
     profile) plan+=(profile-vgg16_bn profile-resnet50) ;;
@@ -294,7 +301,9 @@ for s in "${plan[@]}"; do
     gputests) ensure_built "$s" && run gputests gputests.log "$TESTS_LIMIT" gputests ;;
     build-data) run build-data build.log 240 build_data ;;
     datatests) ensure_data "$s" && run datatests datatests.log 180 datatests ;;
-    pipeline) ensure_data "$s" && run pipeline pipeline.log 420 pipeline ;;
+    scaling) ensure_data "$s" && run scaling pipeline.log 300 scaling mnist,imagenet claimed,static ;;
+    scaling-imagenet) ensure_data "$s" && run scaling-imagenet pipeline.log 200 scaling imagenet claimed ;;
+    loaders) ensure_data "$s" && run loaders pipeline.log 300 loaders ;;
     breakdown) ensure_data "$s" && run breakdown pipeline.log 120 breakdown ;;
     scaling-mnist) ensure_data "$s" && run scaling-mnist pipeline.log 90 scaling_mnist ;;
     e2e-*) ensure_built "$s" && run "$s" e2e.log 300 e2e "${s#e2e-}" ;;

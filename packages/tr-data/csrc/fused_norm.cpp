@@ -140,21 +140,26 @@ TRD_CLONES void affine_row(const uint8_t* s, const float* a, const float* b, flo
   for (int k = 0; k < n; ++k) o[k] = float(s[k]) * a[k] + b[k];
 }
 
-template <int C>
-void reverse_pixels_c(const uint8_t* s, uint8_t* d, int w) {
+// d = the row s (w pixels of C channels) as OC channels, the extra ones 0, mirrored when `flip`.
+template <int C, int OC>
+void widen_row_c(const uint8_t* s, uint8_t* d, int w, bool flip) {
   for (int x = 0; x < w; ++x) {
-    const uint8_t* p = s + size_t(w - 1 - x) * C;
-    for (int c = 0; c < C; ++c) d[size_t(x) * C + c] = p[c];
+    const uint8_t* p = s + size_t(flip ? w - 1 - x : x) * C;
+    uint8_t* q = d + size_t(x) * OC;
+    for (int c = 0; c < C; ++c) q[c] = p[c];
+    for (int c = C; c < OC; ++c) q[c] = 0;
   }
 }
 
-void reverse_pixels(const uint8_t* s, uint8_t* d, int w, int C) {
-  switch (C) {
-    case 1: return reverse_pixels_c<1>(s, d, w);
-    case 3: return reverse_pixels_c<3>(s, d, w);
-    case 4: return reverse_pixels_c<4>(s, d, w);
-    default:
-      for (int x = 0; x < w; ++x) std::memcpy(d + size_t(x) * size_t(C), s + size_t(w - 1 - x) * size_t(C), size_t(C));
+void widen_row(const uint8_t* s, uint8_t* d, int w, int C, int oc, bool flip) {
+  if (C == 3 && oc == 4) return widen_row_c<3, 4>(s, d, w, flip);
+  if (C == 1 && oc == 4) return widen_row_c<1, 4>(s, d, w, flip);
+  if (C == 1 && oc == 1) return widen_row_c<1, 1>(s, d, w, flip);
+  if (C == 3 && oc == 3) return widen_row_c<3, 3>(s, d, w, flip);
+  if (C == 4 && oc == 4) return widen_row_c<4, 4>(s, d, w, flip);
+  for (int x = 0; x < w; ++x) {
+    std::memcpy(d + size_t(x) * size_t(oc), s + size_t(flip ? w - 1 - x : x) * size_t(C), size_t(C));
+    std::memset(d + size_t(x) * size_t(oc) + C, 0, size_t(oc - C));
   }
 }
 
@@ -188,7 +193,7 @@ __attribute__((target("avx2,f16c"))) void affine_f16_row(const uint8_t* s, const
 }
 #endif
 
-void fused_write(const FusedSpec& f, const FusedParams& p, const ImgC& img, void* dst, std::vector<float>& row) {
+void fused_write(const FusedSpec& f, const FusedParams& p, const ImgC& img, void* dst, FusedScratch& sc) {
   const int C = img.c, W = img.w, H = img.h;
   const int oc = f.out_channels(C);
   const size_t nm = f.mean.size();
@@ -199,69 +204,61 @@ void fused_write(const FusedSpec& f, const FusedParams& p, const ImgC& img, void
   if (nm != 1 && nm != size_t(C))
     throw ShapeErr("normalization has " + std::to_string(nm) + " channels but the image has " + std::to_string(C) +
                    " (shape " + img.shape().str() + ")");
-  // Coefficients laid out along a row: rebuilt only when the row width, channels or constants change.
-  thread_local std::vector<float> ca, cb, arow, brow, prow;
-  thread_local std::vector<float> key_a, key_b;
-  thread_local int key_n = -1, key_c = -1;
-  thread_local std::vector<uint8_t> flipped;
-  f.coefficients(C, ca, cb);
-  const int n = W * C;
-  if (n != key_n || C != key_c || ca != key_a || cb != key_b) {
-    arow.resize(size_t(n));
-    brow.resize(size_t(n));
-    for (int k = 0; k < n; ++k) {
-      arow[size_t(k)] = ca[size_t(k % C)];
-      brow[size_t(k)] = cb[size_t(k % C)];
-    }
-    key_n = n;
-    key_c = C;
-    key_a = ca;
-    key_b = cb;
+  // Coefficients laid out along the output row, rebuilt only when the width, channels or constants change.
+  // A padded channel has a = b = 0: float(0) * 0 + 0 = +0, the zero it must hold, by the same operations.
+  f.coefficients(C, sc.ca, sc.cb);
+  const size_t rowlen = size_t(W) * size_t(oc);
+  if (W != sc.key_w || C != sc.key_c || oc != sc.key_oc || sc.ca != sc.key_a || sc.cb != sc.key_b) {
+    sc.arow.assign(rowlen, 0.f);
+    sc.brow.assign(rowlen, 0.f);
+    for (size_t x = 0; x < size_t(W); ++x)
+      for (int c = 0; c < C; ++c) {
+        sc.arow[x * size_t(oc) + size_t(c)] = sc.ca[size_t(c)];
+        sc.brow[x * size_t(oc) + size_t(c)] = sc.cb[size_t(c)];
+      }
+    sc.key_w = W;
+    sc.key_c = C;
+    sc.key_oc = oc;
+    sc.key_a = sc.ca;
+    sc.key_b = sc.cb;
   }
   float ev[64];
   for (int c = 0; c < C; ++c) ev[c] = float(f.erase_value.size() == 1 ? f.erase_value[0] : f.erase_value[size_t(c)]);
-  const size_t rowlen = size_t(W) * size_t(oc);
   const bool f16 = f.dtype == OutDType::F16;
-  const bool padded = oc != C;
-  if (p.flip) flipped.resize(size_t(n));
+  const bool widen = oc != C || p.flip;  // the row goes through sc.px first
+  if (widen) sc.px.resize(rowlen);
+  if (f16) sc.row.resize(rowlen);
+  const float* A = sc.arow.data();
+  const float* B = sc.brow.data();
+  uint8_t* px = sc.px.data();
+  float* frow = sc.row.data();
+  const int n = int(rowlen);
 #if TRD_X86
-  if (f16 && !padded && g_use_f16c.load(std::memory_order_relaxed) && cpu_avx2()) {
+  if (f16 && g_use_f16c.load(std::memory_order_relaxed) && cpu_avx2()) {
     uint16_t eh[64];
     f32_to_f16(ev, eh, size_t(C));
     for (int y = 0; y < H; ++y) {
       const uint8_t* s = img.row(y);
-      if (p.flip) {
-        reverse_pixels(s, flipped.data(), W, C);
-        s = flipped.data();
+      if (widen) {
+        widen_row(s, px, W, C, oc, p.flip);
+        s = px;
       }
       uint16_t* o = static_cast<uint16_t*>(dst) + size_t(y) * rowlen;
-      affine_f16_row(s, arow.data(), brow.data(), o, n);
-      if (p.erase && y >= p.ei && y < p.ei + p.eh) {
-        for (int x = p.ej; x < p.ej + p.ew; ++x) std::memcpy(o + size_t(x) * size_t(C), eh, size_t(C) * 2);
-      }
+      affine_f16_row(s, A, B, o, n);
+      if (p.erase && y >= p.ei && y < p.ei + p.eh)
+        for (int x = p.ej; x < p.ej + p.ew; ++x) std::memcpy(o + size_t(x) * size_t(oc), eh, size_t(C) * 2);
     }
     return;
   }
 #endif
-  if (f16) row.resize(rowlen);
-  if (padded) prow.resize(size_t(n));
   for (int y = 0; y < H; ++y) {
-    float* o = f16 ? row.data() : static_cast<float*>(dst) + size_t(y) * rowlen;
+    float* o = f16 ? frow : static_cast<float*>(dst) + size_t(y) * rowlen;
     const uint8_t* s = img.row(y);
-    if (p.flip) {
-      reverse_pixels(s, flipped.data(), W, C);
-      s = flipped.data();
+    if (widen) {
+      widen_row(s, px, W, C, oc, p.flip);
+      s = px;
     }
-    if (!padded) {
-      affine_row(s, arow.data(), brow.data(), o, n);
-    } else {
-      affine_row(s, arow.data(), brow.data(), prow.data(), n);
-      for (int x = 0; x < W; ++x) {
-        float* q = o + size_t(x) * size_t(oc);
-        std::memcpy(q, prow.data() + size_t(x) * size_t(C), size_t(C) * sizeof(float));
-        for (int c = C; c < oc; ++c) q[c] = 0.f;
-      }
-    }
+    affine_row(s, A, B, o, n);
     if (p.erase && y >= p.ei && y < p.ei + p.eh) {
       for (int x = p.ej; x < p.ej + p.ew; ++x)
         for (int c = 0; c < C; ++c) o[size_t(x) * size_t(oc) + size_t(c)] = ev[c];

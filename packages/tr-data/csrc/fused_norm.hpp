@@ -38,8 +38,19 @@ struct FusedParams {
 // Flip draws come from the stream of slot 0 at k = 0, erasing draws from k = 16 on.
 void fused_draw(const FusedSpec& f, uint64_t sample_seed, const Shape3& in, FusedParams& p);
 
-// Writes img (h, w, c) as (h, w, out_channels(c)) of f.dtype at dst. `row` is scratch.
-void fused_write(const FusedSpec& f, const FusedParams& p, const ImgC& img, void* dst, std::vector<float>& row);
+// What fused_write keeps between calls (one per worker; no thread_local: in a shared library each
+// thread_local access is a __tls_get_addr call, and they took a quarter of the pass).
+struct FusedScratch {
+  std::vector<float> ca, cb;      // per-channel coefficients
+  std::vector<float> arow, brow;  // laid out along the output row (padded channels: a = b = 0)
+  int key_w = -1, key_c = -1, key_oc = -1;
+  std::vector<float> key_a, key_b;
+  std::vector<uint8_t> px;  // a source row flipped and/or widened to the output channels
+  std::vector<float> row;   // FP32 row before its FP16 conversion (the portable path)
+};
+
+// Writes img (h, w, c) as (h, w, out_channels(c)) of f.dtype at dst.
+void fused_write(const FusedSpec& f, const FusedParams& p, const ImgC& img, void* dst, FusedScratch& s);
 
 // FP32 -> FP16 (round to nearest even). F16C when the CPU has it, else a bit-exact software path.
 void f32_to_f16(const float* src, uint16_t* dst, size_t n);

@@ -344,9 +344,10 @@ PYBIND11_MODULE(_native, m) {
         auto* dst = static_cast<uint8_t*>(out.mutable_data());
         const size_t ob = size_t(s.h) * size_t(s.w) * size_t(oc) * f.elem_bytes();
         py::gil_scoped_release nogil;
-        std::vector<float> row;
+        FusedScratch scratch;
         for (long long i = 0; i < n; ++i)
-          fused_write(f, ps[size_t(i)], ImgC{src + size_t(i) * s.bytes(), s.h, s.w, s.c}, dst + size_t(i) * ob, row);
+          fused_write(f, ps[size_t(i)], ImgC{src + size_t(i) * s.bytes(), s.h, s.w, s.c}, dst + size_t(i) * ob,
+                      scratch);
       },
       py::arg("images"), py::arg("out"), py::arg("mean"), py::arg("std"), py::arg("pad_channels_to") = 0,
       py::arg("flip") = py::none(), py::arg("erase") = py::none(), py::arg("erase_value") = std::vector<double>{0.0});

@@ -81,7 +81,7 @@ void Pipeline::run(const ImgC& src, uint64_t sample_seed, Workspace& ws, void* d
                    " sample, but the batch buffer holds " + expect.str() + " samples");
   FusedParams fp;
   fused_draw(fused_, sample_seed, img.shape(), fp);
-  fused_write(fused_, fp, img, dst, ws.frow);
+  fused_write(fused_, fp, img, dst, ws.fused);
 }
 
 ImgC Pipeline::run_uint8(const ImgC& src, uint64_t sample_seed, Workspace& ws) const {

@@ -18,7 +18,7 @@ struct Workspace {
   ResampleScratch rs;
   Axis ax, ay;
   std::vector<float> ftmp;
-  std::vector<float> frow;
+  FusedScratch fused;
   std::vector<uint8_t> u8tmp;
   std::vector<uint8_t> jpeg;  // the decoded sample of an encoded source
 };

@@ -129,6 +129,21 @@ def test_channels_are_padded_with_zeros(rng):
     assert one.shape == (5, 5, 4) and (one[..., 3] == 0).all()
 
 
+@pytest.mark.parametrize("channels", [1, 3])
+def test_padded_fp16_rows_of_every_width_flipped_or_not(rng, f16c, channels):
+    # the SIMD widening takes four pixels at a time where its 16-byte load stays in the row: every width and
+    # both directions must give the formula's value in the real channels and +0 in the padding
+    for w in range(1, 23):
+        imgs = rng.integers(0, 256, (2, 3, w, channels), dtype=np.uint8)
+        flip = np.array([True, False])
+        out = FusedNormalization(NormMode.IMAGENET if channels == 3 else NormMode.MNIST, "float16",
+                                 pad_channels_to=4)(imgs, flip=flip)
+        ref = numpy_fp32(np.where(flip[:, None, None, None], imgs[:, :, ::-1], imgs),
+                         NormMode.IMAGENET if channels == 3 else NormMode.MNIST).astype(np.float16)
+        np.testing.assert_array_equal(out[..., :channels].view(np.uint16), ref.view(np.uint16), err_msg=f"width {w}")
+        assert (out[..., channels:].view(np.uint16) == 0).all()
+
+
 def test_writes_into_a_caller_buffer(rng):
     imgs = rng.integers(0, 256, (2, 4, 4, 1), dtype=np.uint8)
     out = np.full((2, 4, 4, 1), 7, np.float32)

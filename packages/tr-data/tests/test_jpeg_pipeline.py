@@ -180,6 +180,50 @@ def test_a_partial_pack_reads_buffers_of_blocks_in_a_shuffled_order(folder, tmp_
         DtsImages(tmp_path / "p", mode="sometimes")
 
 
+def test_readahead_advises_the_next_buffer_and_releases_the_last_in_step_with_the_workers(folder, tmp_path):
+    """Buffer b + 1 is advised once the workers reach buffer b, and b - 1 released, over whole pages."""
+    import time
+
+    from tr.data.dts.readahead import Readahead
+
+    pack(folder, tmp_path / "p", block_bytes=32 << 10)
+    ds = DtsImages(tmp_path / "p", mode="partial", buffer_blocks=2)
+    ds.load("train")
+    done = [0]
+    ra = ds.readahead("train", 5, 3, lambda: done[0])
+    assert isinstance(ra, Readahead)
+    nbuf = len(ra._spans)
+    assert nbuf == (len(ds._block_sizes["train"]) + 1) // 2 >= 3
+    h = ds._dts["train"].header
+    assert all((off - h.header_bytes) % h.block_bytes == 0 and n == h.block_bytes for sp in ra._spans for off, n in sp)
+    want = [("willneed", 0)]
+    for b in range(nbuf):
+        if b:  # the workers move into buffer b: then b + 1 is asked for and b - 1 let go
+            done[0] = ra._starts[b]
+        t_end = time.monotonic() + 5
+        want += ([("willneed", b + 1)] if b + 1 < nbuf else []) + ([("release", b - 1)] if b >= 1 else [])
+        while ra.advice != want and time.monotonic() < t_end:
+            time.sleep(0.001)
+        assert ra.advice == want, f"buffer {b}"
+    ra.stop()
+    assert not ra._thread.is_alive()
+    assert ds.readahead("val", 5, 3, lambda: 0) is None  # validation and FULLY packs read no buffers
+    assert DtsImages(tmp_path / "p").readahead("train", 5, 3, lambda: 0) is None
+
+
+def test_a_partial_epoch_with_readahead_gives_the_same_batches(folder, tmp_path, monkeypatch):
+    pack(folder, tmp_path / "p", block_bytes=32 << 10)
+    ds = DtsImages(tmp_path / "p", mode="partial", buffer_blocks=2)
+    started = []
+    real = DtsImages.readahead
+    monkeypatch.setattr(DtsImages, "readahead", lambda self, *a: started.append(a[:3]) or real(self, *a))
+    x_ahead, y_ahead = _epoch(ds, 2, epoch=3)
+    assert started == [("train", 5, 3)]  # the training epoch started one; validation none
+    monkeypatch.setattr(DtsImages, "readahead", lambda self, *a: None)
+    x_plain, y_plain = _epoch(ds, 2, epoch=3)
+    assert x_ahead.tobytes() == x_plain.tobytes() and np.array_equal(y_ahead, y_plain)
+
+
 def test_batches_are_torch_tensors_without_a_copy(folder):
     torch = pytest.importorskip("torch")
     s = (PreprocessorSettings().dataset(ImageFolder(folder)).preprocess_workers(2).normalization(NormMode.IMAGENET)

@@ -90,6 +90,7 @@ class DtsImages:
             raise ConfigError(f"buffer_blocks must be an integer >= 1, got {buffer_blocks!r}")
         self.mode, self.buffer_blocks = mode, buffer_blocks
         self._block_sizes: dict[str, np.ndarray] = {}
+        self._dts: dict[str, object] = {}  # split -> its open DtsFile
         path = self.root / "train.dts"
         if not path.is_file():
             raise DataError(f"{path}: no such DTS file (pack one with: tr-dts pack SRC {self.root})")
@@ -121,6 +122,7 @@ class DtsImages:
             sizes.append(b.sizes.astype(np.int64))
             labels.append(b.labels)
         self._files.append(f)
+        self._dts[check_split(split)] = f
         self._block_sizes[check_split(split)] = np.array([len(x) for x in labels], np.int64)
         data = np.frombuffer(f._map, np.uint8)
         return Split(data, np.concatenate(labels), offsets=np.concatenate(offsets), sizes=np.concatenate(sizes))
@@ -135,3 +137,23 @@ class DtsImages:
         if self.mode == "fully":
             return shuffle_order(int(sizes.sum()), seed, epoch)
         return block_shuffle_order(sizes, self.buffer_blocks, seed, epoch)
+
+    def readahead(self, split: str, seed: int, epoch: int, progress) -> object | None:
+        """For a "partial" training epoch, a started tr.data.dts.readahead.Readahead that reads the next buffer's
+        blocks while the workers decode this one and lets the last one go; None otherwise. ``progress()``:
+        samples done so far, in epoch positions."""
+        from tr.data.dts.readahead import Readahead
+        from tr.data.seeds import block_buffers
+
+        split = check_split(split)
+        if self.mode != "partial" or split != "train" or split not in self._dts:
+            return None
+        f = self._dts[split]
+        h = f.header
+        sizes = self._block_sizes[split]
+        spans, starts, pos = [], [], 0
+        for group in block_buffers(len(sizes), self.buffer_blocks, seed, epoch):
+            spans.append([(h.header_bytes + int(i) * h.block_bytes, h.block_bytes) for i in group])
+            starts.append(pos)
+            pos += int(sizes[group].sum())
+        return Readahead(f._map, f.path, spans, starts, progress).start()

@@ -107,6 +107,7 @@ class EpochRun:
         self.train = train
         self.plan = plan
         self.closed = False
+        self.readahead = None  # a PARTIAL DTS pack's read-ahead thread (tr.data.dts.readahead), if any
 
     @property
     def num_batches(self) -> int:
@@ -156,6 +157,8 @@ class EpochRun:
         if self._pre._engine.busy():
             log.debug("epoch %d (%s) closed before its end: cancelling", self.epoch, "train" if self.train else "val")
             self._pre._engine.cancel()
+        if self.readahead is not None:
+            self.readahead.stop()
         self._pre._finish(self)
 
     def __enter__(self) -> EpochRun:
@@ -362,6 +365,11 @@ class Preprocessor:
         if mode == 1:
             self._cache_pending = plan.per_rank * plan.world_size
         self._run = EpochRun(self, epoch, train, plan)
+        readahead = getattr(self.dataset, "readahead", None)
+        if train and self.settings.shuffle_train and callable(readahead):
+            # samples done, as positions of the whole epoch (a shard's j-th sample is position rank + W j)
+            engine, world = self._engine, self.world_size
+            self._run.readahead = readahead("train", self.seed, epoch, lambda: engine.samples_done() * world)
         return self._run
 
     def train_epoch(self, epoch: int) -> EpochRun:

@@ -45,17 +45,23 @@ def shuffle_order(n: int, seed: int, epoch: int) -> np.ndarray:
     return shuffle_indices(n, derive_seed(seed, TAG_SHUFFLE, epoch))
 
 
+def block_buffers(num_blocks: int, per_buffer: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """The blocks of each buffer of a PARTIAL epoch, in reading order: the shuffled block order cut into
+    groups of ``per_buffer``."""
+    if per_buffer < 1:
+        raise ValueError(f"per_buffer must be >= 1, got {per_buffer}")
+    blocks = shuffle_indices(num_blocks, derive_seed(seed, TAG_BLOCKS, epoch))
+    return [blocks[k:k + per_buffer] for k in range(0, len(blocks), per_buffer)]
+
+
 def block_shuffle_order(block_sizes: np.ndarray, per_buffer: int, seed: int, epoch: int) -> np.ndarray:
     """The epoch's sample order of a pack read a buffer of ``per_buffer`` blocks at a time (the seed's PARTIAL
     mode): block order shuffled, then the samples inside each buffer; block i holds the samples
     sum(block_sizes[:i]) ... sum(block_sizes[:i + 1]) - 1. A pure function of (sizes, per_buffer, seed, epoch)."""
     sizes = np.asarray(block_sizes, dtype=np.int64)
-    if per_buffer < 1:
-        raise ValueError(f"per_buffer must be >= 1, got {per_buffer}")
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    blocks = shuffle_indices(len(sizes), derive_seed(seed, TAG_BLOCKS, epoch))
     out = []
-    for b, k in enumerate(range(0, len(blocks), per_buffer)):
-        members = np.concatenate([np.arange(starts[i], starts[i] + sizes[i]) for i in blocks[k:k + per_buffer]])
+    for b, group in enumerate(block_buffers(len(sizes), per_buffer, seed, epoch)):
+        members = np.concatenate([np.arange(starts[i], starts[i] + sizes[i]) for i in group])
         out.append(members[shuffle_indices(len(members), derive_seed(seed, TAG_BLOCKS, epoch, b))])
     return np.concatenate(out).astype(np.int64) if out else np.zeros(0, np.int64)

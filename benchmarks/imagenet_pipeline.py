@@ -7,6 +7,8 @@ Rows, in one run, each over the same JPEG files:
 * tr from a DTS pack of the same folder (tr.data.DtsImages: the pack mapped, not copied);
 * tr from the folder decoding every file whole (set_window_decode(False): the same bytes, what the window
   decode saves);
+* tr from the folder with settings.jpeg_dct_scaling (libjpeg-turbo's 1/2, 1/4, 1/8 reductions where the crop is
+  at least that much over 224 px: not the same bytes);
 * tr from the folder with SDMP 2 and 4 (settings.sdmp_factor: each file decoded once per k epochs, the other
   epochs' samples computed from that decode and replayed: the same bytes; timed over 4 epochs, a whole
   number of groups);
@@ -35,7 +37,8 @@ sys.path.insert(0, str(HERE.parent / "tools"))
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-def tr_rate(ds, workers: int, batch: int, epochs: int, window: bool = True, sdmp: int = 1) -> tuple[float, int]:
+def tr_rate(ds, workers: int, batch: int, epochs: int, window: bool = True, sdmp: int = 1,
+            dct: bool = False) -> tuple[float, int]:
     from tr.core.norm import NormMode
     from tr.data import (
         CenterCrop,
@@ -50,7 +53,8 @@ def tr_rate(ds, workers: int, batch: int, epochs: int, window: bool = True, sdmp
 
     s = (PreprocessorSettings().dataset(ds).preprocess_workers(workers).normalization(NormMode.IMAGENET)
          .train_transforms(RandomResizedCrop(224), RandomHorizontalFlip())
-         .val_transforms(Resize(256), CenterCrop(224)).pad_channels_to(4).sdmp_factor(sdmp).seed(1))
+         .val_transforms(Resize(256), CenterCrop(224)).pad_channels_to(4).sdmp_factor(sdmp).seed(1)
+         .jpeg_dct_scaling(dct))
     n = 0
     _native.set_window_decode(window)
     with Preprocessor(s, TransferStation(batch, (224, 224, 4), "float16")) as pre:
@@ -90,6 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=Path, default=Path("/tmp/tr_bench_images"))
     ap.add_argument("--make", type=int, default=2000, help="images to generate when --images does not exist")
+    ap.add_argument("--min-side", type=int, default=300, help="short sides of generated images: from")
+    ap.add_argument("--max-side", type=int, default=500, help="short sides of generated images: to")
     ap.add_argument("--workers", default=f"1,{os.cpu_count()}", help="comma-separated worker counts")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=2, help="timed epochs per row (after one warm-up epoch)")
@@ -106,8 +112,8 @@ def main(argv: list[str] | None = None) -> None:
 
         t0 = time.perf_counter()
         classes = 10
-        make_image_folder(a.images, classes=classes, per_class=a.make // classes, min_side=300, max_side=500,
-                          seed=0, val_per_class=2)
+        make_image_folder(a.images, classes=classes, per_class=a.make // classes, min_side=a.min_side,
+                          max_side=a.max_side, seed=0, val_per_class=2)
         print(f"made {a.make} images in {a.images} ({time.perf_counter() - t0:.0f} s)", flush=True)
     from tr.data import DtsImages, ImageFolder
     from tr.data.dts import pack
@@ -124,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     for w in workers:
         for name, fn in (("tr folder", lambda w=w: tr_rate(folder_ds, w, a.batch, a.epochs)),
                          ("tr folder, whole decode", lambda w=w: tr_rate(folder_ds, w, a.batch, a.epochs, False)),
+                         ("tr folder, DCT scaling", lambda w=w: tr_rate(folder_ds, w, a.batch, a.epochs, dct=True)),
                          ("tr folder, SDMP 2", lambda w=w: tr_rate(folder_ds, w, a.batch, 4, sdmp=2)),
                          ("tr folder, SDMP 4", lambda w=w: tr_rate(folder_ds, w, a.batch, 4, sdmp=4)),
                          ("tr dts", lambda w=w: tr_rate(dts_ds, w, a.batch, a.epochs)),

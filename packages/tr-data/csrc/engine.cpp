@@ -364,19 +364,33 @@ bool Engine::run_item(Job& job, long long g, Workspace& ws, WorkerTime& t) {
       }
     } else {
       const uint64_t seed = derive_step(job.seed_prefix, uint64_t(idx));
-      int y, x, h, w;
-      Roi roi;
       const uint8_t* jpeg = job.src.sizes ? job.src.base + job.src.offsets[idx] : nullptr;
       const size_t jpeg_bytes = job.src.sizes ? size_t(job.src.sizes[idx]) : 0;
-      const bool windowed = jpeg != nullptr && window_decode();
-      if (windowed) roi.full = jpeg_shape(jpeg, jpeg_bytes);
-      if (windowed && job.pipe->first_window(roi.full, seed, y, x, h, w)) {
-        // a JPEG whose first transform crops: decode only the crop (and a margin), same bytes as a full decode
-        const ImgC win = decode_jpeg_window(jpeg, jpeg_bytes, roi.full, y, x, h, w, ws.jpeg, roi.y0, roi.x0);
-        job.pipe->run(win, seed, ws, dst, job.out_shape, &roi);
-      } else {
-        job.pipe->run(job.src.get(idx, ws.jpeg), seed, ws, dst, job.out_shape);
+      bool ran = false;
+      if (jpeg != nullptr && (window_decode() || job.dct_scaling)) {
+        // A first RandomResizedCrop or Resize: decode only its box (and a margin), the same bytes as a full
+        // decode; with DCT scaling, at the smallest eighth of the size that keeps the box >= its output.
+        Roi roi;
+        roi.full = jpeg_shape(jpeg, jpeg_bytes);
+        int box[4], out[2];
+        if (job.pipe->first_resample(roi.full, seed, box, out)) {
+          const bool crop = job.pipe->ops()[0].kind == OpKind::RandomResizedCrop;
+          const int m = job.dct_scaling ? jpeg_scale_for(box[2], box[3], out[0], out[1]) : 8;
+          if (m < 8 || (crop && window_decode())) {
+            long long y = box[0], x = box[1], h = box[2], w = box[3];
+            if (m < 8) {
+              scale_span(y, h, m);
+              scale_span(x, w, m);
+            }
+            const ImgC win = decode_jpeg_window(jpeg, jpeg_bytes, jpeg_scaled_shape(roi.full, m), int(y), int(x),
+                                                int(h), int(w), ws.jpeg, roi.y0, roi.x0, m);
+            roi.scale = m;
+            job.pipe->run(win, seed, ws, dst, job.out_shape, &roi);
+            ran = true;
+          }
+        }
       }
+      if (!ran) job.pipe->run(job.src.get(idx, ws.jpeg), seed, ws, dst, job.out_shape);
       if (job.cache_mode == 1 && q < n) std::memcpy(job.cache + size_t(idx) * job.sample_bytes, dst, job.sample_bytes);
     }
     st->labels(int(k & 1))[pos] = job.src.labels ? job.src.labels[idx] : 0;

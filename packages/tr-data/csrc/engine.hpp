@@ -123,6 +123,7 @@ struct Job {
   std::vector<uint64_t> sdmp_prefix;  // busy: the seed prefix of each slot's epoch
   int sdmp_mode = 0;                  // 0 off, 1 busy (fill every slot), 2 lazy (replay sdmp_slot)
   int sdmp_slot = 0;
+  bool dct_scaling = false;            // JPEG samples decoded DCT-scaled where the first resample allows it
   int chunk = 1;                       // work items a worker claims at once (dynamic claiming)
   std::vector<WorkerTime> times;       // one per worker
   // Polled by every worker per sample / bumped once per worker per batch / claimed from per chunk:

@@ -18,15 +18,28 @@ Shape3 jpeg_shape(const uint8_t* data, size_t size, bool keep_gray = false);
 
 // Decodes ``data`` into ``out`` (resized to h*w*c) as RGB u8 HWC (a gray file too, as torchvision's
 // ImageFolder converts it; keep_gray: one channel for a gray file).
-ImgC decode_jpeg(const uint8_t* data, size_t size, std::vector<uint8_t>& out, bool keep_gray = false);
+// ``scale`` M in 1..8: libjpeg-turbo's DCT scaling, the image decoded at M/8 of its size (ceil of each side):
+// the IDCT, upsampling and colour conversion do M^2/64 of the work. Not the bytes of a full decode and a
+// resize (a different filter): used only when the user asks for it (PreprocessorSettings.jpeg_dct_scaling).
+ImgC decode_jpeg(const uint8_t* data, size_t size, std::vector<uint8_t>& out, bool keep_gray = false, int scale = 8);
+
+// The size of a (h, w) image decoded at scale/8 (libjpeg's jdiv_round_up).
+Shape3 jpeg_scaled_shape(const Shape3& full, int scale);
+
+// The smallest M of 1, 2, 4 (the reductions libjpeg-turbo has SIMD IDCTs for) for which a (h, w) crop decoded
+// at M/8 is still at least (oh, ow): the resample after it then only shrinks, as it would from the full
+// decode; 8 when none keeps that.
+int jpeg_scale_for(int h, int w, int oh, int ow);
 
 // Decodes only the rows and columns of the window (y, x, h, w) of the full image, widened by a margin and
 // to libjpeg's iMCU columns: ``oy``/``ox`` say where the decoded image starts in the full one. The pixels
 // inside the window are those a full decode gives (checked by the tests); damage in the rows below the window
 // is not seen (they are not decoded).
 // ``full``: the image's jpeg_shape (the caller has it already).
+// With ``scale`` < 8 the decode is DCT-scaled (see decode_jpeg) and ``full`` and the window are in the scaled
+// image's coordinates (full = jpeg_scaled_shape(shape, scale)).
 ImgC decode_jpeg_window(const uint8_t* data, size_t size, const Shape3& full, int y, int x, int h, int w,
-                        std::vector<uint8_t>& out, int& oy, int& ox);
+                        std::vector<uint8_t>& out, int& oy, int& ox, int scale = 8);
 
 // Whether the engine decodes only the window a first RandomResizedCrop reads (default on: 17 % more images/s
 // on 300-500 px JPEGs, benchmarks/RESULTS.md; libjpeg-turbo still entropy-decodes the rows above the window

@@ -270,19 +270,22 @@ PYBIND11_MODULE(_native, m) {
     }
     return py::make_tuple(s.h, s.w, s.c);
   }, py::arg("data"), py::arg("keep_gray") = false);
-  m.def("decode_jpeg", [](py::bytes data, bool keep_gray) {
+  m.def("jpeg_scale_for", &jpeg_scale_for, py::arg("height"), py::arg("width"), py::arg("out_height"),
+        py::arg("out_width"), "the DCT scale (eighths) the pipeline decodes a (height, width) crop at for that output");
+  m.def("decode_jpeg", [](py::bytes data, bool keep_gray, int scale) {
     std::string_view v = data;
     std::vector<uint8_t> buf;
     ImgC img;
     {
       py::gil_scoped_release nogil;
-      img = decode_jpeg(reinterpret_cast<const uint8_t*>(v.data()), v.size(), buf, keep_gray);
+      img = decode_jpeg(reinterpret_cast<const uint8_t*>(v.data()), v.size(), buf, keep_gray, scale);
     }
     py::array_t<uint8_t> out({img.h, img.w, img.c});
     std::memcpy(out.mutable_data(), img.p, img.shape().bytes());
     return out;
-  }, py::arg("data"), py::arg("keep_gray") = false,
-     "decode one JPEG to u8 HWC RGB (keep_gray: one channel for a gray file), as the worker pool does");
+  }, py::arg("data"), py::arg("keep_gray") = false, py::arg("scale") = 8,
+     "decode one JPEG to u8 HWC RGB (keep_gray: one channel for a gray file), as the worker pool does; scale M: "
+     "DCT-scaled to M/8 of its size");
   m.def("cpu_has_f16c", &cpu_has_f16c);
   m.def("f16c_enabled", &f16c_enabled);
   m.def("set_f16c_enabled", &set_f16c_enabled);
@@ -481,7 +484,8 @@ PYBIND11_MODULE(_native, m) {
              py::object uniform_shape, py::object labels, py::array_t<long long, py::array::c_style | py::array::forcecast> order,
              py::list stations, long long per_rank, long long num_batches, int last_size, uint64_t seed_prefix,
              py::object out_shape, py::object cache, int cache_mode, py::object sizes, py::object sdmp,
-             py::object sdmp_filled, std::vector<uint64_t> sdmp_prefix, int sdmp_mode, int sdmp_slot) {
+             py::object sdmp_filled, std::vector<uint64_t> sdmp_prefix, int sdmp_mode, int sdmp_slot,
+             bool dct_scaling) {
             if (self.e->busy()) throw PhaseErr("the previous epoch is still running; finish or cancel it first");
             auto job = std::make_shared<Job>();
             job->pipe = pipe.p.get();
@@ -570,6 +574,7 @@ PYBIND11_MODULE(_native, m) {
               job->sdmp_mode = sdmp_mode;
               job->sdmp_slot = sdmp_slot;
             }
+            job->dct_scaling = dct_scaling;
             for (auto& s : sts) s->begin_epoch(num_batches, last_size);
             self.keep = py::tuple(keep);
             self.e->start(job);
@@ -579,5 +584,5 @@ PYBIND11_MODULE(_native, m) {
           py::arg("last_size"), py::arg("seed_prefix"), py::arg("out_shape"), py::arg("cache") = py::none(),
           py::arg("cache_mode") = 0, py::arg("sizes") = py::none(), py::arg("sdmp") = py::none(),
           py::arg("sdmp_filled") = py::none(), py::arg("sdmp_prefix") = std::vector<uint64_t>{},
-          py::arg("sdmp_mode") = 0, py::arg("sdmp_slot") = 0);
+          py::arg("sdmp_mode") = 0, py::arg("sdmp_slot") = 0, py::arg("dct_scaling") = false);
 }

@@ -11,16 +11,23 @@ Pipeline::Pipeline(std::vector<OpSpec> ops, FusedSpec fused) : ops_(std::move(op
   fused_.build();
 }
 
-bool Pipeline::first_window(const Shape3& full, uint64_t sample_seed, int& y, int& x, int& h, int& w) const {
-  if (ops_.empty() || ops_[0].kind != OpKind::RandomResizedCrop) return false;
+namespace {
+// Where op's crop box lies in its Params (RandomResizedCrop: top, left, height, width; Resize: after its size).
+long long* crop_box(OpKind kind, Params& p) { return kind == OpKind::Resize ? &p.i[2] : &p.i[0]; }
+}  // namespace
+
+bool Pipeline::first_resample(const Shape3& full, uint64_t sample_seed, int box[4], int out[2]) const {
+  if (ops_.empty() || (ops_[0].kind != OpKind::RandomResizedCrop && ops_[0].kind != OpKind::Resize)) return false;
   const OpSpec& op = ops_[0];
   Stream rng(sample_seed, uint64_t(op.slot) << 32);
   Params p;
   op_draw(op, rng, full, p);
-  y = int(p.i[0]);
-  x = int(p.i[1]);
-  h = int(p.i[2]);
-  w = int(p.i[3]);
+  if (!p.apply) return false;
+  const long long* b = crop_box(op.kind, p);
+  for (int k = 0; k < 4; ++k) box[k] = int(b[k]);
+  const Shape3 os = op_out_shape(op, p, full);
+  out[0] = os.h;
+  out[1] = os.w;
   return true;
 }
 
@@ -35,9 +42,14 @@ ImgC Pipeline::run_ops(const ImgC& src, uint64_t sample_seed, Workspace& ws, con
     Params p;
     if (roi != nullptr && &op == &ops_[0]) {  // drawn for the full image, applied to its window
       op_draw(op, rng, roi->full, p);
-      p.i[0] -= roi->y0;
-      p.i[1] -= roi->x0;
-      if (p.i[0] < 0 || p.i[1] < 0 || p.i[0] + p.i[2] > cur.h || p.i[1] + p.i[3] > cur.w)
+      long long* b = crop_box(op.kind, p);  // top, left, height, width
+      if (roi->scale != 8) {
+        scale_span(b[0], b[2], roi->scale);
+        scale_span(b[1], b[3], roi->scale);
+      }
+      b[0] -= roi->y0;
+      b[1] -= roi->x0;
+      if (b[0] < 0 || b[1] < 0 || b[0] + b[2] > cur.h || b[1] + b[3] > cur.w)
         throw std::logic_error("decoded window does not hold " + op.name + "'s crop");
     } else {
       op_draw(op, rng, cur.shape(), p);

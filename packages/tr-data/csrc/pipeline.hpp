@@ -31,11 +31,21 @@ struct OpRecord {
   std::vector<std::pair<std::string, double>> values;
 };
 
-// The source is the window at (y0, x0) of a `full` image (a JPEG decoded only where the first transform reads).
+// The source is the window at (y0, x0) of a `full` image (a JPEG decoded only where the first transform reads),
+// decoded at scale/8 of its size (8: full size; the window and (y0, x0) are then in the scaled image).
 struct Roi {
   Shape3 full;
   int y0 = 0, x0 = 0;
+  int scale = 8;
 };
+
+// A crop box [start, start + len) of the full image in the image decoded at m/8: both ends rounded to the nearest
+// scaled pixel, at least one pixel long.
+inline void scale_span(long long& start, long long& len, int m) {
+  const long long s = (start * m + 4) / 8, e = ((start + len) * m + 4) / 8;
+  start = s;
+  len = e > s ? e - s : 1;
+}
 
 class Pipeline {
  public:
@@ -55,10 +65,11 @@ class Pipeline {
   void run(const ImgC& src, uint64_t sample_seed, Workspace& ws, void* dst, const Shape3& expect,
            const Roi* roi = nullptr) const;
 
-  // The window (y, x, h, w) of a `full`-sized input that the first transform reads, when it reads only a
-  // window (RandomResizedCrop: its crop); false otherwise. run() with the matching Roi then gives the bytes
-  // of a run on the full image.
-  bool first_window(const Shape3& full, uint64_t sample_seed, int& y, int& x, int& h, int& w) const;
+  // The box (top, left, height, width) of a `full`-sized input that a first RandomResizedCrop or Resize
+  // resamples, and the size it makes (what picks a DCT scale: jpeg_scale_for); false for other chains. run()
+  // with a Roi of scale 8 whose window holds the box gives the bytes of a run on the full image; with scale
+  // m < 8 it resamples the box scaled by scale_span from the m/8 decode: not those bytes.
+  bool first_resample(const Shape3& full, uint64_t sample_seed, int box[4], int out[2]) const;
 
   // Runs only the uint8 part, then flip/erase in uint8 space; returns the final image view
   // (inside ws, valid until the next call).

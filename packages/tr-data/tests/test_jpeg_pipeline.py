@@ -73,6 +73,72 @@ def _epoch(ds, workers: int, epoch: int = 0, train: bool = True) -> tuple[np.nda
     return np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
 
 
+def test_dct_scaled_decode_is_libjpeg_s_reduced_image(folder):
+    """decode_jpeg(scale=M): the image at M/8 of its size (sides rounded up), as Pillow's draft() gives it for
+    1/2 and 1/4 (the same libjpeg-turbo reduction); a scale outside 1..8 is refused."""
+    for p in sorted(folder.glob("train/*/*.JPEG"))[:12]:
+        data = p.read_bytes()
+        h, w, _ = _native.jpeg_shape(data)
+        for m in (1, 3, 4, 6, 7):
+            img = _native.decode_jpeg(data, scale=m)
+            assert img.shape == (-(-h * m // 8), -(-w * m // 8), 3)
+        for m in (2, 4):
+            im = PIL.open(p)
+            im.draft("RGB", (w // (8 // m), h // (8 // m)))  # Pillow picks the largest reduction >= this
+            ref = np.asarray(im.convert("RGB"))
+            ours = _native.decode_jpeg(data, scale=m)
+            assert ours.shape == ref.shape
+            assert int(np.abs(ours.astype(int) - ref).max()) <= 1
+        np.testing.assert_array_equal(_native.decode_jpeg(data, scale=8), _native.decode_jpeg(data))
+    with pytest.raises(ConfigError, match="scale must be 1..8"):
+        _native.decode_jpeg(data, scale=9)
+
+
+def test_the_dct_scale_keeps_the_box_at_least_as_large_as_the_output():
+    # 1/8, 1/4, 1/2 only: libjpeg-turbo's SIMD reductions (3/8 .. 7/8 are plain C, slower than a full decode)
+    assert _native.jpeg_scale_for(300, 300, 224, 224) == 8  # 6/8 would do, but it is one of the slow ones
+    assert _native.jpeg_scale_for(448, 600, 224, 224) == 4
+    assert _native.jpeg_scale_for(447, 600, 224, 224) == 8
+    assert _native.jpeg_scale_for(896, 1200, 224, 224) == 2
+    assert _native.jpeg_scale_for(223, 1000, 224, 224) == 8  # already smaller than the output: full size
+    assert _native.jpeg_scale_for(2000, 2000, 224, 224) == 1
+
+
+@pytest.mark.parametrize("source", ["folder", "dts"])
+def test_dct_scaling_is_deterministic_close_to_the_full_decode_and_off_by_default(folder, tmp_path, source):
+    """With jpeg_dct_scaling the samples differ from the full-size path only by the reduction's filter: aligned
+    (no one-pixel shift of them comes closer to the full-size samples), mean absolute difference under 4 % of
+    the normalised range even here, where 48-96 px images become 16 px ones (down to 1/8 scale: the DC terms
+    alone; at 224 px from 300-500 px photographs it is about one grey level). The same with 1 and 3 workers,
+    for RandomResizedCrop (training) and Resize + CenterCrop (validation); off is the default."""
+    ds = ImageFolder(folder) if source == "folder" else (pack(folder, tmp_path / "p"), DtsImages(tmp_path / "p"))[1]
+    assert PreprocessorSettings().dct_scaling is False
+
+    def epoch(workers, scaled, train):
+        s = (PreprocessorSettings().dataset(ds).preprocess_workers(workers).normalization(NormMode.IMAGENET)
+             .train_transforms(RandomResizedCrop(16), RandomHorizontalFlip()).val_transforms(Resize(20), CenterCrop(16))
+             .pad_channels_to(4).seed(5).jpeg_dct_scaling(scaled))
+        with Preprocessor(s, TransferStation(6, (16, 16, 4), "float16")) as pre, pre.epoch(1, train) as run:
+            got = [(b.valid_data.astype(np.float32), b.valid_labels.copy()) for b in run.batches(0)]
+        return np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
+
+    for train in (True, False):
+        full, y_full = epoch(2, False, train)
+        scaled1, y1 = epoch(1, True, train)
+        scaled3, y3 = epoch(3, True, train)
+        assert scaled1.tobytes() == scaled3.tobytes() and np.array_equal(y1, y3) and np.array_equal(y1, y_full)
+        assert not np.array_equal(scaled1, full)  # 48-96 px images to 16 px: every sample is reduced
+        a, b = full[:, 1:-1, 1:-1, :3], scaled1[..., :3]
+        diff = np.abs(a - b[:, 1:-1, 1:-1]).mean()
+        assert diff < 0.04 * (a.max() - a.min()), diff
+        for dy, dx in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+            shifted = np.roll(np.roll(b, dy, 1), dx, 2)[:, 1:-1, 1:-1]
+            assert np.abs(a - shifted).mean() > 1.3 * diff, (dy, dx)
+        assert (scaled1[..., 3] == 0).all()
+    with pytest.raises(ConfigError, match="jpeg_dct_scaling takes True or False"):
+        PreprocessorSettings().jpeg_dct_scaling(1)
+
+
 @pytest.mark.parametrize("source", ["folder", "dts"])
 def test_an_epoch_of_jpegs_is_the_same_with_1_and_3_workers(folder, tmp_path, source):
     ds = ImageFolder(folder) if source == "folder" else (pack(folder, tmp_path / "p"), DtsImages(tmp_path / "p"))[1]

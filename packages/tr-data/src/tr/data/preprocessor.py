@@ -361,6 +361,7 @@ class Preprocessor:
             mode,
             sp.sizes,
             **sdmp,
+            dct_scaling=self.settings.dct_scaling,
         )
         if mode == 1:
             self._cache_pending = plan.per_rank * plan.world_size

@@ -57,6 +57,7 @@ class PreprocessorSettings:
     drop_last_enabled: bool = False
     cpvs_enabled: bool = True
     sdmp: int = 1
+    dct_scaling: bool = False
     pad_channels: int | None = None
     seed_value: int | None = None  # None: tr.core.settings.GLOBAL_SETTING.seed
     _frozen: bool = field(default=False, repr=False)
@@ -131,6 +132,16 @@ class PreprocessorSettings:
         memory ((k - 1) x the split's samples x the sample's bytes) and replayed then: the same bytes as
         k = 1, decoded k times less often. One process only (a rank's shard changes with the epoch)."""
         return self._set("sdmp", _count("sdmp_factor", k, 16))
+
+    def jpeg_dct_scaling(self, on: bool = True) -> PreprocessorSettings:
+        """Decode a JPEG sample at the smallest eighth of its size (libjpeg-turbo's DCT scaling) that keeps the
+        box a first RandomResizedCrop or Resize reads at least as large as its output, then resample from that:
+        less IDCT, upsampling and colour work when the box is well over the output (large photographs,
+        Resize(256) of big images). Off (the default): the bytes of a full decode and the resample, as
+        Pillow/torchvision compute them. On: a different, still antialiased, reduction, deterministic as ever."""
+        if not isinstance(on, bool):
+            raise ConfigError(f"jpeg_dct_scaling takes True or False, got {on!r}")
+        return self._set("dct_scaling", on)
 
     def pad_channels_to(self, n: int | None) -> PreprocessorSettings:
         """Pad the normalised samples to n channels with zeros (the seed uses 4 in AMP mode)."""

@@ -116,6 +116,33 @@ def pre_differs(configure, train: bool = True, observe=batches) -> None:
     assert observe(_pre(), train) != observe(_pre(configure), train)
 
 
+def _jpeg_batches_differ(configure) -> None:
+    """The first batches of a JPEG folder (128 px photographs-to-be, made by Pillow) cropped to 16 px, plain and
+    configured: for settings that act on JPEG decoding only."""
+    import tempfile
+    from pathlib import Path
+
+    image = pytest.importorskip("PIL.Image")
+    from tr.data import ImageFolder, RandomResizedCrop, _native
+
+    if not _native.jpeg_available():
+        pytest.skip("tr-data was built without libjpeg-turbo")
+    rng = np.random.default_rng(5)
+    with tempfile.TemporaryDirectory() as tmp:
+        for c in ("a", "b"):
+            (Path(tmp) / c).mkdir()
+            for i in range(4):
+                px = (rng.random((8, 8, 3)) * 255).astype(np.uint8).repeat(16, 0).repeat(16, 1)
+                image.fromarray(px).save(Path(tmp) / c / f"{i}.jpg", quality=90)
+        ds = ImageFolder(tmp)
+
+        def pre(conf):
+            return conf(PreprocessorSettings().dataset(ds).preprocess_workers(1).seed(3)
+                        .normalization(NormMode.IMAGENET).train_transforms(RandomResizedCrop(16))).commit()
+
+        assert batches(pre(lambda s: s)) != batches(pre(configure))
+
+
 def _opened(configure) -> dict:
     """The arguments PreprocessorSettings hands the dataset loader (a named dataset: no files are read)."""
     import tr.data.settings as ds
@@ -365,6 +392,7 @@ EFFECTS: dict[str, Callable[..., None]] = {
     "PreprocessorSettings.cpvs": lambda: pre_differs(lambda s: s.cpvs(False), observe=_cpvs_ready),
     "PreprocessorSettings.using_cpvs": lambda: pre_differs(lambda s: s.using_cpvs(False), observe=_cpvs_ready),
     "PreprocessorSettings.sdmp_factor": lambda: pre_differs(lambda s: s.sdmp_factor(3), observe=_sdmp_cached),
+    "PreprocessorSettings.jpeg_dct_scaling": lambda: _jpeg_batches_differ(lambda s: s.jpeg_dct_scaling(True)),
     "PreprocessorSettings.pad_channels_to": lambda: pre_differs(
         lambda s: s.pad_channels_to(4), observe=lambda s, t: PipelineFeeder(s, 4, seed=3).sample_shape),
     "PreprocessorSettings.seed": lambda: pre_differs(

@@ -38,6 +38,32 @@ def test_epoch_fills_the_adopted_buffers():
     f.close()
 
 
+def test_last_epoch_times_say_where_the_pass_went():
+    f = _feeder()
+    assert f.last_epoch_times() is None  # no pass yet
+    for k, _buf, _n in f.epoch(0, False):
+        f.release(k)
+    t = f.last_epoch_times()
+    assert t.workers == 2 and sum(t.items) == 10_000 and all(w > 0 for w in t.work_s)
+    assert len(t.consumer_wait_s) == 1 and t.consumer_wait_s[0] >= 0
+    f.close()
+
+
+def test_a_compiled_task_exposes_the_feeder_it_trains_from():
+    from tr.algo.optimizer import SGD
+    from tr.core.settings import Settings
+    from tr.graph.blueprint import fc, flatten, seq
+    from tr.task.deep_learning import DeepLearningTask
+
+    x = np.random.default_rng(0).standard_normal((16, 2, 2, 1), dtype=np.float32)
+    a = ArrayFeeder((x, np.arange(16, dtype=np.int32) % 2), None, 4)
+    task = DeepLearningTask(Settings().global_batch_size(4)).device("cpu").quiet() \
+        .model(seq(flatten(), fc(2))).num_classes(2).optimizer(SGD()).data(a)
+    assert task.feeder is a
+    task.compile()
+    assert task.feeder is a
+
+
 def test_adopt_rejects_mismatched_buffers():
     f = _feeder()
     with pytest.raises(ConfigError):

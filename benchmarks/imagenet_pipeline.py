@@ -37,6 +37,9 @@ sys.path.insert(0, str(HERE.parent / "tools"))
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
+CHAIN = "train"  # --chain: "train" RandomResizedCrop(224) + flip, "val" Resize(256) + CenterCrop(224)
+
+
 def tr_rate(ds, workers: int, batch: int, epochs: int, window: bool = True, sdmp: int = 1,
             dct: bool = False) -> tuple[float, int]:
     from tr.core.norm import NormMode
@@ -52,7 +55,8 @@ def tr_rate(ds, workers: int, batch: int, epochs: int, window: bool = True, sdmp
     )
 
     s = (PreprocessorSettings().dataset(ds).preprocess_workers(workers).normalization(NormMode.IMAGENET)
-         .train_transforms(RandomResizedCrop(224), RandomHorizontalFlip())
+         .train_transforms(*((RandomResizedCrop(224), RandomHorizontalFlip()) if CHAIN == "train"
+                             else (Resize(256), CenterCrop(224))))
          .val_transforms(Resize(256), CenterCrop(224)).pad_channels_to(4).sdmp_factor(sdmp).seed(1)
          .jpeg_dct_scaling(dct))
     n = 0
@@ -75,7 +79,9 @@ def torchvision_rate(root: Path, workers: int, batch: int, epochs: int) -> tuple
     import torch
     from torchvision import datasets, transforms
 
-    tf = transforms.Compose([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(),
+    head = ([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip()] if CHAIN == "train"
+            else [transforms.Resize(256), transforms.CenterCrop(224)])
+    tf = transforms.Compose([*head,
                              transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
     ds = datasets.ImageFolder(str(root), tf)
     torch.set_num_threads(1)
@@ -94,6 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=Path, default=Path("/tmp/tr_bench_images"))
     ap.add_argument("--make", type=int, default=2000, help="images to generate when --images does not exist")
+    ap.add_argument("--chain", choices=("train", "val"), default="train",
+                    help="val: Resize(256) + CenterCrop(224) (run as training epochs: no CPVS cache) instead")
     ap.add_argument("--min-side", type=int, default=300, help="short sides of generated images: from")
     ap.add_argument("--max-side", type=int, default=500, help="short sides of generated images: to")
     ap.add_argument("--workers", default=f"1,{os.cpu_count()}", help="comma-separated worker counts")
@@ -103,6 +111,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="also time tr's window decode against whole decodes, interleaved this many times (1 worker)")
     ap.add_argument("--json", help="write the figures here, or 'auto' (benchmarks/results/)")
     a = ap.parse_args(argv)
+    global CHAIN
+    CHAIN = a.chain
     workers = sorted({int(w) for w in a.workers.split(",")})
     if min(workers) < 1 or a.batch < 1 or a.epochs < 1:
         ap.error("--workers, --batch and --epochs must be >= 1")
@@ -164,7 +174,8 @@ def main(argv: list[str] | None = None) -> None:
             "command": sys.argv, "images": len(files), "mib": mb, "cores": os.cpu_count(),
             "machine": platform.machine(), "python": platform.python_version(), "torch": torch.__version__,
             "torchvision": torchvision.__version__, "batch": a.batch, "epochs": a.epochs,
-            "chain": "RandomResizedCrop(224) + RandomHorizontalFlip + normalise (tr: FP16 NHWC 4 channels; "
+            "chain": ("RandomResizedCrop(224) + RandomHorizontalFlip" if CHAIN == "train" else
+                      "Resize(256) + CenterCrop(224)") + " + normalise (tr: FP16 NHWC 4 channels; "
                      "torchvision: FP32 NCHW tensors)", "rows": rows, "window_vs_whole_decode_1_worker": ab},
             indent=1) + "\n")
         print(f"wrote {out}")

@@ -28,7 +28,7 @@ def test_shape_rejects_non_integer_and_too_many_dims():
 
 
 def test_dtype_sizes_and_numpy():
-    assert [d.itemsize for d in DType] == [4, 2, 2, 1, 4]
+    assert [d.itemsize for d in DType] == [4, 2, 2, 1, 4, 1]
     assert DType.FP16.np_dtype == np.float16
     assert DType.parse("FP32") is DType.FP32 and DType.parse(np.int32) is DType.INT32
 

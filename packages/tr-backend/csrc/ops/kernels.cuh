@@ -124,8 +124,8 @@ struct Min {
   }
 };
 
-// ---- Philox4x32-10 (tr.core.philox): r0 of the counter (offset lo, offset hi, 0, 0) under key = seed -------
-__device__ __forceinline__ unsigned philox_r0(unsigned long long seed, unsigned long long offset) {
+// ---- Philox4x32-10 (tr.core.philox): the four outputs of the counter (offset lo, offset hi, 0, 0) under key = seed
+__device__ __forceinline__ uint4 philox4(unsigned long long seed, unsigned long long offset) {
   unsigned c0 = static_cast<unsigned>(offset), c1 = static_cast<unsigned>(offset >> 32), c2 = 0, c3 = 0;
   unsigned k0 = static_cast<unsigned>(seed), k1 = static_cast<unsigned>(seed >> 32);
 #pragma unroll
@@ -141,7 +141,11 @@ __device__ __forceinline__ unsigned philox_r0(unsigned long long seed, unsigned 
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
-  return c0;
+  return make_uint4(c0, c1, c2, c3);
+}
+
+__device__ __forceinline__ unsigned philox_r0(unsigned long long seed, unsigned long long offset) {
+  return philox4(seed, offset).x;
 }
 
 __device__ __forceinline__ float philox_uniform(unsigned long long seed, unsigned long long offset) {

@@ -26,7 +26,7 @@ namespace tr::native {
 class Context;
 
 // Element types, numbered as tr.backend.cuda.binder.DTYPE_CODES numbers tr.core.dtype.DType.
-enum class DT : int { F32 = 0, F16 = 1, BF16 = 2, I8 = 3, I32 = 4 };
+enum class DT : int { F32 = 0, F16 = 1, BF16 = 2, I8 = 3, I32 = 4, U8 = 5 };
 
 int dtype_size(DT dt);
 const char* dtype_name(DT dt);
@@ -102,6 +102,7 @@ std::vector<std::string> factory_names();
 
 // One per op family (csrc/ops/<family>.cu); register_all_ops() calls each once.
 void register_activation_ops();
+void register_augment_ops();
 void register_bn_ops();
 void register_bn_pool_ops();
 void register_collective_ops();

@@ -18,6 +18,7 @@ int dtype_size(DT dt) {
     case DT::BF16:
       return 2;
     case DT::I8:
+    case DT::U8:
       return 1;
   }
   return 0;
@@ -35,6 +36,8 @@ const char* dtype_name(DT dt) {
       return "INT8";
     case DT::I32:
       return "INT32";
+    case DT::U8:
+      return "UINT8";
   }
   return "?";
 }
@@ -75,7 +78,7 @@ double OpArgs::f(const std::string& name, double fallback) const {
 
 DT OpArgs::dt(const std::string& name) const {
   const std::int64_t code = i(name + "_dt");
-  if (code < 0 || code > 4) bad("dtype code of '" + name + "' is " + std::to_string(code) + ", expected 0..4");
+  if (code < 0 || code > 5) bad("dtype code of '" + name + "' is " + std::to_string(code) + ", expected 0..5");
   return static_cast<DT>(code);
 }
 
@@ -121,6 +124,7 @@ void register_all_ops() {
     register_conv_ops();
     register_copy_ops();
     register_dropout_ops();
+    register_augment_ops();
     register_fc_ops();
     register_optimizer_ops();
     register_pool_ops();

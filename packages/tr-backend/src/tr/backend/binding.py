@@ -89,6 +89,11 @@ class CallBinder:
     def dtype(self, name: str) -> DType:
         return self.tensor(name).dtype
 
+    def expect_numel(self, name: str, numel: int) -> None:
+        t = self.tensor(name)
+        if t.numel != numel:
+            self.fail(f"argument {name!r} {t.shape} has {t.numel} elements; expected {numel}", ShapeError)
+
     def expect_dtype(self, name: str, *allowed: DType) -> DType:
         dt = self.dtype(name)
         if dt not in allowed:

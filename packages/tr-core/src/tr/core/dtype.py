@@ -15,6 +15,7 @@ class DType(Enum):
     BF16 = "bf16"
     INT8 = "int8"
     INT32 = "int32"
+    UINT8 = "uint8"  # image bytes (a data set resident on the device)
 
     @property
     def itemsize(self) -> int:
@@ -47,14 +48,15 @@ class DType(Enum):
         for d in cls:
             if d is not DType.BF16 and _NUMPY[d] == npd:
                 return d
-        raise DTypeError(f"numpy dtype {npd} has no tr DType; expected float32, float16, int8 or int32")
+        raise DTypeError(f"numpy dtype {npd} has no tr DType; expected float32, float16, int8, int32 or uint8")
 
 
-_ITEMSIZE = {DType.FP32: 4, DType.FP16: 2, DType.BF16: 2, DType.INT8: 1, DType.INT32: 4}
+_ITEMSIZE = {DType.FP32: 4, DType.FP16: 2, DType.BF16: 2, DType.INT8: 1, DType.INT32: 4, DType.UINT8: 1}
 _NUMPY = {
     DType.FP32: np.dtype(np.float32),
     DType.FP16: np.dtype(np.float16),
     DType.BF16: np.dtype(np.uint16),
     DType.INT8: np.dtype(np.int8),
     DType.INT32: np.dtype(np.int32),
+    DType.UINT8: np.dtype(np.uint8),
 }

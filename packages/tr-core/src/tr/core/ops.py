@@ -152,6 +152,14 @@ _DEFS: list[OpDef] = [
           doc="seed (INT32[2] = uint64 little-endian) is first advanced: seed = splitmix64(seed), stored back; "
               "then element i (flat NHWC index) is kept iff philox.uniform(seed, i) >= p; y = keep*x/(1-p)"),
     OpDef("dropout_bwd", "dropout", (_t("dy"), _t("mask"), _t("dx", "out")), ("p",), inplace=(("dx", "dy"),)),
+    # --- device-resident augmentation ------------------------------------------------------------
+    OpDef("augment_affine", "augment", (_t("src"), _t("index"), _t("key"), _t("y", "out")),
+          ("pad", "degrees", "scale", "erase_p", "erase_scale", "erase_ratio", "erase_value", "flip_p", "mean", "std",
+           "crop_slot", "rotation_slot", "scale_slot"),
+          doc="y[b] = normalise(erase(flip(the source image src[index[b]] sampled once, bilinearly, through the "
+              "inverse maps of RandomScale, RandomRotation and Pad + RandomCrop))); every draw from the Philox "
+              "streams tr.data's workers use, keyed by splitmix64(key ^ index[b]) (key: INT32[2] = uint64, "
+              "tr.data.seeds.seed_prefix of the epoch); tr/backend/augment.py has the rule"),
     # --- pooling ---------------------------------------------------------------------------------
     OpDef("maxpool_fwd", "pool", (_t("x"), _t("y", "out"), _t("mask", "out")), ("kernel", "stride", "padding"),
           doc="INT8 mask = argmax position kh*k+kw in the window, first max wins"),

@@ -25,6 +25,7 @@ _NAMES = {
     DType.BF16: ("bfloat16", "BF16"),
     DType.INT8: ("int8", "I8"),
     DType.INT32: ("int32", "I32"),
+    DType.UINT8: ("uint8", "U8"),
 }
 _FROM_FILE = {v[1]: k for k, v in _NAMES.items()}
 

@@ -43,7 +43,7 @@ READABLE_VERSIONS = (1, 2)
 HEADER = struct.Struct("<8sII4IQIII12s")
 _CRC_AT = 48  # offset of the header CRC field
 assert HEADER.size == 64
-CODES = {DType.FP32: 0, DType.FP16: 1, DType.INT8: 2, DType.INT32: 3, DType.BF16: 4}
+CODES = {DType.FP32: 0, DType.FP16: 1, DType.INT8: 2, DType.INT32: 3, DType.BF16: 4, DType.UINT8: 5}
 FROM_CODE = {v: k for k, v in CODES.items()}
 
 

@@ -73,11 +73,6 @@ class Binder(CallBinder):
         super().__init__(backend, graph, index, call, opdef)
         self._counts: dict[tuple[str, int], int] = {}
 
-    def expect_numel(self, name: str, numel: int) -> None:
-        t = self.tensor(name)
-        if t.numel != numel:
-            self.fail(f"argument {name!r} {t.shape} has {t.numel} elements; expected {numel}")
-
     def view(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
         """The arena view of a tensor argument (its own dtype), optionally reshaped (no copy)."""
         v = self.backend.view(self.tensor(name))

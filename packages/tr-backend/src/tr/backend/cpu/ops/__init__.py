@@ -6,6 +6,7 @@ Importing this package registers every implementation with tr.backend.registry u
 from tr.backend.cpu.ops import (  # noqa: F401  (imported for their registrations)
     activation,
     add,
+    augment,
     bn,
     bn_pool,
     conv,

@@ -8,6 +8,7 @@ driver (builders run only at capture).
 from tr.backend.cuda.ops import (  # noqa: F401  (imported for their registrations)
     activation,
     add,
+    augment,
     bn,
     bn_pool,
     conv,

@@ -1,0 +1,28 @@
+"""augment_affine on the device (csrc/ops/augment.cu): one block per sample draws its parameters from the same
+Philox streams as the CPU backend (cpu/ops/augment.py) and tr.data's workers, then samples the source once per
+output pixel. The rule (attributes, shapes, dtypes) is tr/backend/augment.py's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tr.backend.augment import MAX_CHANNELS, per_channel, shapes_of, spec_of
+from tr.backend.cuda.binder import CudaBinder
+from tr.backend.cuda.ops._register import cuda_op
+
+
+@cuda_op("augment_affine")
+def augment_affine(b: CudaBinder) -> Any:
+    s = spec_of(b)
+    sh = shapes_of(b, s)
+    floats = {"degrees": s.degrees, "scale_lo": s.scale[0], "scale_hi": s.scale[1], "erase_p": s.erase_p,
+              "erase_scale_lo": s.erase_scale[0], "erase_scale_hi": s.erase_scale[1],
+              "erase_ratio_lo": s.erase_ratio[0], "erase_ratio_hi": s.erase_ratio[1], "erase_value": s.erase_value,
+              "flip_p": s.flip_p}
+    mean, std = per_channel(s.mean, sh.c), per_channel(s.std, sh.c)
+    for k in range(MAX_CHANNELS):
+        floats[f"mean{k}"] = mean[k] if k < sh.c else 0.0
+        floats[f"std{k}"] = std[k] if k < sh.c else 1.0
+    ints = {"n": sh.n, "h": sh.h, "w": sh.w, "c": sh.c, "batch": sh.batch, "c_out": sh.c_out, "pad": s.pad,
+            "crop_slot": s.crop_slot, "rotation_slot": s.rotation_slot, "scale_slot": s.scale_slot}
+    return b.native("augment_affine", ["src", "index", "key", "y"], ints=ints, floats=floats)

@@ -97,3 +97,16 @@ def test_bad_calls_are_refused_at_capture():
     be3 = a.allocate()
     with pytest.raises(ShapeError, match="must be"):
         be3.capture("g", [op("augment_affine", src=src, index=idx, key=key, y=bad_y)])
+
+
+def test_a_sample_does_not_depend_on_its_batch():
+    """The key is (epoch prefix, dataset index): the same sample in another batch, at another position or in a
+    batch of another size is the same bytes; the next epoch's prefix gives it other draws."""
+    imgs = _images(n=20)
+    spec = AugmentSpec(**MNIST_SPEC, flip_p=0.5)
+    a = augment(imgs, np.array([4, 9, 13]), 77, spec, 1)
+    b = augment(imgs, np.array([13, 0, 1, 2, 9, 5, 4]), 77, spec, 1)
+    np.testing.assert_array_equal(a[0], b[6])
+    np.testing.assert_array_equal(a[1], b[4])
+    np.testing.assert_array_equal(a[2], b[0])
+    assert not np.array_equal(a[0], augment(imgs, np.array([4]), 78, spec, 1)[0])

@@ -64,6 +64,25 @@ def test_a_compiled_task_exposes_the_feeder_it_trains_from():
     assert task.feeder is a
 
 
+def test_the_epoch_record_says_how_long_training_waited_for_data():
+    from tr.algo.optimizer import SGD
+    from tr.core.settings import Settings
+    from tr.graph.blueprint import fc, flatten, seq
+    from tr.task.deep_learning import DeepLearningTask
+
+    def train(feeder):
+        task = DeepLearningTask(Settings().global_batch_size(100)).device("cpu").quiet() \
+            .model(seq(flatten(), fc(10))).num_classes(10).optimizer(SGD()).total_epochs(2).data(feeder)
+        return task.compile().run().history
+
+    for rec in train(_feeder(100)):  # the native pipeline: its EpochTimes of the training pass
+        assert rec.data_wait_s is not None and rec.data_wait_s >= 0
+        assert 0 < rec.pipeline_busy <= 1
+    x = np.random.default_rng(0).standard_normal((200, 28, 28, 1), dtype=np.float32)
+    for rec in train(ArrayFeeder((x, np.arange(200, dtype=np.int32) % 10), None, 100)):
+        assert rec.data_wait_s is None and rec.pipeline_busy is None
+
+
 def test_adopt_rejects_mismatched_buffers():
     f = _feeder()
     with pytest.raises(ConfigError):

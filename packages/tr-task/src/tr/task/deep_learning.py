@@ -456,6 +456,7 @@ class DeepLearningTask(TaskBase):
         be.launch(st.epoch_begin)
         bar = Progress(steps, f"epoch {epoch + 1} train", enabled=main and self._log_table)
         lr0 = self._device_lr()
+        t_pass = time.perf_counter()
         with closing(feeder.epoch(epoch, True)) as batches:  # closed on an exception too: zones released
             for k, buf, _n in batches:
                 launch(st.transfer[buf], (st.train_last if k == steps - 1 else st.train)[buf], buf)
@@ -468,6 +469,11 @@ class DeepLearningTask(TaskBase):
         launch.synchronize()
         train_loss = train_mean_loss(be, prog)  # over the applied steps: a skipped one's loss is not summed
         rec = EpochRecord(epoch + 1, train_loss, lr0, 0.0)
+        times = feeder.last_epoch_times() if hasattr(feeder, "last_epoch_times") else None
+        if times is not None:  # read before validation runs the pipeline again
+            wall = time.perf_counter() - t_pass
+            rec.data_wait_s = round(sum(times.consumer_wait_s), 6)
+            rec.pipeline_busy = round(times.busy_fraction(wall), 4)
         if validate:
             rec.val_loss, rec.top1, rec.top5 = self._validate(epoch)
         if self._ema is not None:

@@ -19,6 +19,10 @@ class EpochRecord:
     skipped_steps: int = 0
     ema_top1: float | None = None  # the EMA model's (when EMA validation is on)
     ema_top5: float | None = None
+    # tr.data's native pipeline only (tr.data.EpochTimes of the training pass): seconds the trainer waited for
+    # batches (the pipeline was the limit), and the share of the pass its workers were busy
+    data_wait_s: float | None = None
+    pipeline_busy: float | None = None
 
 
 @dataclass

@@ -25,9 +25,9 @@
 #   e2e[-LEVEL]        benchmarks/imagenet_train.py: ResNet-50 from a DTS pack at LEVEL (default 0) vs its step
 #   breakdown          benchmarks/chain_breakdown.py: one core's time per stage of the ImageNet chain, tr vs Pillow
 #   scaling-mnist      benchmarks/pipeline_scaling.py, the MNIST chain only, claimed, 1 and all workers
-# libjpeg-turbo: where the machine lacks its headers, carry a prefix at .devdata/jpeg (include/ jpeglib.h,
-# jconfig.h, jmorecfg.h, jerror.h; lib/ libjpeg.so and libjpeg.so.62, plain copies: links do not travel):
-# CMake finds it through CMAKE_PREFIX_PATH and the extension loads it through LD_LIBRARY_PATH.
+# libjpeg-turbo: the machine lacks its headers; carry the prefix tools/fetch_device_jpeg.sh makes at .devdata/jpeg
+# (include/ jpeglib.h, jconfig.h, jmorecfg.h, jerror.h; lib/ libjpeg.so and libjpeg.so.62, plain copies: links do
+# not travel): CMake finds it through CMAKE_PREFIX_PATH and the extension loads it through LD_LIBRARY_PATH.
 # Every stage after build checks that $SITE holds a build of this very tree and runs the build first if not.
 #
 # Environment: OUT (where logs and JSON go; default build/device/out), PYTHON (python3), TR_SITE (/tmp/site),

@@ -34,27 +34,38 @@ def _check_u64(name: str, value: int) -> int:
     return value
 
 
-def philox4x32(counter: np.ndarray, key: tuple[int, int], rounds: int = ROUNDS) -> np.ndarray:
-    """Raw Philox4x32: ``counter`` is uint32 [..., 4], ``key`` two uint32; returns uint32 [..., 4]."""
+def philox4x32(counter: np.ndarray, key: tuple, rounds: int = ROUNDS) -> np.ndarray:
+    """Raw Philox4x32: ``counter`` is uint32 [..., 4], ``key`` two uint32 (ints, or arrays broadcasting against
+    the counters' leading shape: one key per counter); returns uint32 [..., 4]."""
     c = np.asarray(counter, dtype=np.uint32)
     if c.shape[-1] != 4:
         raise ConfigError(f"philox4x32 counter must have a trailing dimension of 4, got shape {c.shape}")
     c0, c1, c2, c3 = (c[..., i].astype(np.uint64) for i in range(4))
-    k0 = np.uint32(key[0] & 0xFFFFFFFF)
-    k1 = np.uint32(key[1] & 0xFFFFFFFF)
+    k0 = np.asarray(key[0], dtype=np.uint64) & _MASK32
+    k1 = np.asarray(key[1], dtype=np.uint64) & _MASK32
     for r in range(rounds):
         p0 = PHILOX_M0 * c0
         p1 = PHILOX_M1 * c2
         hi0, lo0 = p0 >> np.uint64(32), p0 & _MASK32
         hi1, lo1 = p1 >> np.uint64(32), p1 & _MASK32
-        c0 = hi1 ^ c1 ^ np.uint64(k0)
+        c0 = hi1 ^ c1 ^ k0
         c1 = lo1
-        c2 = hi0 ^ c3 ^ np.uint64(k1)
+        c2 = hi0 ^ c3 ^ k1
         c3 = lo0
         if r + 1 < rounds:
-            k0 = np.uint32((int(k0) + int(PHILOX_W0)) & 0xFFFFFFFF)
-            k1 = np.uint32((int(k1) + int(PHILOX_W1)) & 0xFFFFFFFF)
-    return np.stack([c0, c1, c2, c3], axis=-1).astype(np.uint32)
+            k0 = (k0 + np.uint64(PHILOX_W0)) & _MASK32
+            k1 = (k1 + np.uint64(PHILOX_W1)) & _MASK32
+    return np.stack(np.broadcast_arrays(c0, c1, c2, c3), axis=-1).astype(np.uint32)
+
+
+def raw_keys(keys: np.ndarray, offset: int) -> np.ndarray:
+    """The four 32-bit outputs at one ``offset`` for many 64-bit keys (uint64 [n]): uint32 [n, 4]."""
+    offset = _check_u64("offset", offset)
+    keys = np.asarray(keys, dtype=np.uint64)
+    ctr = np.zeros((*keys.shape, 4), dtype=np.uint32)
+    ctr[..., 0] = offset & 0xFFFFFFFF
+    ctr[..., 1] = offset >> 32
+    return philox4x32(ctr, (keys & _MASK32, keys >> np.uint64(32)))
 
 
 def raw(seed: int, offset: int, count: int | None = None) -> np.ndarray:
@@ -142,6 +153,15 @@ def splitmix64(x: int) -> int:
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _U64_MAX
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _U64_MAX
     return z ^ (z >> 31)
+
+
+def splitmix64_array(x: np.ndarray) -> np.ndarray:
+    """splitmix64 of every element of a uint64 array (the arithmetic wraps modulo 2^64, as the masks above do)."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(x, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
 
 
 def derive_seed(*parts: int) -> int:

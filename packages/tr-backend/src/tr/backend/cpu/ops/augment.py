@@ -30,35 +30,7 @@ import numpy as np
 from tr.backend.augment import AugmentSpec, per_channel, shapes_of, spec_of
 from tr.backend.cpu.binder import Binder, Step, seq
 from tr.backend.cpu.ops._register import cpu_op
-
-_M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
-_W0, _W1 = np.uint64(0x9E3779B9), np.uint64(0xBB67AE85)
-_MASK = np.uint64(0xFFFFFFFF)
-_U64 = (1 << 64) - 1
-
-
-def splitmix64(x: np.ndarray) -> np.ndarray:
-    """tr.core.philox.splitmix64 over a uint64 array."""
-    with np.errstate(over="ignore"):
-        z = x + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
-
-
-def philox(keys: np.ndarray, offset: int) -> np.ndarray:
-    """Philox4x32-10 of tr.core.philox at one offset for many keys: uint32 (n, 4)."""
-    c0 = np.full(keys.shape, offset & 0xFFFFFFFF, np.uint64)
-    c1 = np.full(keys.shape, offset >> 32, np.uint64)
-    c2 = np.zeros(keys.shape, np.uint64)
-    c3 = np.zeros(keys.shape, np.uint64)
-    k0, k1 = keys & _MASK, keys >> np.uint64(32)
-    for r in range(10):
-        p0, p1 = _M0 * c0, _M1 * c2
-        c0, c1, c2, c3 = (p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & _MASK, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & _MASK
-        if r < 9:
-            k0, k1 = (k0 + _W0) & _MASK, (k1 + _W1) & _MASK
-    return np.stack([c0, c1, c2, c3], axis=-1).astype(np.uint32)
+from tr.core.philox import raw_keys, splitmix64_array
 
 
 class Streams:
@@ -68,7 +40,7 @@ class Streams:
         self.keys, self.base, self.n = keys, base, 0
 
     def _next(self) -> np.ndarray:
-        r = philox(self.keys, self.base + self.n)
+        r = raw_keys(self.keys, self.base + self.n)
         self.n += 1
         return r
 
@@ -94,7 +66,7 @@ def draws(spec: AugmentSpec, prefix: int, index: np.ndarray, h: int, w: int) -> 
     """Every sample's parameters: crop shift (dy, dx), angle (degrees), scale and its resized size and offset,
     erase rectangle (ei, ej, eh, ew; eh = 0: none) and flip, as tr.data's workers draw them."""
     n = len(index)
-    keys = splitmix64(np.uint64(prefix) ^ index.astype(np.uint64))
+    keys = splitmix64_array(np.uint64(prefix) ^ index.astype(np.uint64))
     out: dict[str, np.ndarray] = {"dy": np.zeros(n, np.int64), "dx": np.zeros(n, np.int64),
                                   "angle": np.zeros(n), "scale": np.ones(n), "nh": np.full(n, h, np.int64),
                                   "nw": np.full(n, w, np.int64), "oy": np.zeros(n, np.int64),

@@ -29,6 +29,7 @@ import platform
 import sys
 import time
 from datetime import date
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -37,11 +38,9 @@ sys.path.insert(0, str(HERE.parent / "tools"))
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-CHAIN = "train"  # --chain: "train" RandomResizedCrop(224) + flip, "val" Resize(256) + CenterCrop(224)
-
-
 def tr_rate(ds, workers: int, batch: int, epochs: int, window: bool = True, sdmp: int = 1,
-            dct: bool = False) -> tuple[float, int]:
+            dct: bool = False, chain: str = "train") -> tuple[float, int]:
+    """chain "train": RandomResizedCrop(224) + flip; "val": Resize(256) + CenterCrop(224) (as training epochs)."""
     from tr.core.norm import NormMode
     from tr.data import (
         CenterCrop,
@@ -55,7 +54,7 @@ def tr_rate(ds, workers: int, batch: int, epochs: int, window: bool = True, sdmp
     )
 
     s = (PreprocessorSettings().dataset(ds).preprocess_workers(workers).normalization(NormMode.IMAGENET)
-         .train_transforms(*((RandomResizedCrop(224), RandomHorizontalFlip()) if CHAIN == "train"
+         .train_transforms(*((RandomResizedCrop(224), RandomHorizontalFlip()) if chain == "train"
                              else (Resize(256), CenterCrop(224))))
          .val_transforms(Resize(256), CenterCrop(224)).pad_channels_to(4).sdmp_factor(sdmp).seed(1)
          .jpeg_dct_scaling(dct))
@@ -75,11 +74,11 @@ def tr_rate(ds, workers: int, batch: int, epochs: int, window: bool = True, sdmp
     return n / dt, n
 
 
-def torchvision_rate(root: Path, workers: int, batch: int, epochs: int) -> tuple[float, int]:
+def torchvision_rate(root: Path, workers: int, batch: int, epochs: int, chain: str = "train") -> tuple[float, int]:
     import torch
     from torchvision import datasets, transforms
 
-    head = ([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip()] if CHAIN == "train"
+    head = ([transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip()] if chain == "train"
             else [transforms.Resize(256), transforms.CenterCrop(224)])
     tf = transforms.Compose([*head,
                              transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
@@ -111,8 +110,6 @@ def main(argv: list[str] | None = None) -> None:
                     help="also time tr's window decode against whole decodes, interleaved this many times (1 worker)")
     ap.add_argument("--json", help="write the figures here, or 'auto' (benchmarks/results/)")
     a = ap.parse_args(argv)
-    global CHAIN
-    CHAIN = a.chain
     workers = sorted({int(w) for w in a.workers.split(",")})
     if min(workers) < 1 or a.batch < 1 or a.epochs < 1:
         ap.error("--workers, --batch and --epochs must be >= 1")
@@ -137,15 +134,15 @@ def main(argv: list[str] | None = None) -> None:
           f"{os.cpu_count()} cores ({platform.processor() or platform.machine()})", flush=True)
     folder_ds, dts_ds = ImageFolder(a.images), DtsImages(packed)
     rows = []
+    rate_of, tv_rate = partial(tr_rate, chain=a.chain), partial(torchvision_rate, chain=a.chain)
     for w in workers:
-        for name, fn in (("tr folder", lambda w=w: tr_rate(folder_ds, w, a.batch, a.epochs)),
-                         ("tr folder, whole decode", lambda w=w: tr_rate(folder_ds, w, a.batch, a.epochs, False)),
-                         ("tr folder, DCT scaling", lambda w=w: tr_rate(folder_ds, w, a.batch, a.epochs, dct=True)),
-                         ("tr folder, SDMP 2", lambda w=w: tr_rate(folder_ds, w, a.batch, 4, sdmp=2)),
-                         ("tr folder, SDMP 4", lambda w=w: tr_rate(folder_ds, w, a.batch, 4, sdmp=4)),
-                         ("tr dts", lambda w=w: tr_rate(dts_ds, w, a.batch, a.epochs)),
-                         ("torchvision ImageFolder+DataLoader", lambda w=w: torchvision_rate(root, w, a.batch,
-                                                                                             a.epochs))):
+        for name, fn in (("tr folder", lambda w=w: rate_of(folder_ds, w, a.batch, a.epochs)),
+                         ("tr folder, whole decode", lambda w=w: rate_of(folder_ds, w, a.batch, a.epochs, False)),
+                         ("tr folder, DCT scaling", lambda w=w: rate_of(folder_ds, w, a.batch, a.epochs, dct=True)),
+                         ("tr folder, SDMP 2", lambda w=w: rate_of(folder_ds, w, a.batch, 4, sdmp=2)),
+                         ("tr folder, SDMP 4", lambda w=w: rate_of(folder_ds, w, a.batch, 4, sdmp=4)),
+                         ("tr dts", lambda w=w: rate_of(dts_ds, w, a.batch, a.epochs)),
+                         ("torchvision ImageFolder+DataLoader", lambda w=w: tv_rate(root, w, a.batch, a.epochs))):
             rate, n = fn()
             rows.append({"row": name, "workers": w, "images_per_s": rate, "images_per_s_per_worker": rate / w,
                          "images": n})
@@ -157,8 +154,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{by[('tr dts', w)] / tv:.2f}x")
     ab = {"window": [], "whole": []}
     for _ in range(max(0, a.ab)):  # alternated, so drift of the machine hits both alike
-        ab["whole"].append(tr_rate(folder_ds, 1, a.batch, 1, False)[0])
-        ab["window"].append(tr_rate(folder_ds, 1, a.batch, 1, True)[0])
+        ab["whole"].append(rate_of(folder_ds, 1, a.batch, 1, False)[0])
+        ab["window"].append(rate_of(folder_ds, 1, a.batch, 1, True)[0])
     if a.ab > 0:
         med = {k: float(sorted(v)[len(v) // 2]) for k, v in ab.items()}
         print(f"window decode vs whole decodes, 1 worker, {a.ab} interleaved runs: median {med['window']:.0f} vs "
@@ -174,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
             "command": sys.argv, "images": len(files), "mib": mb, "cores": os.cpu_count(),
             "machine": platform.machine(), "python": platform.python_version(), "torch": torch.__version__,
             "torchvision": torchvision.__version__, "batch": a.batch, "epochs": a.epochs,
-            "chain": ("RandomResizedCrop(224) + RandomHorizontalFlip" if CHAIN == "train" else
+            "chain": ("RandomResizedCrop(224) + RandomHorizontalFlip" if a.chain == "train" else
                       "Resize(256) + CenterCrop(224)") + " + normalise (tr: FP16 NHWC 4 channels; "
                      "torchvision: FP32 NCHW tensors)", "rows": rows, "window_vs_whole_decode_1_worker": ab},
             indent=1) + "\n")

@@ -85,8 +85,8 @@ void Station::fail(ErrKind kind, const std::string& msg) {
 }
 
 bool Station::wait_writable(long long k) {
+  if (writable_now(k)) return true;
   Zone& z = z_[k & 1];
-  if (z.batch.load(std::memory_order_acquire) == k) return !aborted_.load(std::memory_order_acquire);
   // Spin a little first: the consumer usually releases within microseconds, and waking all waiters from a
   // condition variable makes them queue on its mutex one after the other.
   const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);

@@ -161,23 +161,23 @@ def _opened(configure) -> dict:
     return seen
 
 
+def _after_pass(s: PreprocessorSettings, train: bool, read: Callable[[Preprocessor], object]) -> object:
+    """``read(preprocessor)`` after one whole pass (epoch 0) of a PipelineFeeder over ``s``."""
+    f = PipelineFeeder(s, 4, seed=3)
+    for k, _b, _n in f.epoch(0, train):
+        f.release(k)
+    value = read(f.pre)
+    f.close()
+    return value
+
+
 def _sdmp_cached(s: PreprocessorSettings, train: bool) -> tuple[int, ...]:
     """The epochs SDMP has computed ahead after training epoch 0 (its batches are the same bytes either way)."""
-    f = PipelineFeeder(s, 4, seed=3)
-    for k, _b, _n in f.epoch(0, True):
-        f.release(k)
-    cached = f.pre.sdmp_cached_epochs
-    f.close()
-    return cached
+    return _after_pass(s, True, lambda pre: pre.sdmp_cached_epochs)
 
 
 def _cpvs_ready(s: PreprocessorSettings, train: bool) -> bool:
-    f = PipelineFeeder(s, 4, seed=3)
-    for k, _b, _n in f.epoch(0, False):
-        f.release(k)
-    ready = f.pre.cpvs_ready
-    f.close()
-    return ready
+    return _after_pass(s, False, lambda pre: pre.cpvs_ready)
 
 
 # --- optimizers, schedulers, loss, initializer -----------------------------------------------------------------

@@ -25,6 +25,11 @@
 #   e2e[-LEVEL]        benchmarks/imagenet_train.py: ResNet-50 from a DTS pack at LEVEL (default 0) vs its step
 #   breakdown          benchmarks/chain_breakdown.py: one core's time per stage of the ImageNet chain, tr vs Pillow
 #   scaling-mnist      benchmarks/pipeline_scaling.py, the MNIST chain only, claimed, 1 and all workers
+#   scaling-probe      the ImageNet chain at 1, n/2, n-1, n workers with OS counters against n processes, again with
+#                      glibc never trimming its heaps; the MNIST chain at 1 and n workers
+#   mnist-twin         benchmarks/mnist_torch_gpu.py alone (TWIN_EPOCHS, default 100)
+#   mnist              benchmarks/mlp_mnist.py: tr-device, tr on MNIST_WORKERS (16) workers, torchvision, the twin
+#   restests           the device-augmentation GPU tests (test_gpu_resident.py, test_cuda_augment.py) alone
 # libjpeg-turbo: the machine lacks its headers; carry the prefix tools/fetch_device_jpeg.sh makes at .devdata/jpeg
 # (include/ jpeglib.h, jconfig.h, jmorecfg.h, jerror.h; lib/ libjpeg.so and libjpeg.so.62, plain copies: links do
 # not travel): CMake finds it through CMAKE_PREFIX_PATH and the extension loads it through LD_LIBRARY_PATH.
@@ -193,6 +198,33 @@ stage_breakdown() {
   "$PY" benchmarks/chain_breakdown.py --images "${TR_IMAGES}_2k" --limit 500 --json "$OUT/chain_breakdown.json"
 }
 
+stage_scaling_probe() {  # what one process of W threads pays that W one-thread processes do not
+  local n
+  n=$(nproc)
+  "$PY" benchmarks/pipeline_scaling.py --workload imagenet --schemes claimed --workers "1,$((n / 2)),$((n - 1)),$n" \
+    --images "$TR_IMAGES" --make 4000 --independent "$n" --json "$OUT/pipeline_scaling_probe.json" || return 1
+  # glibc never trims or mmaps: no freed page is given back, so no TLB shootdown and no fault to refill it
+  GLIBC_TUNABLES=glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=1073741824:glibc.malloc.top_pad=67108864 \
+    "$PY" benchmarks/pipeline_scaling.py --workload imagenet --schemes claimed --workers "1,$n" \
+    --images "$TR_IMAGES" --independent "$n" --json "$OUT/pipeline_scaling_probe_notrim.json" || return 1
+  "$PY" benchmarks/pipeline_scaling.py --workload mnist --schemes claimed --workers "1,$n" --independent "$n" \
+    --json "$OUT/pipeline_scaling_probe_mnist.json"
+}
+
+stage_mnist_twin() {  # the GPU-resident PyTorch twin of the MNIST MLP alone (no tr)
+  "$PY" benchmarks/mnist_torch_gpu.py --epochs "${TWIN_EPOCHS:-100}" --json "$OUT/mnist_torch_gpu.json"
+}
+
+stage_mnist() {  # the MNIST MLP: tr-device, tr on CPU workers, torchvision and the GPU-resident twin, one run
+  "$PY" benchmarks/mlp_mnist.py --epochs "${MNIST_EPOCHS:-100}" --workers "${MNIST_WORKERS-16}" --torch-epochs 2 \
+    --gpu-twin-epochs "${TWIN_EPOCHS:-100}" --json "$OUT/mlp_mnist.json"
+}
+
+stage_restests() {  # the device-augmentation GPU tests alone
+  "$PY" -m pytest -m gpu -v -rfE -p no:cacheprovider tests-integration/test_gpu_resident.py \
+    packages/tr-backend/tests/test_cuda_augment.py
+}
+
 stage_scaling_mnist() {
   "$PY" benchmarks/pipeline_scaling.py --workload mnist --workers "1,$(nproc)" --schemes claimed \
     --json "$OUT/pipeline_scaling_mnist.json"
@@ -240,7 +272,8 @@ stages=("$@")
 plan=()
 for s in "${stages[@]}"; do
   case $s in
-    build|gputests|build-data|datatests|breakdown|scaling-mnist|scaling|scaling-imagenet|loaders) plan+=("$s") ;;
+    build|gputests|build-data|datatests|breakdown|scaling-mnist|scaling|scaling-imagenet|scaling-probe|loaders) plan+=("$s") ;;
+    mnist-twin|mnist|restests) plan+=("$s") ;;
     pipeline) plan+=(scaling loaders) ;;
     e2e) plan+=(e2e-0) ;;
     e2e-[0-3]) plan+=("$s") ;;
@@ -306,6 +339,10 @@ for s in "${plan[@]}"; do
     loaders) ensure_data "$s" && run loaders pipeline.log 300 loaders ;;
     breakdown) ensure_data "$s" && run breakdown pipeline.log 120 breakdown ;;
     scaling-mnist) ensure_data "$s" && run scaling-mnist pipeline.log 90 scaling_mnist ;;
+    scaling-probe) ensure_data "$s" && run scaling-probe pipeline.log 300 scaling_probe ;;
+    mnist-twin) run mnist-twin mnist.log 240 mnist_twin ;;
+    mnist) ensure_built "$s" && run mnist mnist.log 400 mnist ;;
+    restests) ensure_built "$s" && run restests gputests.log 240 restests ;;
     e2e-*) ensure_built "$s" && run "$s" e2e.log 300 e2e "${s#e2e-}" ;;
     profile-*) ensure_built "$s" && run "$s" profile.log "$PROFILE_LIMIT" profile "${s#profile-}" ;;
     trace-*) ensure_built "$s" && run "$s" trace.log "$PROFILE_LIMIT" trace "${s#trace-}" ;;
@@ -327,10 +364,10 @@ if [ -f "$OUT/trace.log" ]; then
   echo
   grep -E '^(resnet50|vgg16_bn|mlp_mnist) batch' "$OUT/trace.log" | cut -c1-200
 fi
-for f in "$OUT"/pipeline.log "$OUT"/e2e.log; do
+for f in "$OUT"/pipeline.log "$OUT"/e2e.log "$OUT"/mnist.log; do
   [ -f "$f" ] || continue
   echo
-  grep -E "images/s|independent|reaches|x torchvision|window decode|Thread|Model name|affinity|cpu_flags" "$f" \
+  grep -E "images/s|independent|reaches|x torchvision|window decode|Thread|Model name|affinity|cpu_flags|epochs_per_s|top-1" "$f" \
     | cut -c1-400 \
     | tail -n 60
 done
@@ -346,6 +383,7 @@ for r in "${results[@]}"; do
   note=$why
   case $st in
     datatests) note="$note $(grep -E '[0-9]+ (passed|failed|error)' "$OUT/datatests.log" 2>/dev/null | tail -n 1)" ;;
+    restests) note="$note $(grep -E '[0-9]+ (passed|failed|error)' "$OUT/gputests.log" 2>/dev/null | tail -n 1)" ;;
     gputests) note="$note $(grep -E '[0-9]+ (passed|failed|error)' "$OUT/gputests.log" 2>/dev/null | tail -n 1)" ;;
     build) note="$note $(grep -E '^\[build\] (tr-backend:|cuda_status)' "$OUT/build.log" 2>/dev/null | tail -n 2 | tr '\n' ' ')" ;;
   esac

@@ -2,15 +2,17 @@
 
 Configuration (both frameworks): AMP, batch 200, AdamW wd 1e-4 (weights only), cosine schedule from 1e-3
 with 5 warmup epochs (of 100), label smoothing 0.1, Pad(2) RandomCrop(28) RandomRotation(20)
-RandomScale(0.8, 1.2) RandomErasing(0.5), MNIST normalisation, validation every epoch. For each worker
-count (default 8 then 16) both frameworks train; tr for --epochs, PyTorch for --torch-epochs (its
-epochs/s is steady after the first epoch, which is excluded). The PyTorch twin uses torchvision
-transforms, a DataLoader with pin_memory and persistent workers, torch.autocast + GradScaler.
+RandomScale(0.8, 1.2) RandomErasing(0.5), MNIST normalisation, validation every epoch. First tr with
+``device_augment`` (``tr-device``: the data set in the arena, the chain inside the captured step, no workers).
+Then, for each worker count (default 8 then 16), both frameworks train on CPU workers; tr for --epochs,
+PyTorch for --torch-epochs (its epochs/s is steady after the first epoch, which is excluded). The PyTorch
+twin uses torchvision transforms, a DataLoader with pin_memory and persistent workers, torch.autocast + GradScaler.
 The strongest twin, ``pytorch-gpu`` (benchmarks/mnist_torch_gpu.py: the data set and its augmentation on
 the GPU, fused capturable AdamW, the whole step one CUDA graph), trains --gpu-twin-epochs once, after the
 worker-count rows (it uses no workers). Compile / warm-up time is excluded. Prints one JSON line per result.
 
     python benchmarks/mlp_mnist.py --epochs 100 --torch-epochs 4 --workers 8,16 --gpu-twin-epochs 100
+    python benchmarks/mlp_mnist.py --workers '' --gpu-twin-epochs 100 --json out.json   # tr-device vs the twin
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ def emit(framework, metric, value, **extra):
                       "date": datetime.date.today().isoformat(), **extra}), flush=True)
 
 
-def run_tr(epochs: int, workers: int, device: str) -> dict:
+def run_tr(epochs: int, workers: int, device: str, device_augment: bool = False) -> dict:
+    """tr end to end. ``device_augment``: the data set in the arena, the chain inside the captured step
+    (PREPROCESSOR_SETTING.device_augment; ``workers`` then only loads the files)."""
     from renaissance import (
         GLOBAL_SETTING,
         PREPROCESSOR_SETTING,
@@ -68,7 +72,7 @@ def run_tr(epochs: int, workers: int, device: str) -> dict:
     GLOBAL_SETTING.amp(True).manual_seed(123).global_batch_size(BATCH).input_resolution(28)
     PREPROCESSOR_SETTING.dataset("mnist", str(DATA)).preprocess_workers(workers).normalization(NormMode.MNIST) \
         .train_transforms(Pad(2), RandomCrop(28), RandomRotation(20.0, 0), RandomScale(0.8, 1.2),
-                          RandomErasing(0.5)).commit()
+                          RandomErasing(0.5)).device_augment(device_augment).commit()
     task = DeepLearningTask().device(device).quiet() \
         .model(seq(fc(1024, True), relu(), fc(512, True), relu(), fc(256, True), relu(), fc(10, True))) \
         .loss(CrossEntropyLoss().label_smoothing(LS)).total_epochs(epochs) \
@@ -80,10 +84,16 @@ def run_tr(epochs: int, workers: int, device: str) -> dict:
     result = task.run()
     step_us = task.time_train_step(200) * 1e6
     host_us = task.host_us_per_step(200)
+    steps = task.feeder.steps(True)
+    epoch_ms = 1e3 * result.seconds / result.epochs
     return {"epochs_per_s": result.epochs / result.seconds, "best_top1": result.best_top1,
             "epochs": result.epochs, "seconds": result.seconds, "step_us": step_us,
-            "host_us_per_step": host_us, "compile_s": compile_s,
-            "launches_per_step": task.launches_per_step, "backend": task.backend.name}
+            "host_us_per_step": host_us, "compile_s": compile_s, "device_augment": device_augment,
+            "launches_per_step": task.launches_per_step, "backend": task.backend.name,
+            # where an epoch goes: its training steps on the device alone, and the rest (validation, the
+            # host's waits, epoch boundaries)
+            "epoch_ms": epoch_ms, "train_steps_ms": steps * step_us / 1e3,
+            "rest_ms": epoch_ms - steps * step_us / 1e3}
 
 
 def run_torch(epochs: int, workers: int) -> dict:
@@ -189,42 +199,58 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int, default=100)
     ap.add_argument("--torch-epochs", type=int, default=4)
-    ap.add_argument("--workers", default="8,16")
+    ap.add_argument("--workers", default="8,16", help="worker counts of the CPU-pipeline rows ('' for none)")
+    ap.add_argument("--tr-device-augment", action=argparse.BooleanOptionalAction, default=True,
+                    help="also the tr row with the data set and its augmentation on the device (first)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-tr", action="store_true")
     ap.add_argument("--gpu-twin-epochs", type=int, default=100, help="0: skip the GPU-resident PyTorch twin")
+    ap.add_argument("--json", help="also write every row to this file")
     args = ap.parse_args()
+    rows: list[dict] = []
+
+    def out(framework, metric, value, **extra):
+        rows.append({"framework": framework, "metric": metric, "value": value, **extra})
+        emit(framework, metric, value, **extra)
+
     tr_rates = []
-    for w in (int(x) for x in args.workers.split(",")):
+    if args.tr_device_augment and not args.skip_tr:
+        r = run_tr(args.epochs, 1, args.device, device_augment=True)
+        tr_rates.append(r["epochs_per_s"])
+        out("tr-device", "epochs_per_s", r["epochs_per_s"], **{k: v for k, v in r.items() if k != "epochs_per_s"})
+    for w in (int(x) for x in args.workers.split(",") if x):
         r = None
         if not args.skip_tr:
             r = run_tr(args.epochs, w, args.device)
             tr_rates.append(r["epochs_per_s"])
-            emit("tr", "epochs_per_s", r["epochs_per_s"], workers=w,
-                 **{k: v for k, v in r.items() if k != "epochs_per_s"})
+            out("tr", "epochs_per_s", r["epochs_per_s"], workers=w,
+                **{k: v for k, v in r.items() if k != "epochs_per_s"})
         if args.skip_torch:
             continue
         try:
             t = run_torch(args.torch_epochs, w)
         except Exception as e:  # report and go on: the tr figures above stand on their own
-            emit("pytorch", "error", 0, workers=w, error=f"{type(e).__name__}: {e}")
+            out("pytorch", "error", 0, workers=w, error=f"{type(e).__name__}: {e}")
             continue
-        emit("pytorch", "epochs_per_s", t["epochs_per_s"], workers=w,
-             **{k: v for k, v in t.items() if k != "epochs_per_s"})
+        out("pytorch", "epochs_per_s", t["epochs_per_s"], workers=w,
+            **{k: v for k, v in t.items() if k != "epochs_per_s"})
         if r is not None:
-            emit("tr/pytorch", "epochs_per_s_ratio", r["epochs_per_s"] / t["epochs_per_s"], workers=w)
+            out("tr/pytorch", "epochs_per_s_ratio", r["epochs_per_s"] / t["epochs_per_s"], workers=w)
     if args.gpu_twin_epochs > 0 and not args.skip_torch:
         from mnist_torch_gpu import run as run_gpu_twin
 
         try:
             g = run_gpu_twin(args.gpu_twin_epochs, args.device)
         except Exception as e:
-            emit("pytorch-gpu", "error", 0, error=f"{type(e).__name__}: {e}")
-            return
-        emit("pytorch-gpu", "epochs_per_s", g["epochs_per_s"], **{k: v for k, v in g.items() if k != "epochs_per_s"})
-        if tr_rates:
-            emit("tr/pytorch-gpu", "epochs_per_s_ratio", max(tr_rates) / g["epochs_per_s"])
+            out("pytorch-gpu", "error", 0, error=f"{type(e).__name__}: {e}")
+            g = None
+        if g is not None:
+            out("pytorch-gpu", "epochs_per_s", g["epochs_per_s"], **{k: v for k, v in g.items() if k != "epochs_per_s"})
+            if tr_rates:
+                out("tr/pytorch-gpu", "epochs_per_s_ratio", max(tr_rates) / g["epochs_per_s"])
+    if args.json:
+        Path(args.json).write_text(json.dumps({"command": sys.argv, "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -64,6 +64,44 @@ def machine() -> dict:
     return info
 
 
+def os_counters() -> dict[str, int]:
+    """This process's page faults and context switches (getrusage: all its threads) and the machine's
+    TLB-shootdown, function-call, rescheduling and timer interrupts (/proc/interrupts: all CPUs). A process of
+    many threads pays for every unmapped page with a TLB shootdown to each CPU running one of them (a virtual
+    machine's IPIs are costly), which one-thread processes do not."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    out = {"minor_faults": ru.ru_minflt, "major_faults": ru.ru_majflt, "voluntary_switches": ru.ru_nvcsw,
+           "involuntary_switches": ru.ru_nivcsw}
+    out.update(interrupts())
+    return out
+
+
+def interrupts() -> dict[str, int]:
+    try:
+        lines = Path("/proc/interrupts").read_text().splitlines()
+    except OSError:
+        return {}
+    cpus = len(lines[0].split()) if lines else 0
+    out = {}
+    for line in lines[1:]:
+        name, _, rest = line.partition(":")
+        if name.strip() in ("TLB", "CAL", "RES", "LOC"):
+            out["irq_" + name.strip().lower()] = sum(int(x) for x in rest.split()[:cpus] if x.isdigit())
+    return out
+
+
+def deltas(c0: dict[str, int], c1: dict[str, int], images: int, seconds: float) -> dict[str, float]:
+    """Per image for this process's counters, per second for the machine's interrupts."""
+    out = {}
+    for k in c1.keys() & c0.keys():
+        d = c1[k] - c0[k]
+        out[k + ("_per_s" if k.startswith("irq_") else "_per_image")] = d / (seconds if k.startswith("irq_")
+                                                                            else max(1, images))
+    return out
+
+
 def dataset(workload: str, images: Path, make: int):
     from tr.data import MNIST, ImageFolder
 
@@ -110,11 +148,14 @@ def measure(workload: str, ds, workers: int, seconds: float, warmup: float, star
         t_end = t_window + seconds
         n = 0
         epoch = 1
+        c0 = None
         while True:
             run = pre.epoch(epoch)
             t_e0 = time.perf_counter()
             for b in run.batches():
                 if time.perf_counter() >= t_window:
+                    if c0 is None:
+                        c0 = os_counters()
                     n += b.size
             run.close()
             now = time.perf_counter()
@@ -127,6 +168,7 @@ def measure(workload: str, ds, workers: int, seconds: float, warmup: float, star
                 break
     rate = n / (now - t_window)
     out = {"images_per_s": rate, "images": n, "seconds": now - t_window, "epochs_timed": epoch - 1}
+    out.update(deltas(c0 or os_counters(), os_counters(), n, now - t_window))
     if wall > 0:
         out.update(busy=work / (workers * wall), blocked_on_zone=wait / (workers * wall),
                    consumer_blocked=cons / wall, us_per_sample=1e6 * work / max(1, items))
@@ -139,6 +181,10 @@ def independent(workload: str, images: Path, procs: int, seconds: float, warmup:
     cmd = [sys.executable, __file__, "--child", workload, "--images", str(images), "--seconds", str(seconds),
            "--warmup", str(warmup), "--start-at", repr(start_at)]
     ps = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(procs)]
+    time.sleep(max(0.0, start_at + warmup - time.time()))
+    i0, t0 = interrupts(), time.perf_counter()
+    time.sleep(seconds)
+    irq = deltas(i0, interrupts(), 1, time.perf_counter() - t0)
     rows = []
     for p in ps:
         out, _ = p.communicate(timeout=seconds + warmup + 120)
@@ -146,8 +192,11 @@ def independent(workload: str, images: Path, procs: int, seconds: float, warmup:
             raise SystemExit(f"an independent child failed (exit {p.returncode})")
         rows.append(json.loads(out.strip().splitlines()[-1]))
     late = sum(1 for r in rows if r["late_s"] > 0.05)
-    return {"images_per_s": sum(r["images_per_s"] for r in rows), "processes": procs, "late_children": late,
-            "us_per_sample": sum(r.get("us_per_sample", 0.0) for r in rows) / procs}
+    out = {"images_per_s": sum(r["images_per_s"] for r in rows), "processes": procs, "late_children": late,
+           "us_per_sample": sum(r.get("us_per_sample", 0.0) for r in rows) / procs, **irq}
+    for k in {k for r in rows for k in r if k.endswith("_per_image")}:  # the mean over the children
+        out[k] = sum(r.get(k, 0.0) for r in rows) / procs
+    return out
 
 
 def row(label: str, workload: str, w: int, r: dict, base: dict[str, float]) -> dict:
@@ -157,7 +206,11 @@ def row(label: str, workload: str, w: int, r: dict, base: dict[str, float]) -> d
     parts = "".join(f", {k} {100 * r[k]:4.1f} %" for k in ("busy", "blocked_on_zone", "consumer_blocked") if k in r)
     eff = f" eff {100 * rec['efficiency']:5.1f} %" if "efficiency" in rec else ""
     per = f", {r['us_per_sample']:.1f} us/sample" if r.get("us_per_sample") else ""
-    print(f"{workload:<9} {label:<12} W={w:2d}: {r['images_per_s']:10.0f} images/s{eff}{parts}{per}", flush=True)
+    osc = "".join(f", {k.replace('_per_image', '/img').replace('_per_s', '/s')} {r[k]:.3g}" for k in
+                  ("minor_faults_per_image", "involuntary_switches_per_image", "irq_tlb_per_s", "irq_cal_per_s",
+                   "irq_res_per_s") if k in r)
+    print(f"{workload:<9} {label:<12} W={w:2d}: {r['images_per_s']:10.0f} images/s{eff}{parts}{per}{osc}",
+          flush=True)
     return rec
 
 
@@ -192,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
         if not _native.jpeg_available():
             raise SystemExit("this tr-data build has no libjpeg-turbo: the imagenet workload cannot run")
     info = machine()
+    info["GLIBC_TUNABLES"] = os.environ.get("GLIBC_TUNABLES", "")
     print(json.dumps(info), flush=True)
     rows = []
     for wl in a.workload.split(","):

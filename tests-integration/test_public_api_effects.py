@@ -116,6 +116,16 @@ def pre_differs(configure, train: bool = True, observe=batches) -> None:
     assert observe(_pre(), train) != observe(_pre(configure), train)
 
 
+def _head_ops(s: PreprocessorSettings, train: bool) -> list[str]:
+    """The ops at the head of the training step of a task fed by the feeder these settings give."""
+    from tr.core.graph_id import GraphId
+    from tr.task.pipeline import feeder_from_preprocessor
+
+    settings = R.Settings().global_batch_size(4).manual_seed(3)
+    t = task(settings, feeder=feeder_from_preprocessor(settings, pre=s)).compile()
+    return [c.op for c in t.program.calls("train", GraphId.FIRST_LAYER_FWD_A)]
+
+
 def _jpeg_batches_differ(configure) -> None:
     """The first batches of a JPEG folder (128 px photographs-to-be, made by Pillow) cropped to 16 px, plain and
     configured: for settings that act on JPEG decoding only."""
@@ -393,6 +403,7 @@ EFFECTS: dict[str, Callable[..., None]] = {
     "PreprocessorSettings.using_cpvs": lambda: pre_differs(lambda s: s.using_cpvs(False), observe=_cpvs_ready),
     "PreprocessorSettings.sdmp_factor": lambda: pre_differs(lambda s: s.sdmp_factor(3), observe=_sdmp_cached),
     "PreprocessorSettings.jpeg_dct_scaling": lambda: _jpeg_batches_differ(lambda s: s.jpeg_dct_scaling(True)),
+    "PreprocessorSettings.device_augment": lambda: pre_differs(lambda s: s.device_augment(True), observe=_head_ops),
     "PreprocessorSettings.pad_channels_to": lambda: pre_differs(
         lambda s: s.pad_channels_to(4), observe=lambda s, t: PipelineFeeder(s, 4, seed=3).sample_shape),
     "PreprocessorSettings.seed": lambda: pre_differs(

@@ -51,7 +51,7 @@ def test_streams():
 
 
 def test_regions_in_seed_order():
-    assert NUM_REGIONS == 68
+    assert NUM_REGIONS == 69
     assert Region.B_PREV_MEAN == 0 and Region.W_DEEP_CONV == 11 and Region.R_RESULT == 30
     assert Region.I_A_LABEL == 49 and Region.R_RESULT_ACCUMULATED == 67
     assert Region.G_DEEP_CONV_FP16.group == "G" and Region.S_MASK.group == "S"

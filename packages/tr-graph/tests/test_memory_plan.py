@@ -21,7 +21,7 @@ def test_regions_in_enum_order_and_aligned():
     assert layout.regions[Region.W_FC_BIAS] == (0, 256)  # W_FC_BIAS comes before W_FC_WEIGHT
     assert off == {"b": 0, "w": 256, "g": 768, "x": 1280, "y": 1536}
     assert layout.region_bytes(Region.F_FEATURE_FP32) == 1024  # the pool extent is rounded to 256
-    assert len(layout.regions) == 68 and layout.total_bytes == 2304
+    assert len(layout.regions) == 69 and layout.total_bytes == 2304
     with pytest.raises(CompileError, match="multiple of 256"):
         mp.alloc("odd", Region.W_FC_BIAS, 100)
 

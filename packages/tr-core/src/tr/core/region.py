@@ -1,4 +1,4 @@
-"""The 68 named regions of an arena, in layout order (low to high address), with groups and enable rules.
+"""The 69 named regions of an arena, in layout order (low to high address), with groups and enable rules.
 
 Regions are laid out in enum order, so every group ("all master weights", "all FP32 grads", ...) is one
 contiguous byte range and a range op (clear, cast, optimizer, all-reduce) needs one kernel per range,
@@ -95,15 +95,18 @@ class Region(IntEnum):
     # R tail
     R_PREDICTED_LABEL = 66
     R_RESULT_ACCUMULATED = 67
+    # D: data sets resident on the device (beyond the seed's 68: its MNIST stays on the host); empty unless a
+    # plan augments on the device (tr.graph.resident)
+    D_RESIDENT = 68
 
     @property
     def group(self) -> str:
-        """One-letter group: B W E A G R M V N I F S T (the FP16 grads are group G)."""
+        """One-letter group: B W E A G R M V N I F S T D (the FP16 grads are group G)."""
         return self.name[0]
 
 
 NUM_REGIONS = len(Region)
-assert NUM_REGIONS == 68
+assert NUM_REGIONS == 69
 
 
 @dataclass(frozen=True, slots=True)

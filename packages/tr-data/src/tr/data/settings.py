@@ -60,6 +60,7 @@ class PreprocessorSettings:
     dct_scaling: bool = False
     pad_channels: int | None = None
     seed_value: int | None = None  # None: tr.core.settings.GLOBAL_SETTING.seed
+    device_aug: bool = False
     _frozen: bool = field(default=False, repr=False)
 
     # ---- the fluent builder -------------------------------------------------------------------
@@ -142,6 +143,16 @@ class PreprocessorSettings:
         if not isinstance(on, bool):
             raise ConfigError(f"jpeg_dct_scaling takes True or False, got {on!r}")
         return self._set("dct_scaling", on)
+
+    def device_augment(self, on: bool = True) -> PreprocessorSettings:
+        """Train from the device: tr-task copies the raw data set into the training device's arena once and
+        runs the training chain there, inside the captured step (one gather per output pixel), with the draws
+        this pipeline's workers would make for the same seed, epoch and sample (tr.graph.resident). For data
+        sets held in memory as uint8 images (MNIST, CIFAR, ArrayDataset) and a chain of Pad + RandomCrop,
+        RandomRotation, RandomScale, RandomErasing, RandomHorizontalFlip and the normalisation; val
+        transforms none. The task refuses other chains, naming the transform. tr.data's own Preprocessor
+        ignores this setting: its workers run the chain either way."""
+        return self._set("device_aug", _flag("device_augment", on))
 
     def pad_channels_to(self, n: int | None) -> PreprocessorSettings:
         """Pad the normalised samples to n channels with zeros (the seed uses 4 in AMP mode)."""

@@ -42,7 +42,7 @@ from tr.tensor.program import InitSpec, Program, VariantInfo
 
 NAMED = ("labels_a", "data_a", "labels_b", "data_b", "labels", "nan_flag", "step", "skipped", "dropout_seed", "lr",
          "loss_scale", "loss_scale_tracker", "batch_train", "batch_train_last", "batch_val", "batch_val_last",
-         "lr_table", "result", "accum", "accum_samples", "probs", "pred")
+         "lr_table", "result", "accum", "accum_samples", "probs", "pred", "train_set", "val_set", "aug_key", "aug_x")
 
 
 @dataclass(frozen=True)
@@ -175,9 +175,20 @@ class Compiler:
                     init: Init | None = None, v: str = v) -> None:
                 table.add(key, v, shape, region, dtype, pad_c=pad, cls=BASE, phase=phase, init=init)
 
+            res = spec.resident
             for ab, lab, dat in (("a", Region.I_A_LABEL, Region.I_A_DATA), ("b", Region.I_B_LABEL, Region.I_B_DATA)):
                 add(f"labels_{ab}", Shape(n, 1, 1, 1), lab, DType.INT32)
-                add(f"data_{ab}", spec.variant_input(info), dat, data_dtype, pad=data_pad)
+                if res is None:
+                    add(f"data_{ab}", spec.variant_input(info), dat, data_dtype, pad=data_pad)
+                else:  # the batch's dataset indices; the images are gathered from the resident set
+                    add(f"data_{ab}", Shape(n, 1, 1, 1), dat, DType.INT32)
+            if res is not None:  # tr.graph.resident
+                h, w, c = res.image
+                add("train_set", Shape(res.train_samples, h, w, c), Region.D_RESIDENT, DType.UINT8)
+                if res.val_samples:
+                    add("val_set", Shape(res.val_samples, h, w, c), Region.D_RESIDENT, DType.UINT8)
+                add("aug_key", Shape(1, 1, 1, 2), Region.S_SCALAR_INT32, DType.INT32)
+                add("aug_x", spec.variant_input(info), Region.I_A_DATA, data_dtype, pad=data_pad)
             add("labels", Shape(n, 1, 1, 1), Region.T_TEMP_INT32, DType.INT32, TRAIN)
             add("nan_flag", one, Region.S_SCALAR_INT32, DType.INT32)
             add("step", one, Region.S_SCALAR_INT32, DType.INT32, init=Init("zeros"))

@@ -33,6 +33,7 @@ from tr.core.region import (
 from tr.graph.archplan import ArchPlan
 from tr.graph.layers import KINDS
 from tr.graph.layers.base import FEATURE, GRAD, INF, IO, TRAIN
+from tr.graph.resident import KEY, TRAIN_SET, X
 from tr.graph.spec import CompileSpec
 
 A, B = "a", "b"
@@ -101,6 +102,17 @@ class ChainBuilder:
     def y(i: int) -> str:
         return f"L{i}.y"
 
+    def _input(self, ab: str, sink: list[SymOp], train: bool) -> str:
+        """The key the first layer reads: the transferred batch, or (a resident input) the batch that
+        augment_affine gathers from the data set by the transferred indices (tr.graph.resident)."""
+        res = self.spec.resident
+        if res is None:
+            return f"data_{ab}"
+        src, attrs = (TRAIN_SET, res.train_attrs) if train else (res.val_source, res.val_attrs)
+        sink.append(SymOp("augment_affine", {"src": src, "index": f"data_{ab}", "key": KEY, "y": X}, dict(attrs),
+                          -1, "the batch from the resident data set" + (", augmented" if train else "")))
+        return X
+
     def _value_key(self, key: str, value: int, cls: str, phase: str) -> str:
         self.cg.value_keys[key] = (value, cls, phase)
         return key
@@ -126,7 +138,7 @@ class ChainBuilder:
         for ab in (A, B):
             sink = self.cg.sink(FIRST_FWD[ab])
             sink.append(SymOp("copy", {"x": f"labels_{ab}", "y": "labels"}, {}, -1, "labels for the loss"))
-            k0.forward(l0, self._io(0, sink, x=[f"data_{ab}"], y=self.y(0)))
+            k0.forward(l0, self._io(0, sink, x=[self._input(ab, sink, True)], y=self.y(0)))
         deep = self.cg.sink(GraphId.DEEP_FWD_BWD)
         for i in range(1, n):
             L = layers[i]
@@ -157,7 +169,8 @@ class ChainBuilder:
         if k0.has_params(l0):
             dy0 = self._sum(deep, grads[0], 0, 1)
             for ab in (A, B):
-                k0.backward(l0, self._io(0, self.cg.sink(FIRST_BWD[ab]), x=[f"data_{ab}"], y=self.y(0),
+                x0 = X if self.spec.resident is not None else f"data_{ab}"
+                k0.backward(l0, self._io(0, self.cg.sink(FIRST_BWD[ab]), x=[x0], y=self.y(0),
                                          dy=dy0, dx=[""], need=[False]))
 
     def _sum(self, sink: list[SymOp], parts: list[tuple[str, bool]], u: int, layer: int) -> str:
@@ -183,7 +196,7 @@ class ChainBuilder:
         layers = self.arch.layers
         for ab in (A, B):
             sink = self.cg.sink(INF_MAIN[ab])
-            vals = {-1: f"data_{ab}"}
+            vals = {-1: self._input(ab, sink, False)}
             for i, L in enumerate(layers):
                 y = self._value_key(f"L{i}.y@inf", i, FEATURE, INF) if i < len(layers) - 1 else ""
                 io = self._io(i, sink, x=[vals[u] for u in L.inputs], y=y, labels=f"labels_{ab}")

@@ -16,6 +16,7 @@ from tr.core.errors import ConfigError
 from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_RULES
 from tr.core.settings import Settings
 from tr.core.shape import Shape
+from tr.graph.resident import ResidentInput
 from tr.tensor.program import TRAIN, TRAIN_LAST, TRAIN_LOW, TRAIN_LOW_LAST, VAL, VAL_LAST, VariantInfo
 
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw", "lars", "lars_nesterov")
@@ -50,6 +51,7 @@ class CompileSpec:
     bn_eps: float | None = None  # overrides every BN's eps when set
     world_size: int = 1  # recorded; the all-reduce ops are emitted for any size
     ema_decay: float | None = None  # in (0, 1): EMA twins of the weights, updated every step (tr.graph.ema)
+    resident: ResidentInput | None = None  # the data sets in the arena, augmented in the step (tr.graph.resident)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -95,6 +97,14 @@ class CompileSpec:
             raise ConfigError(f"ema decay must be a number in (0, 1), got {v!r}")
         if self.bn_eps is not None and (not isinstance(self.bn_eps, (int, float)) or not self.bn_eps > 0):
             raise ConfigError(f"bn_eps must be > 0, got {self.bn_eps!r}")
+        if self.resident is not None:
+            if not isinstance(self.resident, ResidentInput):
+                raise ConfigError(f"resident must be a ResidentInput or None, got {self.resident!r}")
+            self.resident.validate(self.input_shape)
+            if self.train_low_resolution is not None or any(
+                    r not in (None, self.input_shape[0]) for r in (self.train_resolution, self.val_resolution)):
+                raise ConfigError("a device-resident input is augmented at the images' own size: leave the train, "
+                                  "low and val resolutions unset")
 
     def _validate_loss_scale(self) -> None:
         if self.loss_scale_rule not in LOSS_SCALE_RULES:

@@ -295,6 +295,7 @@ class DeepLearningTask(TaskBase):
             grad_clip=max(0.0, self._grad_clip), lr_table_steps=self._sched.total_steps,
             world_size=1 if env is None else env.world_size, **plan_inputs.optimizer_spec(self._optimizer),
             ema_decay=self._ema.decay if self._ema is not None else None,
+            resident=feeder.resident_input() if hasattr(feeder, "resident_input") else None,
         )
         self.spec = spec
         self.program = compile_program(self._blueprint, spec)
@@ -316,10 +317,14 @@ class DeepLearningTask(TaskBase):
         self.backend.allocate(self.program.layout)
         if hasattr(self.backend, "host_buffers") and hasattr(feeder, "adopt_buffers"):
             # staging buffers in the backend's pinned memory: DMA-able, never page-locked after the fact
-            feeder.adopt_buffers(self.backend.host_buffers(feeder.batch, feeder.sample_shape, feeder.dtype))
+            staging = getattr(feeder, "staging_shape", feeder.sample_shape)  # a resident input stages indices
+            feeder.adopt_buffers(self.backend.host_buffers(feeder.batch, staging, feeder.dtype))
         self.backend.bind_host_buffers(feeder.buffers())
         initialize_program(self.backend, self.program, s, self._initializer,
                            rank=0 if env is None else env.rank)
+        if spec.resident is not None:  # the raw data sets into the arena, once (tr.task.resident)
+            feeder.upload(self.backend, self.program)
+            feeder.begin_epoch(self.backend, self.program, 0)
         # the learning rate of every step, read on the device by lr_lookup: the loop never writes it
         self._lr_table = self._sched.table()
         self.backend.write(self.program.tensor("lr_table"), self._lr_table)
@@ -452,6 +457,8 @@ class DeepLearningTask(TaskBase):
         if launch.watchdog is not None:
             launch.watchdog.arm()
         steps = feeder.steps(True)
+        if self.spec.resident is not None:
+            feeder.begin_epoch(be, prog, epoch)  # the epoch's augmentation key
         be.launch(st.clear_metrics)
         be.launch(st.epoch_begin)
         bar = Progress(steps, f"epoch {epoch + 1} train", enabled=main and self._log_table)

@@ -114,8 +114,15 @@ class PipelineFeeder:
         self.pre.close()
 
 
-def feeder_from_preprocessor(settings: Settings, zones: Sequence[Any] | None = None) -> PipelineFeeder:
+def feeder_from_preprocessor(settings: Settings, zones: Sequence[Any] | None = None,
+                             pre: PreprocessorSettings | None = None) -> Any:
     """The feeder the seed's examples get: PREPROCESSOR_SETTING, the task's batch, seed and precision. The batch
-    is the global one: with several ranks the task's ``shard`` call makes it this rank's share."""
-    return PipelineFeeder(PREPROCESSOR_SETTING, settings.batch_size, settings.seed,
-                          fp16=settings.amp_enabled, zones=zones)
+    is the global one: with several ranks the task's ``shard`` call makes it this rank's share. With
+    ``device_augment(True)``, a ResidentFeeder (tr.task.resident): the chain runs on the training device.
+    ``pre``: other preprocessor settings than PREPROCESSOR_SETTING."""
+    pre = PREPROCESSOR_SETTING if pre is None else pre
+    if pre.device_aug:
+        from tr.task.resident import ResidentFeeder
+
+        return ResidentFeeder(pre, settings.batch_size, settings.seed)
+    return PipelineFeeder(pre, settings.batch_size, settings.seed, fp16=settings.amp_enabled, zones=zones)

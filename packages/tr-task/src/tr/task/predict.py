@@ -26,7 +26,11 @@ def _plan(task):
             raise ConfigError("predict() runs the inference graph, which is compiled only with validation data: "
                               "give the feeder a validation set")
         calls = prog.calls("val", GraphId.INF_MAIN_A)
-        data = next(a for c in calls for a in c.args.values() if getattr(a, "name", None) == "data_a")
+        # a resident-input plan (tr.graph.resident) gathers its batch from the data set first: predict()
+        # writes the user's normalised batch where that gather would put it, and skips it
+        name = "aug_x" if any(c.op == "augment_affine" for c in calls) else "data_a"
+        calls = [c for c in calls if c.op != "augment_affine"]
+        data = next(a for c in calls for a in c.args.values() if getattr(a, "name", None) == name)
         logits = next(c.args["logits"] for c in calls if c.op == "softmax_ce_inf")
         _graphs[task] = (task.backend.capture("predict", list(calls)), data, logits)
     return _graphs[task]

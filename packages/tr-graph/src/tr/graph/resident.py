@@ -1,0 +1,49 @@
+"""Device-resident input: the raw data sets live in the arena and each batch is augmented inside the step.
+
+A plan compiled with ``CompileSpec.resident`` (a ResidentInput) differs from a host-fed one only at its head:
+
+* ``train_set`` / ``val_set``: the raw uint8 images (N, H, W, C) in region D_RESIDENT, written once after
+  allocation (the task does it);
+* ``data_a`` / ``data_b``: no longer images but the batch's dataset indices (INT32 [B]), which the transfer
+  graphs copy from the host staging buffers as before (800 bytes for a batch of 200), with the labels;
+* ``aug_key``: the epoch's seed prefix (tr.data.seeds.seed_prefix as one little-endian uint64 in INT32[2]),
+  written once per epoch;
+* ``aug_x``: the augmented, normalised batch (the plan's input dtype), written by ``augment_affine`` at the
+  head of FIRST_LAYER_FWD_{A,B} (from train_set, with the chain's draws) and of INF_MAIN_{A,B} (from val_set,
+  normalisation only), and read by the first layer's forward and backward.
+
+So the per-sample draws are a pure function of (seed, epoch, dataset index), like tr.data's workers' (same
+streams, same values: tests-integration/test_device_augment.py), independent of the batch size, the batch's
+position and the stream timing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tr.core.errors import ConfigError
+
+TRAIN_SET, VAL_SET, KEY, X = "train_set", "val_set", "aug_key", "aug_x"
+
+
+@dataclass(frozen=True)
+class ResidentInput:
+    train_samples: int  # samples of train_set (the whole split: a rank reads its share through the indices)
+    val_samples: int  # samples of val_set; 0: none (inference then reads train_set)
+    image: tuple[int, int, int]  # (H, W, C) of one raw image; the augmented sample has the same H, W, C
+    train_attrs: tuple[tuple[str, Any], ...]  # augment_affine's attributes for training (the chain)
+    val_attrs: tuple[tuple[str, Any], ...]  # for validation (the normalisation only)
+
+    def validate(self, input_shape: tuple[int, int, int]) -> None:
+        for name, v in (("train_samples", self.train_samples), ("val_samples", self.val_samples)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "train_samples" else 0):
+                raise ConfigError(f"resident input: {name} must be an integer >= {int(name == 'train_samples')}, "
+                                  f"got {v!r}")
+        if tuple(self.image) != tuple(input_shape):
+            raise ConfigError(f"resident input: the data set's images {tuple(self.image)} (H, W, C) differ from the "
+                              f"plan's input {tuple(input_shape)}: the device chain keeps the image size")
+
+    @property
+    def val_source(self) -> str:
+        return VAL_SET if self.val_samples else TRAIN_SET

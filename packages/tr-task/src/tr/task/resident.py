@@ -1,0 +1,235 @@
+"""ResidentFeeder: the data set in the device's arena, each batch augmented inside the captured step.
+
+PREPROCESSOR_SETTING.device_augment(True) makes the task use this feeder instead of tr.data's worker pipeline
+(tr.task.pipeline). At compile time it turns the training chain into augment_affine's attributes (or refuses
+it, naming the transform), the plan declares the raw train and val sets in region D_RESIDENT
+(tr.graph.resident) and ``upload`` copies them there once. Per epoch the host computes the order that
+tr.data's Preprocessor would use (the same function of seed and epoch, sharded the same way) and writes the
+epoch's seed prefix once; per step the staging buffers carry only the batch's labels and dataset indices
+(int32, 4 bytes a sample), and the step's first op gathers and augments the batch on the device.
+
+Relation to the CPU worker pipeline: the same samples in the same order with the same labels, and every random
+parameter (crop shift, angle, scale, erase rectangle, flip) is the workers' for the same seed, epoch and index.
+The pixels differ by the interpolation only: the workers resample after each geometric step and round to uint8
+in between, the device op samples the source once, bilinearly, in float (mean |difference| about 1 % of the
+normalised range on MNIST; tests-integration/test_device_augment.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from tr.core.errors import ConfigError, DataError
+from tr.core.settings import GLOBAL_SETTING
+from tr.data import transforms as T
+from tr.data.fused import norm_constants
+from tr.data.labels import check_labels
+from tr.data.seeds import seed_prefix, shuffle_order
+from tr.data.settings import PreprocessorSettings
+from tr.data.sharding import check_shard, shard_positions, shard_size
+from tr.graph.resident import KEY, TRAIN_SET, VAL_SET, ResidentInput
+from tr.task.feeder import steps_for
+
+MAX_CHANNELS = 4  # augment_affine's (tr.backend.augment.MAX_CHANNELS)
+DEVICE_CHAIN = ("Pad + RandomCrop (the image's size, constant fill 0), RandomRotation (-d, d) and RandomScale "
+                "(fill 0), in that order, then RandomErasing and RandomHorizontalFlip")
+
+
+def _refuse(t: Any, why: str) -> ConfigError:
+    return ConfigError(f"device_augment: {t!r} {why}; the device chain is {DEVICE_CHAIN}. Turn device_augment "
+                       "off to run this chain on tr.data's CPU workers")
+
+
+def device_attrs(transforms: tuple, normalization: Any, image: tuple[int, int, int],
+                 pad_channels: int | None) -> dict[str, Any]:
+    """augment_affine's attributes for a training chain of tr.data transforms, with each transform's chain
+    slot (its 1-based position: the Philox stream tr.data's workers draw it from). ConfigError for a transform
+    or an order the op does not implement."""
+    h, w, c = image
+    attrs: dict[str, Any] = {}
+    stage = 0  # geometric steps seen: 1 crop, 2 rotation, 3 scale (the op composes them in this order)
+    pending_pad = None
+    for j, t in enumerate(transforms):
+        slot = j + 1
+
+        def geometric(order: int, name: str, t: Any = t) -> None:
+            nonlocal stage
+            if stage >= order:
+                raise _refuse(t, f"comes after a later geometric step, or {name} is given twice")
+            stage = order
+
+        if isinstance(t, T.Pad):
+            if pending_pad is not None or stage:
+                raise _refuse(t, "is not the chain's first geometric step")
+            if len(set(t.padding)) != 1 or t.padding_mode != "constant" or any(f != 0 for f in t.fill):
+                raise _refuse(t, "is not an equal constant padding with fill 0")
+            pending_pad = t
+        elif isinstance(t, T.RandomCrop):
+            geometric(1, "RandomCrop")
+            pad = pending_pad.padding if pending_pad is not None else (t.padding or (0, 0, 0, 0))
+            if pending_pad is not None and t.padding is not None:
+                raise _refuse(t, "pads again after a Pad")
+            if (tuple(t.size) != (h, w) or t.pad_if_needed or len(set(pad)) != 1 or t.padding_mode != "constant"
+                    or any(f != 0 for f in t.fill)):
+                raise _refuse(t, f"is not a {h}x{w} crop of an equally, constantly (fill 0) padded image")
+            attrs.update(pad=int(pad[0]), crop_slot=slot)
+            pending_pad = None
+        elif isinstance(t, T.RandomRotation):
+            geometric(2, "RandomRotation")
+            lo, hi = t.degrees
+            if lo != -hi or any(f != 0 for f in t.fill):
+                raise _refuse(t, "is not a symmetric range (-d, d) with fill 0")
+            attrs.update(degrees=float(hi), rotation_slot=slot)
+        elif isinstance(t, T.RandomScale):
+            geometric(3, "RandomScale")
+            if any(f != 0 for f in t.fill):
+                raise _refuse(t, "has a fill other than 0")
+            attrs.update(scale=tuple(float(v) for v in t.scale), scale_slot=slot)
+        elif isinstance(t, T.RandomErasing):
+            if len(set(t.value)) != 1:
+                raise _refuse(t, "erases with a value per channel")
+            attrs.update(erase_p=float(t.p), erase_scale=tuple(t.scale), erase_ratio=tuple(t.ratio),
+                         erase_value=float(t.value[0]))
+        elif isinstance(t, T.RandomHorizontalFlip):
+            attrs.update(flip_p=float(t.p))
+        else:
+            raise _refuse(t, "has no device kernel")
+        if pending_pad is not None and not isinstance(t, T.Pad):
+            raise _refuse(pending_pad, "is not followed by a RandomCrop of the image's size")
+    if pending_pad is not None:
+        raise _refuse(pending_pad, "is not followed by a RandomCrop of the image's size")
+    attrs.update(_norm_attrs(normalization, c, pad_channels))
+    return attrs
+
+
+def _norm_attrs(normalization: Any, c: int, pad_channels: int | None) -> dict[str, Any]:
+    mean, std = norm_constants(normalization)
+    if len(mean) not in (1, c):
+        raise ConfigError(f"device_augment: the normalisation has {len(mean)} channels, the images {c}")
+    if c > MAX_CHANNELS or (pad_channels or c) > MAX_CHANNELS:
+        raise ConfigError(f"device_augment: the device op takes up to {MAX_CHANNELS} channels, the samples have "
+                          f"{max(c, pad_channels or 0)}")
+    return {"mean": tuple(float(v) for v in mean), "std": tuple(float(v) for v in std)}
+
+
+class ResidentFeeder:
+    """Feeds a plan with a resident input (tr.graph.resident): labels and dataset indices per batch."""
+
+    def __init__(self, pre_settings: PreprocessorSettings, batch: int, seed: int | None = None) -> None:
+        s = pre_settings if pre_settings.frozen else pre_settings.commit()
+        if s.val:
+            raise ConfigError(f"device_augment: val transforms {list(s.val)} have no device kernel; validation "
+                              "on the device normalises the raw images only (leave val_transforms empty)")
+        ds = s.open_dataset()
+        train = ds.load("train")
+        if train.ragged or train.encoded:
+            raise ConfigError(f"device_augment needs a data set of equal-size uint8 images held in memory; "
+                              f"{getattr(ds, 'name', type(ds).__name__)!r} has "
+                              f"{'encoded (JPEG)' if train.encoded else 'ragged'} samples")
+        has_val = getattr(ds, "has_split", lambda split: True)("val")
+        val = ds.load("val") if has_val else None
+        if val is not None and (val.ragged or val.encoded or val.image_shape != train.image_shape):
+            raise ConfigError(f"device_augment: the val images {val.image_shape} must be held like the train "
+                              f"images {train.image_shape}")
+        self.image = train.image_shape
+        self.attrs = device_attrs(s.train, s.norm, self.image, s.pad_channels)
+        self.val_attrs = _norm_attrs(s.norm, self.image[2], s.pad_channels)
+        c_out = max(self.image[2], s.pad_channels or 0)
+        self.sample_shape = (self.image[0], self.image[1], c_out)
+        self.staging_shape = (1, 1, 1)  # one int32 dataset index a sample
+        self.dtype = np.dtype(np.int32)
+        self._images = {True: train.images, False: None if val is None else val.images}
+        self._labels = {True: train.labels, False: None if val is None else val.labels}
+        self.num_classes = getattr(ds, "num_classes", None)
+        self.shuffle_train, self.drop_last = s.shuffle_train, s.drop_last_enabled
+        # the Preprocessor's rule: an explicit seed, else the settings', else GLOBAL_SETTING's
+        self.seed = int(seed if seed is not None else s.seed_value if s.seed_value is not None else GLOBAL_SETTING.seed)
+        self.batch = self.global_batch = int(batch)
+        self.rank, self.world_size = 0, 1
+        self._alloc()
+
+    # --- the plan's side ----------------------------------------------------------------------------
+    def resident_input(self) -> ResidentInput:
+        return ResidentInput(len(self._labels[True]), 0 if self._labels[False] is None else len(self._labels[False]),
+                             self.image, tuple(sorted(self.attrs.items())), tuple(sorted(self.val_attrs.items())))
+
+    def upload(self, backend: Any, program: Any) -> None:
+        """Copy the raw data sets into the arena (once, after allocation)."""
+        backend.write(program.tensor(TRAIN_SET), self._images[True])
+        if self._images[False] is not None:
+            backend.write(program.tensor(VAL_SET), self._images[False])
+
+    def begin_epoch(self, backend: Any, program: Any, epoch: int) -> None:
+        """Write the epoch's seed prefix (the per-sample keys are splitmix64(prefix ^ index) on the device)."""
+        key = np.array([seed_prefix(self.seed, epoch)], dtype="<u8").view(np.int32)
+        backend.write(program.tensor(KEY), key)
+
+    # --- the Feeder protocol ------------------------------------------------------------------------
+    def _alloc(self) -> None:
+        self._bufs = [(np.zeros(self.batch, np.int32), np.zeros((self.batch, 1, 1, 1), np.int32)) for _ in range(2)]
+
+    def check_labels(self, num_classes: int) -> None:
+        for name, train in (("train", True), ("val", False)):
+            if self._labels[train] is not None:
+                check_labels(self._labels[train], name, num_classes)
+
+    def shard(self, rank: int, world_size: int) -> None:
+        """Serve ``rank``'s share, as tr.data's Preprocessor.shard does (training padded, validation not)."""
+        rank, world_size = check_shard(rank, world_size)
+        if self.global_batch % world_size:
+            raise ConfigError(f"the global batch size {self.global_batch} does not divide by the world size "
+                              f"{world_size}")
+        self.rank, self.world_size, self.batch = rank, world_size, self.global_batch // world_size
+        self._alloc()
+
+    def buffers(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        return self._bufs
+
+    def adopt_buffers(self, pairs) -> None:
+        """Fill these (labels, indices) pairs instead (the backend's pinned memory)."""
+        pairs = [(np.asarray(lab), np.asarray(dat)) for lab, dat in pairs]
+        for (lab, dat), (mine_l, mine_d) in zip(pairs, self._bufs):
+            if lab.shape != mine_l.shape or dat.shape != mine_d.shape or dat.dtype != mine_d.dtype:
+                raise ConfigError(f"adopted buffers {lab.shape}/{dat.shape} {dat.dtype} do not match "
+                                  f"{mine_l.shape}/{mine_d.shape} {mine_d.dtype}")
+        self._bufs = pairs
+
+    def num_samples(self, train: bool) -> int:
+        labels = self._labels[train]
+        return 0 if labels is None else shard_size(len(labels), self.rank, self.world_size, pad=train)
+
+    def steps(self, train: bool) -> int:
+        return steps_for(self.num_samples(train), self.batch, self.drop_last and train)[0]
+
+    def last_batch(self, train: bool) -> int:
+        return steps_for(self.num_samples(train), self.batch, self.drop_last and train)[1]
+
+    def epoch_order(self, epoch: int, train: bool) -> np.ndarray:
+        """Dataset indices in the epoch's order: tr.data's Preprocessor.epoch_order for the same settings."""
+        n = len(self._labels[train])
+        order = shuffle_order(n, self.seed, epoch) if train and self.shuffle_train else np.arange(n, dtype=np.int64)
+        if self.world_size > 1:
+            order = order[shard_positions(n, self.rank, self.world_size, pad=train)]
+        return order
+
+    def epoch(self, epoch: int, train: bool) -> Iterator[tuple[int, int, int]]:
+        if self._labels[train] is None:
+            raise DataError("the data set has no validation split")
+        order = self.epoch_order(epoch, train).astype(np.int32)
+        labels_all = self._labels[train]
+        for k in range(self.steps(train)):
+            idx = order[k * self.batch:(k + 1) * self.batch]
+            labels, index = self._bufs[k % 2]
+            m = len(idx)
+            index[:m, 0, 0, 0] = idx
+            labels[:m] = labels_all[idx]
+            yield k, k % 2, m
+
+    def release(self, k: int) -> None:  # single-threaded: nothing to signal
+        pass
+
+    def close(self) -> None:
+        pass

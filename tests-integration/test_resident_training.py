@@ -1,0 +1,206 @@
+"""Training with device_augment (tr.task.resident, tr.graph.resident) on the CPU backend: the data set lives in
+the arena and augment_affine at the head of the step gathers and augments each batch.
+
+Against tr.data's worker pipeline for the same settings: the same samples in the same order with the same
+labels; against the op's reference (tr.backend.cpu.ops.augment.augment) on the batch's indices: the step's
+input exactly; reruns byte-identical; a sample's augmentation independent of the batch size; chains the device
+op does not implement refused at compile time, naming the transform."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from renaissance import (
+    GLOBAL_SETTING,
+    PREPROCESSOR_SETTING,
+    AdamW,
+    ConstantLR,
+    CrossEntropyLoss,
+    DeepLearningTask,
+    NormMode,
+    fc,
+    relu,
+    reset_global_settings,
+    seq,
+)
+from tr.backend.augment import AugmentSpec
+from tr.backend.cpu.ops.augment import augment
+from tr.core.errors import ConfigError
+from tr.data import (
+    MNIST,
+    ArrayDataset,
+    ColorJitter,
+    Compose,
+    Pad,
+    RandomCrop,
+    RandomErasing,
+    RandomHorizontalFlip,
+    RandomRotation,
+    RandomScale,
+    reset_preprocessor_settings,
+)
+from tr.data.seeds import seed_prefix
+from tr.task.pipeline import PipelineFeeder
+from tr.task.resident import ResidentFeeder
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAIN = (Pad(2), RandomCrop(28), RandomRotation(20, fill=0), RandomScale(0.8, 1.2), RandomErasing(0.5),
+         RandomHorizontalFlip())
+SPEC = AugmentSpec(pad=2, degrees=20.0, scale=(0.8, 1.2), erase_p=0.5, flip_p=0.5, mean=(0.1307,), std=(0.3081,),
+                   crop_slot=2, rotation_slot=3, scale_slot=4)
+SEED = 123
+
+
+@pytest.fixture(scope="module")
+def digits():
+    m = MNIST(ROOT / "data" / "mnist")
+    tr, va = m.load("train"), m.load("val")
+    return ArrayDataset((tr.images[:1000], tr.labels[:1000]), (va.images[:300], va.labels[:300]), num_classes=10)
+
+
+def configure(ds, chain=CHAIN, device=True, val=()):
+    reset_global_settings()
+    reset_preprocessor_settings()
+    GLOBAL_SETTING.manual_seed(SEED).global_batch_size(100)
+    s = PREPROCESSOR_SETTING.dataset(ds).preprocess_workers(2).normalization(NormMode.MNIST)
+    s.train_transforms(*chain).val_transforms(*val).device_augment(device)
+    return s
+
+
+def task(epochs=1, amp=False, batch=100, hook=None):
+    GLOBAL_SETTING.amp(amp).global_batch_size(batch)
+    t = DeepLearningTask().device("cpu").quiet().model(seq(fc(64, True), relu(), fc(10, True))) \
+        .loss(CrossEntropyLoss()).total_epochs(epochs).optimizer(AdamW()) \
+        .scheduler(ConstantLR().base_lr(1e-3))
+    if hook is not None:
+        t.on_step(hook)
+    return t.compile()
+
+
+def inputs_per_step(t):
+    """A hook that records (indices, labels, augmented input) after every training step."""
+    seen = []
+
+    def hook(_k, _result):
+        p, be = t[0].program, t[0].backend
+        seen.append((be.read(p.tensor("data_a")).reshape(-1), be.read(p.tensor("labels_a")).reshape(-1),
+                     be.read(p.tensor("aug_x")), be.read(p.tensor("data_b")).reshape(-1),
+                     be.read(p.tensor("labels_b")).reshape(-1)))
+    return seen, hook
+
+
+def test_same_samples_order_and_labels_as_the_worker_pipeline(digits):
+    s = configure(digits).commit()
+    res = ResidentFeeder(s, 100, SEED)
+    pipe = PipelineFeeder(s, 100, SEED)
+    try:
+        for epoch in (0, 3):
+            np.testing.assert_array_equal(res.epoch_order(epoch, True), pipe.pre.epoch_order(epoch, True))
+            for (k, b, n), (k2, b2, n2) in zip(res.epoch(epoch, True), pipe.epoch(epoch, True)):
+                assert (k, n) == (k2, n2)
+                np.testing.assert_array_equal(res.buffers()[b][0][:n], pipe.buffers()[b2][0][:n2])
+                pipe.release(k2)
+        assert res.steps(False) == pipe.steps(False) and res.last_batch(False) == pipe.last_batch(False)
+    finally:
+        pipe.close()
+
+
+def test_the_step_input_is_the_op_on_the_batch_and_near_the_workers(digits):
+    configure(digits)
+    box = []
+    seen, hook = inputs_per_step(box)
+    box.append(task(epochs=2, hook=hook))
+    t = box[0]
+    t.run()
+    images = digits.load("train").images
+    labels = digits.load("train").labels
+    assert len(seen) == 20
+    compose = Compose(list(CHAIN), NormMode.MNIST)
+    for k, (ia, la, x, ib, lb) in enumerate(seen):
+        idx, lab = (ia, la) if k % 2 == 0 else (ib, lb)  # step k reads buffer k % 2; aug_x is its batch
+        epoch = k // 10
+        np.testing.assert_array_equal(lab, labels[idx])
+        np.testing.assert_array_equal(x, augment(images, idx.astype(np.int64), seed_prefix(SEED, epoch), SPEC, 1))
+        if k in (0, 13):
+            workers = np.stack([compose(images[i], seed=SEED, epoch=epoch, index=int(i)) for i in idx])
+            assert np.abs(x - workers).mean() < 0.02 * float(workers.max() - workers.min())
+    order0 = np.concatenate([seen[k][0] if k % 2 == 0 else seen[k][3] for k in range(10)])
+    assert sorted(order0) == list(range(1000))  # each sample once per epoch
+
+
+def test_reruns_are_byte_identical_and_training_learns(digits):
+    results = []
+    for _ in range(2):
+        configure(digits)
+        t = task(epochs=3)
+        r = t.run()
+        results.append((r, t.weights()))
+    (r1, w1), (r2, w2) = results
+    assert w1.keys() == w2.keys() and all(np.array_equal(w1[k], w2[k]) for k in w1)
+    losses = [e.train_loss for e in r1.history]
+    assert losses == [e.train_loss for e in r2.history] and losses[-1] < losses[0]
+    assert r1.best_top1 > 0.5
+
+
+def test_a_sample_is_augmented_alike_in_batches_of_any_size(digits):
+    rows = []
+    for batch in (100, 40):
+        configure(digits)
+        box = []
+        seen, hook = inputs_per_step(box)
+        box.append(task(batch=batch, hook=hook))
+        box[0].run(1)
+        got = {}
+        for k, (ia, _la, x, ib, _lb) in enumerate(seen):
+            for j, i in enumerate(ia if k % 2 == 0 else ib):
+                got[int(i)] = x[j]
+        rows.append(got)
+    common = sorted(set(rows[0]) & set(rows[1]))
+    assert len(common) >= 300
+    for i in common:
+        np.testing.assert_array_equal(rows[0][i], rows[1][i])
+
+
+def test_amp_trains_on_fp16_input(digits):
+    configure(digits)
+    t = task(epochs=2, amp=True)
+    r = t.run()
+    assert t.program.tensor("aug_x").dtype.name == "FP16"
+    assert np.isfinite(r.history[-1].train_loss) and r.best_top1 > 0.3
+
+
+@pytest.mark.parametrize("chain, match", [
+    ((ColorJitter(0.4),), "ColorJitter.*has no device kernel"),
+    ((RandomScale(0.9, 1.1), RandomRotation(10)), "RandomRotation.*after a later geometric step"),
+    ((Pad(2, padding_mode="edge"), RandomCrop(28)), "Pad.*constant padding"),
+    ((RandomCrop(28, padding=(1, 2)),), "RandomCrop.*equally"),
+    ((Pad(2), RandomRotation(10), RandomCrop(28)), "Pad.*not followed by a RandomCrop"),
+    ((RandomRotation((-5, 20)),), "symmetric range"),
+])
+def test_chains_without_a_device_kernel_are_refused_naming_the_transform(digits, chain, match):
+    configure(digits, chain=chain)
+    with pytest.raises(ConfigError, match=match):
+        task()
+
+
+def test_val_transforms_and_ragged_data_are_refused(digits):
+    configure(digits, val=(RandomCrop(28, padding=1),))
+    with pytest.raises(ConfigError, match="val transforms"):
+        task()
+    imgs = [np.zeros((28, 28, 1), np.uint8), np.zeros((30, 28, 1), np.uint8)] * 50
+    ragged = ArrayDataset((imgs, [0, 1] * 50), num_classes=10)
+    configure(ragged, chain=(RandomCrop(28),))
+    with pytest.raises(ConfigError, match="ragged"):
+        task()
+
+
+def test_predict_runs_on_a_user_batch(digits):
+    configure(digits)
+    t = task(epochs=1)
+    t.run()
+    x = np.zeros((5, 28, 28, 1), np.float32)
+    out = t.predict(x, "logits")
+    assert out.shape == (5, 10) and np.isfinite(out).all()

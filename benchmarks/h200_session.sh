@@ -215,9 +215,12 @@ stage_mnist_twin() {  # the GPU-resident PyTorch twin of the MNIST MLP alone (no
   "$PY" benchmarks/mnist_torch_gpu.py --epochs "${TWIN_EPOCHS:-100}" --json "$OUT/mnist_torch_gpu.json"
 }
 
-stage_mnist() {  # the MNIST MLP: tr-device, tr on CPU workers, torchvision and the GPU-resident twin, one run
-  "$PY" benchmarks/mlp_mnist.py --epochs "${MNIST_EPOCHS:-100}" --workers "${MNIST_WORKERS-16}" --torch-epochs 2 \
-    --gpu-twin-epochs "${TWIN_EPOCHS:-100}" --json "$OUT/mlp_mnist.json"
+stage_mnist() {  # the MNIST MLP: tr-device, tr on CPU workers, torchvision and the GPU-resident twin; MNIST_RUNS runs
+  local r
+  for r in $(seq "${MNIST_RUNS:-1}"); do
+    "$PY" benchmarks/mlp_mnist.py --epochs "${MNIST_EPOCHS:-100}" --workers "${MNIST_WORKERS-16}" --torch-epochs 2 \
+      --gpu-twin-epochs "${TWIN_EPOCHS:-100}" --json "$OUT/mlp_mnist_$r.json" || return 1
+  done
 }
 
 stage_restests() {  # the device-augmentation GPU tests alone

@@ -1,5 +1,5 @@
 // augment_affine (tr/backend/augment.py has the rule, cpu/ops/augment.py the CPU twin): one block per sample.
-// Thread 0 draws the sample's parameters from the Philox streams tr.data's workers use (key =
+// Lane 0 of warps 0-3 draws the sample's parameters from the Philox streams tr.data's workers use (key =
 // splitmix64(prefix ^ index), each transform's stream at its chain slot << 32, the flip at 0, the erasing from
 // 16), with the workers' formulas in double; then every thread samples the source image once per output
 // pixel through the composed inverse map (RandomScale's resize and centre crop, the rotation about the centre,
@@ -44,57 +44,69 @@ __device__ long long center_offset(long long n, long long crop) {  // tr.data's,
   return static_cast<long long>(rint(double(n - crop) / 2.0));
 }
 
-__device__ Params draw(const Spec& s, unsigned long long key) {
-  Params p{};
-  p.nh = s.h;
-  p.nw = s.w;
-  p.ca = 1.0f;
-  if (s.pad > 0) {
-    Stream st{key, static_cast<unsigned long long>(s.crop_slot) << 32, 0};
-    p.dy = int(st.randint(0, 2 * s.pad)) - s.pad;
-    p.dx = int(st.randint(0, 2 * s.pad)) - s.pad;
-  }
-  if (s.degrees > 0.0) {
-    Stream st{key, static_cast<unsigned long long>(s.rotation_slot) << 32, 0};
-    const double th = st.uniform(-s.degrees, s.degrees) * (M_PI / 180.0);
-    p.ca = float(cos(th));
-    p.sa = float(sin(th));
-  }
-  if (s.scale_lo != 1.0 || s.scale_hi != 1.0) {
-    Stream st{key, static_cast<unsigned long long>(s.scale_slot) << 32, 0};
-    const double sc = st.uniform(s.scale_lo, s.scale_hi);
-    const long long nh = max(1LL, static_cast<long long>(rint(s.h * sc)));
-    const long long nw = max(1LL, static_cast<long long>(rint(s.w * sc)));
-    p.nh = int(nh);
-    p.nw = int(nw);
-    p.oy = int(nh > s.h ? center_offset(nh, s.h) : -((s.h - nh) / 2));
-    p.ox = int(nw > s.w ? center_offset(nw, s.w) : -((s.w - nw) / 2));
-  }
-  if (s.flip_p > 0.0) {
-    Stream st{key, 0, 0};
-    p.flip = st.uniform() < s.flip_p ? 1 : 0;
-  }
-  if (s.erase_p > 0.0) {  // torchvision.transforms.RandomErasing.get_params, with Philox draws
-    Stream st{key, 16, 0};
-    if (st.uniform() < s.erase_p) {
-      const double area = double(s.h) * double(s.w);
-      const double lr0 = log(s.erase_ratio_lo), lr1 = log(s.erase_ratio_hi);
-      for (int attempt = 0; attempt < 10; ++attempt) {
-        const double ea = area * st.uniform(s.erase_scale_lo, s.erase_scale_hi);
-        const double ar = exp(st.uniform(lr0, lr1));
-        const long long hh = static_cast<long long>(rint(sqrt(ea * ar)));
-        const long long ww = static_cast<long long>(rint(sqrt(ea / ar)));
-        if (!(hh < s.h && ww < s.w)) continue;
-        p.ei = int(st.randint(0, s.h - hh));
-        p.ej = int(st.randint(0, s.w - ww));
-        p.eh = int(hh);
-        p.ew = int(ww);
-        break;
+// The draws of one sample, each transform's stream by lane 0 of its own warp (`part`): the streams are
+// independent, so the block waits for the slowest one (the erasing's attempts) instead of their sum.
+__device__ void draw(const Spec& s, unsigned long long key, int part, Params& p) {
+  if (part == 0) {
+    p.dy = p.dx = 0;
+    if (s.pad > 0) {
+      Stream st{key, static_cast<unsigned long long>(s.crop_slot) << 32, 0};
+      p.dy = int(st.randint(0, 2 * s.pad)) - s.pad;
+      p.dx = int(st.randint(0, 2 * s.pad)) - s.pad;
+    }
+    p.flip = 0;
+    if (s.flip_p > 0.0) {
+      Stream st{key, 0, 0};
+      p.flip = st.uniform() < s.flip_p ? 1 : 0;
+    }
+  } else if (part == 1) {
+    p.ca = 1.0f;
+    p.sa = 0.0f;
+    if (s.degrees > 0.0) {
+      Stream st{key, static_cast<unsigned long long>(s.rotation_slot) << 32, 0};
+      const double th = st.uniform(-s.degrees, s.degrees) * (M_PI / 180.0);
+      p.ca = float(cos(th));
+      p.sa = float(sin(th));
+    }
+  } else if (part == 2) {
+    p.nh = s.h;
+    p.nw = s.w;
+    p.oy = p.ox = 0;
+    if (s.scale_lo != 1.0 || s.scale_hi != 1.0) {
+      Stream st{key, static_cast<unsigned long long>(s.scale_slot) << 32, 0};
+      const double sc = st.uniform(s.scale_lo, s.scale_hi);
+      const long long nh = max(1LL, static_cast<long long>(rint(s.h * sc)));
+      const long long nw = max(1LL, static_cast<long long>(rint(s.w * sc)));
+      p.nh = int(nh);
+      p.nw = int(nw);
+      p.oy = int(nh > s.h ? center_offset(nh, s.h) : -((s.h - nh) / 2));
+      p.ox = int(nw > s.w ? center_offset(nw, s.w) : -((s.w - nw) / 2));
+    }
+  } else if (part == 3) {
+    p.ei = p.ej = p.eh = p.ew = 0;
+    if (s.erase_p > 0.0) {  // torchvision.transforms.RandomErasing.get_params, with Philox draws
+      Stream st{key, 16, 0};
+      if (st.uniform() < s.erase_p) {
+        const double area = double(s.h) * double(s.w);
+        const double lr0 = log(s.erase_ratio_lo), lr1 = log(s.erase_ratio_hi);
+        for (int attempt = 0; attempt < 10; ++attempt) {
+          const double ea = area * st.uniform(s.erase_scale_lo, s.erase_scale_hi);
+          const double ar = exp(st.uniform(lr0, lr1));
+          const long long hh = static_cast<long long>(rint(sqrt(ea * ar)));
+          const long long ww = static_cast<long long>(rint(sqrt(ea / ar)));
+          if (!(hh < s.h && ww < s.w)) continue;
+          p.ei = int(st.randint(0, s.h - hh));
+          p.ej = int(st.randint(0, s.w - ww));
+          p.eh = int(hh);
+          p.ew = int(ww);
+          break;
+        }
       }
     }
   }
-  return p;
 }
+
+constexpr int kDrawParts = 4;  // the block needs at least kDrawParts warps
 
 template <class TY>
 __global__ void augment_kernel(const unsigned char* __restrict__ src, const int* __restrict__ index,
@@ -102,11 +114,12 @@ __global__ void augment_kernel(const unsigned char* __restrict__ src, const int*
   __shared__ Params sp;
   __shared__ int sidx;
   const int b = blockIdx.x;
-  if (threadIdx.x == 0) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0 && warp < kDrawParts) {
     int i = index[b];
     if (i < 0 || i >= s.n) i = -1;  // a corrupt order reads nothing: the sample is all zeros before normalising
-    sidx = i;
-    sp = draw(s, kern::splitmix64(*key ^ static_cast<unsigned long long>(i < 0 ? 0 : i)));
+    if (warp == 0) sidx = i;
+    draw(s, kern::splitmix64(*key ^ static_cast<unsigned long long>(i < 0 ? 0 : i)), warp, sp);
   }
   __syncthreads();
   const Params p = sp;
@@ -191,6 +204,7 @@ std::unique_ptr<Op> augment_affine(Context&, const OpArgs& args) {
     if (batch == 0) return;
     kern::dispatch_float(ydt, args, "y", [&](auto ty) {
       using TY = typename decltype(ty)::type;
+      static_assert(256 >= 32 * kDrawParts, "a warp per draw");
       augment_kernel<TY><<<static_cast<unsigned>(batch), 256, 0, st>>>(src, index, key, static_cast<TY*>(y), s);
     });
     check_launch("augment_affine");

@@ -51,9 +51,14 @@ def test_streams():
 
 
 def test_regions_in_seed_order():
-    assert NUM_REGIONS == 69
-    assert Region.B_PREV_MEAN == 0 and Region.W_DEEP_CONV == 11 and Region.R_RESULT == 30
-    assert Region.I_A_LABEL == 49 and Region.R_RESULT_ACCUMULATED == 67
+    """The seed's 68 in its order, with A_FC_BIAS (FP16 biases for the fused epilogues) before the A weights and
+    D_RESIDENT (device-resident data sets) last."""
+    assert NUM_REGIONS == 70
+    assert Region.B_PREV_MEAN == 0 and Region.W_DEEP_CONV == 11 and Region.R_RESULT == 31
+    assert Region.A_FC_BIAS + 1 == Region.A_FC_WEIGHT and Region.W_FC_BIAS + 1 == Region.W_FC_WEIGHT
+    assert Region.I_A_LABEL == 50 and Region.R_RESULT_ACCUMULATED == 68 and Region.D_RESIDENT == 69
+    seed = [r for r in Region if r not in (Region.A_FC_BIAS, Region.D_RESIDENT)]
+    assert len(seed) == 68 and seed == sorted(seed)
     assert Region.G_DEEP_CONV_FP16.group == "G" and Region.S_MASK.group == "S"
 
 

@@ -97,8 +97,11 @@ def test_amp_placement():
     # the relu mask is recomputed from the conv output: the layer's output is not read by its backward
     assert bwd[0].args["y"] is None and bwd[0].args["beta"].name == "L0.beta" and bwd[0].args["x"].name == "L0.conv_y"
     assert bwd[-1].args["dw"].region == R.G_FIRST_CONV_FP16
+    # the FC's weight gradient is FP32 from its GEMM: only the first conv's FP16 gradient is cast
+    assert t["L4.w.grad"].region == R.G_FC_WEIGHT and "L4.w.grad16" not in t
+    assert t["L4.b.fp16"].region == R.A_FC_BIAS and t["L4.b.fp16"].dtype == DType.FP16
     for gid, src, dst in ((G.CAST_DEEP_GRAD_FP16_TO_FP32, R.G_DEEP_CONV_FP16, R.G_DEEP_CONV),
-                          (G.CAST_FIRST_GRAD_FP16_TO_FP32, R.G_FC_WEIGHT_FP16, R.G_FC_WEIGHT)):
+                          (G.CAST_FIRST_GRAD_FP16_TO_FP32, R.G_FIRST_CONV_FP16, R.G_FIRST_CONV)):
         (c,) = p.calls("train", gid)
         assert c.args["src"].first == src and c.args["dst"].first == dst
         assert (c.attrs["src_dtype"], c.attrs["dst_dtype"]) == (DType.FP16, DType.FP32)

@@ -59,6 +59,8 @@ def test_ema_inference_reads_the_twins(amp):
                     y = cb.args[k]
                     if x is None or x.region.group not in "WA" or x.region in (R.W_EQ_BIAS, R.W_EQ_SCALE):
                         assert y == x
+                    elif x.region is R.A_FC_BIAS:  # FP16 biases have no EMA twin: the FP32 EMA bias
+                        assert y.name == x.name.removesuffix(".fp16") + ".ema" and y.region is R.E_FC_BIAS
                     elif x.region.group == "A":
                         assert y.name == x.name.removesuffix(".fp16") + ".ema16" and y.region in E_FP16
                     else:

@@ -21,7 +21,7 @@ def test_regions_in_enum_order_and_aligned():
     assert layout.regions[Region.W_FC_BIAS] == (0, 256)  # W_FC_BIAS comes before W_FC_WEIGHT
     assert off == {"b": 0, "w": 256, "g": 768, "x": 1280, "y": 1536}
     assert layout.region_bytes(Region.F_FEATURE_FP32) == 1024  # the pool extent is rounded to 256
-    assert len(layout.regions) == 69 and layout.total_bytes == 2304
+    assert len(layout.regions) == 70 and layout.total_bytes == 2304
     with pytest.raises(CompileError, match="multiple of 256"):
         mp.alloc("odd", Region.W_FC_BIAS, 100)
 
@@ -63,13 +63,14 @@ def test_compiled_fp32_slots_are_twice_fp16(models):
     p = compile_program(models.resnet50, mlp_spec(input_shape=(64, 64, 3), num_classes=1000, batch=8, amp=True))
     by = {t.name: t for t in p.tensors}
     twins = [(t, by[t.name + ".grad16"]) for t in p.tensors if t.name + ".grad16" in by]
-    assert len(twins) == 54  # 53 convs + 1 fc
+    assert len(twins) == 53  # the convs (an FC's GEMM writes its FP32 weight gradient)
     for w, g16 in twins:
         assert w.slot_bytes == 2 * g16.slot_bytes
         assert by[w.name + ".grad"].slot_bytes == w.slot_bytes == 2 * by[w.name + ".fp16"].slot_bytes
     lay = p.layout
     for a, b in ((Region.G_DEEP_CONV, Region.G_DEEP_CONV_FP16), (Region.W_DEEP_CONV, Region.A_DEEP_CONV),
-                 (Region.W_FC_WEIGHT, Region.A_FC_WEIGHT), (Region.G_FIRST_CONV, Region.G_FIRST_CONV_FP16)):
+                 (Region.W_FC_WEIGHT, Region.A_FC_WEIGHT), (Region.G_FIRST_CONV, Region.G_FIRST_CONV_FP16),
+                 (Region.W_FC_BIAS, Region.A_FC_BIAS)):
         assert lay.region_bytes(a) == 2 * lay.region_bytes(b) > 0
 
 

@@ -37,11 +37,13 @@ def ema_key(key: str) -> str:
 def ema_twins(keys_by_twin: list[tuple[str, str]]) -> dict[str, str]:
     """(key, twin role) of the declared tensors -> {master or FP16 working copy key: its EMA twin's key}."""
     out = {}
+    declared = {key for key, _ in keys_by_twin}
     for key, twin in keys_by_twin:
         if twin == "w":
             out[key] = ema_key(key)
-        elif twin == "a":  # "<master>.fp16" -> "<master>.ema16"
-            out[key] = key.removesuffix(".fp16") + ".ema16"
+        elif twin == "a":  # "<master>.fp16" -> "<master>.ema16", or the FP32 EMA master where it has no FP16 twin
+            master = key.removesuffix(".fp16")
+            out[key] = master + ".ema16" if master + ".ema16" in declared else ema_key(master)
     return out
 
 

@@ -21,6 +21,8 @@ from tr.core.graph_id import GraphId
 from tr.core.ops import RegionSpan
 from tr.core.region import (
     ALL_GRADS,
+    AMP_CAST_SOURCE,
+    AMP_WEIGHTS,
     BIAS_LIKE_WEIGHTS,
     BN_NEXT_STATS,
     DECAYED_WEIGHTS,
@@ -229,10 +231,9 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
     if spec.amp and has(Region.G_DEEP_CONV_FP16):
         g[GraphId.CAST_DEEP_GRAD_FP16_TO_FP32] = [
             _op("range_cast", fp16, src=span(Region.G_DEEP_CONV_FP16), dst=span(Region.G_DEEP_CONV))]
-    if spec.amp and has(Region.G_FC_WEIGHT_FP16, Region.G_FIRST_CONV_FP16):
+    if spec.amp and has(Region.G_FIRST_CONV_FP16):  # (FC weight gradients are FP32 already: layers/base.py)
         g[GraphId.CAST_FIRST_GRAD_FP16_TO_FP32] = [
-            _op("range_cast", fp16, src=span(Region.G_FC_WEIGHT_FP16, Region.G_FIRST_CONV_FP16),
-                dst=span(Region.G_FC_WEIGHT, Region.G_FIRST_CONV))]
+            _op("range_cast", fp16, src=span(Region.G_FIRST_CONV_FP16), dst=span(Region.G_FIRST_CONV))]
     g[GraphId.FIRST_COMM] = [_op("range_allreduce_mean", span=span(*GRAD_BUCKET_2), label="gradient bucket 2")]
     g[GraphId.DEEP_COMM] = [_op("range_allreduce_mean", span=span(*GRAD_BUCKET_1),
                                 label="gradient bucket 1 and the step result")]
@@ -250,9 +251,9 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
         g[GraphId.UPDATE_STATS] = [_op("range_copy", src=span(*BN_NEXT_STATS),
                                        dst=span(Region.B_PREV_MEAN, Region.B_PREV_VAR), flag="nan_flag")]
     g[GraphId.OPTIMIZER] = _optimizer(spec, has, lars_weights)
-    if spec.amp and has(Region.A_FC_WEIGHT, Region.A_FIRST_CONV, Region.A_DEEP_CONV):
-        g[GraphId.CAST_MAIN_FP32_TO_FP16] = [_op("range_cast", fp32, src=span(*DECAYED_WEIGHTS),
-                                                 dst=span(Region.A_FC_WEIGHT, Region.A_DEEP_CONV))]
+    if spec.amp and has(*region_range(*AMP_WEIGHTS)):  # FC biases and every decayed weight, one range
+        g[GraphId.CAST_MAIN_FP32_TO_FP16] = [_op("range_cast", fp32, src=span(*AMP_CAST_SOURCE),
+                                                 dst=span(*AMP_WEIGHTS))]
     g[GraphId.ACCUM_METRICS_TRAIN_LAST] = accum_metrics("batch_train_last", train=True)
     g[GraphId.ACCUM_METRICS_VAL_LAST] = accum_metrics("batch_val_last", train=False)
     g[GraphId.VAL_RESULT_COMM] = [_op("range_allreduce_mean", span=span(Region.R_RESULT_ACCUMULATED))]

@@ -63,9 +63,12 @@ class Decl:
 
 # group -> (master, grad FP32, grad FP16, AMP copy, first moment, second moment, LARS ratio)
 PARAM_GROUPS: dict[str, tuple[Region, Region, Region | None, Region | None, Region, Region, Region | None]] = {
-    "fc_w": (Region.W_FC_WEIGHT, Region.G_FC_WEIGHT, Region.G_FC_WEIGHT_FP16, Region.A_FC_WEIGHT,
+    # An FC's GEMMs write FP32 weight gradients (FP16 inputs, FP32 output, so the bias gradient fuses into the dw
+    # GEMM: cuBLASLt's BGRADB epilogue writes the bias gradient in the output's type) and read FP16 biases (its
+    # BIAS epilogues take the output's type), so under AMP fc_w has no FP16 gradient and fc_b an FP16 copy.
+    "fc_w": (Region.W_FC_WEIGHT, Region.G_FC_WEIGHT, None, Region.A_FC_WEIGHT,
              Region.M_FC_WEIGHT, Region.V_FC_WEIGHT, Region.N_FC_WEIGHT),
-    "fc_b": (Region.W_FC_BIAS, Region.G_FC_BIAS, None, None, Region.M_FC_BIAS, Region.V_FC_BIAS, None),
+    "fc_b": (Region.W_FC_BIAS, Region.G_FC_BIAS, None, Region.A_FC_BIAS, Region.M_FC_BIAS, Region.V_FC_BIAS, None),
     "first_conv": (Region.W_FIRST_CONV, Region.G_FIRST_CONV, Region.G_FIRST_CONV_FP16, Region.A_FIRST_CONV,
                    Region.M_FIRST_CONV, Region.V_FIRST_CONV, Region.N_FIRST_CONV),
     "deep_conv": (Region.W_DEEP_CONV, Region.G_DEEP_CONV, Region.G_DEEP_CONV_FP16, Region.A_DEEP_CONV,
@@ -119,7 +122,7 @@ class DeclCtx:
             out.append(Decl(local + ".ratio", n, DType.FP32, Shape(1, 1, 1, 1), group=group, twin="n"))
         if self.ema:  # the E twin sits at its master's offset within the E regions (tr.graph.ema)
             out.append(Decl(local + ".ema", Region(w + E_OFFSET), DType.FP32, shape, group=group, twin="e"))
-            if self.amp and a is not None:
+            if self.amp and w in E_FP16:  # (FP16 biases have no EMA twin: EMA inference reads the FP32 one)
                 out.append(Decl(local + ".ema16", E_FP16[w], DType.FP16, shape, group=group, twin="e16"))
         return out
 

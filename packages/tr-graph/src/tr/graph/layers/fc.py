@@ -35,7 +35,7 @@ class FCKind(LayerKind):
         return decls
 
     def forward(self, layer, io: IO) -> None:
-        b = io.t("b") if layer.params["bias"] else None
+        b = io.w("b") if layer.params["bias"] else None  # FP16 under AMP: the GEMM's epilogue adds it
         io.op("fc_fwd", {"activation": layer.params.get("activation")}, x=io.x[0], w=io.w("w"), b=b, y=io.y)
 
     def backward(self, layer, io: IO) -> list[str | None]:
@@ -50,6 +50,6 @@ class FCKind(LayerKind):
         return [dx]
 
     def inference(self, layer, io: IO) -> str:
-        b = io.t("b") if layer.params["bias"] else None
+        b = io.w("b") if layer.params["bias"] else None
         io.op("fc_fwd", {"activation": layer.params.get("activation")}, x=io.x[0], w=io.w("w"), b=b, y=io.y)
         return io.y

@@ -3,7 +3,8 @@
 fc_fwd is one cuBLASLt matmul with the bias (and ReLU) epilogue; fc_bwd one matmul for dw with the BGRADB
 epilogue for db, and one for dx. Where cuBLASLt offers no fused algorithm, the native op adds a bias/ReLU or
 column-sum kernel (csrc/ops/fc.cu). FP32 computes in FP32, or TF32 with ``CudaBackend(use_tf32=True)``;
-FP16/BF16 inputs accumulate in FP32 (AMP: FP16 x and w, FP32 bias, FP16 or FP32 y; dw may be FP32).
+FP16/BF16 inputs accumulate in FP32 (AMP: FP16 x, w and bias, so the epilogue fuses; FP16 or FP32 y; dw FP32,
+so BGRADB writes the FP32 bias gradient).
 """
 
 from __future__ import annotations

@@ -219,7 +219,7 @@ stage_mnist() {  # the MNIST MLP: tr-device, tr on CPU workers, torchvision and 
   local r
   for r in $(seq "${MNIST_RUNS:-1}"); do
     "$PY" benchmarks/mlp_mnist.py --epochs "${MNIST_EPOCHS:-100}" --workers "${MNIST_WORKERS-16}" --torch-epochs 2 \
-      --gpu-twin-epochs "${TWIN_EPOCHS:-100}" --json "$OUT/mlp_mnist_$r.json" || return 1
+      --gpu-twin-epochs "${TWIN_EPOCHS:-100}" --seeds "${MNIST_SEEDS:-123}" --json "$OUT/mlp_mnist_$r.json" || return 1
   done
 }
 

@@ -44,7 +44,7 @@ def emit(framework, metric, value, **extra):
                       "date": datetime.date.today().isoformat(), **extra}), flush=True)
 
 
-def run_tr(epochs: int, workers: int, device: str, device_augment: bool = False) -> dict:
+def run_tr(epochs: int, workers: int, device: str, device_augment: bool = False, seed: int = 123) -> dict:
     """tr end to end. ``device_augment``: the data set in the arena, the chain inside the captured step
     (PREPROCESSOR_SETTING.device_augment; ``workers`` then only loads the files)."""
     from renaissance import (
@@ -69,7 +69,7 @@ def run_tr(epochs: int, workers: int, device: str, device_augment: bool = False)
 
     reset_global_settings()
     reset_preprocessor_settings()
-    GLOBAL_SETTING.amp(True).manual_seed(123).global_batch_size(BATCH).input_resolution(28)
+    GLOBAL_SETTING.amp(True).manual_seed(seed).global_batch_size(BATCH).input_resolution(28)
     PREPROCESSOR_SETTING.dataset("mnist", str(DATA)).preprocess_workers(workers).normalization(NormMode.MNIST) \
         .train_transforms(Pad(2), RandomCrop(28), RandomRotation(20.0, 0), RandomScale(0.8, 1.2),
                           RandomErasing(0.5)).device_augment(device_augment).commit()
@@ -202,6 +202,7 @@ def main() -> None:
     ap.add_argument("--workers", default="8,16", help="worker counts of the CPU-pipeline rows ('' for none)")
     ap.add_argument("--tr-device-augment", action=argparse.BooleanOptionalAction, default=True,
                     help="also the tr row with the data set and its augmentation on the device (first)")
+    ap.add_argument("--seeds", default="123", help="the tr-device row once per seed (comma-separated)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-tr", action="store_true")
@@ -215,10 +216,11 @@ def main() -> None:
         emit(framework, metric, value, **extra)
 
     tr_rates = []
-    if args.tr_device_augment and not args.skip_tr:
-        r = run_tr(args.epochs, 1, args.device, device_augment=True)
+    for seed in (int(x) for x in args.seeds.split(",") if args.tr_device_augment and not args.skip_tr):
+        r = run_tr(args.epochs, 1, args.device, device_augment=True, seed=seed)
         tr_rates.append(r["epochs_per_s"])
-        out("tr-device", "epochs_per_s", r["epochs_per_s"], **{k: v for k, v in r.items() if k != "epochs_per_s"})
+        out("tr-device", "epochs_per_s", r["epochs_per_s"], seed=seed,
+            **{k: v for k, v in r.items() if k != "epochs_per_s"})
     for w in (int(x) for x in args.workers.split(",") if x):
         r = None
         if not args.skip_tr:

@@ -5,56 +5,21 @@ task learns."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from resident_chain import SPEC, configure, digits, task
 
-from renaissance import (
-    GLOBAL_SETTING,
-    PREPROCESSOR_SETTING,
-    AdamW,
-    ConstantLR,
-    CrossEntropyLoss,
-    DeepLearningTask,
-    NormMode,
-    fc,
-    relu,
-    reset_global_settings,
-    seq,
-)
-from tr.backend.augment import AugmentSpec
 from tr.backend.cpu.ops.augment import augment
-from tr.data import (
-    MNIST,
-    ArrayDataset,
-    Pad,
-    RandomCrop,
-    RandomErasing,
-    RandomHorizontalFlip,
-    RandomRotation,
-    RandomScale,
-    reset_preprocessor_settings,
-)
 from tr.data.seeds import seed_prefix
 
 pytestmark = pytest.mark.gpu
-ROOT = Path(__file__).resolve().parents[1]
-CHAIN = (Pad(2), RandomCrop(28), RandomRotation(20, fill=0), RandomScale(0.8, 1.2), RandomErasing(0.5),
-         RandomHorizontalFlip())
-SPEC = AugmentSpec(pad=2, degrees=20.0, scale=(0.8, 1.2), erase_p=0.5, flip_p=0.5, mean=(0.1307,), std=(0.3081,),
-                   crop_slot=2, rotation_slot=3, scale_slot=4)
 SEED = 77
 
 
 def _run(amp: bool, epochs: int = 2):
-    m = MNIST(ROOT / "data" / "mnist")
-    tr, va = m.load("train"), m.load("val")
-    ds = ArrayDataset((tr.images[:2000], tr.labels[:2000]), (va.images[:500], va.labels[:500]), num_classes=10)
-    reset_global_settings()
-    reset_preprocessor_settings()
-    GLOBAL_SETTING.manual_seed(SEED).global_batch_size(200).amp(amp)
-    PREPROCESSOR_SETTING.dataset(ds).normalization(NormMode.MNIST).train_transforms(*CHAIN).device_augment(True)
+    ds = digits(2000, 500)
+    train = ds.load("train")
+    configure(ds, seed=SEED)
     seen = []
     box = []
 
@@ -64,12 +29,10 @@ def _run(amp: bool, epochs: int = 2):
         seen.append((be.read(p.tensor(f"data_{ab}")).reshape(-1), be.read(p.tensor(f"labels_{ab}")).reshape(-1),
                      be.read(p.tensor("aug_x"))))
 
-    t = DeepLearningTask().device("cuda").quiet().model(seq(fc(256, True), relu(), fc(10, True))) \
-        .loss(CrossEntropyLoss()).total_epochs(epochs).optimizer(AdamW()).scheduler(ConstantLR().base_lr(1e-3))
-    t.on_step(hook)
-    box.append(t.compile())
+    t = task("cuda", epochs=epochs, amp=amp, batch=200, hook=hook, hidden=256)
+    box.append(t)
     r = t.run()
-    return t, r, seen, tr.images[:2000], tr.labels[:2000]
+    return t, r, seen, train.images, train.labels
 
 
 @pytest.mark.parametrize("amp", [False, True])

@@ -8,76 +8,25 @@ op does not implement refused at compile time, naming the transform."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from resident_chain import CHAIN, SPEC, configure, task
+from resident_chain import digits as mnist_digits
 
-from renaissance import (
-    GLOBAL_SETTING,
-    PREPROCESSOR_SETTING,
-    AdamW,
-    ConstantLR,
-    CrossEntropyLoss,
-    DeepLearningTask,
-    NormMode,
-    fc,
-    relu,
-    reset_global_settings,
-    seq,
-)
-from tr.backend.augment import AugmentSpec
+from renaissance import NormMode
 from tr.backend.cpu.ops.augment import augment
 from tr.core.errors import ConfigError
-from tr.data import (
-    MNIST,
-    ArrayDataset,
-    ColorJitter,
-    Compose,
-    Pad,
-    RandomCrop,
-    RandomErasing,
-    RandomHorizontalFlip,
-    RandomRotation,
-    RandomScale,
-    reset_preprocessor_settings,
-)
+from tr.data import ArrayDataset, ColorJitter, Compose, Pad, RandomCrop, RandomRotation, RandomScale
 from tr.data.seeds import seed_prefix
 from tr.task.pipeline import PipelineFeeder
 from tr.task.resident import ResidentFeeder
 
-ROOT = Path(__file__).resolve().parents[1]
-CHAIN = (Pad(2), RandomCrop(28), RandomRotation(20, fill=0), RandomScale(0.8, 1.2), RandomErasing(0.5),
-         RandomHorizontalFlip())
-SPEC = AugmentSpec(pad=2, degrees=20.0, scale=(0.8, 1.2), erase_p=0.5, flip_p=0.5, mean=(0.1307,), std=(0.3081,),
-                   crop_slot=2, rotation_slot=3, scale_slot=4)
 SEED = 123
 
 
 @pytest.fixture(scope="module")
 def digits():
-    m = MNIST(ROOT / "data" / "mnist")
-    tr, va = m.load("train"), m.load("val")
-    return ArrayDataset((tr.images[:1000], tr.labels[:1000]), (va.images[:300], va.labels[:300]), num_classes=10)
-
-
-def configure(ds, chain=CHAIN, device=True, val=()):
-    reset_global_settings()
-    reset_preprocessor_settings()
-    GLOBAL_SETTING.manual_seed(SEED).global_batch_size(100)
-    s = PREPROCESSOR_SETTING.dataset(ds).preprocess_workers(2).normalization(NormMode.MNIST)
-    s.train_transforms(*chain).val_transforms(*val).device_augment(device)
-    return s
-
-
-def task(epochs=1, amp=False, batch=100, hook=None):
-    GLOBAL_SETTING.amp(amp).global_batch_size(batch)
-    t = DeepLearningTask().device("cpu").quiet().model(seq(fc(64, True), relu(), fc(10, True))) \
-        .loss(CrossEntropyLoss()).total_epochs(epochs).optimizer(AdamW()) \
-        .scheduler(ConstantLR().base_lr(1e-3))
-    if hook is not None:
-        t.on_step(hook)
-    return t.compile()
+    return mnist_digits(1000, 300)
 
 
 def inputs_per_step(t):

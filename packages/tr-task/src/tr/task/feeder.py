@@ -25,7 +25,7 @@ from tr.core.errors import ConfigError, DataError
 from tr.data.labels import check_labels
 from tr.data.sharding import check_shard, shard_positions, shard_size
 
-__all__ = ["ArrayFeeder", "Feeder", "check_labels", "shard_positions", "shard_size", "steps_for"]
+__all__ = ["ArrayFeeder", "Feeder", "InMemoryFeeder", "check_labels", "shard_positions", "shard_size", "steps_for"]
 
 
 class Feeder(Protocol):
@@ -54,7 +54,50 @@ def steps_for(samples: int, batch: int, drop_last: bool) -> tuple[int, int]:
     return steps, samples - (steps - 1) * batch
 
 
-class ArrayFeeder:
+class InMemoryFeeder:
+    """What the single-threaded feeders of in-memory data share: two (labels, data) staging pairs, filled by
+    the caller's thread, and the epoch's counts of a rank's share. A subclass sets ``batch``, ``rank``,
+    ``world_size``, ``drop_last`` and ``_bufs`` and says how many samples a split has (``_split_size``)."""
+
+    batch: int
+    rank: int
+    world_size: int
+    drop_last: bool
+    _bufs: list[tuple[np.ndarray, np.ndarray]]
+
+    def _split_size(self, train: bool) -> int | None:  # None: no such split
+        raise NotImplementedError
+
+    def buffers(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        return self._bufs
+
+    def adopt_buffers(self, pairs) -> None:
+        """Fill these (labels, data) pairs instead (e.g. pinned memory from the backend)."""
+        pairs = [(np.asarray(lab), np.asarray(dat)) for lab, dat in pairs]
+        for (lab, dat), (mine_l, mine_d) in zip(pairs, self._bufs):
+            if lab.shape != mine_l.shape or dat.shape != mine_d.shape or dat.dtype != mine_d.dtype:
+                raise ConfigError(f"adopted buffers {lab.shape}/{dat.shape} {dat.dtype} do not match "
+                                  f"{mine_l.shape}/{mine_d.shape} {mine_d.dtype}")
+        self._bufs = pairs
+
+    def num_samples(self, train: bool) -> int:
+        n = self._split_size(train)
+        return 0 if n is None else shard_size(n, self.rank, self.world_size, pad=train)
+
+    def steps(self, train: bool) -> int:
+        return steps_for(self.num_samples(train), self.batch, self.drop_last and train)[0]
+
+    def last_batch(self, train: bool) -> int:
+        return steps_for(self.num_samples(train), self.batch, self.drop_last and train)[1]
+
+    def release(self, k: int) -> None:  # single-threaded: nothing to signal
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class ArrayFeeder(InMemoryFeeder):
     """Feeds normalised in-memory arrays: x [N, H, W, C] float32, y [N] int labels."""
 
     def __init__(self, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray] | None,
@@ -118,27 +161,9 @@ class ArrayFeeder:
     def dtype(self) -> np.dtype:
         return self._bufs[0][1].dtype
 
-    def buffers(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        return self._bufs
-
-    def adopt_buffers(self, pairs) -> None:
-        """Fill these (labels, data) pairs instead (e.g. pinned memory from the backend)."""
-        pairs = [(np.asarray(lab), np.asarray(dat)) for lab, dat in pairs]
-        for (lab, dat), (mine_l, mine_d) in zip(pairs, self._bufs):
-            if lab.shape != mine_l.shape or dat.shape != mine_d.shape or dat.dtype != mine_d.dtype:
-                raise ConfigError(f"adopted buffers {lab.shape}/{dat.shape} {dat.dtype} do not match "
-                                  f"{mine_l.shape}/{mine_d.shape} {mine_d.dtype}")
-        self._bufs = pairs
-
-    def num_samples(self, train: bool) -> int:
+    def _split_size(self, train: bool) -> int | None:
         s = self._sets[train]
-        return 0 if s is None else shard_size(len(s[1]), self.rank, self.world_size, pad=train)
-
-    def steps(self, train: bool) -> int:
-        return steps_for(self.num_samples(train), self.batch, self.drop_last and train)[0]
-
-    def last_batch(self, train: bool) -> int:
-        return steps_for(self.num_samples(train), self.batch, self.drop_last and train)[1]
+        return None if s is None else len(s[1])
 
     def epoch(self, epoch: int, train: bool) -> Iterator[tuple[int, int, int]]:
         x, y = self._sets[train]
@@ -155,9 +180,3 @@ class ArrayFeeder:
             labels[:m] = y[idx]
             np.copyto(data[:m], x[idx], casting="same_kind")
             yield k, k % 2, m
-
-    def release(self, k: int) -> None:  # single-threaded: nothing to signal
-        pass
-
-    def close(self) -> None:
-        pass

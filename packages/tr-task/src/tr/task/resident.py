@@ -29,9 +29,9 @@ from tr.data.fused import norm_constants
 from tr.data.labels import check_labels
 from tr.data.seeds import seed_prefix, shuffle_order
 from tr.data.settings import PreprocessorSettings
-from tr.data.sharding import check_shard, shard_positions, shard_size
+from tr.data.sharding import check_shard, shard_positions
 from tr.graph.resident import KEY, TRAIN_SET, VAL_SET, ResidentInput
-from tr.task.feeder import steps_for
+from tr.task.feeder import InMemoryFeeder
 
 MAX_CHANNELS = 4  # augment_affine's (tr.backend.augment.MAX_CHANNELS)
 DEVICE_CHAIN = ("Pad + RandomCrop (the image's size, constant fill 0), RandomRotation (-d, d) and RandomScale "
@@ -115,7 +115,7 @@ def _norm_attrs(normalization: Any, c: int, pad_channels: int | None) -> dict[st
     return {"mean": tuple(float(v) for v in mean), "std": tuple(float(v) for v in std)}
 
 
-class ResidentFeeder:
+class ResidentFeeder(InMemoryFeeder):
     """Feeds a plan with a resident input (tr.graph.resident): labels and dataset indices per batch."""
 
     def __init__(self, pre_settings: PreprocessorSettings, batch: int, seed: int | None = None) -> None:
@@ -185,27 +185,9 @@ class ResidentFeeder:
         self.rank, self.world_size, self.batch = rank, world_size, self.global_batch // world_size
         self._alloc()
 
-    def buffers(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        return self._bufs
-
-    def adopt_buffers(self, pairs) -> None:
-        """Fill these (labels, indices) pairs instead (the backend's pinned memory)."""
-        pairs = [(np.asarray(lab), np.asarray(dat)) for lab, dat in pairs]
-        for (lab, dat), (mine_l, mine_d) in zip(pairs, self._bufs):
-            if lab.shape != mine_l.shape or dat.shape != mine_d.shape or dat.dtype != mine_d.dtype:
-                raise ConfigError(f"adopted buffers {lab.shape}/{dat.shape} {dat.dtype} do not match "
-                                  f"{mine_l.shape}/{mine_d.shape} {mine_d.dtype}")
-        self._bufs = pairs
-
-    def num_samples(self, train: bool) -> int:
+    def _split_size(self, train: bool) -> int | None:
         labels = self._labels[train]
-        return 0 if labels is None else shard_size(len(labels), self.rank, self.world_size, pad=train)
-
-    def steps(self, train: bool) -> int:
-        return steps_for(self.num_samples(train), self.batch, self.drop_last and train)[0]
-
-    def last_batch(self, train: bool) -> int:
-        return steps_for(self.num_samples(train), self.batch, self.drop_last and train)[1]
+        return None if labels is None else len(labels)
 
     def epoch_order(self, epoch: int, train: bool) -> np.ndarray:
         """Dataset indices in the epoch's order: tr.data's Preprocessor.epoch_order for the same settings."""
@@ -227,9 +209,3 @@ class ResidentFeeder:
             index[:m, 0, 0, 0] = idx
             labels[:m] = labels_all[idx]
             yield k, k % 2, m
-
-    def release(self, k: int) -> None:  # single-threaded: nothing to signal
-        pass
-
-    def close(self) -> None:
-        pass

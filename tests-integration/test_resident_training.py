@@ -14,9 +14,19 @@ from resident_chain import CHAIN, SPEC, configure, task
 from resident_chain import digits as mnist_digits
 
 from renaissance import NormMode
+from tr.backend.augment import AugmentSpec
 from tr.backend.cpu.ops.augment import augment
 from tr.core.errors import ConfigError
-from tr.data import ArrayDataset, ColorJitter, Compose, Pad, RandomCrop, RandomRotation, RandomScale
+from tr.data import (
+    ArrayDataset,
+    ColorJitter,
+    Compose,
+    Pad,
+    RandomCrop,
+    RandomHorizontalFlip,
+    RandomRotation,
+    RandomScale,
+)
 from tr.data.seeds import seed_prefix
 from tr.task.pipeline import PipelineFeeder
 from tr.task.resident import ResidentFeeder
@@ -153,3 +163,67 @@ def test_predict_runs_on_a_user_batch(digits):
     x = np.zeros((5, 28, 28, 1), np.float32)
     out = t.predict(x, "logits")
     assert out.shape == (5, 10) and np.isfinite(out).all()
+
+
+def test_a_resumed_run_gives_the_bytes_of_an_unbroken_one(digits, tmp_path):
+    configure(digits)
+    straight = task(epochs=3)
+    straight.run()
+    configure(digits)
+    first = task(epochs=3)
+    first.run(1)
+    first.save(tmp_path / "ck")
+    configure(digits)
+    resumed = task(epochs=3).resume(tmp_path / "ck")
+    resumed.run()
+    want, got = straight.weights(), resumed.weights()
+    assert want.keys() == got.keys() and all(np.array_equal(want[k], got[k]) for k in want)
+
+
+def test_a_checkpoint_of_another_input_or_chain_is_refused(digits, tmp_path):
+    configure(digits, device_augment=False)
+    task().save(tmp_path / "ck")
+    configure(digits)
+    with pytest.raises(ConfigError, match="another plan.*aug_key"):
+        task().resume(tmp_path / "ck")
+    configure(digits)
+    task().save(tmp_path / "ck2")
+    configure(digits, chain=(Pad(3), RandomCrop(28)))
+    with pytest.raises(ConfigError, match=r"another configuration.*transforms.*Pad\(padding=\(2"):
+        task().resume(tmp_path / "ck2")
+
+
+def test_rgb_images_with_padded_channels(tmp_path):
+    """CIFAR-like: 3 channels, RandomCrop(32, padding=4) and a flip, the samples padded to 4 channels."""
+    rng = np.random.default_rng(5)
+    ds = ArrayDataset((rng.integers(0, 256, (300, 32, 32, 3), dtype=np.uint8), np.arange(300) % 10),
+                      (rng.integers(0, 256, (60, 32, 32, 3), dtype=np.uint8), np.arange(60) % 10), num_classes=10)
+    s = configure(ds, chain=(RandomCrop(32, padding=4), RandomHorizontalFlip()))
+    s.normalization(NormMode.CIFAR).pad_channels_to(4)
+    box = []
+    seen, hook = inputs_per_step(box)
+    box.append(task(hook=hook))
+    box[0].run(1)
+    spec = AugmentSpec(pad=4, flip_p=0.5, crop_slot=1, mean=NormMode.CIFAR.mean, std=NormMode.CIFAR.std)
+    idx, _, x = seen[0][0], seen[0][1], seen[0][2]
+    assert x.shape == (100, 32, 32, 4) and (x[..., 3] == 0).all()
+    want = augment(ds.load("train").images, idx.astype(np.int64), seed_prefix(SEED, 0), spec, 4)
+    np.testing.assert_array_equal(x, want)
+    compose = Compose([RandomCrop(32, padding=4), RandomHorizontalFlip()], NormMode.CIFAR, pad_channels_to=4)
+    workers = np.stack([compose(ds.load("train").images[i], seed=SEED, epoch=0, index=int(i)) for i in idx])
+    np.testing.assert_allclose(x, workers, atol=1e-5)  # a pure shift and flip: no interpolation at all
+
+
+def test_a_rank_takes_the_pipeline_s_share(digits):
+    s = configure(digits).commit()
+    for rank in (0, 1):
+        res = ResidentFeeder(s, 100, SEED)
+        pipe = PipelineFeeder(s, 100, SEED)
+        try:
+            res.shard(rank, 2)
+            pipe.shard(rank, 2)
+            for train in (True, False):
+                np.testing.assert_array_equal(res.epoch_order(2, train), pipe.pre.epoch_order(2, train))
+                assert res.steps(train) == pipe.steps(train) and res.num_samples(train) == pipe.num_samples(train)
+        finally:
+            pipe.close()

@@ -31,7 +31,7 @@ TRAIN_SET, VAL_SET, KEY, X = "train_set", "val_set", "aug_key", "aug_x"
 class ResidentInput:
     train_samples: int  # samples of train_set (the whole split: a rank reads its share through the indices)
     val_samples: int  # samples of val_set; 0: none (inference then reads train_set)
-    image: tuple[int, int, int]  # (H, W, C) of one raw image; the augmented sample has the same H, W, C
+    image: tuple[int, int, int]  # (H, W, C) of one raw image; the augmented sample has its H, W and >= C channels
     train_attrs: tuple[tuple[str, Any], ...]  # augment_affine's attributes for training (the chain)
     val_attrs: tuple[tuple[str, Any], ...]  # for validation (the normalisation only)
 
@@ -40,9 +40,11 @@ class ResidentInput:
             if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "train_samples" else 0):
                 raise ConfigError(f"resident input: {name} must be an integer >= {int(name == 'train_samples')}, "
                                   f"got {v!r}")
-        if tuple(self.image) != tuple(input_shape):
-            raise ConfigError(f"resident input: the data set's images {tuple(self.image)} (H, W, C) differ from the "
-                              f"plan's input {tuple(input_shape)}: the device chain keeps the image size")
+        (h, w, c), (ih, iw, ic) = self.image, input_shape
+        if (h, w) != (ih, iw) or ic < c:
+            raise ConfigError(f"resident input: the data set's images {tuple(self.image)} (H, W, C) do not give the "
+                              f"plan's input {tuple(input_shape)}: the device chain keeps the image size (and may "
+                              "only pad the channels)")
 
     @property
     def val_source(self) -> str:

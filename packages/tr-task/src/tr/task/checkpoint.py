@@ -69,7 +69,7 @@ def _jsonable(v: Any) -> Any:
 
 def _transforms(feeder) -> list[str] | None:
     """The native pipeline's train and val chains (augmentation and normalisation), when the feeder has one."""
-    s = getattr(getattr(feeder, "pre", None), "settings", None)
+    s = getattr(getattr(feeder, "pre", None), "settings", None) or getattr(feeder, "pre_settings", None)
     return None if s is None or not hasattr(s, "chain") else [repr(s.chain(True)), repr(s.chain(False))]
 
 

@@ -123,6 +123,7 @@ class ResidentFeeder(InMemoryFeeder):
         if s.val:
             raise ConfigError(f"device_augment: val transforms {list(s.val)} have no device kernel; validation "
                               "on the device normalises the raw images only (leave val_transforms empty)")
+        self.pre_settings = s  # (a checkpoint records its chains)
         ds = s.open_dataset()
         train = ds.load("train")
         if train.ragged or train.encoded:

@@ -1,0 +1,67 @@
+"""A plan with a device-resident input (tr.graph.resident): the data sets in D_RESIDENT, indices in the input
+buffers, augment_affine at the head of the training and inference chains; inputs that cannot work refused."""
+
+import pytest
+from tr_graph_testlib import mlp_spec
+
+from tr.core.dtype import DType
+from tr.core.errors import ConfigError
+from tr.core.graph_id import GraphId as G
+from tr.core.region import Region as R
+from tr.graph.blueprint import fc, relu, seq
+from tr.graph.compiler import compile_program
+from tr.graph.resident import ResidentInput
+
+MODEL = seq(fc(32, True), relu(), fc(10, True))
+CHAIN = (("crop_slot", 2), ("degrees", 20.0), ("pad", 2), ("rotation_slot", 3))
+NORM = (("mean", (0.1307,)), ("std", (0.3081,)))
+
+
+def resident(train=600, val=100, image=(28, 28, 1)) -> ResidentInput:
+    return ResidentInput(train, val, image, CHAIN, NORM)
+
+
+@pytest.mark.parametrize("amp", [False, True])
+def test_the_plan_gathers_its_batches_from_the_resident_sets(amp):
+    p = compile_program(MODEL, mlp_spec(input_shape=(28, 28, 1), batch=50, amp=amp, resident=resident()))
+    t = {x.name: x for x in p.tensors}
+    assert t["train_set"].region is R.D_RESIDENT and t["train_set"].dtype is DType.UINT8
+    assert tuple(t["train_set"].shape.dims) == (600, 28, 28, 1) and tuple(t["val_set"].shape.dims) == (100, 28, 28, 1)
+    assert t["data_a"].dtype is DType.INT32 and tuple(t["data_a"].shape.dims) == (50, 1, 1, 1)
+    assert t["aug_x"].dtype is (DType.FP16 if amp else DType.FP32)
+    fwd = p.calls("train", G.FIRST_LAYER_FWD_A)
+    aug = next(c for c in fwd if c.op == "augment_affine")
+    assert aug.args["src"].name == "train_set" and aug.args["index"].name == "data_a"
+    assert aug.args["key"].name == "aug_key" and aug.args["y"].name == "aug_x"
+    assert aug.attrs["degrees"] == 20.0 and aug.attrs["pad"] == 2
+    first_layer = [c for c in fwd if c.op not in ("copy", "augment_affine")]
+    assert all(c.args["x"].name == "aug_x" for c in first_layer[:1])
+    inf = p.calls("val", G.INF_MAIN_B)
+    assert inf[0].op == "augment_affine" and inf[0].args["src"].name == "val_set"
+    assert inf[0].args["index"].name == "data_b" and "degrees" not in inf[0].attrs
+    assert p.layout.region_bytes(R.D_RESIDENT) >= 700 * 784
+
+
+def test_without_a_val_set_inference_reads_the_train_set():
+    p = compile_program(MODEL, mlp_spec(input_shape=(28, 28, 1), batch=50, resident=resident(val=0)))
+    assert "val_set" not in {x.name for x in p.tensors}
+    assert p.calls("val", G.INF_MAIN_A)[0].args["src"].name == "train_set"
+
+
+def test_a_host_fed_plan_has_no_resident_region():
+    p = compile_program(MODEL, mlp_spec(input_shape=(28, 28, 1), batch=50))
+    assert p.layout.region_bytes(R.D_RESIDENT) == 0
+    assert not any(c.op == "augment_affine" for c in p.calls("train", G.FIRST_LAYER_FWD_A))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(resident=resident(image=(27, 28, 1))), "do not give the plan's input"),
+    (dict(resident=resident(image=(28, 28, 3))), "do not give the plan's input"),
+    (dict(resident=resident(train=0)), "train_samples must be an integer >= 1"),
+    (dict(resident=resident(val=-1)), "val_samples must be an integer >= 0"),
+    (dict(resident=resident(), train_resolution=24), "leave the train, low and val resolutions unset"),
+    (dict(resident="mnist"), "resident must be a ResidentInput"),
+])
+def test_inputs_that_cannot_work_are_refused(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        mlp_spec(input_shape=(28, 28, 1), batch=50, **kw)

@@ -18,7 +18,7 @@ from renaissance import (
     reset_global_settings,
     seq,
 )
-from tr.backend.augment import AugmentSpec
+from tr.backend.rules.augment import AugmentSpec
 from tr.data import (
     MNIST,
     ArrayDataset,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tr.backend.augment import AugmentSpec
+from tr.backend.rules.augment import AugmentSpec
 from tr.backend.cpu.ops.augment import augment, draws
 from tr.core.norm import NormMode
 from tr.data import MNIST, Compose, Pad, RandomCrop, RandomErasing, RandomHorizontalFlip, RandomRotation, RandomScale

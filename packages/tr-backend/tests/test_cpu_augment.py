@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from backend_testkit import SimpleArena, op, run
 
-from tr.backend.augment import AugmentSpec
 from tr.backend.cpu.ops.augment import Streams, augment, draws
+from tr.backend.rules.augment import AugmentSpec
 from tr.core import philox as ref
 from tr.core.errors import BackendError, ShapeError
 

@@ -159,7 +159,7 @@ _DEFS: list[OpDef] = [
           doc="y[b] = normalise(erase(flip(the source image src[index[b]] sampled once, bilinearly, through the "
               "inverse maps of RandomScale, RandomRotation and Pad + RandomCrop))); every draw from the Philox "
               "streams tr.data's workers use, keyed by splitmix64(key ^ index[b]) (key: INT32[2] = uint64, "
-              "tr.data.seeds.seed_prefix of the epoch); tr/backend/augment.py has the rule"),
+              "tr.data.seeds.seed_prefix of the epoch); tr/backend/rules/augment.py has the rule"),
     # --- pooling ---------------------------------------------------------------------------------
     OpDef("maxpool_fwd", "pool", (_t("x"), _t("y", "out"), _t("mask", "out")), ("kernel", "stride", "padding"),
           doc="INT8 mask = argmax position kh*k+kw in the window, first max wins"),

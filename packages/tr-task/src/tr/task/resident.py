@@ -33,7 +33,7 @@ from tr.data.sharding import check_shard, shard_positions
 from tr.graph.resident import KEY, TRAIN_SET, VAL_SET, ResidentInput
 from tr.task.feeder import InMemoryFeeder
 
-MAX_CHANNELS = 4  # augment_affine's (tr.backend.augment.MAX_CHANNELS)
+MAX_CHANNELS = 4  # augment_affine's (tr.backend.rules.augment.MAX_CHANNELS)
 DEVICE_CHAIN = ("Pad + RandomCrop (the image's size, constant fill 0), RandomRotation (-d, d) and RandomScale "
                 "(fill 0), in that order, then RandomErasing and RandomHorizontalFlip")
 

@@ -27,9 +27,9 @@ import math
 
 import numpy as np
 
-from tr.backend.augment import AugmentSpec, per_channel, shapes_of, spec_of
 from tr.backend.cpu.binder import Binder, Step, seq
 from tr.backend.cpu.ops._register import cpu_op
+from tr.backend.rules.augment import AugmentSpec, per_channel, shapes_of, spec_of
 from tr.core.philox import raw_keys, splitmix64_array
 
 

@@ -5,7 +5,7 @@ not drift with large N*H*W. Training: saved_inv_std = 1/sqrt(var_biased + eps); 
 out = (1-m)*in + m*batch with the unbiased batch variance (M/(M-1), M = N*H*W; M = 1 keeps the biased 0).
 Forward: y = act((x - mean) * (gamma * inv_std) + beta + z), in that order of float32 operations; the
 backward recomputes the relu mask from x with the same operations (and the rounding of y's dtype), so it
-needs neither y nor a mask unless a residual was added. Argument rules: tr.backend.bn_rules.
+needs neither y nor a mask unless a residual was added. Argument rules: tr.backend.rules.bn.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from functools import partial
 
 import numpy as np
 
-from tr.backend.bn_rules import bn_bwd_rules, bn_fwd_rules, bn_inf_rules, bn_update_eq_rules
 from tr.backend.cpu.binder import Binder, Step, seq
 from tr.backend.cpu.convert import converter
 from tr.backend.cpu.ops._register import cpu_op
+from tr.backend.rules.bn import bn_bwd_rules, bn_fwd_rules, bn_inf_rules, bn_update_eq_rules
 from tr.core.dtype import DType
 
 

@@ -1,16 +1,16 @@
 """Batch norm + relu + max pooling as one op pair (the CBR before a pool): the same numbers as bn_fwd (relu) ->
 maxpool_fwd and maxpool_bwd -> bn_bwd (relu), rounding to x's dtype included, without the full-resolution
-activation and its gradient as tensors of the plan. Argument rules: tr.backend.bn_rules."""
+activation and its gradient as tensors of the plan. Argument rules: tr.backend.rules.bn."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from tr.backend.bn_rules import bn_maxpool_bwd_rules, bn_maxpool_fwd_rules
 from tr.backend.cpu.binder import Binder, Step, seq
 from tr.backend.cpu.ops._register import cpu_op
 from tr.backend.cpu.ops._window import Window
 from tr.backend.cpu.ops.bn import TrainGrad, TrainStats, rounder
+from tr.backend.rules.bn import bn_maxpool_bwd_rules, bn_maxpool_fwd_rules
 
 
 def _canvas(b: Binder, g: Window, fill: float) -> tuple[np.ndarray, np.ndarray]:

@@ -13,41 +13,22 @@ import numpy as np
 
 from tr.backend.cpu.binder import Binder, Step, seq
 from tr.backend.cpu.ops._register import cpu_op
-from tr.core.errors import ShapeError
-
-
-def _dims(b: Binder, x: str = "x") -> tuple[int, int, int]:
-    xt, wt = b.tensor(x), b.tensor("w")
-    n, k = xt.shape.n, xt.shape.per_sample()
-    o = wt.shape.n
-    if wt.shape.per_sample() != k:
-        b.fail(f"w {wt.shape} holds {wt.shape.per_sample()} inputs per output but x {xt.shape} has {k}", ShapeError)
-    return n, k, o
-
-
-def _expect(b: Binder, name: str, n: int, per: int) -> None:
-    t = b.tensor(name)
-    if t.shape.n != n or t.shape.per_sample() != per:
-        b.fail(f"{name} {t.shape} must be [{n}, ..., {per} per sample]", ShapeError)
+from tr.backend.rules import fc as fc_rules
 
 
 @cpu_op("fc_fwd")
 def fc_fwd(b: Binder) -> Step:
-    n, k, o = _dims(b)
-    _expect(b, "y", n, o)
-    act = b.attr("activation", None)
-    if act not in (None, "relu"):
-        b.fail(f"activation must be None or 'relu', got {act!r}")
+    sh, relu = fc_rules.fwd(b)
+    n, k, o = sh.n, sh.k, sh.o
     x, load_x = b.load("x", (n, k))
     w, load_w = b.load("w", (o, k))
     y, store_y = b.store("y", (n, o))
     wt = w.T
     steps = [load_x, load_w, partial(np.matmul, x, wt, out=y)]
     if b.has("b"):
-        b.expect_numel("b", o)
         bias, load_b = b.load("b", (o,))
         steps += [load_b, partial(np.add, y, bias, out=y)]
-    if act == "relu":
+    if relu:
         steps.append(partial(np.maximum, y, np.float32(0), out=y))
     steps.append(store_y)
     return seq(*steps)
@@ -55,19 +36,16 @@ def fc_fwd(b: Binder) -> Step:
 
 @cpu_op("fc_bwd")
 def fc_bwd(b: Binder) -> Step:
-    n, k, o = _dims(b)
-    _expect(b, "dy", n, o)
-    b.expect_numel("dw", o * k)
+    sh = fc_rules.bwd(b)
+    n, k, o = sh.n, sh.k, sh.o
     x, load_x = b.load("x", (n, k))
     dy, load_dy = b.load("dy", (n, o))
     dw, store_dw = b.store("dw", (o, k))
     steps = [load_x, load_dy, partial(np.matmul, dy.T, x, out=dw), store_dw]
     if b.has("db"):
-        b.expect_numel("db", o)
         db, store_db = b.store("db", (o,))
         steps += [partial(np.sum, dy, axis=0, out=db), store_db]
     if b.has("dx"):
-        _expect(b, "dx", n, k)
         w, load_w = b.load("w", (o, k))
         dx, store_dx = b.store("dx", (n, k))
         steps += [load_w, partial(np.matmul, dy, w, out=dx), store_dx]

@@ -1,14 +1,14 @@
 """augment_affine on the device (csrc/ops/augment.cu): one block per sample draws its parameters from the same
 Philox streams as the CPU backend (cpu/ops/augment.py) and tr.data's workers, then samples the source once per
-output pixel. The rule (attributes, shapes, dtypes) is tr/backend/augment.py's."""
+output pixel. The rule (attributes, shapes, dtypes) is tr/backend/rules/augment.py's."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tr.backend.augment import MAX_CHANNELS, per_channel, shapes_of, spec_of
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
+from tr.backend.rules.augment import MAX_CHANNELS, per_channel, shapes_of, spec_of
 
 
 @cuda_op("augment_affine")

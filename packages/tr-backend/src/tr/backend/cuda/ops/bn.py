@@ -1,14 +1,14 @@
 """Batch normalisation over N*H*W per channel with the following relu and residual add fused in
 (csrc/ops/bn.cu): 16-byte vector loads, chunked fixed-order float64 reductions (deterministic, no atomics),
-running statistics with the unbiased batch variance. Argument rules: tr.backend.bn_rules."""
+running statistics with the unbiased batch variance. Argument rules: tr.backend.rules.bn."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tr.backend.bn_rules import bn_bwd_rules, bn_fwd_rules, bn_inf_rules, bn_update_eq_rules
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
+from tr.backend.rules.bn import bn_bwd_rules, bn_fwd_rules, bn_inf_rules, bn_update_eq_rules
 
 _MASK_CODES = {"": 0, "x": 1, "y": 2}
 

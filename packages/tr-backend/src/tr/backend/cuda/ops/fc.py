@@ -13,52 +13,18 @@ from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
-from tr.core.errors import DTypeError, ShapeError
-
-
-def _dims(b: CudaBinder) -> tuple[int, int, int]:
-    xt, wt = b.tensor("x"), b.tensor("w")
-    n, k = xt.shape.n, xt.shape.per_sample()
-    o = wt.shape.n
-    if wt.shape.per_sample() != k:
-        b.fail(f"w {wt.shape} holds {wt.shape.per_sample()} inputs per output but x {xt.shape} has {k}", ShapeError)
-    if xt.dtype is not wt.dtype:
-        b.fail(f"x is {xt.dtype.name} but w is {wt.dtype.name}; the GEMM needs one input dtype", DTypeError)
-    return n, k, o
-
-
-def _expect(b: CudaBinder, name: str, n: int, per: int) -> None:
-    t = b.tensor(name)
-    if t.shape.n != n or t.shape.per_sample() != per:
-        b.fail(f"{name} {t.shape} must be [{n}, ..., {per} per sample]", ShapeError)
+from tr.backend.rules import fc as fc_rules
 
 
 @cuda_op("fc_fwd")
 def fc_fwd(b: CudaBinder) -> Any:
-    n, k, o = _dims(b)
-    _expect(b, "y", n, o)
-    act = b.attr("activation", None)
-    if act not in (None, "relu"):
-        b.fail(f"activation must be None or 'relu', got {act!r}")
-    b.expect_float("x", "w", "b", "y")
-    if b.has("b"):
-        b.expect_numel("b", o)
+    sh, relu = fc_rules.fwd(b)
     return b.native("fc_fwd", ["x", "w", "b", "y"],
-                    ints={"n": n, "k": k, "o": o, "relu": act == "relu", "tf32": b.backend.use_tf32})
+                    ints={"n": sh.n, "k": sh.k, "o": sh.o, "relu": relu, "tf32": b.backend.use_tf32})
 
 
 @cuda_op("fc_bwd")
 def fc_bwd(b: CudaBinder) -> Any:
-    n, k, o = _dims(b)
-    _expect(b, "dy", n, o)
-    b.expect_numel("dw", o * k)
-    b.expect_float("x", "w", "dy", "dw", "db", "dx")
-    if b.dtype("dy") is not b.dtype("x"):
-        b.fail(f"dy is {b.dtype('dy').name} but x is {b.dtype('x').name}; the GEMMs need one input dtype",
-               DTypeError)
-    if b.has("db"):
-        b.expect_numel("db", o)
-    if b.has("dx"):
-        _expect(b, "dx", n, k)
+    sh = fc_rules.bwd(b)
     return b.native("fc_bwd", ["x", "w", "dy", "dw", "db", "dx"],
-                    ints={"n": n, "k": k, "o": o, "tf32": b.backend.use_tf32})
+                    ints={"n": sh.n, "k": sh.k, "o": sh.o, "tf32": b.backend.use_tf32})

@@ -16,23 +16,18 @@ from functools import partial
 
 import numpy as np
 
+from tr.backend.binding import Geometry
 from tr.backend.cpu.binder import Binder, Step, seq
 from tr.backend.cpu.ops._register import cpu_op
-from tr.backend.cpu.ops._window import Window, window
-from tr.core.errors import ShapeError
+from tr.backend.cpu.ops._window import Window
+from tr.backend.rules import conv as rules
 
 CHUNK_ELEMENTS = 1 << 20  # float32 elements of one packed im2col chunk (4 MiB)
 
 
-def _geometry(b: Binder, y: str) -> tuple[Window, int]:
-    xt, wt = b.tensor("x"), b.tensor("w")
-    k, r, s, c = wt.shape.dims
-    if c != xt.shape.c:
-        b.fail(f"w {wt.shape} (KRSC) has C={c} but x {xt.shape} has C={xt.shape.c}", ShapeError)
-    g = window(b, "x", y, (r, s))
-    if b.tensor(y).shape.c != k:
-        b.fail(f"{y} {b.tensor(y).shape} must have C={k} (the weight's K)", ShapeError)
-    return g, k
+def _window(rule: tuple[Geometry, int]) -> tuple[Window, int]:
+    g, k = rule
+    return Window(**g.as_ints()), k
 
 
 def _is_pointwise(g: Window) -> bool:
@@ -93,7 +88,7 @@ def _rows(a: np.ndarray, sl: slice, per_sample: int) -> np.ndarray:
 
 @cpu_op("conv_fwd")
 def conv_fwd(b: Binder) -> Step:
-    g, k = _geometry(b, "y")
+    g, k = _window(rules.conv_fwd(b))
     cols = _Im2col(b, g)
     w, load_w = b.load("w", (k, g.kh * g.kw * g.c))
     y, store_y = b.store("y", (g.n * g.p * g.q, k))
@@ -163,8 +158,7 @@ def _dgrad_col2im(b: Binder, g: Window, k: int, dy: np.ndarray, w4: np.ndarray, 
 
 @cpu_op("conv_bwd")
 def conv_bwd(b: Binder) -> Step:
-    g, k = _geometry(b, "dy")
-    b.expect_numel("dw", k * g.kh * g.kw * g.c)
+    g, k = _window(rules.conv_bwd(b))
     cols = _Im2col(b, g)
     pq = g.p * g.q
     dy, load_dy = b.load("dy", (g.n * pq, k))
@@ -181,9 +175,6 @@ def conv_bwd(b: Binder) -> Step:
                              partial(np.add, dw, part, out=dw)))
     if not b.has("dx"):
         return seq(*steps, *wgrad, store_dw)
-    xt, dxt = b.tensor("x"), b.tensor("dx")
-    if dxt.shape != xt.shape:
-        b.fail(f"dx {dxt.shape} must have x's shape {xt.shape}", ShapeError)
     w4, load_w = b.load("w")
     steps.append(load_w)
     if g.sh == g.sw == 1 and k <= g.c:

@@ -16,21 +16,8 @@ import numpy as np
 
 from tr.backend.cpu.binder import Binder, Step, seq
 from tr.backend.cpu.ops._register import cpu_op
-from tr.core.dtype import DType
-from tr.core.errors import DataError, ShapeError
-
-
-def _dims(b: Binder, logits: str) -> tuple[int, int]:
-    t = b.tensor(logits)
-    n, k = t.shape.n, t.shape.per_sample()
-    b.expect_dtype("labels", DType.INT32)
-    if b.tensor("labels").numel != n:
-        b.fail(f"labels {b.tensor('labels').shape} must hold one label per sample of {logits} {t.shape}", ShapeError)
-    return n, k
-
-
-def _smoothing(b: Binder) -> float:
-    return b.float_attr("label_smoothing", 0.0, 0.0, 1.0)
+from tr.backend.rules import softmax_ce as rules
+from tr.core.errors import DataError
 
 
 def _label_check(labels: np.ndarray, k: int, where: str) -> None:
@@ -78,19 +65,13 @@ class _Softmax:
 
 
 def _result(b: Binder) -> tuple[np.ndarray, Step | None]:
-    t = b.tensor("result")
-    if t.numel < 3:
-        b.fail(f"result {t.shape} must hold 3 values (loss, top1, top5)", ShapeError)
-    r, store = b.store("result", (t.numel,))
+    r, store = b.store("result", (b.tensor("result").numel,))
     return r[:3], store
 
 
 @cpu_op("softmax_ce_fwd")
 def softmax_ce_fwd(b: Binder) -> Step:
-    n, k = _dims(b, "logits")
-    if b.tensor("probs").numel != n * k:
-        b.fail(f"probs {b.tensor('probs').shape} must match logits {b.tensor('logits').shape}", ShapeError)
-    ls = _smoothing(b)
+    n, k, ls = rules.softmax_ce_fwd(b)
     z, load_z = b.load("logits", (n, k))
     probs, store_p = b.store("probs", (n, k))
     labels = b.view("labels", (n,))
@@ -111,8 +92,7 @@ def softmax_ce_fwd(b: Binder) -> Step:
 
 @cpu_op("softmax_ce_inf")
 def softmax_ce_inf(b: Binder) -> Step:
-    n, k = _dims(b, "logits")
-    ls = _smoothing(b)
+    n, k, ls = rules.softmax_ce_inf(b)
     z, load_z = b.load("logits", (n, k))
     labels = b.view("labels", (n,))
     result, store_r = _result(b)
@@ -120,8 +100,6 @@ def softmax_ce_inf(b: Binder) -> Step:
     probs = b.scratch((n, k))
     pred_step = None
     if b.has("pred"):
-        b.expect_dtype("pred", DType.INT32)
-        b.expect_numel("pred", n)
         idx = b.scratch((n,), np.intp)  # argmax writes the platform index type only
         pred_step = seq(partial(np.argmax, z, axis=1, out=idx),
                         partial(np.copyto, b.view("pred", (n,)), idx, casting="unsafe"))
@@ -140,10 +118,7 @@ def softmax_ce_inf(b: Binder) -> Step:
 
 @cpu_op("softmax_ce_bwd")
 def softmax_ce_bwd(b: Binder) -> Step:
-    n, k = _dims(b, "probs")
-    if b.tensor("dlogits").numel != n * k:
-        b.fail(f"dlogits {b.tensor('dlogits').shape} must match probs {b.tensor('probs').shape}", ShapeError)
-    ls = _smoothing(b)
+    n, k, ls = rules.softmax_ce_bwd(b)
     p, load_p = b.load("probs", (n, k))
     d, store_d = b.store("dlogits", (n, k))
     labels = b.view("labels", (n,))

@@ -1,0 +1,60 @@
+"""The rules of softmax cross-entropy (softmax_ce_fwd, softmax_ce_inf, softmax_ce_bwd): logits or probs [N, K]
+of a float dtype, INT32 labels one per sample, label smoothing in [0, 1], an FP32 result of (loss, top-1,
+top-5), probs and dlogits of the logits' size, an FP32 loss scale, an optional INT32 prediction per sample."""
+
+from __future__ import annotations
+
+from tr.backend.binding import CallBinder
+from tr.core.dtype import DType
+from tr.core.errors import ShapeError
+
+
+def _dims(b: CallBinder, logits: str) -> tuple[int, int]:
+    t = b.tensor(logits)
+    n, k = t.shape.n, t.shape.per_sample()
+    b.expect_dtype("labels", DType.INT32)
+    if b.tensor("labels").numel != n:
+        b.fail(f"labels {b.tensor('labels').shape} must hold one label per sample of {logits} {t.shape}", ShapeError)
+    b.expect_float(logits)
+    return n, k
+
+
+def _same_size(b: CallBinder, name: str, of: str, n: int, k: int) -> None:
+    if b.tensor(name).numel != n * k:
+        b.fail(f"{name} {b.tensor(name).shape} must match {of} {b.tensor(of).shape}", ShapeError)
+    b.expect_float(name)
+
+
+def _result(b: CallBinder) -> None:
+    t = b.tensor("result")
+    if t.numel < 3:
+        b.fail(f"result {t.shape} must hold 3 values (loss, top1, top5)", ShapeError)
+    b.expect_dtype("result", DType.FP32)
+
+
+def smoothing(b: CallBinder) -> float:
+    return b.float_attr("label_smoothing", 0.0, 0.0, 1.0)
+
+
+def softmax_ce_fwd(b: CallBinder) -> tuple[int, int, float]:
+    """(samples, classes, label smoothing)."""
+    n, k = _dims(b, "logits")
+    _same_size(b, "probs", "logits", n, k)
+    _result(b)
+    return n, k, smoothing(b)
+
+
+def softmax_ce_inf(b: CallBinder) -> tuple[int, int, float]:
+    n, k = _dims(b, "logits")
+    _result(b)
+    if b.has("pred"):
+        b.expect_dtype("pred", DType.INT32)
+        b.expect_numel("pred", n)
+    return n, k, smoothing(b)
+
+
+def softmax_ce_bwd(b: CallBinder) -> tuple[int, int, float]:
+    n, k = _dims(b, "probs")
+    _same_size(b, "dlogits", "probs", n, k)
+    b.expect_dtype("scale", DType.FP32)
+    return n, k, smoothing(b)

@@ -1,0 +1,142 @@
+"""The CUDA op builders' Python side, on a machine without a GPU.
+
+Each builder runs its family's rule (tr.backend.rules) and asks the extension for a native op with what the
+rule worked out. A fake backend records the request instead of making the op, so a change to a rule or a
+builder is checked in CI, not first on the device. The same bad call is refused by both backends with the
+same message: the check exists once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from backend_testkit import SimpleArena, op
+
+from tr.backend.checks import where
+from tr.backend.cuda.binder import DTYPE_CODES, CudaBinder
+from tr.backend.registry import op_impls
+from tr.core.dtype import DType
+from tr.core.errors import TrError
+from tr.core.ops import CATALOGUE
+from tr.core.region import Region
+
+
+class _Native:
+    def make_op(self, ctx: Any, name: str, ptrs: dict, ints: dict, floats: dict) -> tuple:
+        return name, ptrs, ints, floats
+
+
+class _Backend:
+    """What a builder reads from a CudaBackend at capture, and no device."""
+
+    arena_ptr = 1 << 40
+    use_tf32 = False
+    ctx = None
+    native = _Native()
+
+
+def build(call) -> tuple:
+    return op_impls("cuda")[call.op](CudaBinder(_Backend(), "g", 0, call, CATALOGUE[call.op]))
+
+
+def refusal(backend: str, call) -> str:
+    """The message the backend's capture gives for ``call``, without the where-prefix."""
+    try:
+        if backend == "cuda":
+            build(call)
+        else:
+            a = _ARENAS[-1]
+            a.allocate().capture("g", [call])
+    except TrError as e:
+        return str(e).removeprefix(where("g", 0, call) + ": ")
+    raise AssertionError(f"{backend} accepted {call.op}")
+
+
+_ARENAS: list[SimpleArena] = []
+
+
+def arena(*tensors: tuple[str, tuple, str]) -> SimpleArena:
+    a = SimpleArena()
+    for name, shape, dt in tensors:
+        a.add(name, shape, dt)
+    _ARENAS.append(a)
+    return a
+
+
+def test_fc_builders_pass_the_rule_s_sizes_and_every_tensor():
+    a = arena(("x", (8, 2, 2, 3), "fp16"), ("w", (5, 1, 1, 12), "fp16"), ("b", (5,), "fp16"),
+              ("y", (8, 1, 1, 5), "fp16"), ("dy", (8, 1, 1, 5), "fp16"), ("dw", (5, 1, 1, 12), "fp32"),
+              ("db", (5,), "fp32"), ("dx", (8, 2, 2, 3), "fp16"))
+    name, ptrs, ints, _ = build(op("fc_fwd", x=a["x"], w=a["w"], b=a["b"], y=a["y"], activation="relu"))
+    assert name == "fc_fwd" and (ints["n"], ints["k"], ints["o"], ints["relu"]) == (8, 12, 5, 1)
+    assert ptrs["b"] == _Backend.arena_ptr + a["b"].offset and ints["b_dt"] == DTYPE_CODES[DType.FP16]
+    name, ptrs, ints, _ = build(op("fc_bwd", x=a["x"], w=a["w"], dy=a["dy"], dw=a["dw"], db=a["db"], dx=a["dx"]))
+    assert name == "fc_bwd" and set(ptrs) == {"x", "w", "dy", "dw", "db", "dx"}
+    assert ints["dw_dt"] == DTYPE_CODES[DType.FP32] and (ints["n"], ints["k"], ints["o"]) == (8, 12, 5)
+
+
+def test_conv_add_and_softmax_builders():
+    a = arena(("x", (2, 6, 6, 4), "fp16"), ("w", (8, 3, 3, 4), "fp16"), ("y", (2, 3, 3, 8), "fp16"),
+              ("dy", (2, 3, 3, 8), "fp16"), ("dw", (8, 3, 3, 4), "fp16"), ("dx", (2, 6, 6, 4), "fp16"))
+    _, _, ints, _ = build(op("conv_fwd", x=a["x"], w=a["w"], y=a["y"], stride=2, padding=1))
+    assert (ints["k"], ints["kh"], ints["sh"], ints["ph"], ints["p"], ints["q"]) == (8, 3, 2, 1, 3, 3)
+    _, ptrs, ints, _ = build(op("conv_bwd", x=a["x"], w=a["w"], dy=a["dy"], dw=a["dw"], dx=a["dx"], stride=2,
+                                padding=1))
+    assert "dx" in ptrs and ints["c"] == 4
+    b = arena(("a", (4, 2, 2, 3), "fp16"), ("c", (4, 2, 2, 3), "fp16"), ("logits", (4, 1, 1, 10), "fp32"),
+              ("probs", (4, 1, 1, 10), "fp32"), ("dl", (4, 1, 1, 10), "fp16"), ("labels", (4,), "int32"),
+              ("result", (3,), "fp32"), ("scale", (1,), "fp32"), ("pred", (4,), "int32"))
+    _, _, ints, _ = build(op("add_fwd", a=b["a"], b=b["c"], y=b["a"], activation="relu"))
+    assert ints == {"n": 48, "relu": 1, "a_dt": 1, "b_dt": 1, "y_dt": 1}
+    _, _, ints, floats = build(op("softmax_ce_fwd", logits=b["logits"], labels=b["labels"], probs=b["probs"],
+                                  result=b["result"], label_smoothing=0.1))
+    assert (ints["n"], ints["k"]) == (4, 10) and floats == {"label_smoothing": pytest.approx(0.1)}
+    _, ptrs, _, _ = build(op("softmax_ce_inf", logits=b["logits"], labels=b["labels"], result=b["result"],
+                             pred=b["pred"]))
+    assert "pred" in ptrs
+    _, _, ints, _ = build(op("softmax_ce_bwd", probs=b["probs"], labels=b["labels"], scale=b["scale"],
+                             dlogits=b["dl"]))
+    assert (ints["n"], ints["k"], ints["dlogits_dt"]) == (4, 10, 1)
+
+
+def test_augment_builder_passes_the_spec():
+    a = arena(("src", (16, 28, 28, 1), "uint8"), ("index", (4,), "int32"), ("key", (2,), "int32"),
+              ("y", (4, 28, 28, 4), "fp16"))
+    _, _, ints, floats = build(op("augment_affine", src=a["src"], index=a["index"], key=a["key"], y=a["y"], pad=2,
+                                  degrees=15.0, rotation_slot=3, crop_slot=2, mean=(0.5,), std=(0.25,)))
+    assert (ints["n"], ints["batch"], ints["c"], ints["c_out"], ints["pad"]) == (16, 4, 1, 4, 2)
+    assert floats["degrees"] == 15.0 and floats["mean0"] == 0.5 and floats["std1"] == 1.0
+
+
+BAD = [
+    ("fc: w's inputs", lambda: (lambda a: op("fc_fwd", x=a["x"], w=a["w"], y=a["y"]))(
+        arena(("x", (4, 1, 1, 6), "fp32"), ("w", (3, 1, 1, 5), "fp32"), ("y", (4, 1, 1, 3), "fp32")))),
+    ("fc: one input dtype", lambda: (lambda a: op("fc_fwd", x=a["x"], w=a["w"], y=a["y"]))(
+        arena(("x", (4, 1, 1, 6), "fp32"), ("w", (3, 1, 1, 6), "fp16"), ("y", (4, 1, 1, 3), "fp32")))),
+    ("fc_bwd: dx's shape", lambda: (lambda a: op("fc_bwd", x=a["x"], w=a["w"], dy=a["dy"], dw=a["dw"], dx=a["dx"]))(
+        arena(("x", (4, 1, 1, 6), "fp32"), ("w", (3, 1, 1, 6), "fp32"), ("dy", (4, 1, 1, 3), "fp32"),
+              ("dw", (3, 1, 1, 6), "fp32"), ("dx", (4, 1, 1, 5), "fp32")))),
+    ("add: shapes", lambda: (lambda a: op("add_fwd", a=a["a"], b=a["b"], y=a["a"]))(
+        arena(("a", (4, 2, 2, 3), "fp32"), ("b", (4, 2, 2, 2), "fp32")))),
+    ("conv: weight channels", lambda: (lambda a: op("conv_fwd", x=a["x"], w=a["w"], y=a["y"]))(
+        arena(("x", (2, 5, 5, 4), "fp32"), ("w", (8, 3, 3, 3), "fp32"), ("y", (2, 3, 3, 8), "fp32")))),
+    ("softmax: labels", lambda: (lambda a: op("softmax_ce_fwd", logits=a["z"], labels=a["l"], probs=a["p"],
+                                              result=a["r"]))(
+        arena(("z", (4, 1, 1, 10), "fp32"), ("p", (4, 1, 1, 10), "fp32"), ("l", (3,), "int32"),
+              ("r", (3,), "fp32")))),
+]
+
+
+@pytest.mark.parametrize("what, make", BAD, ids=[b[0] for b in BAD])
+def test_both_backends_refuse_a_bad_call_with_one_message(what, make):
+    call = make()
+    cuda, cpu = refusal("cuda", call), refusal("cpu", call)
+    assert cuda == cpu, (cuda, cpu)
+
+
+def test_the_fake_backend_builds_from_addresses_not_memory():
+    a = arena(("x", (2, 1, 1, 4), "fp32"), ("w", (3, 1, 1, 4), "fp32"), ("y", (2, 1, 1, 3), "fp32"))
+    _, ptrs, _, _ = build(op("fc_fwd", x=a["x"], w=a["w"], y=a["y"]))
+    assert np.array_equal(sorted(ptrs.values()), sorted(_Backend.arena_ptr + a[k].offset for k in ("x", "w", "y")))
+    assert a["x"].region is Region.T_TEMP_FP32

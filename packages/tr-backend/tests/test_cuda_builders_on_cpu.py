@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from backend_testkit import SimpleArena, op
+from backend_testkit import SimpleArena, op, span
 
 from tr.backend.checks import where
 from tr.backend.cuda.binder import DTYPE_CODES, CudaBinder
@@ -35,16 +35,19 @@ class _Backend:
     ctx = None
     native = _Native()
 
+    def __init__(self, layout: Any = None) -> None:
+        self.layout = layout
 
-def build(call) -> tuple:
-    return op_impls("cuda")[call.op](CudaBinder(_Backend(), "g", 0, call, CATALOGUE[call.op]))
+
+def build(call, layout: Any = None) -> tuple:
+    return op_impls("cuda")[call.op](CudaBinder(_Backend(layout), "g", 0, call, CATALOGUE[call.op]))
 
 
 def refusal(backend: str, call) -> str:
     """The message the backend's capture gives for ``call``, without the where-prefix."""
     try:
         if backend == "cuda":
-            build(call)
+            build(call, _ARENAS[-1].layout())
         else:
             a = _ARENAS[-1]
             a.allocate().capture("g", [call])
@@ -107,6 +110,40 @@ def test_augment_builder_passes_the_spec():
                                   degrees=15.0, rotation_slot=3, crop_slot=2, mean=(0.5,), std=(0.25,)))
     assert (ints["n"], ints["batch"], ints["c"], ints["c_out"], ints["pad"]) == (16, 4, 1, 4, 2)
     assert floats["degrees"] == 15.0 and floats["mean0"] == 0.5 and floats["std1"] == 1.0
+
+
+def test_range_builders_size_their_spans_from_the_layout():
+    a = SimpleArena()
+    a.add("w", (300,), "fp32", Region.W_FC_WEIGHT)
+    a.add("e", (300,), "fp32", Region.E_FC_WEIGHT)
+    a.add("h", (300,), "fp16", Region.A_FC_WEIGHT)
+    a.add("g", (300,), "fp32", Region.G_FC_WEIGHT)
+    a.add("m", (300,), "fp32", Region.M_FC_WEIGHT)
+    a.add("v", (300,), "fp32", Region.V_FC_WEIGHT)
+    a.add("lr", (1,), "fp32", Region.S_SCALAR_FP32)
+    a.add("scale", (1,), "fp32", Region.S_SCALAR_FP32)
+    a.add("flag", (1,), "int32", Region.S_SCALAR_INT32)
+    a.add("step", (1,), "int32", Region.S_SCALAR_INT32)
+    lay = a.layout()
+    w, n = span(Region.W_FC_WEIGHT), lay.region_bytes(Region.W_FC_WEIGHT) // 4
+    opt = op("range_optimizer", w=w, g=span(Region.G_FC_WEIGHT), m=span(Region.M_FC_WEIGHT), v=span(Region.V_FC_WEIGHT),
+             lr=a["lr"], flag=a["flag"], grad_scale=a["scale"], step=a["step"], rule="adamw", weight_decay=0.01)
+    name, ptrs, ints, floats = build(opt, lay)
+    assert name == "range_optimizer" and set(ptrs) == {"w", "g", "m", "v", "lr", "flag", "grad_scale", "step"}
+    assert ints["n"] == n and floats["weight_decay"] == pytest.approx(0.01)
+    _, _, ints, _ = build(op("range_cast", src=w, dst=span(Region.A_FC_WEIGHT), src_dtype=DType.FP32,
+                             dst_dtype=DType.FP16), lay)
+    assert ints["n"] == n
+    _, _, ints, floats = build(op("range_ema", src=w, dst=span(Region.E_FC_WEIGHT), flag=a["flag"], decay=0.9), lay)
+    assert ints["n"] == n and floats["decay"] == pytest.approx(0.9)
+    _, _, ints, _ = build(op("range_copy", src=w, dst=span(Region.E_FC_WEIGHT)), lay)
+    assert ints["nbytes"] == 4 * n
+    _ARENAS.append(a)
+    bad = op("range_optimizer", w=w, g=span(Region.G_FC_WEIGHT), lr=a["lr"], flag=a["flag"],
+             grad_scale=a["scale"], rule="momentum")
+    assert refusal("cuda", bad) == refusal("cpu", bad) == "rule 'momentum' needs argument 'm'"
+    short = op("range_ema", src=w, dst=span(Region.A_FC_WEIGHT), decay=0.5)
+    assert refusal("cuda", short) == refusal("cpu", short)
 
 
 BAD = [

@@ -89,6 +89,13 @@ class CallBinder:
     def dtype(self, name: str) -> DType:
         return self.tensor(name).dtype
 
+    def span_size(self, name: str, itemsize: int = 1) -> int:
+        """Elements of ``itemsize`` bytes in a span argument (the backend's arena layout)."""
+        lo, hi = self.backend.layout.span(self.call.args[name])
+        if (hi - lo) % itemsize:
+            self.fail(f"span {name!r} has {hi - lo} bytes, not a multiple of {itemsize}")
+        return (hi - lo) // itemsize
+
     def expect_numel(self, name: str, numel: int) -> None:
         t = self.tensor(name)
         if t.numel != numel:

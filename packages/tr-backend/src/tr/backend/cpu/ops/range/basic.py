@@ -9,13 +9,8 @@ import numpy as np
 from tr.backend.cpu.binder import Binder, Step
 from tr.backend.cpu.convert import converter
 from tr.backend.cpu.ops._register import cpu_op
+from tr.backend.rules import range as rules
 from tr.core.dtype import DType
-from tr.core.errors import ShapeError
-
-
-def _same_length(b: Binder, a: np.ndarray, c: np.ndarray, an: str, cn: str) -> None:
-    if a.size != c.size:
-        b.fail(f"span {an} has {a.size} elements but {cn} has {c.size}; expected equal ranges", ShapeError)
 
 
 @cpu_op("range_clear")
@@ -26,8 +21,8 @@ def range_clear(b: Binder) -> Step | None:
 
 @cpu_op("range_copy")
 def range_copy(b: Binder) -> Step | None:
+    rules.range_copy(b)
     src, dst = b.span("src"), b.span("dst")
-    _same_length(b, src, dst, "src", "dst")
     if not src.size:
         return None
     if not b.has("flag"):
@@ -43,15 +38,8 @@ def range_copy(b: Binder) -> Step | None:
 
 @cpu_op("range_cast")
 def range_cast(b: Binder) -> Step | None:
-    try:
-        sdt, ddt = DType.parse(b.attr("src_dtype")), DType.parse(b.attr("dst_dtype"))
-    except ValueError as e:
-        b.fail(str(e))
-    for dt in (sdt, ddt):
-        if not dt.is_float:
-            b.fail(f"range_cast converts between float types, got {dt.name}")
+    sdt, ddt, n = rules.range_cast(b)
     src, dst = b.span("src", sdt.np_dtype), b.span("dst", ddt.np_dtype)
-    n = min(src.size, dst.size)  # an FP32 slot is exactly twice its FP16 twin: elements line up
     return partial(converter(sdt, ddt), src[:n], dst[:n]) if n else None
 
 
@@ -101,9 +89,8 @@ def range_allreduce_mean(b: Binder) -> Step | None:
 
 @cpu_op("range_ema")
 def range_ema(b: Binder) -> Step | None:
-    decay = b.float_attr("decay", lo=0.0, hi=1.0)
+    _, decay = rules.range_ema(b)
     src, dst = b.span("src", np.float32), b.span("dst", np.float32)
-    _same_length(b, src, dst, "src", "dst")
     if not src.size:
         return None
     tmp = b.scratch(src.shape)
@@ -122,16 +109,11 @@ def range_ema(b: Binder) -> Step | None:
 
 @cpu_op("accum_metrics")
 def accum_metrics(b: Binder) -> Step:
-    n = b.tensor("result").numel
-    b.expect_numel("accum", n)
+    n = rules.accum_metrics(b)
     result, accum, batch = b.flat("result"), b.flat("accum"), b.flat("batch")
     tmp = b.scratch((n,), np.float64)
     flag = _int32_scalar(b, "flag")
-    samples = None
-    if b.has("samples"):
-        b.expect_dtype("samples", DType.FP32)
-        b.expect_numel("samples", 1)
-        samples = b.flat("samples")
+    samples = b.flat("samples") if b.has("samples") else None
 
     def run() -> None:
         if flag is not None and flag[0]:

@@ -15,24 +15,16 @@ import numpy as np
 
 from tr.backend.cpu.binder import Binder, Step
 from tr.backend.cpu.ops._register import cpu_op
-from tr.core.dtype import DType
+from tr.backend.rules import range as rules
 
 _F = np.float32
 
 
 @cpu_op("lars_update")
 def lars_update(b: Binder) -> Step:
-    for name in ("w", "g", "m"):
-        b.expect_dtype(name, DType.FP32)
-    n = b.tensor("w").numel
-    b.expect_numel("g", n)
-    b.expect_numel("m", n)
-    nesterov = bool(b.attr("nesterov", False))
-    beta = b.float_attr("momentum", 0.9, 0.0, 1.0)
-    wd = b.float_attr("weight_decay", 0.0, 0.0)
-    tc = b.float_attr("trust_coefficient", 0.001, 0.0)
-    eps = b.float_attr("eps", 1e-8, 0.0)
-    clip = b.float_attr("trust_clip", 100.0, 0.0)
+    r = rules.lars_update(b)
+    n, nesterov, beta, wd, tc, eps, clip = (r.n, r.nesterov, r.momentum, r.weight_decay, r.trust_coefficient, r.eps,
+                                            r.trust_clip)
     w, g, m = b.flat("w"), b.flat("g"), b.flat("m")
     lr, flag, gscale, ratio = b.flat("lr"), b.flat("flag"), b.flat("grad_scale"), b.flat("ratio")
     tmp, tmp2 = b.scratch((n,)), b.scratch((n,))

@@ -20,8 +20,7 @@ import numpy as np
 
 from tr.backend.cpu.binder import Binder, Step
 from tr.backend.cpu.ops._register import cpu_op
-from tr.core.dtype import DType
-from tr.core.errors import ShapeError
+from tr.backend.rules import range as rules
 from tr.core.ops import OPTIMIZER_RULES
 
 _F = np.float32
@@ -112,38 +111,15 @@ assert set(_RULES) == set(OPTIMIZER_RULES)
 
 @cpu_op("range_optimizer")
 def range_optimizer(b: Binder) -> Step | None:
-    rule = b.attr("rule")
-    if rule not in _RULES:
-        b.fail(f"optimizer rule {rule!r} is not one of {list(OPTIMIZER_RULES)}")
-    adam = rule in ("adam", "adamw")
-    needs = {"m": rule != "sgd", "v": adam, "step": adam}
-    for name, needed in needs.items():
-        if needed and not b.has(name):
-            b.fail(f"rule {rule!r} needs argument {name!r}")
-    b1 = b.float_attr("beta1", 0.9, 0.0, 1.0)
-    b2 = b.float_attr("beta2", 0.999, 0.0, 1.0)
-    eps = b.float_attr("eps", 1e-8, 0.0)
-    wd = b.float_attr("weight_decay", 0.0, 0.0)
-    if adam and (b1 >= 1.0 or b2 >= 1.0):
-        b.fail(f"adam needs beta1, beta2 < 1, got {b1}, {b2}")
+    r = rules.range_optimizer(b)
+    rule, b1, b2, eps, wd, adam = r.rule, r.beta1, r.beta2, r.eps, r.weight_decay, r.adam
     w, g = b.span("w", np.float32), b.span("g", np.float32)
-    spans = {"g": g}
-    m = b.span("m", np.float32) if needs["m"] else None
-    v = b.span("v", np.float32) if needs["v"] else None
-    if m is not None:
-        spans["m"] = m
-    if v is not None:
-        spans["v"] = v
-    for name, s in spans.items():
-        if s.size != w.size:
-            b.fail(f"span {name!r} has {s.size} FP32 elements but w has {w.size}; expected equal ranges", ShapeError)
+    m = b.span("m", np.float32) if r.m else None
+    v = b.span("v", np.float32) if r.v else None
     if not w.size:
         return None
     lr, flag, gscale = b.flat("lr"), b.flat("flag"), b.flat("grad_scale")
-    step = None
-    if adam:
-        b.expect_dtype("step", DType.INT32)
-        step = b.flat("step")
+    step = b.flat("step") if adam else None
     tmp, tmp2 = b.scratch(w.shape), b.scratch(w.shape)
     # Blocks small enough that the rule's ~10 passes stay in cache, spread over threads (numpy releases
     # the GIL in ufuncs). Element-wise, so the result does not depend on the split.

@@ -146,6 +146,28 @@ def test_range_builders_size_their_spans_from_the_layout():
     assert refusal("cuda", short) == refusal("cpu", short)
 
 
+def test_copy_dropout_and_scalar_builders():
+    a = arena(("x", (4, 2, 2, 3), "fp16"), ("f", (4, 1, 1, 12), "fp16"), ("wide", (4, 2, 2, 4), "fp16"),
+              ("mask", (48,), "int8"), ("seed", (2,), "int32"), ("acc", (4, 2, 2, 3), "fp32"),
+              ("step", (1,), "int32"), ("table", (10,), "fp32"), ("lr", (1,), "fp32"), ("flag", (1,), "int32"),
+              ("count", (1,), "int32"), ("scale", (1,), "fp32"), ("tracker", (1,), "int32"))
+    assert build(op("copy", x=a["x"], y=a["x"]))[2] == {"nbytes": 96}
+    assert build(op("accumulate", x=a["x"], y=a["acc"]))[2]["n"] == 48
+    assert build(op("flatten_fwd", x=a["x"], y=a["f"]))[2] == {"nbytes": 96}
+    assert build(op("flatten_bwd", dy=a["f"], dx=a["x"]))[2] == {"nbytes": 96}
+    ints = build(op("channel_pad_fwd", x=a["x"], y=a["wide"]))[2]
+    assert (ints["rows"], ints["src_cols"], ints["dst_cols"], ints["cols"], ints["esize"]) == (16, 3, 4, 3, 2)
+    assert build(op("dropout_fwd", x=a["x"], y=a["x"], mask=a["mask"], seed=a["seed"], p=0.25))[3] == {"p": 0.25}
+    assert build(op("dropout_bwd", dy=a["x"], mask=a["mask"], dx=a["x"], p=0.25))[2]["n"] == 48
+    assert build(op("scalar_increment", x=a["step"]))[2]["n"] == 1
+    assert build(op("lr_lookup", table=a["table"], step=a["step"], lr=a["lr"]))[2]["len"] == 10
+    assert build(op("count_flag", flag=a["flag"], count=a["count"]))[0] == "count_flag"
+    ints = build(op("loss_scale_update", flag=a["flag"], scale=a["scale"], tracker=a["tracker"], rule="dynamic",
+                    growth_interval=7))[2]
+    assert (ints["dynamic"], ints["growth_interval"]) == (1, 7)
+    assert build(op("loss_scale_update", flag=a["flag"], scale=a["scale"], rule="static"))[2]["dynamic"] == 0
+
+
 BAD = [
     ("fc: w's inputs", lambda: (lambda a: op("fc_fwd", x=a["x"], w=a["w"], y=a["y"]))(
         arena(("x", (4, 1, 1, 6), "fp32"), ("w", (3, 1, 1, 5), "fp32"), ("y", (4, 1, 1, 3), "fp32")))),
@@ -162,6 +184,12 @@ BAD = [
                                               result=a["r"]))(
         arena(("z", (4, 1, 1, 10), "fp32"), ("p", (4, 1, 1, 10), "fp32"), ("l", (3,), "int32"),
               ("r", (3,), "fp32")))),
+    ("dropout: p", lambda: (lambda a: op("dropout_bwd", dy=a["d"], mask=a["m"], dx=a["d"], p=1.0))(
+        arena(("d", (8,), "fp32"), ("m", (8,), "int8")))),
+    ("copy: no cast", lambda: (lambda a: op("copy", x=a["x"], y=a["y"]))(
+        arena(("x", (8,), "fp32"), ("y", (8,), "fp16")))),
+    ("loss scale: tracker", lambda: (lambda a: op("loss_scale_update", flag=a["f"], scale=a["s"], rule="dynamic"))(
+        arena(("f", (1,), "int32"), ("s", (1,), "fp32")))),
 ]
 
 

@@ -14,32 +14,18 @@ import numpy as np
 from tr.backend.cpu.binder import Binder, Step, seq
 from tr.backend.cpu.ops._register import cpu_op
 from tr.backend.cpu.philox_fast import PhiloxBlocks, keep_threshold
+from tr.backend.rules import dropout as rules
 from tr.core import philox
-from tr.core.dtype import DType
-from tr.core.errors import ShapeError
-
-
-def _p(b: Binder) -> float:
-    p = b.float_attr("p", lo=0.0)
-    if p >= 1.0:
-        b.fail(f"dropout probability p must be in [0, 1), got {p}")
-    return p
 
 
 def _mask(b: Binder, n: int) -> np.ndarray:
-    b.expect_dtype("mask", DType.INT8)
-    b.expect_numel("mask", n)
     return b.view("mask", (n,)).view(np.bool_)
 
 
 @cpu_op("dropout_fwd")
 def dropout_fwd(b: Binder) -> Step:
-    p = _p(b)
-    n = b.tensor("x").numel
-    b.expect_numel("y", n)
+    n, p = rules.dropout_fwd(b)
     keep = _mask(b, n)
-    b.expect_dtype("seed", DType.INT32)
-    b.expect_numel("seed", 2)
     seed = b.view("seed", (2,)).view("<u8")  # one little-endian uint64
     x, load_x = b.load("x", (n,))
     y, store_y = b.store("y", (n,))
@@ -58,10 +44,7 @@ def dropout_fwd(b: Binder) -> Step:
 
 @cpu_op("dropout_bwd")
 def dropout_bwd(b: Binder) -> Step:
-    p = _p(b)
-    n = b.tensor("dy").numel
-    if b.tensor("dx").numel != n:
-        b.fail(f"dx {b.tensor('dx').shape} must match dy {b.tensor('dy').shape}", ShapeError)
+    n, p = rules.dropout_bwd(b)
     keep = _mask(b, n)
     dy, load_dy = b.load("dy", (n,))
     dx, store_dx = b.store("dx", (n,))

@@ -12,20 +12,11 @@ import numpy as np
 
 from tr.backend.cpu.binder import Binder, Step, seq
 from tr.backend.cpu.ops._register import cpu_op
-from tr.core.errors import DTypeError, ShapeError
-
-
-def _same_dtype(b: Binder, a: str, c: str) -> None:
-    if b.dtype(a) is not b.dtype(c):
-        b.fail(f"{a} is {b.dtype(a).name} but {c} is {b.dtype(c).name}; expected one dtype", DTypeError)
+from tr.backend.rules import copy as rules
 
 
 def _flat_copy(b: Binder, src: str, dst: str) -> Step:
-    s, d = b.tensor(src), b.tensor(dst)
-    _same_dtype(b, src, dst)
-    flat, full = (d, s) if src in ("x",) else (s, d)
-    if s.numel != d.numel or flat.shape.n != full.shape.n or (flat.shape.h, flat.shape.w) != (1, 1):
-        b.fail(f"{src} {s.shape} and {dst} {d.shape} are not [N,H,W,C] and [N,1,1,H*W*C]", ShapeError)
+    rules.flat_copy(b, src, dst)
     return partial(np.copyto, b.flat(dst), b.flat(src))
 
 
@@ -39,17 +30,9 @@ def flatten_bwd(b: Binder) -> Step:
     return _flat_copy(b, "dy", "dx")
 
 
-def _narrow_wide(b: Binder, narrow: str, wide: str) -> tuple[int, int]:
-    n, w = b.tensor(narrow), b.tensor(wide)
-    _same_dtype(b, narrow, wide)
-    if n.shape.dims[:3] != w.shape.dims[:3] or w.shape.c < n.shape.c:
-        b.fail(f"{wide} {w.shape} must equal {narrow} {n.shape} except for C >= {n.shape.c}", ShapeError)
-    return n.shape.c, w.shape.c
-
-
 @cpu_op("channel_pad_fwd")
 def channel_pad_fwd(b: Binder) -> Step:
-    c, cp = _narrow_wide(b, "x", "y")
+    _, c, cp = rules.narrow_wide(b, "x", "y")
     y = b.view("y")
     copy = partial(np.copyto, y[..., :c], b.view("x"))
     return seq(copy, partial(y[..., c:].fill, 0) if cp > c else None)
@@ -57,5 +40,5 @@ def channel_pad_fwd(b: Binder) -> Step:
 
 @cpu_op("channel_pad_bwd")
 def channel_pad_bwd(b: Binder) -> Step:
-    c, _ = _narrow_wide(b, "dx", "dy")
+    _, c, _ = rules.narrow_wide(b, "dx", "dy")
     return partial(np.copyto, b.view("dx"), b.view("dy")[..., :c])

@@ -8,26 +8,20 @@ import numpy as np
 
 from tr.backend.cpu.binder import Binder, Step
 from tr.backend.cpu.ops._register import cpu_op
-from tr.core.dtype import DType
-from tr.core.ops import DEFAULT_GROWTH_INTERVAL, LOSS_SCALE_RULES
+from tr.backend.rules import scalar as rules
 
 
 @cpu_op("scalar_increment")
 def scalar_increment(b: Binder) -> Step:
+    rules.scalar_increment(b)
     x = b.flat("x")
     return partial(np.add, x, x.dtype.type(1), out=x)
 
 
 @cpu_op("lr_lookup")
 def lr_lookup(b: Binder) -> Step:
-    b.expect_dtype("step", DType.INT32)
-    b.expect_float("table", "lr")
-    table = b.flat("table")
-    last = table.size - 1
-    step = b.flat("step")
-    lr = b.flat("lr")
-    if b.dtype("table") is not b.dtype("lr"):
-        b.fail(f"table is {b.dtype('table').name} but lr is {b.dtype('lr').name}; expected one dtype")
+    last = rules.lr_lookup(b) - 1
+    table, step, lr = b.flat("table"), b.flat("step"), b.flat("lr")
 
     def run() -> None:
         s = int(step[0])
@@ -38,8 +32,7 @@ def lr_lookup(b: Binder) -> Step:
 
 @cpu_op("count_flag")
 def count_flag(b: Binder) -> Step:
-    b.expect_dtype("flag", DType.INT32)
-    b.expect_dtype("count", DType.INT32)
+    rules.count_flag(b)
     flag, count = b.flat("flag"), b.flat("count")
 
     def run() -> None:
@@ -54,20 +47,11 @@ _FP32_MAX = float(np.finfo(np.float32).max)
 
 @cpu_op("loss_scale_update")
 def loss_scale_update(b: Binder) -> Step:
-    b.expect_dtype("scale", DType.FP32)
-    b.expect_dtype("flag", DType.INT32)
-    rule = b.attr("rule", "static")
-    if rule not in LOSS_SCALE_RULES:
-        b.fail(f"loss-scale rule {rule!r} is not one of {list(LOSS_SCALE_RULES)}")
-    flag = b.flat("flag")
-    scale = b.flat("scale")
-    if rule == "static":
+    r = rules.loss_scale_update(b)
+    flag, scale = b.flat("flag"), b.flat("scale")
+    if not r.dynamic:
         return partial(_static_step, flag, scale)
-    if not b.has("tracker"):
-        b.fail("rule 'dynamic' needs argument 'tracker' (INT32: clean steps in a row)")
-    b.expect_dtype("tracker", DType.INT32)
-    interval = b.int_attr("growth_interval", DEFAULT_GROWTH_INTERVAL, 1)
-    return partial(_dynamic_step, flag, scale, b.flat("tracker"), interval)
+    return partial(_dynamic_step, flag, scale, b.flat("tracker"), r.growth_interval)
 
 
 def _static_step(flag: np.ndarray, scale: np.ndarray) -> None:

@@ -168,6 +168,20 @@ def test_copy_dropout_and_scalar_builders():
     assert build(op("loss_scale_update", flag=a["flag"], scale=a["scale"], rule="static"))[2]["dynamic"] == 0
 
 
+def test_pool_and_activation_builders():
+    a = arena(("x", (2, 6, 6, 4), "fp16"), ("y", (2, 3, 3, 4), "fp16"), ("mask", (2, 3, 3, 4), "int8"),
+              ("g", (2, 1, 1, 4), "fp16"), ("amask", (2, 6, 6, 4), "int8"), ("x2", (2, 6, 6, 4), "fp16"))
+    ints = build(op("maxpool_fwd", x=a["x"], y=a["y"], mask=a["mask"], kernel=3, stride=2, padding=1))[2]
+    assert (ints["kh"], ints["sh"], ints["ph"], ints["p"], ints["mask_dt"]) == (3, 2, 1, 3, DTYPE_CODES[DType.INT8])
+    assert build(op("maxpool_bwd", dy=a["y"], mask=a["mask"], dx=a["x"], kernel=3, stride=2, padding=1))[2]["q"] == 3
+    assert build(op("avgpool_fwd", x=a["x"], y=a["y"], kernel=2, stride=2))[2]["kw"] == 2
+    assert build(op("gap_fwd", x=a["x"], y=a["g"]))[2] == {"n": 2, "hw": 36, "c": 4, "x_dt": 1, "y_dt": 1}
+    name, ptrs, ints, _ = build(op("act_fwd", x=a["x"], y=a["x2"], mask=a["amask"], kind="relu"))
+    assert "mask" in ptrs and ints["n"] == 288
+    _, ptrs, ints, _ = build(op("act_bwd", x=a["x"], dy=a["x2"], dx=a["x2"], kind="gelu"))
+    assert "mask" not in ptrs and ints["kind"] > 0
+
+
 BAD = [
     ("fc: w's inputs", lambda: (lambda a: op("fc_fwd", x=a["x"], w=a["w"], y=a["y"]))(
         arena(("x", (4, 1, 1, 6), "fp32"), ("w", (3, 1, 1, 5), "fp32"), ("y", (4, 1, 1, 3), "fp32")))),
@@ -190,6 +204,10 @@ BAD = [
         arena(("x", (8,), "fp32"), ("y", (8,), "fp16")))),
     ("loss scale: tracker", lambda: (lambda a: op("loss_scale_update", flag=a["f"], scale=a["s"], rule="dynamic"))(
         arena(("f", (1,), "int32"), ("s", (1,), "fp32")))),
+    ("pool: channels", lambda: (lambda a: op("avgpool_fwd", x=a["x"], y=a["y"], kernel=2, stride=2))(
+        arena(("x", (2, 4, 4, 3), "fp32"), ("y", (2, 2, 2, 4), "fp32")))),
+    ("activation: kind", lambda: (lambda a: op("act_fwd", x=a["x"], y=a["y"], kind="swish2"))(
+        arena(("x", (8,), "fp32"), ("y", (8,), "fp32")))),
 ]
 
 

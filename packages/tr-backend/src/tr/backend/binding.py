@@ -96,6 +96,15 @@ class CallBinder:
             self.fail(f"span {name!r} has {hi - lo} bytes, not a multiple of {itemsize}")
         return (hi - lo) // itemsize
 
+    def same_numel(self, *names: str) -> int:
+        """The first tensor's element count, which every other given one must have (absent ones are skipped)."""
+        n = self.tensor(names[0]).numel
+        for name in names[1:]:
+            if self.has(name) and self.tensor(name).numel != n:
+                self.fail(f"{name} {self.tensor(name).shape} must match {names[0]} {self.tensor(names[0]).shape}",
+                          ShapeError)
+        return n
+
     def expect_numel(self, name: str, numel: int) -> None:
         t = self.tensor(name)
         if t.numel != numel:

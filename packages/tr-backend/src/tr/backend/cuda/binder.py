@@ -1,7 +1,8 @@
 """Binding one op call to a native CUDA op at capture time.
 
 An op implementation is a builder ``impl(b: CudaBinder) -> native op | list of native ops | None``. It
-checks shapes and dtypes like the CPU backend does (``b.fail`` raises naming the graph, op and layer),
+runs its family's rule (tr.backend.rules: the checks both backends share; ``b.fail`` raises naming the graph,
+op and layer),
 resolves its DTensors and spans to device addresses ONCE, and asks the extension for the native op
 (``b.native``). What the builder returns is recorded into the graph; at launch nothing of it runs in Python.
 
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tr.backend.binding import FLOATS, CallBinder, pair  # noqa: F401  (re-exported for op modules)
 from tr.core.dtype import DType
-from tr.core.errors import ShapeError, TrError
+from tr.core.errors import TrError
 
 if TYPE_CHECKING:
     from tr.backend.cuda.backend import CudaBackend
@@ -26,14 +27,6 @@ DTYPE_CODES = {DType.FP32: 0, DType.FP16: 1, DType.BF16: 2, DType.INT8: 3, DType
 
 class CudaBinder(CallBinder):
     backend: CudaBackend
-
-    def same_numel(self, *names: str) -> int:
-        n = self.tensor(names[0]).numel
-        for name in names[1:]:
-            if self.has(name) and self.tensor(name).numel != n:
-                self.fail(f"{name} {self.tensor(name).shape} must match {names[0]} {self.tensor(names[0]).shape}",
-                          ShapeError)
-        return n
 
     # --- device addresses ------------------------------------------------------------------------------
     def ptr(self, name: str) -> int:

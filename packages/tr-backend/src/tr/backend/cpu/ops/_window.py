@@ -7,13 +7,16 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from tr.backend.binding import Geometry, window_geometry
-from tr.backend.cpu.binder import Binder
+from tr.backend.binding import Geometry
 
 
 @dataclass(frozen=True)
 class Window(Geometry):
     """The shared geometry plus the numpy views the CPU kernels read through."""
+
+    @classmethod
+    def of(cls, g: Geometry) -> Window:
+        return cls(**g.as_ints())
 
     @property
     def padded(self) -> bool:
@@ -49,8 +52,3 @@ class Window(Geometry):
         sn, sh, sw, sc = a.strides
         return as_strided(a, (self.n, self.p, self.q, self.kh, self.kw, a.shape[3]),
                           (sn, sh * self.sh, sw * self.sw, sh, sw, sc), writeable=False)
-
-
-def window(b: Binder, x: str, y: str, kernel: tuple[int, int] | None = None) -> Window:
-    """Geometry from the ``kernel``/``stride``/``padding`` attributes, checked against x and y (N,P,Q)."""
-    return Window(**window_geometry(b, x, y, kernel).as_ints())

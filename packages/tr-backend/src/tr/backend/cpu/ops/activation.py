@@ -19,9 +19,7 @@ import numpy as np
 
 from tr.backend.cpu.binder import Binder, Step, seq
 from tr.backend.cpu.ops._register import cpu_op
-from tr.core.dtype import DType
-from tr.core.errors import ShapeError
-from tr.core.ops import ACTIVATIONS
+from tr.backend.rules import activation as rules
 
 _F0 = np.float32(0)
 _F1 = np.float32(1)
@@ -211,33 +209,17 @@ def _derivative(kind: str, x: np.ndarray, d: np.ndarray, tmp: _Tmp) -> Step:
     raise AssertionError(kind)
 
 
-def _kind(b: Binder) -> str:
-    kind = b.attr("kind")
-    if kind not in ACTIVATIONS:
-        b.fail(f"activation kind {kind!r} is not one of {list(ACTIVATIONS)}")
-    return kind
-
-
-def _same_numel(b: Binder, *names: str) -> int:
-    n = b.tensor(names[0]).numel
-    for name in names[1:]:
-        if b.has(name) and b.tensor(name).numel != n:
-            b.fail(f"{name} {b.tensor(name).shape} must match {names[0]} {b.tensor(names[0]).shape}", ShapeError)
-    return n
-
-
 def _mask(b: Binder, n: int) -> np.ndarray:
-    b.expect_dtype("mask", DType.INT8)
     return b.view("mask", (n,)).view(np.bool_)  # values 0/1: the INT8 bytes read as booleans
 
 
 def _fwd_steps(b: Binder, with_mask: bool) -> Step:
-    kind = _kind(b)
-    n = _same_numel(b, "x", "y", "mask")
+    r = rules.act_fwd(b, with_mask)
+    kind, n = r.kind, r.n
     x, load_x = b.load("x", (n,))
     y, store_y = b.store("y", (n,))
     steps: list[Callable[[], None] | None] = [load_x]
-    if with_mask and b.has("mask"):
+    if r.mask:
         steps.append(partial(np.greater, x, _F0, out=_mask(b, n)))  # before y: y may not alias x, mask safe
     steps += [_forward(kind, x, y, _Tmp(b, (n,))), store_y]
     return seq(*steps)
@@ -255,11 +237,11 @@ def act_inf(b: Binder) -> Step:
 
 @cpu_op("act_bwd")
 def act_bwd(b: Binder) -> Step:
-    kind = _kind(b)
-    n = _same_numel(b, "x", "dy", "dx", "mask")
+    r = rules.act_bwd(b)
+    kind, n = r.kind, r.n
     dy, load_dy = b.load("dy", (n,))
     dx, store_dx = b.store("dx", (n,))
-    if kind == "relu" and b.has("mask"):
+    if r.mask:
         return seq(load_dy, partial(np.multiply, dy, _mask(b, n), out=dx), store_dx)
     x, load_x = b.load("x", (n,))
     tmp = _Tmp(b, (n,))

@@ -27,7 +27,7 @@ CHUNK_ELEMENTS = 1 << 20  # float32 elements of one packed im2col chunk (4 MiB)
 
 def _window(rule: tuple[Geometry, int]) -> tuple[Window, int]:
     g, k = rule
-    return Window(**g.as_ints()), k
+    return Window.of(g), k
 
 
 def _is_pointwise(g: Window) -> bool:

@@ -15,14 +15,8 @@ import numpy as np
 
 from tr.backend.cpu.binder import Binder, Step, seq
 from tr.backend.cpu.ops._register import cpu_op
-from tr.backend.cpu.ops._window import Window, window
-from tr.core.dtype import DType
-from tr.core.errors import ShapeError
-
-
-def _same_c(b: Binder, a: str, c: str) -> None:
-    if b.tensor(a).shape.c != b.tensor(c).shape.c:
-        b.fail(f"{c} {b.tensor(c).shape} must have the channels of {a} {b.tensor(a).shape}", ShapeError)
+from tr.backend.cpu.ops._window import Window
+from tr.backend.rules import pool as rules
 
 
 def _padded_input(b: Binder, g: Window, fill: float) -> tuple[np.ndarray, list]:
@@ -45,20 +39,10 @@ def _grad_target(b: Binder, g: Window) -> tuple[np.ndarray, list]:
     return dxp, [partial(np.copyto, dx, g.interior(dxp)), store_dx]
 
 
-def _mask_view(b: Binder, shape_of: str) -> np.ndarray:
-    b.expect_dtype("mask", DType.INT8)
-    if b.tensor("mask").shape != b.tensor(shape_of).shape:
-        b.fail(f"mask {b.tensor('mask').shape} must have {shape_of}'s shape {b.tensor(shape_of).shape}", ShapeError)
-    return b.view("mask")
-
-
 @cpu_op("maxpool_fwd")
 def maxpool_fwd(b: Binder) -> Step:
-    g = window(b, "x", "y")
-    _same_c(b, "x", "y")
-    if g.taps > 127:
-        b.fail(f"a {g.kh}x{g.kw} window has {g.taps} positions; the INT8 mask holds at most 127")
-    code = _mask_view(b, "y")
+    g = Window.of(rules.maxpool_fwd(b))
+    code = b.view("mask")
     xp, steps = _padded_input(b, g, -np.inf)
     y, store_y = b.store("y")
     upd = b.scratch(y.shape, np.bool_)
@@ -78,8 +62,7 @@ def maxpool_fwd(b: Binder) -> Step:
 
 @cpu_op("maxpool_inf")
 def maxpool_inf(b: Binder) -> Step:
-    g = window(b, "x", "y")
-    _same_c(b, "x", "y")
+    g = Window.of(rules.window(b, "x", "y"))
     xp, steps = _padded_input(b, g, -np.inf)
     y, store_y = b.store("y")
     taps = g.tap_views(xp)
@@ -90,9 +73,8 @@ def maxpool_inf(b: Binder) -> Step:
 
 @cpu_op("maxpool_bwd")
 def maxpool_bwd(b: Binder) -> Step:
-    g = window(b, "dx", "dy")
-    _same_c(b, "dx", "dy")
-    code = _mask_view(b, "dy")
+    g = Window.of(rules.maxpool_bwd(b))
+    code = b.view("mask")
     dy, load_dy = b.load("dy")
     dxp, tail = _grad_target(b, g)
     eq = b.scratch(dy.shape, np.bool_)
@@ -122,8 +104,7 @@ def _inv_count(g: Window) -> np.ndarray:
 
 @cpu_op("avgpool_fwd")
 def avgpool_fwd(b: Binder) -> Step:
-    g = window(b, "x", "y")
-    _same_c(b, "x", "y")
+    g = Window.of(rules.window(b, "x", "y"))
     xp, steps = _padded_input(b, g, 0.0)
     y, store_y = b.store("y")
     taps = g.tap_views(xp)
@@ -135,8 +116,7 @@ def avgpool_fwd(b: Binder) -> Step:
 
 @cpu_op("avgpool_bwd")
 def avgpool_bwd(b: Binder) -> Step:
-    g = window(b, "dx", "dy")
-    _same_c(b, "dx", "dy")
+    g = Window.of(rules.window(b, "dx", "dy"))
     dy, load_dy = b.load("dy")
     share = b.scratch(dy.shape)
     dxp, tail = _grad_target(b, g)
@@ -145,16 +125,9 @@ def avgpool_bwd(b: Binder) -> Step:
     return seq(*steps, *tail)
 
 
-def _gap_dims(b: Binder, x: str, y: str) -> tuple[int, int, int]:
-    n, h, w, c = b.tensor(x).shape.dims
-    if b.tensor(y).shape.dims != (n, 1, 1, c):
-        b.fail(f"{y} {b.tensor(y).shape} must be [{n},1,1,{c}] for {x} {b.tensor(x).shape}", ShapeError)
-    return n, h * w, c
-
-
 @cpu_op("gap_fwd")
 def gap_fwd(b: Binder) -> Step:
-    n, hw, c = _gap_dims(b, "x", "y")
+    n, hw, c = rules.gap(b, "x", "y")
     x, load_x = b.load("x", (n, hw, c))
     y, store_y = b.store("y", (n, c))
     return seq(load_x, partial(np.mean, x, axis=1, out=y), store_y)
@@ -162,7 +135,7 @@ def gap_fwd(b: Binder) -> Step:
 
 @cpu_op("gap_bwd")
 def gap_bwd(b: Binder) -> Step:
-    n, hw, c = _gap_dims(b, "dx", "dy")
+    n, hw, c = rules.gap(b, "dx", "dy")
     dy, load_dy = b.load("dy", (n, 1, c))
     dx, store_dx = b.store("dx", (n, hw, c))
     return seq(load_dy, partial(np.multiply, dy, np.float32(1.0 / hw), out=dx), store_dx)

@@ -7,26 +7,13 @@ from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
-from tr.core.dtype import DType
-from tr.core.ops import ACTIVATIONS
-
-
-def _kind(b: CudaBinder) -> int:
-    kind = b.attr("kind")
-    if kind not in ACTIVATIONS:
-        b.fail(f"activation kind {kind!r} is not one of {list(ACTIVATIONS)}")
-    return ACTIVATIONS.index(kind)
+from tr.backend.rules import activation as rules
 
 
 def _forward(b: CudaBinder, with_mask: bool) -> Any:
-    kind = _kind(b)
-    n = b.same_numel("x", "y", "mask")
-    b.expect_float("x", "y")
-    names = ["x", "y"]
-    if with_mask and b.has("mask"):
-        b.expect_dtype("mask", DType.INT8)
-        names.append("mask")
-    return b.native("act_fwd" if with_mask else "act_inf", names, ints={"n": n, "kind": kind})
+    r = rules.act_fwd(b, with_mask)
+    names = ["x", "y"] + (["mask"] if r.mask else [])
+    return b.native("act_fwd" if with_mask else "act_inf", names, ints={"n": r.n, "kind": r.code})
 
 
 @cuda_op("act_fwd")
@@ -41,13 +28,6 @@ def act_inf(b: CudaBinder) -> Any:
 
 @cuda_op("act_bwd")
 def act_bwd(b: CudaBinder) -> Any:
-    kind = _kind(b)
-    n = b.same_numel("x", "dy", "dx", "mask")
-    b.expect_float("x", "dy", "dx")
-    if b.dtype("dx") is not b.dtype("dy"):
-        b.fail(f"dx is {b.dtype('dx').name} but dy is {b.dtype('dy').name}; expected one dtype")
-    names = ["x", "dy", "dx"]
-    if ACTIVATIONS[kind] == "relu" and b.has("mask"):
-        b.expect_dtype("mask", DType.INT8)
-        names.append("mask")
-    return b.native("act_bwd", names, ints={"n": n, "kind": kind})
+    r = rules.act_bwd(b)
+    names = ["x", "dy", "dx"] + (["mask"] if r.mask else [])
+    return b.native("act_bwd", names, ints={"n": r.n, "kind": r.code})

@@ -26,6 +26,24 @@ def test_cuda_implements_every_catalogued_op_when_present():
     assert missing_ops("cuda") == [], f"ops without a CUDA implementation: {missing_ops('cuda')}"
 
 
+RULES_OF = {"bn_pool": "bn"}  # bn_maxpool_* share the batch norm's per-channel rules
+
+
+def test_every_family_has_its_rules_module():
+    """The checks both backends share live once, in tr.backend.rules.<family> (docs/CONVENTIONS.md)."""
+    import importlib
+
+    for family in sorted({op.family for op in CATALOGUE.values()}):
+        module = importlib.import_module(f"tr.backend.rules.{RULES_OF.get(family, family)}")
+        assert module.__doc__, f"tr.backend.rules.{family} says what its ops take"
+
+
+def test_cuda_builders_live_in_their_family_module():
+    for name, impl in op_impls("cuda").items():
+        family = CATALOGUE[name].family
+        assert impl.__module__ == f"tr.backend.cuda.ops.{family}", f"{name} (family {family}) is in {impl.__module__}"
+
+
 def test_registering_an_unknown_op_fails():
     with pytest.raises(BackendError, match="not in the op catalogue"):
         register_op("cpu", "fc_forward")

@@ -12,7 +12,7 @@ import numpy as np
 
 from tr.backend.cpu.binder import Binder, Step, seq
 from tr.backend.cpu.ops._register import cpu_op
-from tr.backend.rules import copy as rules
+from tr.backend.rules import flatten as rules
 
 
 def _flat_copy(b: Binder, src: str, dst: str) -> Step:

@@ -14,7 +14,7 @@ import numpy as np
 from tr.backend.base import HostBuffer
 from tr.backend.cpu.binder import Binder, Step
 from tr.backend.cpu.ops._register import cpu_op
-from tr.core.dtype import DType
+from tr.backend.rules import transfer as rules
 from tr.core.errors import BackendError, DTypeError, ShapeError
 
 
@@ -47,12 +47,7 @@ class _Site:
 
 @cpu_op("h2d_copy")
 def h2d_copy(b: Binder) -> Step:
-    buffer = b.attr("buffer")
-    if buffer not in (0, 1):
-        b.fail(f"attribute buffer must be 0 (A) or 1 (B), got {buffer!r}")
-    b.expect_dtype("labels", DType.INT32)
-    n = b.tensor("data").shape.n
-    b.expect_numel("labels", n)
-    site = _Site(b.where, int(buffer), b.view("labels", (n,)), b.view("data"))
+    buffer, n = rules.h2d_copy(b)
+    site = _Site(b.where, buffer, b.view("labels", (n,)), b.view("data"))
     b.backend.add_host_consumer(site)
     return site

@@ -7,7 +7,7 @@ from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
-from tr.backend.rules import copy as rules
+from tr.backend.rules import flatten as rules
 
 
 def _flat_copy(b: CudaBinder, src: str, dst: str) -> Any:

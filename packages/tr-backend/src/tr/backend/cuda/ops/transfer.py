@@ -8,17 +8,13 @@ from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
-from tr.core.dtype import DType
+from tr.backend.rules import transfer as rules
 
 
 @cuda_op("h2d_copy")
 def h2d_copy(b: CudaBinder) -> Any:
-    buffer = b.attr("buffer")
-    if buffer not in (0, 1) or isinstance(buffer, bool):
-        b.fail(f"attribute buffer must be 0 (A) or 1 (B), got {buffer!r}")
-    b.expect_dtype("labels", DType.INT32)
-    b.expect_numel("labels", b.tensor("data").shape.n)
-    site = b.backend.add_host_site(b, int(buffer))
+    buffer, _ = rules.h2d_copy(b)
+    site = b.backend.add_host_site(b, buffer)
     return b.native("h2d_copy", ["labels", "data"],
                     ptrs={"src_labels": site.src[0], "src_data": site.src[1]},
                     ints={"label_bytes": site.label_bytes, "data_bytes": site.data_bytes})

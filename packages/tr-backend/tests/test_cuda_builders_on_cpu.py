@@ -114,16 +114,13 @@ def test_augment_builder_passes_the_spec():
 
 def test_range_builders_size_their_spans_from_the_layout():
     a = SimpleArena()
-    a.add("w", (300,), "fp32", Region.W_FC_WEIGHT)
-    a.add("e", (300,), "fp32", Region.E_FC_WEIGHT)
-    a.add("h", (300,), "fp16", Region.A_FC_WEIGHT)
-    a.add("g", (300,), "fp32", Region.G_FC_WEIGHT)
-    a.add("m", (300,), "fp32", Region.M_FC_WEIGHT)
-    a.add("v", (300,), "fp32", Region.V_FC_WEIGHT)
-    a.add("lr", (1,), "fp32", Region.S_SCALAR_FP32)
-    a.add("scale", (1,), "fp32", Region.S_SCALAR_FP32)
-    a.add("flag", (1,), "int32", Region.S_SCALAR_INT32)
-    a.add("step", (1,), "int32", Region.S_SCALAR_INT32)
+    R = Region
+    for name, n, dt, region in (("w", 300, "fp32", R.W_FC_WEIGHT), ("e", 300, "fp32", R.E_FC_WEIGHT),
+                                ("h", 300, "fp16", R.A_FC_WEIGHT), ("g", 300, "fp32", R.G_FC_WEIGHT),
+                                ("m", 300, "fp32", R.M_FC_WEIGHT), ("v", 300, "fp32", R.V_FC_WEIGHT),
+                                ("lr", 1, "fp32", R.S_SCALAR_FP32), ("scale", 1, "fp32", R.S_SCALAR_FP32),
+                                ("flag", 1, "int32", R.S_SCALAR_INT32), ("step", 1, "int32", R.S_SCALAR_INT32)):
+        a.add(name, (n,), dt, region)
     lay = a.layout()
     w, n = span(Region.W_FC_WEIGHT), lay.region_bytes(Region.W_FC_WEIGHT) // 4
     opt = op("range_optimizer", w=w, g=span(Region.G_FC_WEIGHT), m=span(Region.M_FC_WEIGHT), v=span(Region.V_FC_WEIGHT),

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tr.backend.rules.augment import AugmentSpec
 from tr.backend.cpu.ops.augment import augment, draws
+from tr.backend.rules.augment import AugmentSpec
 from tr.core.norm import NormMode
 from tr.data import MNIST, Compose, Pad, RandomCrop, RandomErasing, RandomHorizontalFlip, RandomRotation, RandomScale
 from tr.data.seeds import seed_prefix

@@ -14,8 +14,8 @@ from resident_chain import CHAIN, SPEC, configure, task
 from resident_chain import digits as mnist_digits
 
 from renaissance import NormMode
-from tr.backend.rules.augment import AugmentSpec
 from tr.backend.cpu.ops.augment import augment
+from tr.backend.rules.augment import AugmentSpec
 from tr.core.errors import ConfigError
 from tr.data import (
     ArrayDataset,

@@ -22,6 +22,7 @@ from enum import Enum, IntEnum
 
 from tr.algo import _validate as v
 from tr.core.errors import ConfigError
+from tr.core.optim import BIAS_RULE, OPTIMIZERS
 from tr.core.region import BIAS_LIKE_WEIGHTS, DECAYED_WEIGHTS, Region
 
 
@@ -34,6 +35,15 @@ class OptimizerKind(IntEnum):
     ADAM = 5
     ADAMW = 6
 
+    @property
+    def spec_name(self) -> str:
+        """The optimizer's name in tr.core.optim (what a CompileSpec and the update graphs use)."""
+        return OPTIMIZERS[self]
+
+    @classmethod
+    def of(cls, name: str) -> OptimizerKind:
+        return cls(OPTIMIZERS.index(name))
+
 
 class Slot(str, Enum):
     """A per-parameter state buffer, named after the arena region group that holds it."""
@@ -42,17 +52,6 @@ class Slot(str, Enum):
     V = "v"  # second moment (V_* regions)
     N = "n"  # LARS per-tensor trust ratio and norms (N_* regions)
 
-
-# The rule bias-like parameters (BN gamma/beta, FC bias) follow, always with weight decay 0 and no trust ratio.
-_BIAS_RULE = {
-    OptimizerKind.SGD: OptimizerKind.SGD,
-    OptimizerKind.SGD_MOMENTUM: OptimizerKind.SGD_MOMENTUM,
-    OptimizerKind.SGD_NESTEROV: OptimizerKind.SGD_NESTEROV,
-    OptimizerKind.LARS: OptimizerKind.SGD_MOMENTUM,
-    OptimizerKind.LARS_NESTEROV: OptimizerKind.SGD_NESTEROV,
-    OptimizerKind.ADAM: OptimizerKind.ADAM,
-    OptimizerKind.ADAMW: OptimizerKind.ADAM,
-}
 
 _SLOTS = {
     OptimizerKind.SGD: (),
@@ -79,7 +78,7 @@ RULE_HYPERPARAMS: dict[OptimizerKind, tuple[str, ...]] = {
 
 def bias_rule(kind: OptimizerKind) -> OptimizerKind:
     """The rule used for bias-like parameters under optimizer ``kind`` (applied with weight decay 0)."""
-    return _BIAS_RULE[OptimizerKind(kind)]
+    return OptimizerKind.of(BIAS_RULE[OptimizerKind(kind).spec_name])
 
 
 def slots_for(kind: OptimizerKind) -> tuple[Slot, ...]:

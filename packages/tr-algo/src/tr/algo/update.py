@@ -1,4 +1,5 @@
-"""Reference update rules: the executable spec that every backend's optimizer kernels are tested against.
+"""Reference update rules: the executable spec that every backend's optimizer kernels are tested against
+(tests-integration/test_optimizer_reference.py holds the CPU kernels to it; the GPU tests hold CUDA to CPU).
 
 Notation: g = grad * (1 / scaling) (scaling is the AMP loss scale, 1 in FP32); gradients are already
 mean-reduced over ranks. When the step is skipped (the device NaN/Inf flag is set) nothing changes, not

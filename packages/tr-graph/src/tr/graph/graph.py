@@ -19,6 +19,7 @@ from typing import Any
 from tr.core.dtype import DType
 from tr.core.graph_id import GraphId
 from tr.core.ops import RegionSpan
+from tr.core.optim import BIAS_RULE, WEIGHT_RULE
 from tr.core.region import (
     ALL_GRADS,
     AMP_CAST_SOURCE,
@@ -47,9 +48,6 @@ TRAIN_CHAIN_B = (GraphId.FIRST_LAYER_FWD_B, GraphId.DEEP_FWD_BWD, GraphId.FIRST_
 INF_CHAIN = (GraphId.INF_MAIN_A,)
 INF_CHAIN_B = (GraphId.INF_MAIN_B,)
 
-OPT_RULE = {"sgd": "sgd", "momentum": "momentum", "nesterov": "nesterov", "adam": "adam", "adamw": "adamw"}
-BIAS_RULE = {"sgd": "sgd", "momentum": "momentum", "nesterov": "nesterov", "adam": "adam", "adamw": "adam",
-             "lars": "momentum", "lars_nesterov": "nesterov"}
 
 
 @dataclass(slots=True)
@@ -303,7 +301,7 @@ def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[t
                    v=span(Region(first + off_v), Region(last + off_v)) if v else None, **common)
 
     if not spec.lars:
-        ops.append(rng(OPT_RULE[spec.optimizer], spec.weight_decay, *DECAYED_WEIGHTS, "decayed weights"))
+        ops.append(rng(WEIGHT_RULE[spec.optimizer], spec.weight_decay, *DECAYED_WEIGHTS, "decayed weights"))
     if has(*region_range(*BIAS_LIKE_WEIGHTS)):
         ops.append(rng(BIAS_RULE[spec.optimizer], 0.0, *BIAS_LIKE_WEIGHTS, "bias-like parameters, no decay"))
     if spec.lars:

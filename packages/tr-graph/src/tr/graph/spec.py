@@ -14,12 +14,11 @@ from typing import Any
 
 from tr.core.errors import ConfigError
 from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_RULES
+from tr.core.optim import LARS, OPTIMIZERS, first_moment, second_moment
 from tr.core.settings import Settings
 from tr.core.shape import Shape
 from tr.graph.resident import ResidentInput
 from tr.tensor.program import TRAIN, TRAIN_LAST, TRAIN_LOW, TRAIN_LOW_LAST, VAL, VAL_LAST, VariantInfo
-
-OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw", "lars", "lars_nesterov")
 
 
 @dataclass(frozen=True)
@@ -122,15 +121,15 @@ class CompileSpec:
     @property
     def momentum_slot(self) -> bool:
         """A first-moment / momentum buffer per trained tensor (M regions)."""
-        return self.optimizer != "sgd"
+        return first_moment(self.optimizer)
 
     @property
     def second_moment_slot(self) -> bool:
-        return self.optimizer in ("adam", "adamw")
+        return second_moment(self.optimizer)
 
     @property
     def lars(self) -> bool:
-        return self.optimizer in ("lars", "lars_nesterov")
+        return self.optimizer in LARS
 
     @property
     def loss_scale(self) -> float:

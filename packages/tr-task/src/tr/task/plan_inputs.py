@@ -56,14 +56,10 @@ def resolutions(s: Settings, sample_shape: tuple[int, int, int], validates: bool
     return {"train_resolution": train, "val_resolution": (s.val_res or train) if validates else None}
 
 
-_OPT_NAMES = {"SGD": "sgd", "SGD_MOMENTUM": "momentum", "SGD_NESTEROV": "nesterov", "LARS": "lars",
-              "LARS_NESTEROV": "lars_nesterov", "ADAM": "adam", "ADAMW": "adamw"}
-
-
 def optimizer_spec(opt) -> dict[str, Any]:
     """The CompileSpec fields of a tr.algo optimizer config."""
     hp = opt.hyperparams()
-    out: dict[str, Any] = {"optimizer": _OPT_NAMES[opt.kind.name], "weight_decay": float(hp.get("weight_decay", 0))}
+    out: dict[str, Any] = {"optimizer": opt.kind.spec_name, "weight_decay": float(hp.get("weight_decay", 0))}
     if "momentum" in hp:
         out["momentum"] = float(hp["momentum"])
     if "beta1" in hp:

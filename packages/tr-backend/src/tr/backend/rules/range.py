@@ -10,6 +10,7 @@ from tr.backend.binding import CallBinder
 from tr.core.dtype import DType
 from tr.core.errors import ShapeError
 from tr.core.ops import OPTIMIZER_RULES
+from tr.core.optim import second_moment
 
 
 def range_copy(b: CallBinder) -> int:
@@ -55,7 +56,7 @@ def range_optimizer(b: CallBinder) -> Optimizer:
     rule = b.attr("rule")
     if rule not in OPTIMIZER_RULES:
         b.fail(f"optimizer rule {rule!r} is not one of {list(OPTIMIZER_RULES)}")
-    adam = rule in ("adam", "adamw")
+    adam = second_moment(rule)
     needs = {"m": rule != "sgd", "v": adam, "step": adam}
     for name, needed in needs.items():
         if needed and not b.has(name):

@@ -89,16 +89,9 @@ class ArchPlan:
     @property
     def num_params(self) -> int:
         """Trained scalars (weights, biases, BN gamma and beta), for comparison with other frameworks."""
-        n = 0
-        for i, L in enumerate(self.layers):
-            x = self.input_shape if L.inputs[0] < 0 else self.shapes[L.inputs[0]]
-            if L.kind == "fc":
-                n += L.params["out"] * x.per_sample() + (L.params["out"] if L.params["bias"] else 0)
-            if L.kind in ("conv", "cbr"):
-                n += L.params["out"] * L.params["k"] ** 2 * x.c
-            if L.kind in ("bn1d", "bn2d", "cbr"):
-                n += 2 * self.shapes[i].c
-        return n
+        from tr.graph.layers import KINDS  # (the layer kinds import this module)
+
+        return sum(KINDS[L.kind].num_params(L, self.in_shapes(i), self.shapes[i]) for i, L in enumerate(self.layers))
 
     def in_shapes(self, i: int) -> list[Shape]:
         return [self.input_shape if u < 0 else self.shapes[u] for u in self.layers[i].inputs]

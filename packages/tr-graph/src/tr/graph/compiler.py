@@ -70,7 +70,7 @@ def arch_plan(blueprint: Any, spec: CompileSpec) -> ArchPlan:
         return arch
     layers = []
     for L in arch.layers:
-        if L.kind in ("bn1d", "bn2d", "cbr"):
+        if KINDS[L.kind].bn_stats:
             p = dict(L.params)
             p["momentum"] = spec.bn_momentum if spec.bn_momentum is not None else p["momentum"]
             p["eps"] = spec.bn_eps if spec.bn_eps is not None else p["eps"]

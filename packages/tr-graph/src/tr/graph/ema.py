@@ -21,6 +21,7 @@ from tr.core.graph_id import GraphId
 from tr.core.region import MASTER_WEIGHTS, Region
 from tr.graph.archplan import ArchPlan
 from tr.graph.graph import ComputationGraph, SymOp, span
+from tr.graph.layers import KINDS
 from tr.graph.spec import CompileSpec
 
 EMA_WEIGHTS = (Region.E_BN_BIAS, Region.E_DEEP_CONV)
@@ -56,7 +57,7 @@ def add_ema_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, twin
         {"decay": spec.ema_decay}, -1, "EMA weights (a skipped step leaves them)")]
     prep = []
     for i, L in enumerate(arch.layers):
-        if L.kind in ("bn1d", "bn2d", "cbr"):
+        if KINDS[L.kind].bn_stats:
             p = f"L{i}."
             prep.append(SymOp("bn_update_eq", {
                 "gamma": ema_key(p + "gamma"), "beta": ema_key(p + "beta"), "mean": p + "prev_mean",

@@ -258,7 +258,7 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
     g[GraphId.CLEAR_METRICS] = [_op("range_clear", span=span(Region.R_RESULT_ACCUMULATED))]
     eq = []
     for i, L in enumerate(arch.layers):
-        if L.kind in ("bn1d", "bn2d", "cbr"):
+        if KINDS[L.kind].bn_stats:
             p = f"L{i}."
             eq.append(_op("bn_update_eq", {"eps": L.params["eps"]}, layer=i, gamma=p + "gamma", beta=p + "beta",
                           mean=p + "prev_mean", var=p + "prev_var", scale=p + "eq_scale", bias=p + "eq_bias"))

@@ -195,12 +195,17 @@ class LayerKind:
     """Base class; see the module docstring."""
 
     kinds: tuple[str, ...] = ()
+    bn_stats = False  # keeps BN running statistics, folded into an inference scale and bias (bn_update_eq)
 
     def check(self, layer: ArchLayer) -> None:
         """Validate parameters; raise LayerProblem."""
 
     def out_shape(self, layer: ArchLayer, ins: Sequence[Shape]) -> Shape:
         raise NotImplementedError
+
+    def num_params(self, layer: ArchLayer, ins: Sequence[Shape], out: Shape) -> int:
+        """Trained scalars (weights, biases, BN gamma and beta), counted as other frameworks count them."""
+        return 0
 
     def has_params(self, layer: ArchLayer) -> bool:
         return False

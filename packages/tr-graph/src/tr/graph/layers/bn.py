@@ -69,6 +69,10 @@ def bn_update_eq(io: IO, eps: float) -> None:
 
 class BNKind(LayerKind):
     kinds = ("bn1d", "bn2d")
+    bn_stats = True
+
+    def num_params(self, layer, ins, out) -> int:
+        return 2 * out.c  # gamma, beta
 
     def check(self, layer) -> None:
         check_bn(layer.params["momentum"], layer.params["eps"])

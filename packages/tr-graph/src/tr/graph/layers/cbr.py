@@ -27,6 +27,10 @@ def _pool_attrs(pool: tuple[int, int, int]) -> dict[str, int]:
 
 class CBRKind(LayerKind):
     kinds = ("cbr",)
+    bn_stats = True
+
+    def num_params(self, layer, ins, out) -> int:
+        return layer.params["out"] * layer.params["k"] ** 2 * ins[0].c + 2 * out.c  # the conv's, gamma, beta
 
     def check(self, layer) -> None:
         check_conv(layer)

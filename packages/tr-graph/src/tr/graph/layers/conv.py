@@ -37,6 +37,9 @@ def conv_decls(layer, x: Shape, cx: DeclCtx) -> list[Decl]:
 class ConvKind(LayerKind):
     kinds = ("conv",)
 
+    def num_params(self, layer, ins, out) -> int:
+        return layer.params["out"] * layer.params["k"] ** 2 * ins[0].c
+
     def check(self, layer) -> None:
         check_conv(layer)
 

@@ -16,6 +16,10 @@ from tr.graph.layers.base import IO, Decl, DeclCtx, Init, LayerKind, positive_in
 class FCKind(LayerKind):
     kinds = ("fc",)
 
+    def num_params(self, layer, ins, out) -> int:
+        o = layer.params["out"]
+        return o * ins[0].per_sample() + (o if layer.params["bias"] else 0)
+
     def check(self, layer) -> None:
         positive_int("fc out", layer.params["out"])
 

@@ -75,7 +75,7 @@ def _transforms(feeder) -> list[str] | None:
 
 def describe(task) -> dict[str, Any]:
     """The canonical description of what ``task``'s plan and run were built from (JSON values)."""
-    s, f = task.settings, task._feeder
+    s, f = task.settings, task.feeder  # (a user's own feeder, not its completed wrapper)
     table = np.ascontiguousarray(task._lr_table, dtype=np.float32)
     return _jsonable({
         "settings": {k: getattr(s, k) for k in _SETTINGS_KEYS},

@@ -31,7 +31,7 @@ from tr.task.distributed import (
     read_env,
 )
 from tr.task.executor import StepLauncher, capture_steps, scalar, train_mean_loss
-from tr.task.feeder import Feeder
+from tr.task.feeder import Feeder, complete_feeder
 from tr.task.progress import Progress
 from tr.task.report import EpochRecord, EpochTable, TrainingResult
 from tr.task.sinks import MetricsLog
@@ -264,16 +264,15 @@ class DeepLearningTask(TaskBase):
             relaunch_per_device(s)  # one process per device: this one starts them and exits with their code
         local_batch = devices.local_batch(s, env)
         cuda_device = devices.device_index(s, env)
-        feeder = self._feeder or self._default_feeder(s)
+        feeder = complete_feeder(self._feeder or self._default_feeder(s))
         self._feeder = feeder
-        if env is not None and hasattr(feeder, "shard"):
+        if env is not None:
             feeder.shard(env.rank, env.world_size)
         if feeder.batch != local_batch:
             raise ConfigError(f"the feeder's batch {feeder.batch} differs from the local batch size "
                               f"{local_batch} of the settings")
         num_classes = plan_inputs.num_classes(self._num_classes, self._blueprint, getattr(feeder, "num_classes", None))
-        if hasattr(feeder, "check_labels"):  # labels past the logits are refused now, not wrapped in a step
-            feeder.check_labels(num_classes)
+        feeder.check_labels(num_classes)  # labels past the logits are refused now, not wrapped in a step
         steps = feeder.steps(True)
         sched = self._scheduler or ConstantLR().base_lr(0.1)
         self._sched = sched.prepare(self._epochs, steps)
@@ -295,7 +294,7 @@ class DeepLearningTask(TaskBase):
             grad_clip=max(0.0, self._grad_clip), lr_table_steps=self._sched.total_steps,
             world_size=1 if env is None else env.world_size, **plan_inputs.optimizer_spec(self._optimizer),
             ema_decay=self._ema.decay if self._ema is not None else None,
-            resident=feeder.resident_input() if hasattr(feeder, "resident_input") else None,
+            resident=feeder.resident_input(),
         )
         self.spec = spec
         self.program = compile_program(self._blueprint, spec)
@@ -315,10 +314,9 @@ class DeepLearningTask(TaskBase):
         if hasattr(self.backend, "configure"):
             self.backend.configure(tf32=s.tf32)
         self.backend.allocate(self.program.layout)
-        if hasattr(self.backend, "host_buffers") and hasattr(feeder, "adopt_buffers"):
+        if hasattr(self.backend, "host_buffers") and feeder.adopts_buffers:
             # staging buffers in the backend's pinned memory: DMA-able, never page-locked after the fact
-            staging = getattr(feeder, "staging_shape", feeder.sample_shape)  # a resident input stages indices
-            feeder.adopt_buffers(self.backend.host_buffers(feeder.batch, staging, feeder.dtype))
+            feeder.adopt_buffers(self.backend.host_buffers(feeder.batch, feeder.staging_shape, feeder.dtype))
         self.backend.bind_host_buffers(feeder.buffers())
         initialize_program(self.backend, self.program, s, self._initializer,
                            rank=0 if env is None else env.rank)
@@ -476,7 +474,7 @@ class DeepLearningTask(TaskBase):
         launch.synchronize()
         train_loss = train_mean_loss(be, prog)  # over the applied steps: a skipped one's loss is not summed
         rec = EpochRecord(epoch + 1, train_loss, lr0, 0.0)
-        times = feeder.last_epoch_times() if hasattr(feeder, "last_epoch_times") else None
+        times = feeder.last_epoch_times()
         if times is not None:  # read before validation runs the pipeline again
             wall = time.perf_counter() - t_pass
             rec.data_wait_s = round(sum(times.consumer_wait_s), 6)
@@ -557,7 +555,7 @@ class DeepLearningTask(TaskBase):
     def feeder(self) -> Feeder | None:
         """The feeder training reads (the one given to data(), or the one compile() built from
         PREPROCESSOR_SETTING); None before compile() when none was given."""
-        return self._feeder
+        return getattr(self._feeder, "wrapped", self._feeder)
 
     @property
     def launches_per_step(self) -> int:

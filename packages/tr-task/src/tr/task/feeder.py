@@ -16,7 +16,7 @@ tr.data.sharding's rule (``shard_positions``, re-exported here), shared with the
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -25,10 +25,13 @@ from tr.core.errors import ConfigError, DataError
 from tr.data.labels import check_labels
 from tr.data.sharding import check_shard, shard_positions, shard_size
 
-__all__ = ["ArrayFeeder", "Feeder", "InMemoryFeeder", "check_labels", "shard_positions", "shard_size", "steps_for"]
+__all__ = ["ArrayFeeder", "Feeder", "FeederDefaults", "InMemoryFeeder", "check_labels", "complete_feeder",
+           "shard_positions", "shard_size", "steps_for"]
 
 
 class Feeder(Protocol):
+    """What the task calls. A user's feeder needs the first group; ``complete_feeder`` gives it the rest."""
+
     batch: int
     sample_shape: tuple[int, int, int]
 
@@ -39,6 +42,76 @@ class Feeder(Protocol):
     def epoch(self, epoch: int, train: bool) -> Iterator[tuple[int, int, int]]: ...
     def release(self, k: int) -> None: ...
     def close(self) -> None: ...
+
+    # --- with defaults (FeederDefaults) ----------------------------------------------------------------
+    @property
+    def staging_shape(self) -> tuple[int, ...]: ...  # one sample in the host buffers
+    @property
+    def adopts_buffers(self) -> bool: ...  # whether adopt_buffers takes the backend's pinned pairs
+    def adopt_buffers(self, pairs: Any) -> None: ...
+    def shard(self, rank: int, world_size: int) -> None: ...
+    def check_labels(self, num_classes: int) -> None: ...
+    def last_epoch_times(self) -> Any: ...  # tr.data.EpochTimes of the last pass, or None
+    def resident_input(self) -> Any: ...  # tr.graph.resident.ResidentInput, or None
+
+
+class FeederDefaults:
+    """The optional part of the Feeder protocol: what a feeder that has nothing to say about it means."""
+
+    sample_shape: tuple[int, int, int]
+
+    @property
+    def staging_shape(self) -> tuple[int, ...]:
+        return tuple(self.sample_shape)
+
+    @property
+    def adopts_buffers(self) -> bool:
+        return False
+
+    def adopt_buffers(self, pairs: Any) -> None:
+        raise ConfigError(f"{type(self).__name__} fills its own staging buffers")
+
+    def shard(self, rank: int, world_size: int) -> None:
+        """Without it, a feeder already delivers this rank's data with the local batch."""
+
+    def check_labels(self, num_classes: int) -> None:
+        """Without it, labels past the logits are found in the step (the loss's label check)."""
+
+    def last_epoch_times(self) -> Any:
+        return None
+
+    def resident_input(self) -> Any:
+        return None
+
+
+class _Completed(FeederDefaults):
+    """A user's feeder with the optional part filled in where it has none."""
+
+    def __init__(self, inner: Any) -> None:
+        object.__setattr__(self, "_inner", inner)
+
+    def __getattribute__(self, name: str) -> Any:
+        inner = object.__getattribute__(self, "_inner")
+        if name in _OPTIONAL and not hasattr(inner, name if name != "adopts_buffers" else "adopt_buffers"):
+            return object.__getattribute__(self, name)
+        if name == "adopts_buffers":
+            return True
+        if name == "wrapped":
+            return inner
+        return getattr(inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(object.__getattribute__(self, "_inner"), name, value)
+
+
+_OPTIONAL = frozenset({"staging_shape", "adopts_buffers", "adopt_buffers", "shard", "check_labels",
+                       "last_epoch_times", "resident_input"})
+
+
+def complete_feeder(feeder: Any) -> Feeder:
+    """``feeder`` with the whole protocol: ours have it; a user's gets FeederDefaults where it lacks a part
+    (its ``wrapped`` attribute is the user's object)."""
+    return feeder if isinstance(feeder, FeederDefaults) else _Completed(feeder)  # type: ignore[return-value]
 
 
 def steps_for(samples: int, batch: int, drop_last: bool) -> tuple[int, int]:
@@ -54,7 +127,7 @@ def steps_for(samples: int, batch: int, drop_last: bool) -> tuple[int, int]:
     return steps, samples - (steps - 1) * batch
 
 
-class InMemoryFeeder:
+class InMemoryFeeder(FeederDefaults):
     """What the single-threaded feeders of in-memory data share: two (labels, data) staging pairs, filled by
     the caller's thread, and the epoch's counts of a rank's share. A subclass sets ``batch``, ``rank``,
     ``world_size``, ``drop_last`` and ``_bufs`` and says how many samples a split has (``_split_size``)."""
@@ -70,6 +143,10 @@ class InMemoryFeeder:
 
     def buffers(self) -> list[tuple[np.ndarray, np.ndarray]]:
         return self._bufs
+
+    @property
+    def adopts_buffers(self) -> bool:
+        return True
 
     def adopt_buffers(self, pairs) -> None:
         """Fill these (labels, data) pairs instead (e.g. pinned memory from the backend)."""

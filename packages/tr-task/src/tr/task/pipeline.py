@@ -22,9 +22,10 @@ from tr.core.errors import ConfigError
 from tr.core.settings import Settings
 from tr.data import PREPROCESSOR_SETTING, Preprocessor, PreprocessorSettings, TransferStation
 from tr.data.sharding import check_shard
+from tr.task.feeder import FeederDefaults
 
 
-class PipelineFeeder:
+class PipelineFeeder(FeederDefaults):
     def __init__(self, pre_settings: PreprocessorSettings, batch: int, seed: int, fp16: bool = False,
                  zones: Sequence[Any] | None = None) -> None:
         s = pre_settings if pre_settings.frozen else pre_settings.commit()
@@ -66,6 +67,10 @@ class PipelineFeeder:
 
     def buffers(self) -> list[tuple[np.ndarray, np.ndarray]]:
         return [self.station.zone(0), self.station.zone(1)]
+
+    @property
+    def adopts_buffers(self) -> bool:
+        return True
 
     def adopt_buffers(self, pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
         """Let the workers write into these (labels, data) pairs, e.g. pinned memory from the backend."""

@@ -140,7 +140,6 @@ class ResidentFeeder(InMemoryFeeder):
         self.val_attrs = _norm_attrs(s.norm, self.image[2], s.pad_channels)
         c_out = max(self.image[2], s.pad_channels or 0)
         self.sample_shape = (self.image[0], self.image[1], c_out)
-        self.staging_shape = (1, 1, 1)  # one int32 dataset index a sample
         self.dtype = np.dtype(np.int32)
         self._images = {True: train.images, False: None if val is None else val.images}
         self._labels = {True: train.labels, False: None if val is None else val.labels}
@@ -151,6 +150,10 @@ class ResidentFeeder(InMemoryFeeder):
         self.batch = self.global_batch = int(batch)
         self.rank, self.world_size = 0, 1
         self._alloc()
+
+    @property
+    def staging_shape(self) -> tuple[int, ...]:
+        return (1, 1, 1)  # one int32 dataset index a sample
 
     # --- the plan's side ----------------------------------------------------------------------------
     def resident_input(self) -> ResidentInput:

@@ -29,6 +29,7 @@ from tr.graph.blueprint import (
     seq,
 )
 from tr.graph.compiler import compile_program, compile_with_plan
+from tr.graph.seed_scheme import seed_arena_bytes
 from tr.graph.spec import CompileSpec
 from tr.tensor.program import Program
 
@@ -160,7 +161,8 @@ def test_meta(models):
     assert m["arena_bytes"] == p.layout.total_bytes
     assert m["num_layers"] == 5 and m["num_params"] == 1_462_538 and m["num_tensors"] == len(p.tensors)
     assert m["pooled_lower_bound"] <= m["pooled_bytes"] < m["no_reuse_bytes"] - m["arena_bytes"] + m["pooled_bytes"]
-    assert m["arena_bytes"] < m["seed_arena_bytes"]
+    c = compile_with_plan(models.mlp_mnist, mlp_spec())
+    assert m["arena_bytes"] < seed_arena_bytes(c.arch, mlp_spec(), c.program)
 
 
 class _NoAlloc(Exception):

@@ -20,6 +20,7 @@ from tr.core.errors import TrError
 from tr.core.ops import OpCall, RegionSpan
 from tr.graph.blueprint import BluePrint, Layer
 from tr.graph.compiler import Compiled, compile_with_plan
+from tr.graph.seed_scheme import seed_arena_bytes
 from tr.graph.spec import OPTIMIZERS, CompileSpec
 from tr.tensor.dtensor import DTensor
 from tr.tensor.program import Program
@@ -65,13 +66,14 @@ def format_call(c: OpCall) -> str:
     return f"{c.op} {args}" + (f" {{{attrs}}}" if attrs else "")
 
 
-def format_memory(program: Program) -> str:
+def format_memory(program: Program, seed_bytes: int) -> str:
+    """The memory plan, with the arena the seed's scheme would need (``seed_bytes``) beside ours."""
     m = program.meta
     lines = ["Memory plan (bytes per non-empty region):"]
     for r, (a, b) in program.layout.regions.items():
         if b > a:
             lines.append(f"  {r.name:<22} {b - a:>15,}  [{a:,} .. {b:,})")
-    for label, b in (("total (ours)", program.layout.total_bytes), ("seed scheme", m["seed_arena_bytes"]),
+    for label, b in (("total (ours)", program.layout.total_bytes), ("seed scheme", seed_bytes),
                      ("no reuse", m["no_reuse_bytes"])):
         lines.append(f"  {label:<22} {b:>15,}  ({b / 2**20:.1f} MiB)")
     lines.append(f"  pooled: {m['pooled_tensors']} tensors in {m['pooled_buffers']} buffers, {m['pooled_bytes']:,} B "
@@ -87,12 +89,12 @@ def format_graphs(program: Program) -> str:
     return "\n".join(lines)
 
 
-def to_json(compiled: Compiled) -> dict[str, Any]:
+def to_json(compiled: Compiled, spec: CompileSpec) -> dict[str, Any]:
     p, arch = compiled.program, compiled.arch
     m = p.meta
     return {
         "name": arch.name, "amp": m["amp"], "arena_bytes": p.layout.total_bytes,
-        "seed_arena_bytes": m["seed_arena_bytes"], "no_reuse_bytes": m["no_reuse_bytes"],
+        "seed_arena_bytes": seed_arena_bytes(arch, spec, p), "no_reuse_bytes": m["no_reuse_bytes"],
         "pooled_bytes": m["pooled_bytes"], "pooled_lower_bound": m["pooled_lower_bound"],
         "num_tensors": len(p.tensors), "num_ops": p.num_ops, "num_layers": len(arch.layers),
         "num_params": arch.num_params, "compile_seconds": round(compiled.seconds, 4),
@@ -134,12 +136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     if a.json:
-        print(json.dumps(to_json(compiled)))
+        print(json.dumps(to_json(compiled, spec)))
         return 0
     p = compiled.program
     print(compiled.arch)
     print()
-    print(format_memory(p))
+    print(format_memory(p, seed_arena_bytes(compiled.arch, spec, p)))
     print(f"\n{len(p.tensors)} tensors, {p.num_ops} ops in {len(p.graphs)} graphs, compiled in "
           f"{compiled.seconds * 1000:.0f} ms")
     if not a.no_ops:

@@ -34,7 +34,6 @@ from tr.graph.layers.base import ANY, BASE, DECAYED_GROUPS, INF, TRAIN, DeclCtx,
 from tr.graph.liveness import PoolPlan, plan_pools
 from tr.graph.memory_plan import MemoryPlan, check_layout, check_range_ops
 from tr.graph.passes import infer_shapes
-from tr.graph.seed_scheme import seed_pooled_bytes
 from tr.graph.spec import CompileSpec
 from tr.graph.tensors import TensorInfo, TensorTable
 from tr.tensor.dtensor import DTensor
@@ -141,10 +140,8 @@ class Compiler:
                       for i in infos if i.init is not None)
         ordered = tuple(sorted(tensors.values(), key=lambda t: t.id))
         pooled_regions = set(pools.extents)
-        train_vs = {v: vshapes[v] for v, info in variants.items() if info.train}
-        seed = seed_pooled_bytes(arch, train_vs, spec.amp, {v: spec.variant_input(variants[v]) for v in train_vs})
         pool_bytes = sum(extent for extent, _ in mp.pools.values())
-        meta = self._meta(arch, infos, pools, region_bytes, layout.total_bytes, pool_bytes, seed)
+        meta = self._meta(arch, infos, pools, region_bytes, layout.total_bytes, pool_bytes)
         program = Program(layout, ordered, graphs, variants, named, inits, meta)
         if self.verify:
             check_layout(layout, ordered, {tensors[i.key].id for i in pooled})
@@ -210,11 +207,10 @@ class Compiler:
             add("pred", Shape(n, 1, 1, 1), Region.R_PREDICTED_LABEL, DType.INT32, INF)
 
     def _meta(self, arch: ArchPlan, infos: list[TensorInfo], pools: PoolPlan, region_bytes: dict[Region, int],
-              total: int, pooled_total: int, seed_pooled: int) -> dict[str, Any]:
+              total: int, pooled_total: int) -> dict[str, Any]:
         fixed = total - pooled_total
         return {
             "arena_bytes": total,
-            "seed_arena_bytes": fixed + seed_pooled,  # tr.graph.seed_scheme
             "no_reuse_bytes": fixed + sum(i.slot for i in infos if i.pooled),  # our tensors, each its own slot
             "pooled_bytes": pooled_total,
             "pooled_lower_bound": sum(pools.lower_bounds.values()),

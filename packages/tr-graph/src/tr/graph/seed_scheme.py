@@ -1,4 +1,5 @@
-"""The arena the seed's allocation scheme would need for the same model (for comparison only).
+"""The arena the seed's allocation scheme would need for the same model (for comparison only: not part of
+compiling; the CLI and benchmarks/graph_compile.py ask for it with ``seed_arena_bytes``).
 
 The seed (SEED_SYSTEM.md section 4) gives every tensor of its per-layer lists its own slot for the whole
 run and reuses nothing across layers; input gradients overwrite the layer input in place and inference
@@ -19,7 +20,20 @@ from collections.abc import Mapping
 from tr.core.dtype import DType
 from tr.core.shape import Shape
 from tr.graph.archplan import ArchPlan
+from tr.graph.passes import infer_shapes
+from tr.graph.spec import CompileSpec
 from tr.tensor.dtensor import slot_bytes_for
+from tr.tensor.program import Program
+
+
+def seed_arena_bytes(arch: ArchPlan, spec: CompileSpec, program: Program) -> int:
+    """The seed's arena for ``program`` (compiled from ``arch`` under ``spec``): our fixed slots (parameters,
+    gradients, moments, statistics, inputs, scalars) plus the seed scheme's per-layer activation slots."""
+    variants = spec.variants()
+    train = {v: infer_shapes(arch.layers, spec.variant_input(info)) for v, info in variants.items() if info.train}
+    pooled = seed_pooled_bytes(arch, train, spec.amp, {v: spec.variant_input(variants[v]) for v in train})
+    m = program.meta
+    return m["arena_bytes"] - m["pooled_bytes"] + pooled
 
 
 def seed_pooled_bytes(arch: ArchPlan, train_shapes: Mapping[str, Mapping[int, Shape]], amp: bool,

@@ -51,7 +51,6 @@ from tr.graph.layers import KINDS, LayerProblem
 
 ADD2_BEGIN, ADD2_MID, ADD2_END, IDENTITY = "add2_begin", "add2_mid", "add2_end", "identity"
 MARKERS = (ADD2_BEGIN, ADD2_MID, ADD2_END)
-SPATIAL = ("conv", "cbr", "maxpool", "avgpool", "gap")
 FIRST_KINDS = ("fc", "conv", "cbr", "flatten")
 
 
@@ -212,7 +211,7 @@ def check_flatten(layers: Sequence[ArchLayer]) -> None:
         if L.kind == "flatten":
             flat_from[L.uid] = i
         elif src:
-            if L.kind in SPATIAL:
+            if L.kind in KINDS and KINDS[L.kind].spatial:
                 raise layer_error(i, L, f"{L.kind} after flatten (layer {src[0]}): spatial layers need an "
                                         "[N,H,W,C] input; move the flatten after them")
             flat_from[L.uid] = src[0]

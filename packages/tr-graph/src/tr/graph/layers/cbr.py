@@ -27,6 +27,7 @@ def _pool_attrs(pool: tuple[int, int, int]) -> dict[str, int]:
 
 class CBRKind(LayerKind):
     kinds = ("cbr",)
+    spatial = True
     bn_stats = True
 
     def num_params(self, layer, ins, out) -> int:

@@ -36,6 +36,7 @@ def conv_decls(layer, x: Shape, cx: DeclCtx) -> list[Decl]:
 
 class ConvKind(LayerKind):
     kinds = ("conv",)
+    spatial = True
 
     def num_params(self, layer, ins, out) -> int:
         return layer.params["out"] * layer.params["k"] ** 2 * ins[0].c

@@ -24,6 +24,7 @@ def pool_attrs(layer) -> dict[str, int]:
 
 
 class _WindowPool(LayerKind):
+    spatial = True
     name = ""
 
     def check(self, layer) -> None:
@@ -81,6 +82,7 @@ class AvgPoolKind(_WindowPool):
 
 class GapKind(LayerKind):
     kinds = ("gap",)
+    spatial = True
 
     def out_shape(self, layer, ins: Sequence[Shape]) -> Shape:
         return Shape(ins[0].n, 1, 1, ins[0].c)

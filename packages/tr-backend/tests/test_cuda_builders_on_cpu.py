@@ -219,4 +219,3 @@ def test_the_fake_backend_builds_from_addresses_not_memory():
     a = arena(("x", (2, 1, 1, 4), "fp32"), ("w", (3, 1, 1, 4), "fp32"), ("y", (2, 1, 1, 3), "fp32"))
     _, ptrs, _, _ = build(op("fc_fwd", x=a["x"], w=a["w"], y=a["y"]))
     assert np.array_equal(sorted(ptrs.values()), sorted(_Backend.arena_ptr + a[k].offset for k in ("x", "w", "y")))
-    assert a["x"].region is Region.T_TEMP_FP32

@@ -35,12 +35,11 @@ import numpy as np
 
 from tr.core.errors import ConfigError, DataError, PhaseError, ShapeError
 from tr.core.log import get_logger
-from tr.core.settings import GLOBAL_SETTING
 from tr.data import _native
 from tr.data.dataset import Split
-from tr.data.seeds import seed_prefix, shuffle_order
+from tr.data.seeds import data_seed, epoch_order, seed_prefix
 from tr.data.settings import PREPROCESSOR_SETTING, PreprocessorSettings
-from tr.data.sharding import check_shard, shard_positions, shard_size
+from tr.data.sharding import check_shard, shard_size
 from tr.data.station import Batch, TransferStation
 
 log = get_logger(__name__)
@@ -190,11 +189,7 @@ class Preprocessor:
             if (st.batch_size, st.sample_shape, st.dtype) != (first.batch_size, first.sample_shape, first.dtype):
                 raise ConfigError(f"all TransferStations must match: {first!r} vs {st!r}")
         self.stations = sts
-        if seed is None:
-            seed = s.seed_value
-        if seed is None:
-            seed = GLOBAL_SETTING.seed
-        self.seed = int(seed)
+        self.seed = data_seed(seed, s.seed_value)
         self.dataset = s.open_dataset()
         self._splits: dict[str, Split | None] = {"train": None, "val": None}
         dt = first.dtype.name
@@ -310,17 +305,13 @@ class Preprocessor:
         """Dataset indices in this epoch's order; with a shard, this rank's (see ``shard``)."""
         n = len(self.split(train))
         custom = getattr(self.dataset, "epoch_order", None)  # a dataset's own shuffle (a PARTIAL DTS pack)
+        order = None
         if train and self.settings.shuffle_train and callable(custom):
             order = np.asarray(custom("train", self.seed, epoch), dtype=np.int64)
             if order.shape != (n,) or not np.array_equal(np.sort(order), np.arange(n)):
                 raise DataError(f"{type(self.dataset).__name__}.epoch_order is not a permutation of its {n} samples")
-        elif train and self.settings.shuffle_train:
-            order = shuffle_order(n, self.seed, epoch)
-        else:
-            order = np.arange(n, dtype=np.int64)
-        if self.world_size > 1:
-            order = order[shard_positions(n, self.rank, self.world_size, pad=train)]
-        return order
+        return epoch_order(n, self.seed, epoch, train, self.settings.shuffle_train, self.rank, self.world_size,
+                           order)
 
     # ---- epochs ---------------------------------------------------------------------------------
     def epoch(self, epoch: int, train: bool = True) -> EpochRun:

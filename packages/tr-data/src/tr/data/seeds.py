@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from tr.core.philox import derive_seed
+from tr.core.settings import GLOBAL_SETTING
 from tr.data._native import shuffle_indices  # tr.core.philox.shuffle_indices, the same permutation, natively
 
 TAG_TRAIN = 1
@@ -43,6 +44,23 @@ def sample_seed(seed: int, epoch: int, index: int, train: bool = True) -> int:
 def shuffle_order(n: int, seed: int, epoch: int) -> np.ndarray:
     """The epoch's sample order: a permutation of range(n), a pure function of (seed, epoch)."""
     return shuffle_indices(n, derive_seed(seed, TAG_SHUFFLE, epoch))
+
+
+def data_seed(explicit: int | None, configured: int | None) -> int:
+    """The augmentation and shuffle seed: an explicit one, else the preprocessor settings', else
+    GLOBAL_SETTING's."""
+    return int(explicit if explicit is not None else configured if configured is not None else GLOBAL_SETTING.seed)
+
+
+def epoch_order(n: int, seed: int, epoch: int, train: bool, shuffle: bool, rank: int = 0, world_size: int = 1,
+                order: np.ndarray | None = None) -> np.ndarray:
+    """Dataset indices of one rank's share of an epoch: ``order`` (a data set's own shuffle) or shuffle_order
+    when a training epoch is shuffled, else 0..n-1; then that rank's positions (tr.data.sharding)."""
+    from tr.data.sharding import shard_positions
+
+    if order is None:
+        order = shuffle_order(n, seed, epoch) if train and shuffle else np.arange(n, dtype=np.int64)
+    return order[shard_positions(n, rank, world_size, pad=train)] if world_size > 1 else order
 
 
 def block_buffers(num_blocks: int, per_buffer: int, seed: int, epoch: int) -> list[np.ndarray]:

@@ -135,10 +135,12 @@ class ChainBuilder:
         for i in range(last):
             self._value_key(self.y(i), i, FEATURE, TRAIN)
         k0, l0 = KINDS[layers[0].kind], layers[0]
+        x0 = {}  # the key the first layer reads, per input buffer
         for ab in (A, B):
             sink = self.cg.sink(FIRST_FWD[ab])
             sink.append(SymOp("copy", {"x": f"labels_{ab}", "y": "labels"}, {}, -1, "labels for the loss"))
-            k0.forward(l0, self._io(0, sink, x=[self._input(ab, sink, True)], y=self.y(0)))
+            x0[ab] = self._input(ab, sink, True)
+            k0.forward(l0, self._io(0, sink, x=[x0[ab]], y=self.y(0)))
         deep = self.cg.sink(GraphId.DEEP_FWD_BWD)
         for i in range(1, n):
             L = layers[i]
@@ -169,8 +171,7 @@ class ChainBuilder:
         if k0.has_params(l0):
             dy0 = self._sum(deep, grads[0], 0, 1)
             for ab in (A, B):
-                x0 = X if self.spec.resident is not None else f"data_{ab}"
-                k0.backward(l0, self._io(0, self.cg.sink(FIRST_BWD[ab]), x=[x0], y=self.y(0),
+                k0.backward(l0, self._io(0, self.cg.sink(FIRST_BWD[ab]), x=[x0[ab]], y=self.y(0),
                                          dy=dy0, dx=[""], need=[False]))
 
     def _sum(self, sink: list[SymOp], parts: list[tuple[str, bool]], u: int, layer: int) -> str:

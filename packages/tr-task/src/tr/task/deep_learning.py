@@ -320,9 +320,8 @@ class DeepLearningTask(TaskBase):
         self.backend.bind_host_buffers(feeder.buffers())
         initialize_program(self.backend, self.program, s, self._initializer,
                            rank=0 if env is None else env.rank)
-        if spec.resident is not None:  # the raw data sets into the arena, once (tr.task.resident)
-            feeder.upload(self.backend, self.program)
-            feeder.begin_epoch(self.backend, self.program, 0)
+        feeder.upload(self.backend, self.program)  # a resident input's data sets (tr.task.resident)
+        feeder.begin_epoch(self.backend, self.program, 0)
         # the learning rate of every step, read on the device by lr_lookup: the loop never writes it
         self._lr_table = self._sched.table()
         self.backend.write(self.program.tensor("lr_table"), self._lr_table)
@@ -455,8 +454,7 @@ class DeepLearningTask(TaskBase):
         if launch.watchdog is not None:
             launch.watchdog.arm()
         steps = feeder.steps(True)
-        if self.spec.resident is not None:
-            feeder.begin_epoch(be, prog, epoch)  # the epoch's augmentation key
+        feeder.begin_epoch(be, prog, epoch)  # (a resident input: the epoch's augmentation key)
         be.launch(st.clear_metrics)
         be.launch(st.epoch_begin)
         bar = Progress(steps, f"epoch {epoch + 1} train", enabled=main and self._log_table)

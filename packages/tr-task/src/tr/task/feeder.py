@@ -53,6 +53,8 @@ class Feeder(Protocol):
     def check_labels(self, num_classes: int) -> None: ...
     def last_epoch_times(self) -> Any: ...  # tr.data.EpochTimes of the last pass, or None
     def resident_input(self) -> Any: ...  # tr.graph.resident.ResidentInput, or None
+    def upload(self, backend: Any, program: Any) -> None: ...  # once, after the arena is allocated
+    def begin_epoch(self, backend: Any, program: Any, epoch: int) -> None: ...  # before each training pass
 
 
 class FeederDefaults:
@@ -83,6 +85,12 @@ class FeederDefaults:
     def resident_input(self) -> Any:
         return None
 
+    def upload(self, backend: Any, program: Any) -> None:
+        """Without a resident input there is nothing of the feeder's to place in the arena."""
+
+    def begin_epoch(self, backend: Any, program: Any, epoch: int) -> None:
+        """Without a resident input the device needs nothing per epoch from the feeder."""
+
 
 class _Completed(FeederDefaults):
     """A user's feeder with the optional part filled in where it has none."""
@@ -105,7 +113,7 @@ class _Completed(FeederDefaults):
 
 
 _OPTIONAL = frozenset({"staging_shape", "adopts_buffers", "adopt_buffers", "shard", "check_labels",
-                       "last_epoch_times", "resident_input"})
+                       "last_epoch_times", "resident_input", "upload", "begin_epoch"})
 
 
 def complete_feeder(feeder: Any) -> Feeder:
@@ -133,6 +141,7 @@ class InMemoryFeeder(FeederDefaults):
     ``world_size``, ``drop_last`` and ``_bufs`` and says how many samples a split has (``_split_size``)."""
 
     batch: int
+    global_batch: int
     rank: int
     world_size: int
     drop_last: bool
@@ -156,6 +165,19 @@ class InMemoryFeeder(FeederDefaults):
                 raise ConfigError(f"adopted buffers {lab.shape}/{dat.shape} {dat.dtype} do not match "
                                   f"{mine_l.shape}/{mine_d.shape} {mine_d.dtype}")
         self._bufs = pairs
+
+    def shard(self, rank: int, world_size: int) -> None:
+        """Serve ``rank``'s share of ``world_size`` ranks: the batch given at construction is the global one,
+        each rank's is global / world size (tr.data.sharding: training padded, validation not)."""
+        rank, world_size = check_shard(rank, world_size)
+        if self.global_batch % world_size:
+            raise ConfigError(f"the global batch size {self.global_batch} does not divide by the world size "
+                              f"{world_size}")
+        self.rank, self.world_size, self.batch = rank, world_size, self.global_batch // world_size
+        self._alloc()
+
+    def _alloc(self) -> None:
+        raise NotImplementedError
 
     def num_samples(self, train: bool) -> int:
         n = self._split_size(train)
@@ -212,15 +234,10 @@ class ArrayFeeder(InMemoryFeeder):
         """Serve ``rank``'s share of ``world_size`` ranks: the batch given at construction is the global one,
         each rank's is global / world size. Training epochs are padded (every rank runs the same steps, see
         :func:`shard_positions`); validation is not (the task sums it exactly over the ranks)."""
-        rank, world_size = check_shard(rank, world_size)
-        if self.global_batch % world_size:
-            raise ConfigError(f"the global batch size {self.global_batch} does not divide by the world size "
-                              f"{world_size}")
         val = self._sets[False]
         if val is not None and len(val[1]) < world_size:
             raise ConfigError(f"the validation set has {len(val[1])} samples, fewer than the {world_size} ranks")
-        self.rank, self.world_size, self.batch = rank, world_size, self.global_batch // world_size
-        self._alloc()
+        super().shard(rank, world_size)
 
     @staticmethod
     def _check(x: np.ndarray, y: np.ndarray, name: str,

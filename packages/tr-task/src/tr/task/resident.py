@@ -22,18 +22,16 @@ from typing import Any
 
 import numpy as np
 
+from tr.backend.rules.augment import MAX_CHANNELS
 from tr.core.errors import ConfigError, DataError
-from tr.core.settings import GLOBAL_SETTING
 from tr.data import transforms as T
 from tr.data.fused import norm_constants
 from tr.data.labels import check_labels
-from tr.data.seeds import seed_prefix, shuffle_order
+from tr.data.seeds import data_seed, epoch_order, seed_prefix
 from tr.data.settings import PreprocessorSettings
-from tr.data.sharding import check_shard, shard_positions
 from tr.graph.resident import KEY, TRAIN_SET, VAL_SET, ResidentInput
 from tr.task.feeder import InMemoryFeeder
 
-MAX_CHANNELS = 4  # augment_affine's (tr.backend.rules.augment.MAX_CHANNELS)
 DEVICE_CHAIN = ("Pad + RandomCrop (the image's size, constant fill 0), RandomRotation (-d, d) and RandomScale "
                 "(fill 0), in that order, then RandomErasing and RandomHorizontalFlip")
 
@@ -145,8 +143,7 @@ class ResidentFeeder(InMemoryFeeder):
         self._labels = {True: train.labels, False: None if val is None else val.labels}
         self.num_classes = getattr(ds, "num_classes", None)
         self.shuffle_train, self.drop_last = s.shuffle_train, s.drop_last_enabled
-        # the Preprocessor's rule: an explicit seed, else the settings', else GLOBAL_SETTING's
-        self.seed = int(seed if seed is not None else s.seed_value if s.seed_value is not None else GLOBAL_SETTING.seed)
+        self.seed = data_seed(seed, s.seed_value)  # the Preprocessor's rule
         self.batch = self.global_batch = int(batch)
         self.rank, self.world_size = 0, 1
         self._alloc()
@@ -180,26 +177,14 @@ class ResidentFeeder(InMemoryFeeder):
             if self._labels[train] is not None:
                 check_labels(self._labels[train], name, num_classes)
 
-    def shard(self, rank: int, world_size: int) -> None:
-        """Serve ``rank``'s share, as tr.data's Preprocessor.shard does (training padded, validation not)."""
-        rank, world_size = check_shard(rank, world_size)
-        if self.global_batch % world_size:
-            raise ConfigError(f"the global batch size {self.global_batch} does not divide by the world size "
-                              f"{world_size}")
-        self.rank, self.world_size, self.batch = rank, world_size, self.global_batch // world_size
-        self._alloc()
-
     def _split_size(self, train: bool) -> int | None:
         labels = self._labels[train]
         return None if labels is None else len(labels)
 
     def epoch_order(self, epoch: int, train: bool) -> np.ndarray:
         """Dataset indices in the epoch's order: tr.data's Preprocessor.epoch_order for the same settings."""
-        n = len(self._labels[train])
-        order = shuffle_order(n, self.seed, epoch) if train and self.shuffle_train else np.arange(n, dtype=np.int64)
-        if self.world_size > 1:
-            order = order[shard_positions(n, self.rank, self.world_size, pad=train)]
-        return order
+        return epoch_order(len(self._labels[train]), self.seed, epoch, train, self.shuffle_train, self.rank,
+                           self.world_size)
 
     def epoch(self, epoch: int, train: bool) -> Iterator[tuple[int, int, int]]:
         if self._labels[train] is None:

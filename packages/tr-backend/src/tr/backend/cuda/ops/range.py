@@ -91,8 +91,7 @@ def accum_metrics(b: CudaBinder) -> Any:
 @cuda_op("range_optimizer")
 def range_optimizer(b: CudaBinder) -> Any:
     r = rules.range_optimizer(b)
-    ptrs = {name: b.span("w" if name == "w" else name)[0] for name in ("w", "g", "m", "v")
-            if name in ("w", "g") or (name == "m" and r.m) or (name == "v" and r.v)}
+    ptrs = {name: b.span(name)[0] for name in ["w", "g"] + ["m"] * r.m + ["v"] * r.v}
     tensors = ["lr", "flag", "grad_scale"] + (["step"] if r.adam else [])
     if not r.n:
         return None

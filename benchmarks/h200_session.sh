@@ -22,6 +22,7 @@
 #                      static assignment), or of the ImageNet chain only (claimed)
 #   loaders            benchmarks/imagenet_pipeline.py: tr vs torchvision ImageFolder+DataLoader, 1 and all cores
 #                      (LOADERS_AB=N: also N interleaved window/whole-decode runs)
+#   loaders-vs         the same, only LOADERS_VS (default 7) interleaved one-worker tr folder / torchvision pairs
 #   e2e[-LEVEL]        benchmarks/imagenet_train.py: ResNet-50 from a DTS pack at LEVEL (default 0) vs its step
 #   breakdown          benchmarks/chain_breakdown.py: one core's time per stage of the ImageNet chain, tr vs Pillow
 #   scaling-mnist      benchmarks/pipeline_scaling.py, the MNIST chain only, claimed, 1 and all workers
@@ -193,6 +194,11 @@ stage_loaders() {
     --epochs 2 --ab "${LOADERS_AB:-0}" --json "$OUT/imagenet_pipeline.json"
 }
 
+stage_loaders_vs() {  # only the per-core comparison: LOADERS_VS (default 7) interleaved one-worker pairs
+  "$PY" benchmarks/imagenet_pipeline.py --images "${TR_IMAGES}_2k" --make 2000 --workers 1 --no-table --ab 0 \
+    --vs-torchvision "${LOADERS_VS:-7}" --json "$OUT/imagenet_pipeline_vs.json"
+}
+
 stage_breakdown() {
   [ -d "${TR_IMAGES}_2k" ] || "$PY" tools/make_image_folder.py "${TR_IMAGES}_2k" --per-class 200 --val-per-class 2
   "$PY" benchmarks/chain_breakdown.py --images "${TR_IMAGES}_2k" --limit 500 --json "$OUT/chain_breakdown.json"
@@ -219,7 +225,8 @@ stage_mnist() {  # the MNIST MLP: tr-device, tr on CPU workers, torchvision and 
   local r
   for r in $(seq "${MNIST_RUNS:-1}"); do
     "$PY" benchmarks/mlp_mnist.py --epochs "${MNIST_EPOCHS:-100}" --workers "${MNIST_WORKERS-16}" --torch-epochs 2 \
-      --gpu-twin-epochs "${TWIN_EPOCHS:-100}" --seeds "${MNIST_SEEDS:-123}" --json "$OUT/mlp_mnist_$r.json" || return 1
+      --gpu-twin-epochs "${TWIN_EPOCHS:-100}" --seeds "${MNIST_SEEDS:-123}" --twin-seeds "${TWIN_SEEDS:-123}" \
+      ${MNIST_EMA:+--ema "$MNIST_EMA"} --json "$OUT/mlp_mnist_$r.json" || return 1
   done
 }
 
@@ -275,7 +282,7 @@ stages=("$@")
 plan=()
 for s in "${stages[@]}"; do
   case $s in
-    build|gputests|build-data|datatests|breakdown|scaling-mnist|scaling|scaling-imagenet|scaling-probe|loaders) plan+=("$s") ;;
+    build|gputests|build-data|datatests|breakdown|scaling-mnist|scaling|scaling-imagenet|scaling-probe|loaders|loaders-vs) plan+=("$s") ;;
     mnist-twin|mnist|restests) plan+=("$s") ;;
     pipeline) plan+=(scaling loaders) ;;
     e2e) plan+=(e2e-0) ;;
@@ -340,6 +347,7 @@ for s in "${plan[@]}"; do
     scaling) ensure_data "$s" && run scaling pipeline.log 300 scaling mnist,imagenet claimed,static ;;
     scaling-imagenet) ensure_data "$s" && run scaling-imagenet pipeline.log 200 scaling imagenet claimed ;;
     loaders) ensure_data "$s" && run loaders pipeline.log 300 loaders ;;
+    loaders-vs) ensure_data "$s" && run loaders-vs pipeline.log 300 loaders_vs ;;
     breakdown) ensure_data "$s" && run breakdown pipeline.log 120 breakdown ;;
     scaling-mnist) ensure_data "$s" && run scaling-mnist pipeline.log 90 scaling_mnist ;;
     scaling-probe) ensure_data "$s" && run scaling-probe pipeline.log 300 scaling_probe ;;

@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from datetime import date
@@ -95,6 +96,28 @@ def torchvision_rate(root: Path, workers: int, batch: int, epochs: int, chain: s
     return n / (time.perf_counter() - t0), n
 
 
+def interleaved_vs_torchvision(ds, root: Path, batch: int, n: int, rate_of, tv_rate) -> dict:
+    """n pairs of one-worker epochs, tr folder then torchvision, alternated so that the machine's drift (a
+    single call's figure varies by ~15 % on the H200 machine) hits both alike; the ratio is the median of the
+    pairs' ratios."""
+    pairs = []
+    for i in range(max(0, n)):
+        t = rate_of(ds, 1, batch, 1)[0]
+        v = tv_rate(root, 1, batch, 1)[0]
+        pairs.append({"tr_folder": t, "torchvision": v, "ratio": t / v})
+        print(f"pair {i + 1}/{n}: tr folder {t:7.1f}, torchvision {v:6.1f} images/s, {t / v:.2f}x", flush=True)
+    if not pairs:
+        return {}
+    med = lambda k: float(statistics.median(p[k] for p in pairs))  # noqa: E731
+    out = {"pairs": pairs, "median_ratio": med("ratio"), "median_tr_folder": med("tr_folder"),
+           "median_torchvision": med("torchvision"), "min_ratio": min(p["ratio"] for p in pairs),
+           "max_ratio": max(p["ratio"] for p in pairs)}
+    print(f"tr folder vs torchvision, 1 worker, {n} interleaved pairs: median ratio {out['median_ratio']:.2f}x "
+          f"(range {out['min_ratio']:.2f}-{out['max_ratio']:.2f}x; medians {out['median_tr_folder']:.0f} vs "
+          f"{out['median_torchvision']:.0f} images/s)", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=Path, default=Path("/tmp/tr_bench_images"))
@@ -108,6 +131,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=2, help="timed epochs per row (after one warm-up epoch)")
     ap.add_argument("--ab", type=int, default=4,
                     help="also time tr's window decode against whole decodes, interleaved this many times (1 worker)")
+    ap.add_argument("--vs-torchvision", type=int, default=0, metavar="N",
+                    help="also N interleaved one-worker runs of tr folder and torchvision (one epoch each, after "
+                         "its warm-up): the per-core ratio as the median of N pairs")
+    ap.add_argument("--no-table", action="store_true",
+                    help="skip the table of rows (only the interleaved runs)")
     ap.add_argument("--json", help="write the figures here, or 'auto' (benchmarks/results/)")
     a = ap.parse_args(argv)
     workers = sorted({int(w) for w in a.workers.split(",")})
@@ -135,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     folder_ds, dts_ds = ImageFolder(a.images), DtsImages(packed)
     rows = []
     rate_of, tv_rate = partial(tr_rate, chain=a.chain), partial(torchvision_rate, chain=a.chain)
-    for w in workers:
+    for w in workers if not a.no_table else ():
         for name, fn in (("tr folder", lambda w=w: rate_of(folder_ds, w, a.batch, a.epochs)),
                          ("tr folder, whole decode", lambda w=w: rate_of(folder_ds, w, a.batch, a.epochs, False)),
                          ("tr folder, DCT scaling", lambda w=w: rate_of(folder_ds, w, a.batch, a.epochs, dct=True)),
@@ -148,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
                          "images": n})
             print(f"{name:<36} workers {w:2d}: {rate:8.1f} images/s ({rate / w:7.1f} per worker)", flush=True)
     by = {(r["row"], r["workers"]): r["images_per_s"] for r in rows}
-    for w in workers:
+    for w in workers if not a.no_table else ():
         tv = by[("torchvision ImageFolder+DataLoader", w)]
         print(f"workers {w}: tr folder {by[('tr folder', w)] / tv:.2f}x torchvision, tr dts "
               f"{by[('tr dts', w)] / tv:.2f}x")
@@ -160,6 +188,7 @@ def main(argv: list[str] | None = None) -> None:
         med = {k: float(sorted(v)[len(v) // 2]) for k, v in ab.items()}
         print(f"window decode vs whole decodes, 1 worker, {a.ab} interleaved runs: median {med['window']:.0f} vs "
               f"{med['whole']:.0f} images/s ({100 * (med['window'] / med['whole'] - 1):+.1f} %)")
+    vs = interleaved_vs_torchvision(folder_ds, root, a.batch, a.vs_torchvision, rate_of, tv_rate)
     if a.json:
         import torch
         import torchvision
@@ -173,7 +202,8 @@ def main(argv: list[str] | None = None) -> None:
             "torchvision": torchvision.__version__, "batch": a.batch, "epochs": a.epochs,
             "chain": ("RandomResizedCrop(224) + RandomHorizontalFlip" if a.chain == "train" else
                       "Resize(256) + CenterCrop(224)") + " + normalise (tr: FP16 NHWC 4 channels; "
-                     "torchvision: FP32 NCHW tensors)", "rows": rows, "window_vs_whole_decode_1_worker": ab},
+                     "torchvision: FP32 NCHW tensors)", "rows": rows, "window_vs_whole_decode_1_worker": ab,
+            "tr_vs_torchvision_1_worker": vs},
             indent=1) + "\n")
         print(f"wrote {out}")
 

@@ -44,9 +44,11 @@ def emit(framework, metric, value, **extra):
                       "date": datetime.date.today().isoformat(), **extra}), flush=True)
 
 
-def run_tr(epochs: int, workers: int, device: str, device_augment: bool = False, seed: int = 123) -> dict:
+def run_tr(epochs: int, workers: int, device: str, device_augment: bool = False, seed: int = 123,
+           ema: float | None = None) -> dict:
     """tr end to end. ``device_augment``: the data set in the arena, the chain inside the captured step
-    (PREPROCESSOR_SETTING.device_augment; ``workers`` then only loads the files)."""
+    (PREPROCESSOR_SETTING.device_augment; ``workers`` then only loads the files). ``ema``: also keep an EMA of
+    the weights with this decay (task.ema) and validate it every epoch (best_ema_top1)."""
     from renaissance import (
         GLOBAL_SETTING,
         PREPROCESSOR_SETTING,
@@ -78,6 +80,8 @@ def run_tr(epochs: int, workers: int, device: str, device_augment: bool = False,
         .loss(CrossEntropyLoss().label_smoothing(LS)).total_epochs(epochs) \
         .optimizer(AdamW().weight_decay(WD)) \
         .scheduler(CosineAnnealingLR().base_lr(BASE_LR).warmup(round(epochs * WARMUP_FRACTION)))
+    if ema is not None:
+        task.ema(ema)
     t0 = time.perf_counter()
     task.compile()
     compile_s = time.perf_counter() - t0
@@ -87,7 +91,8 @@ def run_tr(epochs: int, workers: int, device: str, device_augment: bool = False,
     steps = task.feeder.steps(True)
     epoch_ms = 1e3 * result.seconds / result.epochs
     return {"epochs_per_s": result.epochs / result.seconds, "best_top1": result.best_top1,
-            "epochs": result.epochs, "seconds": result.seconds, "step_us": step_us,
+            "best_ema_top1": result.best_ema_top1, "ema_decay": ema, "epochs": result.epochs,
+            "seconds": result.seconds, "step_us": step_us,
             "host_us_per_step": host_us, "compile_s": compile_s, "device_augment": device_augment,
             "launches_per_step": task.launches_per_step, "backend": task.backend.name,
             # where an epoch goes: its training steps on the device alone, and the rest (validation, the
@@ -203,6 +208,10 @@ def main() -> None:
     ap.add_argument("--tr-device-augment", action=argparse.BooleanOptionalAction, default=True,
                     help="also the tr row with the data set and its augmentation on the device (first)")
     ap.add_argument("--seeds", default="123", help="the tr-device row once per seed (comma-separated)")
+    ap.add_argument("--ema", type=float, default=None,
+                    help="tr-device rows and the GPU twin also keep an EMA of the weights with this decay and "
+                         "validate it every epoch (best_ema_top1)")
+    ap.add_argument("--twin-seeds", default="123", help="the GPU-resident twin once per seed (comma-separated)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-tr", action="store_true")
@@ -217,7 +226,7 @@ def main() -> None:
 
     tr_rates = []
     for seed in (int(x) for x in args.seeds.split(",") if args.tr_device_augment and not args.skip_tr):
-        r = run_tr(args.epochs, 1, args.device, device_augment=True, seed=seed)
+        r = run_tr(args.epochs, 1, args.device, device_augment=True, seed=seed, ema=args.ema)
         tr_rates.append(r["epochs_per_s"])
         out("tr-device", "epochs_per_s", r["epochs_per_s"], seed=seed,
             **{k: v for k, v in r.items() if k != "epochs_per_s"})
@@ -242,15 +251,18 @@ def main() -> None:
     if args.gpu_twin_epochs > 0 and not args.skip_torch:
         from mnist_torch_gpu import run as run_gpu_twin
 
-        try:
-            g = run_gpu_twin(args.gpu_twin_epochs, args.device)
-        except Exception as e:
-            out("pytorch-gpu", "error", 0, error=f"{type(e).__name__}: {e}")
-            g = None
-        if g is not None:
-            out("pytorch-gpu", "epochs_per_s", g["epochs_per_s"], **{k: v for k, v in g.items() if k != "epochs_per_s"})
-            if tr_rates:
-                out("tr/pytorch-gpu", "epochs_per_s_ratio", max(tr_rates) / g["epochs_per_s"])
+        twin_rates = []
+        for seed in (int(x) for x in args.twin_seeds.split(",")):
+            try:
+                g = run_gpu_twin(args.gpu_twin_epochs, args.device, seed=seed, ema=args.ema)
+            except Exception as e:
+                out("pytorch-gpu", "error", 0, seed=seed, error=f"{type(e).__name__}: {e}")
+                continue
+            twin_rates.append(g["epochs_per_s"])
+            out("pytorch-gpu", "epochs_per_s", g["epochs_per_s"], seed=seed,
+                **{k: v for k, v in g.items() if k != "epochs_per_s"})
+        if tr_rates and twin_rates:
+            out("tr/pytorch-gpu", "epochs_per_s_ratio", max(tr_rates) / max(twin_rates))
     if args.json:
         Path(args.json).write_text(json.dumps({"command": sys.argv, "rows": rows}, indent=1) + "\n")
 

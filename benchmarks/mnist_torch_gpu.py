@@ -89,7 +89,11 @@ def lr_table(epochs: int, steps: int, device):
     return torch.as_tensor(np.where(s < warm, BASE_LR * s / max(1, warm), cos), dtype=torch.float32, device=device)
 
 
-def run(epochs: int, device: str = "cuda", seed: int = 123) -> dict:
+def run(epochs: int, device: str = "cuda", seed: int = 123, ema: float | None = None) -> dict:
+    """``ema``: also keep an EMA of the parameters with this decay inside the captured step (after the
+    optimizer, one ``_foreach_lerp_``) and validate it every epoch (best_ema_top1), as tr's task.ema."""
+    import copy
+
     import torch
 
     torch.manual_seed(seed)
@@ -113,6 +117,9 @@ def run(epochs: int, device: str = "cuda", seed: int = 123) -> dict:
     global_t = torch.zeros((), dtype=torch.int64, device=dev)
     offs = torch.arange(BATCH, device=dev)
     loss_sum = torch.zeros((), device=dev)
+    ema_model = copy.deepcopy(model) if ema is not None else None
+    params = list(model.parameters())
+    ema_params = list(ema_model.parameters()) if ema_model is not None else []
 
     def step() -> None:
         idx = perm.index_select(0, step_t * BATCH + offs)
@@ -123,6 +130,9 @@ def run(epochs: int, device: str = "cuda", seed: int = 123) -> dict:
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=False)
+        if ema_params:
+            with torch.no_grad():
+                torch._foreach_lerp_(ema_params, params, 1.0 - ema)
         loss_sum.add_(loss.detach().float())
         step_t.add_(1)
         global_t.add_(1)
@@ -145,15 +155,18 @@ def run(epochs: int, device: str = "cuda", seed: int = 123) -> dict:
             step()
     global_t.zero_()  # the warm-up steps do not count in the schedule
     lr.copy_(lrs[0])
+    with torch.no_grad():  # the EMA starts from the weights training starts from, as tr's
+        for e, p in zip(ema_params, params):
+            e.copy_(p)
 
-    def evaluate() -> float:
-        model.eval()
+    def evaluate(m) -> float:
+        m.eval()
         with torch.no_grad(), torch.autocast(dev.type, dtype=torch.float16, enabled=cuda):
-            logits = model(((xva[:, None].float() * (1 / 255)) - MEAN) / STD)
-        model.train()
+            logits = m(((xva[:, None].float() * (1 / 255)) - MEAN) / STD)
+        m.train()
         return float((logits.argmax(1) == yva).float().mean())  # the one read-back of the epoch
 
-    times, tops, losses = [], [], []
+    times, tops, ema_tops, losses = [], [], [], []
     for _epoch in range(epochs + 1):  # epoch 0: warm (capture done, pages in); not timed
         t0 = time.perf_counter()
         perm.copy_(torch.randperm(n, device=dev))
@@ -161,7 +174,9 @@ def run(epochs: int, device: str = "cuda", seed: int = 123) -> dict:
         loss_sum.zero_()
         for _ in range(steps):
             graph.replay() if graph is not None else step()
-        top1 = evaluate()
+        top1 = evaluate(model)
+        if ema_model is not None:
+            ema_tops.append(evaluate(ema_model))
         if cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
@@ -176,6 +191,7 @@ def run(epochs: int, device: str = "cuda", seed: int = 123) -> dict:
         torch.cuda.synchronize()
     step_us = (time.perf_counter() - t0) / k * 1e6
     return {"epochs_per_s": 1.0 / float(np.mean(times[1:])), "best_top1": max(tops[1:]), "epochs": epochs,
+            "best_ema_top1": max(ema_tops[1:]) if ema_tops else None, "ema_decay": ema, "seed": seed,
             "step_us": step_us, "last_train_loss": losses[-1], "graph": graph is not None}
 
 
@@ -183,9 +199,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--epochs", type=int, default=100)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--seed", type=int, default=123)
+    ap.add_argument("--ema", type=float, default=None, help="also an EMA of the weights with this decay")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
-    r = run(a.epochs, a.device)
+    r = run(a.epochs, a.device, a.seed, a.ema)
     print(json.dumps(r))
     if a.json:
         Path(a.json).write_text(json.dumps({"command": sys.argv, **r}, indent=1) + "\n")

@@ -55,12 +55,14 @@ def configure(ds, chain=CHAIN, device_augment=True, val=(), seed=123):
     return s
 
 
-def task(device="cpu", epochs=1, amp=False, batch=100, hook=None, hidden=64):
-    """A compiled two-layer MLP task on the configured data."""
+def task(device="cpu", epochs=1, amp=False, batch=100, hook=None, hidden=64, ema=None):
+    """A compiled two-layer MLP task on the configured data (``ema``: with an EMA of this decay, validated)."""
     GLOBAL_SETTING.amp(amp).global_batch_size(batch)
     t = DeepLearningTask().device(device).quiet().model(seq(fc(hidden, True), relu(), fc(10, True))) \
         .loss(CrossEntropyLoss()).total_epochs(epochs).optimizer(AdamW()) \
         .scheduler(ConstantLR().base_lr(1e-3))
     if hook is not None:
         t.on_step(hook)
+    if ema is not None:
+        t.ema(ema)
     return t.compile()

@@ -17,6 +17,7 @@ from renaissance import NormMode
 from tr.backend.cpu.ops.augment import augment
 from tr.backend.rules.augment import AugmentSpec
 from tr.core.errors import ConfigError
+from tr.core.region import Region
 from tr.data import (
     ArrayDataset,
     ColorJitter,
@@ -163,6 +164,30 @@ def test_predict_runs_on_a_user_batch(digits):
     x = np.zeros((5, 28, 28, 1), np.float32)
     out = t.predict(x, "logits")
     assert out.shape == (5, 10) and np.isfinite(out).all()
+
+
+def test_both_models_are_validated_on_the_resident_val_set(digits):
+    """Validation reads the resident val set (INF_MAIN and INF_EMA head with augment_affine's normalisation):
+    its top-1 equals predict()'s on the same digits fed from the host, for the weights and for the EMA."""
+    configure(digits)
+    t = task(epochs=2, ema=0.9)
+    last = t.run().history[-1]
+    val = digits.load("val")
+    x = ((val.images.astype(np.float32) / 255 - 0.1307) / 0.3081).astype(np.float32)
+
+    def top1() -> float:
+        got = np.concatenate([t.predict(x[i:i + 100], "argmax") for i in range(0, len(x), 100)])
+        return float((got == val.labels).mean())
+
+    assert last.ema_top1 is not None and last.ema_top1 != last.top1
+    assert abs(top1() - last.top1) < 1e-6
+    be = t.backend
+    masters = [w for w in t.program.tensors if Region.W_BN_BIAS <= w.region <= Region.W_DEEP_CONV]
+    assert masters
+    for w in masters:
+        (e,) = [x for x in t.program.tensors if x.name == w.name + ".ema"]
+        be.write(w, be.read(e))
+    assert abs(top1() - last.ema_top1) < 1e-6
 
 
 def test_a_resumed_run_gives_the_bytes_of_an_unbroken_one(digits, tmp_path):

@@ -259,8 +259,7 @@ def main() -> None:
                 out("pytorch-gpu", "error", 0, seed=seed, error=f"{type(e).__name__}: {e}")
                 continue
             twin_rates.append(g["epochs_per_s"])
-            out("pytorch-gpu", "epochs_per_s", g["epochs_per_s"], seed=seed,
-                **{k: v for k, v in g.items() if k != "epochs_per_s"})
+            out("pytorch-gpu", "epochs_per_s", g["epochs_per_s"], **{k: v for k, v in g.items() if k != "epochs_per_s"})
         if tr_rates and twin_rates:
             out("tr/pytorch-gpu", "epochs_per_s_ratio", max(tr_rates) / max(twin_rates))
     if args.json:

@@ -30,6 +30,8 @@
 #                      glibc never trimming its heaps; the MNIST chain at 1 and n workers
 #   mnist-twin         benchmarks/mnist_torch_gpu.py alone (TWIN_EPOCHS, default 100)
 #   mnist              benchmarks/mlp_mnist.py: tr-device, tr on MNIST_WORKERS (16) workers, torchvision, the twin
+#                      (MNIST_RUNS, MNIST_EPOCHS, MNIST_SEEDS and TWIN_SEEDS (123), TWIN_EPOCHS (100), MNIST_EMA
+#                      (an EMA decay, validated, on both sides), MNIST_FC_GAIN (tr's FC init gain))
 #   restests           the device-augmentation GPU tests (test_gpu_resident.py, test_cuda_augment.py) alone
 # libjpeg-turbo: the machine lacks its headers; carry the prefix tools/fetch_device_jpeg.sh makes at .devdata/jpeg
 # (include/ jpeglib.h, jconfig.h, jmorecfg.h, jerror.h; lib/ libjpeg.so and libjpeg.so.62, plain copies: links do
@@ -226,7 +228,7 @@ stage_mnist() {  # the MNIST MLP: tr-device, tr on CPU workers, torchvision and 
   for r in $(seq "${MNIST_RUNS:-1}"); do
     "$PY" benchmarks/mlp_mnist.py --epochs "${MNIST_EPOCHS:-100}" --workers "${MNIST_WORKERS-16}" --torch-epochs 2 \
       --gpu-twin-epochs "${TWIN_EPOCHS:-100}" --seeds "${MNIST_SEEDS:-123}" --twin-seeds "${TWIN_SEEDS:-123}" \
-      ${MNIST_EMA:+--ema "$MNIST_EMA"} --json "$OUT/mlp_mnist_$r.json" || return 1
+      ${MNIST_EMA:+--ema "$MNIST_EMA"} ${MNIST_FC_GAIN:+--fc-gain "$MNIST_FC_GAIN"} --json "$OUT/mlp_mnist_$r.json" || return 1
   done
 }
 

@@ -45,10 +45,12 @@ def emit(framework, metric, value, **extra):
 
 
 def run_tr(epochs: int, workers: int, device: str, device_augment: bool = False, seed: int = 123,
-           ema: float | None = None) -> dict:
+           ema: float | None = None, fc_gain: float | None = None) -> dict:
     """tr end to end. ``device_augment``: the data set in the arena, the chain inside the captured step
     (PREPROCESSOR_SETTING.device_augment; ``workers`` then only loads the files). ``ema``: also keep an EMA of
-    the weights with this decay (task.ema) and validate it every epoch (best_ema_top1)."""
+    the weights with this decay (task.ema) and validate it every epoch (best_ema_top1). ``fc_gain``: the FC
+    weights' Kaiming-uniform gain (tr's default sqrt(2); 1/sqrt(3) is torch.nn.Linear's weight init, bound
+    1/sqrt(fan_in); tr's biases start at 0 either way)."""
     from renaissance import (
         GLOBAL_SETTING,
         PREPROCESSOR_SETTING,
@@ -82,6 +84,10 @@ def run_tr(epochs: int, workers: int, device: str, device_augment: bool = False,
         .scheduler(CosineAnnealingLR().base_lr(BASE_LR).warmup(round(epochs * WARMUP_FRACTION)))
     if ema is not None:
         task.ema(ema)
+    if fc_gain is not None:
+        from tr.algo import Initializer
+
+        task.initializer(Initializer().gain(fc_gain))
     t0 = time.perf_counter()
     task.compile()
     compile_s = time.perf_counter() - t0
@@ -91,7 +97,7 @@ def run_tr(epochs: int, workers: int, device: str, device_augment: bool = False,
     steps = task.feeder.steps(True)
     epoch_ms = 1e3 * result.seconds / result.epochs
     return {"epochs_per_s": result.epochs / result.seconds, "best_top1": result.best_top1,
-            "best_ema_top1": result.best_ema_top1, "ema_decay": ema, "epochs": result.epochs,
+            "best_ema_top1": result.best_ema_top1, "ema_decay": ema, "fc_gain": fc_gain, "epochs": result.epochs,
             "seconds": result.seconds, "step_us": step_us,
             "host_us_per_step": host_us, "compile_s": compile_s, "device_augment": device_augment,
             "launches_per_step": task.launches_per_step, "backend": task.backend.name,
@@ -211,6 +217,9 @@ def main() -> None:
     ap.add_argument("--ema", type=float, default=None,
                     help="tr-device rows and the GPU twin also keep an EMA of the weights with this decay and "
                          "validate it every epoch (best_ema_top1)")
+    ap.add_argument("--fc-gain", type=float, default=None,
+                    help="tr-device rows: the FC weights' Kaiming-uniform gain (default sqrt(2); 0.57735 = "
+                         "torch.nn.Linear's init)")
     ap.add_argument("--twin-seeds", default="123", help="the GPU-resident twin once per seed (comma-separated)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--skip-torch", action="store_true")
@@ -226,7 +235,8 @@ def main() -> None:
 
     tr_rates = []
     for seed in (int(x) for x in args.seeds.split(",") if args.tr_device_augment and not args.skip_tr):
-        r = run_tr(args.epochs, 1, args.device, device_augment=True, seed=seed, ema=args.ema)
+        r = run_tr(args.epochs, 1, args.device, device_augment=True, seed=seed, ema=args.ema,
+                   fc_gain=args.fc_gain)
         tr_rates.append(r["epochs_per_s"])
         out("tr-device", "epochs_per_s", r["epochs_per_s"], seed=seed,
             **{k: v for k, v in r.items() if k != "epochs_per_s"})

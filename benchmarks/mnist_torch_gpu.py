@@ -106,7 +106,7 @@ def run(epochs: int, device: str = "cuda", seed: int = 123, ema: float | None = 
                                 torch.nn.ReLU(), torch.nn.Linear(256, 10)).to(dev)
     decay = [p for nm, p in model.named_parameters() if nm.endswith("weight")]
     rest = [p for nm, p in model.named_parameters() if nm.endswith("bias")]
-    lrs = lr_table(epochs + 1, steps, dev)
+    lrs = lr_table(epochs, steps, dev)
     lr = lrs[0].clone()
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}],
                             lr=lr if cuda else BASE_LR, fused=cuda, capturable=cuda)
@@ -153,8 +153,13 @@ def run(epochs: int, device: str = "cuda", seed: int = 123, ema: float | None = 
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             step()
-    global_t.zero_()  # the warm-up steps do not count in the schedule
+    global_t.zero_()  # the warm-up steps do not count in the schedule (their LR was 0) ...
     lr.copy_(lrs[0])
+    with torch.no_grad():  # ... nor in AdamW's moments and step count (zeroed in place: the graph holds them)
+        for st in opt.state.values():
+            for v in st.values():
+                if torch.is_tensor(v):
+                    v.zero_()
     with torch.no_grad():  # the EMA starts from the weights training starts from, as tr's
         for e, p in zip(ema_params, params):
             e.copy_(p)
@@ -167,7 +172,8 @@ def run(epochs: int, device: str = "cuda", seed: int = 123, ema: float | None = 
         return float((logits.argmax(1) == yva).float().mean())  # the one read-back of the epoch
 
     times, tops, ema_tops, losses = [], [], [], []
-    for _epoch in range(epochs + 1):  # epoch 0: warm (capture done, pages in); not timed
+    # `epochs` epochs in all, as tr trains; the first is not timed (capture just done, pages coming in)
+    for _epoch in range(epochs):
         t0 = time.perf_counter()
         perm.copy_(torch.randperm(n, device=dev))
         step_t.zero_()
@@ -190,8 +196,9 @@ def run(epochs: int, device: str = "cuda", seed: int = 123, ema: float | None = 
     if cuda:
         torch.cuda.synchronize()
     step_us = (time.perf_counter() - t0) / k * 1e6
-    return {"epochs_per_s": 1.0 / float(np.mean(times[1:])), "best_top1": max(tops[1:]), "epochs": epochs,
-            "best_ema_top1": max(ema_tops[1:]) if ema_tops else None, "ema_decay": ema, "seed": seed,
+    timed = times[1:] or times
+    return {"epochs_per_s": 1.0 / float(np.mean(timed)), "best_top1": max(tops), "epochs": epochs,
+            "best_ema_top1": max(ema_tops) if ema_tops else None, "ema_decay": ema, "seed": seed,
             "step_us": step_us, "last_train_loss": losses[-1], "graph": graph is not None}
 
 

@@ -190,6 +190,15 @@ def test_both_models_are_validated_on_the_resident_val_set(digits):
     assert abs(top1() - last.ema_top1) < 1e-6
 
 
+def test_device_augment_and_ema_start_from_the_weights_of_the_plain_plan(digits):
+    starts = []
+    for device_augment, ema in ((False, None), (True, None), (True, 0.9)):
+        configure(digits, device_augment=device_augment)
+        starts.append(task(ema=ema).weights())
+    for other in starts[1:]:
+        assert other.keys() == starts[0].keys() and all(np.array_equal(other[k], starts[0][k]) for k in other)
+
+
 def test_a_resumed_run_gives_the_bytes_of_an_unbroken_one(digits, tmp_path):
     configure(digits)
     straight = task(epochs=3)

@@ -163,3 +163,17 @@ def test_ema_validation_without_validation_data_is_refused():
     _task(val=False).ema(0.9, validate=False).compile().run(1)  # without validation it trains
     with pytest.raises(ConfigError, match="validate must be True or False"):
         _task().ema(0.9, validate=1)
+
+
+def test_the_initial_weights_do_not_depend_on_the_plan_s_options():
+    """A weight's init stream is its rank among the weights (tr.task.weights.init_streams), not its tensor id
+    or name, which the EMA's and AMP's extra tensors and layers shift: before, ema() changed the initial
+    weights and so the whole run."""
+    def masters(task):  # in plan order (AMP's input cast layer renumbers the layers: L0.w is then L1.w)
+        return [task.backend.read(t).copy() for t in _masters(task)]
+
+    plain = masters(_task().compile())
+    assert any(w.std() > 0 for w in plain)
+    for other in (_task().ema(0.9).compile(), _task(amp=True).compile(), _task(amp=True).ema(0.9).compile()):
+        got = masters(other)
+        assert len(got) == len(plain) and all(np.array_equal(g, w) for g, w in zip(got, plain))

@@ -16,18 +16,29 @@ def _put(backend, program: Program, role: str, value) -> None:
         backend.write(t, np.full(t.shape.dims, value, dtype=t.dtype.np_dtype))
 
 
+def init_streams(program: Program) -> dict[int, int]:
+    """Each random-initialised weight's Philox stream (by tensor id): its rank among the model's weights in
+    plan order, not its tensor id or name, which options that add tensors or layers to the plan (an EMA,
+    AMP's FP16 copies and input cast, a resident input) shift; so those options leave the initial weights
+    alone."""
+    weights = sorted(s.tensor.id for s in program.inits if s.kind == "weight")
+    return {tid: k for k, tid in enumerate(weights)}
+
+
 def initialize_program(backend, program: Program, settings: Settings, initializer: Initializer | None,
                        rank: int = 0) -> None:
     """Fill every InitSpec tensor and the baseline scalars. A pure function of (program, settings.seed, rank):
-    only the dropout seed depends on the rank (each rank draws its own masks, as the seed system does)."""
+    only the dropout seed depends on the rank (each rank draws its own masks, as the seed system does). A
+    weight's values depend on the seed, its rank among the weights, shape, fans and init spec only (init_streams)."""
     policy = initializer or Initializer()
+    streams = init_streams(program)
     for spec in program.inits:
         t = spec.tensor
         if not t.allocated:
             continue
         if spec.kind == "weight":
             arr = initialize(policy.spec_for(t.region), t.shape.dims, spec.fan_in, spec.fan_out,
-                             settings.seed, t.id)
+                             settings.seed, streams[t.id])
         elif spec.kind in ("bias", "zeros"):
             arr = np.zeros(t.shape.dims, np.float32)
         elif spec.kind == "ones":

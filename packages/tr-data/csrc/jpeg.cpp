@@ -71,6 +71,25 @@ auto with_decoder(const uint8_t* data, size_t size, bool keep_gray, Fn&& fn)
 bool jpeg_available() { return true; }
 
 namespace {
+// Reads up to `rows` output rows into base (row r at base + r * stride), several per call: libjpeg-turbo
+// then colour-converts a whole row group at once instead of returning to us after every row. Returns the
+// rows read (fewer when the data ends early; no C++ throw here, between setjmp and the decoder's destroy).
+int read_rows(jpeg_decompress_struct& c, uint8_t* base, size_t stride, int rows) {
+  constexpr int kBatch = 16;  // >= rec_outbuf_height (at most 4 in libjpeg-turbo) times a row group
+  JSAMPROW ptrs[kBatch];
+  int r = 0;
+  while (r < rows) {
+    const int n = std::min(kBatch, rows - r);
+    for (int i = 0; i < n; ++i) ptrs[i] = base + size_t(r + i) * stride;
+    const JDIMENSION got = jpeg_read_scanlines(&c, ptrs, JDIMENSION(n));
+    if (got == 0) break;
+    r += int(got);
+  }
+  return r;
+}
+}  // namespace
+
+namespace {
 void check_scale(int scale) {
   if (scale < 1 || scale > 8) throw ConfigErr("JPEG DCT scale must be 1..8 (eighths), got " + std::to_string(scale));
 }
@@ -96,10 +115,7 @@ ImgC decode_jpeg(const uint8_t* data, size_t size, std::vector<uint8_t>& out, bo
     c.scale_denom = 8;
     jpeg_start_decompress(&c);
     const size_t stride = size_t(c.output_width) * size_t(c.output_components);
-    while (c.output_scanline < c.output_height) {
-      JSAMPROW row = base + size_t(c.output_scanline) * stride;
-      jpeg_read_scanlines(&c, &row, 1);
-    }
+    read_rows(c, base, stride, int(c.output_height));
     jpeg_finish_decompress(&c);
     return 0;
   });
@@ -128,12 +144,7 @@ ImgC decode_jpeg_window(const uint8_t* data, size_t size, const Shape3& full, in
     got_x = int(xoff);
     got_w = int(width);
     if (y0 > 0) jpeg_skip_scanlines(&c, JDIMENSION(y0));
-    const size_t stride = size_t(width) * 3;
-    int r = 0;
-    for (; r < y1 - y0; ++r) {
-      JSAMPROW row = base + size_t(r) * stride;
-      if (jpeg_read_scanlines(&c, &row, 1) != 1) break;  // (no C++ throw between setjmp and destroy)
-    }
+    const int r = read_rows(c, base, size_t(width) * 3, y1 - y0);
     if (r == y1 - y0 && y1 == full.h) {
       jpeg_finish_decompress(&c);  // to the end-of-image marker: damage after the last row is found too
     } else {

@@ -191,6 +191,8 @@ BAD = [
         arena(("a", (4, 2, 2, 3), "fp32"), ("b", (4, 2, 2, 2), "fp32")))),
     ("conv: weight channels", lambda: (lambda a: op("conv_fwd", x=a["x"], w=a["w"], y=a["y"]))(
         arena(("x", (2, 5, 5, 4), "fp32"), ("w", (8, 3, 3, 3), "fp32"), ("y", (2, 3, 3, 8), "fp32")))),
+    ("conv: groups", lambda: (lambda a: op("conv_fwd", x=a["x"], w=a["w"], y=a["y"], groups=3))(
+        arena(("x", (2, 5, 5, 4), "fp32"), ("w", (6, 3, 3, 2), "fp32"), ("y", (2, 3, 3, 6), "fp32")))),
     ("softmax: labels", lambda: (lambda a: op("softmax_ce_fwd", logits=a["z"], labels=a["l"], probs=a["p"],
                                               result=a["r"]))(
         arena(("z", (4, 1, 1, 10), "fp32"), ("p", (4, 1, 1, 10), "fp32"), ("l", (3,), "int32"),
@@ -213,6 +215,14 @@ def test_both_backends_refuse_a_bad_call_with_one_message(what, make):
     call = make()
     cuda, cpu = refusal("cuda", call), refusal("cpu", call)
     assert cuda == cpu, (cuda, cpu)
+
+
+def test_grouped_conv_is_refused_on_cuda_until_it_has_a_kernel():
+    """The CPU backend runs groups > 1 (test_cpu_conv_grouped.py); the CUDA builders refuse it by name."""
+    a = arena(("x", (2, 5, 5, 4), "fp32"), ("w", (4, 3, 3, 1), "fp32"), ("y", (2, 3, 3, 4), "fp32"))
+    call = op("conv_fwd", x=a["x"], w=a["w"], y=a["y"], groups=4)
+    assert "grouped convolution (groups=4) has no CUDA implementation" in refusal("cuda", call)
+    _ARENAS[-1].allocate().capture("g", [call])  # the CPU backend takes it
 
 
 def test_the_fake_backend_builds_from_addresses_not_memory():

@@ -63,6 +63,29 @@ def test_conv_matches_torch():
     assert agree > 40 and errors > 3  # both regimes exercised
 
 
+def test_grouped_conv_shapes_params_and_refusals_match_torch():
+    """groups: the out shape and the parameter count as torch's Conv2d(groups=g), and a refusal exactly where
+    torch refuses (g not dividing the channels in or out)."""
+    agree = errors = 0
+    for rng, x in configs(3, 120):
+        g = rng.choice((1, 2, 3, x.c))
+        k, s, p = rng.randint(1, 5), rng.randint(1, 2), rng.randint(0, 2)
+        out = g * rng.randint(1, 3) + rng.choice((0, 0, 1))
+        a = ours("conv", x, out=out, k=k, s=s, p=p, g=g)
+        try:
+            mod = nn.Conv2d(x.c, out, k, s, p, bias=False, groups=g)
+        except ValueError:  # torch refuses groups that do not divide the channels when it builds the module
+            assert a is None, (x, out, g)
+            errors += 1
+            continue
+        assert a == theirs(mod, x), (x, k, s, p, out, g)
+        if a is not None:
+            L = ArchLayer("conv", params(out=out, k=k, s=s, p=p, g=g))
+            assert KINDS["conv"].num_params(L, [x], a) == mod.weight.numel()
+            agree += 1
+    assert agree > 40 and errors > 10
+
+
 @pytest.mark.parametrize("kind", ["maxpool", "avgpool"])
 def test_pooling_matches_torch(kind):
     agree = 0

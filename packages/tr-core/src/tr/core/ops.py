@@ -94,10 +94,10 @@ _DEFS: list[OpDef] = [
           (_t("x"), _t("w"), _t("dy"), _t("dw", "out"), _t("db", "out", True), _t("dx", "out", True)),
           doc="dw = dy^T x, db = sum_n dy, dx = dy w (dx None for the first layer)"),
     # --- convolution (no bias: a BN follows) --------------------------------------------------------
-    OpDef("conv_fwd", "conv", (_t("x"), _t("w"), _t("y", "out")), ("kernel", "stride", "padding"),
-          doc="NHWC cross-correlation, weight KRSC"),
+    OpDef("conv_fwd", "conv", (_t("x"), _t("w"), _t("y", "out")), ("kernel", "stride", "padding", "groups"),
+          doc="NHWC cross-correlation, weight KRSC [K, R, S, C/groups]; groups default 1"),
     OpDef("conv_bwd", "conv", (_t("x"), _t("w"), _t("dy"), _t("dw", "out"), _t("dx", "out", True)),
-          ("kernel", "stride", "padding"), doc="wgrad (and dgrad unless dx is None)"),
+          ("kernel", "stride", "padding", "groups"), doc="wgrad (and dgrad unless dx is None)"),
     # --- batch norm (with the activation and the residual join that follow it fused in) -------------
     OpDef("bn_fwd", "bn",
           (_t("x"), _t("gamma"), _t("beta"), _t("mean_in"), _t("var_in"), _t("mean_out", "out"),

@@ -57,6 +57,7 @@ class Conv(Layer):
     k: int
     s: int = 1
     p: int = 0
+    groups: int = 1
 
     def _positional(self) -> tuple[str, ...]:
         return ("out", "k")
@@ -273,10 +274,14 @@ def fc(out: int, bias: bool = True) -> FC:
     return FC(out, bias)
 
 
-def conv(out: int, k: int, s: int = 1, p: int = 0) -> Conv:
-    """Square-kernel convolution, no bias (a batch norm follows); weights KRSC."""
-    _ints("conv", out=out, k=k, s=s, p=p)
-    return Conv(out, k, s, p)
+def conv(out: int, k: int, s: int = 1, p: int = 0, groups: int = 1) -> Conv:
+    """Square-kernel convolution, no bias (a batch norm follows); weights KRSC [out, k, k, C / groups].
+    ``groups`` > 1: the channels split into that many groups, each convolved with its own out / groups
+    filters (torch's ``groups``; groups = C = out is the depthwise convolution)."""
+    _ints("conv", out=out, k=k, s=s, p=p, groups=groups)
+    if groups < 1 or out % groups:
+        raise CompileError(f"conv groups must be >= 1 and divide out={out}, got groups={groups}")
+    return Conv(out, k, s, p, groups)
 
 
 def bn(momentum: float = 0.1, eps: float = 1e-5) -> BN:

@@ -103,7 +103,7 @@ def expand(root: Any, in_channels: int | None) -> list[ArchLayer]:
             emit("fc", path, out=node.out, bias=node.bias, activation=None)
             return node.out
         if isinstance(node, Conv):
-            emit("conv", path, out=node.out, k=node.k, s=node.s, p=node.p)
+            emit("conv", path, out=node.out, k=node.k, s=node.s, p=node.p, g=node.groups)
             return node.out
         if isinstance(node, BN):
             emit("bn", path, momentum=node.momentum, eps=node.eps)
@@ -350,7 +350,8 @@ def fuse_cbr(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
 
     def cbr(conv: ArchLayer, bn: ArchLayer, uid: int, act: str | None, shortcut: int | None) -> ArchLayer:
         cp = conv.params
-        return ArchLayer("cbr", params(out=cp["out"], k=cp["k"], s=cp["s"], p=cp["p"], momentum=bn.params["momentum"],
+        return ArchLayer("cbr", params(out=cp["out"], k=cp["k"], s=cp["s"], p=cp["p"], g=cp.get("g", 1),
+                                       momentum=bn.params["momentum"],
                                        eps=bn.params["eps"], act=act, residual=shortcut is not None),
                          conv.origin, uid, conv.inputs if shortcut is None else (conv.inputs[0], shortcut))
 

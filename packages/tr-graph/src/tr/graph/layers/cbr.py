@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from tr.core.shape import Shape
 from tr.graph.layers.base import IO, Decl, DeclCtx, LayerKind, LayerProblem, spatial_out
 from tr.graph.layers.bn import bn_backward, bn_decls, bn_forward, bn_inference, check_bn
-from tr.graph.layers.conv import check_conv, conv_attrs, conv_decls, conv_out_shape
+from tr.graph.layers.conv import check_conv, conv_attrs, conv_decls, conv_out_shape, groups
 
 
 def _pool_attrs(pool: tuple[int, int, int]) -> dict[str, int]:
@@ -31,7 +31,8 @@ class CBRKind(LayerKind):
     bn_stats = True
 
     def num_params(self, layer, ins, out) -> int:
-        return layer.params["out"] * layer.params["k"] ** 2 * ins[0].c + 2 * out.c  # the conv's, gamma, beta
+        conv_w = layer.params["out"] * layer.params["k"] ** 2 * (ins[0].c // groups(layer))
+        return conv_w + 2 * out.c  # the conv's, gamma, beta
 
     def check(self, layer) -> None:
         check_conv(layer)

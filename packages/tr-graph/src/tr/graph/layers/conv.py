@@ -1,4 +1,6 @@
-"""Convolution: NHWC cross-correlation, square kernel, weight KRSC [out, k, k, C], no bias (a BN follows).
+"""Convolution: NHWC cross-correlation, square kernel, weight KRSC [out, k, k, C / g], no bias (a BN follows).
+With g groups (params "g", default 1) input channel group i (C / g of them) feeds only output channels
+i*out/g .. (i+1)*out/g - 1; g = C = out is the depthwise convolution.
 
 The first layer's weight lives in W_FIRST_CONV (its gradient is reduced in the first communication
 bucket and it has no input gradient); every other conv's in W_DEEP_CONV.
@@ -9,11 +11,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tr.core.shape import Shape
-from tr.graph.layers.base import IO, Decl, DeclCtx, Init, LayerKind, non_negative_int, positive_int, spatial_out
+from tr.graph.layers.base import (
+    IO,
+    Decl,
+    DeclCtx,
+    Init,
+    LayerKind,
+    LayerProblem,
+    non_negative_int,
+    positive_int,
+    spatial_out,
+)
+
+
+def groups(layer) -> int:
+    return layer.params.get("g", 1)
 
 
 def conv_attrs(layer) -> dict[str, int]:
-    return {"kernel": layer.params["k"], "stride": layer.params["s"], "padding": layer.params["p"]}
+    attrs = {"kernel": layer.params["k"], "stride": layer.params["s"], "padding": layer.params["p"]}
+    return {**attrs, "groups": groups(layer)} if groups(layer) > 1 else attrs
 
 
 def check_conv(layer) -> None:
@@ -21,17 +38,24 @@ def check_conv(layer) -> None:
     positive_int("conv kernel", layer.params["k"])
     positive_int("conv stride", layer.params["s"])
     non_negative_int("conv padding", layer.params["p"])
+    g = positive_int("conv groups", groups(layer))
+    if layer.params["out"] % g:
+        raise LayerProblem(f"conv groups {g} must divide its out channels {layer.params['out']}")
 
 
 def conv_out_shape(layer, x: Shape) -> Shape:
+    g = groups(layer)
+    if x.c % g:
+        raise LayerProblem(f"conv groups {g} must divide its input's {x.c} channels")
     ho, wo = spatial_out(x, layer.params["k"], layer.params["s"], layer.params["p"], "conv")
     return Shape(x.n, ho, wo, layer.params["out"])
 
 
 def conv_decls(layer, x: Shape, cx: DeclCtx) -> list[Decl]:
-    k, out = layer.params["k"], layer.params["out"]
+    k, out, cg = layer.params["k"], layer.params["out"], x.c // groups(layer)
     group = "first_conv" if layer.first else "deep_conv"
-    return cx.param("w", group, Shape(out, k, k, x.c), Init("weight", x.c * k * k, out * k * k))
+    # fans as torch's: fan_in the weights one output reads (C/g*k*k), fan_out out*k*k
+    return cx.param("w", group, Shape(out, k, k, cg), Init("weight", cg * k * k, out * k * k))
 
 
 class ConvKind(LayerKind):
@@ -39,7 +63,7 @@ class ConvKind(LayerKind):
     spatial = True
 
     def num_params(self, layer, ins, out) -> int:
-        return layer.params["out"] * layer.params["k"] ** 2 * ins[0].c
+        return layer.params["out"] * layer.params["k"] ** 2 * (ins[0].c // groups(layer))
 
     def check(self, layer) -> None:
         check_conv(layer)

@@ -8,6 +8,9 @@ Backward: wgrad is ``dy^T @ cols`` (summed over the chunks in order). dgrad is e
 of dy (zero-bordered in a private buffer) with the flipped weights [R,S,K,C] -- im2col + GEMM straight into
 dx -- when the stride is 1 and K <= C, or else one GEMM ``dy @ w`` to column gradients followed by one
 strided add per kernel position (col2im). Per chunk the steps run im2col(x) -> wgrad -> dgrad.
+Grouped (groups > 1, depthwise included): the same im2col over all channels, then per chunk one batched
+GEMM over the groups ([G, rows, R*S*C/G] x [G, K/G, R*S*C/G]^T), and for dgrad the batched column
+gradients through col2im; the group-major copies are temporaries of the step.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from tr.backend.rules import conv as rules
 CHUNK_ELEMENTS = 1 << 20  # float32 elements of one packed im2col chunk (4 MiB)
 
 
-def _window(rule: tuple[Geometry, int]) -> tuple[Window, int]:
-    g, k = rule
-    return Window.of(g), k
+def _window(rule: tuple[Geometry, int, int]) -> tuple[Window, int, int]:
+    g, k, groups = rule
+    return Window.of(g), k, groups
 
 
 def _is_pointwise(g: Window) -> bool:
@@ -86,9 +89,76 @@ def _rows(a: np.ndarray, sl: slice, per_sample: int) -> np.ndarray:
     return a[sl.start * per_sample:sl.stop * per_sample]
 
 
+def _by_group(m: np.ndarray, rs: int, groups: int) -> np.ndarray:
+    """[rows, R*S*C] patches (C innermost) -> [G, rows, R*S*C/G], group-major (a copy)."""
+    rows = m.shape[0]
+    return np.ascontiguousarray(m.reshape(rows, rs, groups, -1).transpose(2, 0, 1, 3)).reshape(groups, rows, -1)
+
+
+def _grouped_fwd(b: Binder, g: Window, k: int, groups: int) -> Step:
+    cols = _Im2col(b, g)
+    rs = g.kh * g.kw
+    w, load_w = b.load("w", (groups, k // groups, rs * (g.c // groups)))
+    y, store_y = b.store("y", (g.n * g.p * g.q, k))
+
+    def chunk(i: int, sl: slice) -> None:
+        out = np.matmul(_by_group(cols.matrix(i), rs, groups), w.transpose(0, 2, 1))  # [G, rows, K/G]
+        _rows(y, sl, g.p * g.q)[:] = out.transpose(1, 0, 2).reshape(-1, k)
+
+    steps = [*cols.pre, load_w]
+    for i, sl in enumerate(cols.chunks):
+        steps += [cols.fill(i), partial(chunk, i, sl)]
+    return seq(*steps, store_y)
+
+
+def _grouped_bwd(b: Binder, g: Window, k: int, groups: int) -> Step:
+    cols = _Im2col(b, g)
+    rs, pq, kg = g.kh * g.kw, g.p * g.q, k // groups
+    dy, load_dy = b.load("dy", (g.n * pq, k))
+    dw, store_dw = b.store("dw", (groups, kg, rs * (g.c // groups)))
+    steps = [*cols.pre, load_dy]
+    tail = [store_dw]
+    w = dxp = None
+    if b.has("dx"):
+        w, load_w = b.load("w", (groups, kg, rs * (g.c // groups)))
+        steps.append(load_w)
+        if g.padded:
+            dxp = b.private((g.n, g.hp, g.wp, g.c))
+            dx4, store_dx = b.store("dx")
+            tail += [partial(np.copyto, dx4, g.interior(dxp)), store_dx]
+        else:
+            dxp, store_dx = b.store("dx")
+            tail.append(store_dx)
+
+    def chunk(i: int, sl: slice) -> None:
+        dyg = _rows(dy, sl, pq).reshape(-1, groups, kg).transpose(1, 0, 2)  # [G, rows, K/G]
+        part = np.matmul(dyg.transpose(0, 2, 1), _by_group(cols.matrix(i), rs, groups))
+        if i == 0:
+            np.copyto(dw, part)
+        else:
+            np.add(dw, part, out=dw)
+        if w is None:
+            return
+        n = sl.stop - sl.start
+        dcols = np.matmul(dyg, w)  # [G, rows, R*S*C/G]
+        d6 = dcols.reshape(groups, n, g.p, g.q, g.kh, g.kw, -1).transpose(1, 2, 3, 4, 5, 0, 6)
+        d6 = d6.reshape(n, g.p, g.q, g.kh, g.kw, g.c)
+        dxs = dxp[sl]
+        dxs.fill(0)
+        for t, view in enumerate(g.tap_views(dxs)):
+            r, s = divmod(t, g.kw)
+            np.add(view, d6[:, :, :, r, s, :], out=view)
+
+    for i, sl in enumerate(cols.chunks):
+        steps += [cols.fill(i), partial(chunk, i, sl)]
+    return seq(*steps, *tail)
+
+
 @cpu_op("conv_fwd")
 def conv_fwd(b: Binder) -> Step:
-    g, k = _window(rules.conv_fwd(b))
+    g, k, groups = _window(rules.conv_fwd(b))
+    if groups > 1:
+        return _grouped_fwd(b, g, k, groups)
     cols = _Im2col(b, g)
     w, load_w = b.load("w", (k, g.kh * g.kw * g.c))
     y, store_y = b.store("y", (g.n * g.p * g.q, k))
@@ -158,7 +228,9 @@ def _dgrad_col2im(b: Binder, g: Window, k: int, dy: np.ndarray, w4: np.ndarray, 
 
 @cpu_op("conv_bwd")
 def conv_bwd(b: Binder) -> Step:
-    g, k = _window(rules.conv_bwd(b))
+    g, k, groups = _window(rules.conv_bwd(b))
+    if groups > 1:
+        return _grouped_bwd(b, g, k, groups)
     cols = _Im2col(b, g)
     pq = g.p * g.q
     dy, load_dy = b.load("dy", (g.n * pq, k))

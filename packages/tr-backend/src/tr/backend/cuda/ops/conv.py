@@ -13,8 +13,10 @@ from tr.backend.cuda.ops._register import cuda_op
 from tr.backend.rules import conv as rules
 
 
-def _ints(rule: tuple[Geometry, int], b: CudaBinder) -> dict[str, int]:
-    g, k = rule
+def _ints(rule: tuple[Geometry, int, int], b: CudaBinder) -> dict[str, int]:
+    g, k, groups = rule
+    if groups > 1:
+        b.fail(f"grouped convolution (groups={groups}) has no CUDA implementation yet (the CPU backend runs it)")
     return {**g.as_ints(), "k": k, "engine": conv_engine(), "tf32": b.backend.use_tf32, "autotune": autotune()}
 
 

@@ -1,11 +1,29 @@
-"""Example BluePrints: the seed's MNIST MLP, VGG16-BN and ResNet-50 (ImageNet, 224x224, 1000 classes).
+"""Example BluePrints: the seed's MNIST MLP, VGG16-BN, ResNet-50 and MobileNetV2 (ImageNet, 224x224, 1000
+classes).
 
 Inspect one with:  python -m tr.graph examples/models.py:resnet50 --batch 256 --resolution 224 --amp
 """
 
 from __future__ import annotations
 
-from tr.graph.blueprint import BluePrint, block, cbr, dropout, fc, flatten, gap, maxpool, relu, repeat, seq
+from tr.graph.blueprint import (
+    BluePrint,
+    add2,
+    block,
+    bn,
+    cbr,
+    conv,
+    dropout,
+    fc,
+    flatten,
+    gap,
+    identity,
+    maxpool,
+    relu,
+    relu6,
+    repeat,
+    seq,
+)
 
 # The seed's MLP: 784-1024-512-256-10 with relu.
 mlp_mnist = BluePrint(
@@ -39,4 +57,32 @@ resnet50 = BluePrint(
     name="resnet50", input_shape=(224, 224, 3), num_classes=1000,
 )
 
-MODELS = {"mlp_mnist": mlp_mnist, "vgg16_bn": vgg16_bn, "resnet50": resnet50}
+# torchvision's MobileNetV2 (width 1.0): expansion t, output channels c, blocks n, first stride s
+MOBILENET_V2_SETTING = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                        (6, 320, 1, 1))
+
+
+def _inverted_residual(inp: int, out: int, stride: int, t: int):
+    """1x1 expansion (unless t = 1) + 3x3 depthwise + 1x1 linear projection, each with BN; the identity
+    skip where the block keeps the shape (torchvision's InvertedResidual)."""
+    hidden = inp * t
+    expand = [conv(hidden, 1), bn(), relu6()] if t != 1 else []
+    body = seq(*expand, conv(hidden, 3, stride, 1, groups=hidden), bn(), relu6(), conv(out, 1), bn())
+    return add2(identity(), body) if stride == 1 and inp == out else body
+
+
+def mobilenet_v2_net(num_classes: int = 1000, dropout_p: float = 0.2):
+    """The layers of torchvision.models.mobilenet_v2(num_classes, dropout=dropout_p) (no dropout at 0)."""
+    blocks, inp = [], 32
+    for t, c, n, s in MOBILENET_V2_SETTING:
+        for i in range(n):
+            blocks.append(_inverted_residual(inp, c, s if i == 0 else 1, t))
+            inp = c
+    head = [dropout(dropout_p)] if dropout_p > 0 else []
+    return seq(conv(32, 3, 2, 1), bn(), relu6(), *blocks, conv(1280, 1), bn(), relu6(), gap(), *head,
+               fc(num_classes))
+
+
+mobilenet_v2 = BluePrint(mobilenet_v2_net(), name="mobilenet_v2", input_shape=(224, 224, 3), num_classes=1000)
+
+MODELS = {"mlp_mnist": mlp_mnist, "vgg16_bn": vgg16_bn, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2}

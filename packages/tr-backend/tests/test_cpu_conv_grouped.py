@@ -43,18 +43,22 @@ def _fill(be, t, seed, dtype=np.float64):
         be.write(t[name], rng.standard_normal(t[name].shape.dims).astype(dtype))
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
 @pytest.mark.parametrize("n,h,w,c,k,r,stride,pad,groups", CASES)
-def test_grouped_conv_forward_backward_fp32(n, h, w, c, k, r, stride, pad, groups):
-    a, t = _setup(n, h, w, c, k, r, stride, pad, groups)
+def test_grouped_conv_forward_backward(n, h, w, c, k, r, stride, pad, groups, dtype):
+    """FP16 (AMP): the op reads and writes FP16, computes in FP32 (the view's dtype is FP16)."""
+    a, t = _setup(n, h, w, c, k, r, stride, pad, groups, dtype)
     be = a.allocate()
-    _fill(be, t, h * 13 + k + groups)
+    _fill(be, t, h * 13 + k + groups, np.float16 if dtype == "fp16" else np.float64)
     attrs = {"kernel": r, "stride": stride, "padding": pad, "groups": groups}
     run(be, op("conv_fwd", x=t["x"], w=t["w"], y=t["y"], **attrs),
         op("conv_bwd", x=t["x"], w=t["w"], dy=t["dy"], dw=t["dw"], dx=t["dx"], **attrs))
+    assert be.view(t["y"]).dtype == (np.float16 if dtype == "fp16" else np.float32)
     y, dw, dx = _reference(be, t, stride, pad, groups)
-    assert_close(be.read(t["y"]), y)
-    assert_close(be.read(t["dw"]), dw)
-    assert_close(be.read(t["dx"]), dx)
+    tol = 3e-3 if dtype == "fp16" else 1e-5
+    assert_close(be.read(t["y"]), y, tol)
+    assert_close(be.read(t["dw"]), dw, tol)
+    assert_close(be.read(t["dx"]), dx, tol)
 
 
 def test_grouped_conv_repeated_launches_and_wgrad_only():
@@ -76,20 +80,6 @@ def test_grouped_conv_repeated_launches_and_wgrad_only():
     _fill(be, t, 9)
     run(be, op("conv_bwd", x=t["x"], w=t["w"], dy=t["dy"], dw=t["dw"], stride=1, padding=1, groups=3))
     assert_close(be.read(t["dw"]), _reference(be, t, 1, 1, 3)[1])
-
-
-def test_grouped_conv_amp_fp16():
-    a, t = _setup(2, 6, 6, 4, 4, 3, 1, 1, 4, dtype="fp16")
-    be = a.allocate()
-    _fill(be, t, 4, np.float16)
-    attrs = {"stride": 1, "padding": 1, "groups": 4}
-    run(be, op("conv_fwd", x=t["x"], w=t["w"], y=t["y"], **attrs),
-        op("conv_bwd", x=t["x"], w=t["w"], dy=t["dy"], dw=t["dw"], dx=t["dx"], **attrs))
-    assert be.view(t["y"]).dtype == np.float16
-    y, dw, dx = _reference(be, t, 1, 1, 4)
-    assert_close(be.read(t["y"]), y, 3e-3)
-    assert_close(be.read(t["dw"]), dw, 3e-3)
-    assert_close(be.read(t["dx"]), dx, 3e-3)
 
 
 def test_groups_that_do_not_fit_the_shapes_are_refused():

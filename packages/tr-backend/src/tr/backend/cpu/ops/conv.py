@@ -10,7 +10,7 @@ dx -- when the stride is 1 and K <= C, or else one GEMM ``dy @ w`` to column gra
 strided add per kernel position (col2im). Per chunk the steps run im2col(x) -> wgrad -> dgrad.
 Grouped (groups > 1, depthwise included): the same im2col over all channels, then per chunk one batched
 GEMM over the groups ([G, rows, R*S*C/G] x [G, K/G, R*S*C/G]^T), and for dgrad the batched column
-gradients through col2im; the group-major copies are temporaries of the step.
+gradients through col2im; the group-major copies live in scratch, as the im2col matrix.
 """
 
 from __future__ import annotations
@@ -89,68 +89,70 @@ def _rows(a: np.ndarray, sl: slice, per_sample: int) -> np.ndarray:
     return a[sl.start * per_sample:sl.stop * per_sample]
 
 
-def _by_group(m: np.ndarray, rs: int, groups: int) -> np.ndarray:
-    """[rows, R*S*C] patches (C innermost) -> [G, rows, R*S*C/G], group-major (a copy)."""
-    rows = m.shape[0]
-    return np.ascontiguousarray(m.reshape(rows, rs, groups, -1).transpose(2, 0, 1, 3)).reshape(groups, rows, -1)
+class _Grouped:
+    """The grouped layout of one chunk's matrices, in scratch: the patches group-major [G, rows, R*S*C/G]
+    (one copy from the im2col matrix) and a [G, rows, X] result, with the [rows, G, X] views the ungrouped
+    tensors see."""
+
+    def __init__(self, b: Binder, g: Window, groups: int, rows: int, x: int) -> None:
+        self.g, self.groups, self.rs, self.cg = g, groups, g.kh * g.kw, g.c // groups
+        self._cols = b.scratch((groups, rows, self.rs * self.cg))
+        self._out = b.scratch((groups, rows, x))
+
+    def cols(self, m: np.ndarray) -> tuple[np.ndarray, Step]:
+        """(the group-major patches of im2col matrix ``m`` [rows, R*S*C], the copy that fills them)."""
+        rows = m.shape[0]
+        dst = self._cols[:, :rows]
+        src = m.reshape(rows, self.rs, self.groups, self.cg).transpose(2, 0, 1, 3)
+        return dst, partial(np.copyto, dst.reshape(self.groups, rows, self.rs, self.cg), src)
+
+    def out(self, rows: int) -> np.ndarray:
+        return self._out[:, :rows]
 
 
 def _grouped_fwd(b: Binder, g: Window, k: int, groups: int) -> Step:
     cols = _Im2col(b, g)
-    rs = g.kh * g.kw
-    w, load_w = b.load("w", (groups, k // groups, rs * (g.c // groups)))
-    y, store_y = b.store("y", (g.n * g.p * g.q, k))
-
-    def chunk(i: int, sl: slice) -> None:
-        out = np.matmul(_by_group(cols.matrix(i), rs, groups), w.transpose(0, 2, 1))  # [G, rows, K/G]
-        _rows(y, sl, g.p * g.q)[:] = out.transpose(1, 0, 2).reshape(-1, k)
-
+    pq, kg = g.p * g.q, k // groups
+    w, load_w = b.load("w", (groups, kg, g.kh * g.kw * (g.c // groups)))
+    y, store_y = b.store("y", (g.n * pq, k))
+    gl = _Grouped(b, g, groups, cols.chunks[0].stop * pq, kg)
     steps = [*cols.pre, load_w]
     for i, sl in enumerate(cols.chunks):
-        steps += [cols.fill(i), partial(chunk, i, sl)]
+        rows = (sl.stop - sl.start) * pq
+        gcols, fill = gl.cols(cols.matrix(i))
+        out = gl.out(rows)  # [G, rows, K/G]
+        steps += [cols.fill(i), fill, partial(np.matmul, gcols, w.transpose(0, 2, 1), out=out),
+                  partial(np.copyto, _rows(y, sl, pq).reshape(rows, groups, kg), out.transpose(1, 0, 2))]
     return seq(*steps, store_y)
 
 
 def _grouped_bwd(b: Binder, g: Window, k: int, groups: int) -> Step:
     cols = _Im2col(b, g)
-    rs, pq, kg = g.kh * g.kw, g.p * g.q, k // groups
+    rs, pq, kg, cg = g.kh * g.kw, g.p * g.q, k // groups, g.c // groups
     dy, load_dy = b.load("dy", (g.n * pq, k))
-    dw, store_dw = b.store("dw", (groups, kg, rs * (g.c // groups)))
+    dw, store_dw = b.store("dw", (groups, kg, rs * cg))
+    part = b.scratch(dw.shape) if len(cols.chunks) > 1 else None
+    gl = _Grouped(b, g, groups, cols.chunks[0].stop * pq, rs * cg)
     steps = [*cols.pre, load_dy]
     tail = [store_dw]
-    w = dxp = None
     if b.has("dx"):
-        w, load_w = b.load("w", (groups, kg, rs * (g.c // groups)))
+        w, load_w = b.load("w", (groups, kg, rs * cg))
+        dxp, dx_tail = _dx_target(b, g)
         steps.append(load_w)
-        if g.padded:
-            dxp = b.private((g.n, g.hp, g.wp, g.c))
-            dx4, store_dx = b.store("dx")
-            tail += [partial(np.copyto, dx4, g.interior(dxp)), store_dx]
-        else:
-            dxp, store_dx = b.store("dx")
-            tail.append(store_dx)
-
-    def chunk(i: int, sl: slice) -> None:
-        dyg = _rows(dy, sl, pq).reshape(-1, groups, kg).transpose(1, 0, 2)  # [G, rows, K/G]
-        part = np.matmul(dyg.transpose(0, 2, 1), _by_group(cols.matrix(i), rs, groups))
-        if i == 0:
-            np.copyto(dw, part)
-        else:
-            np.add(dw, part, out=dw)
-        if w is None:
-            return
-        n = sl.stop - sl.start
-        dcols = np.matmul(dyg, w)  # [G, rows, R*S*C/G]
-        d6 = dcols.reshape(groups, n, g.p, g.q, g.kh, g.kw, -1).transpose(1, 2, 3, 4, 5, 0, 6)
-        d6 = d6.reshape(n, g.p, g.q, g.kh, g.kw, g.c)
-        dxs = dxp[sl]
-        dxs.fill(0)
-        for t, view in enumerate(g.tap_views(dxs)):
-            r, s = divmod(t, g.kw)
-            np.add(view, d6[:, :, :, r, s, :], out=view)
-
+        tail += dx_tail
     for i, sl in enumerate(cols.chunks):
-        steps += [cols.fill(i), partial(chunk, i, sl)]
+        n = sl.stop - sl.start
+        dyg = _rows(dy, sl, pq).reshape(n * pq, groups, kg).transpose(1, 0, 2)  # [G, rows, K/G]
+        gcols, fill = gl.cols(cols.matrix(i))
+        steps += [cols.fill(i), fill]
+        if i == 0:
+            steps.append(partial(np.matmul, dyg.transpose(0, 2, 1), gcols, out=dw))
+        else:
+            steps += [partial(np.matmul, dyg.transpose(0, 2, 1), gcols, out=part), partial(np.add, dw, part, out=dw)]
+        if b.has("dx"):
+            dcols = gl.out(n * pq)  # [G, rows, R*S*C/G]
+            d7 = dcols.reshape(groups, n, g.p, g.q, g.kh, g.kw, cg).transpose(1, 2, 3, 4, 5, 0, 6)
+            steps += [partial(np.matmul, dyg, w, out=dcols), *_col2im(g, dxp[sl], d7)]
     return seq(*steps, *tail)
 
 
@@ -201,28 +203,41 @@ def _dgrad_full_correlation(b: Binder, g: Window, k: int, dy: np.ndarray, w4: np
     return before, [*per, store_dx]
 
 
+def _dx_target(b: Binder, g: Window) -> tuple[np.ndarray, list[Step]]:
+    """(where col2im accumulates dx, the steps that then store it): a private zero-bordered buffer copied
+    into dx when the window is padded, else dx itself."""
+    if g.padded:
+        dxp = b.private((g.n, g.hp, g.wp, g.c))
+        dx4, store_dx = b.store("dx")
+        return dxp, [partial(np.copyto, dx4, g.interior(dxp)), store_dx]
+    dxp, store_dx = b.store("dx")
+    return dxp, [store_dx]
+
+
+def _col2im(g: Window, dxs: np.ndarray, d: np.ndarray) -> list[Step]:
+    """Zero ``dxs`` [n, Hp, Wp, C], then add each kernel position's column gradients d[:, :, :, r, s] to the
+    [n, P, Q, C] view of ``dxs`` that position read (d's trailing channel axes may be split, as (G, C/G))."""
+    steps: list[Step] = [partial(dxs.fill, 0)]
+    for t, view in enumerate(g.tap_views(dxs)):
+        src = d[:, :, :, t // g.kw, t % g.kw]
+        dst = view.reshape(src.shape)  # splits the contiguous channel axis only: a view
+        assert np.shares_memory(dst, dxs)
+        steps.append(partial(np.add, dst, src, out=dst))
+    return steps
+
+
 def _dgrad_col2im(b: Binder, g: Window, k: int, dy: np.ndarray, w4: np.ndarray, chunks: list[slice]) -> list:
     """Per chunk: column gradients by one GEMM, then one strided add per kernel position."""
     rsc = g.kh * g.kw * g.c
     wm = w4.reshape(k, rsc)
-    if g.padded:
-        dxp = b.private((g.n, g.hp, g.wp, g.c))
-        dx4, store_dx = b.store("dx")
-        tail = [partial(np.copyto, dx4, g.interior(dxp)), store_dx]
-    else:
-        dxp, store_dx = b.store("dx")
-        tail = [store_dx]
+    dxp, tail = _dx_target(b, g)
     buf = b.scratch((chunks[0].stop * g.p * g.q, rsc))
     per = []
     for sl in chunks:
         n = sl.stop - sl.start
         dcols = buf[:n * g.p * g.q]
         d6 = dcols.reshape(n, g.p, g.q, g.kh, g.kw, g.c)
-        steps = [partial(np.matmul, _rows(dy, sl, g.p * g.q), wm, out=dcols), partial(dxp[sl].fill, 0)]
-        for t, view in enumerate(g.tap_views(dxp[sl])):
-            i, j = divmod(t, g.kw)
-            steps.append(partial(np.add, view, d6[:, :, :, i, j, :], out=view))
-        per.append(seq(*steps))
+        per.append(seq(partial(np.matmul, _rows(dy, sl, g.p * g.q), wm, out=dcols), *_col2im(g, dxp[sl], d6)))
     return per + tail
 
 

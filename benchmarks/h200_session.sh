@@ -22,7 +22,8 @@
 #                      static assignment), or of the ImageNet chain only (claimed)
 #   loaders            benchmarks/imagenet_pipeline.py: tr vs torchvision ImageFolder+DataLoader, 1 and all cores
 #                      (LOADERS_AB=N: also N interleaved window/whole-decode runs)
-#   loaders-vs         the same, only LOADERS_VS (default 7) interleaved one-worker tr folder / torchvision pairs
+#   loaders-vs         the same, only LOADERS_VS (default 7) interleaved one-worker rounds: tr folder, tr DTS pack
+#                      made with --baseline, torchvision
 #   e2e[-LEVEL]        benchmarks/imagenet_train.py: ResNet-50 from a DTS pack at LEVEL (default 0) vs its step
 #   breakdown          benchmarks/chain_breakdown.py: one core's time per stage of the ImageNet chain, tr vs Pillow
 #   scaling-mnist      benchmarks/pipeline_scaling.py, the MNIST chain only, claimed, 1 and all workers

@@ -5,6 +5,8 @@ Rows, in one run, each over the same JPEG files:
   native worker threads, only the rows and iMCU columns RandomResizedCrop reads), writing FP16 NHWC with 4
   channels (the AMP input);
 * tr from a DTS pack of the same folder (tr.data.DtsImages: the pack mapped, not copied);
+* tr from a DTS pack made with ``--baseline`` (progressive files re-coded losslessly as baseline at packing:
+  the same pixels, decoded ~2.5x faster);
 * tr from the folder decoding every file whole (set_window_decode(False): the same bytes, what the window
   decode saves);
 * tr from the folder with settings.jpeg_dct_scaling (libjpeg-turbo's 1/2, 1/4, 1/8 reductions where the crop is
@@ -96,25 +98,33 @@ def torchvision_rate(root: Path, workers: int, batch: int, epochs: int, chain: s
     return n / (time.perf_counter() - t0), n
 
 
-def interleaved_vs_torchvision(ds, root: Path, batch: int, n: int, rate_of, tv_rate) -> dict:
-    """n pairs of one-worker epochs, tr folder then torchvision, alternated so that the machine's drift (a
-    single call's figure varies by ~15 % on the H200 machine) hits both alike; the ratio is the median of the
-    pairs' ratios."""
+def interleaved_vs_torchvision(ds, base_ds, root: Path, batch: int, n: int, rate_of, tv_rate) -> dict:
+    """n rounds of one-worker epochs, tr folder, tr baseline DTS pack, then torchvision, alternated so that the
+    machine's drift (a single call's figure varies by ~15 % on the H200 machine) hits all alike; each ratio is
+    the median of the rounds' ratios."""
     pairs = []
     for i in range(max(0, n)):
         t = rate_of(ds, 1, batch, 1)[0]
+        b = rate_of(base_ds, 1, batch, 1)[0]
         v = tv_rate(root, 1, batch, 1)[0]
-        pairs.append({"tr_folder": t, "torchvision": v, "ratio": t / v})
-        print(f"pair {i + 1}/{n}: tr folder {t:7.1f}, torchvision {v:6.1f} images/s, {t / v:.2f}x", flush=True)
+        pairs.append({"tr_folder": t, "tr_dts_baseline": b, "torchvision": v, "ratio": t / v,
+                      "ratio_dts_baseline": b / v})
+        print(f"round {i + 1}/{n}: tr folder {t:7.1f}, tr dts baseline {b:7.1f}, torchvision {v:6.1f} images/s; "
+              f"{t / v:.2f}x, {b / v:.2f}x", flush=True)
     if not pairs:
         return {}
     med = lambda k: float(statistics.median(p[k] for p in pairs))  # noqa: E731
     out = {"pairs": pairs, "median_ratio": med("ratio"), "median_tr_folder": med("tr_folder"),
            "median_torchvision": med("torchvision"), "min_ratio": min(p["ratio"] for p in pairs),
-           "max_ratio": max(p["ratio"] for p in pairs)}
-    print(f"tr folder vs torchvision, 1 worker, {n} interleaved pairs: median ratio {out['median_ratio']:.2f}x "
-          f"(range {out['min_ratio']:.2f}-{out['max_ratio']:.2f}x; medians {out['median_tr_folder']:.0f} vs "
-          f"{out['median_torchvision']:.0f} images/s)", flush=True)
+           "max_ratio": max(p["ratio"] for p in pairs), "median_ratio_dts_baseline": med("ratio_dts_baseline"),
+           "median_tr_dts_baseline": med("tr_dts_baseline"),
+           "min_ratio_dts_baseline": min(p["ratio_dts_baseline"] for p in pairs),
+           "max_ratio_dts_baseline": max(p["ratio_dts_baseline"] for p in pairs)}
+    print(f"1 worker, {n} interleaved rounds: tr folder vs torchvision median ratio {out['median_ratio']:.2f}x "
+          f"(range {out['min_ratio']:.2f}-{out['max_ratio']:.2f}x); tr dts baseline vs torchvision "
+          f"{out['median_ratio_dts_baseline']:.2f}x (range {out['min_ratio_dts_baseline']:.2f}-"
+          f"{out['max_ratio_dts_baseline']:.2f}x); medians {out['median_tr_folder']:.0f}, "
+          f"{out['median_tr_dts_baseline']:.0f} and {out['median_torchvision']:.0f} images/s", flush=True)
     return out
 
 
@@ -132,8 +142,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ab", type=int, default=4,
                     help="also time tr's window decode against whole decodes, interleaved this many times (1 worker)")
     ap.add_argument("--vs-torchvision", type=int, default=0, metavar="N",
-                    help="also N interleaved one-worker runs of tr folder and torchvision (one epoch each, after "
-                         "its warm-up): the per-core ratio as the median of N pairs")
+                    help="also N interleaved one-worker rounds of tr folder, tr baseline DTS and torchvision (one "
+                         "epoch each, after its warm-up): the per-core ratios as medians of N rounds")
     ap.add_argument("--no-table", action="store_true",
                     help="skip the table of rows (only the interleaved runs)")
     ap.add_argument("--json", help="write the figures here, or 'auto' (benchmarks/results/)")
@@ -156,11 +166,17 @@ def main(argv: list[str] | None = None) -> None:
     packed = a.images.parent / (a.images.name + "_dts")
     if not (packed / "train.dts").exists():
         pack(a.images, packed, workers=os.cpu_count() or 1)
+    packed_base = a.images.parent / (a.images.name + "_dts_baseline")
+    if not (packed_base / "train.dts").exists():
+        t0 = time.perf_counter()
+        done = pack(a.images, packed_base, workers=os.cpu_count() or 1, baseline=True)
+        print(f"packed {packed_base} with --baseline in {time.perf_counter() - t0:.1f} s "
+              f"({done[0].recoded} progressive files re-coded)", flush=True)
     files = sorted(root.glob("*/*"))
     mb = sum(p.stat().st_size for p in files) / 2**20
     print(f"{len(files)} JPEGs, {mb:.0f} MiB, mean {mb * 1024 / max(1, len(files)):.0f} KiB; "
           f"{os.cpu_count()} cores ({platform.processor() or platform.machine()})", flush=True)
-    folder_ds, dts_ds = ImageFolder(a.images), DtsImages(packed)
+    folder_ds, dts_ds, base_ds = ImageFolder(a.images), DtsImages(packed), DtsImages(packed_base)
     rows = []
     rate_of, tv_rate = partial(tr_rate, chain=a.chain), partial(torchvision_rate, chain=a.chain)
     for w in workers if not a.no_table else ():
@@ -170,6 +186,7 @@ def main(argv: list[str] | None = None) -> None:
                          ("tr folder, SDMP 2", lambda w=w: rate_of(folder_ds, w, a.batch, 4, sdmp=2)),
                          ("tr folder, SDMP 4", lambda w=w: rate_of(folder_ds, w, a.batch, 4, sdmp=4)),
                          ("tr dts", lambda w=w: rate_of(dts_ds, w, a.batch, a.epochs)),
+                         ("tr dts baseline", lambda w=w: rate_of(base_ds, w, a.batch, a.epochs)),
                          ("torchvision ImageFolder+DataLoader", lambda w=w: tv_rate(root, w, a.batch, a.epochs))):
             rate, n = fn()
             rows.append({"row": name, "workers": w, "images_per_s": rate, "images_per_s_per_worker": rate / w,
@@ -179,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     for w in workers if not a.no_table else ():
         tv = by[("torchvision ImageFolder+DataLoader", w)]
         print(f"workers {w}: tr folder {by[('tr folder', w)] / tv:.2f}x torchvision, tr dts "
-              f"{by[('tr dts', w)] / tv:.2f}x")
+              f"{by[('tr dts', w)] / tv:.2f}x, tr dts baseline {by[('tr dts baseline', w)] / tv:.2f}x")
     ab = {"window": [], "whole": []}
     for _ in range(max(0, a.ab)):  # alternated, so drift of the machine hits both alike
         ab["whole"].append(rate_of(folder_ds, 1, a.batch, 1, False)[0])
@@ -188,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
         med = {k: float(sorted(v)[len(v) // 2]) for k, v in ab.items()}
         print(f"window decode vs whole decodes, 1 worker, {a.ab} interleaved runs: median {med['window']:.0f} vs "
               f"{med['whole']:.0f} images/s ({100 * (med['window'] / med['whole'] - 1):+.1f} %)")
-    vs = interleaved_vs_torchvision(folder_ds, root, a.batch, a.vs_torchvision, rate_of, tv_rate)
+    vs = interleaved_vs_torchvision(folder_ds, base_ds, root, a.batch, a.vs_torchvision, rate_of, tv_rate)
     if a.json:
         import torch
         import torchvision

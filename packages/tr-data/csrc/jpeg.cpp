@@ -6,11 +6,9 @@
 #ifdef TRD_HAVE_JPEG
 #include <algorithm>
 #include <atomic>
-#include <csetjmp>
-#include <cstdio>
 #include <string>
 
-#include <jpeglib.h>
+#include "jpeg_err.hpp"
 #endif
 
 namespace trd {
@@ -18,23 +16,7 @@ namespace trd {
 #ifdef TRD_HAVE_JPEG
 namespace {
 
-// libjpeg reports errors through error_exit, which must not return: it longjmps back to the decode call,
-// whose frame holds nothing that needs a destructor between setjmp and the jump.
-struct Err {
-  jpeg_error_mgr pub;
-  std::jmp_buf jump;
-  char msg[JMSG_LENGTH_MAX];
-};
-
-void on_error(j_common_ptr cinfo) {
-  Err* e = reinterpret_cast<Err*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, e->msg);
-  std::longjmp(e->jump, 1);
-}
-
-void on_message(j_common_ptr cinfo, int level) {
-  if (level < 0) on_error(cinfo);  // a warning (corrupt data): an error here
-}
+using jpeg_detail::Err;
 
 // Runs fn(cinfo) with the source set up; DataErr with libjpeg's message when it fails. Returns fn's value.
 template <class Fn>
@@ -42,10 +24,7 @@ auto with_decoder(const uint8_t* data, size_t size, bool keep_gray, Fn&& fn)
     -> decltype(fn(std::declval<jpeg_decompress_struct&>())) {
   jpeg_decompress_struct cinfo;
   Err err;
-  cinfo.err = jpeg_std_error(&err.pub);
-  err.pub.error_exit = on_error;
-  err.pub.emit_message = on_message;
-  err.msg[0] = 0;
+  cinfo.err = jpeg_detail::install(err);
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
     throw DataErr(std::string("corrupt JPEG: ") + err.msg);

@@ -13,6 +13,7 @@
 #include "engine.hpp"
 #include "fused_norm.hpp"
 #include "jpeg.hpp"
+#include "jpeg_recode.hpp"
 #include "pipeline.hpp"
 
 namespace py = pybind11;
@@ -270,6 +271,21 @@ PYBIND11_MODULE(_native, m) {
     }
     return py::make_tuple(s.h, s.w, s.c);
   }, py::arg("data"), py::arg("keep_gray") = false);
+  m.def("jpeg_needs_baseline", [](py::bytes data) {
+    std::string_view v = data;
+    py::gil_scoped_release nogil;
+    return jpeg_needs_baseline(reinterpret_cast<const uint8_t*>(v.data()), v.size());
+  }, py::arg("data"), "whether a JPEG is progressive or arithmetic-coded (what jpeg_recode_baseline speeds up)");
+  m.def("jpeg_recode_baseline", [](py::bytes data) {
+    std::string_view v = data;
+    std::vector<uint8_t> out;
+    {
+      py::gil_scoped_release nogil;
+      out = jpeg_recode_baseline(reinterpret_cast<const uint8_t*>(v.data()), v.size());
+    }
+    return py::bytes(reinterpret_cast<const char*>(out.data()), out.size());
+  }, py::arg("data"),
+     "the JPEG losslessly re-coded as baseline with optimised Huffman tables, markers dropped: the same pixels");
   m.def("jpeg_scale_for", &jpeg_scale_for, py::arg("height"), py::arg("width"), py::arg("out_height"),
         py::arg("out_width"), "the DCT scale (eighths) the pipeline decodes a (height, width) crop at for that output");
   m.def("decode_jpeg", [](py::bytes data, bool keep_gray, int scale) {

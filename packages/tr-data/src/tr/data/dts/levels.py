@@ -8,6 +8,13 @@
 
 An image already within 400 px is kept as its source bytes at levels 1-2 (re-encoding would only lose);
 level 3 re-encodes it too. Gray images stay gray; CMYK and other modes are converted to RGB.
+
+Beyond the seed, at any level: ``to_baseline`` (``tr-dts pack --baseline``) re-codes a progressive or
+arithmetic-coded file losslessly as a baseline one through libjpeg-turbo (jpegtran's transcoding: the DCT
+coefficients are copied, so every decoder gives the same pixels), with optimised Huffman tables and without
+APPn/COM markers. A progressive file takes libjpeg-turbo ~2.5x as long to decode as the same image in
+baseline (every scan is entropy-decoded into a whole-image coefficient buffer first, so a crop window saves
+nothing of it); baseline files are kept as they are (re-optimising their tables measured no faster).
 """
 
 from __future__ import annotations
@@ -27,6 +34,18 @@ def _pil():
         raise ConfigError("DTS levels 1-3 re-encode JPEGs with Pillow: pip install 'tr-data[images]' "
                           "(or pip install pillow)") from None
     return Image
+
+
+def to_baseline(data: bytes, where: str) -> bytes:
+    """``data`` itself when it is a baseline JPEG, else the file re-coded losslessly as baseline."""
+    from tr.data import _native
+
+    try:
+        if not _native.jpeg_needs_baseline(data):
+            return data
+        return _native.jpeg_recode_baseline(data)
+    except DataError as e:
+        raise DataError(f"{where}: {e}") from None
 
 
 def encode_level(data: bytes, level: int, where: str) -> bytes:

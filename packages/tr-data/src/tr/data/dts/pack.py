@@ -31,6 +31,7 @@ class Packed:
     samples: int
     bytes: int
     seconds: float
+    recoded: int = 0  # progressive files re-coded as baseline (pack(baseline=True))
 
 
 def detect(src: Path) -> str:
@@ -78,9 +79,10 @@ def _folder_splits(src: Path) -> list[tuple[str, Path]]:
     return subs or [("train", src)]
 
 
-def _jpegs(index, level: int, workers: int) -> Iterator[tuple[bytes, int, str]]:
-    """(JPEG bytes at ``level``, label, path) in packing order."""
-    from tr.data.dts.levels import encode_level
+def _jpegs(index, level: int, workers: int, baseline: bool, recoded: list[int]) -> Iterator[tuple[bytes, int, str]]:
+    """(JPEG bytes at ``level``, label, path) in packing order; with ``baseline`` progressive files re-coded
+    (tr.data.dts.levels.to_baseline), their count appended to ``recoded``."""
+    from tr.data.dts.levels import encode_level, to_baseline
 
     order = np.random.default_rng(PACK_SEED).permutation(len(index.samples))
     items = [index.samples[i] for i in order]
@@ -88,9 +90,16 @@ def _jpegs(index, level: int, workers: int) -> Iterator[tuple[bytes, int, str]]:
     def load(item: tuple[Path, int]) -> tuple[bytes, int, str]:
         path, label = item
         data = path.read_bytes()
-        return (encode_level(data, level, str(path)) if level else data), label, str(path)
+        if level:
+            data = encode_level(data, level, str(path))
+        if baseline:
+            new = to_baseline(data, str(path))
+            if new is not data:
+                recoded.append(1)
+            data = new
+        return data, label, str(path)
 
-    if workers <= 1 or level == 0:
+    if workers <= 1 or (level == 0 and not baseline):
         yield from map(load, items)
         return
     with ThreadPoolExecutor(workers) as pool:
@@ -100,7 +109,7 @@ def _jpegs(index, level: int, workers: int) -> Iterator[tuple[bytes, int, str]]:
 
 
 def _folder(src: Path, out: Path, level: int, workers: int, block_bytes: int, on_bad: str,
-            progress: Progress | None) -> list[Packed]:
+            progress: Progress | None, baseline: bool) -> list[Packed]:
     from tr.data.image_folder import scan_image_folder
 
     splits = _folder_splits(src)
@@ -115,24 +124,26 @@ def _folder(src: Path, out: Path, level: int, workers: int, block_bytes: int, on
     for split, idx in indexes:
         t0 = time.perf_counter()
         meta = {"classes": list(classes), "source": str(src), "dataset": "folder", "level": level,
-                "skipped": [[str(p), why] for p, why in idx.skipped]}
+                "baseline": baseline, "skipped": [[str(p), why] for p, why in idx.skipped]}
         h = jpeg_header(src.name.upper()[:8] or "FOLDER", split, level, len(classes), " RGB", meta, block_bytes)
         path = out / f"{split}.dts"
-        n, nbytes = len(idx.samples), 0
+        n, nbytes, recoded = len(idx.samples), 0, []
         with DtsWriter(path, h) as w:
-            for i, (data, label, where) in enumerate(_jpegs(idx, level, workers)):
+            for i, (data, label, where) in enumerate(_jpegs(idx, level, workers, baseline, recoded)):
                 w.add(data, label, where)
                 nbytes += len(data)
                 if progress is not None and (i % 256 == 0 or i == n - 1):
                     progress(i + 1, n, nbytes)
-        done.append(Packed(path, n, path.stat().st_size, time.perf_counter() - t0))
+        done.append(Packed(path, n, path.stat().st_size, time.perf_counter() - t0, len(recoded)))
     return done
 
 
 def pack(src: str | Path, out: str | Path, level: int = 0, workers: int = 1, kind: str | None = None,
          block_bytes: int = DEFAULT_BLOCK_BYTES, on_bad: str = "error",
-         progress: Progress | None = None) -> list[Packed]:
-    """Pack the dataset at ``src`` into ``out``/<split>.dts; ``kind`` None: detected (see detect())."""
+         progress: Progress | None = None, baseline: bool = False) -> list[Packed]:
+    """Pack the dataset at ``src`` into ``out``/<split>.dts; ``kind`` None: detected (see detect()).
+    ``baseline``: JPEG folders only; progressive (and arithmetic-coded) files are re-coded losslessly as
+    baseline ones (the same pixels, decoded ~2.5x faster; tr.data.dts.levels.to_baseline)."""
     src, out = Path(src), Path(out)
     if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 3:
         raise ConfigError(f"DTS level must be 0, 1, 2 or 3, got {level!r}")
@@ -143,8 +154,12 @@ def pack(src: str | Path, out: str | Path, level: int = 0, workers: int = 1, kin
         raise ConfigError(f"unknown dataset kind {kind!r}: mnist, cifar10, cifar100 or folder")
     if out.exists() and not out.is_dir():
         raise DataError(f"{out}: the output must be a directory (it receives train.dts and val.dts)")
+    if not isinstance(baseline, bool):
+        raise ConfigError(f"baseline must be True or False, got {baseline!r}")
     if kind == "folder":
-        return _folder(src, out, level, workers, block_bytes, on_bad, progress)
+        return _folder(src, out, level, workers, block_bytes, on_bad, progress, baseline)
+    if baseline:
+        raise ConfigError(f"baseline re-codes JPEG files; {kind} is packed RAW")
     if level:
         raise ConfigError(f"level {level} re-encodes JPEGs; {kind} is packed RAW (level 0)")
     return _raw(kind, src, out, block_bytes, progress)

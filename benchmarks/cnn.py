@@ -1,4 +1,5 @@
-"""Convolutional training step on one device (VGG16-BN or ResNet-50): tr vs its strongest PyTorch twins, one run.
+"""Convolutional training step on one device (VGG16-BN, ResNet-50 or MobileNetV2): tr vs its strongest PyTorch twins,
+one run.
 
 What is timed, on every side: the full training step (forward, loss, backward, optimizer update, AMP loss
 scaling when on) on one resident synthetic batch: the batch is already on the device and the same batch is
@@ -63,7 +64,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-MODELS = ("vgg16_bn", "resnet50")
+MODELS = ("vgg16_bn", "resnet50", "mobilenet_v2")
 MOMENTUM, WD, LS, SEED = 0.9, 1e-4, 0.1, 123
 NAMES = {"tr": "tr", "pytorch_eager": "pytorch eager", "pytorch_cuda_graph": "pytorch cuda graph (step)",
          "pytorch_cuda_graph_fwd_bwd": "pytorch cuda graph (fwd+bwd)"}

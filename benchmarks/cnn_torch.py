@@ -53,6 +53,10 @@ def torch_model(a: argparse.Namespace, torch: Any) -> tuple[Any, list[str]]:
         notes.insert(0, "torchvision.models.resnet50 as is (v1.5: the stride on the 3x3 conv of each stage's "
                         "first bottleneck, 1x1 projection conv + BN shortcuts, bias-free convs, fc with bias, "
                         "zero_init_residual off): the same blocks as tr's resnet50 BluePrint")
+    elif a.model == "mobilenet_v2":
+        model = torchvision.models.mobilenet_v2(num_classes=a.classes)
+        notes.insert(0, "torchvision.models.mobilenet_v2 as is (width 1.0, dropout 0.2, bias-free convs, fc with "
+                        "bias): the layers of tr's mobilenet_v2 BluePrint (17 depthwise 3x3 convs)")
     else:
         raise SystemExit(f"unknown model {a.model!r}")
     return model, notes

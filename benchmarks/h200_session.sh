@@ -43,7 +43,8 @@
 # TR_SESSION_BUDGET_S (570: seconds this script may run; stages are cut to what is left and the summary still
 # prints), TR_BUILD_LIMIT_S (420), TR_GPUTESTS_LIMIT_S (300), TR_PROFILE_LIMIT_S (240: per model) (each
 # stage's own limit, cut to what is left of the budget), PROFILE_BATCH (256), PROFILE_ARGS, BENCH_ARGS (extra arguments, e.g. BENCH_ARGS="--compile-mode
-# default,max-autotune"), TR_REQUIRE_GPU (1; 0 for a smoke test on a machine without a GPU).
+# default,max-autotune"), GPUTESTS (the test paths of stage gputests), TR_REQUIRE_GPU (1; 0 for a smoke test on a
+# machine without a GPU).
 # Files under $OUT (at most 8 come back): build.log gputests.log profile.log trace.log bench.log,
 # profile_<model>_b<N>.json per profiled model, trace_<model>_b<N>.json per traced model, <model>_b256_<date>.json per benchmarked model.
 set -uo pipefail
@@ -248,8 +249,9 @@ stage_e2e() {  # $1: DTS level
     --json "$OUT/imagenet_train_dts$1.json"
 }
 
-stage_gputests() {
-  "$PY" -m pytest -m gpu -q -rfE -p no:cacheprovider --maxfail=25 packages tests-integration
+stage_gputests() {  # GPUTESTS (default: every package and tests-integration): the paths / node ids to run
+  # shellcheck disable=SC2086
+  "$PY" -m pytest -m gpu -q -rfE -s -p no:cacheprovider --maxfail=25 ${GPUTESTS:-packages tests-integration}
 }
 
 stage_profile() {  # $1: model
@@ -293,7 +295,7 @@ for s in "${stages[@]}"; do
     profile) plan+=(profile-vgg16_bn profile-resnet50) ;;
     bench) plan+=(bench-vgg16_bn bench-resnet50) ;;
     trace) plan+=(trace-vgg16_bn trace-resnet50) ;;
-    profile-vgg16_bn|profile-resnet50|profile-mlp_mnist|bench-vgg16_bn|bench-resnet50) plan+=("$s") ;;
+    profile-vgg16_bn|profile-resnet50|profile-mlp_mnist|bench-vgg16_bn|bench-resnet50|bench-mobilenet_v2) plan+=("$s") ;;
     trace-vgg16_bn|trace-resnet50|trace-mlp_mnist) plan+=("$s") ;;
     *) echo "unknown stage $s (build build-data gputests datatests pipeline e2e[-LEVEL] profile[-MODEL]" \
             "trace[-MODEL] bench[-MODEL])" >&2; exit 2 ;;

@@ -1,5 +1,6 @@
-"""VGG16-BN and ResNet-50 (examples/models.py, 10 classes) on the CUDA backend against the CPU backend from the
-same weights and batches at small resolutions, FP32 and AMP, and byte-identical reruns on the GPU. GPU-only.
+"""VGG16-BN, ResNet-50 and MobileNetV2 (examples/models.py, 10 classes) on the CUDA backend against the CPU backend
+from the same weights and batches at small resolutions, FP32 and AMP, and byte-identical reruns on the GPU.
+GPU-only.
 
 Why the tolerances are what they are (measured on the H200, 2026-12-01). The op kernels agree with the CPU
 to rounding on identical inputs (packages/tr-backend/tests/test_cuda_*.py). A whole network does not see
@@ -84,7 +85,7 @@ def _errors(got, want):
 
 
 # (model, resolution, batch, bound on the worst tensor's relative FP32 gradient error): see the docstring
-FIRST_STEP = [("vgg16_bn", 32, 4, 1e-3), ("resnet50", 64, 8, 5e-2)]
+FIRST_STEP = [("vgg16_bn", 32, 4, 1e-3), ("resnet50", 64, 8, 5e-2), ("mobilenet_v2", 64, 8, 0.25)]
 
 
 @pytest.mark.parametrize("name,res,batch,bound", FIRST_STEP, ids=[f"{m}-fp32-{r}px" for m, r, _, _ in FIRST_STEP])
@@ -140,7 +141,7 @@ def test_cnn_cuda_matches_cpu_over_20_steps(name, amp):
           np.round(np.abs(np.array(lg) - lc) / np.abs(lc), 4).tolist())
 
 
-@pytest.mark.parametrize("name", ["vgg16_bn", "resnet50"])
+@pytest.mark.parametrize("name", ["vgg16_bn", "resnet50", "mobilenet_v2"])
 def test_two_cuda_runs_are_byte_identical(name):
     a, la = _task(name, "cuda", amp=True)
     b, lb = _task(name, "cuda", amp=True)

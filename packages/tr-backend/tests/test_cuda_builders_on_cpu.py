@@ -217,12 +217,16 @@ def test_both_backends_refuse_a_bad_call_with_one_message(what, make):
     assert cuda == cpu, (cuda, cpu)
 
 
-def test_grouped_conv_is_refused_on_cuda_until_it_has_a_kernel():
-    """The CPU backend runs groups > 1 (test_cpu_conv_grouped.py); the CUDA builders refuse it by name."""
+def test_a_grouped_conv_reaches_the_cuda_builder_with_its_groups():
+    """groups > 1 goes to the native conv with the group count (cuDNN or the direct kernels take it); the CPU
+    backend takes the same call."""
     a = arena(("x", (2, 5, 5, 4), "fp32"), ("w", (4, 3, 3, 1), "fp32"), ("y", (2, 3, 3, 4), "fp32"))
     call = op("conv_fwd", x=a["x"], w=a["w"], y=a["y"], groups=4)
-    assert "grouped convolution (groups=4) has no CUDA implementation" in refusal("cuda", call)
+    name, _, ints, _ = build(call)
+    assert name == "conv_fwd" and ints["groups"] == 4 and ints["c"] == 4 and ints["k"] == 4
     _ARENAS[-1].allocate().capture("g", [call])  # the CPU backend takes it
+    b = arena(("x", (2, 5, 5, 4), "fp32"), ("w", (6, 3, 3, 4), "fp32"), ("y", (2, 3, 3, 6), "fp32"))
+    assert build(op("conv_fwd", x=b["x"], w=b["w"], y=b["y"]))[2]["groups"] == 1
 
 
 def test_the_fake_backend_builds_from_addresses_not_memory():

@@ -1,4 +1,5 @@
-// 2-D convolution, NHWC cross-correlation with KRSC weights, no bias (tr/backend/cpu/ops/conv.py).
+// 2-D convolution, NHWC cross-correlation with KRSC weights, no bias, grouped or not (tr/backend/cpu/ops/conv.py;
+// groups as torch's: weights [K, R, S, C / groups], output channel ko reads its group's C / groups inputs).
 //
 // cuDNN first (conv_cudnn.cpp: the frontend's fprop/dgrad/wgrad graphs, deterministic engines), unless the
 // call asks for the direct kernels (engine = 2) or cuDNN cannot take it (engine = 0 then falls back; 1 makes
@@ -17,7 +18,13 @@ using Geo = ConvGeo;  // the geometry both engines take (ops/conv_cudnn.hpp)
 
 Geo geo_of(const OpArgs& a) {
   auto g = [&](const char* key) { return static_cast<int>(a.i(key)); };
-  return {g("n"), g("h"), g("w"), g("c"), g("k"), g("kh"), g("kw"), g("sh"), g("sw"), g("ph"), g("pw"), g("p"), g("q")};
+  Geo geo{g("n"), g("h"), g("w"), g("c"), g("k"), g("kh"), g("kw"), g("sh"), g("sw"), g("ph"), g("pw"), g("p"), g("q")};
+  geo.groups = static_cast<int>(a.i("groups", 1));
+  if (geo.groups < 1 || geo.c % geo.groups != 0 || geo.k % geo.groups != 0) {
+    a.bad("groups (" + std::to_string(geo.groups) + ") must divide the input channels (" + std::to_string(geo.c) +
+          ") and the output channels (" + std::to_string(geo.k) + ")");
+  }
+  return geo;
 }
 
 template <class TX, class TY>
@@ -29,6 +36,7 @@ __global__ void conv_fwd_kernel(const TX* x, const TX* wt, TY* y, Geo g) {
     rem /= g.q;
     const int op = static_cast<int>(rem % g.p);
     const int n = static_cast<int>(rem / g.p);
+    const int cg = g.c / g.groups, c0 = ko / (g.k / g.groups) * cg;  // this output channel's input channels
     float acc = 0.0f;
     for (int r = 0; r < g.r; ++r) {
       const int hh = op * g.sh - g.ph + r;
@@ -36,26 +44,29 @@ __global__ void conv_fwd_kernel(const TX* x, const TX* wt, TY* y, Geo g) {
       for (int s = 0; s < g.s; ++s) {
         const int ww = oq * g.sw - g.pw + s;
         if (ww < 0 || ww >= g.w) continue;
-        const TX* xr = x + ((static_cast<std::int64_t>(n) * g.h + hh) * g.w + ww) * g.c;
-        const TX* wr = wt + ((static_cast<std::int64_t>(ko) * g.r + r) * g.s + s) * g.c;
-        for (int c = 0; c < g.c; ++c) acc += kern::to_f(xr[c]) * kern::to_f(wr[c]);
+        const TX* xr = x + ((static_cast<std::int64_t>(n) * g.h + hh) * g.w + ww) * g.c + c0;
+        const TX* wr = wt + ((static_cast<std::int64_t>(ko) * g.r + r) * g.s + s) * cg;
+        for (int c = 0; c < cg; ++c) acc += kern::to_f(xr[c]) * kern::to_f(wr[c]);
       }
     }
     y[i] = kern::from_f<TY>(acc);
   }
 }
 
-// dw[k, r, s, c] = sum over (n, p, q) of dy[n, p, q, k] * x[n, p*sh - ph + r, q*sw - pw + s, c]; one block each.
+// dw[k, r, s, c] = sum over (n, p, q) of dy[n, p, q, k] * x[n, p*sh - ph + r, q*sw - pw + s, c0 + c] (c0: the
+// first input channel of k's group); one block each.
 template <class TX, class TD, class TW>
 __global__ void conv_wgrad_kernel(const TX* x, const TD* dy, TW* dw, Geo g) {
   __shared__ float sf[32];
   const std::int64_t j = blockIdx.x;
-  const int c = static_cast<int>(j % g.c);
-  std::int64_t rem = j / g.c;
+  const int cg = g.c / g.groups;
+  const int cl = static_cast<int>(j % cg);
+  std::int64_t rem = j / cg;
   const int s = static_cast<int>(rem % g.s);
   rem /= g.s;
   const int r = static_cast<int>(rem % g.r);
   const int ko = static_cast<int>(rem / g.r);
+  const int c = ko / (g.k / g.groups) * cg + cl;
   float acc = 0.0f;
   const std::int64_t total = static_cast<std::int64_t>(g.n) * g.p * g.q;
   for (std::int64_t o = threadIdx.x; o < total; o += blockDim.x) {
@@ -71,7 +82,8 @@ __global__ void conv_wgrad_kernel(const TX* x, const TD* dy, TW* dw, Geo g) {
   if (threadIdx.x == 0) dw[j] = kern::from_f<TW>(acc);
 }
 
-// dx[n, h, w, c] = sum over (k, r, s) with h = p*sh - ph + r, w = q*sw - pw + s of dy[n, p, q, k] * w[k, r, s, c].
+// dx[n, h, w, c] = sum over (k of c's group, r, s) with h = p*sh - ph + r, w = q*sw - pw + s of
+// dy[n, p, q, k] * w[k, r, s, c - c0].
 template <class TX, class TD, class TO>
 __global__ void conv_dgrad_kernel(const TX* wt, const TD* dy, TO* dx, Geo g) {
   TR_GRID_STRIDE(i, static_cast<std::int64_t>(g.n) * g.h * g.w * g.c) {
@@ -81,6 +93,8 @@ __global__ void conv_dgrad_kernel(const TX* wt, const TD* dy, TO* dx, Geo g) {
     rem /= g.w;
     const int hh = static_cast<int>(rem % g.h);
     const int n = static_cast<int>(rem / g.h);
+    const int cg = g.c / g.groups, kg = g.k / g.groups;
+    const int grp = c / cg, cl = c % cg;
     float acc = 0.0f;
     for (int r = 0; r < g.r; ++r) {
       const int a = hh + g.ph - r;
@@ -91,8 +105,8 @@ __global__ void conv_dgrad_kernel(const TX* wt, const TD* dy, TO* dx, Geo g) {
         if (b < 0 || b % g.sw != 0 || b / g.sw >= g.q) continue;
         const int oq = b / g.sw;
         const TD* d = dy + ((static_cast<std::int64_t>(n) * g.p + op) * g.q + oq) * g.k;
-        for (int ko = 0; ko < g.k; ++ko) {
-          acc += kern::to_f(d[ko]) * kern::to_f(wt[((static_cast<std::int64_t>(ko) * g.r + r) * g.s + s) * g.c + c]);
+        for (int ko = grp * kg; ko < (grp + 1) * kg; ++ko) {
+          acc += kern::to_f(d[ko]) * kern::to_f(wt[((static_cast<std::int64_t>(ko) * g.r + r) * g.s + s) * cg + cl]);
         }
       }
     }
@@ -166,7 +180,7 @@ std::unique_ptr<Op> conv_bwd(Context& ctx, const OpArgs& args) {
     auto op = cudnn_conv_bwd(ctx, g, xdt, ddt, wdt, odt, x, w, dy, dw, dx, choice_of(args), why);
     if (auto done = cudnn_or_fallback(args, engine, std::move(op), why, note)) return done;
   }
-  const unsigned wblocks = static_cast<unsigned>(std::int64_t(g.k) * g.r * g.s * g.c);
+  const unsigned wblocks = static_cast<unsigned>(std::int64_t(g.k) * g.r * g.s * (g.c / g.groups));
   return fn_op([=](cudaStream_t s) {
     kern::dispatch_float(xdt, args, "x", [&](auto tx) {
       using TX = typename decltype(tx)::type;

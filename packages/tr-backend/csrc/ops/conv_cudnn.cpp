@@ -133,7 +133,7 @@ const char* dir_name(Dir d) { return d == Dir::Fwd ? "fprop" : d == Dir::Dgrad ?
 
 std::string key_of(Dir d, const ConvGeo& g, DT a, DT b, DT out, const ConvChoice& c, int device) {
   std::string k = std::to_string(static_cast<int>(d)) + ":" + std::to_string(device);
-  for (int v : {g.n, g.h, g.w, g.c, g.k, g.r, g.s, g.sh, g.sw, g.ph, g.pw}) k += "," + std::to_string(v);
+  for (int v : {g.n, g.h, g.w, g.c, g.k, g.r, g.s, g.sh, g.sw, g.ph, g.pw, g.groups}) k += "," + std::to_string(v);
   for (DT t : {a, b, out}) k += ":" + std::to_string(static_cast<int>(t));
   return k + (c.tf32 ? ":tf32" : "") + (c.autotune ? ":tuned" : "");
 }
@@ -145,6 +145,7 @@ std::string cache_key(Dir d, const ConvGeo& g, DT a, DT b, DT out, const ConvCho
   const char* names[] = {"n", "h", "w", "c", "k", "r", "s", "sh", "sw", "ph", "pw"};
   const int values[] = {g.n, g.h, g.w, g.c, g.k, g.r, g.s, g.sh, g.sw, g.ph, g.pw};
   for (int i = 0; i < 11; ++i) k += std::string(":") + names[i] + std::to_string(values[i]);
+  if (g.groups != 1) k += ":g" + std::to_string(g.groups);  // ungrouped keys as before: their entries stay valid
   k += std::string(":") + dtype_name(a) + "," + dtype_name(b) + "," + dtype_name(out);
   return k + (c.tf32 ? ":tf32=1" : ":tf32=0") + ":ws" + std::to_string(workspace_cap() >> 20) + "M";
 }
@@ -217,21 +218,22 @@ std::shared_ptr<Plan> plan_for(Context& ctx, Dir d, const ConvGeo& g, DT adt, DT
   auto plan = std::make_shared<Plan>();
   TensorPtr A, B, O;
   const std::vector<std::int64_t> pad{g.ph, g.pw}, stride{g.sh, g.sw}, dil{1, 1};
+  const int cg = g.c / g.groups;  // the weights' channels: cuDNN infers the group count as c / cg
   if (d == Dir::Fwd) {
     A = tensor(*graph, "x", g.n, g.c, g.h, g.w, adt);
-    B = tensor(*graph, "w", g.k, g.c, g.r, g.s, bdt);
+    B = tensor(*graph, "w", g.k, cg, g.r, g.s, bdt);
     O = graph->conv_fprop(A, B, fe::graph::Conv_fprop_attributes().set_padding(pad).set_stride(stride).set_dilation(dil));
     output(O, g.n, g.k, g.p, g.q, odt);
   } else if (d == Dir::Dgrad) {
     A = tensor(*graph, "dy", g.n, g.k, g.p, g.q, adt);
-    B = tensor(*graph, "w", g.k, g.c, g.r, g.s, bdt);
+    B = tensor(*graph, "w", g.k, cg, g.r, g.s, bdt);
     O = graph->conv_dgrad(A, B, fe::graph::Conv_dgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dil));
     output(O, g.n, g.c, g.h, g.w, odt);
   } else {
     A = tensor(*graph, "dy", g.n, g.k, g.p, g.q, adt);
     B = tensor(*graph, "x", g.n, g.c, g.h, g.w, bdt);
     O = graph->conv_wgrad(A, B, fe::graph::Conv_wgrad_attributes().set_padding(pad).set_stride(stride).set_dilation(dil));
-    output(O, g.k, g.c, g.r, g.s, odt);
+    output(O, g.k, cg, g.r, g.s, odt);
   }
   auto bad = [&](fe::error_t e, const char* step) {
     if (e.is_good()) return false;

@@ -1,5 +1,6 @@
 // Convolutions through cuDNN (the frontend's graph API): forward, dgrad and wgrad of an NHWC
-// cross-correlation with KRSC weights, FP32 accumulation. Each call returns an op, or nullptr with `why` set
+// cross-correlation with KRSC weights, grouped or not (cuDNN reads the group count from the weights' channels),
+// FP32 accumulation. Each call returns an op, or nullptr with `why` set
 // when cuDNN cannot take it (not built with the frontend, library missing, no deterministic engine for these
 // dtypes), so the caller can fall back to the direct kernels (csrc/ops/conv.cu).
 #pragma once
@@ -12,8 +13,11 @@
 
 namespace tr::native {
 
+// c and k are the input's and output's channels; groups divides both: output channel ko reads input channels
+// [ko / (k / groups) * c / groups, ... + c / groups), the weights are [k, r, s, c / groups] (torch's groups).
 struct ConvGeo {
   int n, h, w, c, k, r, s, sh, sw, ph, pw, p, q;
+  int groups = 1;
 };
 
 struct ConvChoice {

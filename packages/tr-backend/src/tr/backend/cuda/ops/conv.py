@@ -1,6 +1,7 @@
-"""2-D convolution, NHWC cross-correlation with KRSC weights, no bias: cuDNN's frontend graphs (deterministic
-engines, autotuned at capture; csrc/ops/conv_cudnn.cpp), or the direct deterministic kernels (csrc/ops/conv.cu)
-where cuDNN is missing or ``TR_CONV=direct`` (see tr.backend.cuda.cudnn). The op's ``info`` says which ran."""
+"""2-D convolution, NHWC cross-correlation with KRSC weights, no bias, grouped or depthwise (``groups``; weights
+[K, R, S, C / groups]): cuDNN's frontend graphs (deterministic engines, autotuned at capture; csrc/ops/
+conv_cudnn.cpp), or the direct deterministic kernels (csrc/ops/conv.cu) where cuDNN is missing or
+``TR_CONV=direct`` (see tr.backend.cuda.cudnn). The op's ``info`` says which ran."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ from tr.backend.rules import conv as rules
 
 def _ints(rule: tuple[Geometry, int, int], b: CudaBinder) -> dict[str, int]:
     g, k, groups = rule
-    if groups > 1:
-        b.fail(f"grouped convolution (groups={groups}) has no CUDA implementation yet (the CPU backend runs it)")
-    return {**g.as_ints(), "k": k, "engine": conv_engine(), "tf32": b.backend.use_tf32, "autotune": autotune()}
+    return {**g.as_ints(), "k": k, "groups": groups, "engine": conv_engine(), "tf32": b.backend.use_tf32,
+            "autotune": autotune()}
 
 
 @cuda_op("conv_fwd")

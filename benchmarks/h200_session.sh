@@ -295,7 +295,7 @@ for s in "${stages[@]}"; do
     profile) plan+=(profile-vgg16_bn profile-resnet50) ;;
     bench) plan+=(bench-vgg16_bn bench-resnet50) ;;
     trace) plan+=(trace-vgg16_bn trace-resnet50) ;;
-    profile-vgg16_bn|profile-resnet50|profile-mlp_mnist|bench-vgg16_bn|bench-resnet50|bench-mobilenet_v2) plan+=("$s") ;;
+    profile-vgg16_bn|profile-resnet50|profile-mobilenet_v2|profile-mlp_mnist|bench-vgg16_bn|bench-resnet50|bench-mobilenet_v2) plan+=("$s") ;;
     trace-vgg16_bn|trace-resnet50|trace-mlp_mnist) plan+=("$s") ;;
     *) echo "unknown stage $s (build build-data gputests datatests pipeline e2e[-LEVEL] profile[-MODEL]" \
             "trace[-MODEL] bench[-MODEL])" >&2; exit 2 ;;

@@ -34,6 +34,7 @@ from tr.task.feeder import ArrayFeeder
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
 STEPS, BATCH, RES, CLASSES = 20, 4, 32, 10
+LOSS_SCALE = 1024.0  # AMP's first loss scale (the default 65536 overflows these nets' first step)
 LR = 1e-4  # small: 20 steps of a deep net on random labels stay near-linear, so rounding does not grow chaotically
 
 
@@ -56,7 +57,7 @@ def _task(name, device, amp, steps=STEPS, res=RES, batch=BATCH, fp16_inputs=Fals
     dt = np.float16 if amp else np.float32
     feeder = ArrayFeeder((x.astype(dt), y), None, batch, shuffle=False, num_classes=CLASSES, dtype=dt)
     # a first loss scale that does not overflow the first AMP step (the default 65536 does, for these nets)
-    s = Settings().manual_seed(11).global_batch_size(batch).amp(amp).loss_scaling("dynamic", init=1024)
+    s = Settings().manual_seed(11).global_batch_size(batch).amp(amp).loss_scaling("dynamic", init=LOSS_SCALE)
     t = (DeepLearningTask(s).device(device).quiet().model(_model(name))
          .optimizer(SGD().momentum(0.9).nesterov(True).weight_decay(1e-4))
          .scheduler(ConstantLR().base_lr(LR)).total_epochs(1).data(feeder))
@@ -65,9 +66,16 @@ def _task(name, device, amp, steps=STEPS, res=RES, batch=BATCH, fp16_inputs=Fals
     return t, losses
 
 
-def _gradients(task):
-    """The FP32 gradient of every trained tensor (AMP's FP16 ones are cast into these), by name."""
-    return {t.name: task.backend.read(t).astype(np.float64) for t in task.program.tensors
+def _gradients(task, amp):
+    """The FP32 gradient of every trained tensor (AMP's FP16 ones are cast into these), by name, unscaled: under
+    AMP the gradient regions hold the loss-scaled gradients (the optimizer divides by the scale), so they are
+    divided by the step's scale here; the step must have been applied (its scale unchanged, not halved)."""
+    scale = 1.0
+    if amp:
+        (t,) = [t for t in task.program.tensors if t.name == "loss_scale"]
+        scale = float(task.backend.read(t).ravel()[0])
+        assert scale == LOSS_SCALE, f"the first AMP step was skipped (loss scale now {scale})"
+    return {t.name: task.backend.read(t).astype(np.float64) / scale for t in task.program.tensors
             if t.region.name.startswith("G_") and not t.region.name.endswith("_FP16") and t.allocated}
 
 
@@ -75,7 +83,7 @@ def _first_step(name, device, amp, **size):
     task, losses = _task(name, device, amp, steps=1, **size)
     task.compile().run()
     assert task.backend.name == device
-    return _gradients(task), losses[0]
+    return _gradients(task, amp), losses[0]
 
 
 def _errors(got, want):

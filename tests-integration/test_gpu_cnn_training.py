@@ -8,14 +8,16 @@ identical inputs: the two backends' forwards part by rounding (ResNet-50 at 64x6
 output 5e-5 apart after 53 convolutions and batch norms), and where that moves a pre-activation across zero
 the relu's mask differs (19 of 65,536 elements of that output), or, in FP16, two window values of a max pool
 tie on one side only; the backward then routes those gradients differently, and batch norm over a few values
-spreads the difference over its whole layer. First-step gradients, worst tensor by relative norm: VGG16-BN
-32x32 (4 a batch) FP32 < 1e-3, AMP 0.167; ResNet-50 FP32 0.166 at 32x32 (its last stage normalises over 4
-values a channel), 0.021 at 64x64 with 8 a batch (32 values; the fc's gradient 2.6e-5); ResNet-50 AMP at 64x64
-0.56 (BN gammas and betas). A fixed AMP bound cannot tell a kernel's error from AMP's own rounding, so the AMP
-tests hold the GPU's AMP gradients to the CPU's AMP distance from FP32 gradients. The FP32 bounds sit above
-those figures. Over 20 SGD steps the trajectories part further (VGG
-FP32: 1e-6 at step 1, 5e-3 at step 3): the first loss is held tightly, VGG's first three within the step
-tolerance, every loss must be finite, and the spread is printed.
+spreads the difference over its whole layer. First-step gradients, worst tensor by relative norm (_errors:
+floored at 1e-2 of the largest gradient): VGG16-BN 32x32 (4 a batch) FP32 1.5e-5; ResNet-50 FP32 0.166 at
+32x32 (its last stage normalises over 4 values a channel), 0.018 at 64x64 with 8 a batch (32 values);
+MobileNetV2 FP32 at 64x64 0.0051 (H200, 2026-12-02). AMP against the FP32 gradients of the same FP16-rounded
+images, CPU / GPU (2026-12-02, the gradients unscaled: before, the test read them loss-scaled and compared two
+~1000x errors): VGG16-BN 0.196 / 0.198, ResNet-50 0.96 / 0.98, MobileNetV2 0.68 / 0.60 (BN gammas and betas).
+A fixed AMP bound cannot tell a kernel's error from AMP's own rounding, so the AMP tests hold the GPU's AMP
+gradients to the CPU's AMP distance from FP32 gradients. The FP32 bounds sit above those figures. Over 20 SGD
+steps the trajectories part further (VGG FP32: 1e-6 at step 1, 5e-3 at step 3): the first loss is held
+tightly, VGG's first three within the step tolerance, every loss must be finite, and the spread is printed.
 """
 
 import sys
@@ -102,7 +104,7 @@ def _norms(want, names):
 
 
 # (model, resolution, batch, bound on the worst tensor's relative FP32 gradient error): see the docstring
-FIRST_STEP = [("vgg16_bn", 32, 4, 1e-3), ("resnet50", 64, 8, 5e-2), ("mobilenet_v2", 64, 8, 0.25)]
+FIRST_STEP = [("vgg16_bn", 32, 4, 1e-3), ("resnet50", 64, 8, 5e-2), ("mobilenet_v2", 64, 8, 2e-2)]
 
 
 @pytest.mark.parametrize("name,res,batch,bound", FIRST_STEP, ids=[f"{m}-fp32-{r}px" for m, r, _, _ in FIRST_STEP])

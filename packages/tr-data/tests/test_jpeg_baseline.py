@@ -133,10 +133,8 @@ def test_without_baseline_the_pack_keeps_the_progressive_files(folder, tmp_path)
         assert any(_native.jpeg_needs_baseline(bytes(d)) for d, _ in f.samples())
 
 
-def test_baseline_is_refused_where_it_means_nothing(tmp_path):
-    mnist = ROOT.parent / "shared" / "data" / "mnist"
-    if not mnist.is_dir():
-        pytest.skip("no bundled MNIST")
+def test_baseline_is_refused_where_it_means_nothing(mnist_dir, tmp_path):
+    mnist = mnist_dir
     with pytest.raises(ConfigError, match="baseline re-codes JPEG files; mnist is packed RAW"):
         pack(mnist, tmp_path / "m", baseline=True)
     with pytest.raises(ConfigError, match="baseline must be True or False"):

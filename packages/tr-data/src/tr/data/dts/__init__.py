@@ -8,7 +8,8 @@ from tr.data.dts.dataset import DtsDataset
 from tr.data.dts.format import VERSION, Header
 from tr.data.dts.pack import Packed, detect, pack
 from tr.data.dts.reader import Block, DtsFile, VerifyReport
+from tr.data.dts.unpack import unpack
 from tr.data.dts.writer import DtsWriter, jpeg_header, raw_header
 
 __all__ = ["VERSION", "Block", "DtsDataset", "DtsFile", "DtsWriter", "Header", "Packed", "VerifyReport", "detect",
-           "jpeg_header", "pack", "raw_header"]
+           "jpeg_header", "pack", "raw_header", "unpack"]

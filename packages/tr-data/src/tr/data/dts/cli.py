@@ -3,6 +3,7 @@
     tr-dts pack SRC OUT [--level 0-3] [--baseline] [--workers N] [--kind K] [--block-mib M] [--skip-bad]
     tr-dts info FILE [--json]
     tr-dts verify FILE [FILE ...]
+    tr-dts unpack FILE OUT           (JPEG packs: OUT/<class>/*.JPEG; RAW packs: OUT/<split>.npz)
 
 Exit status: 0 done (verify: every file whole), 1 a damaged or unreadable input (named on stderr), 2 a
 command-line mistake.
@@ -111,6 +112,15 @@ def cmd_verify(a: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def cmd_unpack(a: argparse.Namespace) -> int:
+    from tr.data.dts.unpack import unpack
+
+    t0 = time.perf_counter()
+    n = unpack(a.file, a.out)
+    print(f"{a.out}: {n} samples from {a.file} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tr-dts", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -134,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("verify", help="check every checksum of DTS files")
     p.add_argument("files", type=Path, nargs="+")
     p.set_defaults(fn=cmd_verify)
+    p = sub.add_parser("unpack", help="write a DTS file's samples back as files (class folders, or .npz)")
+    p.add_argument("file", type=Path)
+    p.add_argument("out", type=Path, help="a new directory")
+    p.set_defaults(fn=cmd_unpack)
     a = ap.parse_args(argv)
     if a.cmd == "pack" and (a.workers < 1 or not 1 <= a.block_mib <= 1024):
         ap.error("--workers must be >= 1 and --block-mib in 1..1024")

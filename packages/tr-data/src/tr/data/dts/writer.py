@@ -116,8 +116,9 @@ class DtsWriter:
             raise DataError(f"sample {self._samples}{' (' + where + ')' if where else ''}: label {label} is outside "
                             f"[0, {h.num_classes})")
         if h.block_header_bytes + n > h.block_bytes:
-            raise DataError(f"{where or f'sample {self._samples}'}: {n} bytes do not fit a "
-                            f"{h.block_bytes >> 20} MiB block (pack with a larger --block-mib)")
+            size = f"{h.block_bytes >> 20} MiB" if h.block_bytes >= 1 << 20 else f"{h.block_bytes >> 10} KiB"
+            raise DataError(f"{where or f'sample {self._samples}'}: {n} bytes do not fit a {size} block with its "
+                            f"{h.block_header_bytes >> 10} KiB index (pack with a larger --block-mib)")
         start = align(self._end, h.alignment)
         if start + n > h.block_bytes or len(self._offsets) == h.max_pics_per_block:
             self._flush_block()

@@ -1,5 +1,5 @@
-"""Example BluePrints: the seed's MNIST MLP, VGG16-BN, ResNet-50 and MobileNetV2 (ImageNet, 224x224, 1000
-classes).
+"""Example BluePrints: the seed's MNIST MLP, VGG16-BN, ResNet-50, MobileNetV2 and EfficientNet-B0 (ImageNet,
+224x224, 1000 classes).
 
 Inspect one with:  python -m tr.graph examples/models.py:resnet50 --batch 256 --resolution 224 --amp
 """
@@ -22,7 +22,9 @@ from tr.graph.blueprint import (
     relu,
     relu6,
     repeat,
+    se,
     seq,
+    silu,
 )
 
 # The seed's MLP: 784-1024-512-256-10 with relu.
@@ -85,4 +87,36 @@ def mobilenet_v2_net(num_classes: int = 1000, dropout_p: float = 0.2):
 
 mobilenet_v2 = BluePrint(mobilenet_v2_net(), name="mobilenet_v2", input_shape=(224, 224, 3), num_classes=1000)
 
-MODELS = {"mlp_mnist": mlp_mnist, "vgg16_bn": vgg16_bn, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2}
+# torchvision's EfficientNet-B0: expansion t, kernel k, first stride s, input and output channels, blocks n
+EFFICIENTNET_B0_SETTING = ((1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3),
+                           (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1))
+
+
+def _mbconv(inp: int, out: int, k: int, stride: int, t: int):
+    """1x1 expansion (unless t = 1) + kxk depthwise, each BN + SiLU, squeeze-excitation through inp // 4
+    channels, 1x1 linear projection + BN; the identity skip where the shape is kept (torchvision's MBConv,
+    without stochastic depth)."""
+    hidden = inp * t
+    expand = [conv(hidden, 1), bn(), silu()] if t != 1 else []
+    body = seq(*expand, conv(hidden, k, stride, (k - 1) // 2, groups=hidden), bn(), silu(), se(max(1, inp // 4)),
+               conv(out, 1), bn())
+    return add2(identity(), body) if stride == 1 and inp == out else body
+
+
+def efficientnet_b0_net(num_classes: int = 1000, dropout_p: float = 0.2):
+    """The layers of torchvision.models.efficientnet_b0(num_classes, dropout=dropout_p, stochastic_depth_prob=0):
+    tr has no stochastic depth (torchvision's default drops residual branches with p up to 0.2 in training)."""
+    blocks = []
+    for t, k, s, inp, out, n in EFFICIENTNET_B0_SETTING:
+        for i in range(n):
+            blocks.append(_mbconv(inp if i == 0 else out, out, k, s if i == 0 else 1, t))
+    head = [dropout(dropout_p)] if dropout_p > 0 else []
+    return seq(conv(32, 3, 2, 1), bn(), silu(), *blocks, conv(1280, 1), bn(), silu(), gap(), *head,
+               fc(num_classes))
+
+
+efficientnet_b0 = BluePrint(efficientnet_b0_net(), name="efficientnet_b0", input_shape=(224, 224, 3),
+                            num_classes=1000)
+
+MODELS = {"mlp_mnist": mlp_mnist, "vgg16_bn": vgg16_bn, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2,
+          "efficientnet_b0": efficientnet_b0}

@@ -193,6 +193,8 @@ BAD = [
         arena(("x", (2, 5, 5, 4), "fp32"), ("w", (8, 3, 3, 3), "fp32"), ("y", (2, 3, 3, 8), "fp32")))),
     ("conv: groups", lambda: (lambda a: op("conv_fwd", x=a["x"], w=a["w"], y=a["y"], groups=3))(
         arena(("x", (2, 5, 5, 4), "fp32"), ("w", (6, 3, 3, 2), "fp32"), ("y", (2, 3, 3, 6), "fp32")))),
+    ("scale: factors", lambda: (lambda a: op("scale_fwd", x=a["x"], s=a["s"], y=a["y"]))(
+        arena(("x", (2, 4, 4, 3), "fp32"), ("s", (2, 4, 4, 3), "fp32"), ("y", (2, 4, 4, 3), "fp32")))),
     ("softmax: labels", lambda: (lambda a: op("softmax_ce_fwd", logits=a["z"], labels=a["l"], probs=a["p"],
                                               result=a["r"]))(
         arena(("z", (4, 1, 1, 10), "fp32"), ("p", (4, 1, 1, 10), "fp32"), ("l", (3,), "int32"),
@@ -227,6 +229,18 @@ def test_a_grouped_conv_reaches_the_cuda_builder_with_its_groups():
     _ARENAS[-1].allocate().capture("g", [call])  # the CPU backend takes it
     b = arena(("x", (2, 5, 5, 4), "fp32"), ("w", (6, 3, 3, 4), "fp32"), ("y", (2, 3, 3, 6), "fp32"))
     assert build(op("conv_fwd", x=b["x"], w=b["w"], y=b["y"]))[2]["groups"] == 1
+
+
+def test_squeeze_excitation_s_scale_is_refused_on_cuda_until_it_has_a_kernel():
+    """The CPU backend runs scale_fwd / scale_bwd (test_cpu_scale.py); the CUDA builders check the call with the
+    shared rule, then refuse it by name."""
+    a = arena(("x", (2, 4, 4, 3), "fp32"), ("s", (2, 1, 1, 3), "fp32"), ("y", (2, 4, 4, 3), "fp32"),
+              ("ds", (2, 1, 1, 3), "fp32"))
+    assert "scale_fwd (squeeze-excitation) has no CUDA implementation" in refusal(
+        "cuda", op("scale_fwd", x=a["x"], s=a["s"], y=a["y"]))
+    assert "scale_bwd (squeeze-excitation) has no CUDA implementation" in refusal(
+        "cuda", op("scale_bwd", x=a["x"], s=a["s"], dy=a["y"], ds=a["ds"]))
+    _ARENAS[-1].allocate().capture("g", [op("scale_fwd", x=a["x"], s=a["s"], y=a["y"])])  # the CPU backend runs it
 
 
 def test_the_fake_backend_builds_from_addresses_not_memory():

@@ -145,3 +145,28 @@ def test_block_parameters_match_torchvision():
             plan = ArchPlan.from_blueprint(seq(conv(cin, 1), bp, gap(), fc(10)), (8, 8, 3), 10)
             extra = cin * 3 + out * 10 + 10  # the stem conv and the head fc around the block
             assert plan.num_params - extra == sum(p.numel() for p in ref.parameters())
+
+
+def test_squeeze_excitation_matches_torchvision():
+    """se(squeeze): the shape kept, the parameter count of torchvision's SqueezeExcitation, the plan's layers
+    (gap, fc, act, fc, sigmoid, then the scale join reading x and the gate), and refusals by name."""
+    from torchvision.ops import SqueezeExcitation
+
+    from tr.core.errors import CompileError
+    from tr.graph.blueprint import flatten, se
+
+    for c, sq in ((32, 8), (96, 4), (1152, 48)):
+        plan = ArchPlan.from_blueprint(seq(conv(c, 1), se(sq), gap(), fc(10)), (6, 6, 3), 10)
+        assert plan.num_params - (3 * c + c * 10 + 10) == sum(p.numel() for p in SqueezeExcitation(c, sq).parameters())
+        kinds = [L.kind for L in plan.layers]
+        i = kinds.index("scale")
+        assert kinds[i - 5:i + 1] == ["gap", "fc", "act", "fc", "act", "scale"]
+        join = plan.layers[i]
+        assert join.inputs == (plan.layers[0].uid, plan.layers[i - 1].uid)  # (x, the sigmoid's gate)
+        assert plan.layers[i - 1].params["kind"] == "sigmoid"
+    with pytest.raises(CompileError, match="squeeze must be >= 1"):
+        se(0)
+    with pytest.raises(CompileError, match="se activation 'swish'"):
+        se(4, act="swish")
+    with pytest.raises(CompileError, match="se at .*the channel count is not known"):
+        ArchPlan.from_blueprint(seq(flatten(), se(4), fc(10)), (6, 6, 3), 10)

@@ -173,6 +173,11 @@ _DEFS: list[OpDef] = [
     # --- residual ----------------------------------------------------------------------------------
     OpDef("add_fwd", "add", (_t("a"), _t("b"), _t("y", "out")), ("activation",),
           doc="y = a + b, then optional relu (activation None or 'relu')", inplace=(("y", "a"), ("y", "b"))),
+    # --- channel scaling (squeeze-excitation's join) ------------------------------------------------
+    OpDef("scale_fwd", "scale", (_t("x"), _t("s"), _t("y", "out")),
+          doc="y[n,h,w,c] = x[n,h,w,c] * s[n,0,0,c] (s [N,1,1,C]: one factor per sample and channel)"),
+    OpDef("scale_bwd", "scale", (_t("x"), _t("s"), _t("dy"), _t("ds", "out"), _t("dx", "out", True)),
+          doc="ds[n,0,0,c] = sum over h, w of dy * x; dx = dy * s (broadcast over H, W) unless dx is None"),
     # --- loss ------------------------------------------------------------------------------------
     OpDef("softmax_ce_fwd", "softmax_ce",
           (_t("logits"), _t("labels"), _t("probs", "out"), _t("result", "out")), ("label_smoothing",),

@@ -33,6 +33,7 @@ from tr.graph.blueprint import (
     relu,
     relu6,
     repeat,
+    se,
     seq,
     sigmoid,
     silu,
@@ -46,7 +47,7 @@ from tr.graph.spec import OPTIMIZERS, CompileSpec
 __all__ = [
     "ArchLayer", "ArchPlan", "BluePrint", "Layer", "activation", "add2", "avgpool", "basic_block", "block", "bn",
     "bottleneck", "cbr", "conv", "dropout", "elu", "fc", "flatten", "gap", "gelu", "hardswish", "identity",
-    "leaky_relu", "maxpool", "relu", "relu6", "repeat", "seq", "sigmoid", "silu", "softmax_ce", "tanh",
+    "leaky_relu", "maxpool", "relu", "relu6", "repeat", "se", "seq", "sigmoid", "silu", "softmax_ce", "tanh",
     "check_program", "Compiled", "Compiler", "arch_plan", "compile_program", "compile_with_plan", "OPTIMIZERS",
     "CompileSpec",
 ]

@@ -121,6 +121,18 @@ class Identity(Layer):
 
 
 @dataclass(frozen=True, repr=False)
+class SE(Layer):
+    """Squeeze-excitation (torchvision's SqueezeExcitation): y = x * sigmoid(fc2(act(fc1(gap(x))))), fc1 to
+    ``squeeze`` channels and fc2 back to x's, both with bias; one factor per sample and channel."""
+
+    squeeze: int
+    act: str = "silu"
+
+    def _positional(self) -> tuple[str, ...]:
+        return ("squeeze",)
+
+
+@dataclass(frozen=True, repr=False)
 class SoftmaxCE(Layer):
     """The loss. Optional in a BluePrint: compile appends it (the loss is always softmax cross-entropy)."""
 
@@ -369,6 +381,16 @@ def identity() -> Identity:
 
 def softmax_ce() -> SoftmaxCE:
     return SoftmaxCE()
+
+
+def se(squeeze: int, act: str = "silu") -> SE:
+    """Squeeze-excitation over the current channels, through ``squeeze`` channels (EfficientNet's MBConv)."""
+    _ints("se", squeeze=squeeze)
+    if squeeze < 1:
+        raise CompileError(f"se: squeeze must be >= 1, got {squeeze}")
+    if act not in ACT_KINDS:
+        raise CompileError(f"se activation {act!r}: expected one of {ACT_KINDS}")
+    return SE(squeeze, act)
 
 
 def add2(shortcut: Layer, stem: Layer) -> Add2:

@@ -32,6 +32,7 @@ from tr.graph.blueprint import (
     CBR,
     FC,
     GAP,
+    SE,
     Act,
     Add2,
     AvgPool,
@@ -91,6 +92,20 @@ def expand(root: Any, in_channels: int | None) -> list[ArchLayer]:
             emit(ADD2_MID, path)
             c = walk(node.stem, f"{path}.stem", c)
             emit(ADD2_END, path)
+            return c
+        if isinstance(node, SE):  # x * gate(x): an add2-like branch joined by "scale" instead of "add"
+            if c is None:
+                raise CompileError(f"layer {len(out)} (se at {path}): the channel count is not known here (after "
+                                   "a flatten)")
+            emit(ADD2_BEGIN, path)
+            emit(IDENTITY, f"{path}.x")
+            emit(ADD2_MID, path)
+            emit("gap", f"{path}.squeeze")
+            emit("fc", f"{path}.fc1", out=node.squeeze, bias=True, activation=None)
+            emit("act", f"{path}.{node.act}", kind=node.act)
+            emit("fc", f"{path}.fc2", out=c, bias=True, activation=None)
+            emit("act", f"{path}.gate", kind="sigmoid")
+            emit(ADD2_END, path, join="scale")
             return c
         if isinstance(node, Block):
             return _expand_block(node, path, c, walk)
@@ -162,7 +177,8 @@ def check_params(layers: Sequence[ArchLayer]) -> None:
 # --- 3. wire --------------------------------------------------------------------------------------
 
 def wire(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
-    """Resolve add2 markers into 'add' layers; give every layer its input references (uids)."""
+    """Resolve add2 markers into 'add' layers (or 'scale' ones: an se's join, inputs (x, factors)); give every
+    layer its input references (uids)."""
     out: list[ArchLayer] = []
     cur = DATA
     stack: list[list[int]] = []  # [branch input, shortcut output]
@@ -174,7 +190,10 @@ def wire(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
             cur = stack[-1][0]
         elif L.kind == ADD2_END:
             branch_in, short = stack.pop()
-            out.append(ArchLayer("add", params(activation=None), L.origin, L.uid, (short, cur)))
+            if L.params.get("join") == "scale":
+                out.append(ArchLayer("scale", params(), L.origin, L.uid, (short, cur)))
+            else:
+                out.append(ArchLayer("add", params(activation=None), L.origin, L.uid, (short, cur)))
             cur = L.uid
         else:
             out.append(replace(L, inputs=(cur,)))

@@ -10,11 +10,12 @@ from tr.graph.layers.dropout import DropoutKind
 from tr.graph.layers.fc import FCKind
 from tr.graph.layers.flatten import FlattenKind
 from tr.graph.layers.pool import AvgPoolKind, GapKind, MaxPoolKind
+from tr.graph.layers.scale import ScaleKind
 from tr.graph.layers.softmax_ce import SoftmaxCEKind
 
 KINDS: dict[str, LayerKind] = {}
 for _k in (FCKind(), ConvKind(), BNKind(), ActKind(), MaxPoolKind(), AvgPoolKind(), GapKind(), FlattenKind(),
-           DropoutKind(), AddKind(), SoftmaxCEKind(), CBRKind()):
+           DropoutKind(), AddKind(), ScaleKind(), SoftmaxCEKind(), CBRKind()):
     for _name in _k.kinds:
         KINDS[_name] = _k
 

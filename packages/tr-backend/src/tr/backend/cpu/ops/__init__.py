@@ -17,6 +17,7 @@ from tr.backend.cpu.ops import (  # noqa: F401  (imported for their registration
     pool,
     range,
     scalar,
+    scale,
     softmax_ce,
     transfer,
 )

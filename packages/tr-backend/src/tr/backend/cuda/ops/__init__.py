@@ -19,6 +19,7 @@ from tr.backend.cuda.ops import (  # noqa: F401  (imported for their registratio
     pool,
     range,
     scalar,
+    scale,
     softmax_ce,
     transfer,
 )

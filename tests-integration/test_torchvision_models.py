@@ -1,10 +1,12 @@
-"""MobileNetV2 (examples/models.py: depthwise convs, linear bottlenecks, identity skips) against
-torchvision.models.mobilenet_v2 from identical weights and batches, tr on the CPU backend in float32.
+"""MobileNetV2 and EfficientNet-B0 (examples/models.py: depthwise convs, linear bottlenecks, identity skips;
+EfficientNet's squeeze-excitation and SiLU) against torchvision.models.mobilenet_v2 / efficientnet_b0 from
+identical weights and batches, tr on the CPU backend in float32.
 
-This net is badly conditioned in float32 at test sizes (BN over 4-16 values in the last stages): torch's own
+These nets are badly conditioned in float32 at test sizes (BN over 4-16 values in the last stages): torch's own
 float32 run leaves its float64 run by 1e-2 in some layers' first gradients and by 10-20 % in the loss within
-50 steps (measured at 32-96 px, batch 4-16). So tr is held to torch's float32 accuracy, both measured
-against torch's float64 run: the first step's gradients, layer by layer, and the 50 steps' losses."""
+50 steps (MobileNetV2, measured at 32-96 px, batch 4-16). So tr is held to torch's float32 accuracy, both
+measured against torch's float64 run: the first step's gradients, layer by layer, and the 50 steps' losses.
+EfficientNet-B0 is torchvision's with stochastic_depth_prob=0 (tr has no stochastic depth)."""
 
 from __future__ import annotations
 
@@ -24,22 +26,31 @@ from tr.task.deep_learning import DeepLearningTask
 from tr.task.feeder import ArrayFeeder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from models import mobilenet_v2_net  # noqa: E402
+from models import efficientnet_b0_net, mobilenet_v2_net  # noqa: E402
 
 STEPS, BATCH, RES, CLASSES, LR = 50, 4, 32, 10, 0.01
+NETS = {  # name: (tr's layers, torchvision's model, parameter modules)
+    "mobilenet_v2": (lambda: mobilenet_v2_net(CLASSES, dropout_p=0.0),
+                     lambda: torchvision.models.mobilenet_v2(num_classes=CLASSES, dropout=0.0), 105),
+    "efficientnet_b0": (lambda: efficientnet_b0_net(CLASSES, dropout_p=0.0),
+                        lambda: torchvision.models.efficientnet_b0(num_classes=CLASSES, dropout=0.0,
+                                                                   stochastic_depth_prob=0.0), 131),
+}
 
 
 def _param_modules(tm):
     return [m for m in tm.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.Linear))]
 
 
-def _load(tm, params) -> None:
+def _load(tm, params, count: int) -> None:
     mods = _param_modules(tm)
-    assert len(mods) == len(params) == 105
+    assert len(mods) == len(params) == count
     with torch.no_grad():
         for m, p in zip(mods, params):
-            if isinstance(m, torch.nn.Conv2d):  # KRSC [K, R, S, C/g] -> [K, C/g, R, S]
+            if isinstance(m, torch.nn.Conv2d):  # KRSC [K, R, S, C/g] -> [K, C/g, R, S]; an se's fc [K,1,1,C] too
                 m.weight.copy_(torch.from_numpy(p[0].transpose(0, 3, 1, 2).copy()))
+                if m.bias is not None:  # torchvision's squeeze-excitation: 1x1 convs with bias = tr's fcs
+                    m.bias.copy_(torch.from_numpy(p[1].reshape(-1)))
             elif isinstance(m, torch.nn.BatchNorm2d):
                 m.weight.copy_(torch.from_numpy(p[0].reshape(-1)))
                 m.bias.copy_(torch.from_numpy(p[1].reshape(-1)))
@@ -54,17 +65,16 @@ def _data(steps: int):
     return x, rng.integers(0, CLASSES, steps * BATCH).astype(np.int32)
 
 
-def _task(x, y, opt, lr):
-    bp = BluePrint(mobilenet_v2_net(CLASSES, dropout_p=0.0), name="mobilenet_v2_32", input_shape=(RES, RES, 3),
-                   num_classes=CLASSES)
+def _task(name, x, y, opt, lr):
+    bp = BluePrint(NETS[name][0](), name=f"{name}_32", input_shape=(RES, RES, 3), num_classes=CLASSES)
     return (DeepLearningTask(Settings().manual_seed(5).global_batch_size(BATCH)).device("cpu").quiet()
             .model(bp).optimizer(opt).scheduler(ConstantLR().base_lr(lr)).total_epochs(1)
             .data(ArrayFeeder((x, y), None, BATCH, shuffle=False, num_classes=CLASSES))).compile()
 
 
-def _torch(dtype, params):
-    tm = torchvision.models.mobilenet_v2(num_classes=CLASSES, dropout=0.0).to(dtype)
-    _load(tm, params)
+def _torch(name, dtype, params):
+    tm = NETS[name][1]().to(dtype)
+    _load(tm, params, NETS[name][2])
     return tm.train()
 
 
@@ -73,15 +83,16 @@ def _loss(tm, x, y, k, dtype):
     return torch.nn.functional.cross_entropy(tm(xb), torch.from_numpy(y[k * BATCH:(k + 1) * BATCH]).long())
 
 
-def test_first_step_gradients_are_as_close_to_float64_as_torch_float32():
+@pytest.mark.parametrize("name", list(NETS))
+def test_first_step_gradients_are_as_close_to_float64_as_torch_float32(name):
     x, y = _data(1)
-    task = _task(x, y, SGD().momentum(0.0), 1.0)  # plain SGD, lr 1: the update is the gradient
+    task = _task(name, x, y, SGD().momentum(0.0), 1.0)  # plain SGD, lr 1: the update is the gradient
     start = [tuple(a.copy() for a in p) for p in task.parameters()]
     task.run()
     tr_grads = [s[0] - e[0] for s, e in zip(start, task.parameters())]
     grads = {}
     for dt in (torch.float64, torch.float32):
-        tm = _torch(dt, start)
+        tm = _torch(name, dt, start)
         _loss(tm, x, y, 0, dt).backward()
         grads[dt] = [m.weight.grad.double().numpy() for m in _param_modules(tm)]
     errs_tr, errs_32 = [], []
@@ -95,16 +106,17 @@ def test_first_step_gradients_are_as_close_to_float64_as_torch_float32():
 
 
 @pytest.mark.slow
-def test_50_steps_stay_within_torch_float32_s_distance_from_float64():
+@pytest.mark.parametrize("name", list(NETS))
+def test_50_steps_stay_within_torch_float32_s_distance_from_float64(name):
     x, y = _data(STEPS)
-    task = _task(x, y, SGD().momentum(0.9), LR)
+    task = _task(name, x, y, SGD().momentum(0.9), LR)
     start = [tuple(a.copy() for a in p) for p in task.parameters()]
     losses: list[float] = []
     task.on_step(lambda k, r: losses.append(float(r[0])))
     task.run()
     ref = {}
     for dt in (torch.float64, torch.float32):
-        tm = _torch(dt, start)
+        tm = _torch(name, dt, start)
         opt = torch.optim.SGD(tm.parameters(), lr=LR, momentum=0.9)
         ref[dt] = []
         for k in range(STEPS):

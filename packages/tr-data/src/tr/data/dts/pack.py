@@ -149,13 +149,13 @@ def pack(src: str | Path, out: str | Path, level: int = 0, workers: int = 1, kin
         raise ConfigError(f"DTS level must be 0, 1, 2 or 3, got {level!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"workers must be an integer >= 1, got {workers!r}")
+    if not isinstance(baseline, bool):
+        raise ConfigError(f"baseline must be True or False, got {baseline!r}")
     kind = kind or detect(src)
     if kind not in ("mnist", "cifar10", "cifar100", "folder"):
         raise ConfigError(f"unknown dataset kind {kind!r}: mnist, cifar10, cifar100 or folder")
     if out.exists() and not out.is_dir():
         raise DataError(f"{out}: the output must be a directory (it receives train.dts and val.dts)")
-    if not isinstance(baseline, bool):
-        raise ConfigError(f"baseline must be True or False, got {baseline!r}")
     if kind == "folder":
         return _folder(src, out, level, workers, block_bytes, on_bad, progress, baseline)
     if baseline:

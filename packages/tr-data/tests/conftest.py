@@ -43,6 +43,20 @@ class PyStream:
         return lo + self.u64() % (hi - lo + 1)
 
 
+@pytest.fixture(scope="session")
+def jpeg_folder(tmp_path_factory) -> Path:
+    """A small ImageNet-style folder (train/ and val/, 4 classes) of real photographs from
+    tools/make_image_folder.py: JPEGs of several qualities and sizes, some progressive, some 4:4:4."""
+    pytest.importorskip("PIL")
+    pytest.importorskip("skimage")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
+    from make_image_folder import make_image_folder
+
+    root = tmp_path_factory.mktemp("images")
+    make_image_folder(root, classes=4, per_class=5, min_side=64, max_side=120, seed=1, val_per_class=2)
+    return root
+
+
 @pytest.fixture
 def pystream():
     return PyStream

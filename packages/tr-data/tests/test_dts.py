@@ -17,8 +17,6 @@ from tr.data.dts import DtsDataset, DtsFile, DtsWriter, pack, raw_header
 from tr.data.dts.cli import main as cli
 from tr.data.dts.format import HEADER, VERSION, crc32
 
-ROOT = Path(__file__).resolve().parents[3]
-
 
 def _raw_pack(path: Path, n: int = 300, shape=(5, 7, 3), classes: int = 4, block: int = 16384, seed: int = 0):
     rng = np.random.default_rng(seed)
@@ -75,28 +73,16 @@ def test_raw_samples_span_blocks_and_come_back_in_order(tmp_path):
         assert f.verify().ok
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    pytest.importorskip("PIL")
-    pytest.importorskip("skimage")
-    sys.path.insert(0, str(ROOT / "tools"))
-    from make_image_folder import make_image_folder
-
-    root = tmp_path_factory.mktemp("images")
-    make_image_folder(root, classes=4, per_class=5, min_side=64, max_side=120, seed=1, val_per_class=2)
-    return root
-
-
 @pytest.mark.parametrize("level", [0, 1, 2, 3])
-def test_a_jpeg_folder_packs_with_its_files_and_labels(folder, tmp_path, level):
+def test_a_jpeg_folder_packs_with_its_files_and_labels(jpeg_folder, tmp_path, level):
     from PIL import Image
 
     from tr.data.image_folder import scan_image_folder
 
-    done = pack(folder, tmp_path / "p", level=level, workers=3)
+    done = pack(jpeg_folder, tmp_path / "p", level=level, workers=3)
     assert [p.path.name for p in done] == ["train.dts", "val.dts"]
     for split in ("train", "val"):
-        index = scan_image_folder(folder / split)
+        index = scan_image_folder(jpeg_folder / split)
         want = {(p.read_bytes(), label) for p, label in index.samples}
         with DtsFile(tmp_path / "p" / f"{split}.dts") as f:
             assert f.header.classes == list(index.classes) and f.header.level == level

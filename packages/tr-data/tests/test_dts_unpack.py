@@ -3,7 +3,6 @@ checked as it is read, written under a temporary name and renamed, refused over 
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -14,35 +13,21 @@ from tr.core.errors import DataError
 from tr.data.dts import DtsWriter, pack, raw_header, unpack
 from tr.data.dts.cli import main as cli
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    pytest.importorskip("PIL")
-    pytest.importorskip("skimage")
-    sys.path.insert(0, str(ROOT / "tools"))
-    from make_image_folder import make_image_folder
-
-    root = tmp_path_factory.mktemp("images")
-    make_image_folder(root, classes=3, per_class=6, min_side=48, max_side=80, seed=3, val_per_class=2)
-    return root
-
 
 def _by_class(root: Path) -> dict[str, Counter]:
     return {d.name: Counter(p.read_bytes() for p in d.iterdir()) for d in sorted(root.iterdir()) if d.is_dir()}
 
 
-def test_a_jpeg_pack_unpacks_to_its_class_folders(folder, tmp_path):
+def test_a_jpeg_pack_unpacks_to_its_class_folders(jpeg_folder, tmp_path):
     from tr.data import ImageFolder
 
-    pack(folder, tmp_path / "p")
+    pack(jpeg_folder, tmp_path / "p")
     for split in ("train", "val"):
         n = unpack(tmp_path / "p" / f"{split}.dts", tmp_path / split)
-        assert _by_class(tmp_path / split) == _by_class(folder / split)
-        assert n == sum(len(c) for c in _by_class(folder / split).values())
+        assert _by_class(tmp_path / split) == _by_class(jpeg_folder / split)
+        assert n == sum(len(c) for c in _by_class(jpeg_folder / split).values())
         assert all(p.name.startswith(f"{split}_") for p in (tmp_path / split).rglob("*.JPEG"))
-    assert ImageFolder(tmp_path / "train").classes == ImageFolder(folder / "train").classes
+    assert ImageFolder(tmp_path / "train").classes == ImageFolder(jpeg_folder / "train").classes
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
 
 
@@ -60,8 +45,8 @@ def test_a_raw_pack_unpacks_to_an_npz(tmp_path):
     np.testing.assert_array_equal(z["labels"], y)
 
 
-def test_damage_stops_the_unpack_and_leaves_nothing(folder, tmp_path):
-    pack(folder, tmp_path / "p", block_bytes=32 << 10)
+def test_damage_stops_the_unpack_and_leaves_nothing(jpeg_folder, tmp_path):
+    pack(jpeg_folder, tmp_path / "p", block_bytes=64 << 10)
     raw = bytearray((tmp_path / "p" / "train.dts").read_bytes())
     raw[-100] ^= 0xFF  # inside the last block's samples
     (tmp_path / "bad.dts").write_bytes(bytes(raw))
@@ -71,8 +56,8 @@ def test_damage_stops_the_unpack_and_leaves_nothing(folder, tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
-def test_an_existing_output_is_refused_and_left_alone(folder, tmp_path):
-    pack(folder, tmp_path / "p")
+def test_an_existing_output_is_refused_and_left_alone(jpeg_folder, tmp_path):
+    pack(jpeg_folder, tmp_path / "p")
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("mine")
     with pytest.raises(DataError, match="exists and is not an empty directory"):
@@ -82,8 +67,8 @@ def test_an_existing_output_is_refused_and_left_alone(folder, tmp_path):
     assert unpack(tmp_path / "p" / "train.dts", tmp_path / "empty") > 0  # an empty directory is taken
 
 
-def test_the_command_line_unpacks(folder, tmp_path, capsys):
-    pack(folder, tmp_path / "p")
+def test_the_command_line_unpacks(jpeg_folder, tmp_path, capsys):
+    pack(jpeg_folder, tmp_path / "p")
     assert cli(["unpack", str(tmp_path / "p" / "train.dts"), str(tmp_path / "u")]) == 0
     assert "samples from" in capsys.readouterr().out
     assert cli(["unpack", str(tmp_path / "p" / "missing.dts"), str(tmp_path / "v")]) == 1

@@ -5,7 +5,6 @@ suite runs this file)."""
 from __future__ import annotations
 
 import io
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,6 @@ from tr.data.dts.levels import to_baseline
 
 PIL = pytest.importorskip("PIL.Image")
 pytestmark = pytest.mark.skipif(not _native.jpeg_available(), reason="tr-data built without libjpeg-turbo")
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def _photo(h: int, w: int, seed: int) -> np.ndarray:
@@ -84,36 +82,25 @@ def test_damage_is_named_with_the_file():
         to_baseline(b"plain text, not an image", "text.jpg")
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    pytest.importorskip("skimage")
-    sys.path.insert(0, str(ROOT / "tools"))
-    from make_image_folder import make_image_folder
-
-    root = tmp_path_factory.mktemp("jpegs")
-    make_image_folder(root, classes=3, per_class=10, min_side=48, max_side=96, seed=5, val_per_class=2)
-    return root
-
-
-def _decoded_by_source(folder: Path, split: str) -> dict[tuple[int, int, int, bytes], int]:
+def _decoded_by_source(jpeg_folder: Path, split: str) -> dict[tuple[int, int, int, bytes], int]:
     """The source files' decodes (shape + bytes) with their labels, and how many are progressive."""
     from tr.data.image_folder import scan_image_folder
 
     out = {}
-    for p, label in scan_image_folder(folder / split).samples:
+    for p, label in scan_image_folder(jpeg_folder / split).samples:
         a = _native.decode_jpeg(p.read_bytes())
         out[(*a.shape, a.tobytes())] = label
     return out
 
 
 @pytest.mark.parametrize("level", [0, 2])
-def test_a_baseline_pack_decodes_to_the_source_pixels(folder, tmp_path, level):
-    progressive = sum(_native.jpeg_needs_baseline(p.read_bytes()) for p in folder.glob("train/*/*.JPEG"))
+def test_a_baseline_pack_decodes_to_the_source_pixels(jpeg_folder, tmp_path, level):
+    progressive = sum(_native.jpeg_needs_baseline(p.read_bytes()) for p in jpeg_folder.glob("train/*/*.JPEG"))
     assert progressive > 0  # the fixture folder has progressive files (tools/make_image_folder.py)
-    done = pack(folder, tmp_path / "p", level=level, workers=2, baseline=True)
+    done = pack(jpeg_folder, tmp_path / "p", level=level, workers=2, baseline=True)
     assert done[0].recoded == progressive
     for split in ("train", "val"):
-        want = _decoded_by_source(folder, split)
+        want = _decoded_by_source(jpeg_folder, split)
         with DtsFile(tmp_path / "p" / f"{split}.dts") as f:
             assert f.header.meta["baseline"] is True
             got = {}
@@ -125,8 +112,8 @@ def test_a_baseline_pack_decodes_to_the_source_pixels(folder, tmp_path, level):
     DtsImages(tmp_path / "p").load("train")  # every block's checksums hold
 
 
-def test_without_baseline_the_pack_keeps_the_progressive_files(folder, tmp_path):
-    done = pack(folder, tmp_path / "p")
+def test_without_baseline_the_pack_keeps_the_progressive_files(jpeg_folder, tmp_path):
+    done = pack(jpeg_folder, tmp_path / "p")
     assert done[0].recoded == 0
     with DtsFile(tmp_path / "p" / "train.dts") as f:
         assert f.header.meta["baseline"] is False
@@ -134,16 +121,15 @@ def test_without_baseline_the_pack_keeps_the_progressive_files(folder, tmp_path)
 
 
 def test_baseline_is_refused_where_it_means_nothing(mnist_dir, tmp_path):
-    mnist = mnist_dir
     with pytest.raises(ConfigError, match="baseline re-codes JPEG files; mnist is packed RAW"):
-        pack(mnist, tmp_path / "m", baseline=True)
+        pack(mnist_dir, tmp_path / "m", baseline=True)
     with pytest.raises(ConfigError, match="baseline must be True or False"):
-        pack(mnist, tmp_path / "m", baseline="yes")
+        pack(mnist_dir, tmp_path / "m", baseline="yes")
     assert not (tmp_path / "m").exists() or not any((tmp_path / "m").iterdir())
 
 
-def test_the_command_line_recodes_and_says_so(folder, tmp_path, capsys):
-    assert cli(["pack", str(folder), str(tmp_path / "p"), "--baseline", "--workers", "2"]) == 0
+def test_the_command_line_recodes_and_says_so(jpeg_folder, tmp_path, capsys):
+    assert cli(["pack", str(jpeg_folder), str(tmp_path / "p"), "--baseline", "--workers", "2"]) == 0
     out = capsys.readouterr().out
     assert "progressive files re-coded as baseline" in out
     assert cli(["info", str(tmp_path / "p" / "train.dts"), "--json"]) == 0

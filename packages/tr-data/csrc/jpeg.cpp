@@ -80,6 +80,10 @@ Shape3 jpeg_shape(const uint8_t* data, size_t size, bool keep_gray) {
   });
 }
 
+bool jpeg_needs_baseline(const uint8_t* data, size_t size) {
+  return with_decoder(data, size, false, [](jpeg_decompress_struct& c) { return c.progressive_mode || c.arith_code; });
+}
+
 ImgC decode_jpeg(const uint8_t* data, size_t size, std::vector<uint8_t>& out, bool keep_gray, int scale) {
   check_scale(scale);
   // the buffer is sized before the decoder starts: no allocation between setjmp and a longjmp
@@ -162,6 +166,7 @@ ImgC decode_jpeg_window(const uint8_t*, size_t, const Shape3&, int, int, int, in
 }
 
 Shape3 jpeg_shape(const uint8_t*, size_t, bool) { no_jpeg(); }
+bool jpeg_needs_baseline(const uint8_t*, size_t) { no_jpeg(); }
 ImgC decode_jpeg(const uint8_t*, size_t, std::vector<uint8_t>&, bool, int) { no_jpeg(); }
 
 #endif

@@ -16,6 +16,10 @@ bool jpeg_available();
 // bad file.
 Shape3 jpeg_shape(const uint8_t* data, size_t size, bool keep_gray = false);
 
+// Whether the file's entropy coding is progressive or arithmetic (what jpeg_recode_baseline speeds up), from
+// its header; DataErr for a bad file.
+bool jpeg_needs_baseline(const uint8_t* data, size_t size);
+
 // Decodes ``data`` into ``out`` (resized to h*w*c) as RGB u8 HWC (a gray file too, as torchvision's
 // ImageFolder converts it; keep_gray: one channel for a gray file).
 // ``scale`` M in 1..8: libjpeg-turbo's DCT scaling, the image decoded at M/8 of its size (ceil of each side):

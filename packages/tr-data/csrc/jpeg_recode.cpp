@@ -35,25 +35,6 @@ struct Recode {
 
 }  // namespace
 
-bool jpeg_needs_baseline(const uint8_t* data, size_t size) {
-  Recode r;  // only the input side is used
-  r.in.err = jpeg_detail::install(r.err);
-  if (setjmp(r.err.jump)) {
-    r.release();
-    throw DataErr(std::string("corrupt JPEG: ") + r.err.msg);
-  }
-  jpeg_create_decompress(&r.in);
-  r.have_in = true;
-  jpeg_mem_src(&r.in, data, static_cast<unsigned long>(size));
-  if (jpeg_read_header(&r.in, TRUE) != JPEG_HEADER_OK) {
-    r.release();
-    throw DataErr("not a JPEG image");
-  }
-  const bool needs = r.in.progressive_mode || r.in.arith_code;
-  r.release();
-  return needs;
-}
-
 std::vector<uint8_t> jpeg_recode_baseline(const uint8_t* data, size_t size) {
   Recode r;
   r.in.err = jpeg_detail::install(r.err);
@@ -92,9 +73,6 @@ std::vector<uint8_t> jpeg_recode_baseline(const uint8_t* data, size_t size) {
 
 #else
 
-bool jpeg_needs_baseline(const uint8_t*, size_t) {
-  throw ConfigErr("this tr-data was built without libjpeg-turbo, so it cannot re-code JPEG files");
-}
 std::vector<uint8_t> jpeg_recode_baseline(const uint8_t*, size_t) {
   throw ConfigErr("this tr-data was built without libjpeg-turbo, so it cannot re-code JPEG files");
 }

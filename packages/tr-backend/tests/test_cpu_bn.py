@@ -182,21 +182,55 @@ def test_bn_relu_and_residual_fused_against_torch(dtype, tol, residual):
         assert_close(be.read(t["dz"]), nhwc(z.grad), tol)
 
 
+@pytest.mark.parametrize("dtype,tol", [("fp32", 1e-5), ("fp16", 3e-3)])
+@pytest.mark.parametrize("residual", [False, True])
+def test_bn_relu6_fused_against_torch(dtype, tol, residual):
+    """y = relu6(bn(x) + z) (MobileNet's CBR) and its gradients, the mask from x or (with a residual) from y;
+    gamma is large enough that a good share of the pre-activations lies above 6."""
+    shape = (4, 3, 5, 16)
+    be, t = _fused_setup(shape, dtype)
+    be.write(t["gamma"], np.random.default_rng(5).uniform(3.0, 6.0, shape[-1]))
+    extra = {"z": t["z"]} if residual else {}
+    bwd = ({"y": t["y"], "dz": t["dz"]} if residual else {"beta": t["beta"]})
+    run(be, _fwd(t, activation="relu6", **extra),
+        op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
+           saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"], activation="relu6",
+           **bwd))
+    y_tr = be.read(t["y"]).astype(np.float32)
+    assert (y_tr == 6).mean() > 0.05 and (y_tr == 0).mean() > 0.05 and ((y_tr > 0) & (y_tr < 6)).mean() > 0.2
+    x = nchw(be.read(t["x"]).astype(np.float64))
+    z = nchw(be.read(t["z"]).astype(np.float64))
+    gamma = torch.tensor(be.read(t["gamma"]).ravel(), dtype=torch.float64, requires_grad=True)
+    beta = torch.tensor(be.read(t["beta"]).ravel(), dtype=torch.float64, requires_grad=True)
+    y = torch.nn.functional.batch_norm(x, None, None, gamma, beta, training=True)
+    y = torch.nn.functional.relu6(y + z if residual else y)
+    y.backward(nchw(be.read(t["dy"]).astype(np.float64)))
+    assert_close(be.read(t["y"]), nhwc(y), tol)
+    assert_close(be.read(t["dx"]), nhwc(x.grad), tol)
+    assert_close(be.read(t["dgamma"]).ravel(), gamma.grad.numpy(), 1e-4)
+    assert_close(be.read(t["dbeta"]).ravel(), beta.grad.numpy(), 1e-4)
+    if residual:
+        assert_close(be.read(t["dz"]), nhwc(z.grad), tol)
+
+
+@pytest.mark.parametrize("act", ["relu", "relu6"])
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
-def test_fused_relu_equals_bn_then_act_bit_for_bit(dtype):
+def test_fused_relu_equals_bn_then_act_bit_for_bit(dtype, act):
     """The mask recomputed from x is exactly the one the unfused act_bwd reads from y (rounding included)."""
     shape = (2, 4, 4, 8)
     be, t = _fused_setup(shape, dtype)
     x = be.read(t["x"]).astype(np.float32)
     x[0, 0, 0, :] = 0.0  # pre-activations at the kink and far below it
     be.write(t["x"], x)
-    run(be, _fwd(t, activation="relu"),
+    if act == "relu6":  # and at the upper kink: gamma spreads the pre-activations past 6
+        be.write(t["gamma"], np.random.default_rng(2).uniform(3.0, 6.0, shape[-1]))
+    run(be, _fwd(t, activation=act),
         op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
-           saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"], activation="relu",
+           saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"], activation=act,
            beta=t["beta"]),
         _fwd(t, y="y2", suffix="2"),
-        op("act_fwd", x=t["y2"], y=t["y3"], kind="relu"),
-        op("act_bwd", x=t["y3"], dy=t["dy"], dx=t["dz"], kind="relu"),
+        op("act_fwd", x=t["y2"], y=t["y3"], kind=act),
+        op("act_bwd", x=t["y3"], dy=t["dy"], dx=t["dz"], kind=act),
         op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dz"], saved_mean=t["saved_mean2"],
            saved_inv_std=t["saved_inv_std2"], dgamma=t["dgamma2"], dbeta=t["dbeta2"], dx=t["dx2"]))
     for a, b in (("y", "y3"), ("dx", "dx2"), ("dgamma", "dgamma2"), ("dbeta", "dbeta2")):
@@ -215,8 +249,10 @@ def test_bn_inference_fused_relu_residual():
     be.write(t["scale"], rng.uniform(0.5, 2, c))
     be.write(t["bias"], rng.standard_normal(c))
     run(be, op("bn_inf", x=t["x"], scale=t["scale"], bias=t["bias"], z=t["z"], y=t["y"], activation="relu"))
-    ref = np.maximum(be.read(t["x"]) * be.read(t["scale"]).ravel() + be.read(t["bias"]).ravel() + be.read(t["z"]), 0)
-    assert_close(be.read(t["y"]), ref, 1e-6)
+    pre = be.read(t["x"]) * be.read(t["scale"]).ravel() + be.read(t["bias"]).ravel() + be.read(t["z"])
+    assert_close(be.read(t["y"]), np.maximum(pre, 0), 1e-6)
+    run(be, op("bn_inf", x=t["x"], scale=t["scale"], bias=t["bias"], z=t["z"], y=t["y"], activation="relu6"))
+    assert_close(be.read(t["y"]), np.clip(pre, 0, 6), 1e-6)
 
 
 def test_bn_rules_name_the_problem():
@@ -235,7 +271,7 @@ def test_bn_rules_name_the_problem():
         run(be, _fwd(t, z=t["z16"]))
     with pytest.raises(ShapeError, match=r"scale has 3 elements, expected 4 \(one per channel\)"):
         run(be, op("bn_inf", x=t["x"], scale=t["short"], bias=t["beta"], y=t["y"]))
-    with pytest.raises(BackendError, match="activation must be None or 'relu', got 'tanh'"):
+    with pytest.raises(BackendError, match=r"activation must be one of \(None, 'relu', 'relu6'\), got 'tanh'"):
         run(be, _fwd(t, activation="tanh"))
 
 

@@ -1,5 +1,5 @@
 """The CUDA batch-norm family (csrc/ops/bn.cu) against the CPU backend: training forward with the fused relu
-and residual, backward with the mask recomputed from x or read from y (and the residual's gradient), inference,
+or relu6 and residual, backward with the mask recomputed from x or read from y (and the residual's gradient), inference,
 across dtypes, channel counts that take the 16-byte vector path or not, odd spatial sizes and many chunks.
 
 Tolerances (relative to the data's scale): FP32 1e-5 (both sum in float64; the GPU's statistics are one
@@ -56,11 +56,14 @@ def _gpu_forward_to_cpu(tw, *names):
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("shape", SHAPES, ids=IDS)
-@pytest.mark.parametrize("mode", ["plain", "relu", "relu+residual", "relu+residual+dy2", "relu+dy2"])
+@pytest.mark.parametrize("mode", ["plain", "relu", "relu+residual", "relu+residual+dy2", "relu+dy2", "relu6",
+                                  "relu6+residual"])
 def test_bn_forward_backward_fused(shape, dtype, mode):
     tw = _twin(shape, dtype)
     t = tw.arena.tensors
-    relu = "relu" if mode != "plain" else None
+    relu = mode.split("+")[0] if mode != "plain" else None
+    if relu == "relu6":  # pre-activations on both sides of 6 as well as of 0
+        tw.fill("gamma", 3.0, 6.0)
     residual = "residual" in mode
     fwd = {"activation": relu, **({"z": t["z"]} if residual else {})}
     tw.run(_fwd(t, **fwd), poison=("y", "mean_out", "var_out", "saved_mean", "saved_inv_std"))
@@ -109,7 +112,7 @@ def test_bn_inference_fused(shape, dtype):
     t = tw.arena.tensors
     tw.fill("scale", 0.5, 2)
     tw.fill("bias")
-    for act, z in ((None, None), ("relu", None), ("relu", t["z"])):
+    for act, z in ((None, None), ("relu", None), ("relu", t["z"]), ("relu6", None), ("relu6", t["z"])):
         tw.run(op("bn_inf", x=t["x"], scale=t["scale"], bias=t["bias"], y=t["y"], z=z, activation=act),
                poison=("y",))
         close(*tw.both("y"), 0.0 if dtype == "fp32" else TOL[dtype], f"y {act} {z is not None}")

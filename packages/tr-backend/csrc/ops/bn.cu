@@ -1,5 +1,5 @@
-// Batch normalisation over N*H*W per channel (tr/backend/cpu/ops/bn.py) with the relu and the residual add
-// that follow it fused in: training forward y = act(bn(x) + z), backward (the relu mask read from y or
+// Batch normalisation over N*H*W per channel (tr/backend/cpu/ops/bn.py) with the relu or relu6 and the residual
+// add that follow it fused in: training forward y = act(bn(x) + z), backward (the mask read from y or
 // recomputed from x; the residual's gradient written on the way), inference, folded inference parameters.
 //
 // Every kernel reads NHWC rows as vectors of 16 bytes (8 FP16/BF16 or 4 FP32 channels) when the channel
@@ -27,7 +27,7 @@ using namespace bnk;  // NOLINT: the shared BN device code
 // y = act(affine(x) + z): the training forward (centered: (x - mean) * a + b) and inference (x * scale + bias).
 template <class T, int V>
 __global__ void __launch_bounds__(kBlock) apply_kernel(const T* __restrict__ x, const T* z, T* y, const float* mean,
-                                                       const float* a, const float* b, Geo g, int relu) {
+                                                       const float* a, const float* b, Geo g, int act) {
   const int grp = blockIdx.y * g.gx + threadIdx.x;
   if (grp >= g.groups) return;
   float mu[V], sa[V], sb[V];
@@ -53,12 +53,8 @@ __global__ void __launch_bounds__(kBlock) apply_kernel(const T* __restrict__ x, 
         p = p + z0[j];
         q = q + z1[j];
       }
-      if (relu) {
-        p = kern::nan_max(p, 0.0f);
-        q = kern::nan_max(q, 0.0f);
-      }
-      v0[j] = p;
-      v1[j] = q;
+      v0[j] = activate(p, act);
+      v1[j] = activate(q, act);
     }
     store<T, V>(y + o0, v0);
     if (two) store<T, V>(y + o1, v1);
@@ -72,8 +68,8 @@ __device__ __forceinline__ void add_second(const float (&d2)[V], float (&gv)[V])
   for (int j = 0; j < V; ++j) gv[j] = kern::to_f(kern::from_f<T>(gv[j] + d2[j]));
 }
 
-// g = g * relu'(.) for one vector (the multiply, not a select: a NaN gradient stays NaN, as on the CPU), the
-// mask read from y (MASK_FROM_Y: yv) or recomputed from x.
+// g = g * act'(.) for one vector (the multiply, not a select: a NaN gradient stays NaN, as on the CPU), the
+// mask read from y (MASK_FROM_Y, MASK6_FROM_Y: yv) or recomputed from x.
 template <class T, int V, int MASK>
 __device__ __forceinline__ void apply_mask(const float (&xv)[V], const float (&yv)[V], const BwdParams<V>& p,
                                            float (&gv)[V]) {
@@ -83,6 +79,12 @@ __device__ __forceinline__ void apply_mask(const float (&xv)[V], const float (&y
   } else if (MASK == MASK_FROM_X) {
 #pragma unroll
     for (int j = 0; j < V; ++j) gv[j] = gv[j] * relu_passed<T>(affine(xv[j], p.mu[j], p.a[j], p.b[j]));
+  } else if (MASK == MASK6_FROM_Y) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) gv[j] = gv[j] * (yv[j] > 0.0f && yv[j] < 6.0f ? 1.0f : 0.0f);
+  } else if (MASK == MASK6_FROM_X) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) gv[j] = gv[j] * relu6_passed<T>(affine(xv[j], p.mu[j], p.a[j], p.b[j]));
   }
 }
 
@@ -90,13 +92,13 @@ __device__ __forceinline__ void apply_mask(const float (&xv)[V], const float (&y
 // mask's source), loaded raw for U rows at a time.
 template <class T, int V, int MASK, bool DY2, int U>
 struct BwdRows {
-  RawOf<T, V> x[U], dy[U], dy2[DY2 ? U : 1], y[MASK == MASK_FROM_Y ? U : 1];
+  RawOf<T, V> x[U], dy[U], dy2[DY2 ? U : 1], y[mask_from_y(MASK) ? U : 1];
 
   __device__ __forceinline__ void load(const T* xp, const T* dyp, const T* dy2p, const T* yp, std::int64_t o, int u) {
     x[u] = load_raw<T, V>(xp + o);
     dy[u] = load_raw<T, V>(dyp + o);
     if (DY2) dy2[u] = load_raw<T, V>(dy2p + o);
-    if (MASK == MASK_FROM_Y) y[u] = load_raw<T, V>(yp + o);
+    if (mask_from_y(MASK)) y[u] = load_raw<T, V>(yp + o);
   }
 
   // row u's x and its masked output gradient g
@@ -109,12 +111,12 @@ struct BwdRows {
       add_second<T, V>(d2, gv);
     }
     float yv[V];
-    if (MASK == MASK_FROM_Y) widen<T, V>(y[MASK == MASK_FROM_Y ? u : 0], yv);
+    if (mask_from_y(MASK)) widen<T, V>(y[mask_from_y(MASK) ? u : 0], yv);
     apply_mask<T, V, MASK>(xv, yv, p, gv);
   }
 };
 
-constexpr int bwd_unroll(int mask, bool dy2) { return 2 + (dy2 ? 1 : 0) + (mask == MASK_FROM_Y ? 1 : 0) > 2 ? 2 : 4; }
+constexpr int bwd_unroll(int mask, bool dy2) { return 2 + (dy2 ? 1 : 0) + (mask_from_y(mask) ? 1 : 0) > 2 ? 2 : 4; }
 
 // Backward pass 1: g (written to dz when asked), and per chunk the sums of g and g * xhat.
 template <class T, int V, int MASK, bool DY2>
@@ -197,13 +199,17 @@ void with_mask(int mask, bool dy2, Fn&& fn) {
     d(std::integral_constant<int, MASK_FROM_X>{});
   } else if (mask == MASK_FROM_Y) {
     d(std::integral_constant<int, MASK_FROM_Y>{});
+  } else if (mask == MASK6_FROM_X) {
+    d(std::integral_constant<int, MASK6_FROM_X>{});
+  } else if (mask == MASK6_FROM_Y) {
+    d(std::integral_constant<int, MASK6_FROM_Y>{});
   } else {
     d(std::integral_constant<int, NO_MASK>{});
   }
 }
 
-std::string describe(const char* op, const Geo& g, bool relu, bool res) {
-  return std::string(op) + (relu ? " +relu" : "") + (res ? " +residual" : "") + ", vec" + std::to_string(g.v) + ", " +
+std::string describe(const char* op, const Geo& g, int act, bool res) {
+  return std::string(op) + (act == 1 ? " +relu" : act == 2 ? " +relu6" : "") + (res ? " +residual" : "") + ", vec" + std::to_string(g.v) + ", " +
          std::to_string(g.chunks) + "x" + std::to_string(g.tiles) + " blocks of " + std::to_string(g.gx) + "x" +
          std::to_string(g.lanes);
 }
@@ -211,7 +217,9 @@ std::string describe(const char* op, const Geo& g, bool relu, bool res) {
 std::unique_ptr<Op> bn_fwd(Context&, const OpArgs& args) {
   const std::int64_t m = args.i("m");
   const int c = static_cast<int>(args.i("c"));
-  const bool relu = args.i("relu") != 0, res = args.i("residual") != 0;
+  const int act = static_cast<int>(args.i("act"));
+  const bool res = args.i("residual") != 0;
+  if (act < 0 || act > 2) args.bad("activation code " + std::to_string(act) + " is out of range");
   const double mom = args.f("momentum"), eps = args.f("eps");
   const Geo g = geometry(m, c, vector_width(args, c, {"x", "y", "z"}));
   const void* x = args.ptr("x");
@@ -235,17 +243,17 @@ std::unique_ptr<Op> bn_fwd(Context&, const OpArgs& args) {
       stats_finish_kernel<T><<<finish_blocks(c), finish_block(), 0, s>>>(xp, part, g, gamma, beta, mean_in, var_in, mean_out,
                                                                var_out, smean, sinv, coef, mom, eps);
       apply_kernel<T, V><<<grid, block, 0, s>>>(xp, static_cast<const T*>(z), static_cast<T*>(y), coef, coef + c,
-                                                coef + 2 * c, g, relu);
+                                                coef + 2 * c, g, act);
     });
     check_launch("bn_fwd");
-  }, describe("bn_fwd", g, relu, res));
+  }, describe("bn_fwd", g, act, res));
 }
 
 std::unique_ptr<Op> bn_bwd(Context&, const OpArgs& args) {
   const std::int64_t m = args.i("m");
   const int c = static_cast<int>(args.i("c"));
   const int mask = static_cast<int>(args.i("mask"));
-  if (mask < NO_MASK || mask > MASK_FROM_Y) args.bad("mask code " + std::to_string(mask) + " is out of range");
+  if (mask < NO_MASK || mask > MASK6_FROM_Y) args.bad("mask code " + std::to_string(mask) + " is out of range");
   const Geo g = geometry(m, c, vector_width(args, c, {"x", "dy", "dx", "y", "dz", "dy2"}));
   const void* x = args.ptr("x");
   const void* dy = args.ptr("dy");
@@ -288,13 +296,15 @@ std::unique_ptr<Op> bn_bwd(Context&, const OpArgs& args) {
       });
     });
     check_launch("bn_bwd");
-  }, describe("bn_bwd", g, mask != NO_MASK, dz != nullptr) + (dy2 != nullptr ? " +dy2" : ""));
+  }, describe("bn_bwd", g, mask == NO_MASK ? 0 : mask >= MASK6_FROM_X ? 2 : 1, dz != nullptr) + (dy2 != nullptr ? " +dy2" : ""));
 }
 
 std::unique_ptr<Op> bn_inf(Context&, const OpArgs& args) {
   const std::int64_t m = args.i("m");
   const int c = static_cast<int>(args.i("c"));
-  const bool relu = args.i("relu") != 0, res = args.i("residual") != 0;
+  const int act = static_cast<int>(args.i("act"));
+  const bool res = args.i("residual") != 0;
+  if (act < 0 || act > 2) args.bad("activation code " + std::to_string(act) + " is out of range");
   const Geo g = geometry(m, c, vector_width(args, c, {"x", "y", "z"}));
   const void* x = args.ptr("x");
   const void* z = res ? args.ptr("z") : nullptr;
@@ -307,10 +317,10 @@ std::unique_ptr<Op> bn_inf(Context&, const OpArgs& args) {
       using T = typename decltype(tag)::type;
       constexpr int V = decltype(vc)::value;
       apply_kernel<T, V><<<grid, block, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(z),
-                                                static_cast<T*>(y), nullptr, scale, bias, g, relu);
+                                                static_cast<T*>(y), nullptr, scale, bias, g, act);
     });
     check_launch("bn_inf");
-  }, describe("bn_inf", g, relu, res));
+  }, describe("bn_inf", g, act, res));
 }
 
 std::unique_ptr<Op> bn_update_eq(Context&, const OpArgs& args) {

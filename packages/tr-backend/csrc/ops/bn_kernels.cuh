@@ -20,7 +20,10 @@ constexpr int kBlock = 256;
 constexpr int kTargetBlocks = 1024;  // chunks x tiles: ~8 resident blocks per SM on a 132-SM H100/H200
 constexpr int kUnroll = 4;           // rows a thread sums in float before adding them to its float64 sums
 
-enum Mask : int { NO_MASK = 0, MASK_FROM_X = 1, MASK_FROM_Y = 2 };
+// The backward's activation mask: none, relu's (read from y or recomputed from x), relu6's likewise.
+enum Mask : int { NO_MASK = 0, MASK_FROM_X = 1, MASK_FROM_Y = 2, MASK6_FROM_X = 3, MASK6_FROM_Y = 4 };
+__host__ __device__ constexpr bool mask_from_x(int mask) { return mask == MASK_FROM_X || mask == MASK6_FROM_X; }
+__host__ __device__ constexpr bool mask_from_y(int mask) { return mask == MASK_FROM_Y || mask == MASK6_FROM_Y; }
 
 struct Geo {
   std::int64_t m;     // rows
@@ -122,6 +125,20 @@ __device__ __forceinline__ float affine(float x, float mu, float a, float b) { r
 template <class T>
 __device__ __forceinline__ float relu_passed(float pre) {
   return kern::to_f(kern::from_f<T>(pre)) > 0.0f ? 1.0f : 0.0f;
+}
+
+// relu6's: the rounded pre-activation strictly inside (0, 6), as torch's hardtanh backward.
+template <class T>
+__device__ __forceinline__ float relu6_passed(float pre) {
+  const float r = kern::to_f(kern::from_f<T>(pre));
+  return r > 0.0f && r < 6.0f ? 1.0f : 0.0f;
+}
+
+// The forward's activation: 0 none, 1 relu, 2 relu6 (NaN stays NaN, as numpy's maximum and clip).
+__device__ __forceinline__ float activate(float v, int act) {
+  if (act != 0) v = kern::nan_max(v, 0.0f);
+  if (act == 2) v = kern::nan_min(v, 6.0f);
+  return v;
 }
 
 // The block's per-lane float64 sums of its tile -> part[chunk * c + ch] and part[(chunks + chunk) * c + ch],
@@ -273,7 +290,7 @@ struct BwdParams {
                            int mask) {
     load_params<V>(mean, ch, mu);
     load_params<V>(inv, ch, iv);
-    if (mask == MASK_FROM_X) {
+    if (mask_from_x(mask)) {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         a[j] = gamma[ch + j] * iv[j];

@@ -83,6 +83,7 @@ void dispatch_float(DT dt, const OpArgs& args, const char* what, Body&& body) {
 
 // ---- NaN-propagating max (numpy's maximum) ----------------------------------------------------------------
 __device__ __forceinline__ float nan_max(float a, float b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ float nan_min(float a, float b) { return (a < b || a != a) ? a : b; }
 
 // ---- deterministic block reductions (fixed tree: the same order on every run) ------------------------------
 template <class T, class Op>

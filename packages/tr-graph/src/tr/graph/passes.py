@@ -11,8 +11,8 @@
 8. infer_shapes      per-sample shapes (also run per variant by the compiler)
 9. place_flatten     drop flattens that only feed FCs (an FC reads [N, H*W*C] directly) or that are
                      no-ops, insert one where an FC would read channel-padded rows (AMP)
-10. fuse             relu into fc and add (fused epilogues); conv+bn2d+relu and conv+bn2d+add(+relu)
-                     -> cbr (the relu and the residual add run inside the BN kernels); cbr(relu) +
+10. fuse             relu into fc and add (fused epilogues); conv+bn2d+relu(6) and conv+bn2d+add(+relu)
+                     -> cbr (the relu or relu6 and the residual add run inside the BN kernels); cbr(relu) +
                      maxpool -> one cbr that pools in its BN kernels
 11. mark_first       layer 0 is the first layer (fc, conv, cbr or flatten); nothing else reads the input
 12. renumber         uid = index
@@ -351,8 +351,8 @@ def fuse_relu(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
 
 
 def fuse_cbr(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
-    """conv -> bn2d -> relu becomes cbr(act=relu); conv -> bn2d -> add(+relu) (the stem of a residual
-    block, or else its shortcut) becomes cbr(residual, act = the add's), whose second input is the add's
+    """conv -> bn2d -> relu (or relu6) becomes cbr(act=relu or relu6); conv -> bn2d -> add(+relu) (the stem
+    of a residual block, or else its shortcut) becomes cbr(residual, act = the add's), whose second input is the add's
     other input. Each inner value must have one reader: the next layer of the pattern."""
     by_uid = {L.uid: L for L in layers}
     n_readers = _readers(layers)
@@ -377,10 +377,10 @@ def fuse_cbr(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
     dropped: set[int] = set()
     fused: dict[int, ArchLayer] = {}
     for L in layers:
-        if L.kind == "act" and L.params["kind"] == "relu":
+        if L.kind == "act" and L.params["kind"] in ("relu", "relu6"):
             found = conv_bn(L.inputs[0])
             if found is not None:
-                fused[L.uid] = cbr(*found, L.uid, "relu", None)
+                fused[L.uid] = cbr(*found, L.uid, L.params["kind"], None)
                 dropped.update(x.uid for x in found)
         elif L.kind == "add":
             for k in (1, 0):  # the stem first

@@ -13,7 +13,8 @@ from tr.backend.binding import CallBinder, Geometry, window_geometry
 from tr.core.dtype import DType
 from tr.core.errors import DTypeError, ShapeError
 
-ACTIVATIONS = (None, "relu")
+ACTIVATIONS = (None, "relu", "relu6")
+ACT_CODES = {None: 0, "relu": 1, "relu6": 2}  # the native ops' activation codes
 
 _FWD_VEC = ("gamma", "beta", "mean_in", "var_in", "mean_out", "var_out", "saved_mean", "saved_inv_std")
 _BWD_VEC = ("gamma", "beta", "saved_mean", "saved_inv_std", "dgamma", "dbeta")
@@ -23,7 +24,11 @@ _BWD_VEC = ("gamma", "beta", "saved_mean", "saved_inv_std", "dgamma", "dbeta")
 class BnShape:
     m: int  # rows: N*H*W
     c: int  # channels
-    relu: bool
+    act: str | None  # None, "relu" or "relu6"
+
+    @property
+    def act_code(self) -> int:
+        return ACT_CODES[self.act]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,16 +40,16 @@ class BnFwd(BnShape):
 
 @dataclass(frozen=True, slots=True)
 class BnBwd(BnShape):
-    mask: str  # "" (no activation), "y" (read y > 0) or "x" (recomputed from x, gamma, beta)
+    mask: str  # "" (no activation), "y" (read from y) or "x" (recomputed from x, gamma, beta)
     dz: bool  # the residual's gradient is written
     dy2: bool  # a second gradient contribution is added to dy
 
 
-def _activation(b: CallBinder) -> bool:
+def _activation(b: CallBinder) -> str | None:
     act = b.attr("activation", None)
     if act not in ACTIVATIONS:
-        b.fail(f"activation must be None or 'relu', got {act!r}")
-    return act == "relu"
+        b.fail(f"activation must be one of {ACTIVATIONS}, got {act!r}")
+    return act
 
 
 def _features(b: CallBinder, names: tuple[str, ...]) -> tuple[int, int]:
@@ -85,17 +90,17 @@ def bn_fwd_rules(b: CallBinder) -> BnFwd:
 def bn_bwd_rules(b: CallBinder) -> BnBwd:
     m, c = _features(b, ("dy", "dx", "y", "dz", "dy2"))
     _per_channel(b, c, _BWD_VEC)
-    relu = _activation(b)
+    act = _activation(b)
     b.float_attr("eps", 1e-5, 0.0)
-    if not relu:
+    if act is None:
         mask = ""
     elif b.has("y"):
         mask = "y"
     elif b.has("beta"):
         mask = "x"
     else:
-        b.fail("activation 'relu' needs the forward's output y or beta (to recompute the mask from x)")
-    return BnBwd(m, c, relu, mask, b.has("dz"), b.has("dy2"))
+        b.fail(f"activation {act!r} needs the forward's output y or beta (to recompute the mask from x)")
+    return BnBwd(m, c, act, mask, b.has("dz"), b.has("dy2"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,8 +51,8 @@ def bn_forward(io: IO, momentum: float, eps: float, x: str, y: str, act: str | N
 
 def bn_backward(io: IO, eps: float, x: str, dy: str, dx: str, act: str | None = None, y: str | None = None,
                 dz: str | None = None, dy2: str | None = None) -> None:
-    """dy (+ dy2): the gradient of bn_forward's y. A relu's mask comes from y when given, else it is recomputed
-    from x (beta is passed for that); dz receives the residual's gradient."""
+    """dy (+ dy2): the gradient of bn_forward's y. A relu's or relu6's mask comes from y when given, else it
+    is recomputed from x (beta is passed for that); dz receives the residual's gradient."""
     io.op("bn_bwd", {"eps": eps, "activation": act}, x=x, gamma=io.t("gamma"), dy=dy, saved_mean=io.t("saved_mean"),
           saved_inv_std=io.t("saved_inv_std"), dgamma=io.t("gamma.grad"), dbeta=io.t("beta.grad"), dx=dx,
           beta=io.t("beta") if act and y is None else None, y=y, dz=dz, dy2=dy2 or None)

@@ -3,9 +3,11 @@
 Statistics are two-pass (mean, then the mean of squared deviations) with float64 accumulators, so they do
 not drift with large N*H*W. Training: saved_inv_std = 1/sqrt(var_biased + eps); running statistics
 out = (1-m)*in + m*batch with the unbiased batch variance (M/(M-1), M = N*H*W; M = 1 keeps the biased 0).
-Forward: y = act((x - mean) * (gamma * inv_std) + beta + z), in that order of float32 operations; the
-backward recomputes the relu mask from x with the same operations (and the rounding of y's dtype), so it
-needs neither y nor a mask unless a residual was added. Argument rules: tr.backend.rules.bn.
+Forward: y = act((x - mean) * (gamma * inv_std) + beta + z), in that order of float32 operations, act None,
+relu or relu6 (clip to [0, 6]); the backward recomputes the activation's mask from x with the same operations
+(and the rounding of y's dtype), so it needs neither y nor a mask unless a residual was added. relu passes
+where the stored pre-activation is > 0, relu6 where it is strictly inside (0, 6) (torch's hardtanh
+backward). Argument rules: tr.backend.rules.bn.
 """
 
 from __future__ import annotations
@@ -101,13 +103,14 @@ class TrainGrad:
         self.t2 = b.scratch((c,))
         self.stored = rounder(b, (m, c), b.dtype("x")) if with_beta else None
 
-    def relu_passed(self, x: np.ndarray, out: np.ndarray) -> None:
-        """out = 1 where the forward's relu passed its input, as it rounded the pre-activation into y, else 0."""
+    def relu_passed(self, x: np.ndarray, out: np.ndarray, act: str = "relu") -> None:
+        """out = 1 where the forward's activation passed its input, as it rounded the pre-activation into y,
+        else 0."""
         np.multiply(self.gamma, self.inv, out=self.k)
         np.subtract(x, self.mean, out=out)
         np.multiply(out, self.k, out=out)
         np.add(out, self.beta, out=out)
-        np.greater(self.stored(out), np.float32(0), out=out)
+        passed(self.stored(out), act, out)
 
     def backward(self, x: np.ndarray, g: np.ndarray, dx: np.ndarray) -> None:
         xhat, s1, s2 = self.xhat, self.s1, self.s2
@@ -128,6 +131,22 @@ class TrainGrad:
         np.subtract(g, xhat, out=xhat)
         np.subtract(xhat, self.t1, out=xhat)
         np.multiply(xhat, self.k, out=dx)
+
+
+def activate(y: np.ndarray, act: str | None) -> None:
+    """The fused activation in place: None, relu (NaN stays NaN) or relu6."""
+    if act == "relu":
+        np.maximum(y, np.float32(0), out=y)
+    elif act == "relu6":
+        np.clip(y, np.float32(0), np.float32(6), out=y)
+
+
+def passed(v: np.ndarray, act: str, out: np.ndarray) -> None:
+    """out = 1 where the activation's derivative is 1 at (stored) value v: relu v > 0, relu6 0 < v < 6."""
+    if act == "relu6":
+        np.copyto(out, (v > 0) & (v < 6))
+    else:
+        np.greater(v, np.float32(0), out=out)
 
 
 def _residual(b: Binder, m: int, c: int, y: np.ndarray) -> tuple[np.ndarray, Step | None]:
@@ -151,8 +170,7 @@ def bn_fwd(b: Binder) -> Step:
         stats.normalize(x, y)
         if z is not None:
             np.add(y, z, out=y)
-        if r.relu:
-            np.maximum(y, np.float32(0), out=y)
+        activate(y, r.act)
 
     return seq(load_x, load_z, *stats.loads, core, store_y, *stats.stores)
 
@@ -169,7 +187,7 @@ def bn_bwd(b: Binder) -> Step:
     dy2, load_dy2 = b.load("dy2", (m_, c)) if r.dy2 else (None, None)
     grad = TrainGrad(b, m_, c, with_beta=r.mask == "x")
     g = b.scratch((m_, c)) if r.mask or r.dy2 else dy
-    passed = b.scratch((m_, c)) if r.mask else None
+    mask = b.scratch((m_, c)) if r.mask else None
     summed = rounder(b, (m_, c), b.dtype("dy")) if r.dy2 else None
 
     def core() -> None:
@@ -178,11 +196,11 @@ def bn_bwd(b: Binder) -> Step:
             np.copyto(g, summed(g))
         src = g if dy2 is not None else dy
         if r.mask == "y":
-            np.greater(y, np.float32(0), out=passed)
+            passed(y, r.act, mask)
         elif r.mask == "x":
-            grad.relu_passed(x, passed)
+            grad.relu_passed(x, mask, r.act)
         if r.mask:
-            np.multiply(src, passed, out=g)  # g = dy where the relu passed its input
+            np.multiply(src, mask, out=g)  # g = dy where the activation passed its input
         if dz is not None:
             np.copyto(dz, g)
         grad.backward(x, g, dx)
@@ -204,8 +222,7 @@ def bn_inf(b: Binder) -> Step:
         np.add(y, bias, out=y)
         if z is not None:
             np.add(y, z, out=y)
-        if r.relu:
-            np.maximum(y, np.float32(0), out=y)
+        activate(y, r.act)
 
     return seq(load_x, load_z, load_s, load_b, core, store_y)
 

@@ -120,3 +120,59 @@ def test_fc_bf16_tensors():
     ws = to_float32(be.read(w), w.dtype).reshape(o, k).astype(np.float64)
     assert be.view(y).dtype == np.uint16
     assert_close(to_float32(be.read(y), y.dtype).reshape(n, o), xs @ ws.T, 1e-2)
+
+
+@pytest.mark.parametrize("dtype,tol", [("fp32", 1e-5), ("fp16", 2e-3)])
+@pytest.mark.parametrize("hidden", [5, 128, 200])  # under one word, exactly one 128-bit row, a padded row
+def test_relu_mask_fuses_the_relu_backward_into_the_next_dx(dtype, tol, hidden):
+    """fc(relu) -> fc: the first writes its relu's bit mask, the second's dx is dy w with that relu's backward
+    applied (DRELU), the same as torch's relu backward; the mask's bits are the pre-activation's sign in
+    cuBLASLt's layout (bit f of sample n at n*ld + f, LSB first, ld = hidden rounded up to 128)."""
+    from tr.core.ops import relu_mask_bytes, relu_mask_ld
+
+    n, k, o = 6, 9, 4
+    a = SimpleArena()
+    t = {"x": a.add("x", (n, 1, 1, k), dtype), "w1": a.add("w1", (hidden, 1, 1, k), dtype),
+         "b1": a.add("b1", (hidden,)), "h": a.add("h", (n, 1, 1, hidden), dtype),
+         "mask": a.add("mask", (n, 1, 1, relu_mask_bytes(hidden)), "int8"),
+         "w2": a.add("w2", (o, 1, 1, hidden), dtype), "dy": a.add("dy", (n, 1, 1, o), dtype),
+         "dw2": a.add("dw2", (o, 1, 1, hidden)), "dh": a.add("dh", (n, 1, 1, hidden), dtype)}
+    be = a.allocate()
+    rng = np.random.default_rng(hidden)
+    for name in ("x", "w1", "w2", "dy", "b1"):
+        be.write(t[name], rng.standard_normal(t[name].shape.dims))
+    be.write(t["mask"], np.full(t["mask"].shape.dims, -1))  # every bit set: the padding must come back 0
+    run(be, op("fc_fwd", x=t["x"], w=t["w1"], b=t["b1"], y=t["h"], mask=t["mask"], activation="relu"),
+        op("fc_bwd", x=t["h"], w=t["w2"], dy=t["dy"], dw=t["dw2"], dx=t["dh"], mask=t["mask"]))
+    x = torch.tensor(be.read(t["x"]).reshape(n, k).astype(np.float64))
+    w1 = torch.tensor(be.read(t["w1"]).reshape(hidden, k).astype(np.float64))
+    b1 = torch.tensor(be.read(t["b1"]).ravel().astype(np.float64))
+    pre = torch.nn.functional.linear(x, w1, b1).requires_grad_(True)
+    h = torch.relu(pre)
+    assert_close(be.read(t["h"]).reshape(n, hidden), h.detach().numpy(), tol)
+    w2 = torch.tensor(be.read(t["w2"]).reshape(o, hidden).astype(np.float64))
+    torch.nn.functional.linear(h, w2).backward(torch.tensor(be.read(t["dy"]).reshape(n, o).astype(np.float64)))
+    assert_close(be.read(t["dh"]).reshape(n, hidden), pre.grad.numpy(), tol)
+    bits = np.unpackbits(be.read(t["mask"]).reshape(n, -1).view(np.uint8), axis=1, bitorder="little")
+    assert bits.shape[1] == relu_mask_ld(hidden)
+    assert (bits[:, :hidden] == (pre.detach().numpy() > 0)).all() and not bits[:, hidden:].any()
+    stored = be.read(t["h"]).reshape(n, hidden).astype(np.float32)
+    assert bits[:, :hidden][stored > 0].all()  # wherever the stored activation is positive the relu passed
+
+
+def test_relu_mask_rules_name_the_problem():
+    a = SimpleArena()
+    x, w, y = a.add("x", (2, 1, 1, 8)), a.add("w", (3, 1, 1, 8)), a.add("y", (2, 1, 1, 3))
+    short = a.add("short", (2, 1, 1, 8), "int8")
+    good = a.add("good", (2, 1, 1, 16), "int8")
+    wrong = a.add("wrong", (2, 1, 1, 16))
+    dy, dw = a.add("dy", (2, 1, 1, 3)), a.add("dw", (3, 1, 1, 8))
+    be = a.allocate()
+    with pytest.raises(Exception, match=r"mask .* must be \[2, 1, 1, 16\]: 128 bits a sample for the 3 outputs"):
+        be.capture("g", [op("fc_fwd", x=x, w=w, y=y, mask=short, activation="relu")])
+    with pytest.raises(Exception, match="fc_fwd writes one only with activation 'relu'"):
+        be.capture("g", [op("fc_fwd", x=x, w=w, y=y, mask=good)])
+    with pytest.raises(Exception, match="argument .mask. has dtype FP32; expected INT8"):
+        be.capture("g", [op("fc_fwd", x=x, w=w, y=y, mask=wrong, activation="relu")])
+    with pytest.raises(Exception, match="fc_bwd has no dx here"):
+        be.capture("g", [op("fc_bwd", x=x, w=w, dy=dy, dw=dw, mask=good)])

@@ -4,8 +4,11 @@
 //   fc_fwd  y^T[O,N]  = w^T^T... : D(O x N) = op(A = w stored K x O, T) * op(B = x stored K x N, N)
 //   fc_bwd  dw^T[K,O] : D(K x O) = op(A = x stored K x N, N) * op(B = dy stored O x N, T); db = BGRADB (sum over N)
 //           dx^T[K,N] : D(K x N) = op(A = w stored K x O, N) * op(B = dy stored O x N, N)
-// Epilogues remove kernels where cuBLASLt offers them for the layout (BIAS, RELU_BIAS, RELU, BGRADB); when
-// its heuristics find no algorithm with the epilogue, the plain GEMM runs and our own kernels do the rest.
+// Epilogues remove kernels where cuBLASLt offers them for the layout (BIAS, RELU_BIAS, RELU, BGRADB, and with a
+// relu mask RELU_AUX(_BIAS) in the forward and DRELU in the dx GEMM of the next layer's backward); when its
+// heuristics find no algorithm with the epilogue, the plain GEMM runs and our own kernels do the rest, with the
+// mask in the same layout (tr/backend/rules/fc.py: bit f of sample n at bit n*ld + f, LSB first), so a fused
+// forward and an unfused backward (or the reverse) agree.
 // FP32 runs in FP32 (or TF32 when asked); FP16/BF16 inputs accumulate in FP32 and may write FP32 outputs.
 #include <cublasLt.h>
 
@@ -39,8 +42,10 @@ struct GemmSpec {
   cudaDataType_t a_type = CUDA_R_32F, b_type = CUDA_R_32F, d_type = CUDA_R_32F;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  void* bias = nullptr;  // bias (forward) or bias gradient (BGRADB)
+  void* bias = nullptr;  // bias (forward) or bias gradient (BGRADB, DRELU_BGRAD)
   cudaDataType_t bias_type = CUDA_R_32F;
+  void* aux = nullptr;  // the relu bit mask (RELU_AUX written, DRELU read)
+  std::int64_t aux_ld = 0;  // its bits per column of D
 };
 
 // One planned cuBLASLt matmul: descriptors and the algorithm chosen once.
@@ -75,6 +80,12 @@ class Gemm {
       const std::int32_t bt = s.bias_type;
       cuda::lt_check(api.desc_set(g->desc_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)),
                      "set BIAS_DATA_TYPE");
+    }
+    if (s.aux != nullptr) {
+      cuda::lt_check(api.desc_set(g->desc_, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &s.aux, sizeof(s.aux)),
+                     "set EPILOGUE_AUX_POINTER");
+      cuda::lt_check(api.desc_set(g->desc_, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &s.aux_ld, sizeof(s.aux_ld)),
+                     "set EPILOGUE_AUX_LD");
     }
     // Stored shapes (column-major rows x cols, leading dimension = rows).
     const std::uint64_t a_rows = s.trans_a ? s.k : s.m, a_cols = s.trans_a ? s.m : s.k;
@@ -116,16 +127,21 @@ class Gemm {
   std::size_t ws_ = 0;
 };
 
+// Whether fused epilogues may be used: the op's "epilogues" (0 from TR_CUBLASLT_EPILOGUES=0 runs our own
+// kernels instead, to test them where cuBLASLt would fuse).
+bool epilogues_allowed(const OpArgs& args) { return args.i("epilogues", 1) != 0; }
+
 // A GEMM with the wanted epilogue, else the plain one (then `fused` is false); throws when neither exists.
 std::unique_ptr<Gemm> plan_with_fallback(Context& ctx, GemmSpec spec, const OpArgs& args, bool& fused) {
   fused = false;
-  if (spec.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+  if (spec.epilogue != CUBLASLT_EPILOGUE_DEFAULT && epilogues_allowed(args)) {
     if (auto g = Gemm::plan(ctx, spec)) {
       fused = true;
       return g;
     }
     spec.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     spec.bias = nullptr;
+    spec.aux = nullptr;
   }
   if (auto g = Gemm::plan(ctx, spec)) return g;
   args.bad("cuBLASLt has no algorithm for a " + std::to_string(spec.m) + "x" + std::to_string(spec.n) + "x" +
@@ -158,6 +174,38 @@ __global__ void column_sum_kernel(const TD* dy, TB* db, std::int64_t rows, std::
   }
 }
 
+constexpr int kMaskWord = 32;  // the kernels read and write the relu mask a 32-bit word (32 features) at a time
+
+// The forward's tail with a relu mask: y[r, c] = relu(y[r, c] + bias[c]) and the mask's bits (pre-activation
+// > 0), one thread per mask word of one row; the padding bits past `cols` are 0.
+template <class TY, class TB>
+__global__ void bias_relu_mask_kernel(TY* y, const TB* bias, std::uint32_t* mask, std::int64_t rows,
+                                      std::int64_t cols, std::int64_t words) {
+  TR_GRID_STRIDE(i, rows * words) {
+    const std::int64_t r = i / words, c0 = (i % words) * kMaskWord;
+    std::uint32_t bits = 0;
+    for (int j = 0; j < kMaskWord && c0 + j < cols; ++j) {
+      float v = kern::to_f(y[r * cols + c0 + j]);
+      if (bias != nullptr) v = v + kern::to_f(bias[c0 + j]);
+      if (v > 0.0f) bits |= 1u << j;
+      y[r * cols + c0 + j] = kern::from_f<TY>(v > 0.0f || v != v ? v : 0.0f);
+    }
+    mask[i] = bits;
+  }
+}
+
+// The backward's relu (DRELU's fallback): dx[r, c] = 0 where the mask's bit is clear (a select, as cuBLASLt).
+template <class TX>
+__global__ void drelu_kernel(TX* dx, const std::uint32_t* mask, std::int64_t rows, std::int64_t cols,
+                             std::int64_t words) {
+  TR_GRID_STRIDE(i, rows * cols) {
+    const std::int64_t r = i / cols, c = i % cols;
+    if (((mask[r * words + c / kMaskWord] >> (c % kMaskWord)) & 1u) == 0u) dx[i] = kern::from_f<TX>(0.0f);
+  }
+}
+
+std::int64_t mask_ld(std::int64_t features) { return (features + 127) / 128 * 128; }
+
 template <class TY>
 void launch_bias_act(DT bias_dt, void* y, const void* bias, std::int64_t rows, std::int64_t cols, bool relu,
                      cudaStream_t s, const OpArgs& args) {
@@ -176,7 +224,7 @@ std::unique_ptr<Op> fc_fwd(Context& ctx, const OpArgs& args) {
   const DT xdt = args.dt("x"), ydt = args.dt("y");
   if (args.dt("w") != xdt) args.bad("w and x must have one dtype");
   const bool relu = args.i("relu", 0) != 0;
-  const bool has_bias = args.has("b");
+  const bool has_bias = args.has("b"), has_mask = args.has("mask");
   const DT bdt = has_bias ? args.dt("b") : DT::F32;
   GemmSpec spec;
   spec.trans_a = true;
@@ -193,6 +241,13 @@ std::unique_ptr<Op> fc_fwd(Context& ctx, const OpArgs& args) {
   } else if (relu) {
     spec.epilogue = CUBLASLT_EPILOGUE_RELU;
   }
+  std::uint32_t* mask = has_mask ? static_cast<std::uint32_t*>(args.ptr("mask")) : nullptr;
+  const std::int64_t words = mask_ld(o) / kMaskWord;
+  if (has_mask) {  // the rules allow a mask only with the relu
+    spec.epilogue = has_bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX;
+    spec.aux = mask;
+    spec.aux_ld = mask_ld(o);
+  }
   bool fused = false;
   std::shared_ptr<Gemm> gemm = plan_with_fallback(ctx, spec, args, fused);
   const void* x = args.ptr("x");
@@ -206,11 +261,23 @@ std::unique_ptr<Op> fc_fwd(Context& ctx, const OpArgs& args) {
     if (tail) {
       auto go = [&](auto ty) {
         using TY = typename decltype(ty)::type;
-        launch_bias_act<TY>(bdt, y, bias, n, o, relu, s, copy);
+        if (mask != nullptr) {
+          auto go_b = [&](auto tb) {
+            using TB = typename decltype(tb)::type;
+            bias_relu_mask_kernel<TY, TB><<<kern::blocks_for(n * words), kern::kThreads, 0, s>>>(
+                static_cast<TY*>(y), static_cast<const TB*>(bias), mask, n, o, words);
+          };
+          kern::dispatch_float(bdt, copy, "bias", go_b);
+          check_launch("fc bias/relu/mask");
+        } else {
+          launch_bias_act<TY>(bdt, y, bias, n, o, relu, s, copy);
+        }
       };
       kern::dispatch_float(ydt, copy, "y", go);
     }
-  }, !has_bias && !relu ? "gemm" : fused ? "gemm with fused epilogue" : "gemm + bias/relu kernel");
+  }, !has_bias && !relu ? "gemm"
+     : fused ? (has_mask ? "gemm with fused epilogue and relu mask" : "gemm with fused epilogue")
+             : (has_mask ? "gemm + bias/relu/mask kernel" : "gemm + bias/relu kernel"));
 }
 
 std::unique_ptr<Op> fc_bwd(Context& ctx, const OpArgs& args) {
@@ -235,6 +302,10 @@ std::unique_ptr<Op> fc_bwd(Context& ctx, const OpArgs& args) {
   bool fused = false;
   std::shared_ptr<Gemm> wgemm = plan_with_fallback(ctx, wspec, args, fused);
   std::shared_ptr<Gemm> xgemm;
+  const std::uint32_t* mask = args.has("mask") ? static_cast<const std::uint32_t*>(args.ptr("mask")) : nullptr;
+  const std::int64_t words = mask_ld(k) / kMaskWord;
+  bool drelu_fused = false;
+  std::shared_ptr<DeviceBuffer> bgrad_sink;  // DRELU_BGRAD's bias gradient, unused (BGRADB below computes db)
   if (has_dx) {
     GemmSpec xspec;
     xspec.m = k;
@@ -243,9 +314,25 @@ std::unique_ptr<Op> fc_bwd(Context& ctx, const OpArgs& args) {
     xspec.a_type = xspec.b_type = wspec.a_type;
     xspec.d_type = cuda_type(args.dt("dx"), args, "dx");
     xspec.compute = wspec.compute;
-    bool unused = false;
-    xgemm = plan_with_fallback(ctx, xspec, args, unused);
+    if (mask != nullptr && epilogues_allowed(args)) {
+      xspec.aux = const_cast<std::uint32_t*>(mask);
+      xspec.aux_ld = mask_ld(k);
+      xspec.epilogue = CUBLASLT_EPILOGUE_DRELU;
+      if (auto g = Gemm::plan(ctx, xspec)) {
+        xgemm = std::move(g);
+        drelu_fused = true;
+      } else {  // some cuBLASLt versions fuse the relu's gradient only together with a bias gradient
+        bgrad_sink = std::make_shared<DeviceBuffer>(static_cast<std::size_t>(k) * 4);
+        xspec.epilogue = CUBLASLT_EPILOGUE_DRELU_BGRAD;
+        xspec.bias = bgrad_sink->get();
+        xspec.bias_type = xspec.d_type;
+      }
+    }
+    if (!xgemm) xgemm = plan_with_fallback(ctx, xspec, args, drelu_fused);
+    if (mask == nullptr) drelu_fused = false;
   }
+  const DT dxdt = has_dx ? args.dt("dx") : DT::F32;
+  const bool drelu_kernel_needed = mask != nullptr && !drelu_fused;
   const void* x = args.ptr("x");
   const void* w = args.ptr("w");
   const void* dy = args.ptr("dy");
@@ -255,6 +342,7 @@ std::unique_ptr<Op> fc_bwd(Context& ctx, const OpArgs& args) {
   const bool db_kernel = has_db && !fused;
   OpArgs copy = args;
   return fn_op([=](cudaStream_t s) {
+    (void)bgrad_sink;  // owned by the op
     wgemm->run(x, dy, dw, s);
     if (db_kernel) {
       const unsigned blocks = kern::blocks_for(o);
@@ -271,8 +359,17 @@ std::unique_ptr<Op> fc_bwd(Context& ctx, const OpArgs& args) {
       check_launch("fc bias gradient");
     }
     if (xgemm) xgemm->run(w, dy, dx, s);
+    if (drelu_kernel_needed) {
+      auto go_x = [&](auto tx) {
+        using TX = typename decltype(tx)::type;
+        drelu_kernel<TX><<<kern::blocks_for(n * k), kern::kThreads, 0, s>>>(static_cast<TX*>(dx), mask, n, k, words);
+      };
+      kern::dispatch_float(dxdt, copy, "dx", go_x);
+      check_launch("fc relu gradient");
+    }
   }, std::string(!has_db ? "dw gemm" : fused ? "dw gemm with fused BGRADB" : "dw gemm + bias-gradient kernel") +
-         (has_dx ? ", dx gemm" : ""));
+         (!has_dx ? "" : mask == nullptr ? ", dx gemm" : drelu_fused ? ", dx gemm with fused DRELU"
+                                                                      : ", dx gemm + relu-gradient kernel"));
 }
 
 }  // namespace

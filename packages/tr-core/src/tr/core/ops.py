@@ -78,6 +78,16 @@ LOSS_SCALE_RULES = ("static", "dynamic")  # the seed's only-halving scale; torch
 # number of clean steps in a row before the dynamic scale doubles.
 INITIAL_LOSS_SCALE = MappingProxyType({"dynamic": 65536.0, "static": 8192.0})
 DEFAULT_GROWTH_INTERVAL = 2000
+RELU_MASK_ALIGN = 128  # fc's relu bit mask: bits a sample, a multiple of 128 (cuBLASLt's AUX_LD rule)
+
+
+def relu_mask_ld(features: int) -> int:
+    """Bits a sample of an fc relu mask over ``features`` outputs (fc_fwd's ``mask``)."""
+    return -(-features // RELU_MASK_ALIGN) * RELU_MASK_ALIGN
+
+
+def relu_mask_bytes(features: int) -> int:
+    return relu_mask_ld(features) // 8
 
 _DEFS: list[OpDef] = [
     # --- copies and shape ops -------------------------------------------------------------------
@@ -88,11 +98,17 @@ _DEFS: list[OpDef] = [
     OpDef("channel_pad_fwd", "flatten", (_t("x"), _t("y", "out")), doc="copy C channels, zero the padding"),
     OpDef("channel_pad_bwd", "flatten", (_t("dy"), _t("dx", "out")), doc="first C channels of dy"),
     # --- fully connected --------------------------------------------------------------------------
-    OpDef("fc_fwd", "fc", (_t("x"), _t("w"), _t("b", optional=True), _t("y", "out")), ("activation",),
-          doc="y = x[N, H*W*C] @ w[out, in]^T + b; activation None or 'relu' (fused epilogue)"),
+    OpDef("fc_fwd", "fc", (_t("x"), _t("w"), _t("b", optional=True), _t("y", "out"), _t("mask", "out", True)),
+          ("activation",),
+          doc="y = x[N, H*W*C] @ w[out, in]^T + b; activation None or 'relu' (fused epilogue). mask (with relu): "
+              "the relu's bit mask, INT8 [N, 1, 1, ld/8] with ld = out rounded up to 128: bit o of sample n (bit "
+              "n*ld + o, least significant bit first) is set iff the pre-activation is > 0 (cuBLASLt's RELU_AUX)"),
     OpDef("fc_bwd", "fc",
-          (_t("x"), _t("w"), _t("dy"), _t("dw", "out"), _t("db", "out", True), _t("dx", "out", True)),
-          doc="dw = dy^T x, db = sum_n dy, dx = dy w (dx None for the first layer)"),
+          (_t("x"), _t("w"), _t("dy"), _t("dw", "out"), _t("db", "out", True), _t("dx", "out", True),
+           _t("mask", optional=True)),
+          doc="dw = dy^T x, db = sum_n dy, dx = dy w (dx None for the first layer). mask (with dx): the input's "
+              "producer's relu mask (fc_fwd's, over in features): dx = dy w where its bit is set, else 0 "
+              "(cuBLASLt's DRELU), so the relu's backward needs no op of its own"),
     # --- convolution (no bias: a BN follows) --------------------------------------------------------
     OpDef("conv_fwd", "conv", (_t("x"), _t("w"), _t("y", "out")), ("kernel", "stride", "padding", "groups"),
           doc="NHWC cross-correlation, weight KRSC [K, R, S, C/groups]; groups default 1"),

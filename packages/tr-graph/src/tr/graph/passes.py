@@ -11,7 +11,9 @@
 8. infer_shapes      per-sample shapes (also run per variant by the compiler)
 9. place_flatten     drop flattens that only feed FCs (an FC reads [N, H*W*C] directly) or that are
                      no-ops, insert one where an FC would read channel-padded rows (AMP)
-10. fuse             relu into fc and add (fused epilogues); conv+bn2d+relu(6) and conv+bn2d+add(+relu)
+10. fuse             relu into fc and add (fused epilogues); an fc(relu) read only by an fc hands that fc
+                     its relu mask, whose dx GEMM then applies the relu's backward (DRELU); conv+bn2d+relu(6)
+                     and conv+bn2d+add(+relu)
                      -> cbr (the relu or relu6 and the residual add run inside the BN kernels); cbr(relu) +
                      maxpool -> one cbr that pools in its BN kernels
 11. mark_first       layer 0 is the first layer (fc, conv, cbr or flatten); nothing else reads the input
@@ -332,7 +334,7 @@ def fuse(layers: Sequence[ArchLayer], amp: bool) -> list[ArchLayer]:
     """relu into fc/add (the ops have a relu epilogue), then conv+bn2d(+add)(+relu) into cbr layers.
 
     ``amp`` is accepted for the pass signature; the fusions are exact on FP32 too, so they always apply."""
-    return fuse_pool(fuse_cbr(fuse_relu(layers)))
+    return fuse_pool(fuse_cbr(fuse_drelu(fuse_relu(layers))))
 
 
 def fuse_relu(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
@@ -348,6 +350,29 @@ def fuse_relu(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
             fused[L.uid] = replace(p, params=params(**{**p.params, "activation": "relu"}), uid=L.uid)
             dropped.add(p.uid)
     return [fused.get(L.uid, L) for L in layers if L.uid not in dropped]
+
+
+def fuse_drelu(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
+    """fc(relu) -> fc: the first writes its relu's bit mask (param relu_mask), the second's backward applies it
+    to the dx it computes (param drelu), so the relu's backward is the dx GEMM's epilogue, not an op. Only
+    where the second fc is the first one's sole reader: then dx is that relu's whole output gradient."""
+    by_uid = {L.uid: L for L in layers}
+    n_readers = _readers(layers)
+    masked: set[int] = set()
+    for L in layers:
+        if L.kind != "fc" or L.inputs[0] == DATA or n_readers.get(L.inputs[0]) != 1:
+            continue
+        p = by_uid[L.inputs[0]]
+        if p.kind == "fc" and p.params.get("activation") == "relu":
+            masked.add(p.uid)
+    out = []
+    for L in layers:
+        if L.uid in masked:
+            L = replace(L, params=params(**{**L.params, "relu_mask": True}))
+        if L.kind == "fc" and L.inputs[0] in masked:
+            L = replace(L, params=params(**{**L.params, "drelu": True}))
+        out.append(L)
+    return out
 
 
 def fuse_cbr(layers: Sequence[ArchLayer]) -> list[ArchLayer]:

@@ -3,6 +3,10 @@
 x [N, H, W, C] is read as [N, K = H*W*C], w is [O, 1, 1, K], b has O elements, y and dy are [N, ..., O]. x, w
 (and dy) share one dtype: the GEMMs take one input type; y, b, dw, db and dx are any float (AMP: FP16 x, w, dy,
 y and bias, FP32 dw and db). Both backends call these at capture and keep only execution.
+
+The relu mask (fc_fwd's optional output, fc_bwd's optional input: the backward of a relu fused into the next
+FC's dx GEMM) is cuBLASLt's RELU_AUX layout: per sample ``ld = mask_ld(features)`` bits, bit f of sample n at
+bit n*ld + f, least significant bit first, stored as INT8 [N, 1, 1, ld/8] (tr.core.ops.relu_mask_ld).
 """
 
 from __future__ import annotations
@@ -10,7 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tr.backend.binding import CallBinder
+from tr.core.dtype import DType
 from tr.core.errors import DTypeError, ShapeError
+from tr.core.ops import relu_mask_bytes as mask_bytes
+from tr.core.ops import relu_mask_ld as mask_ld
 
 ACTIVATIONS = (None, "relu")
 
@@ -39,6 +46,14 @@ def _rows(b: CallBinder, name: str, n: int, per: int) -> None:
         b.fail(f"{name} {t.shape} must be [{n}, ..., {per} per sample]", ShapeError)
 
 
+def _mask(b: CallBinder, n: int, features: int, what: str) -> None:
+    b.expect_dtype("mask", DType.INT8)
+    t = b.tensor("mask")
+    if t.shape.n != n or t.shape.per_sample() != mask_bytes(features):
+        b.fail(f"mask {t.shape} must be [{n}, 1, 1, {mask_bytes(features)}]: {mask_ld(features)} bits a sample for "
+               f"the {features} {what}", ShapeError)
+
+
 def fwd(b: CallBinder) -> tuple[FcShape, bool]:
     """fc_fwd's shape and whether a ReLU follows."""
     s = _dims(b)
@@ -49,6 +64,10 @@ def fwd(b: CallBinder) -> tuple[FcShape, bool]:
     b.expect_float("x", "w", "b", "y")
     if b.has("b"):
         b.expect_numel("b", s.o)
+    if b.has("mask"):
+        if act != "relu":
+            b.fail("a mask is the relu's: fc_fwd writes one only with activation 'relu'")
+        _mask(b, s.n, s.o, "outputs")
     return s, act == "relu"
 
 
@@ -65,4 +84,8 @@ def bwd(b: CallBinder) -> FcShape:
         b.expect_numel("db", s.o)
     if b.has("dx"):
         _rows(b, "dx", s.n, s.k)
+    if b.has("mask"):
+        if not b.has("dx"):
+            b.fail("a mask applies the input's relu to dx; fc_bwd has no dx here")
+        _mask(b, s.n, s.k, "inputs")
     return s

@@ -174,6 +174,11 @@ class IO:
         """Global key of one of this layer's own tensors."""
         return f"L{self.index}.{local}"
 
+    @staticmethod
+    def key(index: int, local: str) -> str:
+        """Global key of a tensor of layer ``index`` (a fusion reading its producer's, e.g. a relu mask)."""
+        return f"L{index}.{local}"
+
     def w(self, local: str) -> str:
         """The weight as compute ops read it: the FP16 working copy under AMP when the group has one."""
         k = self.t(local + ".fp16")

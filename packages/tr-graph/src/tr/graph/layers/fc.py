@@ -2,12 +2,18 @@
 
 The input is read as [N, H*W*C] directly (NHWC order), so no flatten is needed in front of an FC unless
 padded channels make the rows non-contiguous (see the ArchPlan's flatten placement).
+
+Where the fuse pass pairs an fc(relu) with the fc that alone reads it (tr.graph.passes.fuse_drelu), the first
+has ``relu_mask``: its forward also writes the relu's bit mask (INT8, relu_mask_bytes(out) a sample), and its
+backward takes its output gradient as already through the relu; the second has ``drelu``: its fc_bwd reads
+that mask and writes the relu's input gradient as its dx.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tr.core.ops import relu_mask_bytes
 from tr.core.shape import Shape
 from tr.graph.layers.activation import act_backward
 from tr.graph.layers.base import IO, Decl, DeclCtx, Init, LayerKind, positive_int
@@ -34,23 +40,28 @@ class FCKind(LayerKind):
         decls = cx.param("w", "fc_w", Shape(k, 1, 1, fan_in), Init("weight", fan_in, k))
         if layer.params["bias"]:
             decls += cx.param("b", "fc_b", Shape(1, 1, 1, k), Init("bias", fan_in, k))
-        if layer.params.get("activation"):
+        if layer.params.get("relu_mask"):
+            decls.append(cx.mask("relu_mask", Shape(out.n, 1, 1, relu_mask_bytes(k))))
+        elif layer.params.get("activation"):
             decls.append(cx.grad("act_dx", out))
         return decls
 
     def forward(self, layer, io: IO) -> None:
         b = io.w("b") if layer.params["bias"] else None  # FP16 under AMP: the GEMM's epilogue adds it
-        io.op("fc_fwd", {"activation": layer.params.get("activation")}, x=io.x[0], w=io.w("w"), b=b, y=io.y)
+        mask = io.t("relu_mask") if layer.params.get("relu_mask") else None
+        io.op("fc_fwd", {"activation": layer.params.get("activation")}, x=io.x[0], w=io.w("w"), b=b, y=io.y,
+              mask=mask)
 
     def backward(self, layer, io: IO) -> list[str | None]:
         dy = io.dy
         act = layer.params.get("activation")
-        if act:
+        if act and not layer.params.get("relu_mask"):  # (with the mask, the reader's dx GEMM applied it)
             act_backward(io, act, "", io.y, dy, io.t("act_dx"))
             dy = io.t("act_dx")
         db = io.t("b.grad") if layer.params["bias"] else None
         dx = io.dx_or_none(0)
-        io.op("fc_bwd", x=io.x[0], w=io.w("w"), dy=dy, dw=io.dw("w"), db=db, dx=dx)
+        mask = io.key(layer.inputs[0], "relu_mask") if layer.params.get("drelu") and dx else None
+        io.op("fc_bwd", x=io.x[0], w=io.w("w"), dy=dy, dw=io.dw("w"), db=db, dx=dx, mask=mask)
         return [dx]
 
     def inference(self, layer, io: IO) -> str:

@@ -1,8 +1,9 @@
 """Fully connected layer: x [N,H,W,C] read as [N, K=H*W*C], w [O,1,1,K], b [O], y [N,1,1,O].
 
 Forward is one BLAS GEMM ``y = x @ w^T`` written straight into the output view (``w.T`` is a transposed
-view, so BLAS reads it in place), then the bias and the optional fused ReLU in place. Backward is two GEMMs
-(``dw = dy^T x``, ``dx = dy w``) and one column sum (``db``), each into its output view.
+view, so BLAS reads it in place), then the bias and the optional fused ReLU in place (and its bit mask,
+packed as tr.backend.rules.fc describes). Backward is two GEMMs (``dw = dy^T x``, ``dx = dy w``, zeroed where
+the input's relu mask is clear) and one column sum (``db``), each into its output view.
 """
 
 from __future__ import annotations
@@ -28,6 +29,15 @@ def fc_fwd(b: Binder) -> Step:
     if b.has("b"):
         bias, load_b = b.load("b", (o,))
         steps += [load_b, partial(np.add, y, bias, out=y)]
+    if b.has("mask"):
+        bits = b.private((n, fc_rules.mask_ld(o)), np.bool_)  # the padding bits stay 0
+        code = b.view("mask", (n, fc_rules.mask_bytes(o))).view(np.uint8)
+
+        def pack() -> None:
+            np.greater(y, np.float32(0), out=bits[:, :o])  # the pre-activation, before the relu
+            code[...] = np.packbits(bits, axis=1, bitorder="little")
+
+        steps.append(pack)
     if relu:
         steps.append(partial(np.maximum, y, np.float32(0), out=y))
     steps.append(store_y)
@@ -48,5 +58,14 @@ def fc_bwd(b: Binder) -> Step:
     if b.has("dx"):
         w, load_w = b.load("w", (o, k))
         dx, store_dx = b.store("dx", (n, k))
-        steps += [load_w, partial(np.matmul, dy, w, out=dx), store_dx]
+        steps += [load_w, partial(np.matmul, dy, w, out=dx)]
+        if b.has("mask"):
+            code = b.view("mask", (n, fc_rules.mask_bytes(k))).view(np.uint8)
+
+            def drelu() -> None:  # a select, as cuBLASLt's DRELU: dx = 0 where the relu did not pass
+                bits = np.unpackbits(code, axis=1, count=k, bitorder="little")
+                np.copyto(dx, np.float32(0), where=bits == 0)
+
+            steps.append(drelu)
+        steps.append(store_dx)
     return seq(*steps)

@@ -1,14 +1,17 @@
 """Fully connected layer through cuBLASLt: x [N,H,W,C] read as [N, K=H*W*C], w [O,1,1,K], b [O], y [N,1,1,O].
 
-fc_fwd is one cuBLASLt matmul with the bias (and ReLU) epilogue; fc_bwd one matmul for dw with the BGRADB
-epilogue for db, and one for dx. Where cuBLASLt offers no fused algorithm, the native op adds a bias/ReLU or
-column-sum kernel (csrc/ops/fc.cu). FP32 computes in FP32, or TF32 with ``CudaBackend(use_tf32=True)``;
-FP16/BF16 inputs accumulate in FP32 (AMP: FP16 x, w and bias, so the epilogue fuses; FP16 or FP32 y; dw FP32,
-so BGRADB writes the FP32 bias gradient).
+fc_fwd is one cuBLASLt matmul with the bias (and ReLU) epilogue, RELU_AUX(_BIAS) when it also writes the relu
+mask; fc_bwd one matmul for dw with the BGRADB epilogue for db, and one for dx, with the DRELU epilogue when
+it is given the input's relu mask (the relu's backward, fused). Where cuBLASLt offers no fused algorithm, the
+native op adds a bias/ReLU(/mask), column-sum or relu-gradient kernel (csrc/ops/fc.cu). FP32 computes in
+FP32, or TF32 with ``CudaBackend(use_tf32=True)``; FP16/BF16 inputs accumulate in FP32 (AMP: FP16 x, w and
+bias, so the epilogue fuses; FP16 or FP32 y; dw FP32, so BGRADB writes the FP32 bias gradient).
+TR_CUBLASLT_EPILOGUES=0 turns the fused epilogues off (the kernels run instead: their tests, and a check).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
@@ -16,15 +19,20 @@ from tr.backend.cuda.ops._register import cuda_op
 from tr.backend.rules import fc as fc_rules
 
 
+def _epilogues() -> int:
+    return int(os.environ.get("TR_CUBLASLT_EPILOGUES", "1") != "0")
+
+
 @cuda_op("fc_fwd")
 def fc_fwd(b: CudaBinder) -> Any:
     sh, relu = fc_rules.fwd(b)
-    return b.native("fc_fwd", ["x", "w", "b", "y"],
-                    ints={"n": sh.n, "k": sh.k, "o": sh.o, "relu": relu, "tf32": b.backend.use_tf32})
+    return b.native("fc_fwd", ["x", "w", "b", "y", "mask"],
+                    ints={"n": sh.n, "k": sh.k, "o": sh.o, "relu": relu, "tf32": b.backend.use_tf32,
+                          "epilogues": _epilogues()})
 
 
 @cuda_op("fc_bwd")
 def fc_bwd(b: CudaBinder) -> Any:
     sh = fc_rules.bwd(b)
-    return b.native("fc_bwd", ["x", "w", "dy", "dw", "db", "dx"],
-                    ints={"n": sh.n, "k": sh.k, "o": sh.o, "tf32": b.backend.use_tf32})
+    return b.native("fc_bwd", ["x", "w", "dy", "dw", "db", "dx", "mask"],
+                    ints={"n": sh.n, "k": sh.k, "o": sh.o, "tf32": b.backend.use_tf32, "epilogues": _epilogues()})

@@ -64,7 +64,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-MODELS = ("vgg16_bn", "resnet50", "mobilenet_v2")
+MODELS = ("vgg16_bn", "resnet50", "mobilenet_v2", "efficientnet_b0")
 MOMENTUM, WD, LS, SEED = 0.9, 1e-4, 0.1, 123
 NAMES = {"tr": "tr", "pytorch_eager": "pytorch eager", "pytorch_cuda_graph": "pytorch cuda graph (step)",
          "pytorch_cuda_graph_fwd_bwd": "pytorch cuda graph (fwd+bwd)"}

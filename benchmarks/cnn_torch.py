@@ -57,6 +57,11 @@ def torch_model(a: argparse.Namespace, torch: Any) -> tuple[Any, list[str]]:
         model = torchvision.models.mobilenet_v2(num_classes=a.classes)
         notes.insert(0, "torchvision.models.mobilenet_v2 as is (width 1.0, dropout 0.2, bias-free convs, fc with "
                         "bias): the layers of tr's mobilenet_v2 BluePrint (17 depthwise 3x3 convs)")
+    elif a.model == "efficientnet_b0":
+        model = torchvision.models.efficientnet_b0(num_classes=a.classes, stochastic_depth_prob=0.0)
+        notes.insert(0, "torchvision.models.efficientnet_b0 with stochastic_depth_prob=0 (tr has no stochastic "
+                        "depth; otherwise as is: SiLU, squeeze-excitation, dropout 0.2, fc with bias): the layers "
+                        "of tr's efficientnet_b0 BluePrint")
     else:
         raise SystemExit(f"unknown model {a.model!r}")
     return model, notes

@@ -12,8 +12,10 @@
 #                      (one install: pip --target replaces a whole top-level folder, and all of them share tr/).
 #                      CMake build folders persist under build/device/ (gitignored: kept on a warm machine).
 #   gputests           pytest -m gpu packages tests-integration
-#   profile[-MODEL]    benchmarks/step_profile.py, MODEL vgg16_bn | resnet50 | mlp_mnist (profile: the first two)
-#   bench[-MODEL]      benchmarks/cnn.py --json auto, MODEL vgg16_bn | resnet50 (bench: both)
+#   profile[-MODEL]    benchmarks/step_profile.py, MODEL vgg16_bn | resnet50 | mobilenet_v2 | efficientnet_b0 |
+#                      mlp_mnist (profile: the first two)
+#   bench[-MODEL]      benchmarks/cnn.py --json auto, MODEL vgg16_bn | resnet50 | mobilenet_v2 | efficientnet_b0
+#                      (bench: the first two)
 #   trace[-MODEL]      benchmarks/kernel_trace.py: every kernel of the real step (CUPTI), MODEL as for profile
 #   build-data         tr-core and the native tr-data only (enough for the pipeline stages)
 #   datatests          pytest packages/tr-data (the JPEG tests need libjpeg-turbo: see below)
@@ -295,7 +297,8 @@ for s in "${stages[@]}"; do
     profile) plan+=(profile-vgg16_bn profile-resnet50) ;;
     bench) plan+=(bench-vgg16_bn bench-resnet50) ;;
     trace) plan+=(trace-vgg16_bn trace-resnet50) ;;
-    profile-vgg16_bn|profile-resnet50|profile-mobilenet_v2|profile-mlp_mnist|bench-vgg16_bn|bench-resnet50|bench-mobilenet_v2) plan+=("$s") ;;
+    profile-vgg16_bn|profile-resnet50|profile-mobilenet_v2|profile-efficientnet_b0|profile-mlp_mnist) plan+=("$s") ;;
+    bench-vgg16_bn|bench-resnet50|bench-mobilenet_v2|bench-efficientnet_b0) plan+=("$s") ;;
     trace-vgg16_bn|trace-resnet50|trace-mlp_mnist) plan+=("$s") ;;
     *) echo "unknown stage $s (build build-data gputests datatests pipeline e2e[-LEVEL] profile[-MODEL]" \
             "trace[-MODEL] bench[-MODEL])" >&2; exit 2 ;;

@@ -1,11 +1,11 @@
 """Where a captured training step spends its time, op by op, against the device's ceilings.
 
-Compiles a model as benchmarks/cnn.py does (vgg16_bn, resnet50, mobilenet_v2) or the MNIST MLP, runs one epoch so every
-graph is built, then captures every op of the full-batch training step ALONE in its own graph and times
-``--reps`` launches of it between two events (CUDA; on the CPU backend a wall clock, for smoke tests only).
-The per-op times add up to a little more than the whole step (each op then runs without its neighbours'
-overlap and pays one graph launch, a few microseconds, which dominates the smallest ops), which ``step``
-reports beside them.
+Compiles a model as benchmarks/cnn.py does (vgg16_bn, resnet50, mobilenet_v2, efficientnet_b0) or the MNIST
+MLP, runs one epoch so every graph is built, then captures every op of the full-batch training step ALONE in
+its own graph and times ``--reps`` launches of it between two events (CUDA; on the CPU backend a wall clock,
+for smoke tests only). The per-op times add up to a little more than the whole step (each op then runs without
+its neighbours' overlap and pays one graph launch, a few microseconds, which dominates the smallest ops),
+which ``step`` reports beside them.
 
 For every op the table gives what it must move and compute, from the op call in the compiled Program:
 * bytes: the sum of its tensor arguments' sizes on the device (channel padding included), inputs and outputs,
@@ -47,7 +47,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-MODELS = ("vgg16_bn", "resnet50", "mobilenet_v2", "mlp_mnist")
+MODELS = ("vgg16_bn", "resnet50", "mobilenet_v2", "efficientnet_b0", "mlp_mnist")
 
 
 def build(a: argparse.Namespace) -> Any:

@@ -104,7 +104,8 @@ def _norms(want, names):
 
 
 # (model, resolution, batch, bound on the worst tensor's relative FP32 gradient error): see the docstring
-FIRST_STEP = [("vgg16_bn", 32, 4, 1e-3), ("resnet50", 64, 8, 5e-2), ("mobilenet_v2", 64, 8, 2e-2)]
+FIRST_STEP = [("vgg16_bn", 32, 4, 1e-3), ("resnet50", 64, 8, 5e-2), ("mobilenet_v2", 64, 8, 2e-2),
+              ("efficientnet_b0", 64, 8, 2e-2)]
 
 
 @pytest.mark.parametrize("name,res,batch,bound", FIRST_STEP, ids=[f"{m}-fp32-{r}px" for m, r, _, _ in FIRST_STEP])

@@ -231,16 +231,17 @@ def test_a_grouped_conv_reaches_the_cuda_builder_with_its_groups():
     assert build(op("conv_fwd", x=b["x"], w=b["w"], y=b["y"]))[2]["groups"] == 1
 
 
-def test_squeeze_excitation_s_scale_is_refused_on_cuda_until_it_has_a_kernel():
-    """The CPU backend runs scale_fwd / scale_bwd (test_cpu_scale.py); the CUDA builders check the call with the
-    shared rule, then refuse it by name."""
-    a = arena(("x", (2, 4, 4, 3), "fp32"), ("s", (2, 1, 1, 3), "fp32"), ("y", (2, 4, 4, 3), "fp32"),
-              ("ds", (2, 1, 1, 3), "fp32"))
-    assert "scale_fwd (squeeze-excitation) has no CUDA implementation" in refusal(
-        "cuda", op("scale_fwd", x=a["x"], s=a["s"], y=a["y"]))
-    assert "scale_bwd (squeeze-excitation) has no CUDA implementation" in refusal(
-        "cuda", op("scale_bwd", x=a["x"], s=a["s"], dy=a["y"], ds=a["ds"]))
-    _ARENAS[-1].allocate().capture("g", [op("scale_fwd", x=a["x"], s=a["s"], y=a["y"])])  # the CPU backend runs it
+def test_scale_builders_pass_the_geometry_and_dx_only_when_given():
+    """squeeze-excitation's join: (N, H*W, C) from the shared rule, every tensor with its dtype code."""
+    a = arena(("x", (2, 4, 5, 3), "fp16"), ("s", (2, 1, 1, 3), "fp32"), ("y", (2, 4, 5, 3), "fp16"),
+              ("ds", (2, 1, 1, 3), "fp32"), ("dx", (2, 4, 5, 3), "fp16"))
+    name, ptrs, ints, _ = build(op("scale_fwd", x=a["x"], s=a["s"], y=a["y"]))
+    assert name == "scale_fwd" and set(ptrs) == {"x", "s", "y"}
+    assert ints == {"n": 2, "hw": 20, "c": 3, "x_dt": 1, "s_dt": 0, "y_dt": 1}
+    name, ptrs, ints, _ = build(op("scale_bwd", x=a["x"], s=a["s"], dy=a["y"], ds=a["ds"], dx=a["dx"]))
+    assert name == "scale_bwd" and set(ptrs) == {"x", "s", "dy", "ds", "dx"} and (ints["hw"], ints["ds_dt"]) == (20, 0)
+    _, ptrs, _, _ = build(op("scale_bwd", x=a["x"], s=a["s"], dy=a["y"], ds=a["ds"]))
+    assert "dx" not in ptrs
 
 
 def test_the_fake_backend_builds_from_addresses_not_memory():

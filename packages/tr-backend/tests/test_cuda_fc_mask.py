@@ -68,7 +68,8 @@ def test_relu_mask_forward_and_drelu_backward(dt, n, k, hidden, o, bias, epilogu
     cpu_bits, gpu_bits = (_bits(m, n, hidden) for m in tw.both("mask"))
     clear = np.abs(pre) > 10 * TOL[dt] * max(1.0, np.abs(pre).max())
     assert (gpu_bits[:, :hidden][clear] == (pre[clear] > 0)).all(), "the GPU's mask bits disagree with the signs"
-    assert not gpu_bits[:, hidden:].any(), "padding bits set"
+    if epilogues == "0":  # our kernel zeroes the padding; cuBLASLt leaves it as it was (nothing reads it)
+        assert not gpu_bits[:, hidden:].any(), "padding bits set"
     assert (cpu_bits[:, :hidden][clear] == gpu_bits[:, :hidden][clear]).all()
 
     tw.cpu.write(tw["mask"], tw.gpu.read(tw["mask"]))  # one mask (and input) for both backwards

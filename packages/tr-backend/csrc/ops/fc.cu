@@ -134,10 +134,12 @@ bool epilogues_allowed(const OpArgs& args) { return args.i("epilogues", 1) != 0;
 // A GEMM with the wanted epilogue, else the plain one (then `fused` is false); throws when neither exists.
 std::unique_ptr<Gemm> plan_with_fallback(Context& ctx, GemmSpec spec, const OpArgs& args, bool& fused) {
   fused = false;
-  if (spec.epilogue != CUBLASLT_EPILOGUE_DEFAULT && epilogues_allowed(args)) {
-    if (auto g = Gemm::plan(ctx, spec)) {
-      fused = true;
-      return g;
+  if (spec.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    if (epilogues_allowed(args)) {
+      if (auto g = Gemm::plan(ctx, spec)) {
+        fused = true;
+        return g;
+      }
     }
     spec.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     spec.bias = nullptr;

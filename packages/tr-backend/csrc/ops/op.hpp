@@ -114,6 +114,7 @@ void register_optimizer_ops();
 void register_pool_ops();
 void register_range_ops();
 void register_scalar_ops();
+void register_scale_ops();
 void register_softmax_ce_ops();
 void register_transfer_ops();
 void register_all_ops();

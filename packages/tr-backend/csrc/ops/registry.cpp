@@ -130,6 +130,7 @@ void register_all_ops() {
     register_pool_ops();
     register_range_ops();
     register_scalar_ops();
+    register_scale_ops();
     register_softmax_ce_ops();
     register_transfer_ops();
   });

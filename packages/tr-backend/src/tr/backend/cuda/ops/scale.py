@@ -1,5 +1,10 @@
-"""Channel scaling (squeeze-excitation's join): no CUDA kernel yet. The builders check the call with the shared
-rule, then refuse by name, so a model with SE layers compiles for the CPU backend only."""
+"""Channel scaling, squeeze-excitation's join: y = x * s with s [N,1,1,C] broadcast over H and W (csrc/ops/scale.cu).
+
+scale_fwd is element-wise (16-byte vectors when C and the pointers allow); scale_bwd writes ds = the sum over
+H*W of dy * x in one pass that also writes dx = dy * s when dx is given. The ds sums are deterministic: float64
+per thread in row order, a fixed tree per block, chunks of rows added in order by a second kernel, no atomics.
+x, s, y (dy, ds, dx) may each be FP32, FP16 or BF16; every product is a float multiply rounded to its output.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +17,11 @@ from tr.backend.rules import scale as rules
 
 @cuda_op("scale_fwd")
 def scale_fwd(b: CudaBinder) -> Any:
-    rules.scale_fwd(b)
-    b.fail("scale_fwd (squeeze-excitation) has no CUDA implementation yet (the CPU backend runs it)")
+    n, hw, c = rules.scale_fwd(b)
+    return b.native("scale_fwd", ["x", "s", "y"], ints={"n": n, "hw": hw, "c": c})
 
 
 @cuda_op("scale_bwd")
 def scale_bwd(b: CudaBinder) -> Any:
-    rules.scale_bwd(b)
-    b.fail("scale_bwd (squeeze-excitation) has no CUDA implementation yet (the CPU backend runs it)")
+    n, hw, c, _ = rules.scale_bwd(b)  # dx is passed when given: the native op writes it when its pointer is there
+    return b.native("scale_bwd", ["x", "s", "dy", "ds", "dx"], ints={"n": n, "hw": hw, "c": c})

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -355,7 +356,10 @@ def fuse_relu(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
 def fuse_drelu(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
     """fc(relu) -> fc: the first writes its relu's bit mask (param relu_mask), the second's backward applies it
     to the dx it computes (param drelu), so the relu's backward is the dx GEMM's epilogue, not an op. Only
-    where the second fc is the first one's sole reader: then dx is that relu's whole output gradient."""
+    where the second fc is the first one's sole reader: then dx is that relu's whole output gradient.
+    TR_FC_DRELU=0 leaves the pairs apart (the benchmarks' A/B of the fusion)."""
+    if os.environ.get("TR_FC_DRELU", "1") == "0":
+        return list(layers)
     by_uid = {L.uid: L for L in layers}
     n_readers = _readers(layers)
     masked: set[int] = set()

@@ -1,6 +1,6 @@
-"""VGG16-BN, ResNet-50 and MobileNetV2 (examples/models.py, 10 classes) on the CUDA backend against the CPU backend
-from the same weights and batches at small resolutions, FP32 and AMP, and byte-identical reruns on the GPU.
-GPU-only.
+"""VGG16-BN, ResNet-50, MobileNetV2 and EfficientNet-B0 (examples/models.py, 10 classes) on the CUDA backend
+against the CPU backend from the same weights and batches at small resolutions, FP32 and AMP, and
+byte-identical reruns on the GPU. GPU-only.
 
 Why the tolerances are what they are (measured on the H200, 2026-12-01). The op kernels agree with the CPU
 to rounding on identical inputs (packages/tr-backend/tests/test_cuda_*.py). A whole network does not see
@@ -16,8 +16,10 @@ images, CPU / GPU (2026-12-02, the gradients unscaled: before, the test read the
 ~1000x errors): VGG16-BN 0.196 / 0.198, ResNet-50 0.96 / 0.98, MobileNetV2 0.68 / 0.60 (BN gammas and betas).
 A fixed AMP bound cannot tell a kernel's error from AMP's own rounding, so the AMP tests hold the GPU's AMP
 gradients to the CPU's AMP distance from FP32 gradients. The FP32 bounds sit above those figures. Over 20 SGD
-steps the trajectories part further (VGG FP32: 1e-6 at step 1, 5e-3 at step 3): the first loss is held
-tightly, VGG's first three within the step tolerance, every loss must be finite, and the spread is printed.
+steps the trajectories part further (VGG FP32: 1e-6 at step 1, 5e-3 at step 3; VGG AMP 2026-12-02: 0.1 %,
+0.3 %, 4.8 % at steps 1-3, and cuDNN's engines, autotuned by timing, may differ between machines): the first
+loss is held tightly, VGG's first three within the step tolerance (AMP 6 %), every loss must be finite, and
+the spread is printed.
 """
 
 import sys
@@ -157,7 +159,7 @@ def test_cnn_cuda_matches_cpu_over_20_steps(name, amp):
     else:
         assert lg[0] == pytest.approx(lc[0], rel=1e-3 if name == "resnet50" else 1e-4)
     if name == "vgg16_bn":
-        np.testing.assert_allclose(lg[:3], lc[:3], rtol=3e-2 if amp else 1e-3, atol=1e-4)
+        np.testing.assert_allclose(lg[:3], lc[:3], rtol=6e-2 if amp else 1e-3, atol=1e-4)
     print(f"{name} {'AMP' if amp else 'FP32'}: relative loss differences by step",
           np.round(np.abs(np.array(lg) - lc) / np.abs(lc), 4).tolist())
 

@@ -28,27 +28,24 @@ def sp(a, b=None):
 def test_mlp_graphs_exactly(models):
     p = compile_program(models.mlp_mnist, mlp_spec())
     g = lambda gid: names(p.calls("train", gid))  # noqa: E731
-    def fc(i, x, last=False):  # each fc(relu) writes its relu mask for the next fc's dx GEMM (fuse_drelu)
-        return ("fc_fwd", {"x": x, "w": f"L{i}.w", "b": f"L{i}.b", "y": f"L{i}.y",
-                           **({} if last else {"mask": f"L{i}.relu_mask"})})
-
+    fc = lambda i, x, act=True: ("fc_fwd", {"x": x, "w": f"L{i}.w", "b": f"L{i}.b", "y": f"L{i}.y"})  # noqa: E731
     assert g(G.TRANSFER_A) == [("h2d_copy", {"labels": "labels_a", "data": "data_a"})]
     assert g(G.TRANSFER_B) == [("h2d_copy", {"labels": "labels_b", "data": "data_b"})]
     assert g(G.FIRST_LAYER_FWD_A) == [("copy", {"x": "labels_a", "y": "labels"}), fc(0, "data_a")]
     assert g(G.FIRST_LAYER_FWD_B) == [("copy", {"x": "labels_b", "y": "labels"}), fc(0, "data_b")]
     assert g(G.DEEP_FWD_BWD) == [
-        fc(1, "L0.y"), fc(2, "L1.y"), fc(3, "L2.y", last=True),
+        fc(1, "L0.y"), fc(2, "L1.y"), fc(3, "L2.y"),
         ("softmax_ce_fwd", {"logits": "L3.y", "labels": "labels", "probs": "probs", "result": "result"}),
         ("softmax_ce_bwd", {"probs": "probs", "labels": "labels", "scale": "loss_scale", "dlogits": "L4.dx"}),
-        ("fc_bwd", {"x": "L2.y", "w": "L3.w", "dy": "L4.dx", "dw": "L3.w.grad", "db": "L3.b.grad", "dx": "L3.dx",
-                    "mask": "L2.relu_mask"}),
-        ("fc_bwd", {"x": "L1.y", "w": "L2.w", "dy": "L3.dx", "dw": "L2.w.grad", "db": "L2.b.grad", "dx": "L2.dx",
-                    "mask": "L1.relu_mask"}),
-        ("fc_bwd", {"x": "L0.y", "w": "L1.w", "dy": "L2.dx", "dw": "L1.w.grad", "db": "L1.b.grad", "dx": "L1.dx",
-                    "mask": "L0.relu_mask"}),
+        ("fc_bwd", {"x": "L2.y", "w": "L3.w", "dy": "L4.dx", "dw": "L3.w.grad", "db": "L3.b.grad", "dx": "L3.dx"}),
+        ("act_bwd", {"x": "L2.y", "dy": "L3.dx", "dx": "L2.act_dx"}),
+        ("fc_bwd", {"x": "L1.y", "w": "L2.w", "dy": "L2.act_dx", "dw": "L2.w.grad", "db": "L2.b.grad", "dx": "L2.dx"}),
+        ("act_bwd", {"x": "L1.y", "dy": "L2.dx", "dx": "L1.act_dx"}),
+        ("fc_bwd", {"x": "L0.y", "w": "L1.w", "dy": "L1.act_dx", "dw": "L1.w.grad", "db": "L1.b.grad", "dx": "L1.dx"}),
     ]
     assert g(G.FIRST_LAYER_BWD_A) == [
-        ("fc_bwd", {"x": "data_a", "w": "L0.w", "dy": "L1.dx", "dw": "L0.w.grad", "db": "L0.b.grad"}),
+        ("act_bwd", {"x": "L0.y", "dy": "L1.dx", "dx": "L0.act_dx"}),
+        ("fc_bwd", {"x": "data_a", "w": "L0.w", "dy": "L0.act_dx", "dw": "L0.w.grad", "db": "L0.b.grad"}),
     ]
     assert g(G.ZERO_GRAD) == [("range_clear", {"span": sp(R.G_BN_BIAS, R.G_DEEP_CONV_FP16)})]
     assert g(G.FIRST_COMM) == [("range_allreduce_mean", {"span": sp(R.G_BN_BIAS, R.G_FIRST_CONV)})]
@@ -111,6 +108,36 @@ def test_mlp_amp(models):
                                                                                     "loss_scale_update"]
 
 
+def test_mlp_graphs_with_the_drelu_fusion(models, monkeypatch):
+    """TR_FC_DRELU=1 (passes.fuse_drelu): each fc(relu) read only by an fc writes its relu mask, and that fc's
+    dx GEMM applies the relu's backward; no act_bwd op is left."""
+    monkeypatch.setenv("TR_FC_DRELU", "1")
+    p = compile_program(models.mlp_mnist, mlp_spec())
+    g = lambda gid: names(p.calls("train", gid))  # noqa: E731
+    def fc(i, x, last=False):  # each fc(relu) writes its relu mask for the next fc's dx GEMM (fuse_drelu)
+        return ("fc_fwd", {"x": x, "w": f"L{i}.w", "b": f"L{i}.b", "y": f"L{i}.y",
+                           **({} if last else {"mask": f"L{i}.relu_mask"})})
+
+    assert g(G.TRANSFER_A) == [("h2d_copy", {"labels": "labels_a", "data": "data_a"})]
+    assert g(G.TRANSFER_B) == [("h2d_copy", {"labels": "labels_b", "data": "data_b"})]
+    assert g(G.FIRST_LAYER_FWD_A) == [("copy", {"x": "labels_a", "y": "labels"}), fc(0, "data_a")]
+    assert g(G.FIRST_LAYER_FWD_B) == [("copy", {"x": "labels_b", "y": "labels"}), fc(0, "data_b")]
+    assert g(G.DEEP_FWD_BWD) == [
+        fc(1, "L0.y"), fc(2, "L1.y"), fc(3, "L2.y", last=True),
+        ("softmax_ce_fwd", {"logits": "L3.y", "labels": "labels", "probs": "probs", "result": "result"}),
+        ("softmax_ce_bwd", {"probs": "probs", "labels": "labels", "scale": "loss_scale", "dlogits": "L4.dx"}),
+        ("fc_bwd", {"x": "L2.y", "w": "L3.w", "dy": "L4.dx", "dw": "L3.w.grad", "db": "L3.b.grad", "dx": "L3.dx",
+                    "mask": "L2.relu_mask"}),
+        ("fc_bwd", {"x": "L1.y", "w": "L2.w", "dy": "L3.dx", "dw": "L2.w.grad", "db": "L2.b.grad", "dx": "L2.dx",
+                    "mask": "L1.relu_mask"}),
+        ("fc_bwd", {"x": "L0.y", "w": "L1.w", "dy": "L2.dx", "dw": "L1.w.grad", "db": "L1.b.grad", "dx": "L1.dx",
+                    "mask": "L0.relu_mask"}),
+    ]
+    assert g(G.FIRST_LAYER_BWD_A) == [
+        ("fc_bwd", {"x": "data_a", "w": "L0.w", "dy": "L1.dx", "dw": "L0.w.grad", "db": "L0.b.grad"}),
+    ]
+
+
 def test_input_gradients_only_where_needed():
     plan = ArchPlan.from_blueprint(seq(flatten(), relu(), fc(4), relu(), fc(3)), (2, 2, 3), 3)
     # relu reads the flattened input, which no trained layer produces: no gradient through it
@@ -119,8 +146,7 @@ def test_input_gradients_only_where_needed():
     p = compile_program(seq(flatten(), relu(), fc(4), relu(), fc(3)), mlp_spec(input_shape=(2, 2, 3), num_classes=3))
     deep = p.calls("train", G.DEEP_FWD_BWD)
     assert [c.op for c in deep] == ["act_fwd", "fc_fwd", "fc_fwd", "softmax_ce_fwd", "softmax_ce_bwd", "fc_bwd",
-                                    "fc_bwd"]
-    assert deep[-2].args["mask"] == deep[1].args["mask"]  # the relu's backward in the second fc's dx GEMM
+                                    "act_bwd", "fc_bwd"]
     assert deep[-1].args["dx"] is None
 
 

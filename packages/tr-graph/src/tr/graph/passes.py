@@ -11,11 +11,11 @@
 8. infer_shapes      per-sample shapes (also run per variant by the compiler)
 9. place_flatten     drop flattens that only feed FCs (an FC reads [N, H*W*C] directly) or that are
                      no-ops, insert one where an FC would read channel-padded rows (AMP)
-10. fuse             relu into fc and add (fused epilogues); an fc(relu) read only by an fc hands that fc
-                     its relu mask, whose dx GEMM then applies the relu's backward (DRELU); conv+bn2d+relu(6)
-                     and conv+bn2d+add(+relu)
-                     -> cbr (the relu or relu6 and the residual add run inside the BN kernels); cbr(relu) +
-                     maxpool -> one cbr that pools in its BN kernels
+10. fuse             relu into fc and add (fused epilogues); with TR_FC_DRELU=1 an fc(relu) read only by an
+                     fc hands that fc its relu mask, whose dx GEMM then applies the relu's backward (DRELU);
+                     conv+bn2d+relu(6) and conv+bn2d+add(+relu) -> cbr (the relu or relu6 and the
+                     residual add run inside the BN kernels); cbr(relu) + maxpool -> one cbr that pools in
+                     its BN kernels
 11. mark_first       layer 0 is the first layer (fc, conv, cbr or flatten); nothing else reads the input
 12. renumber         uid = index
 """
@@ -357,8 +357,11 @@ def fuse_drelu(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
     """fc(relu) -> fc: the first writes its relu's bit mask (param relu_mask), the second's backward applies it
     to the dx it computes (param drelu), so the relu's backward is the dx GEMM's epilogue, not an op. Only
     where the second fc is the first one's sole reader: then dx is that relu's whole output gradient.
-    TR_FC_DRELU=0 leaves the pairs apart (the benchmarks' A/B of the fusion)."""
-    if os.environ.get("TR_FC_DRELU", "1") == "0":
+
+    Off unless TR_FC_DRELU=1: on the H200 the MNIST MLP's step measured 119 us with it and 115 us without
+    (benchmarks/RESULTS.md, issue [11]): cuBLASLt's DRELU GEMMs are slower than its plain ones plus tr's
+    relu-backward kernels there."""
+    if os.environ.get("TR_FC_DRELU", "0") != "1":
         return list(layers)
     by_uid = {L.uid: L for L in layers}
     n_readers = _readers(layers)

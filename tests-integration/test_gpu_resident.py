@@ -1,7 +1,7 @@
 """device_augment on the CUDA backend (GPU tests): the data set in the arena, augment_affine inside the captured
 step. The step's input equals the op's CPU reference on the same batch indices (1e-5 of the normalised range in
-FP32; FP16 rounding in AMP), every sample once per epoch with its own label, byte-identical reruns, and the
-task learns."""
+FP32; FP16 rounding in AMP), the epoch's order (shuffled on the device) is tr.data's, every sample once per
+epoch with its own label, byte-identical reruns, and the task learns."""
 
 from __future__ import annotations
 
@@ -46,7 +46,9 @@ def test_the_captured_step_augments_like_the_cpu_reference(amp):
         span = float(want.max() - want.min())
         err = np.abs(x.astype(np.float32) - want)
         assert err.max() <= tol * span * (1 if not amp else 2), (k, float(err.max()))
-    order = np.concatenate([s[0] for s in seen[:10]])
+    for epoch in (0, 1):  # the order the device shuffled is tr.data's (the Preprocessor's) for the epoch
+        order = np.concatenate([s[0] for s in seen[10 * epoch:10 * (epoch + 1)]])
+        np.testing.assert_array_equal(order, t._feeder.epoch_order(epoch, True))
     assert sorted(order) == list(range(2000))
     assert r.best_top1 > 0.45  # 20 steps of heavily augmented digits (the CPU backend: about 0.6)
 

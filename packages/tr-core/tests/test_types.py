@@ -73,7 +73,7 @@ def test_region_enable_rules():
 
 
 def test_graph_ids():
-    assert NUM_GRAPH_IDS == 33 and GraphId.UPDATE_BN_INF_PARAMS == 32
+    assert NUM_GRAPH_IDS == 37 and GraphId.UPDATE_BN_INF_PARAMS == 32 and GraphId.RESIDENT_VAL_B == 36
     assert GraphId.TRANSFER_A.shape_invariant and not GraphId.DEEP_FWD_BWD.shape_invariant
     assert GraphId.TRANSFER_B.stream is StreamKind.TRANS and GraphId.OPTIMIZER.stream is StreamKind.UPDATE
 

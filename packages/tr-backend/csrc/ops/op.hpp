@@ -113,6 +113,7 @@ void register_fc_ops();
 void register_optimizer_ops();
 void register_pool_ops();
 void register_range_ops();
+void register_resident_ops();
 void register_scalar_ops();
 void register_scale_ops();
 void register_softmax_ce_ops();

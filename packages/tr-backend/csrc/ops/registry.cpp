@@ -129,6 +129,7 @@ void register_all_ops() {
     register_optimizer_ops();
     register_pool_ops();
     register_range_ops();
+    register_resident_ops();
     register_scalar_ops();
     register_scale_ops();
     register_softmax_ce_ops();

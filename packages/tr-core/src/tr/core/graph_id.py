@@ -41,6 +41,12 @@ class GraphId(IntEnum):
     LARS_FIRST_CONV_OPT = 30
     LARS_DEEP_CONV_OPT = 31
     UPDATE_BN_INF_PARAMS = 32
+    # a resident data set's order and batches on the device (tr.graph.resident): the epoch's shuffle, the
+    # validation pass's restart, and the batch selection of validation (training's is TRANSFER_A/B)
+    RESIDENT_TRAIN_BEGIN = 33
+    RESIDENT_VAL_BEGIN = 34
+    RESIDENT_VAL_A = 35
+    RESIDENT_VAL_B = 36
 
     @property
     def shape_invariant(self) -> bool:
@@ -58,7 +64,7 @@ class GraphId(IntEnum):
 
 
 NUM_GRAPH_IDS = len(GraphId)
-assert NUM_GRAPH_IDS == 33
+assert NUM_GRAPH_IDS == 37
 
 # OPTIMIZER holds only range ops (shape-invariant, unlike the seed's table); ACCUM_METRICS weights the result by
 # the variant's batch size, so it is per variant.
@@ -71,6 +77,8 @@ _SHAPE_DEPENDENT = frozenset(
 _STREAM = {
     GraphId.TRANSFER_A: StreamKind.TRANS,
     GraphId.TRANSFER_B: StreamKind.TRANS,
+    GraphId.RESIDENT_VAL_A: StreamKind.TRANS,
+    GraphId.RESIDENT_VAL_B: StreamKind.TRANS,
     GraphId.FIRST_LAYER_FWD_A: StreamKind.COMP_1,
     GraphId.FIRST_LAYER_FWD_B: StreamKind.COMP_1,
     GraphId.DEEP_FWD_BWD: StreamKind.COMP_1,

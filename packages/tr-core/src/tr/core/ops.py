@@ -176,6 +176,16 @@ _DEFS: list[OpDef] = [
               "inverse maps of RandomScale, RandomRotation and Pad + RandomCrop))); every draw from the Philox "
               "streams tr.data's workers use, keyed by splitmix64(key ^ index[b]) (key: INT32[2] = uint64, "
               "tr.data.seeds.seed_prefix of the epoch); tr/backend/rules/augment.py has the rule"),
+    OpDef("shuffle_order", "resident", (_t("key"), _t("order", "out"), _t("pos", "out")), ("shuffle",), kind="range",
+          doc="order (INT32 [n]) = tr.core.philox.shuffle_indices(n, seed), seed the uint64 in key (INT32[2], "
+              "little-endian): the epoch's Fisher-Yates permutation, the one tr.data's workers use (without "
+              "shuffle: 0..n-1); pos (INT32[1]) = 0, the epoch's first batch"),
+    OpDef("batch_select", "resident", (_t("order", optional=True), _t("labels_all"), _t("pos", "inout"),
+                                       _t("index", "out"), _t("labels", "out")), kind="range",
+          doc="the next batch of a resident data set: count = min(B, n - pos) (B = index's rows, n = labels_all's "
+              "numel); index[i] = order[pos + i] (pos + i without order) and labels[i] = labels_all[index[i]] "
+              "for i < count (the rest keep their values); then pos += B"),
+    OpDef("batch_restart", "resident", (_t("pos", "out"),), kind="range", doc="pos = 0 (validation's first batch)"),
     # --- pooling ---------------------------------------------------------------------------------
     OpDef("maxpool_fwd", "pool", (_t("x"), _t("y", "out"), _t("mask", "out")), ("kernel", "stride", "padding"),
           doc="INT8 mask = argmax position kh*k+kw in the window, first max wins"),

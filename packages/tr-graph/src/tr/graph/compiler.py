@@ -41,7 +41,8 @@ from tr.tensor.program import InitSpec, Program, VariantInfo
 
 NAMED = ("labels_a", "data_a", "labels_b", "data_b", "labels", "nan_flag", "step", "skipped", "dropout_seed", "lr",
          "loss_scale", "loss_scale_tracker", "batch_train", "batch_train_last", "batch_val", "batch_val_last",
-         "lr_table", "result", "accum", "accum_samples", "probs", "pred", "train_set", "val_set", "aug_key", "aug_x")
+         "lr_table", "result", "accum", "accum_samples", "probs", "pred", "train_set", "val_set", "aug_key", "aug_x",
+         "train_labels", "val_labels", "train_order", "train_pos", "val_pos", "order_key")
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,14 @@ class Compiler:
                     add("val_set", Shape(res.val_samples, h, w, c), Region.D_RESIDENT, DType.UINT8)
                 add("aug_key", Shape(1, 1, 1, 2), Region.S_SCALAR_INT32, DType.INT32)
                 add("aug_x", spec.variant_input(info), Region.I_A_DATA, data_dtype, pad=data_pad)
+                # the labels, the epoch's order and the batch positions: batches are chosen on the device
+                add("train_labels", Shape(res.train_samples, 1, 1, 1), Region.D_RESIDENT, DType.INT32)
+                if res.val_samples:
+                    add("val_labels", Shape(res.val_samples, 1, 1, 1), Region.D_RESIDENT, DType.INT32)
+                add("train_order", Shape(res.train_samples, 1, 1, 1), Region.D_RESIDENT, DType.INT32)
+                add("order_key", Shape(1, 1, 1, 2), Region.S_SCALAR_INT32, DType.INT32)
+                add("train_pos", one, Region.S_SCALAR_INT32, DType.INT32)  # set by shuffle_order
+                add("val_pos", one, Region.S_SCALAR_INT32, DType.INT32)  # set by batch_restart
             add("labels", Shape(n, 1, 1, 1), Region.T_TEMP_INT32, DType.INT32, TRAIN)
             add("nan_flag", one, Region.S_SCALAR_INT32, DType.INT32)
             add("step", one, Region.S_SCALAR_INT32, DType.INT32, init=Init("zeros"))

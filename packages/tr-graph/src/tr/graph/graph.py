@@ -36,7 +36,17 @@ from tr.core.region import (
 from tr.graph.archplan import ArchPlan
 from tr.graph.layers import KINDS
 from tr.graph.layers.base import FEATURE, GRAD, INF, IO, TRAIN
-from tr.graph.resident import KEY, TRAIN_SET, X
+from tr.graph.resident import (
+    KEY,
+    ORDER_KEY,
+    TRAIN_LABELS,
+    TRAIN_ORDER,
+    TRAIN_POS,
+    TRAIN_SET,
+    VAL_LABELS,
+    VAL_POS,
+    X,
+)
 from tr.graph.spec import CompileSpec
 
 A, B = "a", "b"
@@ -223,8 +233,21 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
     def has(*regions: Region) -> bool:
         return any(r in nonempty for r in regions)
 
+    res = spec.resident
     for ab, buf, gid in ((A, 0, GraphId.TRANSFER_A), (B, 1, GraphId.TRANSFER_B)):
-        g[gid] = [_op("h2d_copy", {"buffer": buf}, labels=f"labels_{ab}", data=f"data_{ab}")]
+        if res is None:
+            g[gid] = [_op("h2d_copy", {"buffer": buf}, labels=f"labels_{ab}", data=f"data_{ab}")]
+        else:  # the next training batch of the epoch's order, chosen on the device (tr.graph.resident)
+            g[gid] = [_op("batch_select", label="the next training batch", order=TRAIN_ORDER, labels_all=TRAIN_LABELS,
+                          pos=TRAIN_POS, index=f"data_{ab}", labels=f"labels_{ab}")]
+    if res is not None:
+        val_labels = VAL_LABELS if res.val_samples else TRAIN_LABELS
+        for ab, gid in ((A, GraphId.RESIDENT_VAL_A), (B, GraphId.RESIDENT_VAL_B)):
+            g[gid] = [_op("batch_select", label="the next validation batch", labels_all=val_labels, pos=VAL_POS,
+                          index=f"data_{ab}", labels=f"labels_{ab}")]
+        g[GraphId.RESIDENT_TRAIN_BEGIN] = [_op("shuffle_order", {"shuffle": res.shuffle}, "the epoch's order",
+                                               key=ORDER_KEY, order=TRAIN_ORDER, pos=TRAIN_POS)]
+        g[GraphId.RESIDENT_VAL_BEGIN] = [_op("batch_restart", label="validation from its first batch", pos=VAL_POS)]
     g[GraphId.ZERO_GRAD] = [_op("range_clear", span=span(*ALL_GRADS), label="all gradients and the step result")]
     fp16, fp32 = {"src_dtype": DType.FP16, "dst_dtype": DType.FP32}, {"src_dtype": DType.FP32, "dst_dtype": DType.FP16}
     if spec.amp and has(Region.G_DEEP_CONV_FP16):

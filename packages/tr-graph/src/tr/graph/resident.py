@@ -4,8 +4,15 @@ A plan compiled with ``CompileSpec.resident`` (a ResidentInput) differs from a h
 
 * ``train_set`` / ``val_set``: the raw uint8 images (N, H, W, C) in region D_RESIDENT, written once after
   allocation (the task does it);
-* ``data_a`` / ``data_b``: no longer images but the batch's dataset indices (INT32 [B]), which the transfer
-  graphs copy from the host staging buffers as before (800 bytes for a batch of 200), with the labels;
+* ``train_labels`` / ``val_labels``: the labels (INT32), also resident;
+* ``data_a`` / ``data_b``: no longer images but the batch's dataset indices (INT32 [B]), with ``labels_a/b``
+  written on the device by the transfer graphs' ``batch_select`` (training: TRANSFER_A/B, the next B entries
+  of ``train_order`` from ``train_pos``; validation: RESIDENT_VAL_A/B, positions ``val_pos``..), so no batch
+  crosses PCIe;
+* ``train_order``: the epoch's order, ``shuffle_order`` of ``order_key`` (tr.data.seeds.shuffle_order's seed,
+  written once per epoch) in RESIDENT_TRAIN_BEGIN: the Fisher-Yates permutation tr.data's workers use,
+  computed on the device by deterministic reservations (the same permutation, in about 35 parallel rounds for
+  60,000 samples; tr/backend/cpu/ops/resident.py); RESIDENT_VAL_BEGIN restarts ``val_pos``;
 * ``aug_key``: the epoch's seed prefix (tr.data.seeds.seed_prefix as one little-endian uint64 in INT32[2]),
   written once per epoch;
 * ``aug_x``: the augmented, normalised batch (the plan's input dtype), written by ``augment_affine`` at the
@@ -25,6 +32,8 @@ from typing import Any
 from tr.core.errors import ConfigError
 
 TRAIN_SET, VAL_SET, KEY, X = "train_set", "val_set", "aug_key", "aug_x"
+TRAIN_LABELS, VAL_LABELS, TRAIN_ORDER = "train_labels", "val_labels", "train_order"
+TRAIN_POS, VAL_POS, ORDER_KEY = "train_pos", "val_pos", "order_key"
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,7 @@ class ResidentInput:
     image: tuple[int, int, int]  # (H, W, C) of one raw image; the augmented sample has its H, W and >= C channels
     train_attrs: tuple[tuple[str, Any], ...]  # augment_affine's attributes for training (the chain)
     val_attrs: tuple[tuple[str, Any], ...]  # for validation (the normalisation only)
+    shuffle: bool = True  # the training order is the epoch's shuffle (else 0..n-1)
 
     def validate(self, input_shape: tuple[int, int, int]) -> None:
         for name, v in (("train_samples", self.train_samples), ("val_samples", self.val_samples)):

@@ -489,12 +489,13 @@ class DeepLearningTask(TaskBase):
         val, val_last = val or st.val, val_last or st.val_last
         steps = feeder.steps(False)
         be.launch(st.clear_metrics)
+        be.launch(st.val_begin)  # (a resident data set: its first validation batch)
         launch = self._launch
         main = self.group is None or self.group.is_main
         bar = Progress(steps, f"epoch {epoch + 1} {label}", enabled=main and self._log_table)
         with closing(feeder.epoch(epoch, False)) as batches:
             for k, buf, _n in batches:
-                launch(st.transfer[buf], (val_last if k == steps - 1 else val)[buf], buf)
+                launch(st.val_transfer[buf], (val_last if k == steps - 1 else val)[buf], buf)
                 feeder.release(k)
                 bar.update(k + 1)
         bar.close()

@@ -86,8 +86,10 @@ class CapturedSteps:
     val: list
     val_last: list
     transfer: list  # [buffer]
+    val_transfer: list  # [buffer]: transfer, or a resident data set's validation batch selection
     clear_metrics: object
-    epoch_begin: object  # AMP: refresh FP16 working weights
+    epoch_begin: object  # a resident data set's epoch order; AMP: refresh FP16 working weights
+    val_begin: object  # a resident data set: validation from its first batch
     epoch_end: object  # fold BN statistics into inference scale/bias
     val_end: object
     launches_per_step: int
@@ -114,10 +116,14 @@ def capture_steps(backend, program: Program, has_val: bool,
     else:
         val = val_last = []
     transfer = [graph(f"transfer_{'AB'[b]}", "train", (G.TRANSFER_A if b == 0 else G.TRANSFER_B,)) for b in (0, 1)]
+    resident = has_val and bool(program.calls("val", G.RESIDENT_VAL_A))
+    val_transfer = ([graph(f"val_batch_{'AB'[b]}", "val", (G.RESIDENT_VAL_A if b == 0 else G.RESIDENT_VAL_B,))
+                     for b in (0, 1)] if resident else transfer)
     return CapturedSteps(
-        train=train, train_last=train_last, val=val, val_last=val_last, transfer=transfer,
+        train=train, train_last=train_last, val=val, val_last=val_last, transfer=transfer, val_transfer=val_transfer,
         clear_metrics=graph("clear_metrics", "train", (G.CLEAR_METRICS,)),
-        epoch_begin=graph("epoch_begin", "train", (G.CAST_MAIN_FP32_TO_FP16,)),
+        epoch_begin=graph("epoch_begin", "train", (G.RESIDENT_TRAIN_BEGIN, G.CAST_MAIN_FP32_TO_FP16)),
+        val_begin=graph("val_begin", "val", (G.RESIDENT_VAL_BEGIN,)),
         epoch_end=graph("epoch_end", "train", (G.UPDATE_BN_INF_PARAMS,)),
         val_end=graph("val_end", "val", (G.VAL_RESULT_COMM,)),
         launches_per_step=2,

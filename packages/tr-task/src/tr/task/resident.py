@@ -2,11 +2,12 @@
 
 PREPROCESSOR_SETTING.device_augment(True) makes the task use this feeder instead of tr.data's worker pipeline
 (tr.task.pipeline). At compile time it turns the training chain into augment_affine's attributes (or refuses
-it, naming the transform), the plan declares the raw train and val sets in region D_RESIDENT
-(tr.graph.resident) and ``upload`` copies them there once. Per epoch the host computes the order that
-tr.data's Preprocessor would use (the same function of seed and epoch, sharded the same way) and writes the
-epoch's seed prefix once; per step the staging buffers carry only the batch's labels and dataset indices
-(int32, 4 bytes a sample), and the step's first op gathers and augments the batch on the device.
+it, naming the transform), the plan declares the raw train and val sets and their labels in region
+D_RESIDENT (tr.graph.resident) and ``upload`` copies them there once. Per epoch the host writes two seeds:
+the shuffle's (tr.data.seeds' TAG_SHUFFLE seed of the epoch) and the augmentation's prefix; the device then
+computes the epoch's order, the Fisher-Yates permutation tr.data's Preprocessor uses, and each step's
+transfer graph picks the next batch's indices and labels from it on the device (batch_select): nothing
+crosses PCIe per step, and the step's first op gathers and augments the batch.
 
 Relation to the CPU worker pipeline: the same samples in the same order with the same labels, and every random
 parameter (crop shift, angle, scale, erase rectangle, flip) is the workers' for the same seed, epoch and index.
@@ -24,12 +25,13 @@ import numpy as np
 
 from tr.backend.rules.augment import MAX_CHANNELS
 from tr.core.errors import ConfigError, DataError
+from tr.core.philox import derive_seed
 from tr.data import transforms as T
 from tr.data.fused import norm_constants
 from tr.data.labels import check_labels
-from tr.data.seeds import data_seed, epoch_order, seed_prefix
+from tr.data.seeds import TAG_SHUFFLE, data_seed, epoch_order, seed_prefix
 from tr.data.settings import PreprocessorSettings
-from tr.graph.resident import KEY, TRAIN_SET, VAL_SET, ResidentInput
+from tr.graph.resident import KEY, ORDER_KEY, TRAIN_LABELS, TRAIN_SET, VAL_LABELS, VAL_SET, ResidentInput
 from tr.task.feeder import InMemoryFeeder
 
 DEVICE_CHAIN = ("Pad + RandomCrop (the image's size, constant fill 0), RandomRotation (-d, d) and RandomScale "
@@ -155,18 +157,23 @@ class ResidentFeeder(InMemoryFeeder):
     # --- the plan's side ----------------------------------------------------------------------------
     def resident_input(self) -> ResidentInput:
         return ResidentInput(len(self._labels[True]), 0 if self._labels[False] is None else len(self._labels[False]),
-                             self.image, tuple(sorted(self.attrs.items())), tuple(sorted(self.val_attrs.items())))
+                             self.image, tuple(sorted(self.attrs.items())), tuple(sorted(self.val_attrs.items())),
+                             shuffle=self.shuffle_train)
 
     def upload(self, backend: Any, program: Any) -> None:
-        """Copy the raw data sets into the arena (once, after allocation)."""
+        """Copy the raw data sets and their labels into the arena (once, after allocation)."""
         backend.write(program.tensor(TRAIN_SET), self._images[True])
+        backend.write(program.tensor(TRAIN_LABELS), self._labels[True].astype(np.int32))
         if self._images[False] is not None:
             backend.write(program.tensor(VAL_SET), self._images[False])
+            backend.write(program.tensor(VAL_LABELS), self._labels[False].astype(np.int32))
 
     def begin_epoch(self, backend: Any, program: Any, epoch: int) -> None:
-        """Write the epoch's seed prefix (the per-sample keys are splitmix64(prefix ^ index) on the device)."""
-        key = np.array([seed_prefix(self.seed, epoch)], dtype="<u8").view(np.int32)
-        backend.write(program.tensor(KEY), key)
+        """Write the epoch's two seeds: the shuffle's (shuffle_order computes the order from it on the device)
+        and the augmentation's prefix (the per-sample keys are splitmix64(prefix ^ index) on the device)."""
+        seeds = ((ORDER_KEY, derive_seed(self.seed, TAG_SHUFFLE, epoch)), (KEY, seed_prefix(self.seed, epoch)))
+        for name, seed in seeds:
+            backend.write(program.tensor(name), np.array([seed], dtype="<u8").view(np.int32))
 
     # --- the Feeder protocol ------------------------------------------------------------------------
     def _alloc(self) -> None:
@@ -182,19 +189,15 @@ class ResidentFeeder(InMemoryFeeder):
         return None if labels is None else len(labels)
 
     def epoch_order(self, epoch: int, train: bool) -> np.ndarray:
-        """Dataset indices in the epoch's order: tr.data's Preprocessor.epoch_order for the same settings."""
+        """Dataset indices in the epoch's order: tr.data's Preprocessor.epoch_order for the same settings (what
+        the device computes; the host's copy, for tests and tools)."""
         return epoch_order(len(self._labels[train]), self.seed, epoch, train, self.shuffle_train, self.rank,
                            self.world_size)
 
     def epoch(self, epoch: int, train: bool) -> Iterator[tuple[int, int, int]]:
+        """The epoch's steps; the batches themselves are chosen on the device (batch_select)."""
         if self._labels[train] is None:
             raise DataError("the data set has no validation split")
-        order = self.epoch_order(epoch, train).astype(np.int32)
-        labels_all = self._labels[train]
+        n = len(self._labels[train])
         for k in range(self.steps(train)):
-            idx = order[k * self.batch:(k + 1) * self.batch]
-            labels, index = self._bufs[k % 2]
-            m = len(idx)
-            index[:m, 0, 0, 0] = idx
-            labels[:m] = labels_all[idx]
-            yield k, k % 2, m
+            yield k, k % 2, min(self.batch, n - k * self.batch)

@@ -16,6 +16,7 @@ from tr.backend.cpu.ops import (  # noqa: F401  (imported for their registration
     flatten,
     pool,
     range,
+    resident,
     scalar,
     scale,
     softmax_ce,

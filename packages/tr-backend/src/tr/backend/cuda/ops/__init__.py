@@ -18,6 +18,7 @@ from tr.backend.cuda.ops import (  # noqa: F401  (imported for their registratio
     flatten,
     pool,
     range,
+    resident,
     scalar,
     scale,
     softmax_ce,

@@ -1,0 +1,142 @@
+// A resident data set's order and batches (tr/backend/cpu/ops/resident.py): the epoch's shuffle and the batch
+// selection run on the device, so no batch index crosses PCIe.
+//
+// shuffle_order: tr.core.philox.shuffle_indices' Fisher-Yates permutation (for i = n-1 .. 1 swap positions i
+// and j = r0(seed, i) % (i + 1)) by deterministic reservations in one block: each round every pending swap
+// reserves its two positions with priority i (atomicMax), a swap holding both runs (the swaps that run touch
+// disjoint positions), the rest wait; every position then sees its swaps in the sequential order, so the
+// permutation is the sequential one, in O(log n) rounds. One block: its __syncthreads orders the rounds; the
+// reservations are read past L1 (__ldcg), since the atomics update L2 only.
+#include <memory>
+#include <string>
+
+#include "cuda/context.hpp"
+#include "ops/kernels.cuh"
+
+namespace tr::native {
+
+namespace {
+
+constexpr int kShuffleThreads = 1024;
+
+__global__ void __launch_bounds__(kShuffleThreads)
+    shuffle_kernel(const unsigned long long* key, int* order, int* pos, int* owner, int* js, int* pending_a,
+                   int* pending_b, int n, int shuffle) {
+  __shared__ int count, next;
+  const int t0 = threadIdx.x, nt = blockDim.x;
+  const unsigned long long seed = *key;
+  for (int i = t0; i < n; i += nt) {
+    order[i] = i;
+    owner[i] = -1;
+    if (shuffle && i > 0) {
+      js[i] = static_cast<int>(static_cast<unsigned long long>(kern::philox_r0(seed, i)) %
+                               static_cast<unsigned long long>(i + 1));
+      pending_a[n - 1 - i] = i;  // n-1 first: the order does not matter, the priorities decide
+    }
+  }
+  if (t0 == 0) {
+    count = shuffle ? n - 1 : 0;
+    *pos = 0;
+  }
+  __syncthreads();
+  int* pending = pending_a;
+  int* later = pending_b;
+  while (count > 0) {
+    const int c = count;
+    for (int k = t0; k < c; k += nt) {
+      const int i = pending[k];
+      atomicMax(&owner[i], i);
+      atomicMax(&owner[js[i]], i);
+    }
+    if (t0 == 0) next = 0;
+    __syncthreads();
+    for (int k = t0; k < c; k += nt) {
+      const int i = pending[k], j = js[i];
+      if (__ldcg(&owner[i]) == i && __ldcg(&owner[j]) == i) {
+        const int a = order[i];
+        order[i] = order[j];
+        order[j] = a;
+      } else {
+        later[atomicAdd(&next, 1)] = i;
+      }
+    }
+    __syncthreads();
+    for (int k = t0; k < c; k += nt) {
+      const int i = pending[k];
+      __stcg(&owner[i], -1);
+      __stcg(&owner[js[i]], -1);
+    }
+    int* swap = pending;
+    pending = later;
+    later = swap;
+    __syncthreads();
+    if (t0 == 0) count = next;
+    __syncthreads();
+  }
+}
+
+std::unique_ptr<Op> shuffle_order(Context&, const OpArgs& args) {
+  const int n = static_cast<int>(args.i("n"));
+  const int shuffle = static_cast<int>(args.i("shuffle"));
+  if (n < 1) args.bad("order has no elements");
+  const auto* key = static_cast<const unsigned long long*>(args.ptr("key"));
+  int* order = static_cast<int*>(args.ptr("order"));
+  int* pos = static_cast<int*>(args.ptr("pos"));
+  // owner, j and the two pending lists: 16 bytes a sample, the op's own (4.8 MB for ImageNet's 1.28 M)
+  auto scratch = std::make_shared<DeviceBuffer>(static_cast<std::size_t>(n) * 4 * sizeof(int));
+  int* base = scratch->as<int>();
+  return fn_op([=](cudaStream_t s) {
+    (void)scratch;
+    shuffle_kernel<<<1, kShuffleThreads, 0, s>>>(key, order, pos, base, base + n, base + 2 * n, base + 3 * n, n,
+                                                 shuffle);
+    check_launch("shuffle_order");
+  }, shuffle ? "fisher-yates by reservations, one block" : "identity order");
+}
+
+// index[i] = order[pos + i] (or pos + i), labels[i] = labels_all[index[i]] for i < min(rows, n - pos); pos += rows.
+// One block: every thread reads pos before thread 0 advances it.
+__global__ void batch_select_kernel(const int* order, const int* labels_all, int* pos, int* index, int* labels,
+                                    int n, int rows) {
+  const int p = *pos;
+  const int count = max(0, min(rows, n - p));
+  for (int i = threadIdx.x; i < count; i += blockDim.x) {
+    const int s = order != nullptr ? order[p + i] : p + i;
+    index[i] = s;
+    labels[i] = labels_all[s];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *pos = p + rows;
+}
+
+std::unique_ptr<Op> batch_select(Context&, const OpArgs& args) {
+  const int n = static_cast<int>(args.i("n")), rows = static_cast<int>(args.i("rows"));
+  const int* order = args.has("order") ? static_cast<const int*>(args.ptr("order")) : nullptr;
+  const int* labels_all = static_cast<const int*>(args.ptr("labels_all"));
+  int* pos = static_cast<int*>(args.ptr("pos"));
+  int* index = static_cast<int*>(args.ptr("index"));
+  int* labels = static_cast<int*>(args.ptr("labels"));
+  return fn_op([=](cudaStream_t s) {
+    batch_select_kernel<<<1, 256, 0, s>>>(order, labels_all, pos, index, labels, n, rows);
+    check_launch("batch_select");
+  });
+}
+
+__global__ void restart_kernel(int* pos) { *pos = 0; }
+
+std::unique_ptr<Op> batch_restart(Context&, const OpArgs& args) {
+  int* pos = static_cast<int*>(args.ptr("pos"));
+  return fn_op([=](cudaStream_t s) {
+    restart_kernel<<<1, 1, 0, s>>>(pos);
+    check_launch("batch_restart");
+  });
+}
+
+}  // namespace
+
+void register_resident_ops() {
+  register_factory("shuffle_order", &shuffle_order);
+  register_factory("batch_select", &batch_select);
+  register_factory("batch_restart", &batch_restart);
+}
+
+}  // namespace tr::native

@@ -1,0 +1,43 @@
+"""The rules of the resident family (shuffle_order, batch_select, batch_restart): a data set held on the
+device picks its own batches. Every argument is INT32; written once for both backends."""
+
+from __future__ import annotations
+
+from tr.backend.binding import CallBinder
+from tr.core.dtype import DType
+
+MAX_SAMPLES = 2**31 - 1  # INT32 indices
+
+
+def _int32(b: CallBinder, *names: str) -> None:
+    for name in names:
+        if b.has(name):
+            b.expect_dtype(name, DType.INT32)
+
+
+def shuffle_order(b: CallBinder) -> tuple[int, bool]:
+    """(n, shuffle)."""
+    _int32(b, "key", "order", "pos")
+    b.expect_numel("key", 2)
+    b.expect_numel("pos", 1)
+    n = b.tensor("order").numel
+    if n < 1:
+        b.fail("order has no elements: a resident data set has at least one sample")
+    return n, b.bool_attr("shuffle", True)
+
+
+def batch_select(b: CallBinder) -> tuple[int, int, bool]:
+    """(n samples, B batch rows, whether an order is given)."""
+    _int32(b, "order", "labels_all", "pos", "index", "labels")
+    b.expect_numel("pos", 1)
+    n = b.tensor("labels_all").numel
+    if b.has("order"):
+        b.expect_numel("order", n)
+    rows = b.tensor("index").numel
+    b.expect_numel("labels", rows)
+    return n, rows, b.has("order")
+
+
+def batch_restart(b: CallBinder) -> None:
+    _int32(b, "pos")
+    b.expect_numel("pos", 1)

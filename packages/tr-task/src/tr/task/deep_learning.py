@@ -457,6 +457,7 @@ class DeepLearningTask(TaskBase):
         feeder.begin_epoch(be, prog, epoch)  # (a resident input: the epoch's augmentation key)
         be.launch(st.clear_metrics)
         be.launch(st.epoch_begin)
+        launch.prepare(st.epoch_order)  # (a resident data set: the epoch's order, on the device)
         bar = Progress(steps, f"epoch {epoch + 1} train", enabled=main and self._log_table)
         lr0 = self._device_lr()
         t_pass = time.perf_counter()
@@ -489,8 +490,8 @@ class DeepLearningTask(TaskBase):
         val, val_last = val or st.val, val_last or st.val_last
         steps = feeder.steps(False)
         be.launch(st.clear_metrics)
-        be.launch(st.val_begin)  # (a resident data set: its first validation batch)
         launch = self._launch
+        launch.prepare(st.val_begin)  # (a resident data set: its first validation batch)
         main = self.group is None or self.group.is_main
         bar = Progress(steps, f"epoch {epoch + 1} {label}", enabled=main and self._log_table)
         with closing(feeder.epoch(epoch, False)) as batches:

@@ -88,7 +88,8 @@ class CapturedSteps:
     transfer: list  # [buffer]
     val_transfer: list  # [buffer]: transfer, or a resident data set's validation batch selection
     clear_metrics: object
-    epoch_begin: object  # a resident data set's epoch order; AMP: refresh FP16 working weights
+    epoch_begin: object  # AMP: refresh FP16 working weights
+    epoch_order: object  # a resident data set: the epoch's order (on the device)
     val_begin: object  # a resident data set: validation from its first batch
     epoch_end: object  # fold BN statistics into inference scale/bias
     val_end: object
@@ -122,7 +123,8 @@ def capture_steps(backend, program: Program, has_val: bool,
     return CapturedSteps(
         train=train, train_last=train_last, val=val, val_last=val_last, transfer=transfer, val_transfer=val_transfer,
         clear_metrics=graph("clear_metrics", "train", (G.CLEAR_METRICS,)),
-        epoch_begin=graph("epoch_begin", "train", (G.RESIDENT_TRAIN_BEGIN, G.CAST_MAIN_FP32_TO_FP16)),
+        epoch_begin=graph("epoch_begin", "train", (G.CAST_MAIN_FP32_TO_FP16,)),
+        epoch_order=graph("epoch_order", "train", (G.RESIDENT_TRAIN_BEGIN,)),
         val_begin=graph("val_begin", "val", (G.RESIDENT_VAL_BEGIN,)),
         epoch_end=graph("epoch_end", "train", (G.UPDATE_BN_INF_PARAMS,)),
         val_end=graph("val_end", "val", (G.VAL_RESULT_COMM,)),
@@ -169,6 +171,14 @@ class StepLauncher:
             self._waiting(copied.synchronize)  # host: the staging zone has been copied and may be refilled
             if wd is not None:
                 wd.beat()
+
+    def prepare(self, graph) -> None:
+        """A graph the coming transfers depend on (a resident data set's epoch order or validation restart): on
+        the transfer stream ahead of them, so every later step, which waits for its transfer, also follows it."""
+        if self.streams:
+            self.be.launch(graph, self.trans)
+        else:
+            self.be.launch(graph)
 
     def wait(self, buffer: int) -> None:
         if self.streams:

@@ -213,6 +213,30 @@ def test_bn_relu6_fused_against_torch(dtype, tol, residual):
         assert_close(be.read(t["dz"]), nhwc(z.grad), tol)
 
 
+@pytest.mark.parametrize("dtype,tol", [("fp32", 1e-5), ("fp16", 3e-3)])
+def test_bn_silu_fused_against_torch(dtype, tol):
+    """y = silu(bn(x)) (EfficientNet's CBR) and its gradients; the slope is recomputed from x."""
+    shape = (4, 3, 5, 16)
+    be, t = _fused_setup(shape, dtype)
+    run(be, _fwd(t, activation="silu"),
+        op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
+           saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"], activation="silu",
+           beta=t["beta"]))
+    x = nchw(be.read(t["x"]).astype(np.float64))
+    gamma = torch.tensor(be.read(t["gamma"]).ravel(), dtype=torch.float64, requires_grad=True)
+    beta = torch.tensor(be.read(t["beta"]).ravel(), dtype=torch.float64, requires_grad=True)
+    y = torch.nn.functional.silu(torch.nn.functional.batch_norm(x, None, None, gamma, beta, training=True))
+    y.backward(nchw(be.read(t["dy"]).astype(np.float64)))
+    assert_close(be.read(t["y"]), nhwc(y), tol)
+    assert_close(be.read(t["dx"]), nhwc(x.grad), tol)
+    assert_close(be.read(t["dgamma"]).ravel(), gamma.grad.numpy(), 1e-4)
+    assert_close(be.read(t["dbeta"]).ravel(), beta.grad.numpy(), 1e-4)
+    with pytest.raises(BackendError, match="silu's slope is recomputed from x alone"):
+        run(be, op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
+                   saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"],
+                   activation="silu", y=t["y"]))
+
+
 @pytest.mark.parametrize("act", ["relu", "relu6"])
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 def test_fused_relu_equals_bn_then_act_bit_for_bit(dtype, act):
@@ -271,7 +295,7 @@ def test_bn_rules_name_the_problem():
         run(be, _fwd(t, z=t["z16"]))
     with pytest.raises(ShapeError, match=r"scale has 3 elements, expected 4 \(one per channel\)"):
         run(be, op("bn_inf", x=t["x"], scale=t["short"], bias=t["beta"], y=t["y"]))
-    with pytest.raises(BackendError, match=r"activation must be one of \(None, 'relu', 'relu6'\), got 'tanh'"):
+    with pytest.raises(BackendError, match=r"activation must be one of \(None, 'relu', 'relu6', 'silu'\), got 'tanh'"):
         run(be, _fwd(t, activation="tanh"))
 
 

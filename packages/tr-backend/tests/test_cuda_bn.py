@@ -57,7 +57,7 @@ def _gpu_forward_to_cpu(tw, *names):
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("shape", SHAPES, ids=IDS)
 @pytest.mark.parametrize("mode", ["plain", "relu", "relu+residual", "relu+residual+dy2", "relu+dy2", "relu6",
-                                  "relu6+residual"])
+                                  "relu6+residual", "silu", "silu+dy2"])
 def test_bn_forward_backward_fused(shape, dtype, mode):
     tw = _twin(shape, dtype)
     t = tw.arena.tensors
@@ -112,10 +112,12 @@ def test_bn_inference_fused(shape, dtype):
     t = tw.arena.tensors
     tw.fill("scale", 0.5, 2)
     tw.fill("bias")
-    for act, z in ((None, None), ("relu", None), ("relu", t["z"]), ("relu6", None), ("relu6", t["z"])):
+    for act, z in ((None, None), ("relu", None), ("relu", t["z"]), ("relu6", None), ("relu6", t["z"]),
+                   ("silu", None)):
         tw.run(op("bn_inf", x=t["x"], scale=t["scale"], bias=t["bias"], y=t["y"], z=z, activation=act),
                poison=("y",))
-        close(*tw.both("y"), 0.0 if dtype == "fp32" else TOL[dtype], f"y {act} {z is not None}")
+        exact = dtype == "fp32" and act != "silu"  # (silu: CUDA's expf and numpy's exp differ by an ulp or two)
+        close(*tw.both("y"), 0.0 if exact else max(TOL[dtype], 1e-6), f"y {act} {z is not None}")
 
 
 def test_fused_bn_is_deterministic():

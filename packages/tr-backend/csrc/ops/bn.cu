@@ -1,4 +1,4 @@
-// Batch normalisation over N*H*W per channel (tr/backend/cpu/ops/bn.py) with the relu or relu6 and the residual
+// Batch normalisation over N*H*W per channel (tr/backend/cpu/ops/bn.py) with the relu, relu6 or silu and the residual
 // add that follow it fused in: training forward y = act(bn(x) + z), backward (the mask read from y or
 // recomputed from x; the residual's gradient written on the way), inference, folded inference parameters.
 //
@@ -85,6 +85,9 @@ __device__ __forceinline__ void apply_mask(const float (&xv)[V], const float (&y
   } else if (MASK == MASK6_FROM_X) {
 #pragma unroll
     for (int j = 0; j < V; ++j) gv[j] = gv[j] * relu6_passed<T>(affine(xv[j], p.mu[j], p.a[j], p.b[j]));
+  } else if (MASK == SILU_FROM_X) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) gv[j] = gv[j] * silu_slope(affine(xv[j], p.mu[j], p.a[j], p.b[j]));
   }
 }
 
@@ -203,13 +206,15 @@ void with_mask(int mask, bool dy2, Fn&& fn) {
     d(std::integral_constant<int, MASK6_FROM_X>{});
   } else if (mask == MASK6_FROM_Y) {
     d(std::integral_constant<int, MASK6_FROM_Y>{});
+  } else if (mask == SILU_FROM_X) {
+    d(std::integral_constant<int, SILU_FROM_X>{});
   } else {
     d(std::integral_constant<int, NO_MASK>{});
   }
 }
 
 std::string describe(const char* op, const Geo& g, int act, bool res) {
-  return std::string(op) + (act == 1 ? " +relu" : act == 2 ? " +relu6" : "") + (res ? " +residual" : "") + ", vec" + std::to_string(g.v) + ", " +
+  return std::string(op) + (act == 1 ? " +relu" : act == 2 ? " +relu6" : act == 3 ? " +silu" : "") + (res ? " +residual" : "") + ", vec" + std::to_string(g.v) + ", " +
          std::to_string(g.chunks) + "x" + std::to_string(g.tiles) + " blocks of " + std::to_string(g.gx) + "x" +
          std::to_string(g.lanes);
 }
@@ -219,7 +224,7 @@ std::unique_ptr<Op> bn_fwd(Context&, const OpArgs& args) {
   const int c = static_cast<int>(args.i("c"));
   const int act = static_cast<int>(args.i("act"));
   const bool res = args.i("residual") != 0;
-  if (act < 0 || act > 2) args.bad("activation code " + std::to_string(act) + " is out of range");
+  if (act < 0 || act > 3) args.bad("activation code " + std::to_string(act) + " is out of range");
   const double mom = args.f("momentum"), eps = args.f("eps");
   const Geo g = geometry(m, c, vector_width(args, c, {"x", "y", "z"}));
   const void* x = args.ptr("x");
@@ -253,7 +258,7 @@ std::unique_ptr<Op> bn_bwd(Context&, const OpArgs& args) {
   const std::int64_t m = args.i("m");
   const int c = static_cast<int>(args.i("c"));
   const int mask = static_cast<int>(args.i("mask"));
-  if (mask < NO_MASK || mask > MASK6_FROM_Y) args.bad("mask code " + std::to_string(mask) + " is out of range");
+  if (mask < NO_MASK || mask > SILU_FROM_X) args.bad("mask code " + std::to_string(mask) + " is out of range");
   const Geo g = geometry(m, c, vector_width(args, c, {"x", "dy", "dx", "y", "dz", "dy2"}));
   const void* x = args.ptr("x");
   const void* dy = args.ptr("dy");
@@ -296,7 +301,8 @@ std::unique_ptr<Op> bn_bwd(Context&, const OpArgs& args) {
       });
     });
     check_launch("bn_bwd");
-  }, describe("bn_bwd", g, mask == NO_MASK ? 0 : mask >= MASK6_FROM_X ? 2 : 1, dz != nullptr) + (dy2 != nullptr ? " +dy2" : ""));
+  }, describe("bn_bwd", g, mask == NO_MASK ? 0 : mask == SILU_FROM_X ? 3 : mask >= MASK6_FROM_X ? 2 : 1,
+                  dz != nullptr) + (dy2 != nullptr ? " +dy2" : ""));
 }
 
 std::unique_ptr<Op> bn_inf(Context&, const OpArgs& args) {
@@ -304,7 +310,7 @@ std::unique_ptr<Op> bn_inf(Context&, const OpArgs& args) {
   const int c = static_cast<int>(args.i("c"));
   const int act = static_cast<int>(args.i("act"));
   const bool res = args.i("residual") != 0;
-  if (act < 0 || act > 2) args.bad("activation code " + std::to_string(act) + " is out of range");
+  if (act < 0 || act > 3) args.bad("activation code " + std::to_string(act) + " is out of range");
   const Geo g = geometry(m, c, vector_width(args, c, {"x", "y", "z"}));
   const void* x = args.ptr("x");
   const void* z = res ? args.ptr("z") : nullptr;

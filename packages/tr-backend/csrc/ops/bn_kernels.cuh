@@ -21,8 +21,11 @@ constexpr int kTargetBlocks = 1024;  // chunks x tiles: ~8 resident blocks per S
 constexpr int kUnroll = 4;           // rows a thread sums in float before adding them to its float64 sums
 
 // The backward's activation mask: none, relu's (read from y or recomputed from x), relu6's likewise.
-enum Mask : int { NO_MASK = 0, MASK_FROM_X = 1, MASK_FROM_Y = 2, MASK6_FROM_X = 3, MASK6_FROM_Y = 4 };
-__host__ __device__ constexpr bool mask_from_x(int mask) { return mask == MASK_FROM_X || mask == MASK6_FROM_X; }
+// SILU_FROM_X: silu's derivative, recomputed from x (silu is not invertible: y cannot give it).
+enum Mask : int { NO_MASK = 0, MASK_FROM_X = 1, MASK_FROM_Y = 2, MASK6_FROM_X = 3, MASK6_FROM_Y = 4, SILU_FROM_X = 5 };
+__host__ __device__ constexpr bool mask_from_x(int mask) {
+  return mask == MASK_FROM_X || mask == MASK6_FROM_X || mask == SILU_FROM_X;
+}
 __host__ __device__ constexpr bool mask_from_y(int mask) { return mask == MASK_FROM_Y || mask == MASK6_FROM_Y; }
 
 struct Geo {
@@ -134,8 +137,18 @@ __device__ __forceinline__ float relu6_passed(float pre) {
   return r > 0.0f && r < 6.0f ? 1.0f : 0.0f;
 }
 
-// The forward's activation: 0 none, 1 relu, 2 relu6 (NaN stays NaN, as numpy's maximum and clip).
+__device__ __forceinline__ float bn_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// silu's derivative at the forward's own (unrounded) pre-activation, in act_bwd's formula (activation.cu):
+// the forward computed silu(pre) in float and rounded once.
+__device__ __forceinline__ float silu_slope(float pre) {
+  const float s = bn_sigmoid(pre);
+  return s * ((1.0f - s) * pre + 1.0f);
+}
+
+// The forward's activation: 0 none, 1 relu, 2 relu6 (NaN stays NaN, as numpy's maximum and clip), 3 silu.
 __device__ __forceinline__ float activate(float v, int act) {
+  if (act == 3) return v * bn_sigmoid(v);
   if (act != 0) v = kern::nan_max(v, 0.0f);
   if (act == 2) v = kern::nan_min(v, 6.0f);
   return v;

@@ -121,20 +121,20 @@ _DEFS: list[OpDef] = [
            _t("z", optional=True)),
           ("momentum", "eps", "activation"), inplace=(("y", "z"),),
           doc="y = act(bn(x) + z): batch statistics over N*H*W, bn(x) = (x - mean) * (gamma * inv_std) + beta; "
-              "z (the residual, optional) is added before the activation (None, 'relu' or 'relu6'); running stats: "
-              "out = (1-m)*in + m*batch (unbiased var; biased when N*H*W = 1); saved_inv_std = 1/sqrt(biased "
-              "var + eps)"),
+              "z (the residual, optional) is added before the activation (None, 'relu', 'relu6' or 'silu'); "
+              "running stats: out = (1-m)*in + m*batch (unbiased var; biased when N*H*W = 1); saved_inv_std = "
+              "1/sqrt(biased var + eps)"),
     OpDef("bn_bwd", "bn",
           (_t("x"), _t("gamma"), _t("dy"), _t("saved_mean"), _t("saved_inv_std"), _t("dgamma", "out"),
            _t("dbeta", "out"), _t("dx", "out"), _t("beta", optional=True), _t("y", optional=True),
            _t("dz", "out", True), _t("dy2", optional=True)),
           ("eps", "activation"), inplace=(("dx", "x"), ("dz", "dy")),
-          doc="dy (+ dy2, a second contribution added as it is read and rounded to dy's dtype, as an accumulate "
-              "op would) is the gradient of bn_fwd's y. With activation 'relu' the mask is y > 0 ('relu6': "
-              "0 < y < 6), read from y when given (needed with a residual), else recomputed from x with beta "
-              "exactly as the forward rounded it; g = dy * mask; dz = g (the residual's gradient) when given; "
-              "dbeta = sum g, dgamma = sum g*xhat, dx = the BN input gradient of g. eps is informational: "
-              "saved_inv_std already includes it"),
+          doc="dy (+ dy2, a second contribution added as it is read and rounded to dy's dtype, as an accumulate op "
+              "would) is the gradient of bn_fwd's y. With activation 'relu' the mask is y > 0 ('relu6': 0 < y < 6; "
+              "'silu': its slope, from x only), read from y when given (needed with a residual), else recomputed "
+              "from x with beta exactly as the forward rounded it; g = dy * mask; dz = g (the residual's gradient) "
+              "when given; dbeta = sum g, dgamma = sum g*xhat, dx = the BN input gradient of g. eps is "
+              "informational: saved_inv_std already includes it"),
     OpDef("bn_inf", "bn", (_t("x"), _t("scale"), _t("bias"), _t("y", "out"), _t("z", optional=True)),
           ("activation",), inplace=(("y", "z"),), doc="y = act(x*scale + bias + z)"),
     # --- batch norm + relu + max pooling in one pass (a CBR followed by a max pool) --------------------

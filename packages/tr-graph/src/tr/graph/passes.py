@@ -13,7 +13,7 @@
                      no-ops, insert one where an FC would read channel-padded rows (AMP)
 10. fuse             relu into fc and add (fused epilogues); with TR_FC_DRELU=1 an fc(relu) read only by an
                      fc hands that fc its relu mask, whose dx GEMM then applies the relu's backward (DRELU);
-                     conv+bn2d+relu(6) and conv+bn2d+add(+relu) -> cbr (the relu or relu6 and the
+                     conv+bn2d+relu/relu6/silu and conv+bn2d+add(+relu) -> cbr (the activation and the
                      residual add run inside the BN kernels); cbr(relu) + maxpool -> one cbr that pools in
                      its BN kernels
 11. mark_first       layer 0 is the first layer (fc, conv, cbr or flatten); nothing else reads the input
@@ -383,7 +383,7 @@ def fuse_drelu(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
 
 
 def fuse_cbr(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
-    """conv -> bn2d -> relu (or relu6) becomes cbr(act=relu or relu6); conv -> bn2d -> add(+relu) (the stem
+    """conv -> bn2d -> relu (relu6, silu) becomes cbr(act=that activation); conv -> bn2d -> add(+relu) (the stem
     of a residual block, or else its shortcut) becomes cbr(residual, act = the add's), whose second input is the add's
     other input. Each inner value must have one reader: the next layer of the pattern."""
     by_uid = {L.uid: L for L in layers}
@@ -409,7 +409,7 @@ def fuse_cbr(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
     dropped: set[int] = set()
     fused: dict[int, ArchLayer] = {}
     for L in layers:
-        if L.kind == "act" and L.params["kind"] in ("relu", "relu6"):
+        if L.kind == "act" and L.params["kind"] in ("relu", "relu6", "silu"):
             found = conv_bn(L.inputs[0])
             if found is not None:
                 fused[L.uid] = cbr(*found, L.uid, L.params["kind"], None)

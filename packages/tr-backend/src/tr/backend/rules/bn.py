@@ -13,8 +13,8 @@ from tr.backend.binding import CallBinder, Geometry, window_geometry
 from tr.core.dtype import DType
 from tr.core.errors import DTypeError, ShapeError
 
-ACTIVATIONS = (None, "relu", "relu6")
-ACT_CODES = {None: 0, "relu": 1, "relu6": 2}  # the native ops' activation codes
+ACTIVATIONS = (None, "relu", "relu6", "silu")
+ACT_CODES = {None: 0, "relu": 1, "relu6": 2, "silu": 3}  # the native ops' activation codes
 
 _FWD_VEC = ("gamma", "beta", "mean_in", "var_in", "mean_out", "var_out", "saved_mean", "saved_inv_std")
 _BWD_VEC = ("gamma", "beta", "saved_mean", "saved_inv_std", "dgamma", "dbeta")
@@ -24,7 +24,7 @@ _BWD_VEC = ("gamma", "beta", "saved_mean", "saved_inv_std", "dgamma", "dbeta")
 class BnShape:
     m: int  # rows: N*H*W
     c: int  # channels
-    act: str | None  # None, "relu" or "relu6"
+    act: str | None  # None, "relu", "relu6" or "silu"
 
     @property
     def act_code(self) -> int:
@@ -94,6 +94,8 @@ def bn_bwd_rules(b: CallBinder) -> BnBwd:
     b.float_attr("eps", 1e-5, 0.0)
     if act is None:
         mask = ""
+    elif act == "silu" and (b.has("y") or b.has("dz")):
+        b.fail("silu's slope is recomputed from x alone (pass beta, not y): no residual can join before it")
     elif b.has("y"):
         mask = "y"
     elif b.has("beta"):

@@ -1,4 +1,4 @@
-"""CBR: conv -> batch norm [-> + residual] [-> relu or relu6] [-> max pool] as one ArchLayer (the fusion pass's).
+"""CBR: conv -> batch norm [-> + residual] [-> relu, relu6 or silu] [-> max pool] as one ArchLayer (fused).
 
 The layer emits conv_fwd and one bn_fwd that also applies the relu (and adds the residual z, the block's
 shortcut, before it): the BN output never exists as a tensor of its own, and the backward's bn_bwd takes the
@@ -8,7 +8,8 @@ output need not live until the backward; with one it is read from the output (y 
 shortcut's gradient on the way. With a max pool (after the relu, no residual) bn_maxpool_fwd/_bwd pool as
 they normalise: the layer's output is the pooled one, and the full-resolution activation and its gradient are
 not tensors of the plan. Inputs: (x) or (x, shortcut); params: the conv's and the BN's, act (None, "relu" or
-"relu6": MobileNet's, whose mask 0 < y < 6 is recomputed the same way), residual, pool (None or (kernel,
+"relu6": MobileNet's, whose mask 0 < y < 6 is recomputed the same way, or "silu": EfficientNet's, whose
+slope is recomputed from the conv output too; not with a residual), residual, pool (None or (kernel,
 stride, padding)).
 """
 
@@ -21,7 +22,7 @@ from tr.graph.layers.base import IO, Decl, DeclCtx, LayerKind, LayerProblem, spa
 from tr.graph.layers.bn import bn_backward, bn_decls, bn_forward, bn_inference, check_bn
 from tr.graph.layers.conv import check_conv, conv_attrs, conv_decls, conv_out_shape, groups
 
-CBR_ACTS = (None, "relu", "relu6")  # the activations the BN kernels apply (tr.backend.rules.bn.ACTIVATIONS)
+CBR_ACTS = (None, "relu", "relu6", "silu")  # the activations the BN kernels apply (tr.backend.rules.bn)
 
 
 def _pool_attrs(pool: tuple[int, int, int]) -> dict[str, int]:
@@ -42,6 +43,9 @@ class CBRKind(LayerKind):
         check_bn(layer.params["momentum"], layer.params["eps"])
         if layer.params.get("act") not in CBR_ACTS:
             raise LayerProblem(f"cbr activation must be one of {CBR_ACTS}, got {layer.params.get('act')!r}")
+        if layer.params.get("act") == "silu" and layer.params.get("residual"):
+            raise LayerProblem("a cbr adds a residual before relu or relu6 only (silu's backward recomputes its "
+                               "input from the conv output, which a residual changes)")
         if layer.params.get("pool") is not None and (layer.params.get("act") != "relu" or layer.params.get("residual")):
             raise LayerProblem("a cbr pools only after its relu and without a residual")
 

@@ -7,7 +7,8 @@ Forward: y = act((x - mean) * (gamma * inv_std) + beta + z), in that order of fl
 relu or relu6 (clip to [0, 6]); the backward recomputes the activation's mask from x with the same operations
 (and the rounding of y's dtype), so it needs neither y nor a mask unless a residual was added. relu passes
 where the stored pre-activation is > 0, relu6 where it is strictly inside (0, 6) (torch's hardtanh
-backward). Argument rules: tr.backend.rules.bn.
+backward); silu (y = silu(pre), rounded once) takes its slope at the same unrounded pre-activation, so the
+fused silu is one rounding closer to float32 than bn then act_fwd. Argument rules: tr.backend.rules.bn.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class TrainGrad:
         np.subtract(x, self.mean, out=out)
         np.multiply(out, self.k, out=out)
         np.add(out, self.beta, out=out)
-        passed(self.stored(out), act, out)
+        passed(out if act == "silu" else self.stored(out), act, out)  # silu's slope at the unrounded input
 
     def backward(self, x: np.ndarray, g: np.ndarray, dx: np.ndarray) -> None:
         xhat, s1, s2 = self.xhat, self.s1, self.s2
@@ -134,17 +135,33 @@ class TrainGrad:
 
 
 def activate(y: np.ndarray, act: str | None) -> None:
-    """The fused activation in place: None, relu (NaN stays NaN) or relu6."""
+    """The fused activation in place: None, relu (NaN stays NaN), relu6 or silu (act_fwd's operations)."""
     if act == "relu":
         np.maximum(y, np.float32(0), out=y)
     elif act == "relu6":
         np.clip(y, np.float32(0), np.float32(6), out=y)
+    elif act == "silu":
+        np.multiply(y, _sigmoid(y), out=y)
+
+
+def _sigmoid(v: np.ndarray) -> np.ndarray:
+    s = np.negative(v)
+    np.exp(s, out=s)  # may overflow to inf for v < -88: 1/(1+inf) = 0, the right limit
+    np.add(s, np.float32(1), out=s)
+    return np.divide(np.float32(1), s, out=s)
 
 
 def passed(v: np.ndarray, act: str, out: np.ndarray) -> None:
-    """out = 1 where the activation's derivative is 1 at (stored) value v: relu v > 0, relu6 0 < v < 6."""
+    """out = the activation's derivative at (stored) value v: relu [v > 0], relu6 [0 < v < 6], silu
+    s (1 + v (1 - s)) with s = sigmoid(v), as act_bwd computes it."""
     if act == "relu6":
         np.copyto(out, (v > 0) & (v < 6))
+    elif act == "silu":
+        s = _sigmoid(v)
+        t = np.subtract(np.float32(1), s)
+        np.multiply(t, v, out=t)
+        np.add(t, np.float32(1), out=t)
+        np.multiply(s, t, out=out)
     else:
         np.greater(v, np.float32(0), out=out)
 

@@ -1,4 +1,4 @@
-"""Batch normalisation over N*H*W per channel with the following relu or relu6 and residual add fused in
+"""Batch normalisation over N*H*W per channel with the following relu, relu6 or silu and residual add fused in
 (csrc/ops/bn.cu): 16-byte vector loads, chunked fixed-order float64 reductions (deterministic, no atomics),
 running statistics with the unbiased batch variance. Argument rules: tr.backend.rules.bn."""
 
@@ -10,7 +10,8 @@ from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
 from tr.backend.rules.bn import bn_bwd_rules, bn_fwd_rules, bn_inf_rules, bn_update_eq_rules
 
-_MASK_CODES = {("", None): 0, ("x", "relu"): 1, ("y", "relu"): 2, ("x", "relu6"): 3, ("y", "relu6"): 4}
+_MASK_CODES = {("", None): 0, ("x", "relu"): 1, ("y", "relu"): 2, ("x", "relu6"): 3, ("y", "relu6"): 4,
+               ("x", "silu"): 5}
 
 
 @cuda_op("bn_fwd")

@@ -28,8 +28,11 @@ def _arena(n: int, rows: int):
     a = SimpleArena()
     t = {"key": a.add("key", (1, 1, 1, 2), "int32"), "order": a.add("order", (n, 1, 1, 1), "int32"),
          "pos": a.add("pos", (1, 1, 1, 1), "int32"), "labels_all": a.add("labels_all", (n, 1, 1, 1), "int32"),
-         "index": a.add("index", (rows, 1, 1, 1), "int32"), "labels": a.add("labels", (rows,), "int32")}
-    return a.allocate(), t
+         "index": a.add("index", (rows, 1, 1, 1), "int32"), "labels": a.add("labels", (rows,), "int32"),
+         "rank": a.add("rank", (1, 1, 1, 1), "int32")}
+    be = a.allocate()
+    be.write(t["rank"], np.zeros(1, np.int32))
+    return be, t
 
 
 def test_an_epoch_of_batches_is_tr_datas_order():
@@ -42,8 +45,8 @@ def test_an_epoch_of_batches_is_tr_datas_order():
     run(be, op("shuffle_order", key=t["key"], order=t["order"], pos=t["pos"], shuffle=True))
     want = data_shuffle_order(n, seed, epoch)
     assert np.array_equal(be.read(t["order"]).ravel(), want) and be.read(t["pos"]).ravel()[0] == 0
-    step = be.capture("step", [op("batch_select", order=t["order"], labels_all=t["labels_all"], pos=t["pos"],
-                                  index=t["index"], labels=t["labels"])])
+    step = be.capture("step", [op("batch_select", order=t["order"], labels_all=t["labels_all"], rank=t["rank"],
+                                  pos=t["pos"], index=t["index"], labels=t["labels"])])
     seen = []
     for k in range(-(-n // rows)):
         be.write(t["index"], np.full(rows, -1, np.int32))
@@ -58,6 +61,31 @@ def test_an_epoch_of_batches_is_tr_datas_order():
     assert be.read(t["pos"]).ravel()[0] == 0
 
 
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("n,world", [(1000, 3), (10, 4), (7, 7), (5, 8)])
+def test_a_rank_takes_tr_datas_share(n, world, train):
+    """Rank r of W walks the positions tr.data.sharding deals it (training padded, validation not): the same
+    samples, in the same order, as tr.data.seeds.epoch_order for that rank."""
+    from tr.data.seeds import epoch_order
+
+    rows, seed, epoch = 16, 5, 2
+    for rank in range(world):
+        be, t = _arena(n, rows)
+        be.write(t["rank"], np.array([rank], np.int32))
+        be.write(t["labels_all"], np.arange(n, dtype=np.int32))
+        be.write(t["key"], _key(derive_seed(seed, 3, epoch)))
+        run(be, op("shuffle_order", key=t["key"], order=t["order"], pos=t["pos"], shuffle=train))
+        want = epoch_order(n, seed, epoch, train, True, rank, world)
+        got = []
+        for _ in range(-(-len(want) // rows) + 1):
+            be.write(t["index"], np.full(rows, -1, np.int32))
+            run(be, op("batch_select", order=t["order"], labels_all=t["labels_all"], rank=t["rank"], pos=t["pos"],
+                       index=t["index"], labels=t["labels"], world=world, pad=train))
+            idx = be.read(t["index"]).ravel()
+            got.extend(idx[idx >= 0])
+        assert got == list(want), (rank, got[:8], list(want[:8]))
+
+
 def test_unshuffled_order_and_validation_batches():
     n, rows = 10, 4
     be, t = _arena(n, rows)
@@ -66,7 +94,8 @@ def test_unshuffled_order_and_validation_batches():
     assert np.array_equal(be.read(t["order"]).ravel(), np.arange(n))
     got = []
     for _ in range(3):  # no order: positions in turn (validation)
-        run(be, op("batch_select", labels_all=t["labels_all"], pos=t["pos"], index=t["index"], labels=t["labels"]))
+        run(be, op("batch_select", labels_all=t["labels_all"], rank=t["rank"], pos=t["pos"], index=t["index"],
+                   labels=t["labels"], pad=False))
         got.append(be.read(t["labels"]).ravel().copy())
     assert got[0].tolist() == [100, 101, 102, 103] and got[2][:2].tolist() == [108, 109]
 
@@ -76,12 +105,12 @@ def test_rules_name_the_problem():
     f = {name: a.add(name, shape, dt) for name, shape, dt in
          (("key", (1, 1, 1, 2), "int32"), ("order", (8, 1, 1, 1), "fp32"), ("pos", (1, 1, 1, 1), "int32"),
           ("key3", (1, 1, 1, 3), "int32"), ("order8", (8, 1, 1, 1), "int32"), ("index2", (2, 1, 1, 1), "int32"),
-          ("labels4", (4,), "int32"))}
+          ("labels4", (4,), "int32"), ("rank", (1, 1, 1, 1), "int32"))}
     be = a.allocate()
     with pytest.raises(BackendError, match="argument 'order' has dtype FP32; expected INT32"):
         be.capture("g", [op("shuffle_order", key=f["key"], order=f["order"], pos=f["pos"])])
     with pytest.raises(Exception, match="argument 'key' .* has 3 elements; expected 2"):
         be.capture("g", [op("shuffle_order", key=f["key3"], order=f["order8"], pos=f["pos"])])
     with pytest.raises(Exception, match="argument 'labels' .* has 4 elements; expected 2"):
-        be.capture("g", [op("batch_select", labels_all=f["order8"], pos=f["pos"], index=f["index2"],
+        be.capture("g", [op("batch_select", labels_all=f["order8"], rank=f["rank"], pos=f["pos"], index=f["index2"],
                             labels=f["labels4"])])

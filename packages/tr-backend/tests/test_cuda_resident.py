@@ -17,9 +17,11 @@ pytestmark = pytest.mark.gpu
 def _twin(n: int, rows: int) -> Twin:
     tw = Twin()
     for name, shape in (("key", (1, 1, 1, 2)), ("order", (n, 1, 1, 1)), ("pos", (1, 1, 1, 1)),
-                        ("labels_all", (n, 1, 1, 1)), ("index", (rows, 1, 1, 1)), ("labels", (rows,))):
+                        ("labels_all", (n, 1, 1, 1)), ("index", (rows, 1, 1, 1)), ("labels", (rows,)),
+                        ("rank", (1, 1, 1, 1))):
         tw.add(name, shape, "int32")
     tw.allocate()
+    tw.write("rank", np.zeros(1, np.int32))
     return tw
 
 
@@ -48,16 +50,18 @@ def test_epoch_order_matches_the_cpu(n):
     assert again == {cpu.tobytes()}
 
 
-def test_batches_match_the_cpu():
+@pytest.mark.parametrize("world,rank,pad", [(1, 0, True), (3, 2, True), (3, 1, False), (8, 7, False)])
+def test_batches_match_the_cpu(world, rank, pad):
     n, rows = 1000, 96
     tw = _twin(n, rows)
+    tw.write("rank", np.array([rank], np.int32))
     tw.write("labels_all", (np.arange(n) * 7 % 10).astype(np.int32))
     tw.write("key", np.array([99], dtype="<u8").view(np.int32))
     tw.run(op("shuffle_order", key=tw["key"], order=tw["order"], pos=tw["pos"], shuffle=True))
-    call = op("batch_select", order=tw["order"], labels_all=tw["labels_all"], pos=tw["pos"], index=tw["index"],
-              labels=tw["labels"])
+    call = op("batch_select", order=tw["order"], labels_all=tw["labels_all"], rank=tw["rank"], pos=tw["pos"],
+              index=tw["index"], labels=tw["labels"], world=world, pad=pad)
     gc, gg = tw.cpu.capture("b", [call]), tw.gpu.capture("b", [call])
-    for _ in range(-(-n // rows) + 1):  # one past the end: nothing written, pos still advances
+    for _ in range(-(-n // (rows * world)) + 1):  # one past the end: nothing written, pos still advances
         tw.cpu.launch(gc)
         tw.gpu.launch(gg)
         tw.gpu.synchronize()

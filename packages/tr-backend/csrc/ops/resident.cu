@@ -93,14 +93,18 @@ std::unique_ptr<Op> shuffle_order(Context&, const OpArgs& args) {
   }, shuffle ? "fisher-yates by reservations, one block" : "identity order");
 }
 
-// index[i] = order[pos + i] (or pos + i), labels[i] = labels_all[index[i]] for i < min(rows, n - pos); pos += rows.
-// One block: every thread reads pos before thread 0 advances it.
-__global__ void batch_select_kernel(const int* order, const int* labels_all, int* pos, int* index, int* labels,
-                                    int n, int rows) {
-  const int p = *pos;
-  const int count = max(0, min(rows, n - p));
+// Rank r of `world` takes epoch positions r, r + world, ... (tr.data.sharding; padded: the order repeats from its
+// start, ceil(n / world) each): index[i] = order[(r + world * (pos + i)) % n] (or the position), labels[i] =
+// labels_all[index[i]] for i < min(rows, share - pos); pos += rows. One block: every thread reads pos before
+// thread 0 advances it.
+__global__ void batch_select_kernel(const int* order, const int* labels_all, const int* rank, int* pos, int* index,
+                                    int* labels, int n, int rows, int world, int pad) {
+  const int p = *pos, r = *rank;
+  const int share = pad ? (n + world - 1) / world : (r < n ? (n - r + world - 1) / world : 0);
+  const int count = max(0, min(rows, share - p));
   for (int i = threadIdx.x; i < count; i += blockDim.x) {
-    const int s = order != nullptr ? order[p + i] : p + i;
+    const int at = static_cast<int>((static_cast<long long>(p + i) * world + r) % n);
+    const int s = order != nullptr ? order[at] : at;
     index[i] = s;
     labels[i] = labels_all[s];
   }
@@ -110,13 +114,16 @@ __global__ void batch_select_kernel(const int* order, const int* labels_all, int
 
 std::unique_ptr<Op> batch_select(Context&, const OpArgs& args) {
   const int n = static_cast<int>(args.i("n")), rows = static_cast<int>(args.i("rows"));
+  const int world = static_cast<int>(args.i("world")), pad = static_cast<int>(args.i("pad"));
+  if (n < 1 || world < 1) args.bad("batch_select needs n >= 1 samples and world >= 1");
+  const int* rank = static_cast<const int*>(args.ptr("rank"));
   const int* order = args.has("order") ? static_cast<const int*>(args.ptr("order")) : nullptr;
   const int* labels_all = static_cast<const int*>(args.ptr("labels_all"));
   int* pos = static_cast<int*>(args.ptr("pos"));
   int* index = static_cast<int*>(args.ptr("index"));
   int* labels = static_cast<int*>(args.ptr("labels"));
   return fn_op([=](cudaStream_t s) {
-    batch_select_kernel<<<1, 256, 0, s>>>(order, labels_all, pos, index, labels, n, rows);
+    batch_select_kernel<<<1, 256, 0, s>>>(order, labels_all, rank, pos, index, labels, n, rows, world, pad);
     check_launch("batch_select");
   });
 }

@@ -180,11 +180,14 @@ _DEFS: list[OpDef] = [
           doc="order (INT32 [n]) = tr.core.philox.shuffle_indices(n, seed), seed the uint64 in key (INT32[2], "
               "little-endian): the epoch's Fisher-Yates permutation, the one tr.data's workers use (without "
               "shuffle: 0..n-1); pos (INT32[1]) = 0, the epoch's first batch"),
-    OpDef("batch_select", "resident", (_t("order", optional=True), _t("labels_all"), _t("pos", "inout"),
-                                       _t("index", "out"), _t("labels", "out")), kind="range",
-          doc="the next batch of a resident data set: count = min(B, n - pos) (B = index's rows, n = labels_all's "
-              "numel); index[i] = order[pos + i] (pos + i without order) and labels[i] = labels_all[index[i]] "
-              "for i < count (the rest keep their values); then pos += B"),
+    OpDef("batch_select", "resident", (_t("order", optional=True), _t("labels_all"), _t("rank"), _t("pos", "inout"),
+                                       _t("index", "out"), _t("labels", "out")), ("world", "pad"), kind="range",
+          doc="the next batch of a resident data set for data-parallel rank r (INT32[1] rank) of `world`: the "
+              "rank takes epoch positions r, r + world, ... (tr.data.sharding; with pad the order repeats from "
+              "its start up to a multiple of world, so share = ceil(n / world), else the positions < n); "
+              "count = min(B, share - pos) (B = index's rows, n = labels_all's numel); for i < count, q = pos + "
+              "i, position = (r + world * q) mod n, index[i] = order[position] (the position itself without "
+              "order) and labels[i] = labels_all[index[i]] (the rest keep their values); then pos += B"),
     OpDef("batch_restart", "resident", (_t("pos", "out"),), kind="range", doc="pos = 0 (validation's first batch)"),
     # --- pooling ---------------------------------------------------------------------------------
     OpDef("maxpool_fwd", "pool", (_t("x"), _t("y", "out"), _t("mask", "out")), ("kernel", "stride", "padding"),

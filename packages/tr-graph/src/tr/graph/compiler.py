@@ -42,7 +42,7 @@ from tr.tensor.program import InitSpec, Program, VariantInfo
 NAMED = ("labels_a", "data_a", "labels_b", "data_b", "labels", "nan_flag", "step", "skipped", "dropout_seed", "lr",
          "loss_scale", "loss_scale_tracker", "batch_train", "batch_train_last", "batch_val", "batch_val_last",
          "lr_table", "result", "accum", "accum_samples", "probs", "pred", "train_set", "val_set", "aug_key", "aug_x",
-         "train_labels", "val_labels", "train_order", "train_pos", "val_pos", "order_key")
+         "train_labels", "val_labels", "train_order", "train_pos", "val_pos", "order_key", "data_rank")
 
 
 @dataclass(frozen=True)
@@ -195,6 +195,7 @@ class Compiler:
                 add("order_key", Shape(1, 1, 1, 2), Region.S_SCALAR_INT32, DType.INT32)
                 add("train_pos", one, Region.S_SCALAR_INT32, DType.INT32)  # set by shuffle_order
                 add("val_pos", one, Region.S_SCALAR_INT32, DType.INT32)  # set by batch_restart
+                add("data_rank", one, Region.S_SCALAR_INT32, DType.INT32)  # the feeder's rank, written at upload
             add("labels", Shape(n, 1, 1, 1), Region.T_TEMP_INT32, DType.INT32, TRAIN)
             add("nan_flag", one, Region.S_SCALAR_INT32, DType.INT32)
             add("step", one, Region.S_SCALAR_INT32, DType.INT32, init=Init("zeros"))

@@ -37,6 +37,7 @@ from tr.graph.archplan import ArchPlan
 from tr.graph.layers import KINDS
 from tr.graph.layers.base import FEATURE, GRAD, INF, IO, TRAIN
 from tr.graph.resident import (
+    DATA_RANK,
     KEY,
     ORDER_KEY,
     TRAIN_LABELS,
@@ -238,13 +239,15 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
         if res is None:
             g[gid] = [_op("h2d_copy", {"buffer": buf}, labels=f"labels_{ab}", data=f"data_{ab}")]
         else:  # the next training batch of the epoch's order, chosen on the device (tr.graph.resident)
-            g[gid] = [_op("batch_select", label="the next training batch", order=TRAIN_ORDER, labels_all=TRAIN_LABELS,
-                          pos=TRAIN_POS, index=f"data_{ab}", labels=f"labels_{ab}")]
+            g[gid] = [_op("batch_select", {"world": spec.world_size, "pad": True}, "the next training batch",
+                          order=TRAIN_ORDER, labels_all=TRAIN_LABELS, rank=DATA_RANK, pos=TRAIN_POS,
+                          index=f"data_{ab}", labels=f"labels_{ab}")]
     if res is not None:
         val_labels = VAL_LABELS if res.val_samples else TRAIN_LABELS
         for ab, gid in ((A, GraphId.RESIDENT_VAL_A), (B, GraphId.RESIDENT_VAL_B)):
-            g[gid] = [_op("batch_select", label="the next validation batch", labels_all=val_labels, pos=VAL_POS,
-                          index=f"data_{ab}", labels=f"labels_{ab}")]
+            g[gid] = [_op("batch_select", {"world": spec.world_size, "pad": False}, "the next validation batch",
+                          labels_all=val_labels, rank=DATA_RANK, pos=VAL_POS, index=f"data_{ab}",
+                          labels=f"labels_{ab}")]
         g[GraphId.RESIDENT_TRAIN_BEGIN] = [_op("shuffle_order", {"shuffle": res.shuffle}, "the epoch's order",
                                                key=ORDER_KEY, order=TRAIN_ORDER, pos=TRAIN_POS)]
         g[GraphId.RESIDENT_VAL_BEGIN] = [_op("batch_restart", label="validation from its first batch", pos=VAL_POS)]

@@ -7,8 +7,8 @@ A plan compiled with ``CompileSpec.resident`` (a ResidentInput) differs from a h
 * ``train_labels`` / ``val_labels``: the labels (INT32), also resident;
 * ``data_a`` / ``data_b``: no longer images but the batch's dataset indices (INT32 [B]), with ``labels_a/b``
   written on the device by the transfer graphs' ``batch_select`` (training: TRANSFER_A/B, the next B entries
-  of ``train_order`` from ``train_pos``; validation: RESIDENT_VAL_A/B, positions ``val_pos``..), so no batch
-  crosses PCIe;
+  of ``train_order`` from ``train_pos``; validation: RESIDENT_VAL_A/B, positions ``val_pos``..; a data-parallel
+  rank, ``data_rank``, takes its positions as tr.data.sharding deals them), so no batch crosses PCIe;
 * ``train_order``: the epoch's order, ``shuffle_order`` of ``order_key`` (tr.data.seeds.shuffle_order's seed,
   written once per epoch) in RESIDENT_TRAIN_BEGIN: the Fisher-Yates permutation tr.data's workers use,
   computed on the device by deterministic reservations (the same permutation, in about 35 parallel rounds for
@@ -33,7 +33,7 @@ from tr.core.errors import ConfigError
 
 TRAIN_SET, VAL_SET, KEY, X = "train_set", "val_set", "aug_key", "aug_x"
 TRAIN_LABELS, VAL_LABELS, TRAIN_ORDER = "train_labels", "val_labels", "train_order"
-TRAIN_POS, VAL_POS, ORDER_KEY = "train_pos", "val_pos", "order_key"
+TRAIN_POS, VAL_POS, ORDER_KEY, DATA_RANK = "train_pos", "val_pos", "order_key", "data_rank"
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,16 @@ from tr.data.fused import norm_constants
 from tr.data.labels import check_labels
 from tr.data.seeds import TAG_SHUFFLE, data_seed, epoch_order, seed_prefix
 from tr.data.settings import PreprocessorSettings
-from tr.graph.resident import KEY, ORDER_KEY, TRAIN_LABELS, TRAIN_SET, VAL_LABELS, VAL_SET, ResidentInput
+from tr.graph.resident import (
+    DATA_RANK,
+    KEY,
+    ORDER_KEY,
+    TRAIN_LABELS,
+    TRAIN_SET,
+    VAL_LABELS,
+    VAL_SET,
+    ResidentInput,
+)
 from tr.task.feeder import InMemoryFeeder
 
 DEVICE_CHAIN = ("Pad + RandomCrop (the image's size, constant fill 0), RandomRotation (-d, d) and RandomScale "
@@ -164,6 +173,7 @@ class ResidentFeeder(InMemoryFeeder):
         """Copy the raw data sets and their labels into the arena (once, after allocation)."""
         backend.write(program.tensor(TRAIN_SET), self._images[True])
         backend.write(program.tensor(TRAIN_LABELS), self._labels[True].astype(np.int32))
+        backend.write(program.tensor(DATA_RANK), np.array([self.rank], np.int32))  # (its share: tr.data.sharding)
         if self._images[False] is not None:
             backend.write(program.tensor(VAL_SET), self._images[False])
             backend.write(program.tensor(VAL_LABELS), self._labels[False].astype(np.int32))
@@ -198,6 +208,6 @@ class ResidentFeeder(InMemoryFeeder):
         """The epoch's steps; the batches themselves are chosen on the device (batch_select)."""
         if self._labels[train] is None:
             raise DataError("the data set has no validation split")
-        n = len(self._labels[train])
+        n = self.num_samples(train)  # this rank's share
         for k in range(self.steps(train)):
             yield k, k % 2, min(self.batch, n - k * self.batch)

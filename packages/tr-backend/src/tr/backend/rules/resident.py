@@ -26,16 +26,24 @@ def shuffle_order(b: CallBinder) -> tuple[int, bool]:
     return n, b.bool_attr("shuffle", True)
 
 
-def batch_select(b: CallBinder) -> tuple[int, int, bool]:
-    """(n samples, B batch rows, whether an order is given)."""
-    _int32(b, "order", "labels_all", "pos", "index", "labels")
+def batch_select(b: CallBinder) -> tuple[int, int, bool, int, bool]:
+    """(n samples, B batch rows, whether an order is given, world, pad)."""
+    _int32(b, "order", "labels_all", "rank", "pos", "index", "labels")
     b.expect_numel("pos", 1)
+    b.expect_numel("rank", 1)
+    world = b.int_attr("world", 1, 1)
+    pad = b.bool_attr("pad", True)
     n = b.tensor("labels_all").numel
     if b.has("order"):
         b.expect_numel("order", n)
     rows = b.tensor("index").numel
     b.expect_numel("labels", rows)
-    return n, rows, b.has("order")
+    return n, rows, b.has("order"), world, pad
+
+
+def share(n: int, rank: int, world: int, pad: bool) -> int:
+    """The positions of an epoch rank ``rank`` takes (tr.data.sharding.shard_size)."""
+    return -(-n // world) if pad else len(range(rank, n, world))
 
 
 def batch_restart(b: CallBinder) -> None:

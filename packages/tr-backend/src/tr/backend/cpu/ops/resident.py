@@ -59,14 +59,16 @@ def shuffle_order(b: Binder) -> Step:
 
 @cpu_op("batch_select")
 def batch_select(b: Binder) -> Step:
-    n, rows, has_order = rules.batch_select(b)
+    n, rows, has_order, world, pad = rules.batch_select(b)
     order = b.flat("order") if has_order else None
     labels_all, pos, index, labels = b.flat("labels_all"), b.flat("pos"), b.flat("index"), b.flat("labels")
+    rank = b.flat("rank")
 
     def run() -> None:
-        p = int(pos[0])
-        count = max(0, min(rows, n - p))
-        idx = order[p:p + count] if order is not None else np.arange(p, p + count, dtype=np.int32)
+        p, r = int(pos[0]), int(rank[0])
+        count = max(0, min(rows, rules.share(n, r, world, pad) - p))
+        positions = (r + world * np.arange(p, p + count, dtype=np.int64)) % max(n, 1)
+        idx = order[positions] if order is not None else positions.astype(np.int32)
         index[:count] = idx
         labels[:count] = labels_all[idx]
         pos[0] = p + rows

@@ -20,8 +20,9 @@ def shuffle_order(b: CudaBinder) -> Any:
 
 @cuda_op("batch_select")
 def batch_select(b: CudaBinder) -> Any:
-    n, rows, _ = rules.batch_select(b)
-    return b.native("batch_select", ["order", "labels_all", "pos", "index", "labels"], ints={"n": n, "rows": rows})
+    n, rows, _, world, pad = rules.batch_select(b)
+    return b.native("batch_select", ["order", "labels_all", "rank", "pos", "index", "labels"],
+                    ints={"n": n, "rows": rows, "world": world, "pad": pad})
 
 
 @cuda_op("batch_restart")

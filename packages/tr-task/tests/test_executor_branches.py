@@ -51,6 +51,8 @@ def test_an_empty_side_branch_is_dropped_and_the_waits_renumbered():
 
 def test_a_wait_that_fails_after_the_watchdog_aborted_reports_the_dead_peer():
     class Backend:
+        streams = False
+
         def synchronize(self):
             raise BackendError("cudaStreamSynchronize failed: unspecified launch failure")
 

@@ -123,9 +123,18 @@ class Store(Protocol):
 
 @runtime_checkable
 class Backend(Protocol):
+    """What the task needs of a backend, all of it (tr.task asks nothing with hasattr): the arena, graphs,
+    host staging, and where launches are asynchronous their streams and events."""
+
     name: str  # "cpu" | "cuda"
     launches: int
     host_time_s: float
+    streams: bool  # launches run asynchronously on streams, ordered by events (CUDA); False: synchronous
+
+    def configure(self, tf32: bool | None = None) -> None:
+        """Settings the backend reads at capture (``tf32``: FP32 GEMMs on TF32 tensor cores, where they exist;
+        the CPU backend computes FP32 and has none)."""
+        ...
 
     @property
     def layout(self) -> ArenaLayout | None: ...
@@ -154,7 +163,18 @@ class Backend(Protocol):
         """One graph of several branches (see :class:`Branch`); validated like ``capture``."""
         ...
 
-    def launch(self, graph: CapturedGraph) -> None: ...
+    def launch(self, graph: CapturedGraph, stream: Any = None) -> None:
+        """Run ``graph`` (on ``stream``, a tr.core.phase.StreamKind, where the backend has streams)."""
+        ...
+
+    def event(self) -> Any:
+        """A stream event (``record(stream)``, ``wait(stream)``, ``synchronize()``): only where ``streams``."""
+        ...
+
+    def host_buffers(self, batch: int, sample_shape: Sequence[int], dtype: Any = ...) -> Any:
+        """Two staging pairs (A, B) in the memory the backend copies from fastest (CUDA: pinned), or None when
+        any host memory will do (CPU)."""
+        ...
 
     def synchronize(self) -> None:
         """Wait until every launched graph has finished (a no-op where launches are synchronous)."""

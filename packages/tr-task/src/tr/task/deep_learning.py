@@ -311,12 +311,13 @@ class DeepLearningTask(TaskBase):
             from tr.backend.cuda import cuda_status
 
             log.info("no usable CUDA device (%s): training on the CPU backend", cuda_status()[1])
-        if hasattr(self.backend, "configure"):
-            self.backend.configure(tf32=s.tf32)
+        self.backend.configure(tf32=s.tf32)
         self.backend.allocate(self.program.layout)
-        if hasattr(self.backend, "host_buffers") and feeder.adopts_buffers:
+        if feeder.adopts_buffers:
             # staging buffers in the backend's pinned memory: DMA-able, never page-locked after the fact
-            feeder.adopt_buffers(self.backend.host_buffers(feeder.batch, feeder.staging_shape, feeder.dtype))
+            pinned = self.backend.host_buffers(feeder.batch, feeder.staging_shape, feeder.dtype)
+            if pinned is not None:
+                feeder.adopt_buffers(pinned)
         self.backend.bind_host_buffers(feeder.buffers())
         initialize_program(self.backend, self.program, s, self._initializer,
                            rank=0 if env is None else env.rank)

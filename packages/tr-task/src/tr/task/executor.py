@@ -105,7 +105,7 @@ def capture_steps(backend, program: Program, has_val: bool,
 
     def step(name: str, variant: str, buffer: int, last: bool):
         parts = branches(program, variant, train_step_branches(buffer, last))
-        if capture is None and hasattr(backend, "capture_branches"):
+        if capture is None:
             return backend.capture_branches(name, parts)
         return cap(name, serial_calls(parts))
 
@@ -145,7 +145,7 @@ class StepLauncher:
     def __init__(self, backend, watchdog=None) -> None:
         self.be = backend
         self.watchdog = watchdog  # an armed NcclWatchdog: refuse to launch once it aborted the communicator
-        self.streams = hasattr(backend, "event")
+        self.streams = bool(backend.streams)
         if self.streams:
             self.copied = [backend.event(), backend.event()]
             self.used = [backend.event(), backend.event()]

@@ -57,6 +57,7 @@ class CpuGraph:
 
 class CpuBackend:
     name = "cpu"
+    streams = False  # every launch runs to completion before it returns
 
     def __init__(self, collective: Collective | None = None, threads: int | None = None) -> None:
         """``collective``: multi-rank hook for range_allreduce_mean (None: one rank). ``threads``: make
@@ -169,7 +170,18 @@ class CpuBackend:
         check_branches(name, branches)
         return self.capture(name, serial_calls(branches))
 
-    def launch(self, graph: CpuGraph) -> None:
+    def configure(self, tf32: bool | None = None) -> None:
+        """The CPU backend computes FP32 in FP32 (numpy has no TF32): ``tf32`` changes nothing here."""
+
+    def event(self) -> Any:
+        raise BackendError("the CPU backend runs graphs synchronously: it has no streams and no events")
+
+    def host_buffers(self, batch: int, sample_shape: Sequence[int], dtype: Any = None) -> None:
+        """None: the CPU backend copies from any host memory, so the feeder keeps its own buffers."""
+        return None
+
+    def launch(self, graph: CpuGraph, stream: Any = None) -> None:
+        """Run ``graph`` now (``stream`` is accepted for the protocol: there is one, the caller's thread)."""
         if not isinstance(graph, CpuGraph) or graph.backend is not self:
             raise BackendError(f"{graph!r} was not captured by this CPU backend")
         t0 = perf_counter()

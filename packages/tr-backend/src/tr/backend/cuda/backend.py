@@ -128,6 +128,7 @@ class CudaGraph:
 
 class CudaBackend:
     name = "cuda"
+    streams = True  # graphs run on the context's streams, ordered by events
 
     def __init__(self, device: int = 0, use_tf32: bool = False, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
                  collective: Collective | None = None, nccl: NcclCollective | None = None) -> None:

@@ -244,6 +244,35 @@ def test_scale_builders_pass_the_geometry_and_dx_only_when_given():
     assert "dx" not in ptrs
 
 
+def test_fc_relu_mask_reaches_both_native_fc_ops():
+    """The relu mask (fc_fwd's output, fc_bwd's input: the DRELU fusion) passes its address and dtype."""
+    a = arena(("x", (8, 1, 1, 12), "fp16"), ("w", (200, 1, 1, 12), "fp16"), ("y", (8, 1, 1, 200), "fp16"),
+              ("m", (8, 1, 1, 32), "int8"), ("w2", (5, 1, 1, 200), "fp16"), ("dy", (8, 1, 1, 5), "fp16"),
+              ("dw", (5, 1, 1, 200), "fp32"), ("dx", (8, 1, 1, 200), "fp16"))
+    _, ptrs, ints, _ = build(op("fc_fwd", x=a["x"], w=a["w"], y=a["y"], mask=a["m"], activation="relu"))
+    assert ptrs["mask"] == _Backend.arena_ptr + a["m"].offset
+    assert ints["mask_dt"] == DTYPE_CODES[DType.INT8] and ints["epilogues"] in (0, 1)
+    _, ptrs, ints, _ = build(op("fc_bwd", x=a["y"], w=a["w2"], dy=a["dy"], dw=a["dw"], dx=a["dx"], mask=a["m"]))
+    assert ptrs["mask"] == _Backend.arena_ptr + a["m"].offset and (ints["k"], ints["o"]) == (200, 5)
+
+
+def test_resident_builders_pass_sizes_and_the_ranks_deal():
+    a = arena(("key", (1, 1, 1, 2), "int32"), ("order", (1000, 1, 1, 1), "int32"), ("pos", (1, 1, 1, 1), "int32"),
+              ("labels_all", (1000, 1, 1, 1), "int32"), ("rank", (1, 1, 1, 1), "int32"),
+              ("index", (96, 1, 1, 1), "int32"), ("labels", (96,), "int32"))
+    name, ptrs, ints, _ = build(op("shuffle_order", key=a["key"], order=a["order"], pos=a["pos"], shuffle=True))
+    assert name == "shuffle_order" and set(ptrs) == {"key", "order", "pos"}
+    assert (ints["n"], ints["shuffle"]) == (1000, 1)
+    name, ptrs, ints, _ = build(op("batch_select", order=a["order"], labels_all=a["labels_all"], rank=a["rank"],
+                                   pos=a["pos"], index=a["index"], labels=a["labels"], world=3, pad=False))
+    assert set(ptrs) == {"order", "labels_all", "rank", "pos", "index", "labels"}
+    assert (ints["n"], ints["rows"], ints["world"], ints["pad"]) == (1000, 96, 3, 0)
+    _, ptrs, _, _ = build(op("batch_select", labels_all=a["labels_all"], rank=a["rank"], pos=a["pos"],
+                             index=a["index"], labels=a["labels"]))
+    assert "order" not in ptrs  # validation: positions, no order
+    assert build(op("batch_restart", pos=a["pos"]))[0] == "batch_restart"
+
+
 def test_the_fake_backend_builds_from_addresses_not_memory():
     a = arena(("x", (2, 1, 1, 4), "fp32"), ("w", (3, 1, 1, 4), "fp32"), ("y", (2, 1, 1, 3), "fp32"))
     _, ptrs, _, _ = build(op("fc_fwd", x=a["x"], w=a["w"], y=a["y"]))

@@ -536,14 +536,14 @@ def _layer_plan(layer) -> list[tuple]:
     return plan(task(model=model))
 
 
-LAYERS = {  # factory -> a model fragment using it (shape-preserving on [B, 4, 4, 4])
+LAYERS = {  # factory -> a model fragment using it (shape-preserving on [B, 4, 4, 4] but channel_padding)
     "bn": R.bn(), "relu": R.relu(), "elu": R.elu(), "gelu": R.gelu(), "hardswish": R.hardswish(),
     "leaky_relu": R.leaky_relu(), "relu6": R.relu6(), "sigmoid": R.sigmoid(), "silu": R.silu(), "tanh": R.tanh(),
     "dropout": R.dropout(0.3), "cbr": R.cbr(4, 3, p=1), "maxpool": R.maxpool(3, 1, 1), "avgpool": R.avgpool(3, 1, 1),
     "basic_block": R.basic_block(4), "bottleneck": R.bottleneck(2, 4), "block": R.block("basic", 4),
     "add2": R.add2(R.identity(), R.conv(4, 3, p=1)), "repeat": R.repeat(R.conv(4, 3, p=1), 2),
     "conv": R.conv(4, 1), "seq": R.seq(R.relu(), R.relu()), "fc": None, "gap": None, "flatten": None,
-    "identity": None,
+    "identity": None, "channel_padding": R.channel_padding(),  # (4 -> 8 channels; gap takes any)
 }
 TRANSFORMS = {
     "CenterCrop": R.CenterCrop(4), "ColorJitter": R.ColorJitter(brightness=0.5), "GaussianBlur": R.GaussianBlur(3, 1.0),

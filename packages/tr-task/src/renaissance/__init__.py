@@ -54,6 +54,7 @@ from tr.graph.blueprint import (
     bn,
     bottleneck,
     cbr,
+    channel_padding,
     conv,
     dropout,
     elu,

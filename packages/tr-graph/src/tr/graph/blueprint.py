@@ -108,6 +108,11 @@ class Flatten(Layer):
 
 
 @dataclass(frozen=True, repr=False)
+class ChannelPadding(Layer):
+    multiple: int = 8  # C becomes the next multiple (the seed's C -> ceil8: FP16 tensor cores take C % 8 == 0)
+
+
+@dataclass(frozen=True, repr=False)
 class Dropout(Layer):
     p: float = 0.5
 
@@ -369,6 +374,12 @@ def gap() -> GAP:
 
 def flatten() -> Flatten:
     return Flatten()
+
+
+def channel_padding(multiple: int = 8) -> ChannelPadding:
+    """Zero channels appended up to the next multiple of ``multiple`` (the seed's ``channel_padding()``)."""
+    _ints("channel_padding", multiple=multiple)
+    return ChannelPadding(multiple)
 
 
 def dropout(p: float = 0.5) -> Dropout:

@@ -40,6 +40,7 @@ from tr.graph.blueprint import (
     Add2,
     AvgPool,
     Block,
+    ChannelPadding,
     Conv,
     Dropout,
     Flatten,
@@ -55,7 +56,7 @@ from tr.graph.layers import KINDS, LayerProblem
 
 ADD2_BEGIN, ADD2_MID, ADD2_END, IDENTITY = "add2_begin", "add2_mid", "add2_end", "identity"
 MARKERS = (ADD2_BEGIN, ADD2_MID, ADD2_END)
-FIRST_KINDS = ("fc", "conv", "cbr", "flatten")
+FIRST_KINDS = ("fc", "conv", "cbr", "flatten", "channel_pad")
 
 
 def _fail(layers: Sequence[ArchLayer], layer: ArchLayer, msg: str) -> CompileError:
@@ -134,6 +135,11 @@ def expand(root: Any, in_channels: int | None) -> list[ArchLayer]:
         elif isinstance(node, Flatten):
             emit("flatten", path)
             return None
+        elif isinstance(node, ChannelPadding):
+            emit("channel_pad", path, multiple=node.multiple)
+            if c is None or node.multiple < 1:  # (check_params names a bad multiple)
+                return c
+            return -(-c // node.multiple) * node.multiple
         elif isinstance(node, Dropout):
             emit("dropout", path, p=node.p)
         elif isinstance(node, Identity):

@@ -5,6 +5,7 @@ from tr.graph.layers.add import AddKind
 from tr.graph.layers.base import LayerKind, LayerProblem
 from tr.graph.layers.bn import BNKind
 from tr.graph.layers.cbr import CBRKind
+from tr.graph.layers.channel_pad import ChannelPadKind
 from tr.graph.layers.conv import ConvKind
 from tr.graph.layers.dropout import DropoutKind
 from tr.graph.layers.fc import FCKind
@@ -15,7 +16,7 @@ from tr.graph.layers.softmax_ce import SoftmaxCEKind
 
 KINDS: dict[str, LayerKind] = {}
 for _k in (FCKind(), ConvKind(), BNKind(), ActKind(), MaxPoolKind(), AvgPoolKind(), GapKind(), FlattenKind(),
-           DropoutKind(), AddKind(), ScaleKind(), SoftmaxCEKind(), CBRKind()):
+           DropoutKind(), AddKind(), ScaleKind(), SoftmaxCEKind(), CBRKind(), ChannelPadKind()):
     for _name in _k.kinds:
         KINDS[_name] = _k
 

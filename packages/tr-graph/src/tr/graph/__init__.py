@@ -19,6 +19,7 @@ from tr.graph.blueprint import (
     bn,
     bottleneck,
     cbr,
+    cbrp,
     channel_padding,
     conv,
     dropout,
@@ -26,6 +27,7 @@ from tr.graph.blueprint import (
     fc,
     flatten,
     gap,
+    gap_fc,
     gelu,
     hardswish,
     identity,
@@ -47,9 +49,9 @@ from tr.graph.spec import OPTIMIZERS, CompileSpec
 
 __all__ = [
     "ArchLayer", "ArchPlan", "BluePrint", "Layer", "activation", "add2", "avgpool", "basic_block", "block", "bn",
-    "bottleneck", "cbr", "channel_padding", "conv", "dropout", "elu", "fc", "flatten", "gap", "gelu", "hardswish",
-    "identity", "leaky_relu", "maxpool", "relu", "relu6", "repeat", "se", "seq", "sigmoid", "silu", "softmax_ce",
-    "tanh", "check_program", "Compiled", "Compiler", "arch_plan", "compile_program", "compile_with_plan", "OPTIMIZERS",
-    "CompileSpec",
+    "bottleneck", "cbr", "cbrp", "channel_padding", "conv", "dropout", "elu", "fc", "flatten", "gap", "gap_fc",
+    "gelu", "hardswish", "identity", "leaky_relu", "maxpool", "relu", "relu6", "repeat", "se", "seq", "sigmoid",
+    "silu", "softmax_ce", "tanh", "check_program", "Compiled", "Compiler", "arch_plan", "compile_program",
+    "compile_with_plan", "OPTIMIZERS", "CompileSpec"
 ]
 __version__ = "0.1.0"

@@ -310,6 +310,13 @@ def cbr(out: int, k: int, s: int = 1, p: int = 0, momentum: float = 0.1, eps: fl
     return CBR(out, k, s, p, _number("cbr momentum", momentum), _number("cbr eps", eps))
 
 
+def cbrp(out: int, ck: int, cs: int = 1, cp: int = 0, pk: int = 2, ps: int | None = None, pp: int = 0,
+         momentum: float = 0.1, eps: float = 1e-5) -> Seq:
+    """The seed's ``cbrp``: conv(ck, cs, cp) -> batch norm -> relu -> max pool(pk, ps, pp). The fusion pass
+    makes it one cbr whose BN kernels pool as they normalise (tr.graph.passes.fuse_pool)."""
+    return seq(cbr(out, ck, cs, cp, momentum, eps), maxpool(pk, ps, pp))
+
+
 def relu() -> Act:
     return Act("relu")
 
@@ -370,6 +377,13 @@ def avgpool(k: int, s: int | None = None, p: int = 0) -> AvgPool:
 
 def gap() -> GAP:
     return GAP()
+
+
+def gap_fc(out: int, bias: bool = True) -> Seq:
+    """The seed's ``gap_fc``: global average pooling then an fc. It runs as gap_fwd and the fc's GEMM, which
+    reads the pooled [N, C] directly (in MobileNetV2's H200 step the pair costs 0.1 ms of 20.9: a fused
+    kernel would have almost nothing to take)."""
+    return seq(gap(), fc(out, bias))
 
 
 def flatten() -> Flatten:

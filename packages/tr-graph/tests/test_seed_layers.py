@@ -1,5 +1,6 @@
-"""channel_padding(): the seed's C -> ceil8 layer, emitted as channel_pad_fwd (and channel_pad_bwd where an
-input gradient is needed; as the first layer it has none, as the seed's first-layer backward is a no-op)."""
+"""The seed's DSL layers tr adds: channel_padding() (C -> ceil8, emitted as channel_pad_fwd, and channel_pad_bwd
+where an input gradient is needed; as the first layer it has none, as the seed's first-layer backward is a
+no-op), cbrp() and gap_fc()."""
 
 import pytest
 from tr_graph_testlib import mlp_spec
@@ -36,3 +37,15 @@ def test_padding_inside_a_network_has_a_backward_and_other_multiples():
 def test_a_bad_multiple_is_named(bad):
     with pytest.raises(CompileError, match="multiple"):
         ArchPlan.from_blueprint(seq(channel_padding(bad), fc(3)), (2, 2, 3), 3)
+
+
+def test_cbrp_is_one_pooling_cbr_and_gap_fc_its_two_layers():
+    """The seed's cbrp(out, ck, cs, cp, pk, ps, pp) and gap_fc(out): cbrp fuses into one cbr that pools in its
+    BN kernels, as cbr + maxpool does; gap_fc is gap then fc."""
+    from tr.graph import cbr, cbrp, gap_fc, maxpool
+
+    a = ArchPlan.from_blueprint(seq(cbrp(8, 3, 1, 1, 3, 2, 1), gap_fc(5)), (16, 16, 3), 5)
+    b = ArchPlan.from_blueprint(seq(cbr(8, 3, 1, 1), maxpool(3, 2, 1), gap(), fc(5)), (16, 16, 3), 5)
+    assert [(L.kind, dict(L.params)) for L in a.layers] == [(L.kind, dict(L.params)) for L in b.layers]
+    assert [L.kind for L in a.layers] == ["cbr", "gap", "fc", "softmax_ce"] and a.layers[0].params["pool"] == (3, 2, 1)
+    assert a.shapes[0] == Shape(1, 8, 8, 8)

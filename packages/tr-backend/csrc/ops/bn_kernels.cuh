@@ -54,28 +54,7 @@ inline Geo geometry(std::int64_t m, int c, int v) {
 }
 
 // 16 bytes (or one element) at a time.
-template <int BYTES>
-struct Raw;
-template <>
-struct Raw<16> {
-  using type = uint4;
-};
-template <>
-struct Raw<8> {
-  using type = uint2;
-};
-template <>
-struct Raw<4> {
-  using type = unsigned;
-};
-template <>
-struct Raw<2> {
-  using type = unsigned short;
-};
-template <>
-struct Raw<1> {
-  using type = unsigned char;
-};
+using kern::Raw;
 
 template <class T, int V>
 __device__ __forceinline__ void load(const T* p, float (&out)[V]) {

@@ -161,4 +161,28 @@ __host__ __device__ __forceinline__ unsigned long long splitmix64(unsigned long 
   return z ^ (z >> 31);
 }
 
+// An unsigned word of BYTES bytes: the type a vector of elements is loaded and stored as (16 bytes at most).
+template <int BYTES>
+struct Raw;
+template <>
+struct Raw<16> {
+  using type = uint4;
+};
+template <>
+struct Raw<8> {
+  using type = uint2;
+};
+template <>
+struct Raw<4> {
+  using type = unsigned;
+};
+template <>
+struct Raw<2> {
+  using type = unsigned short;
+};
+template <>
+struct Raw<1> {
+  using type = unsigned char;
+};
+
 }  // namespace tr::native::kern

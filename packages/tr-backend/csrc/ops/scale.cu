@@ -33,24 +33,7 @@ constexpr int kUnroll = 4;           // rows a thread loads before it adds them:
 constexpr int kMaxGridZ = 65535;
 
 // ---- V elements as 16-byte (or narrower) words; 8 FP32 outputs of 16-bit inputs take two words ------------
-template <int BYTES>
-struct Raw;
-template <>
-struct Raw<16> {
-  using type = uint4;
-};
-template <>
-struct Raw<8> {
-  using type = uint2;
-};
-template <>
-struct Raw<4> {
-  using type = unsigned;
-};
-template <>
-struct Raw<2> {
-  using type = unsigned short;
-};
+using kern::Raw;
 
 template <class T, int V>
 struct Words {

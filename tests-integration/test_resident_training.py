@@ -272,3 +272,15 @@ def test_a_rank_takes_the_pipeline_s_share(digits):
                 assert res.steps(train) == pipe.steps(train) and res.num_samples(train) == pipe.num_samples(train)
         finally:
             pipe.close()
+
+
+def test_more_ranks_than_validation_samples_is_refused():
+    """Every rank needs a validation sample (else the ranks would compile different plans)."""
+    import resident_chain
+
+    s = configure(resident_chain.digits(200, 3)).commit()
+    feeder = ResidentFeeder(s, 100, SEED)
+    with pytest.raises(ConfigError, match="the validation set has 3 samples, fewer than the 4 ranks"):
+        feeder.shard(0, 4)
+    feeder.shard(1, 2)  # enough: rank 1 of 2 takes the validation positions 1
+    assert feeder.num_samples(False) == 1 and feeder.batch == 50

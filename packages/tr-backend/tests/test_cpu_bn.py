@@ -297,6 +297,12 @@ def test_bn_rules_name_the_problem():
         run(be, op("bn_inf", x=t["x"], scale=t["short"], bias=t["beta"], y=t["y"]))
     with pytest.raises(BackendError, match=r"activation must be one of \(None, 'relu', 'relu6', 'silu'\), got 'tanh'"):
         run(be, _fwd(t, activation="tanh"))
+    with pytest.raises(BackendError, match="a residual joins before relu or relu6 only"):
+        run(be, _fwd(t, activation="silu", z=t["x"]))
+    with pytest.raises(BackendError, match="with a residual, activation 'relu'.s mask must be read from y"):
+        run(be, op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
+                   saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"],
+                   activation="relu", beta=t["beta"], dz=t["y"]))
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])

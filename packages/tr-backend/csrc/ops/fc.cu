@@ -179,7 +179,9 @@ __global__ void column_sum_kernel(const TD* dy, TB* db, std::int64_t rows, std::
 constexpr int kMaskWord = 32;  // the kernels read and write the relu mask a 32-bit word (32 features) at a time
 
 // The forward's tail with a relu mask: y[r, c] = relu(y[r, c] + bias[c]) and the mask's bits (pre-activation
-// > 0), one thread per mask word of one row; the padding bits past `cols` are 0.
+// > 0), one thread per mask word of one row; the padding bits past `cols` are 0. The pre-activation here is the
+// GEMM's output as stored (rounded to y's dtype) plus the bias, as in the plain bias/relu tail; the fused
+// epilogue and the CPU take the float sum. A bit can differ only where that sum is within one rounding of 0.
 template <class TY, class TB>
 __global__ void bias_relu_mask_kernel(TY* y, const TB* bias, std::uint32_t* mask, std::int64_t rows,
                                       std::int64_t cols, std::int64_t words) {

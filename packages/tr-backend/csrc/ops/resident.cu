@@ -100,8 +100,8 @@ std::unique_ptr<Op> shuffle_order(Context&, const OpArgs& args) {
 __global__ void batch_select_kernel(const int* order, const int* labels_all, const int* rank, int* pos, int* index,
                                     int* labels, int n, int rows, int world, int pad) {
   const int p = *pos, r = *rank;
-  const int share = pad ? (n + world - 1) / world : (r < n ? (n - r + world - 1) / world : 0);
-  const int count = max(0, min(rows, share - p));
+  const long long w = world, share = pad ? (n + w - 1) / w : (r < n ? (n - r + w - 1) / w : 0);  // (no overflow)
+  const int count = static_cast<int>(max(0LL, min(static_cast<long long>(rows), share - p)));
   for (int i = threadIdx.x; i < count; i += blockDim.x) {
     const int at = static_cast<int>((static_cast<long long>(p + i) * world + r) % n);
     const int s = order != nullptr ? order[at] : at;

@@ -173,7 +173,6 @@ class ResidentFeeder(InMemoryFeeder):
         """Copy the raw data sets and their labels into the arena (once, after allocation)."""
         backend.write(program.tensor(TRAIN_SET), self._images[True])
         backend.write(program.tensor(TRAIN_LABELS), self._labels[True].astype(np.int32))
-        backend.write(program.tensor(DATA_RANK), np.array([self.rank], np.int32))  # (its share: tr.data.sharding)
         if self._images[False] is not None:
             backend.write(program.tensor(VAL_SET), self._images[False])
             backend.write(program.tensor(VAL_LABELS), self._labels[False].astype(np.int32))
@@ -184,6 +183,18 @@ class ResidentFeeder(InMemoryFeeder):
         seeds = ((ORDER_KEY, derive_seed(self.seed, TAG_SHUFFLE, epoch)), (KEY, seed_prefix(self.seed, epoch)))
         for name, seed in seeds:
             backend.write(program.tensor(name), np.array([seed], dtype="<u8").view(np.int32))
+        # this rank's share (tr.data.sharding), written each epoch: a checkpoint that rank 0 saved restores
+        # rank 0's value on every rank
+        backend.write(program.tensor(DATA_RANK), np.array([self.rank], np.int32))
+
+    def shard(self, rank: int, world_size: int) -> None:
+        """Serve ``rank``'s share (InMemoryFeeder.shard): every rank needs a validation sample, or the ranks
+        would compile different plans."""
+        val = self._labels[False]
+        if val is not None and len(val) < world_size:
+            raise ConfigError(f"device_augment: the validation set has {len(val)} samples, fewer than the "
+                              f"{world_size} ranks")
+        super().shard(rank, world_size)
 
     # --- the Feeder protocol ------------------------------------------------------------------------
     def _alloc(self) -> None:

@@ -83,8 +83,10 @@ def _per_channel(b: CallBinder, c: int, names: tuple[str, ...]) -> None:
 def bn_fwd_rules(b: CallBinder) -> BnFwd:
     m, c = _features(b, ("y", "z"))
     _per_channel(b, c, _FWD_VEC)
-    return BnFwd(m, c, _activation(b), b.float_attr("momentum", 0.1, 0.0, 1.0), b.float_attr("eps", 1e-5, 0.0),
-                 b.has("z"))
+    act = _activation(b)
+    if act == "silu" and b.has("z"):
+        b.fail("a residual joins before relu or relu6 only: silu's backward recomputes its input from x alone")
+    return BnFwd(m, c, act, b.float_attr("momentum", 0.1, 0.0, 1.0), b.float_attr("eps", 1e-5, 0.0), b.has("z"))
 
 
 def bn_bwd_rules(b: CallBinder) -> BnBwd:
@@ -99,6 +101,9 @@ def bn_bwd_rules(b: CallBinder) -> BnBwd:
     elif b.has("y"):
         mask = "y"
     elif b.has("beta"):
+        if b.has("dz"):
+            b.fail(f"with a residual, activation {act!r}'s mask must be read from y: recomputing it from x would "
+                   "leave out the residual")
         mask = "x"
     else:
         b.fail(f"activation {act!r} needs the forward's output y or beta (to recompute the mask from x)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tr.backend.binding import CallBinder
 from tr.core.dtype import DType
 
-MAX_SAMPLES = 2**31 - 1  # INT32 indices
+MAX_SAMPLES = 2**31 - 2**16  # INT32 indices, with room for the kernels' thread strides
 
 
 def _int32(b: CallBinder, *names: str) -> None:
@@ -20,10 +20,14 @@ def shuffle_order(b: CallBinder) -> tuple[int, bool]:
     _int32(b, "key", "order", "pos")
     b.expect_numel("key", 2)
     b.expect_numel("pos", 1)
-    n = b.tensor("order").numel
-    if n < 1:
-        b.fail("order has no elements: a resident data set has at least one sample")
+    n = _samples(b, b.tensor("order").numel)
     return n, b.bool_attr("shuffle", True)
+
+
+def _samples(b: CallBinder, n: int) -> int:
+    if not 1 <= n <= MAX_SAMPLES:
+        b.fail(f"a resident data set has 1 to {MAX_SAMPLES} samples (INT32 indices), got {n}")
+    return n
 
 
 def batch_select(b: CallBinder) -> tuple[int, int, bool, int, bool]:
@@ -33,7 +37,7 @@ def batch_select(b: CallBinder) -> tuple[int, int, bool, int, bool]:
     b.expect_numel("rank", 1)
     world = b.int_attr("world", 1, 1)
     pad = b.bool_attr("pad", True)
-    n = b.tensor("labels_all").numel
+    n = _samples(b, b.tensor("labels_all").numel)
     if b.has("order"):
         b.expect_numel("order", n)
     rows = b.tensor("index").numel

@@ -154,25 +154,22 @@ def _fwd(t, y="y", suffix="", **kw):
               y=t[y], **{n: t[n + suffix] for n in names}, **kw)
 
 
-@pytest.mark.parametrize("dtype,tol", [("fp32", 1e-5), ("fp16", 3e-3)])
-@pytest.mark.parametrize("residual", [False, True])
-def test_bn_relu_and_residual_fused_against_torch(dtype, tol, residual):
-    """y = relu(bn(x) + z) and its gradients for x, gamma, beta and z, in one forward and one backward op."""
-    shape = (4, 3, 5, 16)
-    be, t = _fused_setup(shape, dtype)
+def _fused_against_torch(be, t, act: str, torch_act, tol: float, residual: bool) -> None:
+    """Run y = act(bn(x) + z) and its backward in one op each, and hold y and the gradients of x, gamma, beta
+    (and z) to torch's float64 ones. With a residual the mask is read from y and dz is written; without, it
+    is recomputed from x."""
     extra = {"z": t["z"]} if residual else {}
-    # with a residual the mask is read from y and dz is written; without, the mask is recomputed from x
     bwd = ({"y": t["y"], "dz": t["dz"]} if residual else {"beta": t["beta"]})
-    run(be, _fwd(t, activation="relu", **extra),
+    run(be, _fwd(t, activation=act, **extra),
         op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
-           saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"], activation="relu",
+           saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"], activation=act,
            **bwd))
     x = nchw(be.read(t["x"]).astype(np.float64))
     z = nchw(be.read(t["z"]).astype(np.float64))
     gamma = torch.tensor(be.read(t["gamma"]).ravel(), dtype=torch.float64, requires_grad=True)
     beta = torch.tensor(be.read(t["beta"]).ravel(), dtype=torch.float64, requires_grad=True)
     y = torch.nn.functional.batch_norm(x, None, None, gamma, beta, training=True)
-    y = torch.relu(y + z if residual else y)
+    y = torch_act(y + z if residual else y)
     y.backward(nchw(be.read(t["dy"]).astype(np.float64)))
     assert_close(be.read(t["y"]), nhwc(y), tol)
     assert_close(be.read(t["dx"]), nhwc(x.grad), tol)
@@ -180,6 +177,14 @@ def test_bn_relu_and_residual_fused_against_torch(dtype, tol, residual):
     assert_close(be.read(t["dbeta"]).ravel(), beta.grad.numpy(), 1e-4)
     if residual:
         assert_close(be.read(t["dz"]), nhwc(z.grad), tol)
+
+
+@pytest.mark.parametrize("dtype,tol", [("fp32", 1e-5), ("fp16", 3e-3)])
+@pytest.mark.parametrize("residual", [False, True])
+def test_bn_relu_and_residual_fused_against_torch(dtype, tol, residual):
+    """y = relu(bn(x) + z) and its gradients for x, gamma, beta and z, in one forward and one backward op."""
+    be, t = _fused_setup((4, 3, 5, 16), dtype)
+    _fused_against_torch(be, t, "relu", torch.relu, tol, residual)
 
 
 @pytest.mark.parametrize("dtype,tol", [("fp32", 1e-5), ("fp16", 3e-3)])
@@ -190,47 +195,16 @@ def test_bn_relu6_fused_against_torch(dtype, tol, residual):
     shape = (4, 3, 5, 16)
     be, t = _fused_setup(shape, dtype)
     be.write(t["gamma"], np.random.default_rng(5).uniform(3.0, 6.0, shape[-1]))
-    extra = {"z": t["z"]} if residual else {}
-    bwd = ({"y": t["y"], "dz": t["dz"]} if residual else {"beta": t["beta"]})
-    run(be, _fwd(t, activation="relu6", **extra),
-        op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
-           saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"], activation="relu6",
-           **bwd))
+    _fused_against_torch(be, t, "relu6", torch.nn.functional.relu6, tol, residual)
     y_tr = be.read(t["y"]).astype(np.float32)
     assert (y_tr == 6).mean() > 0.05 and (y_tr == 0).mean() > 0.05 and ((y_tr > 0) & (y_tr < 6)).mean() > 0.2
-    x = nchw(be.read(t["x"]).astype(np.float64))
-    z = nchw(be.read(t["z"]).astype(np.float64))
-    gamma = torch.tensor(be.read(t["gamma"]).ravel(), dtype=torch.float64, requires_grad=True)
-    beta = torch.tensor(be.read(t["beta"]).ravel(), dtype=torch.float64, requires_grad=True)
-    y = torch.nn.functional.batch_norm(x, None, None, gamma, beta, training=True)
-    y = torch.nn.functional.relu6(y + z if residual else y)
-    y.backward(nchw(be.read(t["dy"]).astype(np.float64)))
-    assert_close(be.read(t["y"]), nhwc(y), tol)
-    assert_close(be.read(t["dx"]), nhwc(x.grad), tol)
-    assert_close(be.read(t["dgamma"]).ravel(), gamma.grad.numpy(), 1e-4)
-    assert_close(be.read(t["dbeta"]).ravel(), beta.grad.numpy(), 1e-4)
-    if residual:
-        assert_close(be.read(t["dz"]), nhwc(z.grad), tol)
 
 
 @pytest.mark.parametrize("dtype,tol", [("fp32", 1e-5), ("fp16", 3e-3)])
 def test_bn_silu_fused_against_torch(dtype, tol):
     """y = silu(bn(x)) (EfficientNet's CBR) and its gradients; the slope is recomputed from x."""
-    shape = (4, 3, 5, 16)
-    be, t = _fused_setup(shape, dtype)
-    run(be, _fwd(t, activation="silu"),
-        op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
-           saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"], activation="silu",
-           beta=t["beta"]))
-    x = nchw(be.read(t["x"]).astype(np.float64))
-    gamma = torch.tensor(be.read(t["gamma"]).ravel(), dtype=torch.float64, requires_grad=True)
-    beta = torch.tensor(be.read(t["beta"]).ravel(), dtype=torch.float64, requires_grad=True)
-    y = torch.nn.functional.silu(torch.nn.functional.batch_norm(x, None, None, gamma, beta, training=True))
-    y.backward(nchw(be.read(t["dy"]).astype(np.float64)))
-    assert_close(be.read(t["y"]), nhwc(y), tol)
-    assert_close(be.read(t["dx"]), nhwc(x.grad), tol)
-    assert_close(be.read(t["dgamma"]).ravel(), gamma.grad.numpy(), 1e-4)
-    assert_close(be.read(t["dbeta"]).ravel(), beta.grad.numpy(), 1e-4)
+    be, t = _fused_setup((4, 3, 5, 16), dtype)
+    _fused_against_torch(be, t, "silu", torch.nn.functional.silu, tol, residual=False)
     with pytest.raises(BackendError, match="silu's slope is recomputed from x alone"):
         run(be, op("bn_bwd", x=t["x"], gamma=t["gamma"], dy=t["dy"], saved_mean=t["saved_mean"],
                    saved_inv_std=t["saved_inv_std"], dgamma=t["dgamma"], dbeta=t["dbeta"], dx=t["dx"],

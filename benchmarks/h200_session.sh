@@ -71,6 +71,9 @@ if [ -f "$ROOT/.devdata/jpeg/include/jpeglib.h" ]; then
   export LD_LIBRARY_PATH=$ROOT/.devdata/jpeg/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 export TR_IMAGES=${TR_IMAGES:-/tmp/tr_bench_images}
+# torch.compile's caches (FX graphs, autotuning, Triton kernels) under build/device: a warm machine keeps them, so a
+# max-autotune compile cut off by one call's limit resumes in the next (cold compile times come from the first)
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$BUILD/inductor} TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$BUILD/triton}
 
 # a hash of the source files under the given folders (the device copy has no .git): over packages/, the build
 # marker; over packages/ benchmarks/ examples/, the JSONs' environment.tree

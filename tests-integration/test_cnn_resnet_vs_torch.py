@@ -1,6 +1,6 @@
-"""A small CNN (conv-bn-relu-pool-fc), a small residual net and a depthwise-separable net (depthwise, pointwise
-and grouped convs, as MobileNet's blocks) trained for 50 steps in tr (CPU backend, FP32)
-and in torch (float64) from identical weights and batches: the loss agrees at every step.
+"""A small CNN (conv-bn-relu-pool-fc), a small residual net, a depthwise-separable net (depthwise, pointwise
+and grouped convs, as MobileNet's blocks) and a net of convs with biases and no BN trained for 50 steps in tr
+(CPU backend, FP32) and in torch (float64) from identical weights and batches: the loss agrees at every step.
 
 Tolerance: relative 2e-4 on the loss at every step (tr computes in float32; torch in float64, so the gap is
 the float32 rounding accumulated over 50 updates, measured at ~1e-5), and 1e-3 on the final weights.
@@ -29,9 +29,9 @@ def _data():
 
 
 class NHWCConv(torch.nn.Module):
-    def __init__(self, cin, cout, k, s, p, groups=1):
+    def __init__(self, cin, cout, k, s, p, groups=1, bias=False):
         super().__init__()
-        self.conv = torch.nn.Conv2d(cin, cout, k, s, p, bias=False, groups=groups)
+        self.conv = torch.nn.Conv2d(cin, cout, k, s, p, bias=bias, groups=groups)
 
     def forward(self, x):
         return self.conv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
@@ -95,6 +95,16 @@ def _separable():
 _separable.steps = 40
 
 
+def _biased():
+    """Convs with biases and no batch norm (conv(bias=True)), one of them grouped."""
+    bp = seq(conv(8, 3, 1, 1, bias=True), relu(), conv(12, 3, 2, 1, groups=4, bias=True), relu(), gap(),
+             fc(CLASSES))
+    tm = torch.nn.Sequential(NHWCConv(C, 8, 3, 1, 1, bias=True), torch.nn.ReLU(),
+                             NHWCConv(8, 12, 3, 2, 1, groups=4, bias=True), torch.nn.ReLU(),
+                             torch.nn.Flatten(start_dim=1, end_dim=2), _GapNHWC(), torch.nn.Linear(12, CLASSES))
+    return bp, tm
+
+
 class _GapNHWC(torch.nn.Module):
     def forward(self, x):  # x [N, H*W, C] after the flatten above
         return x.mean(dim=1)
@@ -119,6 +129,9 @@ def _load(tm, params):
         for (kind, m), p in zip(mods, params):
             if kind == "conv":  # KRSC -> KCRS
                 m.weight.copy_(torch.from_numpy(p[0].transpose(0, 3, 1, 2).copy()))
+                assert (m.bias is None) == (len(p) == 1)
+                if m.bias is not None:
+                    m.bias.copy_(torch.from_numpy(p[1].reshape(-1)))
             elif kind == "bn":
                 m.weight.copy_(torch.from_numpy(p[0].reshape(-1)))
                 m.bias.copy_(torch.from_numpy(p[1].reshape(-1)))
@@ -127,7 +140,7 @@ def _load(tm, params):
                 m.bias.copy_(torch.from_numpy(p[1].reshape(-1)))
 
 
-@pytest.mark.parametrize("make", [_cnn, _resnet, _separable], ids=["cnn", "resnet", "separable"])
+@pytest.mark.parametrize("make", [_cnn, _resnet, _separable, _biased], ids=["cnn", "resnet", "separable", "biased"])
 def test_50_steps_match_torch(make):
     bp, tm = make()
     tm = tm.double()
@@ -157,3 +170,6 @@ def test_50_steps_match_torch(make):
         w = m.weight.detach().double().numpy()
         got = p[0].transpose(0, 3, 1, 2) if kind == "conv" else p[0].reshape(w.shape)
         np.testing.assert_allclose(got, w, rtol=1e-3, atol=1e-4, err_msg=kind)
+        if m.bias is not None:
+            np.testing.assert_allclose(p[1].reshape(-1), m.bias.detach().double().numpy(), rtol=1e-3, atol=1e-4,
+                                       err_msg=f"{kind} bias")

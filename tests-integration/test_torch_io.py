@@ -56,6 +56,14 @@ def _pooled_cnn():  # torch pools the 2x2 map to 3x3 before its Linear (overlapp
     return bp, (4, 4, 3), t
 
 
+def _biased_cnn():  # convs declared with bias=True, no BN: their biases map both ways
+    bp = seq(conv(6, 3, 1, 1, bias=True), relu(), conv(8, 3, 2, 1, groups=2, bias=True), relu(), flatten(),
+             fc(CLASSES))
+    t = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3, 1, 1), torch.nn.ReLU(), torch.nn.Conv2d(6, 8, 3, 2, 1, groups=2),
+                            torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(2 * 2 * 8, CLASSES))
+    return bp, (4, 4, 3), t
+
+
 def _vgg():
     # unchanged: at 32x32 its AdaptiveAvgPool2d((7, 7)) replicates the 1x1x512 map, folded into classifier.0
     return _classes(vgg16_bn), (32, 32, 3), torchvision.models.vgg16_bn(num_classes=CLASSES)
@@ -65,7 +73,8 @@ def _resnet():
     return _classes(resnet50), (32, 32, 3), torchvision.models.resnet50(num_classes=CLASSES)
 
 
-MODELS = {"mlp": _mlp, "cnn": _cnn, "pooled_cnn": _pooled_cnn, "vgg16_bn": _vgg, "resnet50": _resnet}
+MODELS = {"mlp": _mlp, "cnn": _cnn, "pooled_cnn": _pooled_cnn, "biased_cnn": _biased_cnn, "vgg16_bn": _vgg,
+          "resnet50": _resnet}
 
 
 def _task(bp, hwc, train_steps=0, device="cpu"):
@@ -117,7 +126,7 @@ def test_round_trip_same_logits(name):  # one compiled task for both directions:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["mlp", "cnn", "vgg16_bn", "resnet50"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "biased_cnn", "vgg16_bn", "resnet50"])
 def test_round_trip_same_logits_on_cuda(name):
     """The same from a plan compiled for the CUDA backend (FP32, no TF32): trained there, read out, loaded in."""
     _round_trip(name, "cuda")

@@ -121,3 +121,40 @@ def test_conv_shape_errors_name_the_op():
         be.capture("g", [op("conv_fwd", layer=2, label="c1", x=x, w=w, y=y)])
     with pytest.raises(Exception, match="disagrees with the weight"):
         be.capture("g", [op("conv_fwd", x=x, w=w, y=y, kernel=5, padding=1)])
+
+
+@pytest.mark.parametrize("dtype,groups,tol", [("fp32", 1, 1e-5), ("fp32", 3, 1e-5), ("fp16", 1, 3e-3)])
+def test_conv_bias_against_torch(dtype, groups, tol):
+    """conv_fwd's optional b is torch's conv2d bias; conv_bwd's db its gradient (FP32 even under AMP)."""
+    n, h, w, c, k, r = 2, 7, 6, 6, 9, 3
+    a = SimpleArena()
+    t = {"x": a.add("x", (n, h, w, c), dtype), "w": a.add("w", (k, r, r, c // groups), dtype),
+         "b": a.add("b", (1, 1, 1, k), dtype), "y": a.add("y", (n, h, w, k), dtype),
+         "dy": a.add("dy", (n, h, w, k), dtype), "dw": a.add("dw", (k, r, r, c // groups), dtype),
+         "db": a.add("db", (1, 1, 1, k), "fp32"), "dx": a.add("dx", (n, h, w, c), dtype)}
+    be = a.allocate()
+    rng = np.random.default_rng(11)
+    for name in ("x", "w", "b", "dy"):
+        be.write(t[name], rng.standard_normal(t[name].shape.dims).astype(np.float16 if dtype == "fp16" else np.float32))
+    attrs = {"kernel": r, "stride": 1, "padding": 1, "groups": groups}
+    run(be, op("conv_fwd", x=t["x"], w=t["w"], b=t["b"], y=t["y"], **attrs),
+        op("conv_bwd", x=t["x"], w=t["w"], dy=t["dy"], dw=t["dw"], db=t["db"], dx=t["dx"], **attrs))
+    x, wt = nchw(be.read(t["x"]).astype(np.float64)), nchw(be.read(t["w"]).astype(np.float64))
+    bias = torch.tensor(be.read(t["b"]).reshape(k).astype(np.float64), requires_grad=True)
+    y = torch.nn.functional.conv2d(x, wt, bias, padding=1, groups=groups)
+    y.backward(nchw(be.read(t["dy"]).astype(np.float64)))
+    assert_close(be.read(t["y"]), nhwc(y), tol)
+    assert_close(be.read(t["db"]).reshape(k), bias.grad.numpy(), tol)
+    assert_close(be.read(t["dw"]), nhwc(wt.grad), tol)
+    assert_close(be.read(t["dx"]), nhwc(x.grad), tol)
+
+
+def test_conv_bias_of_the_wrong_size_is_refused():
+    a = SimpleArena()
+    x, w, b, y = a.add("x", (1, 5, 5, 3)), a.add("w", (4, 3, 3, 3)), a.add("b", (1, 1, 1, 3)), a.add("y", (1, 3, 3, 4))
+    dy, dw, db = a.add("dy", (1, 3, 3, 4)), a.add("dw", (4, 3, 3, 3)), a.add("db", (1, 1, 1, 4), "fp16")
+    be = a.allocate()
+    with pytest.raises(Exception, match=r"conv_fwd.*'b' \[1,1,1,3\] has 3 elements; expected 4"):
+        be.capture("g", [op("conv_fwd", x=x, w=w, b=b, y=y)])
+    with pytest.raises(Exception, match=r"conv_bwd.*'db' has dtype FP16; expected FP32"):
+        be.capture("g", [op("conv_bwd", x=x, w=w, dy=dy, dw=dw, db=db)])

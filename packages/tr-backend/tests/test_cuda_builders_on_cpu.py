@@ -86,7 +86,14 @@ def test_conv_add_and_softmax_builders():
     assert (ints["k"], ints["kh"], ints["sh"], ints["ph"], ints["p"], ints["q"]) == (8, 3, 2, 1, 3, 3)
     _, ptrs, ints, _ = build(op("conv_bwd", x=a["x"], w=a["w"], dy=a["dy"], dw=a["dw"], dx=a["dx"], stride=2,
                                 padding=1))
-    assert "dx" in ptrs and ints["c"] == 4
+    assert "dx" in ptrs and ints["c"] == 4 and "db" not in ptrs
+    c = arena(("x", (2, 6, 6, 4), "fp16"), ("w", (8, 3, 3, 4), "fp16"), ("b", (1, 1, 1, 8), "fp16"),
+              ("y", (2, 6, 6, 8), "fp16"), ("dy", (2, 6, 6, 8), "fp16"), ("dw", (8, 3, 3, 4), "fp16"),
+              ("db", (1, 1, 1, 8), "fp32"))
+    _, ptrs, ints, _ = build(op("conv_fwd", x=c["x"], w=c["w"], b=c["b"], y=c["y"], padding=1))
+    assert ptrs["b"] == _Backend.arena_ptr + c["b"].offset and ints["b_dt"] == DTYPE_CODES[DType.FP16]
+    _, ptrs, ints, _ = build(op("conv_bwd", x=c["x"], w=c["w"], dy=c["dy"], dw=c["dw"], db=c["db"], padding=1))
+    assert ptrs["db"] == _Backend.arena_ptr + c["db"].offset and "dx" not in ptrs
     b = arena(("a", (4, 2, 2, 3), "fp16"), ("c", (4, 2, 2, 3), "fp16"), ("logits", (4, 1, 1, 10), "fp32"),
               ("probs", (4, 1, 1, 10), "fp32"), ("dl", (4, 1, 1, 10), "fp16"), ("labels", (4,), "int32"),
               ("result", (3,), "fp32"), ("scale", (1,), "fp32"), ("pred", (4,), "int32"))

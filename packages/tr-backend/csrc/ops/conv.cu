@@ -1,5 +1,7 @@
-// 2-D convolution, NHWC cross-correlation with KRSC weights, no bias, grouped or not (tr/backend/cpu/ops/conv.py;
-// groups as torch's: weights [K, R, S, C / groups], output channel ko reads its group's C / groups inputs).
+// 2-D convolution, NHWC cross-correlation with KRSC weights, grouped or not (tr/backend/cpu/ops/conv.py;
+// groups as torch's: weights [K, R, S, C / groups], output channel ko reads its group's C / groups inputs), with an
+// optional bias: the forward adds it to the convolution's output in one more kernel, the backward's column sum of
+// dy (two passes, fixed order: deterministic) runs before the convolution's gradients.
 //
 // cuDNN first (conv_cudnn.cpp: the frontend's fprop/dgrad/wgrad graphs, deterministic engines), unless the
 // call asks for the direct kernels (engine = 2) or cuDNN cannot take it (engine = 0 then falls back; 1 makes
@@ -114,6 +116,97 @@ __global__ void conv_dgrad_kernel(const TX* wt, const TD* dy, TO* dx, Geo g) {
   }
 }
 
+// y[r, c] += bias[c] over rows x cols (NHWC: cols = K), in float.
+template <class TY, class TB>
+__global__ void bias_add_kernel(TY* y, const TB* bias, std::int64_t rows, int cols) {
+  TR_GRID_STRIDE(i, rows * cols) y[i] = kern::from_f<TY>(kern::to_f(y[i]) + kern::to_f(bias[i % cols]));
+}
+
+constexpr int kBiasCols = 32, kBiasLanes = 8;  // a bias-gradient block: 32 columns x 8 row lanes
+constexpr std::int64_t kBiasMaxChunks = 512;
+
+// Pass 1: block (x, y) sums the rows of chunk y for columns 32x .. 32x + 31; lane j takes rows j, j + 8, ...
+// of the chunk, then lane 0 adds the 8 lane sums in order.
+template <class TD>
+__global__ void bias_grad_partial_kernel(const TD* dy, float* part, std::int64_t rows, int cols,
+                                         std::int64_t chunk_rows) {
+  __shared__ float lanes[kBiasLanes][kBiasCols + 1];
+  const int c = blockIdx.x * kBiasCols + threadIdx.x;
+  const std::int64_t r0 = blockIdx.y * chunk_rows;
+  const std::int64_t r1 = r0 + chunk_rows < rows ? r0 + chunk_rows : rows;
+  float acc = 0.0f;
+  if (c < cols) {
+    for (std::int64_t r = r0 + threadIdx.y; r < r1; r += kBiasLanes) acc += kern::to_f(dy[r * cols + c]);
+  }
+  lanes[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float t = 0.0f;
+    for (int j = 0; j < kBiasLanes; ++j) t += lanes[j][threadIdx.x];
+    part[blockIdx.y * cols + c] = t;
+  }
+}
+
+// Pass 2: db[c] = the chunks' partial sums of column c, in chunk order.
+__global__ void bias_grad_final_kernel(const float* part, float* db, int chunks, int cols) {
+  TR_GRID_STRIDE(c, cols) {
+    float t = 0.0f;
+    for (int j = 0; j < chunks; ++j) t += part[static_cast<std::int64_t>(j) * cols + c];
+    db[c] = t;
+  }
+}
+
+// The convolution `conv`, then y += b (a forward with a bias), or the same op when the call has none.
+std::unique_ptr<Op> with_bias_add(std::unique_ptr<Op> conv, const OpArgs& args, const Geo& g, DT ydt, void* y) {
+  if (!args.has("b")) return conv;
+  const DT bdt = args.dt("b");
+  const void* b = args.ptr("b");
+  kern::dispatch_float(bdt, args, "b", [](auto) {});
+  const std::int64_t rows = std::int64_t(g.n) * g.p * g.q;
+  const int cols = g.k;
+  std::shared_ptr<Op> inner(conv.release());
+  return fn_op([=](cudaStream_t s) {
+    inner->record(s);
+    kern::dispatch_float(ydt, args, "y", [&](auto ty) {
+      using TY = typename decltype(ty)::type;
+      kern::dispatch_float(bdt, args, "b", [&](auto tb) {
+        using TB = typename decltype(tb)::type;
+        bias_add_kernel<TY, TB><<<kern::blocks_for(rows * cols), kern::kThreads, 0, s>>>(
+            static_cast<TY*>(y), static_cast<const TB*>(b), rows, cols);
+      });
+    });
+    check_launch("conv bias");
+  }, inner->info + ", bias kernel");
+}
+
+// db = the column sums of dy, then the convolution's gradients `conv` (a backward with db), or `conv` alone.
+std::unique_ptr<Op> with_bias_grad(std::unique_ptr<Op> conv, const OpArgs& args, const Geo& g, DT ddt, const void* dy) {
+  if (!args.has("db")) return conv;
+  if (args.dt("db") != DT::F32) args.bad("db must be FP32");
+  float* db = static_cast<float*>(args.ptr("db"));
+  const std::int64_t rows = std::int64_t(g.n) * g.p * g.q;
+  const int cols = g.k;
+  std::int64_t chunks = (rows + 127) / 128;
+  if (chunks > kBiasMaxChunks) chunks = kBiasMaxChunks;
+  if (chunks < 1) chunks = 1;
+  const std::int64_t chunk_rows = (rows + chunks - 1) / chunks;
+  chunks = (rows + chunk_rows - 1) / chunk_rows;
+  auto part = std::make_shared<DeviceBuffer>(static_cast<std::size_t>(chunks) * cols * sizeof(float));
+  std::shared_ptr<Op> inner(conv.release());
+  const dim3 grid(static_cast<unsigned>((cols + kBiasCols - 1) / kBiasCols), static_cast<unsigned>(chunks));
+  const int n_chunks = static_cast<int>(chunks);
+  return fn_op([=](cudaStream_t s) {
+    kern::dispatch_float(ddt, args, "dy", [&](auto td) {
+      using TD = typename decltype(td)::type;
+      bias_grad_partial_kernel<TD><<<grid, dim3(kBiasCols, kBiasLanes), 0, s>>>(
+          static_cast<const TD*>(dy), part->as<float>(), rows, cols, chunk_rows);
+    });
+    bias_grad_final_kernel<<<kern::blocks_for(cols), kern::kThreads, 0, s>>>(part->as<float>(), db, n_chunks, cols);
+    check_launch("conv bias gradient");
+    inner->record(s);
+  }, "bias gradient kernels, " + inner->info);
+}
+
 // engine: 0 cuDNN, else the direct kernels; 1 cuDNN or an error; 2 the direct kernels.
 int engine_of(const OpArgs& args) {
   const int e = static_cast<int>(args.i("engine", 0));
@@ -144,11 +237,13 @@ std::unique_ptr<Op> conv_fwd(Context& ctx, const OpArgs& args) {
   if (engine != 2) {
     std::string why;
     auto op = cudnn_conv_fwd(ctx, g, xdt, ydt, x, w, y, choice_of(args), why);
-    if (auto done = cudnn_or_fallback(args, engine, std::move(op), why, note)) return done;
+    if (auto done = cudnn_or_fallback(args, engine, std::move(op), why, note)) {
+      return with_bias_add(std::move(done), args, g, ydt, y);
+    }
   }
   kern::dispatch_float(xdt, args, "x", [](auto) {});
   kern::dispatch_float(ydt, args, "y", [](auto) {});
-  return fn_op([=](cudaStream_t s) {
+  return with_bias_add(fn_op([=](cudaStream_t s) {
     kern::dispatch_float(xdt, args, "x", [&](auto tx) {
       using TX = typename decltype(tx)::type;
       kern::dispatch_float(ydt, args, "y", [&](auto ty) {
@@ -158,7 +253,7 @@ std::unique_ptr<Op> conv_fwd(Context& ctx, const OpArgs& args) {
       });
     });
     check_launch("conv_fwd");
-  }, "direct conv fprop" + note);
+  }, "direct conv fprop" + note), args, g, ydt, y);
 }
 
 std::unique_ptr<Op> conv_bwd(Context& ctx, const OpArgs& args) {
@@ -178,10 +273,12 @@ std::unique_ptr<Op> conv_bwd(Context& ctx, const OpArgs& args) {
   if (engine != 2) {
     std::string why;
     auto op = cudnn_conv_bwd(ctx, g, xdt, ddt, wdt, odt, x, w, dy, dw, dx, choice_of(args), why);
-    if (auto done = cudnn_or_fallback(args, engine, std::move(op), why, note)) return done;
+    if (auto done = cudnn_or_fallback(args, engine, std::move(op), why, note)) {
+      return with_bias_grad(std::move(done), args, g, ddt, dy);
+    }
   }
   const unsigned wblocks = static_cast<unsigned>(std::int64_t(g.k) * g.r * g.s * (g.c / g.groups));
-  return fn_op([=](cudaStream_t s) {
+  return with_bias_grad(fn_op([=](cudaStream_t s) {
     kern::dispatch_float(xdt, args, "x", [&](auto tx) {
       using TX = typename decltype(tx)::type;
       kern::dispatch_float(ddt, args, "dy", [&](auto td) {
@@ -202,7 +299,7 @@ std::unique_ptr<Op> conv_bwd(Context& ctx, const OpArgs& args) {
       });
     });
     check_launch("conv_bwd");
-  }, std::string(dx != nullptr ? "direct conv wgrad, dgrad" : "direct conv wgrad") + note);
+  }, std::string(dx != nullptr ? "direct conv wgrad, dgrad" : "direct conv wgrad") + note), args, g, ddt, dy);
 }
 
 }  // namespace

@@ -109,11 +109,14 @@ _DEFS: list[OpDef] = [
           doc="dw = dy^T x, db = sum_n dy, dx = dy w (dx None for the first layer). mask (with dx): the input's "
               "producer's relu mask (fc_fwd's, over in features): dx = dy w where its bit is set, else 0 "
               "(cuBLASLt's DRELU), so the relu's backward needs no op of its own"),
-    # --- convolution (no bias: a BN follows) --------------------------------------------------------
-    OpDef("conv_fwd", "conv", (_t("x"), _t("w"), _t("y", "out")), ("kernel", "stride", "padding", "groups"),
-          doc="NHWC cross-correlation, weight KRSC [K, R, S, C/groups]; groups default 1"),
-    OpDef("conv_bwd", "conv", (_t("x"), _t("w"), _t("dy"), _t("dw", "out"), _t("dx", "out", True)),
-          ("kernel", "stride", "padding", "groups"), doc="wgrad (and dgrad unless dx is None)"),
+    # --- convolution (a bias is optional: a BN usually follows) ---------------------------------------
+    OpDef("conv_fwd", "conv", (_t("x"), _t("w"), _t("b", optional=True), _t("y", "out")),
+          ("kernel", "stride", "padding", "groups"),
+          doc="NHWC cross-correlation, weight KRSC [K, R, S, C/groups]; groups default 1; + b[K] when given"),
+    OpDef("conv_bwd", "conv",
+          (_t("x"), _t("w"), _t("dy"), _t("dw", "out"), _t("db", "out", True), _t("dx", "out", True)),
+          ("kernel", "stride", "padding", "groups"),
+          doc="wgrad, db = sum over N*P*Q of dy (when db is given; FP32) and dgrad (unless dx is None)"),
     # --- batch norm (with the activation and the residual join that follow it fused in) -------------
     OpDef("bn_fwd", "bn",
           (_t("x"), _t("gamma"), _t("beta"), _t("mean_in"), _t("var_in"), _t("mean_out", "out"),

@@ -34,6 +34,7 @@ class ArchLayer:
             s = f"fc {p['out']}" + ("" if p.get("bias", True) else " nobias")
         elif k in ("conv", "cbr"):
             s = f"{k} {p['out']} k{p['k']} s{p['s']} p{p['p']}" + (f" g{p['g']}" if p.get("g", 1) > 1 else "")
+            s += " bias" if p.get("bias") else ""
         elif k in ("maxpool", "avgpool"):
             s = f"{k} k{p['k']} s{p['s']} p{p['p']}"
         elif k == "act":

@@ -58,6 +58,7 @@ class Conv(Layer):
     s: int = 1
     p: int = 0
     groups: int = 1
+    bias: bool = False
 
     def _positional(self) -> tuple[str, ...]:
         return ("out", "k")
@@ -291,14 +292,17 @@ def fc(out: int, bias: bool = True) -> FC:
     return FC(out, bias)
 
 
-def conv(out: int, k: int, s: int = 1, p: int = 0, groups: int = 1) -> Conv:
-    """Square-kernel convolution, no bias (a batch norm follows); weights KRSC [out, k, k, C / groups].
-    ``groups`` > 1: the channels split into that many groups, each convolved with its own out / groups
-    filters (torch's ``groups``; groups = C = out is the depthwise convolution)."""
+def conv(out: int, k: int, s: int = 1, p: int = 0, groups: int = 1, bias: bool = False) -> Conv:
+    """Square-kernel convolution; weights KRSC [out, k, k, C / groups]. ``groups`` > 1: the channels split into
+    that many groups, each convolved with its own out / groups filters (torch's ``groups``; groups = C = out is
+    the depthwise convolution). ``bias``: add a trained bias per output channel (off by default: a batch norm
+    usually follows, whose mean removes it; a conv with a bias is never fused into a cbr)."""
     _ints("conv", out=out, k=k, s=s, p=p, groups=groups)
     if groups < 1 or out % groups:
         raise CompileError(f"conv groups must be >= 1 and divide out={out}, got groups={groups}")
-    return Conv(out, k, s, p, groups)
+    if not isinstance(bias, bool):
+        raise CompileError(f"conv: bias must be True or False, got {bias!r}")
+    return Conv(out, k, s, p, groups, bias)
 
 
 def bn(momentum: float = 0.1, eps: float = 1e-5) -> BN:

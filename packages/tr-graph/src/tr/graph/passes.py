@@ -122,7 +122,7 @@ def expand(root: Any, in_channels: int | None) -> list[ArchLayer]:
             emit("fc", path, out=node.out, bias=node.bias, activation=None)
             return node.out
         if isinstance(node, Conv):
-            emit("conv", path, out=node.out, k=node.k, s=node.s, p=node.p, g=node.groups)
+            emit("conv", path, out=node.out, k=node.k, s=node.s, p=node.p, g=node.groups, bias=node.bias)
             return node.out
         if isinstance(node, BN):
             emit("bn", path, momentum=node.momentum, eps=node.eps)
@@ -401,8 +401,8 @@ def fuse_cbr(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
             return None
         bn = by_uid[u]
         c = bn.inputs[0]
-        if c == DATA or n_readers.get(c) != 1 or by_uid[c].kind != "conv":
-            return None
+        if c == DATA or n_readers.get(c) != 1 or by_uid[c].kind != "conv" or by_uid[c].params.get("bias"):
+            return None  # (a cbr has no bias: its BN's batch mean would cancel it, its running mean not)
         return by_uid[c], bn
 
     def cbr(conv: ArchLayer, bn: ArchLayer, uid: int, act: str | None, shortcut: int | None) -> ArchLayer:

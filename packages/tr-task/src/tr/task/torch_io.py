@@ -12,10 +12,10 @@ Conversions: conv KRSC -> OIHW; BN (1,1,1,C) -> (C,) with running_mean/var from 
 Linear reads C*s*s features after an AdaptiveAvgPool2d((s, s)) (torchvision's VGG below 224x224; tr's
 flatten reads the small map itself), the pool's linear map is folded in, exactly both ways while H, W <= s
 (a template nn.Module must have that pool; a bare state_dict cannot say, and is read as pooled).
-tr's convs have no bias: exported conv biases are zeros, and an imported conv bias is folded into the
-following BN's running mean (exact: bn(x + b) with mean m is bn(x) with mean m - b, and in training the
-batch mean absorbs b). num_batches_tracked is exported as the applied training steps (step - skipped)
-and ignored on import (tr keeps no per-BN counter).
+A conv declared with ``bias=True`` maps its bias both ways. tr's other convs have none: their exported biases
+are zeros, and an imported conv bias is folded into the following BN's running mean (exact: bn(x + b) with
+mean m is bn(x) with mean m - b, and in training the batch mean absorbs b). num_batches_tracked is exported as
+the applied training steps (step - skipped) and ignored on import (tr keeps no per-BN counter).
 
 torch is optional (``pip install 'tr-task[torch]'``): imported only when a function here needs it.
 """
@@ -84,17 +84,21 @@ def tr_modules(program) -> list[_TrModule]:
     """tr's weight-bearing modules in layer order, each with its DTensors by torch's parameter suffix."""
     fc_in = _fc_inputs(program)
     mods: dict[tuple[int, int], _TrModule] = {}
+    biases: dict[int, DTensor] = {}  # W_FC_BIAS holds every bias: an fc's or a conv's, by its layer
     for i in program.inits:
         t, region = i.tensor, i.tensor.region.name
         if region in _BN_ROLES:
             mods.setdefault((i.layer, 1), _TrModule("bn", i.layer)).tensors[_BN_ROLES[region]] = t
         elif region in _CONV_REGIONS and i.kind == "weight":
             mods.setdefault((i.layer, 0), _TrModule("conv", i.layer)).tensors["weight"] = t
-        elif region in ("W_FC_WEIGHT", "W_FC_BIAS"):
+        elif region == "W_FC_WEIGHT":
             m = mods.setdefault((i.layer, 0), _TrModule("fc", i.layer))
-            m.tensors["weight" if region == "W_FC_WEIGHT" else "bias"] = t
-            if region == "W_FC_WEIGHT":
-                m.fc_input = fc_in.get(i.layer, (1, 1, t.shape.dims[3]))
+            m.tensors["weight"] = t
+            m.fc_input = fc_in.get(i.layer, (1, 1, t.shape.dims[3]))
+        elif region == "W_FC_BIAS":
+            biases[i.layer] = t
+    for layer, t in biases.items():
+        mods[(layer, 0)].tensors["bias"] = t
     return [mods[k] for k in sorted(mods)]
 
 
@@ -135,7 +139,7 @@ def _torch_shapes(m: _TrModule, program_shapes: dict[str, tuple[int, ...]]) -> d
     """The shapes a torch module must have to hold tr module m."""
     if m.kind == "conv":
         o, k1, k2, i = program_shapes["weight"]
-        return {"weight": (o, i, k1, k2)}
+        return {"weight": (o, i, k1, k2), **({"bias": (o,)} if "bias" in program_shapes else {})}
     if m.kind == "fc":
         o, i = program_shapes["weight"][0], program_shapes["weight"][3]
         out = {"weight": (o, i)}
@@ -253,7 +257,9 @@ def to_torch_state_dict(task, target: Any) -> dict[str, Any]:
         arrays = {s: be.read(t).astype(np.float32) for s, t in a.tensors.items()}
         if a.kind == "conv":
             vals = {"weight": arrays["weight"].transpose(0, 3, 1, 2)}
-            if "bias" in b.shapes:  # tr's convs have none (a BN follows): zeros keep torch's model the same
+            if "bias" in arrays:
+                vals["bias"] = arrays["bias"].reshape(-1)
+            elif "bias" in b.shapes:  # this conv has none (a BN follows): zeros keep torch's model the same
                 vals["bias"] = np.zeros(b.shapes["bias"], np.float32)
         elif a.kind == "fc":
             vals = {"weight": _fc_to_torch(arrays["weight"], a.fc_input, b.pool)}
@@ -286,6 +292,9 @@ def load_torch(task, source: Any) -> None:
         get = {s: _numpy(state[f"{b.prefix}.{s}"]).astype(np.float32) for s in b.shapes if s != "num_batches_tracked"}
         if a.kind == "conv":
             writes.append((a.tensors["weight"], get["weight"].transpose(0, 2, 3, 1)))
+            if "bias" in a.tensors:  # (pair() checked torch has it)
+                writes.append((a.tensors["bias"], get["bias"]))
+                continue
             pending_bias = get.get("bias")
             if pending_bias is not None and np.any(pending_bias) and (
                     k + 1 == len(pairs) or pairs[k + 1][0].kind != "bn"):

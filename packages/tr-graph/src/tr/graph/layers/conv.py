@@ -1,4 +1,5 @@
-"""Convolution: NHWC cross-correlation, square kernel, weight KRSC [out, k, k, C / g], no bias (a BN follows).
+"""Convolution: NHWC cross-correlation, square kernel, weight KRSC [out, k, k, C / g], and with params "bias"
+a bias b [out] (in the bias group, as an fc's: no weight decay), initialised as the policy's biases.
 With g groups (params "g", default 1) input channel group i (C / g of them) feeds only output channels
 i*out/g .. (i+1)*out/g - 1; g = C = out is the depthwise convolution.
 
@@ -55,7 +56,11 @@ def conv_decls(layer, x: Shape, cx: DeclCtx) -> list[Decl]:
     k, out, cg = layer.params["k"], layer.params["out"], x.c // groups(layer)
     group = "first_conv" if layer.first else "deep_conv"
     # fans as torch's: fan_in the weights one output reads (C/g*k*k), fan_out out*k*k
-    return cx.param("w", group, Shape(out, k, k, cg), Init("weight", cg * k * k, out * k * k))
+    fan_in, fan_out = cg * k * k, out * k * k
+    decls = cx.param("w", group, Shape(out, k, k, cg), Init("weight", fan_in, fan_out))
+    if layer.params.get("bias"):
+        decls += cx.param("b", "fc_b", Shape(1, 1, 1, out), Init("bias", fan_in, fan_out))
+    return decls
 
 
 class ConvKind(LayerKind):
@@ -63,7 +68,8 @@ class ConvKind(LayerKind):
     spatial = True
 
     def num_params(self, layer, ins, out) -> int:
-        return layer.params["out"] * layer.params["k"] ** 2 * (ins[0].c // groups(layer))
+        o = layer.params["out"]
+        return o * layer.params["k"] ** 2 * (ins[0].c // groups(layer)) + (o if layer.params.get("bias") else 0)
 
     def check(self, layer) -> None:
         check_conv(layer)
@@ -78,13 +84,19 @@ class ConvKind(LayerKind):
         return conv_decls(layer, ins[0], cx)
 
     def forward(self, layer, io: IO) -> None:
-        io.op("conv_fwd", conv_attrs(layer), x=io.x[0], w=io.w("w"), y=io.y)
+        io.op("conv_fwd", conv_attrs(layer), x=io.x[0], w=io.w("w"), b=_bias(layer, io), y=io.y)
 
     def backward(self, layer, io: IO) -> list[str | None]:
         dx = io.dx_or_none(0)
-        io.op("conv_bwd", conv_attrs(layer), x=io.x[0], w=io.w("w"), dy=io.dy, dw=io.dw("w"), dx=dx)
+        db = io.t("b.grad") if layer.params.get("bias") else None
+        io.op("conv_bwd", conv_attrs(layer), x=io.x[0], w=io.w("w"), dy=io.dy, dw=io.dw("w"), db=db, dx=dx)
         return [dx]
 
     def inference(self, layer, io: IO) -> str:
-        io.op("conv_fwd", conv_attrs(layer), x=io.x[0], w=io.w("w"), y=io.y)
+        io.op("conv_fwd", conv_attrs(layer), x=io.x[0], w=io.w("w"), b=_bias(layer, io), y=io.y)
         return io.y
+
+
+def _bias(layer, io: IO) -> str | None:
+    """The bias as the op reads it (the FP16 copy under AMP), or None."""
+    return io.w("b") if layer.params.get("bias") else None

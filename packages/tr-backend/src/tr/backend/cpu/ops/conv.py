@@ -1,4 +1,4 @@
-"""2-D convolution, NHWC cross-correlation with KRSC weights, no bias: im2col by stride tricks + GEMM.
+"""2-D convolution, NHWC cross-correlation with KRSC weights and an optional bias: im2col by stride tricks + GEMM.
 
 Forward: the padded input (a private buffer whose zero border is written once) is viewed as patches
 [N,P,Q,R,S,C] with ``as_strided``; one copy packs them into a [rows, R*S*C] matrix and one GEMM with
@@ -11,6 +11,7 @@ strided add per kernel position (col2im). Per chunk the steps run im2col(x) -> w
 Grouped (groups > 1, depthwise included): the same im2col over all channels, then per chunk one batched
 GEMM over the groups ([G, rows, R*S*C/G] x [G, K/G, R*S*C/G]^T), and for dgrad the batched column
 gradients through col2im; the group-major copies live in scratch, as the im2col matrix.
+The bias (when given) is added to the GEMM's FP32 output before it is stored; its gradient is dy's column sum.
 """
 
 from __future__ import annotations
@@ -80,6 +81,22 @@ class _Im2col:
         return self._fill[i]
 
 
+def _bias_add(b: Binder, y: np.ndarray, k: int) -> list[Step]:
+    """y [rows, K] += b[K] before y is stored (nothing without a bias)."""
+    if not b.has("b"):
+        return []
+    bias, load_b = b.load("b", (k,))
+    return [load_b, partial(np.add, y, bias, out=y)]
+
+
+def _bias_grad(b: Binder, dy: np.ndarray, k: int) -> list[Step]:
+    """db[K] = the column sums of dy [rows, K] (nothing without db)."""
+    if not b.has("db"):
+        return []
+    db, store_db = b.store("db", (k,))
+    return [partial(np.sum, dy, axis=0, out=db), store_db]
+
+
 def _rest(g: Window) -> tuple:
     return g.h, g.w, g.c, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.p, g.q
 
@@ -123,7 +140,7 @@ def _grouped_fwd(b: Binder, g: Window, k: int, groups: int) -> Step:
         out = gl.out(rows)  # [G, rows, K/G]
         steps += [cols.fill(i), fill, partial(np.matmul, gcols, w.transpose(0, 2, 1), out=out),
                   partial(np.copyto, _rows(y, sl, pq).reshape(rows, groups, kg), out.transpose(1, 0, 2))]
-    return seq(*steps, store_y)
+    return seq(*steps, *_bias_add(b, y, k), store_y)
 
 
 def _grouped_bwd(b: Binder, g: Window, k: int, groups: int) -> Step:
@@ -133,7 +150,7 @@ def _grouped_bwd(b: Binder, g: Window, k: int, groups: int) -> Step:
     dw, store_dw = b.store("dw", (groups, kg, rs * cg))
     part = b.scratch(dw.shape) if len(cols.chunks) > 1 else None
     gl = _Grouped(b, g, groups, cols.chunks[0].stop * pq, rs * cg)
-    steps = [*cols.pre, load_dy]
+    steps = [*cols.pre, load_dy, *_bias_grad(b, dy, k)]
     tail = [store_dw]
     if b.has("dx"):
         w, load_w = b.load("w", (groups, kg, rs * cg))
@@ -168,7 +185,7 @@ def conv_fwd(b: Binder) -> Step:
     steps = [*cols.pre, load_w]
     for i, sl in enumerate(cols.chunks):
         steps += [cols.fill(i), partial(np.matmul, cols.matrix(i), wt, out=_rows(y, sl, g.p * g.q))]
-    return seq(*steps, store_y)
+    return seq(*steps, *_bias_add(b, y, k), store_y)
 
 
 def _dgrad_full_correlation(b: Binder, g: Window, k: int, dy: np.ndarray, w4: np.ndarray) -> tuple[list, list]:
@@ -251,7 +268,7 @@ def conv_bwd(b: Binder) -> Step:
     dy, load_dy = b.load("dy", (g.n * pq, k))
     dw, store_dw = b.store("dw", (k, g.kh * g.kw * g.c))
     part = b.scratch(dw.shape) if len(cols.chunks) > 1 else None
-    steps = [*cols.pre, load_dy]
+    steps = [*cols.pre, load_dy, *_bias_grad(b, dy, k)]
     wgrad = []
     for i, sl in enumerate(cols.chunks):
         dy_c = _rows(dy, sl, pq).T

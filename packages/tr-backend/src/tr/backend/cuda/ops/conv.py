@@ -1,7 +1,8 @@
-"""2-D convolution, NHWC cross-correlation with KRSC weights, no bias, grouped or depthwise (``groups``; weights
+"""2-D convolution, NHWC cross-correlation with KRSC weights, grouped or depthwise (``groups``; weights
 [K, R, S, C / groups]): cuDNN's frontend graphs (deterministic engines, autotuned at capture; csrc/ops/
 conv_cudnn.cpp), or the direct deterministic kernels (csrc/ops/conv.cu) where cuDNN is missing or
-``TR_CONV=direct`` (see tr.backend.cuda.cudnn). The op's ``info`` says which ran."""
+``TR_CONV=direct`` (see tr.backend.cuda.cudnn). An optional bias is one kernel after the forward and a
+deterministic two-pass column sum before the backward (csrc/ops/conv.cu). The op's ``info`` says which ran."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def _ints(rule: tuple[Geometry, int, int], b: CudaBinder) -> dict[str, int]:
 def conv_fwd(b: CudaBinder) -> Any:
     g = _ints(rules.conv_fwd(b), b)
     try:
-        return b.native("conv_fwd", ["x", "w", "y"], ints=g)
+        return b.native("conv_fwd", ["x", "w", "b", "y"], ints=g)
     finally:
         log_plan_cache_warnings()  # planning may have met a corrupt or stale autotuning cache
 
@@ -33,6 +34,6 @@ def conv_fwd(b: CudaBinder) -> Any:
 def conv_bwd(b: CudaBinder) -> Any:
     g = _ints(rules.conv_bwd(b), b)
     try:
-        return b.native("conv_bwd", ["x", "w", "dy", "dw", "dx"], ints=g)
+        return b.native("conv_bwd", ["x", "w", "dy", "dw", "db", "dx"], ints=g)
     finally:
         log_plan_cache_warnings()

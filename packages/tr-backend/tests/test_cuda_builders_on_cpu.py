@@ -105,6 +105,13 @@ def test_conv_add_and_softmax_builders():
     _, ptrs, _, _ = build(op("softmax_ce_inf", logits=b["logits"], labels=b["labels"], result=b["result"],
                              pred=b["pred"]))
     assert "pred" in ptrs
+    name, ptrs, ints, floats = build(op("onehot_loss_bwd", logits=b["logits"], labels=b["labels"], scale=b["scale"],
+                                        dlogits=b["logits"], loss="mse", label_smoothing=0.1))
+    assert name == "onehot_loss_bwd" and ptrs["dlogits"] == ptrs["logits"]
+    assert (ints["n"], ints["k"], ints["loss"]) == (4, 10, 1) and floats == {"label_smoothing": pytest.approx(0.1)}
+    name, ptrs, ints, _ = build(op("onehot_loss_inf", logits=b["logits"], labels=b["labels"], result=b["result"],
+                                   pred=b["pred"], loss="bce_logits"))
+    assert name == "onehot_loss_inf" and "pred" in ptrs and ints["loss"] == 0
     _, _, ints, _ = build(op("softmax_ce_bwd", probs=b["probs"], labels=b["labels"], scale=b["scale"],
                              dlogits=b["dl"]))
     assert (ints["n"], ints["k"], ints["dlogits_dt"]) == (4, 10, 1)

@@ -28,6 +28,14 @@ from tr.algo.loss import (
     log_softmax,
     top_k_correct,
 )
+from tr.algo.onehot_loss import (
+    ONEHOT_LOSSES,
+    BCEWithLogitsLoss,
+    MSELoss,
+    onehot_loss,
+    onehot_loss_grad,
+    onehot_target,
+)
 from tr.algo.optimizer import (
     LARS,
     RULE_HYPERPARAMS,
@@ -68,7 +76,8 @@ __all__ = [
     "FanMode", "Initializer", "InitKind", "InitSpec", "constant", "fans", "initialize", "kaiming_normal",
     "kaiming_uniform", "ones", "truncated_normal", "xavier_normal", "xavier_uniform", "zeros",
     "CrossEntropyLoss", "cross_entropy_grad", "cross_entropy_loss", "cross_entropy_per_sample", "log_softmax",
-    "top_k_correct",
+    "top_k_correct", "ONEHOT_LOSSES", "BCEWithLogitsLoss", "MSELoss", "onehot_loss", "onehot_loss_grad",
+    "onehot_target",
     "LARS", "RULE_HYPERPARAMS", "SGD", "Adam", "AdamW", "Optimizer", "OptimizerKind", "Slot", "bias_rule",
     "is_bias_like", "is_decayed", "slots_for",
     "SCHEDULERS", "WSDLR", "ConstantLR", "CosineAnnealingLR", "CosineAnnealingWithWarmRestartsLR", "ExponentialLR",

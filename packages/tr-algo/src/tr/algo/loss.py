@@ -15,6 +15,7 @@ math; backends compute log p as a log-softmax, never as log(p).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import numpy as np
 
@@ -30,6 +31,7 @@ class CrossEntropyLoss:
     (torch accepts [0, 1]; 1 is refused because the label would carry no information).
     """
 
+    kind: ClassVar[str] = "softmax_ce"  # the loss layer the compiler appends (tr.graph's CompileSpec.loss)
     smoothing: float = 0.0
 
     def __post_init__(self) -> None:

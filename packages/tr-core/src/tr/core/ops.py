@@ -220,6 +220,17 @@ _DEFS: list[OpDef] = [
     OpDef("softmax_ce_inf", "softmax_ce",
           (_t("logits"), _t("labels"), _t("result", "out"), _t("pred", "out", True)), ("label_smoothing",),
           doc="result = (mean loss, top1, top5); pred = argmax"),
+    # --- elementwise losses against the one-hot label (tr.algo.onehot_loss) ----------------------------
+    OpDef("onehot_loss_fwd", "onehot_loss", (_t("logits"), _t("labels"), _t("result", "out")),
+          ("loss", "label_smoothing"),
+          doc="loss 'bce_logits' or 'mse' of the logits against t = (1-ls)*onehot + ls/K, mean over N*K; result = "
+              "(loss, top1, top5 fractions)"),
+    OpDef("onehot_loss_bwd", "onehot_loss", (_t("logits"), _t("labels"), _t("scale"), _t("dlogits", "out")),
+          ("loss", "label_smoothing"), inplace=(("dlogits", "logits"),),
+          doc="dlogits = dl/dz * scale[0] / (N*K): sigmoid(z) - t (bce_logits) or 2 (z - t) (mse)"),
+    OpDef("onehot_loss_inf", "onehot_loss",
+          (_t("logits"), _t("labels"), _t("result", "out"), _t("pred", "out", True)), ("loss", "label_smoothing"),
+          doc="result = (mean loss, top1, top5); pred = argmax"),
     # --- scalars -----------------------------------------------------------------------------------
     OpDef("scalar_increment", "scalar", (_t("x", "inout"),), doc="x += 1 (INT32 step counters)"),
     OpDef("count_flag", "scalar", (_t("flag"), _t("count", "inout")),

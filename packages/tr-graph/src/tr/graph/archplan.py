@@ -41,8 +41,8 @@ class ArchLayer:
             s = str(p["kind"])
         elif k == "dropout":
             s = f"dropout {p['p']}"
-        elif k == "softmax_ce":
-            s = f"softmax_ce {p['classes']}"
+        elif k in ("softmax_ce", "bce_logits", "mse"):
+            s = f"{k} {p['classes']}"
         else:
             s = k
         if p.get("activation") and k in ("fc", "add"):
@@ -74,14 +74,14 @@ class ArchPlan:
 
     @classmethod
     def from_blueprint(cls, blueprint: Any, input_shape: tuple[int, int, int], num_classes: int,
-                       amp: bool = False) -> ArchPlan:
+                       amp: bool = False, loss: str = "softmax_ce") -> ArchPlan:
         from tr.graph.passes import build_layers  # passes import this module
 
         h, w, c = _input_hwc(input_shape)
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
             raise CompileError(f"num_classes must be an integer >= 1, got {num_classes!r}")
         name = getattr(blueprint, "name", "")
-        layers, shapes = build_layers(blueprint, Shape(1, h, w, c), num_classes, amp)
+        layers, shapes = build_layers(blueprint, Shape(1, h, w, c), num_classes, amp, loss)
         return cls(tuple(layers), Shape(1, h, w, c), tuple(shapes), num_classes, amp, name)
 
     def __len__(self) -> int:

@@ -20,6 +20,7 @@ from tr.core.errors import TrError
 from tr.core.ops import OpCall, RegionSpan
 from tr.graph.blueprint import BluePrint, Layer
 from tr.graph.compiler import Compiled, compile_with_plan
+from tr.graph.layers import LOSS_KINDS
 from tr.graph.seed_scheme import seed_arena_bytes
 from tr.graph.spec import OPTIMIZERS, CompileSpec
 from tr.tensor.dtensor import DTensor
@@ -117,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--val-batch", type=int, default=None)
     ap.add_argument("--amp", action="store_true")
     ap.add_argument("--optimizer", default="momentum", choices=OPTIMIZERS)
+    ap.add_argument("--loss", default="softmax_ce", choices=LOSS_KINDS, help="the loss layer appended")
     ap.add_argument("--input", default=None, help="H,W,C of one sample (default: the BluePrint's)")
     ap.add_argument("--classes", type=int, default=None, help="number of classes (default: the BluePrint's)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
@@ -130,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         spec = CompileSpec(hwc, classes, a.batch, last_train_batch=a.last_batch, val_batch=a.val_batch,
                            train_resolution=a.resolution, train_low_resolution=a.low_resolution, amp=a.amp,
-                           optimizer=a.optimizer)
+                           optimizer=a.optimizer, loss=a.loss)
         compiled = compile_with_plan(bp, spec)
     except TrError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)

@@ -65,7 +65,7 @@ def compile_with_plan(blueprint: Any, spec: CompileSpec, verify: bool = True) ->
 def arch_plan(blueprint: Any, spec: CompileSpec) -> ArchPlan:
     """The normalised layer list at the training resolution, with the spec's BN overrides applied."""
     x = spec.variant_input(spec.variants()["train"])
-    arch = ArchPlan.from_blueprint(blueprint, (x.h, x.w, x.c), spec.num_classes, spec.amp)
+    arch = ArchPlan.from_blueprint(blueprint, (x.h, x.w, x.c), spec.num_classes, spec.amp, spec.loss)
     if spec.bn_momentum is None and spec.bn_eps is None:
         return arch
     layers = []

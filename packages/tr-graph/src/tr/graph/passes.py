@@ -7,7 +7,7 @@
 4. remove_identity   identity layers and dropout(0) disappear; their readers read their input
 5. check_flatten     no spatial layer (conv, pooling, cbr) after a flatten
 6. name_bn           bn -> bn1d after fc/flatten/gap (through activations and dropout), else bn2d
-7. append_loss       the loss is always softmax-CE: one softmax_ce layer appended at the end
+7. append_loss       the task's loss layer (softmax_ce, bce_logits or mse) appended at the end
 8. infer_shapes      per-sample shapes (also run per variant by the compiler)
 9. place_flatten     drop flattens that only feed FCs (an FC reads [N, H*W*C] directly) or that are
                      no-ops, insert one where an FC would read channel-padded rows (AMP)
@@ -52,7 +52,7 @@ from tr.graph.blueprint import (
     SoftmaxCE,
     as_layer,
 )
-from tr.graph.layers import KINDS, LayerProblem
+from tr.graph.layers import KINDS, LOSS_KINDS, LayerProblem
 
 ADD2_BEGIN, ADD2_MID, ADD2_END, IDENTITY = "add2_begin", "add2_mid", "add2_end", "identity"
 MARKERS = (ADD2_BEGIN, ADD2_MID, ADD2_END)
@@ -175,7 +175,7 @@ def _expand_block(b: Block, path: str, c: int | None, walk: Any) -> int | None:
 
 def check_params(layers: Sequence[ArchLayer]) -> None:
     for i, L in enumerate(layers):
-        if L.kind in MARKERS or L.kind in (IDENTITY, "softmax_ce"):
+        if L.kind in MARKERS or L.kind == IDENTITY or _is_loss(L):
             continue
         try:
             KINDS[L.kind if L.kind != "bn" else "bn2d"].check(L)
@@ -263,19 +263,26 @@ def name_bn(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
 
 # --- 7. append_loss -------------------------------------------------------------------------------
 
-def append_loss(layers: Sequence[ArchLayer], num_classes: int) -> list[ArchLayer]:
+def append_loss(layers: Sequence[ArchLayer], num_classes: int, loss: str = "softmax_ce") -> list[ArchLayer]:
+    """Append the loss layer of kind ``loss``; a blueprint's own softmax_ce() may end the model (it is replaced)."""
+    if loss not in LOSS_KINDS:
+        raise CompileError(f"loss must be one of {', '.join(LOSS_KINDS)}, got {loss!r}")
     out = list(layers)
     for i, L in enumerate(out):
-        if L.kind == "softmax_ce" and i != len(out) - 1:
-            raise layer_error(i, L, "softmax_ce can only end the model (the loss is appended automatically)")
-    if out and out[-1].kind == "softmax_ce":
+        if _is_loss(L) and i != len(out) - 1:
+            raise layer_error(i, L, f"{L.kind} can only end the model (the loss is appended automatically)")
+    if out and _is_loss(out[-1]):
         out.pop()
     if not out:
         raise CompileError("layer 0: the model has no layers before the loss")
     last = out[-1]
     uid = max(L.uid for L in out) + 1
-    out.append(ArchLayer("softmax_ce", params(classes=num_classes), "loss", uid, (last.uid,)))
+    out.append(ArchLayer(loss, params(classes=num_classes), "loss", uid, (last.uid,)))
     return out
+
+
+def _is_loss(L: ArchLayer) -> bool:
+    return L.kind in KINDS and KINDS[L.kind].loss
 
 
 # --- 8. infer_shapes ------------------------------------------------------------------------------
@@ -470,7 +477,8 @@ def renumber(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
     return [replace(L, uid=i, inputs=tuple(index[u] for u in L.inputs)) for i, L in enumerate(layers)]
 
 
-def build_layers(blueprint: Any, x: Shape, num_classes: int, amp: bool) -> tuple[list[ArchLayer], list[Shape]]:
+def build_layers(blueprint: Any, x: Shape, num_classes: int, amp: bool,
+                 loss: str = "softmax_ce") -> tuple[list[ArchLayer], list[Shape]]:
     """All passes; returns the final layers and their per-sample output shapes."""
     layers = expand(blueprint, x.c)
     check_params(layers)
@@ -478,7 +486,7 @@ def build_layers(blueprint: Any, x: Shape, num_classes: int, amp: bool) -> tuple
     layers = remove_identity(layers)
     check_flatten(layers)
     layers = name_bn(layers)
-    layers = append_loss(layers, num_classes)
+    layers = append_loss(layers, num_classes, loss)
     shapes = infer_shapes(layers, x)
     layers = place_flatten(layers, shapes, amp)
     layers = fuse(layers, amp)

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from tr.core.dtype import DType
 from tr.core.shape import Shape
 from tr.graph.archplan import ArchPlan
+from tr.graph.layers import KINDS
 from tr.graph.passes import infer_shapes
 from tr.graph.spec import CompileSpec
 from tr.tensor.dtensor import slot_bytes_for
@@ -52,7 +53,7 @@ def seed_pooled_bytes(arch: ArchPlan, train_shapes: Mapping[str, Mapping[int, Sh
 
     total = 0
     for i, L in enumerate(arch.layers):
-        if L.kind == "softmax_ce":
+        if KINDS[L.kind].loss:
             continue
         best = 0
         for v, shapes in train_shapes.items():

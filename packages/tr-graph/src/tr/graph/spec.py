@@ -17,6 +17,7 @@ from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_
 from tr.core.optim import LARS, OPTIMIZERS, first_moment, second_moment
 from tr.core.settings import Settings
 from tr.core.shape import Shape
+from tr.graph.layers import LOSS_KINDS
 from tr.graph.resident import ResidentInput
 from tr.tensor.program import TRAIN, TRAIN_LAST, TRAIN_LOW, TRAIN_LOW_LAST, VAL, VAL_LAST, VariantInfo
 
@@ -44,6 +45,7 @@ class CompileSpec:
     trust_coefficient: float = 0.001  # LARS
     trust_clip: float = 100.0  # LARS: the trust ratio's upper bound
     label_smoothing: float = 0.0
+    loss: str = "softmax_ce"  # the loss layer appended after the model: softmax_ce, bce_logits or mse
     grad_clip: float = 0.0  # > 0: clamp FP32 gradients element-wise during the finite check
     lr_table_steps: int = 0  # > 0: a device table of learning rates read by lr_lookup; 0: the host writes lr
     bn_momentum: float | None = None  # overrides every BN's momentum when set
@@ -87,6 +89,8 @@ class CompileSpec:
         if not self.trust_clip > 0:
             raise ConfigError(f"trust_clip must be > 0, got {self.trust_clip!r}")
         _unit("label_smoothing", self.label_smoothing)
+        if self.loss not in LOSS_KINDS:
+            raise ConfigError(f"loss must be one of {', '.join(LOSS_KINDS)}, got {self.loss!r}")
         if isinstance(self.lr_table_steps, bool) or not isinstance(self.lr_table_steps, int) or self.lr_table_steps < 0:
             raise ConfigError(f"lr_table_steps must be an integer >= 0, got {self.lr_table_steps!r}")
         if self.bn_momentum is not None:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tr.algo.loss import CrossEntropyLoss
+from tr.algo.onehot_loss import BCEWithLogitsLoss, MSELoss
 from tr.algo.scheduler import ConstantLR, Scheduler
 from tr.core.errors import CompileError, ConfigError, PhaseError
 from tr.core.log import get_logger
@@ -87,10 +88,12 @@ class DeepLearningTask(TaskBase):
         self._blueprint = blueprint
         return self
 
-    def loss(self, loss: CrossEntropyLoss) -> DeepLearningTask:
+    def loss(self, loss: CrossEntropyLoss | BCEWithLogitsLoss | MSELoss) -> DeepLearningTask:
+        """The training loss: CrossEntropyLoss (the default), or BCEWithLogitsLoss / MSELoss against the one-hot
+        label (tr.algo.onehot_loss); each with its label smoothing."""
         self._plan("loss()")
-        if not isinstance(loss, CrossEntropyLoss):
-            raise ConfigError(f"loss must be a CrossEntropyLoss (the only loss tr compiles), got {loss!r}")
+        if not isinstance(loss, (CrossEntropyLoss, BCEWithLogitsLoss, MSELoss)):
+            raise ConfigError(f"loss must be a CrossEntropyLoss, BCEWithLogitsLoss or MSELoss, got {loss!r}")
         self._loss = loss
         return self
 
@@ -291,6 +294,7 @@ class DeepLearningTask(TaskBase):
             val_batch=feeder.batch if has_val else None,
             last_val_batch=feeder.last_batch(False) if has_val else None,
             amp=s.amp_enabled, **loss_scale_fields(s), label_smoothing=float(self._loss.smoothing),
+            loss=self._loss.kind,
             grad_clip=max(0.0, self._grad_clip), lr_table_steps=self._sched.total_steps,
             world_size=1 if env is None else env.world_size, **plan_inputs.optimizer_spec(self._optimizer),
             ema_decay=self._ema.decay if self._ema is not None else None,

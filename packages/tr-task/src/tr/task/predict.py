@@ -16,7 +16,7 @@ from tr.core.graph_id import GraphId
 from tr.core.phase import Phase
 
 OUTPUTS = ("logits", "probs", "argmax")
-_graphs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # task -> (graph, input, logits)
+_graphs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # task -> (graph, input, logits, loss kind)
 
 
 def _plan(task):
@@ -31,20 +31,25 @@ def _plan(task):
         name = "aug_x" if any(c.op == "augment_affine" for c in calls) else "data_a"
         calls = [c for c in calls if c.op != "augment_affine"]
         data = next(a for c in calls for a in c.args.values() if getattr(a, "name", None) == name)
-        logits = next(c.args["logits"] for c in calls if c.op == "softmax_ce_inf")
-        _graphs[task] = (task.backend.capture("predict", list(calls)), data, logits)
+        loss = next(c for c in calls if c.op in ("softmax_ce_inf", "onehot_loss_inf"))
+        kind = loss.attrs.get("loss", "softmax_ce")
+        _graphs[task] = (task.backend.capture("predict", list(calls)), data, loss.args["logits"], kind)
     return _graphs[task]
 
 
 def predict(task, batch: np.ndarray, output: str = "logits") -> np.ndarray:
     """The model's output for ``batch`` (NHWC, [n, H, W, C] of the compiled input, 1 <= n <= the compiled
     validation batch; float32, or the plan's input dtype): ``"logits"`` [n, classes] float32 (default),
-    ``"probs"`` (their softmax) or ``"argmax"`` [n] int64."""
+    ``"probs"`` (the loss's probabilities: the softmax of the logits, or each class's sigmoid under
+    BCEWithLogitsLoss; an MSELoss plan has none) or ``"argmax"`` [n] int64."""
     if task.phase is not Phase.COMPILED:
         raise PhaseError(f"predict() needs a compiled task; the task is in {task.phase.name} (call compile())")
     if output not in OUTPUTS:
         raise ConfigError(f"predict(output={output!r}): expected one of {OUTPUTS}")
-    graph, data, logits = _plan(task)
+    graph, data, logits, kind = _plan(task)
+    if output == "probs" and kind == "mse":
+        raise ConfigError("predict(output='probs'): a plan trained with MSELoss gives scores, not probabilities; "
+                          "ask for 'logits' or 'argmax'")
     full = data.shape.dims
     if not isinstance(batch, np.ndarray):
         raise DTypeError(f"predict() takes a numpy array, got {type(batch).__name__}")
@@ -66,6 +71,8 @@ def predict(task, batch: np.ndarray, output: str = "logits") -> np.ndarray:
     out = be.read(logits).reshape(full[0], -1)[:n].astype(np.float32)
     if output == "argmax":
         return out.argmax(axis=1)
+    if output == "probs" and kind == "bce_logits":
+        return (0.5 * (1.0 + np.tanh(0.5 * out))).astype(np.float32)
     if output == "probs":
         e = np.exp(out - out.max(axis=1, keepdims=True))
         return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)

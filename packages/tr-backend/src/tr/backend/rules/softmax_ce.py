@@ -9,7 +9,7 @@ from tr.core.dtype import DType
 from tr.core.errors import ShapeError
 
 
-def _dims(b: CallBinder, logits: str) -> tuple[int, int]:
+def label_dims(b: CallBinder, logits: str) -> tuple[int, int]:
     t = b.tensor(logits)
     n, k = t.shape.n, t.shape.per_sample()
     b.expect_dtype("labels", DType.INT32)
@@ -19,13 +19,13 @@ def _dims(b: CallBinder, logits: str) -> tuple[int, int]:
     return n, k
 
 
-def _same_size(b: CallBinder, name: str, of: str, n: int, k: int) -> None:
+def same_size(b: CallBinder, name: str, of: str, n: int, k: int) -> None:
     if b.tensor(name).numel != n * k:
         b.fail(f"{name} {b.tensor(name).shape} must match {of} {b.tensor(of).shape}", ShapeError)
     b.expect_float(name)
 
 
-def _result(b: CallBinder) -> None:
+def result(b: CallBinder) -> None:
     t = b.tensor("result")
     if t.numel < 3:
         b.fail(f"result {t.shape} must hold 3 values (loss, top1, top5)", ShapeError)
@@ -38,23 +38,28 @@ def smoothing(b: CallBinder) -> float:
 
 def softmax_ce_fwd(b: CallBinder) -> tuple[int, int, float]:
     """(samples, classes, label smoothing)."""
-    n, k = _dims(b, "logits")
-    _same_size(b, "probs", "logits", n, k)
-    _result(b)
+    n, k = label_dims(b, "logits")
+    same_size(b, "probs", "logits", n, k)
+    result(b)
     return n, k, smoothing(b)
 
 
 def softmax_ce_inf(b: CallBinder) -> tuple[int, int, float]:
-    n, k = _dims(b, "logits")
-    _result(b)
-    if b.has("pred"):
-        b.expect_dtype("pred", DType.INT32)
-        b.expect_numel("pred", n)
+    n, k = label_dims(b, "logits")
+    result(b)
+    prediction(b, n)
     return n, k, smoothing(b)
 
 
+def prediction(b: CallBinder, n: int) -> None:
+    """The optional prediction: one INT32 class per sample."""
+    if b.has("pred"):
+        b.expect_dtype("pred", DType.INT32)
+        b.expect_numel("pred", n)
+
+
 def softmax_ce_bwd(b: CallBinder) -> tuple[int, int, float]:
-    n, k = _dims(b, "probs")
-    _same_size(b, "dlogits", "probs", n, k)
+    n, k = label_dims(b, "probs")
+    same_size(b, "dlogits", "probs", n, k)
     b.expect_dtype("scale", DType.FP32)
     return n, k, smoothing(b)

@@ -10,19 +10,23 @@ from tr.graph.layers.conv import ConvKind
 from tr.graph.layers.dropout import DropoutKind
 from tr.graph.layers.fc import FCKind
 from tr.graph.layers.flatten import FlattenKind
+from tr.graph.layers.onehot_loss import OneHotLossKind
 from tr.graph.layers.pool import AvgPoolKind, GapKind, MaxPoolKind
 from tr.graph.layers.scale import ScaleKind
 from tr.graph.layers.softmax_ce import SoftmaxCEKind
 
 KINDS: dict[str, LayerKind] = {}
 for _k in (FCKind(), ConvKind(), BNKind(), ActKind(), MaxPoolKind(), AvgPoolKind(), GapKind(), FlattenKind(),
-           DropoutKind(), AddKind(), ScaleKind(), SoftmaxCEKind(), CBRKind(), ChannelPadKind()):
+           DropoutKind(), AddKind(), ScaleKind(), SoftmaxCEKind(), OneHotLossKind(), CBRKind(), ChannelPadKind()):
     for _name in _k.kinds:
         KINDS[_name] = _k
+
+
+LOSS_KINDS = tuple(name for name, k in KINDS.items() if k.loss)  # what CompileSpec.loss may name
 
 
 def kind_of(name: str) -> LayerKind:
     return KINDS[name]
 
 
-__all__ = ["KINDS", "LayerKind", "LayerProblem", "kind_of"]
+__all__ = ["KINDS", "LOSS_KINDS", "LayerKind", "LayerProblem", "kind_of"]

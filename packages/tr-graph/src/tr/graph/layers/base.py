@@ -202,6 +202,7 @@ class LayerKind:
     kinds: tuple[str, ...] = ()
     bn_stats = False  # keeps BN running statistics, folded into an inference scale and bias (bn_update_eq)
     spatial = False  # reads an [N,H,W,C] window (convolution, pooling): meaningless after a flatten
+    loss = False  # a loss layer: the compiler appends the task's one after the model's last layer
 
     def check(self, layer: ArchLayer) -> None:
         """Validate parameters; raise LayerProblem."""

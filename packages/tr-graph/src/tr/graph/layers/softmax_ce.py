@@ -1,6 +1,6 @@
-"""Softmax cross-entropy, the (always implicit) loss. It reads the logits and the label copy; it has no
-output value: the forward writes the FP32 probabilities and the step result (loss, top1, top5), the
-backward writes the logits' gradient scaled by the loss scale."""
+"""Softmax cross-entropy, the default loss (the compiler appends the task's loss layer). It reads the logits and
+the label copy; it has no output value: the forward writes the FP32 probabilities and the step result (loss,
+top1, top5), the backward writes the logits' gradient scaled by the loss scale."""
 
 from __future__ import annotations
 
@@ -10,16 +10,22 @@ from tr.core.shape import Shape
 from tr.graph.layers.base import IO, LayerKind, LayerProblem
 
 
+def logits_shape(layer, x: Shape) -> Shape:
+    """A loss layer's shape rule: it reads logits [N,1,1,K] of the plan's K classes."""
+    k = layer.params["classes"]
+    if (x.h, x.w) != (1, 1) or x.c != k:
+        raise LayerProblem(
+            f"the loss needs logits [N,1,1,{k}] ({k} classes) but the last layer gives "
+            f"[N,{x.h},{x.w},{x.c}]; end the model with fc({k}) (after gap() or flatten())")
+    return x
+
+
 class SoftmaxCEKind(LayerKind):
     kinds = ("softmax_ce",)
+    loss = True
 
     def out_shape(self, layer, ins: Sequence[Shape]) -> Shape:
-        x, k = ins[0], layer.params["classes"]
-        if (x.h, x.w) != (1, 1) or x.c != k:
-            raise LayerProblem(
-                f"the loss needs logits [N,1,1,{k}] ({k} classes) but the last layer gives "
-                f"[N,{x.h},{x.w},{x.c}]; end the model with fc({k}) (after gap() or flatten())")
-        return x
+        return logits_shape(layer, ins[0])
 
     def forward(self, layer, io: IO) -> None:
         io.op("softmax_ce_fwd", {"label_smoothing": io.spec.label_smoothing}, logits=io.x[0], labels=io.labels,

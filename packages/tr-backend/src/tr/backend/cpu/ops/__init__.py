@@ -14,6 +14,7 @@ from tr.backend.cpu.ops import (  # noqa: F401  (imported for their registration
     dropout,
     fc,
     flatten,
+    onehot_loss,
     pool,
     range,
     resident,

@@ -20,7 +20,7 @@ from tr.backend.rules import softmax_ce as rules
 from tr.core.errors import DataError
 
 
-def _label_check(labels: np.ndarray, k: int, where: str) -> None:
+def label_check(labels: np.ndarray, k: int, where: str) -> None:
     lo, hi = int(labels.min()), int(labels.max())
     if lo < 0 or hi >= k:
         bad = lo if lo < 0 else hi
@@ -57,14 +57,19 @@ class _Softmax:
         return float(loss.mean())
 
     def accuracy(self, z: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
-        zy = z[self.rows, labels][:, None]
-        rank = (z > zy).sum(axis=1) + ((z == zy) & (self.cls < labels[:, None])).sum(axis=1)
-        # NaN compares false, so a NaN row would rank 0 (a "hit"): a row with any NaN/Inf is never correct
-        rank[~np.isfinite(z).all(axis=1)] = 5  # out of the top 5 even when K < 5
-        return float((rank < 1).mean()), float((rank < 5).mean())
+        return top1_top5(z, labels, self.rows, self.cls)
 
 
-def _result(b: Binder) -> tuple[np.ndarray, Step | None]:
+def top1_top5(z: np.ndarray, labels: np.ndarray, rows: np.ndarray, cls: np.ndarray) -> tuple[float, float]:
+    """The top-1 and top-5 fractions of logits z [N, K] ("first max wins"; rows = arange(N), cls = arange(K)[None])."""
+    zy = z[rows, labels][:, None]
+    rank = (z > zy).sum(axis=1) + ((z == zy) & (cls < labels[:, None])).sum(axis=1)
+    # NaN compares false, so a NaN row would rank 0 (a "hit"): a row with any NaN/Inf is never correct
+    rank[~np.isfinite(z).all(axis=1)] = 5  # out of the top 5 even when K < 5
+    return float((rank < 1).mean()), float((rank < 5).mean())
+
+
+def result_view(b: Binder) -> tuple[np.ndarray, Step | None]:
     r, store = b.store("result", (b.tensor("result").numel,))
     return r[:3], store
 
@@ -75,12 +80,12 @@ def softmax_ce_fwd(b: Binder) -> Step:
     z, load_z = b.load("logits", (n, k))
     probs, store_p = b.store("probs", (n, k))
     labels = b.view("labels", (n,))
-    result, store_r = _result(b)
+    result, store_r = result_view(b)
     sm = _Softmax(b, n, k)
     where = b.where
 
     def core() -> None:
-        _label_check(labels, k, where)
+        label_check(labels, k, where)
         sm.run(z, probs)
         top1, top5 = sm.accuracy(z, labels)
         result[0] = sm.loss(labels, ls)
@@ -95,7 +100,7 @@ def softmax_ce_inf(b: Binder) -> Step:
     n, k, ls = rules.softmax_ce_inf(b)
     z, load_z = b.load("logits", (n, k))
     labels = b.view("labels", (n,))
-    result, store_r = _result(b)
+    result, store_r = result_view(b)
     sm = _Softmax(b, n, k)
     probs = b.scratch((n, k))
     pred_step = None
@@ -106,7 +111,7 @@ def softmax_ce_inf(b: Binder) -> Step:
     where = b.where
 
     def core() -> None:
-        _label_check(labels, k, where)
+        label_check(labels, k, where)
         sm.run(z, probs)
         top1, top5 = sm.accuracy(z, labels)
         result[0] = sm.loss(labels, ls)
@@ -128,7 +133,7 @@ def softmax_ce_bwd(b: Binder) -> Step:
     where = b.where
 
     def core() -> None:
-        _label_check(labels, k, where)
+        label_check(labels, k, where)
         np.subtract(p, off, out=d)
         d[rows, labels] -= hit
         np.multiply(d, np.float32(float(scale[0]) / n), out=d)

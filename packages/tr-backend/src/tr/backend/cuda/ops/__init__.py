@@ -1,8 +1,8 @@
 """CUDA implementations of the op catalogue: one module per op family (tr.core.ops OpDef.family).
 
-Each builder checks its call like the CPU backend does and binds it to a native op of the extension
-(csrc/ops/<family>.cu). Importing this package registers every builder under backend "cuda"; it needs no
-driver (builders run only at capture).
+Each builder checks its call with the family's rule (tr.backend.rules, the checks the CPU backend runs too) and
+binds it to a native op of the extension (csrc/ops/<family>.cu). Importing this package registers every builder
+under backend "cuda"; it needs no driver (builders run only at capture).
 """
 
 from tr.backend.cuda.ops import (  # noqa: F401  (imported for their registrations)
@@ -16,6 +16,7 @@ from tr.backend.cuda.ops import (  # noqa: F401  (imported for their registratio
     dropout,
     fc,
     flatten,
+    onehot_loss,
     pool,
     range,
     resident,

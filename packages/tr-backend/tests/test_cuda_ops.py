@@ -535,6 +535,25 @@ def test_pooling(kernel, stride, padding, h):
     exact(tw, "dx")
 
 
+@pytest.mark.parametrize("dt", ["fp32", "fp16"])
+@pytest.mark.parametrize("n,h,c", [(4, 112, 32), (3, 7, 1152), (2, 3, 40), (5, 1, 8)])
+def test_gap_matches_the_cpu(n, h, c, dt):
+    """Global average pooling over EfficientNet's squeeze sizes (12,544 rows a sample at 112x112, 1,152 channels
+    at 7x7), below the lane kernel's 16 rows (3x3, 1x1: the one-thread-a-channel kernel) and a partial channel
+    tile; FP16 within 2e-3 (the sum is kept in float), a relaunch the same bytes."""
+    tw = Twin()
+    tw.add("x", (n, h, h, c), dt)
+    tw.add("g", (n, 1, 1, c), dt)
+    tw.allocate()
+    tw.fill("x")
+    _, gg = tw.run(op("gap_fwd", x=tw["x"], y=tw["g"]), poison=("g",))
+    check(tw, 1e-6 if dt == "fp32" else 2e-3, "g")
+    first = tw.gpu.read(tw["g"]).tobytes()
+    tw.gpu.launch(gg)
+    tw.gpu.synchronize()
+    assert tw.gpu.read(tw["g"]).tobytes() == first
+
+
 @pytest.mark.parametrize("engine", ["direct", "cudnn"])
 @pytest.mark.parametrize("dt", ["fp32", "fp16"])
 def test_conv_engines_match_the_cpu(engine, dt, monkeypatch):

@@ -202,6 +202,31 @@ __global__ void gap_fwd_kernel(const TX* x, TY* y, int n, int hw, int c) {
   }
 }
 
+constexpr int kGapCols = 32, kGapLanes = 16;  // a GAP block: 32 channels of one sample x 16 row lanes
+
+// The same mean with the rows of a sample spread over a block: lane j sums rows j, j + 16, ... of channels
+// 32x .. 32x + 31, then lane 0 adds the 16 lane sums in order (deterministic). One thread per (sample, channel)
+// above summed up to H*W = 12,544 rows alone (EfficientNet's first squeeze: 4.4 ms at 46 GB/s on the H200).
+template <class TX, class TY>
+__global__ void gap_fwd_lanes_kernel(const TX* __restrict__ x, TY* y, int hw, int c) {
+  __shared__ float part[kGapLanes][kGapCols + 1];
+  const int ch = blockIdx.x * kGapCols + threadIdx.x;
+  const std::int64_t b = blockIdx.y;
+  float acc = 0.0f;
+  if (ch < c) {
+    const TX* p = x + b * hw * c + ch;
+#pragma unroll 4
+    for (int k = threadIdx.y; k < hw; k += kGapLanes) acc += kern::to_f(p[static_cast<std::int64_t>(k) * c]);
+  }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && ch < c) {
+    float t = 0.0f;
+    for (int j = 0; j < kGapLanes; ++j) t += part[j][threadIdx.x];
+    y[b * c + ch] = kern::from_f<TY>(t / static_cast<float>(hw));
+  }
+}
+
 template <class TD, class TX>
 __global__ void gap_bwd_kernel(const TD* dy, TX* dx, int n, int hw, int c, float inv) {
   TR_GRID_STRIDE(i, static_cast<std::int64_t>(n) * hw * c) {
@@ -312,8 +337,14 @@ std::unique_ptr<Op> gap_fwd(Context&, const OpArgs& args) {
     dispatch2(xdt, ydt, args, [&](auto ta, auto tb) {
       using TX = typename decltype(ta)::type;
       using TY = typename decltype(tb)::type;
-      gap_fwd_kernel<TX, TY><<<kern::blocks_for(std::int64_t(n) * c), kern::kThreads, 0, s>>>(
-          static_cast<const TX*>(x), static_cast<TY*>(y), n, hw, c);
+      if (n <= 65535 && hw >= kGapLanes) {  // (grid.y holds the sample)
+        const dim3 grid(static_cast<unsigned>((c + kGapCols - 1) / kGapCols), static_cast<unsigned>(n));
+        gap_fwd_lanes_kernel<TX, TY><<<grid, dim3(kGapCols, kGapLanes), 0, s>>>(static_cast<const TX*>(x),
+                                                                               static_cast<TY*>(y), hw, c);
+      } else {
+        gap_fwd_kernel<TX, TY><<<kern::blocks_for(std::int64_t(n) * c), kern::kThreads, 0, s>>>(
+            static_cast<const TX*>(x), static_cast<TY*>(y), n, hw, c);
+      }
     });
     check_launch("gap_fwd");
   });

@@ -122,7 +122,7 @@ def test_name_bn():
 
 
 def test_append_loss():
-    layers = append_loss(chain("fc", "act"), 7)
+    layers = append_loss(chain("fc", "act", fc={"out": 7}, act={"kind": "relu"}), 7)
     assert kinds(layers) == ["fc", "act", "softmax_ce"]
     assert layers[-1].params["classes"] == 7 and layers[-1].inputs == (1,)
     explicit = wire(expand(seq(fc(3), softmax_ce()), 2))

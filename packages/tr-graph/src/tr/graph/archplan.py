@@ -14,12 +14,17 @@ from typing import Any
 
 from tr.core.errors import CompileError
 from tr.core.shape import Shape
+from tr.graph.layers import KINDS
+from tr.graph.layers.base import complete_params
 
 DATA = -1  # input reference of the layer that reads the batch
 
 
 @dataclass(frozen=True)
 class ArchLayer:
+    """One layer of the plan. ``params`` are completed from its kind's schema (tr.graph.layers: names, types,
+    defaults) when it is made; the passes' markers (add2_begin, identity, ...) keep theirs as given."""
+
     kind: str
     params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     origin: str = ""  # where it came from in the BluePrint, e.g. "model[3].rep1.stem[0]"
@@ -27,31 +32,14 @@ class ArchLayer:
     inputs: tuple[int, ...] = ()
     first: bool = False
 
+    def __post_init__(self) -> None:
+        k = KINDS.get(self.kind)
+        if k is not None:
+            object.__setattr__(self, "params", MappingProxyType(complete_params(self.kind, k.schema, self.params)))
+
     def describe(self) -> str:
-        p = self.params
-        k = self.kind
-        if k == "fc":
-            s = f"fc {p['out']}" + ("" if p.get("bias", True) else " nobias")
-        elif k in ("conv", "cbr"):
-            s = f"{k} {p['out']} k{p['k']} s{p['s']} p{p['p']}" + (f" g{p['g']}" if p.get("g", 1) > 1 else "")
-            s += " bias" if p.get("bias") else ""
-        elif k in ("maxpool", "avgpool"):
-            s = f"{k} k{p['k']} s{p['s']} p{p['p']}"
-        elif k == "act":
-            s = str(p["kind"])
-        elif k == "dropout":
-            s = f"dropout {p['p']}"
-        elif k in ("softmax_ce", "bce_logits", "mse"):
-            s = f"{k} {p['classes']}"
-        else:
-            s = k
-        if p.get("activation") and k in ("fc", "add"):
-            s += "+" + str(p["activation"])
-        if k == "cbr":
-            s += ("+add" if p.get("residual") else "") + ("+" + str(p["act"]) if p.get("act") else "")
-            if p.get("pool"):
-                s += "+maxpool k{} s{} p{}".format(*p["pool"])
-        return s
+        k = KINDS.get(self.kind)
+        return self.kind if k is None else k.describe(self)
 
 
 def params(**kw: Any) -> Mapping[str, Any]:
@@ -90,8 +78,6 @@ class ArchPlan:
     @property
     def num_params(self) -> int:
         """Trained scalars (weights, biases, BN gamma and beta), for comparison with other frameworks."""
-        from tr.graph.layers import KINDS  # (the layer kinds import this module)
-
         return sum(KINDS[L.kind].num_params(L, self.in_shapes(i), self.shapes[i]) for i, L in enumerate(self.layers))
 
     def in_shapes(self, i: int) -> list[Shape]:

@@ -30,33 +30,12 @@ from typing import Any
 from tr.core.errors import CompileError
 from tr.core.shape import Shape
 from tr.graph.archplan import DATA, ArchLayer, layer_error, params
-from tr.graph.blueprint import (
-    BN,
-    CBR,
-    FC,
-    GAP,
-    SE,
-    Act,
-    Add2,
-    AvgPool,
-    Block,
-    ChannelPadding,
-    Conv,
-    Dropout,
-    Flatten,
-    Identity,
-    Layer,
-    MaxPool,
-    Repeat,
-    Seq,
-    SoftmaxCE,
-    as_layer,
-)
-from tr.graph.layers import KINDS, LOSS_KINDS, LayerProblem
+from tr.graph.blueprint import BN, CBR, SE, Act, Add2, Block, Conv, Identity, Layer, Repeat, Seq, as_layer
+from tr.graph.layers import FIRST_KINDS, KINDS, LOSS_KINDS, NODE_KINDS, LayerProblem
+from tr.graph.layers.cbr import CBR_ACTS
 
 ADD2_BEGIN, ADD2_MID, ADD2_END, IDENTITY = "add2_begin", "add2_mid", "add2_end", "identity"
 MARKERS = (ADD2_BEGIN, ADD2_MID, ADD2_END)
-FIRST_KINDS = ("fc", "conv", "cbr", "flatten", "channel_pad")
 
 
 def _fail(layers: Sequence[ArchLayer], layer: ArchLayer, msg: str) -> CompileError:
@@ -95,7 +74,7 @@ def expand(root: Any, in_channels: int | None) -> list[ArchLayer]:
             walk(node.shortcut, f"{path}.shortcut", c)
             emit(ADD2_MID, path)
             c = walk(node.stem, f"{path}.stem", c)
-            emit(ADD2_END, path)
+            emit(ADD2_END, path, join="add")
             return c
         if isinstance(node, SE):  # x * gate(x): an add2-like branch joined by "scale" instead of "add"
             if c is None:
@@ -113,42 +92,20 @@ def expand(root: Any, in_channels: int | None) -> list[ArchLayer]:
             return c
         if isinstance(node, Block):
             return _expand_block(node, path, c, walk)
-        if isinstance(node, CBR):
-            emit("conv", f"{path}.conv", out=node.out, k=node.k, s=node.s, p=node.p)
-            emit("bn", f"{path}.bn", momentum=node.momentum, eps=node.eps)
-            emit("act", f"{path}.relu", kind="relu")
-            return node.out
-        if isinstance(node, FC):
-            emit("fc", path, out=node.out, bias=node.bias, activation=None)
-            return node.out
-        if isinstance(node, Conv):
-            emit("conv", path, out=node.out, k=node.k, s=node.s, p=node.p, g=node.groups, bias=node.bias)
-            return node.out
-        if isinstance(node, BN):
-            emit("bn", path, momentum=node.momentum, eps=node.eps)
-        elif isinstance(node, Act):
-            emit("act", path, kind=node.kind)
-        elif isinstance(node, (MaxPool, AvgPool)):
-            emit("maxpool" if isinstance(node, MaxPool) else "avgpool", path, k=node.k, s=node.s, p=node.p)
-        elif isinstance(node, GAP):
-            emit("gap", path)
-        elif isinstance(node, Flatten):
-            emit("flatten", path)
-            return None
-        elif isinstance(node, ChannelPadding):
-            emit("channel_pad", path, multiple=node.multiple)
-            if c is None or node.multiple < 1:  # (check_params names a bad multiple)
-                return c
-            return -(-c // node.multiple) * node.multiple
-        elif isinstance(node, Dropout):
-            emit("dropout", path, p=node.p)
-        elif isinstance(node, Identity):
+        if isinstance(node, CBR):  # the DSL's conv -> bn -> relu, its parts named as such
+            for part, leaf in (("conv", Conv(node.out, node.k, node.s, node.p)), ("bn", BN(node.momentum, node.eps)),
+                               ("relu", Act("relu"))):
+                c = walk(leaf, f"{path}.{part}", c)
+            return c
+        if isinstance(node, Identity):
             emit(IDENTITY, path)
-        elif isinstance(node, SoftmaxCE):
-            emit("softmax_ce", path, classes=0)
-        else:
+            return c
+        kind = NODE_KINDS.get(type(node))  # a leaf: its kind says what it becomes
+        if kind is None:
             raise CompileError(f"layer {len(out)} ({type(node).__name__} at {path}): not a known layer")
-        return c
+        e = kind.expand(node, c)
+        emit(e.kind, path, **e.params)
+        return e.channels
 
     walk(as_layer(root), "model", in_channels)
     return out
@@ -178,7 +135,7 @@ def check_params(layers: Sequence[ArchLayer]) -> None:
         if L.kind in MARKERS or L.kind == IDENTITY or _is_loss(L):
             continue
         try:
-            KINDS[L.kind if L.kind != "bn" else "bn2d"].check(L)
+            KINDS[L.kind].check(L)
         except LayerProblem as e:
             raise layer_error(i, L, str(e)) from None
 
@@ -199,7 +156,7 @@ def wire(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
             cur = stack[-1][0]
         elif L.kind == ADD2_END:
             branch_in, short = stack.pop()
-            if L.params.get("join") == "scale":
+            if L.params["join"] == "scale":
                 out.append(ArchLayer("scale", params(), L.origin, L.uid, (short, cur)))
             else:
                 out.append(ArchLayer("add", params(activation=None), L.origin, L.uid, (short, cur)))
@@ -226,7 +183,7 @@ def _redirect(layers: Sequence[ArchLayer], drop: Any) -> list[ArchLayer]:
 # --- 4. remove_identity ---------------------------------------------------------------------------
 
 def remove_identity(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
-    return _redirect(layers, lambda L, ins: L.kind == IDENTITY or (L.kind == "dropout" and L.params["p"] == 0))
+    return _redirect(layers, lambda L, ins: L.kind == IDENTITY or KINDS[L.kind].is_identity(L))
 
 
 # --- 5. check_flatten -----------------------------------------------------------------------------
@@ -253,9 +210,9 @@ def name_bn(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
     for L in layers:
         if L.kind == "bn":
             src = L.inputs[0]
-            while src != DATA and by_uid[src].kind in ("act", "dropout"):
+            while src != DATA and KINDS[by_uid[src].kind].elementwise:
                 src = by_uid[src].inputs[0]
-            one_d = src != DATA and by_uid[src].kind in ("fc", "flatten", "gap")
+            one_d = src != DATA and KINDS[by_uid[src].kind].flat_output
             L = replace(L, kind="bn1d" if one_d else "bn2d")
         out.append(L)
     return out
@@ -310,17 +267,17 @@ def place_flatten(layers: Sequence[ArchLayer], shapes: dict[int, Shape], amp: bo
         if L.kind != "flatten":
             return False
         x = shapes[ins[0]]
-        return (x.h, x.w) == (1, 1) or all(r.kind == "fc" for r in readers.get(L.uid, []))
+        return (x.h, x.w) == (1, 1) or all(KINDS[r.kind].reads_rows for r in readers.get(L.uid, []))
 
     kept = _redirect(layers, useless)
     if not amp:
         return kept
-    # Under AMP features pad C to 8 (the input to 4); an FC reading [N,H,W,C] with H*W > 1 needs dense rows.
+    # Under AMP features pad C to 8 (the input to 4); a reader of [N,H,W,C] as rows with H*W > 1 needs dense ones.
     out: list[ArchLayer] = []
     inserted: dict[int, int] = {}
     next_uid = max(L.uid for L in layers) + 1
     for L in kept:
-        if L.kind == "fc":
+        if KINDS[L.kind].reads_rows:
             u = L.inputs[0]
             x = shapes[u]
             pad = 4 if u == DATA else 8
@@ -357,11 +314,12 @@ def fuse_relu(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
     dropped: set[int] = set()
     fused: dict[int, ArchLayer] = {}
     for L in layers:
-        if L.kind != "act" or L.params["kind"] != "relu" or L.inputs[0] == DATA or n_readers.get(L.inputs[0]) != 1:
+        if L.kind != "act" or L.inputs[0] == DATA or n_readers.get(L.inputs[0]) != 1:
             continue
         p = by_uid[L.inputs[0]]
-        if p.kind in ("fc", "add") and not p.params.get("activation"):
-            fused[L.uid] = replace(p, params=params(**{**p.params, "activation": "relu"}), uid=L.uid)
+        act = L.params["kind"]
+        if act in KINDS[p.kind].epilogue_acts and not p.params["activation"]:
+            fused[L.uid] = replace(p, params=params(**{**p.params, "activation": act}), uid=L.uid)
             dropped.add(p.uid)
     return [fused.get(L.uid, L) for L in layers if L.uid not in dropped]
 
@@ -383,7 +341,7 @@ def fuse_drelu(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
         if L.kind != "fc" or L.inputs[0] == DATA or n_readers.get(L.inputs[0]) != 1:
             continue
         p = by_uid[L.inputs[0]]
-        if p.kind == "fc" and p.params.get("activation") == "relu":
+        if p.kind == "fc" and p.params["activation"] == "relu":
             masked.add(p.uid)
     out = []
     for L in layers:
@@ -408,13 +366,13 @@ def fuse_cbr(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
             return None
         bn = by_uid[u]
         c = bn.inputs[0]
-        if c == DATA or n_readers.get(c) != 1 or by_uid[c].kind != "conv" or by_uid[c].params.get("bias"):
+        if c == DATA or n_readers.get(c) != 1 or by_uid[c].kind != "conv" or by_uid[c].params["bias"]:
             return None  # (a cbr has no bias: its BN's batch mean would cancel it, its running mean not)
         return by_uid[c], bn
 
     def cbr(conv: ArchLayer, bn: ArchLayer, uid: int, act: str | None, shortcut: int | None) -> ArchLayer:
         cp = conv.params
-        return ArchLayer("cbr", params(out=cp["out"], k=cp["k"], s=cp["s"], p=cp["p"], g=cp.get("g", 1),
+        return ArchLayer("cbr", params(out=cp["out"], k=cp["k"], s=cp["s"], p=cp["p"], g=cp["g"],
                                        momentum=bn.params["momentum"],
                                        eps=bn.params["eps"], act=act, residual=shortcut is not None),
                          conv.origin, uid, conv.inputs if shortcut is None else (conv.inputs[0], shortcut))
@@ -422,7 +380,7 @@ def fuse_cbr(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
     dropped: set[int] = set()
     fused: dict[int, ArchLayer] = {}
     for L in layers:
-        if L.kind == "act" and L.params["kind"] in ("relu", "relu6", "silu"):
+        if L.kind == "act" and L.params["kind"] in CBR_ACTS:
             found = conv_bn(L.inputs[0])
             if found is not None:
                 fused[L.uid] = cbr(*found, L.uid, L.params["kind"], None)
@@ -431,7 +389,7 @@ def fuse_cbr(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
             for k in (1, 0):  # the stem first
                 found = conv_bn(L.inputs[k])
                 if found is not None:
-                    fused[L.uid] = cbr(*found, L.uid, L.params.get("activation"), L.inputs[1 - k])
+                    fused[L.uid] = cbr(*found, L.uid, L.params["activation"], L.inputs[1 - k])
                     dropped.update(x.uid for x in found)
                     break
     return [fused.get(L.uid, L) for L in layers if L.uid not in dropped]
@@ -448,8 +406,7 @@ def fuse_pool(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
         if L.kind != "maxpool" or L.inputs[0] == DATA or n_readers.get(L.inputs[0]) != 1:
             continue
         c = by_uid[L.inputs[0]]
-        if c.kind == "cbr" and c.params.get("act") == "relu" and not c.params.get("residual") \
-                and c.params.get("pool") is None:
+        if c.kind == "cbr" and c.params["act"] == "relu" and not c.params["residual"] and c.params["pool"] is None:
             pool = (L.params["k"], L.params["s"], L.params["p"])
             fused[L.uid] = replace(c, params=params(**{**c.params, "pool": pool}), uid=L.uid)
             dropped.add(c.uid)

@@ -23,10 +23,12 @@ for _k in (FCKind(), ConvKind(), BNKind(), ActKind(), MaxPoolKind(), AvgPoolKind
 
 
 LOSS_KINDS = tuple(name for name, k in KINDS.items() if k.loss)  # what CompileSpec.loss may name
+FIRST_KINDS = tuple(name for name, k in KINDS.items() if k.first_ok)  # what may read the input batch
+NODE_KINDS: dict[type, LayerKind] = {t: k for k in dict.fromkeys(KINDS.values()) for t in k.nodes}  # leaf -> kind
 
 
 def kind_of(name: str) -> LayerKind:
     return KINDS[name]
 
 
-__all__ = ["KINDS", "LOSS_KINDS", "LayerKind", "LayerProblem", "kind_of"]
+__all__ = ["FIRST_KINDS", "KINDS", "LOSS_KINDS", "NODE_KINDS", "LayerKind", "LayerProblem", "kind_of"]

@@ -10,10 +10,16 @@ real input.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tr.core.shape import Shape
-from tr.graph.blueprint import ACT_KINDS
-from tr.graph.layers.base import IO, LayerKind, LayerProblem
+from tr.graph.blueprint import ACT_KINDS, Act
+from tr.graph.layers.base import IO, Expansion, LayerKind, LayerProblem
+
+
+@dataclass(frozen=True, slots=True)
+class ActParams:
+    kind: str  # one of ACT_KINDS
 
 FROM_OUTPUT = frozenset(["relu", "relu6", "leaky_relu"])
 
@@ -25,6 +31,15 @@ def act_backward(io: IO, kind: str, x: str, y: str, dy: str, dx: str) -> None:
 
 class ActKind(LayerKind):
     kinds = ("act",)
+    schema = ActParams
+    nodes = (Act,)
+    elementwise = True
+
+    def expand(self, node: Act, channels: int | None) -> Expansion:
+        return Expansion("act", {"kind": node.kind}, channels)
+
+    def describe(self, layer) -> str:
+        return str(layer.params["kind"])
 
     def check(self, layer) -> None:
         if layer.params["kind"] not in ACT_KINDS:

@@ -8,14 +8,26 @@ sums the branch contributions where the branches meet again.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tr.core.shape import Shape
 from tr.graph.layers.activation import act_backward
 from tr.graph.layers.base import IO, Decl, DeclCtx, LayerKind, LayerProblem
 
 
+@dataclass(frozen=True, slots=True)
+class AddParams:
+    activation: str | None = None  # the block's relu, fused in
+
+
 class AddKind(LayerKind):
     kinds = ("add",)
+    schema = AddParams
+    epilogue_acts = ("relu",)
+
+    def describe(self, layer) -> str:
+        act = layer.params["activation"]
+        return "add" + (f"+{act}" if act else "")
 
     def out_shape(self, layer, ins: Sequence[Shape]) -> Shape:
         a, b = ins
@@ -29,19 +41,19 @@ class AddKind(LayerKind):
         return a
 
     def declare(self, layer, ins: Sequence[Shape], out: Shape, cx: DeclCtx) -> list[Decl]:
-        return [cx.grad("act_dx", out)] if layer.params.get("activation") else []
+        return [cx.grad("act_dx", out)] if layer.params["activation"] else []
 
     def forward(self, layer, io: IO) -> None:
-        io.op("add_fwd", {"activation": layer.params.get("activation")}, a=io.x[0], b=io.x[1], y=io.y)
+        io.op("add_fwd", {"activation": layer.params["activation"]}, a=io.x[0], b=io.x[1], y=io.y)
 
     def backward(self, layer, io: IO) -> list[str | None]:
         g = io.dy
-        act = layer.params.get("activation")
+        act = layer.params["activation"]
         if act:
             act_backward(io, act, "", io.y, io.dy, io.t("act_dx"))
             g = io.t("act_dx")
         return [g if io.need[0] else None, g if io.need[1] else None]
 
     def inference(self, layer, io: IO) -> str:
-        io.op("add_fwd", {"activation": layer.params.get("activation")}, a=io.x[0], b=io.x[1], y=io.y)
+        io.op("add_fwd", {"activation": layer.params["activation"]}, a=io.x[0], b=io.x[1], y=io.y)
         return io.y

@@ -1,6 +1,12 @@
 """What every layer kind provides, and the small vocabulary kinds use to declare tensors and emit ops.
 
 A kind (one module each) holds, for its ArchLayer kind(s):
+- ``schema``: its parameters, typed and with their defaults (a frozen dataclass); an ArchLayer's params are
+  completed from it when the layer is made, and a name it lacks is refused there;
+- ``nodes`` / ``expand``: the BluePrint leaf values it is made from, and their parameters;
+- its traits, which the ArchPlan passes ask instead of testing kind names (``first_ok``, ``spatial``,
+  ``elementwise``, ``flat_output``, ``reads_rows``, ``epilogue_acts``, ``bn_stats``, ``loss``);
+- ``describe``: the one-line description plans and error messages print;
 - ``check``: parameter validation (sizes, probabilities);
 - ``out_shape``: the shape rule, for one variant's input shapes (batch included);
 - ``declare``: the tensors it owns beyond its input and output values (parameters and their gradient,
@@ -13,9 +19,9 @@ names the layer index, the layer and the variant.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, fields
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tr.core.dtype import DType
 from tr.core.region import Region
@@ -196,13 +202,51 @@ class IO:
         self._emit(name, args, attrs or {}, self.index, label)
 
 
+@dataclass(frozen=True, slots=True)
+class NoParams:
+    """The schema of a kind without parameters."""
+
+
+@dataclass(frozen=True, slots=True)
+class Expansion:
+    """What one BluePrint leaf becomes: an ArchLayer kind, its parameters, and the channel count after it
+    (None where it is not known: after a flatten)."""
+
+    kind: str
+    params: dict[str, Any]
+    channels: int | None
+
+
 class LayerKind:
     """Base class; see the module docstring."""
 
     kinds: tuple[str, ...] = ()
+    schema: ClassVar[type] = NoParams  # the parameters: field names, types and defaults
+    nodes: tuple[type, ...] = ()  # the BluePrint leaf types ``expand`` takes
     bn_stats = False  # keeps BN running statistics, folded into an inference scale and bias (bn_update_eq)
     spatial = False  # reads an [N,H,W,C] window (convolution, pooling): meaningless after a flatten
     loss = False  # a loss layer: the compiler appends the task's one after the model's last layer
+    first_ok = False  # may be the first layer, the one that reads the input batch
+    elementwise = False  # y = f(x) value by value: a bn after it normalises what came before it
+    flat_output = False  # writes [N,1,1,C] rows: a bn reading it (through element-wise layers) is a bn1d
+    reads_rows = False  # reads its input as [N, H*W*C] rows: a flatten that only feeds such layers is a no-op
+    epilogue_acts: tuple[str, ...] = ()  # activations its op applies itself (param "activation"): fused into it
+
+    def describe(self, layer: ArchLayer) -> str:
+        """One line for plans and error messages, e.g. ``conv 64 k3 s1 p1``."""
+        return layer.kind
+
+    def expand(self, node: Any, channels: int | None) -> Expansion:
+        """The ArchLayer a BluePrint leaf of ``nodes`` becomes, given the channel count before it."""
+        raise NotImplementedError(f"{type(self).__name__} is made by the passes, not from a BluePrint node")
+
+    def is_identity(self, layer: ArchLayer) -> bool:
+        """Whether the layer passes its input through unchanged (dropout(0)): the passes remove it."""
+        return False
+
+    def typed(self, layer: ArchLayer) -> Any:
+        """The layer's parameters as the kind's schema."""
+        return self.schema(**layer.params)
 
     def check(self, layer: ArchLayer) -> None:
         """Validate parameters; raise LayerProblem."""
@@ -262,3 +306,24 @@ def spatial_out(x: Shape, k: int, s: int, p: int, what: str) -> tuple[int, int]:
     if x.h + 2 * p < k or x.w + 2 * p < k:
         raise LayerProblem(f"{what} kernel {k}x{k} is larger than its input {x.h}x{x.w} (padding {p})")
     return (x.h + 2 * p - k) // s + 1, (x.w + 2 * p - k) // s + 1
+
+
+def complete_params(kind: str, schema: type, given: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` with the schema's defaults filled in; a name the schema lacks, or a required one missing, is a
+    CompileError (a pass or a test built a layer wrongly: the user's values are checked by ``check``)."""
+    from tr.core.errors import CompileError
+
+    out: dict[str, Any] = {}
+    names = set()
+    for f in fields(schema):
+        names.add(f.name)
+        if f.name in given:
+            out[f.name] = given[f.name]
+        elif f.default is not MISSING:
+            out[f.name] = f.default
+        else:
+            raise CompileError(f"{kind} layer: parameter {f.name!r} is missing")
+    unknown = sorted(set(given) - names)
+    if unknown:
+        raise CompileError(f"{kind} layer: unknown parameter(s) {unknown}; it takes {sorted(names)}")
+    return out

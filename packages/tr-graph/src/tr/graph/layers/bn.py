@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tr.core.region import Region
 from tr.core.shape import Shape
-from tr.graph.layers.base import IO, Decl, DeclCtx, Init, LayerKind, LayerProblem
+from tr.graph.blueprint import BN
+from tr.graph.layers.base import IO, Decl, DeclCtx, Expansion, Init, LayerKind, LayerProblem
+
+
+@dataclass(frozen=True, slots=True)
+class BNParams:
+    momentum: float = 0.1
+    eps: float = 1e-5
 
 
 def check_bn(momentum: object, eps: object) -> None:
@@ -68,8 +76,13 @@ def bn_update_eq(io: IO, eps: float) -> None:
 
 
 class BNKind(LayerKind):
-    kinds = ("bn1d", "bn2d")
+    kinds = ("bn", "bn1d", "bn2d")  # "bn" until the name_bn pass says which (by what it reads)
+    schema = BNParams
+    nodes = (BN,)
     bn_stats = True
+
+    def expand(self, node: BN, channels: int | None) -> Expansion:
+        return Expansion("bn", {"momentum": node.momentum, "eps": node.eps}, channels)
 
     def num_params(self, layer, ins, out) -> int:
         return 2 * out.c  # gamma, beta

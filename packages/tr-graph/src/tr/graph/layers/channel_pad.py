@@ -5,9 +5,16 @@ gradient to write, so it emits nothing."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tr.core.shape import Shape
-from tr.graph.layers.base import IO, LayerKind, positive_int
+from tr.graph.blueprint import ChannelPadding
+from tr.graph.layers.base import IO, Expansion, LayerKind, positive_int
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelPadParams:
+    multiple: int = 8
 
 
 def padded(c: int, multiple: int) -> int:
@@ -16,6 +23,17 @@ def padded(c: int, multiple: int) -> int:
 
 class ChannelPadKind(LayerKind):
     kinds = ("channel_pad",)
+    schema = ChannelPadParams
+    nodes = (ChannelPadding,)
+    first_ok = True
+
+    def expand(self, node: ChannelPadding, channels: int | None) -> Expansion:
+        good = channels is not None and isinstance(node.multiple, int) and node.multiple >= 1  # (check names it)
+        return Expansion("channel_pad", {"multiple": node.multiple},
+                         padded(channels, node.multiple) if good else channels)
+
+    def describe(self, layer) -> str:
+        return f"channel_pad {layer.params['multiple']}"
 
     def check(self, layer) -> None:
         positive_int("channel_padding multiple", layer.params["multiple"])

@@ -10,12 +10,15 @@ bucket and it has no input gradient); every other conv's in W_DEEP_CONV.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tr.core.shape import Shape
+from tr.graph.blueprint import Conv
 from tr.graph.layers.base import (
     IO,
     Decl,
     DeclCtx,
+    Expansion,
     Init,
     LayerKind,
     LayerProblem,
@@ -25,8 +28,23 @@ from tr.graph.layers.base import (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class ConvParams:
+    out: int
+    k: int  # square kernel
+    s: int = 1
+    p: int = 0
+    g: int = 1  # groups
+    bias: bool = False
+
+
 def groups(layer) -> int:
-    return layer.params.get("g", 1)
+    return layer.params["g"]
+
+
+def describe_conv(layer) -> str:
+    p = layer.params
+    return f"{layer.kind} {p['out']} k{p['k']} s{p['s']} p{p['p']}" + (f" g{p['g']}" if p["g"] > 1 else "")
 
 
 def conv_attrs(layer) -> dict[str, int]:
@@ -52,24 +70,34 @@ def conv_out_shape(layer, x: Shape) -> Shape:
     return Shape(x.n, ho, wo, layer.params["out"])
 
 
-def conv_decls(layer, x: Shape, cx: DeclCtx) -> list[Decl]:
+def conv_decls(layer, x: Shape, cx: DeclCtx, bias: bool = False) -> list[Decl]:
     k, out, cg = layer.params["k"], layer.params["out"], x.c // groups(layer)
     group = "first_conv" if layer.first else "deep_conv"
     # fans as torch's: fan_in the weights one output reads (C/g*k*k), fan_out out*k*k
     fan_in, fan_out = cg * k * k, out * k * k
     decls = cx.param("w", group, Shape(out, k, k, cg), Init("weight", fan_in, fan_out))
-    if layer.params.get("bias"):
+    if bias:
         decls += cx.param("b", "fc_b", Shape(1, 1, 1, out), Init("bias", fan_in, fan_out))
     return decls
 
 
 class ConvKind(LayerKind):
     kinds = ("conv",)
+    schema = ConvParams
+    nodes = (Conv,)
     spatial = True
+    first_ok = True
+
+    def expand(self, node: Conv, channels: int | None) -> Expansion:
+        return Expansion("conv", {"out": node.out, "k": node.k, "s": node.s, "p": node.p, "g": node.groups,
+                                  "bias": node.bias}, node.out)
+
+    def describe(self, layer) -> str:
+        return describe_conv(layer) + (" bias" if layer.params["bias"] else "")
 
     def num_params(self, layer, ins, out) -> int:
         o = layer.params["out"]
-        return o * layer.params["k"] ** 2 * (ins[0].c // groups(layer)) + (o if layer.params.get("bias") else 0)
+        return o * layer.params["k"] ** 2 * (ins[0].c // groups(layer)) + (o if layer.params["bias"] else 0)
 
     def check(self, layer) -> None:
         check_conv(layer)
@@ -81,14 +109,14 @@ class ConvKind(LayerKind):
         return True
 
     def declare(self, layer, ins: Sequence[Shape], out: Shape, cx: DeclCtx) -> list[Decl]:
-        return conv_decls(layer, ins[0], cx)
+        return conv_decls(layer, ins[0], cx, layer.params["bias"])
 
     def forward(self, layer, io: IO) -> None:
         io.op("conv_fwd", conv_attrs(layer), x=io.x[0], w=io.w("w"), b=_bias(layer, io), y=io.y)
 
     def backward(self, layer, io: IO) -> list[str | None]:
         dx = io.dx_or_none(0)
-        db = io.t("b.grad") if layer.params.get("bias") else None
+        db = io.t("b.grad") if layer.params["bias"] else None
         io.op("conv_bwd", conv_attrs(layer), x=io.x[0], w=io.w("w"), dy=io.dy, dw=io.dw("w"), db=db, dx=dx)
         return [dx]
 
@@ -99,4 +127,4 @@ class ConvKind(LayerKind):
 
 def _bias(layer, io: IO) -> str | None:
     """The bias as the op reads it (the FP16 copy under AMP), or None."""
-    return io.w("b") if layer.params.get("bias") else None
+    return io.w("b") if layer.params["bias"] else None

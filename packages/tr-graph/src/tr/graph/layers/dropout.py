@@ -4,13 +4,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tr.core.shape import Shape
-from tr.graph.layers.base import IO, Decl, DeclCtx, LayerKind, LayerProblem
+from tr.graph.blueprint import Dropout
+from tr.graph.layers.base import IO, Decl, DeclCtx, Expansion, LayerKind, LayerProblem
+
+
+@dataclass(frozen=True, slots=True)
+class DropoutParams:
+    p: float  # the probability of zeroing an element, in [0, 1)
 
 
 class DropoutKind(LayerKind):
     kinds = ("dropout",)
+    schema = DropoutParams
+    nodes = (Dropout,)
+    elementwise = True
+
+    def expand(self, node: Dropout, channels: int | None) -> Expansion:
+        return Expansion("dropout", {"p": node.p}, channels)
+
+    def describe(self, layer) -> str:
+        return f"dropout {layer.params['p']}"
+
+    def is_identity(self, layer) -> bool:
+        return layer.params["p"] == 0
 
     def check(self, layer) -> None:
         p = layer.params["p"]

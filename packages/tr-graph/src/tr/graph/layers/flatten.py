@@ -5,11 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tr.core.shape import Shape
-from tr.graph.layers.base import IO, LayerKind
+from tr.graph.blueprint import Flatten
+from tr.graph.layers.base import IO, Expansion, LayerKind
 
 
 class FlattenKind(LayerKind):
     kinds = ("flatten",)
+    nodes = (Flatten,)
+    first_ok = True
+    flat_output = True
+
+    def expand(self, node: Flatten, channels: int | None) -> Expansion:
+        return Expansion("flatten", {}, None)
 
     def out_shape(self, layer, ins: Sequence[Shape]) -> Shape:
         return Shape(ins[0].n, 1, 1, ins[0].per_sample())

@@ -9,12 +9,16 @@ from collections.abc import Sequence
 
 from tr.core.shape import Shape
 from tr.graph.layers.base import IO, LayerKind
-from tr.graph.layers.softmax_ce import logits_shape
+from tr.graph.layers.softmax_ce import LossParams, describe_loss, logits_shape
 
 
 class OneHotLossKind(LayerKind):
     kinds = ("bce_logits", "mse")
+    schema = LossParams
     loss = True
+
+    def describe(self, layer) -> str:
+        return describe_loss(layer)
 
     def out_shape(self, layer, ins: Sequence[Shape]) -> Shape:
         return logits_shape(layer, ins[0])

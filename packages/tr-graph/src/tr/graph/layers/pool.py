@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tr.core.shape import Shape
+from tr.graph.blueprint import GAP, AvgPool, MaxPool
 from tr.graph.layers.base import (
     IO,
     Decl,
     DeclCtx,
+    Expansion,
     LayerKind,
     LayerProblem,
     non_negative_int,
@@ -19,13 +22,28 @@ from tr.graph.layers.base import (
 MAX_MASK_KERNEL = 11  # the INT8 mask stores kh*k+kw, so k*k - 1 must fit in 127
 
 
+@dataclass(frozen=True, slots=True)
+class PoolParams:
+    k: int  # square window
+    s: int
+    p: int = 0
+
+
 def pool_attrs(layer) -> dict[str, int]:
     return {"kernel": layer.params["k"], "stride": layer.params["s"], "padding": layer.params["p"]}
 
 
 class _WindowPool(LayerKind):
+    schema = PoolParams
     spatial = True
     name = ""
+
+    def expand(self, node: MaxPool | AvgPool, channels: int | None) -> Expansion:
+        return Expansion(self.name, {"k": node.k, "s": node.s, "p": node.p}, channels)
+
+    def describe(self, layer) -> str:
+        p = layer.params
+        return f"{layer.kind} k{p['k']} s{p['s']} p{p['p']}"
 
     def check(self, layer) -> None:
         k = positive_int(f"{self.name} kernel", layer.params["k"])
@@ -42,6 +60,7 @@ class _WindowPool(LayerKind):
 
 class MaxPoolKind(_WindowPool):
     kinds = ("maxpool",)
+    nodes = (MaxPool,)
     name = "maxpool"
 
     def check(self, layer) -> None:
@@ -66,6 +85,7 @@ class MaxPoolKind(_WindowPool):
 
 class AvgPoolKind(_WindowPool):
     kinds = ("avgpool",)
+    nodes = (AvgPool,)
     name = "avgpool"
 
     def forward(self, layer, io: IO) -> None:
@@ -82,7 +102,12 @@ class AvgPoolKind(_WindowPool):
 
 class GapKind(LayerKind):
     kinds = ("gap",)
+    nodes = (GAP,)
     spatial = True
+    flat_output = True
+
+    def expand(self, node: GAP, channels: int | None) -> Expansion:
+        return Expansion("gap", {}, channels)
 
     def out_shape(self, layer, ins: Sequence[Shape]) -> Shape:
         return Shape(ins[0].n, 1, 1, ins[0].c)

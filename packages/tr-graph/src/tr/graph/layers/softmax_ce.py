@@ -5,9 +5,16 @@ top1, top5), the backward writes the logits' gradient scaled by the loss scale."
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tr.core.shape import Shape
-from tr.graph.layers.base import IO, LayerKind, LayerProblem
+from tr.graph.blueprint import SoftmaxCE
+from tr.graph.layers.base import IO, Expansion, LayerKind, LayerProblem
+
+
+@dataclass(frozen=True, slots=True)
+class LossParams:
+    classes: int  # K: the logits are [N,1,1,K] (0 in a BluePrint's own softmax_ce(), which the loss replaces)
 
 
 def logits_shape(layer, x: Shape) -> Shape:
@@ -20,9 +27,21 @@ def logits_shape(layer, x: Shape) -> Shape:
     return x
 
 
+def describe_loss(layer) -> str:
+    return f"{layer.kind} {layer.params['classes']}"
+
+
 class SoftmaxCEKind(LayerKind):
     kinds = ("softmax_ce",)
+    schema = LossParams
+    nodes = (SoftmaxCE,)
     loss = True
+
+    def expand(self, node: SoftmaxCE, channels: int | None) -> Expansion:
+        return Expansion("softmax_ce", {"classes": 0}, channels)
+
+    def describe(self, layer) -> str:
+        return describe_loss(layer)
 
     def out_shape(self, layer, ins: Sequence[Shape]) -> Shape:
         return logits_shape(layer, ins[0])

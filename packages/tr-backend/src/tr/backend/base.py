@@ -35,6 +35,24 @@ from tr.tensor.layout import ArenaLayout
 HostBuffer = tuple[np.ndarray, np.ndarray]  # (labels INT32 [B], data [B, H, W, C])
 
 
+class CapturedGraph:
+    """An executable graph, made by ``Backend.capture`` and run by ``Backend.launch``: its name, the backend that
+    runs it and the op calls captured (in the order a serial backend runs them). Each backend's graph class
+    derives from it and adds what launching it needs."""
+
+    __slots__ = ("name", "backend", "calls")
+
+    def __init__(self, name: str, backend: Any, calls: tuple[OpCall, ...]) -> None:
+        self.name = name
+        self.backend = backend
+        self.calls = calls
+
+    @property
+    def num_ops(self) -> int:
+        """Op calls captured (calls with nothing to do, e.g. a one-rank all-reduce, may run nothing)."""
+        return len(self.calls)
+
+
 @dataclass(frozen=True)
 class Branch:
     """Part of a captured graph: ``calls`` in order on ``stream``, begun once the branches ``after`` (indices
@@ -70,16 +88,6 @@ def check_branches(name: str, branches: Sequence[Branch]) -> None:
 def serial_calls(branches: Sequence[Branch]) -> list[OpCall]:
     """The calls of all branches, one after another in list order (a valid order of the branch graph)."""
     return [c for b in branches for c in b.calls]
-
-
-@runtime_checkable
-class CapturedGraph(Protocol):
-    """An executable graph: made by ``Backend.capture``, run by ``Backend.launch``."""
-
-    name: str
-
-    @property
-    def num_ops(self) -> int: ...
 
 
 @runtime_checkable

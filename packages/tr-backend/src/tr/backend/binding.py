@@ -10,9 +10,10 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from tr.backend.checks import check_call
 from tr.backend.checks import where as _where
 from tr.core.dtype import DType
-from tr.core.errors import BackendError, ShapeError
+from tr.core.errors import BackendError, ShapeError, TrError
 from tr.core.ops import OpCall, OpDef
 from tr.tensor.dtensor import DTensor
 
@@ -30,6 +31,23 @@ def pair(value: Any, what: str, b: CallBinder) -> tuple[int, int]:
     if isinstance(value, Sequence) and len(value) == 2 and all(is_int(v) for v in value):
         return int(value[0]), int(value[1])
     b.fail(f"{what} must be an int or a pair of ints, got {value!r}")
+
+
+def bind_call(backend: Any, label: str, binder: type[CallBinder], impls: Any, layout: Any, graph: str, index: int,
+              call: OpCall) -> tuple[Any, str]:
+    """Check one call against the catalogue and the arena layout and run its backend's builder: (what the builder
+    made, where the call is). Both backends capture through it; their builders keep only execution."""
+    opdef = check_call(call, layout, graph, index)
+    impl = impls.get(call.op)
+    if impl is None:
+        raise BackendError(f"{_where(graph, index, call)}: the {label} backend has no implementation of {call.op!r}")
+    b = binder(backend, graph, index, call, opdef)
+    try:
+        return impl(b), b.where
+    except TrError:
+        raise
+    except Exception as e:  # a library's complaint while binding (numpy's, or a bug): report it with its op
+        raise BackendError(f"{b.where}: {type(e).__name__}: {e}") from e
 
 
 class CallBinder:

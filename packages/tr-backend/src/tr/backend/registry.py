@@ -42,6 +42,13 @@ def register_op(backend: str, op: str) -> Callable[[F], F]:
     return deco
 
 
+def import_families(package: str) -> None:
+    """Import ``<package>.<family>`` for every op family of the catalogue (tr.core.ops OpDef.family): each such
+    module registers its family's implementations. A family without a module is an ImportError naming it."""
+    for family in sorted({d.family for d in CATALOGUE.values()}):
+        importlib.import_module(f"{package}.{family}")
+
+
 def _load(backend: str) -> None:
     mod = _OP_MODULES.get(backend)
     if mod is None:

@@ -14,8 +14,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tr.backend.base import Branch, Collective, HostBuffer, check_branches, serial_calls
-from tr.backend.checks import check_call, check_host_buffers, where
+from tr.backend.base import Branch, CapturedGraph, Collective, HostBuffer, check_branches, serial_calls
+from tr.backend.binding import bind_call
+from tr.backend.checks import check_host_buffers
 from tr.backend.cpu.binder import Binder, Workspace
 from tr.backend.cpu.blas import set_blas_threads
 from tr.backend.cpu.convert import converter
@@ -33,23 +34,16 @@ class HostConsumer(Protocol):
     def bind(self, buffers: Sequence[HostBuffer]) -> None: ...
 
 
-class CpuGraph:
+class CpuGraph(CapturedGraph):
     """A captured graph: the closures to run, and for each a description for error messages."""
 
-    __slots__ = ("name", "backend", "steps", "wheres", "calls")
+    __slots__ = ("steps", "wheres")
 
     def __init__(self, name: str, backend: CpuBackend, steps: tuple, wheres: tuple[str, ...],
                  calls: tuple[OpCall, ...]) -> None:
-        self.name = name
-        self.backend = backend
+        super().__init__(name, backend, calls)
         self.steps = steps
         self.wheres = wheres
-        self.calls = calls
-
-    @property
-    def num_ops(self) -> int:
-        """Op calls captured (calls with nothing to do, e.g. a one-rank all-reduce, run no closure)."""
-        return len(self.calls)
 
     def __repr__(self) -> str:
         return f"CpuGraph({self.name!r}, {len(self.calls)} ops, {len(self.steps)} closures)"
@@ -149,20 +143,10 @@ class CpuBackend:
         steps: list = []
         wheres: list[str] = []
         for i, call in enumerate(calls):
-            opdef = check_call(call, layout, name, i)
-            impl = impls.get(call.op)
-            if impl is None:
-                raise BackendError(f"{where(name, i, call)}: the CPU backend has no implementation of {call.op!r}")
-            b = Binder(self, name, i, call, opdef)
-            try:
-                step = impl(b)
-            except TrError:
-                raise
-            except Exception as e:  # a numpy complaint while binding: report it with its op
-                raise BackendError(f"{b.where}: {type(e).__name__}: {e}") from e
+            step, at = bind_call(self, "CPU", Binder, impls, layout, name, i, call)
             if step is not None:
                 steps.append(step)
-                wheres.append(b.where)
+                wheres.append(at)
         return CpuGraph(name, self, tuple(steps), tuple(wheres), calls)
 
     def capture_branches(self, name: str, branches: Sequence[Branch]) -> CpuGraph:

@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from tr.backend.base import Branch, Collective, HostBuffer, check_branches, serial_calls
-from tr.backend.checks import check_call, check_host_buffers, where
+from tr.backend.base import Branch, CapturedGraph, Collective, HostBuffer, check_branches, serial_calls
+from tr.backend.binding import bind_call
+from tr.backend.checks import check_host_buffers
 from tr.backend.cpu.convert import converter
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.device import require_cuda
@@ -92,24 +93,18 @@ class _HostSite:
         return labels.ctypes.data, data.ctypes.data
 
 
-class CudaGraph:
+class CudaGraph(CapturedGraph):
     """A captured graph: the native executable graph and everything it reads (kept alive with it)."""
 
-    __slots__ = ("name", "backend", "graph", "ops", "calls", "stream", "sites")
+    __slots__ = ("graph", "ops", "stream", "sites")
 
     def __init__(self, name: str, backend: CudaBackend, graph: Any, ops: list, calls: tuple[OpCall, ...],
                  stream: int, sites: list[_HostSite]) -> None:
-        self.name = name
-        self.backend = backend
+        super().__init__(name, backend, calls)
         self.graph = graph
         self.ops = ops
-        self.calls = calls
         self.stream = stream
         self.sites = sites
-
-    @property
-    def num_ops(self) -> int:
-        return len(self.calls)
 
     @property
     def num_nodes(self) -> int:
@@ -343,21 +338,11 @@ class CudaBackend:
         calls[0] (for messages)."""
         ops: list[tuple[Any, str]] = []
         for i, call in enumerate(calls, first):
-            opdef = check_call(call, layout, name, i)
-            impl = impls.get(call.op)
-            if impl is None:
-                raise BackendError(f"{where(name, i, call)}: the CUDA backend has no implementation of {call.op!r}")
-            b = CudaBinder(self, name, i, call, opdef)
-            try:
-                made = impl(b)
-            except TrError:
-                raise
-            except Exception as e:  # a bug while binding: report it with its op
-                raise BackendError(f"{b.where}: {type(e).__name__}: {e}") from e
+            made, at = bind_call(self, "CUDA", CudaBinder, impls, layout, name, i, call)
             if made is None:
                 continue
             for op in made if isinstance(made, list) else [made]:
-                ops.append((op, b.where))
+                ops.append((op, at))
         return ops
 
     def launch(self, graph: CudaGraph, stream: StreamKind | int | None = None) -> None:

@@ -126,6 +126,18 @@ def test_augment_builder_passes_the_spec():
     assert floats["degrees"] == 15.0 and floats["mean0"] == 0.5 and floats["std1"] == 1.0
 
 
+def test_image_builder_passes_the_coefficients():
+    a = arena(("src", (4096,), "uint8"), ("geom", (4, 1, 1, 16), "int32"), ("y", (4, 32, 24, 4), "fp16"))
+    name, ptrs, ints, floats = build(op("image_resample", src=a["src"], geom=a["geom"], y=a["y"], mean=(0.5,),
+                                        std=(0.25, 0.5, 1.0), erase_value=(1.5,)))
+    assert name == "image_resample" and set(ptrs) == {"src", "geom", "y"}
+    assert (ints["batch"], ints["h"], ints["w"], ints["c_out"]) == (4, 32, 24, 4)
+    assert floats["a0"] == np.float32(1 / (255 * 0.25)) and floats["b2"] == np.float32(-0.5)
+    assert floats["erase1"] == 1.5
+    assert refusal("cuda", op("image_resample", src=a["src"], geom=a["geom"], y=a["y"], std=(-1.0,))) == \
+        refusal("cpu", op("image_resample", src=a["src"], geom=a["geom"], y=a["y"], std=(-1.0,)))
+
+
 def test_range_builders_size_their_spans_from_the_layout():
     a = SimpleArena()
     R = Region

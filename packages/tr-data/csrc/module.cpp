@@ -271,6 +271,43 @@ PYBIND11_MODULE(_native, m) {
     }
     return py::make_tuple(s.h, s.w, s.c);
   }, py::arg("data"), py::arg("keep_gray") = false);
+  m.def(
+      "jpeg_shapes",
+      [](py::array_t<uint8_t, py::array::c_style> data, py::array_t<int64_t, py::array::c_style | py::array::forcecast> offsets,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast> sizes) {
+        // (n, 3) decoded shapes (RGB: c = 3) from the headers of n JPEGs lying at offsets/sizes in one buffer; a
+        // DataErr names the first bad sample by its position
+        if (offsets.ndim() != 1 || sizes.ndim() != 1 || offsets.shape(0) != sizes.shape(0))
+          throw ShapeErr("jpeg_shapes takes offsets (n,) and sizes (n,)");
+        const py::ssize_t n = offsets.shape(0);
+        py::array_t<int32_t> out({n, py::ssize_t(3)});
+        const uint8_t* base = data.data();
+        const int64_t total = int64_t(data.size());
+        const int64_t* off = offsets.data();
+        const int64_t* siz = sizes.data();
+        int32_t* o = out.mutable_data();
+        std::string error;
+        {
+          py::gil_scoped_release nogil;
+          for (py::ssize_t i = 0; i < n && error.empty(); ++i) {
+            if (off[i] < 0 || siz[i] < 0 || off[i] + siz[i] > total) {
+              error = "sample " + std::to_string(i) + " lies outside its buffer";
+              break;
+            }
+            try {
+              const Shape3 sh = jpeg_shape(base + off[i], size_t(siz[i]), false);
+              o[3 * i] = sh.h;
+              o[3 * i + 1] = sh.w;
+              o[3 * i + 2] = sh.c;
+            } catch (const DataErr& e) {
+              error = "sample " + std::to_string(i) + ": " + e.what();
+            }
+          }
+        }
+        if (!error.empty()) throw DataErr(error);
+        return out;
+      },
+      py::arg("data"), py::arg("offsets"), py::arg("sizes"));
   m.def("jpeg_needs_baseline", [](py::bytes data) {
     std::string_view v = data;
     py::gil_scoped_release nogil;
@@ -406,6 +443,34 @@ PYBIND11_MODULE(_native, m) {
            })
       .def("out_shape", [](const PyPipeline& self, py::object shape,
                            uint64_t seed) { return shape_tuple(self.p->out_shape(to_shape(shape), seed)); })
+      .def(
+          "plan_first_resample",
+          [](const PyPipeline& self, py::array_t<int32_t, py::array::c_style | py::array::forcecast> shapes,
+             py::array_t<uint64_t, py::array::c_style | py::array::forcecast> seeds) {
+            // per sample: the first RandomResizedCrop's / Resize's box (top, left, height, width) in the full image,
+            // its output (height, width), then the fused stage's flip and erase box (y, x, height, width; height
+            // 0: none) drawn for that output: what decoding on the device needs of the chain (tr.data.jpeg_plan)
+            if (shapes.ndim() != 2 || shapes.shape(1) != 3 || seeds.ndim() != 1 || seeds.shape(0) != shapes.shape(0))
+              throw ShapeErr("plan_first_resample takes shapes (n, 3) and seeds (n,)");
+            const py::ssize_t n = shapes.shape(0);
+            py::array_t<int32_t> out({n, py::ssize_t(11)});
+            auto sh = shapes.unchecked<2>();
+            auto sd = seeds.unchecked<1>();
+            auto o = out.mutable_unchecked<2>();
+            for (py::ssize_t i = 0; i < n; ++i) {
+              const Shape3 full{int(sh(i, 0)), int(sh(i, 1)), int(sh(i, 2))};
+              int box[4], os[2];
+              if (!self.p->first_resample(full, sd(i), box, os))
+                throw ConfigErr("the chain does not start with a RandomResizedCrop or Resize that resamples");
+              FusedParams fp;
+              fused_draw(self.p->fused(), sd(i), Shape3{os[0], os[1], full.c}, fp);
+              const int v[11] = {box[0], box[1], box[2], box[3], os[0], os[1], fp.flip ? 1 : 0,
+                                 fp.erase ? fp.ei : 0, fp.erase ? fp.ej : 0, fp.erase ? fp.eh : 0, fp.erase ? fp.ew : 0};
+              for (int k = 0; k < 11; ++k) o(i, k) = v[k];
+            }
+            return out;
+          },
+          py::arg("shapes"), py::arg("seeds"))
       .def("describe", [](const PyPipeline& self, py::object shape, uint64_t seed) {
         py::list out;
         for (const auto& r : self.p->describe(to_shape(shape), seed)) {

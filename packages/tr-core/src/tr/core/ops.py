@@ -179,6 +179,17 @@ _DEFS: list[OpDef] = [
               "inverse maps of RandomScale, RandomRotation and Pad + RandomCrop))); every draw from the Philox "
               "streams tr.data's workers use, keyed by splitmix64(key ^ index[b]) (key: INT32[2] = uint64, "
               "tr.data.seeds.seed_prefix of the epoch); tr/backend/rules/augment.py has the rule"),
+    # --- images decoded on the device (issue [13]): crop, resize, flip, erase and normalise -------------
+    OpDef("image_resample", "image", (_t("src"), _t("geom"), _t("y", "out")), ("mean", "std", "erase_value"),
+          doc="y[b] = normalise(erase(flip(resize(crop of sample b's decoded RGB pixels in src)))), the bytes of "
+              "tr.data's CPU chain RandomResizedCrop + RandomHorizontalFlip + FusedNormalization(+ RandomErasing) "
+              "given the same pixels: src (UINT8, flat) holds each sample's decoded region (RGB u8 HWC) at byte "
+              "geom[b, slot]; geom (INT32 [B,1,1,16], columns tr/backend/rules/image.py GEOM) says its size, the "
+              "crop box inside it, the flip and the erase box; the resize is tr.data's antialiased bilinear "
+              "(PIL's triangle filter, 14-bit fixed-point weights, the two passes in tr.data's order with a u8 "
+              "intermediate); y (B, H, W, C_out >= 3) FP16 or FP32 = float(x) * a_c + b_c with a_c = "
+              "float32(1 / (255 std_c)), b_c = float32(-mean_c / std_c), extra channels 0, erased pixels "
+              "erase_value (normalised space, one or per channel)"),
     OpDef("shuffle_order", "resident", (_t("key"), _t("order", "out"), _t("pos", "out")), ("shuffle",), kind="range",
           doc="order (INT32 [n]) = tr.core.philox.shuffle_indices(n, seed), seed the uint64 in key (INT32[2], "
               "little-endian): the epoch's Fisher-Yates permutation, the one tr.data's workers use (without "

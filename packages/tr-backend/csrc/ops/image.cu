@@ -1,0 +1,263 @@
+// image_resample (tr/backend/rules/image.py has the rule and the geometry table, cpu/ops/image.py the CPU twin):
+// decoded RGB regions cropped, resized with tr.data's antialiased bilinear filter, flipped, erased and
+// normalised into the input batch. One block per (output row, sample). The resize weights are computed here in
+// double from the crop's size, as tr.data's build_axis computes them (the same IEEE operations in the same order,
+// no contraction: the extension builds with --fmad=false), so they are its int16 weights to the bit; the sums
+// are integers (from 2^13, shifted right by 14, clamped to u8 after each pass), in tr.data's pass order (vertical
+// first when the output has fewer rows than the source rows read): the bytes before the normalisation are
+// tr.data's for the same decoded pixels.
+#include <climits>
+
+#include "cuda/context.hpp"
+#include "ops/kernels.cuh"
+
+namespace tr::native {
+
+namespace {
+
+constexpr int kPrec = 14;
+constexpr int kHalf = 1 << (kPrec - 1);
+constexpr int kC = 3;            // decoded images are RGB
+constexpr int kMaxOut = 8;       // output channels (3, or padded)
+constexpr int kGeomCols = 16;    // rules/image.py GEOM_COLS
+constexpr int kMaxTaps = 2 * 64 + 1;      // rules/image.py MAX_SCALE: a crop side at most 64 output sides
+constexpr int kSharedBytes = 40 * 1024;  // the block's u8 intermediate (rules/image.py MAX_TMP_BYTES)
+constexpr int kThreads = 256;
+
+struct Geom {
+  int slot, roi_h, roi_w, top, left, crop_h, crop_w, flip, ey, ex, eh, ew;
+};
+
+// One axis of the resize: crop [in0, in0 + len) of the region to `out` samples (tr.data's build_axis).
+struct Axis {
+  int in0, len, out;
+  double scale, support, inv;
+  int ksize;
+  bool shift;  // len == out: one tap of weight 1
+
+  __device__ Axis(int in0_, int len_, int out_) : in0(in0_), len(len_), out(out_) {
+    shift = len == out;
+    scale = double(len) / double(out);
+    support = scale > 1.0 ? scale : 1.0;
+    inv = 1.0 / support;
+    ksize = int(ceil(support)) * 2 + 1;
+  }
+  // First source sample (region coordinates) and tap count of output k.
+  __device__ void taps(int k, int& start, int& n, double& center, int& xmin) const {
+    if (shift) {
+      start = in0 + k;
+      n = 1;
+      return;
+    }
+    center = (k + 0.5) * scale;
+    xmin = int(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = int(center + support + 0.5);
+    if (xmax > len) xmax = len;
+    n = min(xmax - xmin, ksize);
+    start = in0 + xmin;
+  }
+  __device__ double tri(int j, int xmin, double center) const {
+    const double t = (j + xmin - center + 0.5) * inv;
+    const double w = 1.0 - fabs(t);
+    return w > 0.0 ? w : 0.0;
+  }
+  // Output k's taps: its first source sample, count, and what its weights are computed from (weight()).
+  struct Taps {
+    int start, n, xmin;
+    double center, total;
+  };
+  __device__ Taps plan(int k) const {
+    Taps t{0, 0, 0, 0.0, 0.0};
+    taps(k, t.start, t.n, t.center, t.xmin);
+    if (!shift)
+      for (int j = 0; j < t.n; ++j) t.total += tri(j, t.xmin, t.center);
+    return t;
+  }
+  // The int16 weight of tap j (build_axis: normalised in double, then int(w * 2^14 + 0.5)).
+  __device__ int weight(const Taps& t, int j) const {
+    if (shift) return 1 << kPrec;
+    const double v = t.total > 0.0 ? tri(j, t.xmin, t.center) / t.total : 0.0;
+    return int(v * double(1 << kPrec) + 0.5);
+  }
+  __device__ void span(int k, int& start, int& end) const {
+    double c;
+    int x, n;
+    taps(k, start, n, c, x);
+    end = start + n;
+  }
+};
+
+__device__ __forceinline__ unsigned char fix_u8(int acc) {
+  const int v = acc >> kPrec;
+  return static_cast<unsigned char>(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+// min of the starts and max of the ends of an axis' outputs, over the block.
+__device__ void axis_extent(const Axis& a, int& lo, int& hi, int* red) {
+  int l = INT_MAX, h = INT_MIN;
+  for (int k = threadIdx.x; k < a.out; k += blockDim.x) {
+    int s, e;
+    a.span(k, s, e);
+    l = min(l, s);
+    h = max(h, e);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    l = min(l, __shfl_xor_sync(0xffffffffu, l, o));
+    h = max(h, __shfl_xor_sync(0xffffffffu, h, o));
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) {
+    red[warp] = l;
+    red[32 + warp] = h;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int k = 1; k < nw; ++k) {
+      red[0] = min(red[0], red[k]);
+      red[32] = max(red[32], red[32 + k]);
+    }
+  }
+  __syncthreads();
+  lo = red[0];
+  hi = red[32];
+  __syncthreads();
+}
+
+struct Norm {
+  float a[kC], b[kC], ev[kC];
+  int c_out;
+};
+
+template <class TY>
+__device__ void write_px(TY* row, int x, int ow, const Geom& g, int y, const int* acc_or_px, const Norm& nm) {
+  const int xo = g.flip ? ow - 1 - x : x;
+  const bool erased = g.eh > 0 && y >= g.ey && y < g.ey + g.eh && xo >= g.ex && xo < g.ex + g.ew;
+  TY* o = row + static_cast<long long>(xo) * nm.c_out;
+#pragma unroll
+  for (int c = 0; c < kC; ++c) {
+    const float v = erased ? nm.ev[c] : __fadd_rn(__fmul_rn(float(acc_or_px[c]), nm.a[c]), nm.b[c]);
+    o[c] = kern::from_f<TY>(v);
+  }
+  for (int c = kC; c < nm.c_out; ++c) o[c] = kern::from_f<TY>(0.0f);
+}
+
+template <class TY>
+__global__ void __launch_bounds__(kThreads) image_resample_kernel(const unsigned char* __restrict__ src,
+                                                                  const int* __restrict__ geom, TY* __restrict__ y,
+                                                                  int oh, int ow, Norm nm) {
+  __shared__ unsigned char tmp[kSharedBytes];
+  __shared__ int wy[kMaxTaps];
+  __shared__ int red[64];
+  const int row = blockIdx.x, b = blockIdx.y;
+  const int* gp = geom + static_cast<long long>(b) * kGeomCols;
+  const Geom g{gp[0], gp[1], gp[2], gp[3], gp[4], gp[5], gp[6], gp[7], gp[8], gp[9], gp[10], gp[11]};
+  const unsigned char* img = src + static_cast<long long>(g.slot);
+  const long long pitch = static_cast<long long>(g.roi_w) * kC;
+  TY* out = y + (static_cast<long long>(b) * oh + row) * static_cast<long long>(ow) * nm.c_out;
+  const Axis ay(g.top, g.crop_h, oh), ax(g.left, g.crop_w, ow);
+  int rlo, rhi, clo, chi;
+  axis_extent(ay, rlo, rhi, red);
+  axis_extent(ax, clo, chi, red);
+  const Axis::Taps ty = ay.plan(row);  // (every thread: the same values)
+  const int ys = ty.start, yn = ty.n;
+  for (int j = threadIdx.x; j < yn && j < kMaxTaps; j += blockDim.x) wy[j] = ay.weight(ty, j);
+  __syncthreads();
+  // What the planner guarantees (rules/image.py): the crop in the region, at most kMaxTaps taps, the block's
+  // intermediate in its buffer. A row that breaks it is left as zeros rather than read out of bounds.
+  const bool vfirst = oh < rhi - rlo;
+  const bool fits = yn <= kMaxTaps && (vfirst ? (chi - clo) * kC <= kSharedBytes : yn * ow * kC <= kSharedBytes) &&
+                    g.top >= 0 && g.left >= 0 && g.top + g.crop_h <= g.roi_h && g.left + g.crop_w <= g.roi_w;
+  if (!fits) {
+    for (int i = threadIdx.x; i < ow * nm.c_out; i += blockDim.x) out[i] = kern::from_f<TY>(0.0f);
+    return;
+  }
+  if (vfirst) {
+    // vertical first: this row's vertical pass over the columns the horizontal one reads, then the horizontal
+    const int ncols = chi - clo;
+    for (int i = threadIdx.x; i < ncols * kC; i += blockDim.x) {
+      const unsigned char* p = img + static_cast<long long>(ys) * pitch + static_cast<long long>(clo) * kC + i;
+      int acc = kHalf;
+      for (int t = 0; t < yn; ++t) acc += wy[t] * int(p[t * pitch]);
+      tmp[i] = fix_u8(acc);
+    }
+    __syncthreads();
+    for (int x = threadIdx.x; x < ow; x += blockDim.x) {
+      const Axis::Taps tx = ax.plan(x);
+      int acc[kC] = {kHalf, kHalf, kHalf};
+      const unsigned char* p = tmp + (tx.start - clo) * kC;
+      for (int t = 0; t < tx.n; ++t) {
+        const int w = ax.weight(tx, t);
+#pragma unroll
+        for (int c = 0; c < kC; ++c) acc[c] += w * int(p[t * kC + c]);
+      }
+      int px[kC];
+#pragma unroll
+      for (int c = 0; c < kC; ++c) px[c] = fix_u8(acc[c]);
+      write_px(out, x, ow, g, row, px, nm);
+    }
+  } else {
+    // horizontal first: the source rows this output row reads, each resized horizontally, then the vertical pass
+    for (int x = threadIdx.x; x < ow; x += blockDim.x) {
+      const Axis::Taps tx = ax.plan(x);
+      for (int r = 0; r < yn; ++r) {
+        const unsigned char* p = img + static_cast<long long>(ys + r) * pitch + static_cast<long long>(tx.start) * kC;
+        int acc[kC] = {kHalf, kHalf, kHalf};
+        for (int t = 0; t < tx.n; ++t) {
+          const int w = ax.weight(tx, t);
+#pragma unroll
+          for (int c = 0; c < kC; ++c) acc[c] += w * int(p[t * kC + c]);
+        }
+#pragma unroll
+        for (int c = 0; c < kC; ++c) tmp[(r * ow + x) * kC + c] = fix_u8(acc[c]);
+      }
+    }
+    __syncthreads();
+    for (int x = threadIdx.x; x < ow; x += blockDim.x) {
+      int acc[kC] = {kHalf, kHalf, kHalf};
+      for (int r = 0; r < yn; ++r)
+#pragma unroll
+        for (int c = 0; c < kC; ++c) acc[c] += wy[r] * int(tmp[(r * ow + x) * kC + c]);
+      int px[kC];
+#pragma unroll
+      for (int c = 0; c < kC; ++c) px[c] = fix_u8(acc[c]);
+      write_px(out, x, ow, g, row, px, nm);
+    }
+  }
+}
+
+std::unique_ptr<Op> image_resample(Context&, const OpArgs& args) {
+  const int batch = int(args.i("batch")), oh = int(args.i("h")), ow = int(args.i("w"));
+  Norm nm{};
+  nm.c_out = int(args.i("c_out"));
+  if (nm.c_out < kC || nm.c_out > kMaxOut)
+    args.bad("output channels must be 3.." + std::to_string(kMaxOut) + ", got " + std::to_string(nm.c_out));
+  if (oh < 1 || ow < 1 || 3 * ow * kC > kSharedBytes)  // horizontal first: up to 3 resized source rows
+    args.bad("output " + std::to_string(oh) + "x" + std::to_string(ow) + " is too wide for the block's buffer");
+  for (int c = 0; c < kC; ++c) {
+    nm.a[c] = float(args.f("a" + std::to_string(c)));
+    nm.b[c] = float(args.f("b" + std::to_string(c)));
+    nm.ev[c] = float(args.f("erase" + std::to_string(c)));
+  }
+  const auto* src = static_cast<const unsigned char*>(args.ptr("src"));
+  const auto* geom = static_cast<const int*>(args.ptr("geom"));
+  void* y = args.ptr("y");
+  const DT ydt = args.dt("y");
+  kern::dispatch_float(ydt, args, "y", [](auto) {});
+  return fn_op([=](cudaStream_t st) {
+    if (batch == 0) return;
+    kern::dispatch_float(ydt, args, "y", [&](auto ty) {
+      using TY = typename decltype(ty)::type;
+      image_resample_kernel<TY><<<dim3(unsigned(oh), unsigned(batch)), kThreads, 0, st>>>(
+          src, geom, static_cast<TY*>(y), oh, ow, nm);
+    });
+    check_launch("image_resample");
+  });
+}
+
+}  // namespace
+
+void register_image_ops() { register_factory("image_resample", &image_resample); }
+
+}  // namespace tr::native

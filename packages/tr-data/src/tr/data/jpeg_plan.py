@@ -1,0 +1,155 @@
+"""The host's half of decoding JPEGs on the device (issue [13]): what a batch of encoded samples needs from the CPU
+before the GPU decodes and augments it, and the CPU decode that stands in for the device where it cannot.
+
+The CPU reads no pixels here. For each sample of a batch it has the JPEG bytes (an encoded Split: a folder read
+into memory or a mapped DTS pack), their header's size (parsed once per split), and the chain's draws for that
+sample, seed and epoch, drawn by tr.data's own code (the native Pipeline's ``plan_first_resample``): the first
+RandomResizedCrop's box, the flip and the erasing box. From them it writes one INT32 row a sample, the geometry
+table that the device op ``image_resample`` reads (columns: tr/backend/rules/image.py GEOM, repeated in
+``GEOM`` below because tr-data does not import tr-backend; a test holds them equal): where the sample's decoded
+region lies in the decode buffer, its size, the crop box inside it, the flip and the erase box. The decoded
+region is the crop box itself (the decoder's region of interest), so the buffer holds only the pixels the
+resize reads; its capacity for any batch of B samples is the sum of the B largest decoded images.
+
+``decode_regions`` is the CPU's decode of those regions with libjpeg-turbo (whole decode, then the box): the
+fallback for an image the device decoder refuses, and the source the CPU backend's image_resample reads. With
+it, the CPU backend's op gives the bytes of the CPU pipeline (tests-integration/test_jpeg_device_chain.py).
+
+Chains: RandomResizedCrop first, then optionally RandomHorizontalFlip and RandomErasing, normalised to RGB;
+anything else is refused naming the transform (the CPU pipeline runs those chains).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tr.core.errors import ConfigError, DataError
+from tr.core.philox import splitmix64_array
+from tr.data import _native
+from tr.data.dataset import Split
+from tr.data.seeds import seed_prefix
+from tr.data.transforms import Compose, RandomErasing, RandomHorizontalFlip, RandomResizedCrop
+
+GEOM = ("slot", "roi_h", "roi_w", "top", "left", "crop_h", "crop_w", "flip", "erase_y", "erase_x", "erase_h",
+        "erase_w", "roi_y", "roi_x")
+GEOM_COLS = 16
+COL = {name: k for k, name in enumerate(GEOM)}
+CHANNELS = 3
+SLOT_ALIGN = 256  # each region starts at a multiple (the decoders' and the resample's loads)
+MAX_CROP_WIDTH = 13_653  # the resample kernel keeps one row of the crop in a block's 40 KiB (rules/image.py)
+MAX_SCALE = 64  # a crop side at most 64 output sides (the kernel's taps per output)
+
+
+@dataclass(frozen=True)
+class JpegBatch:
+    """One batch's plan: the samples, where their JPEG bytes are, and the geometry table."""
+
+    indices: np.ndarray  # int64 [B]: dataset indices
+    offsets: np.ndarray  # int64 [B]: byte offsets of their JPEGs in the split's buffer
+    sizes: np.ndarray  # int64 [B]: their byte counts
+    shapes: np.ndarray  # int32 [B, 3]: decoded (h, w, c) of the whole images
+    geom: np.ndarray  # int32 [B, GEOM_COLS]
+    decode_bytes: int  # bytes of the decode buffer this batch fills
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def _check_chain(compose: Compose) -> tuple[int, int]:
+    ts = list(compose.transforms)
+    if not ts or not isinstance(ts[0], RandomResizedCrop):
+        first = type(ts[0]).__name__ if ts else "nothing"
+        raise ConfigError(f"decoding on the device takes a chain that starts with RandomResizedCrop, got {first}")
+    for t in ts[1:]:
+        if not isinstance(t, (RandomHorizontalFlip, RandomErasing)):
+            raise ConfigError(f"decoding on the device runs RandomResizedCrop, RandomHorizontalFlip and "
+                              f"RandomErasing; {type(t).__name__} needs the CPU pipeline")
+    if compose.pad_channels_to is not None and not CHANNELS <= compose.pad_channels_to <= 8:
+        raise ConfigError(f"decoding on the device writes 3 to 8 channels, got pad_channels_to="
+                          f"{compose.pad_channels_to}")
+    h, w = ts[0].size
+    return int(h), int(w)
+
+
+class JpegPlanner:
+    """Plans batches of one encoded split for a chain (see the module docstring)."""
+
+    def __init__(self, split: Split, compose: Compose) -> None:
+        if not split.encoded:
+            raise ConfigError("decoding on the device needs an encoded (JPEG) split; this one holds pixels")
+        self.split = split
+        self.compose = compose
+        self.out_hw = _check_chain(compose)
+        try:
+            self.shapes = _native.jpeg_shapes(split.images, split.offsets, split.sizes)
+        except DataError as e:  # name the sample by its dataset index (the message says its position)
+            raise DataError(f"reading the JPEG headers of the split: {e}") from None
+        image_bytes = self.shapes[:, 0].astype(np.int64) * self.shapes[:, 1] * CHANNELS
+        self._largest = np.sort(image_bytes)[::-1]
+        oh, ow = self.out_hw
+        too_wide = np.flatnonzero(self.shapes[:, 1] > MAX_CROP_WIDTH)
+        too_big = np.flatnonzero((self.shapes[:, 0] > MAX_SCALE * oh) | (self.shapes[:, 1] > MAX_SCALE * ow))
+        for bad, why in ((too_wide, f"wider than {MAX_CROP_WIDTH} pixels"),
+                         (too_big, f"more than {MAX_SCALE} times the {oh}x{ow} output on a side")):
+            if bad.size:  # its crop could exceed what the resample kernel holds: the CPU pipeline must run it
+                i = int(bad[0])
+                raise DataError(f"sample {i} is a {self.shapes[i, 0]}x{self.shapes[i, 1]} JPEG, {why}: "
+                                f"decoding on the device cannot resample it ({bad.size} such samples)")
+
+    def capacity(self, batch: int) -> int:
+        """Decode-buffer bytes that any batch of ``batch`` samples fits in: the ``batch`` largest images, each
+        rounded up to SLOT_ALIGN."""
+        top = self._largest[:batch]
+        return int(np.sum(-(-top // SLOT_ALIGN) * SLOT_ALIGN))
+
+    def plan(self, indices: Sequence[int] | np.ndarray, seed: int, epoch: int, train: bool = True) -> JpegBatch:
+        idx = np.ascontiguousarray(indices, dtype=np.int64)
+        n = len(self.split)
+        if idx.ndim != 1 or (idx.size and (idx.min() < 0 or idx.max() >= n)):
+            raise DataError(f"batch indices must be a list of dataset indices in [0, {n}), got {idx!r}")
+        shapes = self.shapes[idx]
+        seeds = splitmix64_array(np.uint64(seed_prefix(seed, epoch, train)) ^ idx.astype(np.uint64))
+        draws = self.compose._native.plan_first_resample(shapes, seeds)
+        top, left, ch, cw = (draws[:, k] for k in range(4))
+        if np.any(draws[:, 4] != self.out_hw[0]) or np.any(draws[:, 5] != self.out_hw[1]):
+            raise ConfigError(f"the chain's RandomResizedCrop does not make {self.out_hw} samples")
+        g = np.zeros((idx.size, GEOM_COLS), np.int32)
+        region = ch.astype(np.int64) * cw * CHANNELS
+        aligned = -(-region // SLOT_ALIGN) * SLOT_ALIGN
+        slots = np.concatenate([[0], np.cumsum(aligned)[:-1]]).astype(np.int64)
+        if idx.size and slots[-1] + region[-1] > np.iinfo(np.int32).max:
+            raise DataError(f"a batch of {idx.size} regions needs {int(slots[-1] + region[-1])} bytes, more than "
+                            "the geometry table's INT32 offsets address")
+        g[:, COL["slot"]] = slots
+        g[:, COL["roi_h"]], g[:, COL["roi_w"]] = ch, cw  # the region is the crop box
+        g[:, COL["crop_h"]], g[:, COL["crop_w"]] = ch, cw
+        g[:, COL["roi_y"]], g[:, COL["roi_x"]] = top, left
+        g[:, COL["flip"]] = draws[:, 6]
+        for k, name in enumerate(("erase_y", "erase_x", "erase_h", "erase_w")):
+            g[:, COL[name]] = draws[:, 7 + k]
+        return JpegBatch(idx, self.split.offsets[idx], self.split.sizes[idx], shapes, g,
+                         int(slots[-1] + aligned[-1]) if idx.size else 0)
+
+
+def decode_regions(split: Split, batch: JpegBatch, out: np.ndarray | None = None) -> np.ndarray:
+    """The batch's decoded regions on the CPU (libjpeg-turbo, RGB), each at its slot of a flat u8 buffer of
+    ``batch.decode_bytes`` bytes (``out`` when given: at least that size). A damaged JPEG is a DataError naming
+    its dataset index."""
+    buf = np.zeros(batch.decode_bytes, np.uint8) if out is None else out
+    if buf.dtype != np.uint8 or buf.ndim != 1 or buf.size < batch.decode_bytes:
+        raise DataError(f"the decode buffer must be flat uint8 of at least {batch.decode_bytes} bytes, got "
+                        f"{buf.dtype} {buf.shape}")
+    g = batch.geom
+    for k, i in enumerate(batch.indices):
+        try:
+            img = _native.decode_jpeg(split.encoded_bytes(int(i)), False, 8)
+        except DataError as e:
+            raise DataError(f"sample {int(i)}: {e}") from None
+        y0, x0 = int(g[k, COL["roi_y"]]), int(g[k, COL["roi_x"]])
+        h, w = int(g[k, COL["roi_h"]]), int(g[k, COL["roi_w"]])
+        slot = int(g[k, COL["slot"]])
+        buf[slot:slot + h * w * CHANNELS] = np.ascontiguousarray(img[y0:y0 + h, x0:x0 + w, :CHANNELS]).ravel()
+    return buf

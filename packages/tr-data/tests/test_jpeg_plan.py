@@ -1,0 +1,110 @@
+"""tr.data.jpeg_plan: the host's half of decoding on the device. The geometry is the CPU chain's own draws (the
+RandomResizedCrop box of Compose.params, the flip and erase box that change the CPU chain's pixels), the regions
+are packed without overlap in the decode buffer within the planner's capacity, the CPU decode fills each region
+with the whole decode's pixels, and what the device path cannot run is refused by name. (The resize of those
+regions against the CPU chain's bytes: tests-integration/test_jpeg_device_chain.py.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tr.core.errors import ConfigError, DataError
+from tr.data import ImageFolder, _native
+from tr.data.dataset import Split
+from tr.data.fused import NormMode
+from tr.data.jpeg_plan import COL, GEOM, GEOM_COLS, SLOT_ALIGN, JpegPlanner, decode_regions
+from tr.data.transforms import (
+    ColorJitter,
+    Compose,
+    RandomErasing,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+)
+
+
+@pytest.fixture(scope="module")
+def split(jpeg_folder):
+    return ImageFolder(jpeg_folder).load("train")
+
+
+def chain(size=48, erase=0.5):
+    ts = [RandomResizedCrop(size), RandomHorizontalFlip()] + ([RandomErasing(erase)] if erase else [])
+    return Compose(ts, NormMode.IMAGENET, "float16")
+
+
+def test_the_geometry_is_the_cpu_chain_s_draws(split):
+    comp = chain()
+    planner = JpegPlanner(split, comp)
+    idx = np.arange(len(split))[::-1].copy()
+    b = planner.plan(idx, seed=11, epoch=2)
+    assert b.geom.shape == (len(idx), GEOM_COLS) and len(GEOM) <= GEOM_COLS
+    flips = 0
+    for k, i in enumerate(idx):
+        img = _native.decode_jpeg(split.encoded_bytes(int(i)), False, 8)
+        assert tuple(b.shapes[k]) == img.shape
+        rrc = comp.params(img.shape, seed=11, epoch=2, index=int(i))[0]["params"]
+        g = b.geom[k]
+        assert (g[COL["roi_y"]], g[COL["roi_x"]], g[COL["roi_h"]], g[COL["roi_w"]]) == \
+            (rrc["top"], rrc["left"], rrc["height"], rrc["width"])
+        assert (g[COL["top"]], g[COL["left"]], g[COL["crop_h"]], g[COL["crop_w"]]) == \
+            (0, 0, rrc["height"], rrc["width"])
+        # the flip and the erase box: the CPU chain's uint8 output is the unflipped, unerased one changed so
+        ref = comp.apply_uint8(img, seed=11, epoch=2, index=int(i))
+        plain = Compose([RandomResizedCrop(48)], NormMode.IMAGENET, "float16").apply_uint8(
+            img, seed=11, epoch=2, index=int(i))
+        if g[COL["flip"]]:
+            plain = plain[:, ::-1]
+            flips += 1
+        keep = np.ones(ref.shape[:2], bool)
+        if g[COL["erase_h"]]:
+            ey, ex, eh, ew = (int(g[COL[c]]) for c in ("erase_y", "erase_x", "erase_h", "erase_w"))
+            keep[ey:ey + eh, ex:ex + ew] = False
+        np.testing.assert_array_equal(ref[keep], plain[keep])
+    assert 0 < flips < len(idx)
+
+
+def test_regions_are_packed_aligned_and_within_the_capacity(split):
+    planner = JpegPlanner(split, chain())
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        idx = rng.choice(len(split), 8, replace=False)
+        b = planner.plan(idx, seed=int(rng.integers(1 << 30)), epoch=int(rng.integers(100)))
+        slots = b.geom[:, COL["slot"]].astype(np.int64)
+        ends = slots + b.geom[:, COL["roi_h"]].astype(np.int64) * b.geom[:, COL["roi_w"]] * 3
+        assert (slots % SLOT_ALIGN == 0).all() and (slots[1:] >= ends[:-1]).all()
+        assert ends[-1] <= b.decode_bytes <= planner.capacity(8)
+
+
+def test_decode_regions_holds_the_whole_decode_s_pixels(split):
+    b = JpegPlanner(split, chain()).plan([0, 3, 5], seed=1, epoch=0)
+    buf = decode_regions(split, b)
+    for k, i in enumerate(b.indices):
+        g = b.geom[k]
+        y0, x0, h, w, slot = (int(g[COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w", "slot"))
+        img = _native.decode_jpeg(split.encoded_bytes(int(i)), False, 8)
+        np.testing.assert_array_equal(buf[slot:slot + h * w * 3].reshape(h, w, 3), img[y0:y0 + h, x0:x0 + w])
+    with pytest.raises(DataError, match="at least"):
+        decode_regions(split, b, np.zeros(b.decode_bytes - 1, np.uint8))
+
+
+def test_a_chain_the_device_path_cannot_run_is_refused_by_name(split):
+    with pytest.raises(ConfigError, match="starts with RandomResizedCrop, got Resize"):
+        JpegPlanner(split, Compose([Resize(32)], NormMode.IMAGENET))
+    with pytest.raises(ConfigError, match="ColorJitter needs the CPU pipeline"):
+        JpegPlanner(split, Compose([RandomResizedCrop(32), ColorJitter(0.4)], NormMode.IMAGENET))
+    pixels = Split(np.zeros((2, 4, 4, 3), np.uint8), np.zeros(2, np.int32))
+    with pytest.raises(ConfigError, match="encoded"):
+        JpegPlanner(pixels, chain())
+    with pytest.raises(DataError, match="dataset indices"):
+        JpegPlanner(split, chain()).plan([0, len(split)], seed=0, epoch=0)
+
+
+def test_a_damaged_header_is_named_when_the_planner_is_made(split):
+    data = split.images.copy()
+    o = int(split.offsets[2])
+    data[o:o + 2] = 0  # no SOI marker
+    bad = Split(data, split.labels, offsets=split.offsets, sizes=split.sizes)
+    with pytest.raises(DataError, match="sample 2"):
+        JpegPlanner(bad, chain())

@@ -1,0 +1,73 @@
+"""Decoding on the device, its CPU twin end to end (issue [13]): tr.data's planner writes the geometry of a batch of
+real JPEGs, the CPU decodes the regions (libjpeg-turbo, the fallback of the device decoder), and the CPU backend's
+image_resample turns them into the normalised batch. That batch is the CPU pipeline's, byte for byte: the same
+crop boxes, flips and erase boxes, the same resize to the bit, the same normalisation, FP16 and FP32. On the GPU
+the same op is the CPU backend's to the bit (packages/tr-backend/tests/test_cuda_image.py), so the device path
+differs from the CPU pipeline only where nvJPEG's pixels differ from libjpeg-turbo's."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tr.core.norm import NormMode
+from tr.data import ImageFolder, _native
+from tr.data.jpeg_plan import GEOM as PLAN_GEOM
+from tr.data.jpeg_plan import GEOM_COLS as PLAN_COLS
+from tr.data.jpeg_plan import JpegPlanner, decode_regions
+from tr.data.transforms import Compose, RandomErasing, RandomHorizontalFlip, RandomResizedCrop
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "tr-backend" / "tests"))
+from backend_testkit import SimpleArena, op  # noqa: E402
+
+from tr.backend.rules.image import GEOM, GEOM_COLS  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory) -> Path:
+    pytest.importorskip("PIL")
+    pytest.importorskip("skimage")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from make_image_folder import make_image_folder
+
+    root = tmp_path_factory.mktemp("photos")
+    # sizes around and far from the outputs below: crops shrink and grow; some files progressive, some 4:4:4
+    make_image_folder(root, classes=3, per_class=6, min_side=40, max_side=420, seed=4, val_per_class=1)
+    return root
+
+
+def test_the_planner_and_the_op_share_the_geometry_table():
+    assert PLAN_GEOM == GEOM and PLAN_COLS == GEOM_COLS
+
+
+@pytest.mark.parametrize("size, dtype, pad", [(64, "float16", 4), (224, "float32", None), (33, "float16", None)])
+def test_the_cpu_twin_is_the_cpu_pipeline_byte_for_byte(photos, size, dtype, pad):
+    split = ImageFolder(photos).load("train")
+    comp = Compose([RandomResizedCrop(size), RandomHorizontalFlip(), RandomErasing(0.5, value=0.5)],
+                   NormMode.IMAGENET, dtype, pad_channels_to=pad)
+    planner = JpegPlanner(split, comp)
+    batch = len(split)
+    c_out = pad or 3
+    a = SimpleArena()
+    t = {"src": a.add("src", (planner.capacity(batch),), "uint8"),
+         "geom": a.add("geom", (batch, 1, 1, GEOM_COLS), "int32"),
+         "y": a.add("y", (batch, size, size, c_out), "fp16" if dtype == "float16" else "fp32")}
+    be = a.allocate()
+    g = be.capture("decode", [op("image_resample", src=t["src"], geom=t["geom"], y=t["y"], mean=comp.mean,
+                                 std=comp.std, erase_value=(0.5,))])
+    order = np.random.default_rng(0).permutation(batch)
+    for epoch in (0, 1):
+        plan = planner.plan(order, seed=5, epoch=epoch)
+        src = np.zeros(planner.capacity(batch), np.uint8)
+        decode_regions(split, plan, src)
+        be.write(t["src"], src)
+        be.write(t["geom"], plan.geom.reshape(batch, 1, 1, GEOM_COLS))
+        be.launch(g)
+        got = be.read(t["y"])
+        for k, i in enumerate(order):
+            img = _native.decode_jpeg(split.encoded_bytes(int(i)), False, 8)
+            want = comp(img, seed=5, epoch=epoch, index=int(i))
+            np.testing.assert_array_equal(got[k].view(np.uint8), want.view(np.uint8), err_msg=f"sample {i}")

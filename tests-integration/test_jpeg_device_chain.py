@@ -18,7 +18,7 @@ from tr.data import ImageFolder, _native
 from tr.data.jpeg_plan import GEOM as PLAN_GEOM
 from tr.data.jpeg_plan import GEOM_COLS as PLAN_COLS
 from tr.data.jpeg_plan import JpegPlanner, decode_regions
-from tr.data.transforms import Compose, RandomErasing, RandomHorizontalFlip, RandomResizedCrop
+from tr.data.transforms import CenterCrop, Compose, RandomErasing, RandomHorizontalFlip, RandomResizedCrop, Resize
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "tr-backend" / "tests"))
 from backend_testkit import SimpleArena, op  # noqa: E402
@@ -43,18 +43,29 @@ def test_the_planner_and_the_op_share_the_geometry_table():
     assert PLAN_GEOM == GEOM and PLAN_COLS == GEOM_COLS
 
 
-@pytest.mark.parametrize("size, dtype, pad", [(64, "float16", 4), (224, "float32", None), (33, "float16", None)])
-def test_the_cpu_twin_is_the_cpu_pipeline_byte_for_byte(photos, size, dtype, pad):
+def _train(size):
+    return [RandomResizedCrop(size), RandomHorizontalFlip(), RandomErasing(0.5, value=0.5)]
+
+
+def _val(size):  # ImageNet's evaluation: the short side to 8/7 of the crop, then the centre
+    return [Resize(size * 8 // 7), CenterCrop(size)]
+
+
+@pytest.mark.parametrize("chain, size, dtype, pad", [(_train, 64, "float16", 4), (_train, 224, "float32", None),
+                                                     (_train, 33, "float16", None), (_val, 56, "float16", 4),
+                                                     (_val, 224, "float32", None),
+                                                     (lambda s: [Resize((s, s + 9)), RandomHorizontalFlip()], 40,
+                                                      "float16", None)])
+def test_the_cpu_twin_is_the_cpu_pipeline_byte_for_byte(photos, chain, size, dtype, pad):
     split = ImageFolder(photos).load("train")
-    comp = Compose([RandomResizedCrop(size), RandomHorizontalFlip(), RandomErasing(0.5, value=0.5)],
-                   NormMode.IMAGENET, dtype, pad_channels_to=pad)
+    comp = Compose(chain(size), NormMode.IMAGENET, dtype, pad_channels_to=pad)
     planner = JpegPlanner(split, comp)
     batch = len(split)
     c_out = pad or 3
     a = SimpleArena()
     t = {"src": a.add("src", (planner.capacity(batch),), "uint8"),
          "geom": a.add("geom", (batch, 1, 1, GEOM_COLS), "int32"),
-         "y": a.add("y", (batch, size, size, c_out), "fp16" if dtype == "float16" else "fp32")}
+         "y": a.add("y", (batch, *planner.out_hw, c_out), "fp16" if dtype == "float16" else "fp32")}
     be = a.allocate()
     g = be.capture("decode", [op("image_resample", src=t["src"], geom=t["geom"], y=t["y"], mean=comp.mean,
                                  std=comp.std, erase_value=(0.5,))])

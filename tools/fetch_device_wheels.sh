@@ -22,7 +22,7 @@ PY=${PYTHON:-python3}
 # hatchling and its run-time dependencies on Python 3.12 (tomli/exceptiongroup are for < 3.11 only)
 BACKEND=(hatchling==1.33.0 packaging==26.4 pathspec==1.1.1 pluggy==1.7.0 trove-classifiers==2026.9.21.13
          tomlkit==0.15.2)
-HEADERS=(nvidia-cudnn-frontend==1.32.0)
+HEADERS=(nvidia-cudnn-frontend==1.32.0 nvidia-nvjpeg==13.2.3.58)  # nvjpeg: header and library of the device decoder
 # scikit-build-core's dependencies on 3.12 are packaging and pathspec (above)
 TOOLS=(scikit-build-core==1.1.2 nanobind==3.1.0 pybind11==3.1.0 ninja==1.13.2 cmake==4.4.5)
 

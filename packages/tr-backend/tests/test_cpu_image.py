@@ -61,6 +61,15 @@ def test_a_shift_is_a_copy_and_a_constant_stays_constant():
     assert (resize_crop(flat, 0, 0, 9, 11, 40, 50) == 173).all()
 
 
+def test_a_window_of_the_resize_is_its_crop():
+    rng = np.random.default_rng(2)
+    img = rng.integers(0, 256, (90, 70, 3), dtype=np.uint8)
+    whole = resize_crop(img, 0, 0, 90, 70, 60, 47)
+    np.testing.assert_array_equal(resize_crop(img, 0, 0, 90, 70, 60, 47, (7, 3, 40, 40)), whole[7:47, 3:43])
+    up = resize_crop(img, 5, 5, 30, 30, 64, 64)
+    np.testing.assert_array_equal(resize_crop(img, 5, 5, 30, 30, 64, 64, (10, 20, 32, 32)), up[10:42, 20:52])
+
+
 def test_the_pass_order_follows_the_sizes():
     assert vertical_first(axis(0, 300, 224), 224)  # fewer output rows than source rows read
     assert not vertical_first(axis(0, 100, 224), 224)

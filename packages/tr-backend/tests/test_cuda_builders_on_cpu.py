@@ -16,6 +16,7 @@ from backend_testkit import SimpleArena, op, span
 from tr.backend.checks import where
 from tr.backend.cuda.binder import DTYPE_CODES, CudaBinder
 from tr.backend.registry import op_impls
+from tr.backend.rules.image import GEOM_COLS
 from tr.core.dtype import DType
 from tr.core.errors import TrError
 from tr.core.ops import CATALOGUE
@@ -127,7 +128,7 @@ def test_augment_builder_passes_the_spec():
 
 
 def test_image_builder_passes_the_coefficients():
-    a = arena(("src", (4096,), "uint8"), ("geom", (4, 1, 1, 16), "int32"), ("y", (4, 32, 24, 4), "fp16"))
+    a = arena(("src", (4096,), "uint8"), ("geom", (4, 1, 1, GEOM_COLS), "int32"), ("y", (4, 32, 24, 4), "fp16"))
     name, ptrs, ints, floats = build(op("image_resample", src=a["src"], geom=a["geom"], y=a["y"], mean=(0.5,),
                                         std=(0.25, 0.5, 1.0), erase_value=(1.5,)))
     assert name == "image_resample" and set(ptrs) == {"src", "geom", "y"}

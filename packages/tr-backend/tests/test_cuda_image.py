@@ -1,7 +1,7 @@
 """image_resample on CUDA against the CPU backend on the same decoded regions (GPU tests): the resize weights are
 computed the same way in double, the sums are integers and the normalisation is the same two float32 roundings
 (--fmad=false), so the outputs are equal to the bit: downscaling (vertical pass first), upscaling (horizontal
-first), shifts, flips, erasing, FP16 and FP32, padded channels. Written in a session whose device time went to
+first), shifts, windows of a larger resize, flips, erasing, FP16 and FP32, padded channels. Written in a session whose device time went to
 issue [12]: not run yet."""
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ def _batch(rng, n, oh, ow):
                  crop_w=w - left - int(rng.integers(0, 3)), flip=int(rng.integers(0, 2)))
         if k % 3 == 0:
             r.update(erase_y=2, erase_x=3, erase_h=oh // 4, erase_w=ow // 5)
+        if k % 4 == 1:  # a window of a larger resize (Resize + CenterCrop)
+            r.update(out_h=oh + 10, out_w=ow + 6, out_y=4, out_x=3)
         rows.append(r)
         chunks.append((pos, region))
         pos += -(-region.size // 256) * 256

@@ -447,13 +447,17 @@ PYBIND11_MODULE(_native, m) {
           "plan_first_resample",
           [](const PyPipeline& self, py::array_t<int32_t, py::array::c_style | py::array::forcecast> shapes,
              py::array_t<uint64_t, py::array::c_style | py::array::forcecast> seeds) {
-            // per sample: the first RandomResizedCrop's / Resize's box (top, left, height, width) in the full image,
-            // its output (height, width), then the fused stage's flip and erase box (y, x, height, width; height
-            // 0: none) drawn for that output: what decoding on the device needs of the chain (tr.data.jpeg_plan)
+            // per sample, what decoding on the device needs of the chain (tr.data.jpeg_plan): the first
+            // RandomResizedCrop's / Resize's box (top, left, height, width) in the full image and the size it
+            // resizes to; the window a CenterCrop right after it keeps (y0, x0, height, width; the whole resized
+            // image without one); then the fused stage's flip and erase box (y, x, height, width; height 0: none)
+            // drawn for the final sample
             if (shapes.ndim() != 2 || shapes.shape(1) != 3 || seeds.ndim() != 1 || seeds.shape(0) != shapes.shape(0))
               throw ShapeErr("plan_first_resample takes shapes (n, 3) and seeds (n,)");
+            const auto& ops = self.p->ops();
+            const bool center = ops.size() > 1 && ops[1].kind == OpKind::CenterCrop;
             const py::ssize_t n = shapes.shape(0);
-            py::array_t<int32_t> out({n, py::ssize_t(11)});
+            py::array_t<int32_t> out({n, py::ssize_t(15)});
             auto sh = shapes.unchecked<2>();
             auto sd = seeds.unchecked<1>();
             auto o = out.mutable_unchecked<2>();
@@ -462,11 +466,24 @@ PYBIND11_MODULE(_native, m) {
               int box[4], os[2];
               if (!self.p->first_resample(full, sd(i), box, os))
                 throw ConfigErr("the chain does not start with a RandomResizedCrop or Resize that resamples");
+              int win[4] = {0, 0, os[0], os[1]};
+              if (center) {
+                Stream rng(sd(i), uint64_t(ops[1].slot) << 32);
+                Params p;
+                const Shape3 resized{os[0], os[1], full.c};
+                op_draw(ops[1], rng, resized, p);
+                const Shape3 cs = op_out_shape(ops[1], p, resized);
+                win[0] = int(p.i[0]);
+                win[1] = int(p.i[1]);
+                win[2] = cs.h;
+                win[3] = cs.w;
+              }
               FusedParams fp;
-              fused_draw(self.p->fused(), sd(i), Shape3{os[0], os[1], full.c}, fp);
-              const int v[11] = {box[0], box[1], box[2], box[3], os[0], os[1], fp.flip ? 1 : 0,
-                                 fp.erase ? fp.ei : 0, fp.erase ? fp.ej : 0, fp.erase ? fp.eh : 0, fp.erase ? fp.ew : 0};
-              for (int k = 0; k < 11; ++k) o(i, k) = v[k];
+              fused_draw(self.p->fused(), sd(i), Shape3{win[2], win[3], full.c}, fp);
+              const int v[15] = {box[0], box[1], box[2], box[3], os[0], os[1], win[0], win[1], win[2], win[3],
+                                 fp.flip ? 1 : 0, fp.erase ? fp.ei : 0, fp.erase ? fp.ej : 0, fp.erase ? fp.eh : 0,
+                                 fp.erase ? fp.ew : 0};
+              for (int k = 0; k < 15; ++k) o(i, k) = v[k];
             }
             return out;
           },

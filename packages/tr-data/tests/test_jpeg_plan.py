@@ -15,6 +15,7 @@ from tr.data.dataset import Split
 from tr.data.fused import NormMode
 from tr.data.jpeg_plan import COL, GEOM, GEOM_COLS, SLOT_ALIGN, JpegPlanner, decode_regions
 from tr.data.transforms import (
+    CenterCrop,
     ColorJitter,
     Compose,
     RandomErasing,
@@ -90,7 +91,9 @@ def test_decode_regions_holds_the_whole_decode_s_pixels(split):
 
 
 def test_a_chain_the_device_path_cannot_run_is_refused_by_name(split):
-    with pytest.raises(ConfigError, match="starts with RandomResizedCrop, got Resize"):
+    with pytest.raises(ConfigError, match="starts with RandomResizedCrop or Resize, got CenterCrop"):
+        JpegPlanner(split, Compose([CenterCrop(32)], NormMode.IMAGENET))
+    with pytest.raises(ConfigError, match="samples of one size"):
         JpegPlanner(split, Compose([Resize(32)], NormMode.IMAGENET))
     with pytest.raises(ConfigError, match="ColorJitter needs the CPU pipeline"):
         JpegPlanner(split, Compose([RandomResizedCrop(32), ColorJitter(0.4)], NormMode.IMAGENET))
@@ -99,6 +102,21 @@ def test_a_chain_the_device_path_cannot_run_is_refused_by_name(split):
         JpegPlanner(pixels, chain())
     with pytest.raises(DataError, match="dataset indices"):
         JpegPlanner(split, chain()).plan([0, len(split)], seed=0, epoch=0)
+
+
+def test_a_resize_and_centre_crop_give_the_window_of_the_resize(split):
+    comp = Compose([Resize(40), CenterCrop(32)], NormMode.IMAGENET)
+    b = JpegPlanner(split, comp).plan(np.arange(len(split)), seed=0, epoch=0, train=False)
+    for k, i in enumerate(b.indices):
+        h, w, c = b.shapes[k]
+        recs = comp.params((int(h), int(w), int(c)), seed=0, epoch=0, index=int(i), train=False)
+        rh, rw = recs[0]["out_shape"][:2]
+        g = b.geom[k]
+        assert (g[COL["out_h"]], g[COL["out_w"]]) == (rh, rw) and min(rh, rw) == 40
+        assert (g[COL["out_y"]], g[COL["out_x"]]) == (recs[1]["params"]["y0"], recs[1]["params"]["x0"])
+        assert (g[COL["roi_h"]], g[COL["roi_w"]]) == (h, w)  # torchvision's Resize reads the whole image
+    with pytest.raises(DataError, match="smaller than the 200x200 CenterCrop"):
+        JpegPlanner(split, Compose([Resize(40), CenterCrop(200)], NormMode.IMAGENET)).plan([0], seed=0, epoch=0)
 
 
 def test_a_damaged_header_is_named_when_the_planner_is_made(split):

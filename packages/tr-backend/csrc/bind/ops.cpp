@@ -17,6 +17,7 @@
 #include "cuda/context.hpp"
 #include "cuda/cublaslt.hpp"
 #include "cuda/cudnn.hpp"
+#include "cuda/jpeg_decoder.hpp"
 #include "cuda/nccl.hpp"
 #include "ops/conv_cudnn.hpp"
 #include "ops/conv_plan_cache.hpp"
@@ -132,7 +133,44 @@ void bind_conv_plans(nb::module_& m) {
 
 }  // namespace
 
+void bind_jpeg(nb::module_& m) {
+  using cuda::JpegDecoder;
+  nb::class_<JpegDecoder>(m, "JpegDecoder",
+                          "Batched nvJPEG decoding of host JPEG bytes into device RGB regions (nvJPEG opened at run "
+                          "time); see csrc/cuda/jpeg_decoder.hpp.")
+      .def(nb::init<int, const std::string&, int, int>(), "device"_a, "backend"_a = "auto", "max_batch"_a = 256,
+           "threads"_a = 4)
+      .def_prop_ro("backend", &JpegDecoder::backend, "The backend made, with its flags (e.g. 'hardware+strict').")
+      .def_prop_ro("device", &JpegDecoder::device)
+      .def(
+          "decode",
+          [](JpegDecoder& d, const std::vector<std::uintptr_t>& data, const std::vector<std::size_t>& lengths,
+             const std::vector<std::uintptr_t>& dst, const std::vector<std::size_t>& pitch,
+             const std::vector<int>& roi, std::uintptr_t stream) {
+            const std::size_t n = data.size();
+            if (lengths.size() != n || dst.size() != n || pitch.size() != n || roi.size() != 4 * n)
+              fail(ErrorKind::BadArgument, "JpegDecoder.decode: data, lengths, dst and pitch need one entry an "
+                                           "image and roi four (x, y, width, height)");
+            std::vector<cuda::JpegImage> images(n);
+            for (std::size_t i = 0; i < n; ++i)
+              images[i] = cuda::JpegImage{reinterpret_cast<const unsigned char*>(data[i]), lengths[i],
+                                          reinterpret_cast<unsigned char*>(dst[i]), pitch[i], roi[4 * i],
+                                          roi[4 * i + 1], roi[4 * i + 2], roi[4 * i + 3]};
+            nb::gil_scoped_release release;
+            return d.decode(images, reinterpret_cast<cudaStream_t>(stream));
+          },
+          "data"_a, "lengths"_a, "dst"_a, "pitch"_a, "roi"_a, "stream"_a,
+          "Decode on `stream` (a cudaStream_t as an integer); one status an image: 0 decoded, 1 not taken by this "
+          "backend (decode it on the CPU), 2 damaged. Host bytes must stay valid until the stream passes it.");
+  m.def("load_nvjpeg", &cuda::load_nvjpeg,
+        "Load nvJPEG now: (path, version major*1000 + minor*10 + patch). Raises DeviceUnavailableError.");
+  m.def("nvjpeg_candidates", &cuda::nvjpeg_candidates, "The paths load_nvjpeg tries, in order.");
+  m.def("add_nvjpeg_candidates", &cuda::add_nvjpeg_candidates, "paths"_a,
+        "Paths tried before the built-in ones (the nvidia-nvjpeg wheel's library).");
+}
+
 void bind_ops(nb::module_& m) {
+  bind_jpeg(m);
   nb::class_<Context>(m, "Context", "Five streams (TRANS, COMP_1..3, UPDATE), a cuBLASLt handle and its workspace.")
       .def(nb::init<int, std::size_t>(), "device"_a = 0, "workspace_bytes"_a = std::size_t(32) << 20)
       .def_prop_ro("device", &Context::device)

@@ -19,13 +19,13 @@ constexpr int kPrec = 14;
 constexpr int kHalf = 1 << (kPrec - 1);
 constexpr int kC = 3;            // decoded images are RGB
 constexpr int kMaxOut = 8;       // output channels (3, or padded)
-constexpr int kGeomCols = 16;    // rules/image.py GEOM_COLS
+constexpr int kGeomCols = 24;    // rules/image.py GEOM_COLS
 constexpr int kMaxTaps = 2 * 64 + 1;      // rules/image.py MAX_SCALE: a crop side at most 64 output sides
 constexpr int kSharedBytes = 40 * 1024;  // the block's u8 intermediate (rules/image.py MAX_TMP_BYTES)
 constexpr int kThreads = 256;
 
-struct Geom {
-  int slot, roi_h, roi_w, top, left, crop_h, crop_w, flip, ey, ex, eh, ew;
+struct Geom {  // rules/image.py GEOM, in order
+  int slot, roi_h, roi_w, top, left, crop_h, crop_w, flip, ey, ex, eh, ew, roi_y, roi_x, out_h, out_w, out_y, out_x;
 };
 
 // One axis of the resize: crop [in0, in0 + len) of the region to `out` samples (tr.data's build_axis).
@@ -93,10 +93,10 @@ __device__ __forceinline__ unsigned char fix_u8(int acc) {
   return static_cast<unsigned char>(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
-// min of the starts and max of the ends of an axis' outputs, over the block.
-__device__ void axis_extent(const Axis& a, int& lo, int& hi, int* red) {
+// min of the starts and max of the ends of outputs k0 .. k1 - 1 of an axis, over the block.
+__device__ void axis_extent(const Axis& a, int k0, int k1, int& lo, int& hi, int* red) {
   int l = INT_MAX, h = INT_MIN;
-  for (int k = threadIdx.x; k < a.out; k += blockDim.x) {
+  for (int k = k0 + int(threadIdx.x); k < k1; k += blockDim.x) {
     int s, e;
     a.span(k, s, e);
     l = min(l, s);
@@ -152,23 +152,27 @@ __global__ void __launch_bounds__(kThreads) image_resample_kernel(const unsigned
   __shared__ int red[64];
   const int row = blockIdx.x, b = blockIdx.y;
   const int* gp = geom + static_cast<long long>(b) * kGeomCols;
-  const Geom g{gp[0], gp[1], gp[2], gp[3], gp[4], gp[5], gp[6], gp[7], gp[8], gp[9], gp[10], gp[11]};
+  const Geom g{gp[0], gp[1],  gp[2],  gp[3],  gp[4],  gp[5],  gp[6],  gp[7],  gp[8],
+               gp[9], gp[10], gp[11], gp[12], gp[13], gp[14], gp[15], gp[16], gp[17]};
+  // the crop is resized to fh x fw, of which this sample is the oh x ow window at (out_y, out_x)
+  const int fh = g.out_h > 0 ? g.out_h : oh, fw = g.out_w > 0 ? g.out_w : ow;
   const unsigned char* img = src + static_cast<long long>(g.slot);
   const long long pitch = static_cast<long long>(g.roi_w) * kC;
   TY* out = y + (static_cast<long long>(b) * oh + row) * static_cast<long long>(ow) * nm.c_out;
-  const Axis ay(g.top, g.crop_h, oh), ax(g.left, g.crop_w, ow);
+  const Axis ay(g.top, g.crop_h, fh), ax(g.left, g.crop_w, fw);
   int rlo, rhi, clo, chi;
-  axis_extent(ay, rlo, rhi, red);
-  axis_extent(ax, clo, chi, red);
-  const Axis::Taps ty = ay.plan(row);  // (every thread: the same values)
+  axis_extent(ay, 0, fh, rlo, rhi, red);  // the pass order is decided on the whole resize, as tr.data's
+  axis_extent(ax, g.out_x, g.out_x + ow, clo, chi, red);
+  const Axis::Taps ty = ay.plan(g.out_y + row);  // (every thread: the same values)
   const int ys = ty.start, yn = ty.n;
   for (int j = threadIdx.x; j < yn && j < kMaxTaps; j += blockDim.x) wy[j] = ay.weight(ty, j);
   __syncthreads();
   // What the planner guarantees (rules/image.py): the crop in the region, at most kMaxTaps taps, the block's
   // intermediate in its buffer. A row that breaks it is left as zeros rather than read out of bounds.
-  const bool vfirst = oh < rhi - rlo;
+  const bool vfirst = fh < rhi - rlo;
   const bool fits = yn <= kMaxTaps && (vfirst ? (chi - clo) * kC <= kSharedBytes : yn * ow * kC <= kSharedBytes) &&
-                    g.top >= 0 && g.left >= 0 && g.top + g.crop_h <= g.roi_h && g.left + g.crop_w <= g.roi_w;
+                    g.top >= 0 && g.left >= 0 && g.top + g.crop_h <= g.roi_h && g.left + g.crop_w <= g.roi_w &&
+                    g.out_y >= 0 && g.out_x >= 0 && g.out_y + oh <= fh && g.out_x + ow <= fw;
   if (!fits) {
     for (int i = threadIdx.x; i < ow * nm.c_out; i += blockDim.x) out[i] = kern::from_f<TY>(0.0f);
     return;
@@ -184,7 +188,7 @@ __global__ void __launch_bounds__(kThreads) image_resample_kernel(const unsigned
     }
     __syncthreads();
     for (int x = threadIdx.x; x < ow; x += blockDim.x) {
-      const Axis::Taps tx = ax.plan(x);
+      const Axis::Taps tx = ax.plan(g.out_x + x);
       int acc[kC] = {kHalf, kHalf, kHalf};
       const unsigned char* p = tmp + (tx.start - clo) * kC;
       for (int t = 0; t < tx.n; ++t) {
@@ -200,7 +204,7 @@ __global__ void __launch_bounds__(kThreads) image_resample_kernel(const unsigned
   } else {
     // horizontal first: the source rows this output row reads, each resized horizontally, then the vertical pass
     for (int x = threadIdx.x; x < ow; x += blockDim.x) {
-      const Axis::Taps tx = ax.plan(x);
+      const Axis::Taps tx = ax.plan(g.out_x + x);
       for (int r = 0; r < yn; ++r) {
         const unsigned char* p = img + static_cast<long long>(ys + r) * pitch + static_cast<long long>(tx.start) * kC;
         int acc[kC] = {kHalf, kHalf, kHalf};

@@ -3,8 +3,9 @@ before the GPU decodes and augments it, and the CPU decode that stands in for th
 
 The CPU reads no pixels here. For each sample of a batch it has the JPEG bytes (an encoded Split: a folder read
 into memory or a mapped DTS pack), their header's size (parsed once per split), and the chain's draws for that
-sample, seed and epoch, drawn by tr.data's own code (the native Pipeline's ``plan_first_resample``): the first
-RandomResizedCrop's box, the flip and the erasing box. From them it writes one INT32 row a sample, the geometry
+sample, seed and epoch, drawn by tr.data's own code (the native Pipeline's ``plan_first_resample``): the box
+the first RandomResizedCrop (or Resize) resizes and the size it makes, the window a CenterCrop after a Resize
+keeps, the flip and the erasing box. From them it writes one INT32 row a sample, the geometry
 table that the device op ``image_resample`` reads (columns: tr/backend/rules/image.py GEOM, repeated in
 ``GEOM`` below because tr-data does not import tr-backend; a test holds them equal): where the sample's decoded
 region lies in the decode buffer, its size, the crop box inside it, the flip and the erase box. The decoded
@@ -15,8 +16,9 @@ resize reads; its capacity for any batch of B samples is the sum of the B larges
 fallback for an image the device decoder refuses, and the source the CPU backend's image_resample reads. With
 it, the CPU backend's op gives the bytes of the CPU pipeline (tests-integration/test_jpeg_device_chain.py).
 
-Chains: RandomResizedCrop first, then optionally RandomHorizontalFlip and RandomErasing, normalised to RGB;
-anything else is refused naming the transform (the CPU pipeline runs those chains).
+Chains: RandomResizedCrop (training) or Resize + CenterCrop, or a Resize to a fixed (h, w) (validation) first,
+then optionally RandomHorizontalFlip and RandomErasing, normalised to RGB; anything else is refused naming the
+transform (the CPU pipeline runs those chains).
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ from tr.core.philox import splitmix64_array
 from tr.data import _native
 from tr.data.dataset import Split
 from tr.data.seeds import seed_prefix
-from tr.data.transforms import Compose, RandomErasing, RandomHorizontalFlip, RandomResizedCrop
+from tr.data.transforms import CenterCrop, Compose, RandomErasing, RandomHorizontalFlip, RandomResizedCrop, Resize
 
 GEOM = ("slot", "roi_h", "roi_w", "top", "left", "crop_h", "crop_w", "flip", "erase_y", "erase_x", "erase_h",
-        "erase_w", "roi_y", "roi_x")
-GEOM_COLS = 16
+        "erase_w", "roi_y", "roi_x", "out_h", "out_w", "out_y", "out_x")
+GEOM_COLS = 24
 COL = {name: k for k, name in enumerate(GEOM)}
 CHANNELS = 3
 SLOT_ALIGN = 256  # each region starts at a multiple (the decoders' and the resample's loads)
@@ -59,18 +61,30 @@ class JpegBatch:
 
 
 def _check_chain(compose: Compose) -> tuple[int, int]:
+    """The (height, width) of the chain's samples; ConfigError naming what decoding on the device cannot run."""
     ts = list(compose.transforms)
-    if not ts or not isinstance(ts[0], RandomResizedCrop):
+    if not ts or not isinstance(ts[0], (RandomResizedCrop, Resize)):
         first = type(ts[0]).__name__ if ts else "nothing"
-        raise ConfigError(f"decoding on the device takes a chain that starts with RandomResizedCrop, got {first}")
-    for t in ts[1:]:
+        raise ConfigError(f"decoding on the device takes a chain that starts with RandomResizedCrop or Resize, "
+                          f"got {first}")
+    rest = ts[1:]
+    if isinstance(ts[0], RandomResizedCrop):
+        size = ts[0].size
+    elif rest and isinstance(rest[0], CenterCrop):
+        size, rest = rest[0].size, rest[1:]
+    elif isinstance(ts[0].size, tuple):
+        size = ts[0].size
+    else:
+        raise ConfigError("decoding on the device needs samples of one size: Resize(int) keeps each image's aspect, "
+                          "so follow it with CenterCrop (or resize to a (height, width))")
+    for t in rest:
         if not isinstance(t, (RandomHorizontalFlip, RandomErasing)):
-            raise ConfigError(f"decoding on the device runs RandomResizedCrop, RandomHorizontalFlip and "
-                              f"RandomErasing; {type(t).__name__} needs the CPU pipeline")
+            raise ConfigError(f"decoding on the device runs RandomResizedCrop or Resize (+ CenterCrop), "
+                              f"RandomHorizontalFlip and RandomErasing; {type(t).__name__} needs the CPU pipeline")
     if compose.pad_channels_to is not None and not CHANNELS <= compose.pad_channels_to <= 8:
         raise ConfigError(f"decoding on the device writes 3 to 8 channels, got pad_channels_to="
                           f"{compose.pad_channels_to}")
-    h, w = ts[0].size
+    h, w = size
     return int(h), int(w)
 
 
@@ -114,8 +128,16 @@ class JpegPlanner:
         seeds = splitmix64_array(np.uint64(seed_prefix(seed, epoch, train)) ^ idx.astype(np.uint64))
         draws = self.compose._native.plan_first_resample(shapes, seeds)
         top, left, ch, cw = (draws[:, k] for k in range(4))
-        if np.any(draws[:, 4] != self.out_hw[0]) or np.any(draws[:, 5] != self.out_hw[1]):
-            raise ConfigError(f"the chain's RandomResizedCrop does not make {self.out_hw} samples")
+        oh, ow = self.out_hw
+        wy, wx, wh, ww = (draws[:, k] for k in range(6, 10))
+        outside = np.flatnonzero((wy < 0) | (wx < 0) | (wy + wh > draws[:, 4]) | (wx + ww > draws[:, 5]))
+        if outside.size:  # a CenterCrop larger than the resized image pads it: not a resample
+            k = int(outside[0])
+            raise DataError(f"sample {int(idx[k])}: its {shapes[k, 0]}x{shapes[k, 1]} image resizes to "
+                            f"{draws[k, 4]}x{draws[k, 5]}, smaller than the {oh}x{ow} CenterCrop, which would pad it: "
+                            "decoding on the device does not pad (the CPU pipeline does)")
+        if np.any(wh != oh) or np.any(ww != ow):
+            raise ConfigError(f"the chain does not make {oh}x{ow} samples")
         g = np.zeros((idx.size, GEOM_COLS), np.int32)
         region = ch.astype(np.int64) * cw * CHANNELS
         aligned = -(-region // SLOT_ALIGN) * SLOT_ALIGN
@@ -127,9 +149,11 @@ class JpegPlanner:
         g[:, COL["roi_h"]], g[:, COL["roi_w"]] = ch, cw  # the region is the crop box
         g[:, COL["crop_h"]], g[:, COL["crop_w"]] = ch, cw
         g[:, COL["roi_y"]], g[:, COL["roi_x"]] = top, left
-        g[:, COL["flip"]] = draws[:, 6]
+        g[:, COL["out_h"]], g[:, COL["out_w"]] = draws[:, 4], draws[:, 5]
+        g[:, COL["out_y"]], g[:, COL["out_x"]] = wy, wx
+        g[:, COL["flip"]] = draws[:, 10]
         for k, name in enumerate(("erase_y", "erase_x", "erase_h", "erase_w")):
-            g[:, COL[name]] = draws[:, 7 + k]
+            g[:, COL[name]] = draws[:, 11 + k]
         return JpegBatch(idx, self.split.offsets[idx], self.split.sizes[idx], shapes, g,
                          int(slots[-1] + aligned[-1]) if idx.size else 0)
 

@@ -14,13 +14,15 @@ from tr.backend.binding import CallBinder
 from tr.core.dtype import DType
 from tr.core.errors import ShapeError
 
-# geom's columns, one row of 16 INT32 a sample (tr.data.jpeg_plan writes them). The decoded region (RGB u8 HWC,
-# roi_h x roi_w, rows packed) starts at byte ``slot`` of src; the crop box (top, left, crop_h, crop_w) lies inside
-# it; the erase box is in output coordinates (after the flip), erase_h = 0: none; (roi_y, roi_x) is where the
-# region lies in the whole image (for the decoder; the resample does not read it).
+# geom's columns, one row of GEOM_COLS INT32 a sample (tr.data.jpeg_plan writes them). The decoded region (RGB u8
+# HWC, roi_h x roi_w, rows packed) starts at byte ``slot`` of src; the crop box (top, left, crop_h, crop_w) lies
+# inside it and is resized to out_h x out_w (0: y's height and width), of which the sample is the window at
+# (out_y, out_x) of y's size (a CenterCrop after a Resize; 0, 0 otherwise); the erase box is in the sample's
+# coordinates (after the flip), erase_h = 0: none; (roi_y, roi_x) is where the region lies in the whole image (for
+# the decoder; the resample does not read it).
 GEOM = ("slot", "roi_h", "roi_w", "top", "left", "crop_h", "crop_w", "flip", "erase_y", "erase_x", "erase_h",
-        "erase_w", "roi_y", "roi_x")
-GEOM_COLS = 16
+        "erase_w", "roi_y", "roi_x", "out_h", "out_w", "out_y", "out_x")
+GEOM_COLS = 24
 COL = {name: k for k, name in enumerate(GEOM)}
 CHANNELS = 3  # decoded images are RGB (a gray JPEG decodes as RGB, as torchvision's ImageFolder reads it)
 MAX_OUT_CHANNELS = 8  # C_out: 3, or padded (4 for an AMP input) up to 8
@@ -116,6 +118,11 @@ def axis(in0: int, in_len: int, out: int) -> Axis:
     w16 = np.trunc(w * float(1 << PREC) + 0.5).astype(np.int32)
     w16[np.arange(ksize)[None, :] >= n[:, None]] = 0
     return Axis(in0 + xmin, n, w16)
+
+
+def window(ax: Axis, k0: int, count: int) -> Axis:
+    """Outputs k0 .. k0 + count - 1 of an axis."""
+    return Axis(ax.start[k0:k0 + count], ax.ntaps[k0:k0 + count], ax.w[k0:k0 + count])
 
 
 def vertical_first(ay: Axis, out_h: int) -> bool:

@@ -25,6 +25,7 @@ from tr.backend.rules.image import (
     shapes_of,
     spec_of,
     vertical_first,
+    window,
 )
 from tr.core.errors import DataError
 
@@ -44,10 +45,15 @@ def _pass(src: np.ndarray, ax: Axis, along: int) -> np.ndarray:
     return np.clip((acc + HALF) >> PREC, 0, 255).astype(np.uint8)
 
 
-def resize_crop(region: np.ndarray, top: int, left: int, ch: int, cw: int, oh: int, ow: int) -> np.ndarray:
-    """The (oh, ow, 3) u8 resize of the box (top, left, ch, cw) of a decoded region, as tr.data computes it."""
+def resize_crop(region: np.ndarray, top: int, left: int, ch: int, cw: int, oh: int, ow: int,
+                out: tuple[int, int, int, int] | None = None) -> np.ndarray:
+    """The u8 resize of the box (top, left, ch, cw) of a decoded region to (oh, ow), as tr.data computes it; with
+    ``out`` = (y, x, h, w) only that window of it (a CenterCrop after a Resize: the same bytes)."""
     ay, ax = axis(top, ch, oh), axis(left, cw, ow)
-    if vertical_first(ay, oh):
+    first = vertical_first(ay, oh)  # decided on the whole resize, as tr.data resizes the whole image first
+    if out is not None:
+        ay, ax = window(ay, out[0], out[2]), window(ax, out[1], out[3])
+    if first:
         return _pass(_pass(region, ay, 0), ax, 1)
     return _pass(_pass(region, ax, 1), ay, 0)
 
@@ -59,6 +65,10 @@ def _geometry_problem(g: np.ndarray, src_bytes: int, oh: int, ow: int) -> str | 
         return f"its decoded region ({rh}x{rw} at byte {slot}) does not lie in src's {src_bytes} bytes"
     if ch < 1 or cw < 1 or top < 0 or left < 0 or top + ch > rh or left + cw > rw:
         return f"its crop box ({top}, {left}, {ch}x{cw}) does not lie in its {rh}x{rw} region"
+    fh, fw, y0, x0 = (int(g[COL[k]]) for k in ("out_h", "out_w", "out_y", "out_x"))
+    fh, fw = fh or oh, fw or ow
+    if y0 < 0 or x0 < 0 or y0 + oh > fh or x0 + ow > fw:
+        return f"its {oh}x{ow} window at ({y0}, {x0}) does not lie in its {fh}x{fw} resize"
     ey, ex, eh, ew = (int(g[COL[k]]) for k in ("erase_y", "erase_x", "erase_h", "erase_w"))
     if eh and (ey < 0 or ex < 0 or ew < 1 or ey + eh > oh or ex + ew > ow):
         return f"its erase box ({ey}, {ex}, {eh}x{ew}) does not lie in the {oh}x{ow} output"
@@ -81,7 +91,9 @@ def image_resample(b: Binder) -> Step:
                 raise DataError(f"{where}: sample {k}: {problem}")
             slot, rh, rw = int(g[COL["slot"]]), int(g[COL["roi_h"]]), int(g[COL["roi_w"]])
             region = src[slot:slot + rh * rw * CHANNELS].reshape(rh, rw, CHANNELS)
-            px = resize_crop(region, *(int(g[COL[c]]) for c in ("top", "left", "crop_h", "crop_w")), sh.h, sh.w)
+            fh, fw = int(g[COL["out_h"]]) or sh.h, int(g[COL["out_w"]]) or sh.w
+            px = resize_crop(region, *(int(g[COL[c]]) for c in ("top", "left", "crop_h", "crop_w")), fh, fw,
+                             (int(g[COL["out_y"]]), int(g[COL["out_x"]]), sh.h, sh.w))
             if g[COL["flip"]]:
                 px = px[:, ::-1]
             out = px.astype(np.float32) * a + bias  # float32 multiply, then add: FusedNormalization's two roundings

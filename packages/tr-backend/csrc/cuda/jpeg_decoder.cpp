@@ -1,0 +1,319 @@
+#include "cuda/jpeg_decoder.hpp"
+
+#include <dlfcn.h>
+
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/library_path.hpp"
+#include "native/errors.hpp"
+
+#ifndef TR_NVJPEG_BUILD_PATH
+#define TR_NVJPEG_BUILD_PATH ""
+#endif
+
+// The part of nvJPEG's C ABI this file uses, declared here so that the extension builds without nvjpeg.h (as
+// nccl.cpp declares NCCL's); where the header is found at build time, TR_HAVE_NVJPEG_H checks the declarations
+// against it.
+namespace tr::native::cuda {
+namespace nvj {
+using Status = int;  // nvjpegStatus_t
+constexpr Status kSuccess = 0, kBadJpeg = 3, kNotSupported = 4, kArchMismatch = 7, kImplNotSupported = 9,
+                 kIncomplete = 10;
+constexpr int kBackendGpuHybrid = 2, kBackendHardware = 3;
+constexpr int kOutputRgbi = 5;
+constexpr unsigned kFlagStrict = 1u << 2, kFlagInterpolate = 1u << 5;
+constexpr int kMaxComponent = 4;
+struct Image {
+  unsigned char* channel[kMaxComponent];
+  std::size_t pitch[kMaxComponent];
+};
+using Handle = struct Opaque_handle*;
+using State = struct Opaque_state*;
+using Params = struct Opaque_params*;
+using Stream = struct Opaque_stream*;
+}  // namespace nvj
+}  // namespace tr::native::cuda
+
+#ifdef TR_HAVE_NVJPEG_H
+#include <nvjpeg.h>
+static_assert(NVJPEG_STATUS_SUCCESS == 0 && NVJPEG_STATUS_BAD_JPEG == 3 && NVJPEG_STATUS_JPEG_NOT_SUPPORTED == 4 &&
+              NVJPEG_STATUS_ARCH_MISMATCH == 7 && NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED == 9 &&
+              NVJPEG_STATUS_INCOMPLETE_BITSTREAM == 10);
+static_assert(NVJPEG_BACKEND_GPU_HYBRID == 2 && NVJPEG_BACKEND_HARDWARE == 3 && NVJPEG_OUTPUT_RGBI == 5);
+static_assert(NVJPEG_FLAGS_BITSTREAM_STRICT == (1 << 2) && NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION == (1 << 5));
+static_assert(NVJPEG_MAX_COMPONENT == 4 && sizeof(nvjpegImage_t) == sizeof(tr::native::cuda::nvj::Image));
+#endif
+
+namespace tr::native::cuda {
+
+namespace {
+
+struct Api {
+  nvj::Status (*get_property)(int, int*) = nullptr;  // libraryPropertyType: 0 major, 1 minor, 2 patch
+  nvj::Status (*create_ex)(int, void*, void*, unsigned, nvj::Handle*) = nullptr;
+  nvj::Status (*destroy)(nvj::Handle) = nullptr;
+  nvj::Status (*state_create)(nvj::Handle, nvj::State*) = nullptr;
+  nvj::Status (*state_destroy)(nvj::State) = nullptr;
+  nvj::Status (*batched_init)(nvj::Handle, nvj::State, int, int, int) = nullptr;
+  nvj::Status (*batched_ex)(nvj::Handle, nvj::State, const unsigned char* const*, const std::size_t*, nvj::Image*,
+                            nvj::Params*, cudaStream_t) = nullptr;
+  nvj::Status (*params_create)(nvj::Handle, nvj::Params*) = nullptr;
+  nvj::Status (*params_destroy)(nvj::Params) = nullptr;
+  nvj::Status (*params_format)(nvj::Params, int) = nullptr;
+  nvj::Status (*params_roi)(nvj::Params, int, int, int, int) = nullptr;
+  nvj::Status (*stream_create)(nvj::Handle, nvj::Stream*) = nullptr;
+  nvj::Status (*stream_destroy)(nvj::Stream) = nullptr;
+  nvj::Status (*parse_header)(nvj::Handle, const unsigned char*, std::size_t, nvj::Stream) = nullptr;
+  nvj::Status (*batched_supported_ex)(nvj::Handle, nvj::Stream, nvj::Params, int*) = nullptr;
+  std::string path;
+  int version = 0;
+};
+
+std::mutex g_mutex;
+std::vector<std::string> g_extra;
+Api g_api;
+bool g_loaded = false;
+
+template <class F>
+void bind(void* handle, F& slot, const char* symbol, std::string& missing) {
+  slot = reinterpret_cast<F>(dlsym(handle, symbol));
+  if (slot == nullptr) missing += std::string(missing.empty() ? "" : ", ") + symbol;
+}
+
+std::vector<std::string> candidates_locked() {
+  return library_candidates("TR_NVJPEG_PATH", g_extra, TR_NVJPEG_BUILD_PATH,
+                            {"libnvjpeg.so." + std::to_string(CUDART_VERSION / 1000), "libnvjpeg.so"});
+}
+
+const Api& api() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_loaded) return g_api;
+  std::string tried;
+  for (const std::string& path : candidates_locked()) {
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* why = dlerror();
+      tried += "\n  " + path + ": " + (why != nullptr ? why : "not loadable");
+      continue;
+    }
+    Api a;
+    std::string missing;
+    bind(handle, a.get_property, "nvjpegGetProperty", missing);
+    bind(handle, a.create_ex, "nvjpegCreateEx", missing);
+    bind(handle, a.destroy, "nvjpegDestroy", missing);
+    bind(handle, a.state_create, "nvjpegJpegStateCreate", missing);
+    bind(handle, a.state_destroy, "nvjpegJpegStateDestroy", missing);
+    bind(handle, a.batched_init, "nvjpegDecodeBatchedInitialize", missing);
+    bind(handle, a.batched_ex, "nvjpegDecodeBatchedEx", missing);
+    bind(handle, a.params_create, "nvjpegDecodeParamsCreate", missing);
+    bind(handle, a.params_destroy, "nvjpegDecodeParamsDestroy", missing);
+    bind(handle, a.params_format, "nvjpegDecodeParamsSetOutputFormat", missing);
+    bind(handle, a.params_roi, "nvjpegDecodeParamsSetROI", missing);
+    bind(handle, a.stream_create, "nvjpegJpegStreamCreate", missing);
+    bind(handle, a.stream_destroy, "nvjpegJpegStreamDestroy", missing);
+    bind(handle, a.parse_header, "nvjpegJpegStreamParseHeader", missing);
+    bind(handle, a.batched_supported_ex, "nvjpegDecodeBatchedSupportedEx", missing);
+    if (!missing.empty()) {
+      tried += "\n  " + path + ": lacks " + missing;
+      dlclose(handle);
+      continue;
+    }
+    int v[3] = {0, 0, 0};
+    for (int k = 0; k < 3; ++k) a.get_property(k, &v[k]);
+    a.version = v[0] * 1000 + v[1] * 10 + v[2];
+    a.path = path;
+    g_api = a;
+    g_loaded = true;  // the handle stays open for the life of the process
+    return g_api;
+  }
+  fail(ErrorKind::DeviceUnavailable,
+       "nvJPEG could not be loaded (install nvidia-nvjpeg, or set TR_NVJPEG_PATH); tried:" + tried);
+}
+
+std::string status_text(nvj::Status s) {
+  static const char* names[] = {"SUCCESS", "NOT_INITIALIZED", "INVALID_PARAMETER", "BAD_JPEG", "JPEG_NOT_SUPPORTED",
+                                "ALLOCATOR_FAILURE", "EXECUTION_FAILED", "ARCH_MISMATCH", "INTERNAL_ERROR",
+                                "IMPLEMENTATION_NOT_SUPPORTED", "INCOMPLETE_BITSTREAM"};
+  const std::string name = (s >= 0 && s <= 10) ? names[s] : "unknown status";
+  return "NVJPEG_STATUS_" + name + " (" + std::to_string(s) + ")";
+}
+
+void check(nvj::Status s, const char* what) {
+  if (s != nvj::kSuccess) fail(ErrorKind::Backend, std::string("nvJPEG: ") + what + " failed: " + status_text(s));
+}
+
+bool unsupported(nvj::Status s) {
+  return s == nvj::kNotSupported || s == nvj::kImplNotSupported || s == nvj::kArchMismatch;
+}
+
+}  // namespace
+
+void add_nvjpeg_candidates(const std::vector<std::string>& paths) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_extra.insert(g_extra.end(), paths.begin(), paths.end());
+}
+
+std::vector<std::string> nvjpeg_candidates() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return candidates_locked();
+}
+
+std::pair<std::string, int> load_nvjpeg() {
+  const Api& a = api();
+  return {a.path, a.version};
+}
+
+struct JpegDecoder::Impl {
+  const Api& a;
+  nvj::Handle handle = nullptr;
+  nvj::State state = nullptr;
+  std::vector<nvj::Params> params;
+  std::vector<nvj::Stream> streams;
+  int init_size = 0;  // the batch size the state was initialised for (0: none)
+
+  explicit Impl(const Api& api_) : a(api_) {}
+  ~Impl() {
+    for (auto p : params)
+      if (p != nullptr) a.params_destroy(p);
+    for (auto s : streams)
+      if (s != nullptr) a.stream_destroy(s);
+    if (state != nullptr) a.state_destroy(state);
+    if (handle != nullptr) a.destroy(handle);
+  }
+
+  void init(int n, int threads) {
+    if (init_size == n) return;
+    check(a.batched_init(handle, state, n, threads, nvj::kOutputRgbi), "nvjpegDecodeBatchedInitialize");
+    init_size = n;
+  }
+
+  // One batched call over `which`; its status.
+  nvj::Status run(const std::vector<JpegImage>& images, const std::vector<int>& which, int threads,
+                  cudaStream_t stream) {
+    const int n = int(which.size());
+    init(n, threads);
+    std::vector<const unsigned char*> data(static_cast<std::size_t>(n), nullptr);
+    std::vector<std::size_t> lengths(static_cast<std::size_t>(n), 0);
+    std::vector<nvj::Image> out(static_cast<std::size_t>(n));
+    std::vector<nvj::Params> ps(static_cast<std::size_t>(n), nullptr);
+    for (int k = 0; k < n; ++k) {
+      const JpegImage& im = images[size_t(which[size_t(k)])];
+      data[size_t(k)] = im.data;
+      lengths[size_t(k)] = im.length;
+      out[size_t(k)] = nvj::Image{};
+      out[size_t(k)].channel[0] = im.dst;
+      out[size_t(k)].pitch[0] = im.pitch;
+      ps[size_t(k)] = params[size_t(which[size_t(k)])];
+    }
+    return a.batched_ex(handle, state, data.data(), lengths.data(), out.data(), ps.data(), stream);
+  }
+};
+
+JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, int threads)
+    : impl_(nullptr), device_(device), max_batch_(max_batch), threads_(threads) {
+  if (backend != "hardware" && backend != "gpu" && backend != "auto")
+    fail(ErrorKind::BadArgument, "JPEG decoder backend must be 'hardware', 'gpu' or 'auto', got '" + backend + "'");
+  if (max_batch < 1 || threads < 1)
+    fail(ErrorKind::BadArgument, "JPEG decoder: max_batch and threads must be >= 1, got " +
+                                     std::to_string(max_batch) + " and " + std::to_string(threads));
+  if (cudaSetDevice(device) != cudaSuccess) fail(ErrorKind::Backend, "JPEG decoder: cannot use device " +
+                                                                         std::to_string(device));
+  const Api& a = api();
+  auto* impl = new Impl(a);
+  try {
+    // strict: a damaged bitstream is an error, not a partly gray image; interpolated chroma upsampling: closer to
+    // libjpeg-turbo's (fancy upsampling) than replication. A backend that refuses a flag is tried without it.
+    const unsigned flag_sets[] = {nvj::kFlagStrict | nvj::kFlagInterpolate, nvj::kFlagStrict, 0u};
+    const int order_auto[] = {nvj::kBackendHardware, nvj::kBackendGpuHybrid};
+    std::vector<int> order;
+    if (backend == "hardware") order = {nvj::kBackendHardware};
+    else if (backend == "gpu") order = {nvj::kBackendGpuHybrid};
+    else order.assign(std::begin(order_auto), std::end(order_auto));
+    std::string tried;
+    for (int b : order) {
+      for (unsigned flags : flag_sets) {
+        const nvj::Status s = a.create_ex(b, nullptr, nullptr, flags, &impl->handle);
+        if (s == nvj::kSuccess) {
+          backend_name_ = std::string(b == nvj::kBackendHardware ? "hardware" : "gpu") +
+                          ((flags & nvj::kFlagInterpolate) ? "+interpolated" : "") +
+                          ((flags & nvj::kFlagStrict) ? "+strict" : "");
+          break;
+        }
+        impl->handle = nullptr;
+        tried += std::string("\n  ") + (b == nvj::kBackendHardware ? "hardware" : "gpu") + " flags " +
+                 std::to_string(flags) + ": " + status_text(s);
+      }
+      if (impl->handle != nullptr) break;
+    }
+    if (impl->handle == nullptr)
+      fail(ErrorKind::DeviceUnavailable, "nvJPEG has no usable '" + backend + "' decoder on device " +
+                                             std::to_string(device) + ":" + tried);
+    check(a.state_create(impl->handle, &impl->state), "nvjpegJpegStateCreate");
+    impl->params.assign(size_t(max_batch), nullptr);
+    impl->streams.assign(size_t(max_batch), nullptr);
+    for (int k = 0; k < max_batch; ++k) {
+      check(a.params_create(impl->handle, &impl->params[size_t(k)]), "nvjpegDecodeParamsCreate");
+      check(a.params_format(impl->params[size_t(k)], nvj::kOutputRgbi), "nvjpegDecodeParamsSetOutputFormat");
+      check(a.stream_create(impl->handle, &impl->streams[size_t(k)]), "nvjpegJpegStreamCreate");
+    }
+  } catch (...) {
+    delete impl;
+    throw;
+  }
+  impl_ = impl;
+}
+
+JpegDecoder::~JpegDecoder() { delete impl_; }
+
+std::vector<int> JpegDecoder::decode(const std::vector<JpegImage>& images, cudaStream_t stream) {
+  const int n = int(images.size());
+  if (n > max_batch_)
+    fail(ErrorKind::BadArgument, "JPEG decoder: a batch of " + std::to_string(n) + " images, made for at most " +
+                                     std::to_string(max_batch_));
+  if (cudaSetDevice(device_) != cudaSuccess) fail(ErrorKind::Backend, "JPEG decoder: cannot use its device");
+  const Api& a = impl_->a;
+  std::vector<int> status(size_t(n), int(JpegStatus::Ok));
+  std::vector<int> ok;
+  for (int i = 0; i < n; ++i) {
+    const JpegImage& im = images[size_t(i)];
+    nvj::Stream js = impl_->streams[size_t(i)];
+    if (im.data == nullptr || im.dst == nullptr || im.roi_w < 1 || im.roi_h < 1 || im.pitch < size_t(im.roi_w) * 3)
+      fail(ErrorKind::BadArgument, "JPEG decoder: image " + std::to_string(i) + " has no bytes, no destination or "
+                                       "a region of " + std::to_string(im.roi_w) + "x" + std::to_string(im.roi_h) +
+                                       " with a pitch of " + std::to_string(im.pitch) + " bytes");
+    if (a.parse_header(impl_->handle, im.data, im.length, js) != nvj::kSuccess) {
+      status[size_t(i)] = int(JpegStatus::Bad);
+      continue;
+    }
+    check(a.params_roi(impl_->params[size_t(i)], im.roi_x, im.roi_y, im.roi_w, im.roi_h), "nvjpegDecodeParamsSetROI");
+    int not_supported = 0;
+    const nvj::Status s = a.batched_supported_ex(impl_->handle, js, impl_->params[size_t(i)], &not_supported);
+    if (s != nvj::kSuccess || not_supported != 0) {  // 0 means supported
+      status[size_t(i)] = int(unsupported(s) || s == nvj::kSuccess ? JpegStatus::Unsupported : JpegStatus::Bad);
+      continue;
+    }
+    ok.push_back(i);
+  }
+  if (ok.empty()) return status;
+  const nvj::Status s = impl_->run(images, ok, threads_, stream);
+  if (s == nvj::kSuccess) return status;
+  if (!(s == nvj::kBadJpeg || s == nvj::kIncomplete || unsupported(s)))
+    check(s, "nvjpegDecodeBatchedEx");
+  // One image failed the batch: decode them one by one to name it (the others are decoded again; rare).
+  for (int i : ok) {
+    const nvj::Status one = impl_->run(images, {i}, threads_, stream);
+    if (one == nvj::kSuccess) continue;
+    if (one == nvj::kBadJpeg || one == nvj::kIncomplete)
+      status[size_t(i)] = int(JpegStatus::Bad);
+    else if (unsupported(one))
+      status[size_t(i)] = int(JpegStatus::Unsupported);
+    else
+      check(one, "nvjpegDecodeBatchedEx (one image)");
+  }
+  return status;
+}
+
+}  // namespace tr::native::cuda

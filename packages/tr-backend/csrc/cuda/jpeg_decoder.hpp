@@ -1,0 +1,64 @@
+// Batched JPEG decoding on the device through nvJPEG, opened at run time (dlopen) like cuBLASLt and NCCL: the
+// extension imports without the library, and a missing one is DeviceUnavailable naming every path tried.
+//
+// One decoder decodes batches of JPEGs whose bytes are in host memory (pinned for speed) into device buffers
+// as interleaved RGB (a gray file as RGB too, as tr.data's CPU decode gives it), each image's region of interest
+// only (nvjpegDecodeBatchedEx with per-image decode parameters). The hardware backend (the JPEG engines of
+// A100/H100/H200) is used where the GPU has it, else the GPU-assisted hybrid backend; an image the backend
+// does not take (progressive on the hardware engine, 4:1:0, CMYK, ...) is reported, not decoded, so the
+// caller decodes it on the CPU; a damaged one is reported as such (NVJPEG_FLAGS_BITSTREAM_STRICT).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tr::native::cuda {
+
+// Per-image results of decode().
+enum class JpegStatus : int { Ok = 0, Unsupported = 1, Bad = 2 };
+
+// Paths tried before the built-in ones (the nvidia-nvjpeg wheel's library, found by Python).
+void add_nvjpeg_candidates(const std::vector<std::string>& paths);
+std::vector<std::string> nvjpeg_candidates();
+// Loads the library once: (its path, its version as major * 1000 + minor * 10 + patch).
+std::pair<std::string, int> load_nvjpeg();
+
+struct JpegImage {
+  const unsigned char* data;  // host bytes of the file
+  std::size_t length;
+  unsigned char* dst;         // device: roi_h rows of roi_w * 3 bytes, `pitch` bytes apart
+  std::size_t pitch;
+  int roi_x, roi_y, roi_w, roi_h;  // the region of the whole image to decode
+};
+
+class JpegDecoder {
+ public:
+  // backend: "hardware", "gpu" (the GPU-assisted hybrid) or "auto" (hardware where the device has it).
+  // max_batch: the largest batch decode() takes; threads: host threads nvJPEG may use for a batch.
+  JpegDecoder(int device, const std::string& backend, int max_batch, int threads);
+  ~JpegDecoder();
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
+
+  // Decodes every supported image of the batch on `stream` (asynchronously: the regions are written when the
+  // stream reaches that point) and returns one JpegStatus per image. The host bytes must stay valid until the
+  // stream has passed the decode.
+  std::vector<int> decode(const std::vector<JpegImage>& images, cudaStream_t stream);
+
+  const std::string& backend() const { return backend_name_; }
+  int device() const { return device_; }
+
+ private:
+  struct Impl;
+  Impl* impl_;
+  std::string backend_name_;
+  int device_;
+  int max_batch_;
+  int threads_;
+};
+
+}  // namespace tr::native::cuda

@@ -1,0 +1,88 @@
+"""JPEG decoding on the device through nvJPEG (issue [13]): a batch of JPEG files in host memory decoded into the
+decode regions a geometry table places in a device buffer (tr/backend/rules/image.py GEOM: each sample's region
+of interest, RGB u8 HWC, at its slot), which image_resample then crops, resizes and normalises.
+
+nvJPEG is opened at run time (``libnvjpeg.so.13``): from ``TR_NVJPEG_PATH``, NVIDIA's wheel (nvidia-nvjpeg:
+``nvidia/cu13/lib``), the library found at build time, then the system's loader; DeviceUnavailableError names
+every path tried. The decoder takes the hardware backend (the JPEG engines of A100/H100/H200) where the GPU has
+one, else the GPU-assisted hybrid; ``backend`` says which, with its flags (strict bitstreams, interpolated chroma
+upsampling where the backend takes it).
+
+``decode`` returns one status a sample: DECODED, UNSUPPORTED (this backend does not take the file: progressive
+or 4:1:0 on the hardware engine, CMYK: the caller decodes it on the CPU and uploads its region) or DAMAGED.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tr.backend.cuda.native import require_native, wheel_libraries
+from tr.backend.rules.image import CHANNELS, COL, GEOM_COLS
+from tr.core.errors import ConfigError, DeviceUnavailableError
+
+DECODED, UNSUPPORTED, DAMAGED = 0, 1, 2
+BACKENDS = ("auto", "hardware", "gpu")
+
+
+def nvjpeg_candidates() -> list[str]:
+    """libnvjpeg from NVIDIA's wheels in this interpreter (nvidia/cu13/lib; CUDA 12: nvidia/nvjpeg/lib)."""
+    return wheel_libraries((("cu13/lib", "libnvjpeg.so.13"), ("nvjpeg/lib", "libnvjpeg.so.12")))
+
+
+_ADDED = False
+
+
+def _native() -> Any:
+    global _ADDED
+    native = require_native()
+    if not hasattr(native, "JpegDecoder"):
+        raise DeviceUnavailableError("nvJPEG unavailable: tr.backend._native was built without the CUDA ops")
+    if not _ADDED:
+        native.add_nvjpeg_candidates(nvjpeg_candidates())
+        _ADDED = True
+    return native
+
+
+def load_nvjpeg() -> tuple[str, int]:
+    """Open nvJPEG now: (library path, version as major * 1000 + minor * 10 + patch)."""
+    path, version = _native().load_nvjpeg()
+    return str(path), int(version)
+
+
+class DeviceJpegDecoder:
+    """Decodes batches of at most ``max_batch`` JPEGs on CUDA device ``device`` (see the module docstring)."""
+
+    def __init__(self, device: int = 0, backend: str = "auto", max_batch: int = 256, threads: int = 4) -> None:
+        if backend not in BACKENDS:
+            raise ConfigError(f"JPEG decoder backend must be one of {BACKENDS}, got {backend!r}")
+        self._d = _native().JpegDecoder(int(device), backend, int(max_batch), int(threads))
+        self.max_batch = int(max_batch)
+
+    @property
+    def backend(self) -> str:
+        return str(self._d.backend)
+
+    def decode(self, data: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, geom: np.ndarray, dst: int,
+               stream: int) -> np.ndarray:
+        """Decode sample k's bytes ``data[offsets[k]:offsets[k] + sizes[k]]`` (host memory that stays valid until
+        ``stream`` has passed the decode; pinned for speed) into its region at device address ``dst`` + its slot,
+        on ``stream`` (a cudaStream_t as an integer). Returns the statuses (int32, one a sample)."""
+        g = np.ascontiguousarray(geom, dtype=np.int32).reshape(-1, GEOM_COLS)
+        n = len(g)
+        if data.dtype != np.uint8 or data.ndim != 1 or not data.flags.c_contiguous:
+            raise ConfigError(f"JPEG bytes must be a contiguous flat uint8 array, got {data.dtype} {data.shape}")
+        off = np.asarray(offsets, np.int64)
+        siz = np.asarray(sizes, np.int64)
+        if len(off) != n or len(siz) != n:
+            raise ConfigError(f"{n} geometry rows but {len(off)} offsets and {len(siz)} sizes")
+        if n and (off.min() < 0 or (off + siz).max() > data.size or siz.min() < 1):
+            raise ConfigError(f"a sample's bytes lie outside the {data.size}-byte buffer")
+        base = data.ctypes.data
+        roi_w = g[:, COL["roi_w"]].astype(np.int64)
+        roi = np.stack([g[:, COL["roi_x"]], g[:, COL["roi_y"]], g[:, COL["roi_w"]], g[:, COL["roi_h"]]], 1)
+        status = self._d.decode([int(base + o) for o in off], [int(s) for s in siz],
+                                [int(dst) + int(s) for s in g[:, COL["slot"]]], [int(w) * CHANNELS for w in roi_w],
+                                [int(v) for v in roi.ravel()], int(stream))
+        return np.asarray(status, np.int32)

@@ -126,9 +126,9 @@ def _head_ops(s: PreprocessorSettings, train: bool) -> list[str]:
     return [c.op for c in t.program.calls("train", GraphId.FIRST_LAYER_FWD_A)]
 
 
-def _jpeg_batches_differ(configure) -> None:
+def _jpeg_batches_differ(configure, observe=batches) -> None:
     """The first batches of a JPEG folder (128 px photographs-to-be, made by Pillow) cropped to 16 px, plain and
-    configured: for settings that act on JPEG decoding only."""
+    configured (or what ``observe`` sees of the two settings): for settings that act on JPEG decoding only."""
     import tempfile
     from pathlib import Path
 
@@ -139,7 +139,7 @@ def _jpeg_batches_differ(configure) -> None:
         pytest.skip("tr-data was built without libjpeg-turbo")
     rng = np.random.default_rng(5)
     with tempfile.TemporaryDirectory() as tmp:
-        for c in ("a", "b"):
+        for c in ("a", "b", "c"):  # (MODEL's three classes)
             (Path(tmp) / c).mkdir()
             for i in range(4):
                 px = (rng.random((8, 8, 3)) * 255).astype(np.uint8).repeat(16, 0).repeat(16, 1)
@@ -150,7 +150,17 @@ def _jpeg_batches_differ(configure) -> None:
             return conf(PreprocessorSettings().dataset(ds).preprocess_workers(1).seed(3)
                         .normalization(NormMode.IMAGENET).train_transforms(RandomResizedCrop(16))).commit()
 
-        assert batches(pre(lambda s: s)) != batches(pre(configure))
+        assert observe(pre(lambda s: s)) != observe(pre(configure))
+
+
+def _transfer_ops(s: PreprocessorSettings) -> list[str]:
+    """The ops of the training transfer graph of a task fed by the feeder these settings give."""
+    from tr.core.graph_id import GraphId
+    from tr.task.pipeline import feeder_from_preprocessor
+
+    settings = R.Settings().global_batch_size(4).manual_seed(3)
+    t = task(settings, feeder=feeder_from_preprocessor(settings, pre=s)).compile()
+    return [c.op for c in t.program.calls("train", GraphId.TRANSFER_A)]
 
 
 def _opened(configure) -> dict:
@@ -404,6 +414,8 @@ EFFECTS: dict[str, Callable[..., None]] = {
     "PreprocessorSettings.sdmp_factor": lambda: pre_differs(lambda s: s.sdmp_factor(3), observe=_sdmp_cached),
     "PreprocessorSettings.jpeg_dct_scaling": lambda: _jpeg_batches_differ(lambda s: s.jpeg_dct_scaling(True)),
     "PreprocessorSettings.device_augment": lambda: pre_differs(lambda s: s.device_augment(True), observe=_head_ops),
+    "PreprocessorSettings.device_decode": lambda: _jpeg_batches_differ(lambda s: s.device_decode(True),
+                                                                       observe=_transfer_ops),
     "PreprocessorSettings.pad_channels_to": lambda: pre_differs(
         lambda s: s.pad_channels_to(4), observe=lambda s, t: PipelineFeeder(s, 4, seed=3).sample_shape),
     "PreprocessorSettings.seed": lambda: pre_differs(

@@ -81,6 +81,13 @@ DEFAULT_GROWTH_INTERVAL = 2000
 RELU_MASK_ALIGN = 128  # fc's relu bit mask: bits a sample, a multiple of 128 (cuBLASLt's AUX_LD rule)
 
 
+# image_resample's geometry table: one row of IMAGE_GEOM_COLS INT32 a sample, these columns first (tr.data.jpeg_plan
+# writes it, tr/backend/rules/image.py says what each means, tr.graph declares it)
+IMAGE_GEOM = ("slot", "roi_h", "roi_w", "top", "left", "crop_h", "crop_w", "flip", "erase_y", "erase_x", "erase_h",
+              "erase_w", "roi_y", "roi_x", "out_h", "out_w", "out_y", "out_x")
+IMAGE_GEOM_COLS = 24
+
+
 def relu_mask_ld(features: int) -> int:
     """Bits a sample of an fc relu mask over ``features`` outputs (fc_fwd's ``mask``)."""
     return -(-features // RELU_MASK_ALIGN) * RELU_MASK_ALIGN

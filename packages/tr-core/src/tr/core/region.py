@@ -97,8 +97,8 @@ class Region(IntEnum):
     # R tail
     R_PREDICTED_LABEL = 67
     R_RESULT_ACCUMULATED = 68
-    # D: data sets resident on the device (beyond the seed's 68: its MNIST stays on the host); empty unless a
-    # plan augments on the device (tr.graph.resident)
+    # D: data sets resident on the device (beyond the seed's 68: its MNIST stays on the host), or a JPEG input's
+    # decode buffer; empty unless a plan augments (tr.graph.resident) or decodes (tr.graph.jpeg_input) on the device
     D_RESIDENT = 69
 
     @property

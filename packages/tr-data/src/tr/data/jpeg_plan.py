@@ -6,8 +6,8 @@ into memory or a mapped DTS pack), their header's size (parsed once per split), 
 sample, seed and epoch, drawn by tr.data's own code (the native Pipeline's ``plan_first_resample``): the box
 the first RandomResizedCrop (or Resize) resizes and the size it makes, the window a CenterCrop after a Resize
 keeps, the flip and the erasing box. From them it writes one INT32 row a sample, the geometry
-table that the device op ``image_resample`` reads (columns: tr/backend/rules/image.py GEOM, repeated in
-``GEOM`` below because tr-data does not import tr-backend; a test holds them equal): where the sample's decoded
+table that the device op ``image_resample`` reads (columns: tr.core.ops.IMAGE_GEOM; their meaning:
+tr/backend/rules/image.py): where the sample's decoded
 region lies in the decode buffer, its size, the crop box inside it, the flip and the erase box. The decoded
 region is the crop box itself (the decoder's region of interest), so the buffer holds only the pixels the
 resize reads; its capacity for any batch of B samples is the sum of the B largest decoded images.
@@ -29,15 +29,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from tr.core.errors import ConfigError, DataError
+from tr.core.ops import IMAGE_GEOM, IMAGE_GEOM_COLS
 from tr.core.philox import splitmix64_array
 from tr.data import _native
 from tr.data.dataset import Split
 from tr.data.seeds import seed_prefix
 from tr.data.transforms import CenterCrop, Compose, RandomErasing, RandomHorizontalFlip, RandomResizedCrop, Resize
 
-GEOM = ("slot", "roi_h", "roi_w", "top", "left", "crop_h", "crop_w", "flip", "erase_y", "erase_x", "erase_h",
-        "erase_w", "roi_y", "roi_x", "out_h", "out_w", "out_y", "out_x")
-GEOM_COLS = 24
+GEOM, GEOM_COLS = IMAGE_GEOM, IMAGE_GEOM_COLS
 COL = {name: k for k, name in enumerate(GEOM)}
 CHANNELS = 3
 SLOT_ALIGN = 256  # each region starts at a multiple (the decoders' and the resample's loads)
@@ -158,10 +157,11 @@ class JpegPlanner:
                          int(slots[-1] + aligned[-1]) if idx.size else 0)
 
 
-def decode_regions(split: Split, batch: JpegBatch, out: np.ndarray | None = None) -> np.ndarray:
+def decode_regions(split: Split, batch: JpegBatch, out: np.ndarray | None = None,
+                   names: Sequence[str] | None = None) -> np.ndarray:
     """The batch's decoded regions on the CPU (libjpeg-turbo, RGB), each at its slot of a flat u8 buffer of
     ``batch.decode_bytes`` bytes (``out`` when given: at least that size). A damaged JPEG is a DataError naming
-    its dataset index."""
+    its dataset index (and its file, from ``names`` by dataset index when given)."""
     buf = np.zeros(batch.decode_bytes, np.uint8) if out is None else out
     if buf.dtype != np.uint8 or buf.ndim != 1 or buf.size < batch.decode_bytes:
         raise DataError(f"the decode buffer must be flat uint8 of at least {batch.decode_bytes} bytes, got "
@@ -171,7 +171,8 @@ def decode_regions(split: Split, batch: JpegBatch, out: np.ndarray | None = None
         try:
             img = _native.decode_jpeg(split.encoded_bytes(int(i)), False, 8)
         except DataError as e:
-            raise DataError(f"sample {int(i)}: {e}") from None
+            where = f" ({names[int(i)]})" if names is not None else ""
+            raise DataError(f"sample {int(i)}{where}: {e}") from None
         y0, x0 = int(g[k, COL["roi_y"]]), int(g[k, COL["roi_x"]])
         h, w = int(g[k, COL["roi_h"]]), int(g[k, COL["roi_w"]])
         slot = int(g[k, COL["slot"]])

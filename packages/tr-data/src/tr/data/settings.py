@@ -61,6 +61,8 @@ class PreprocessorSettings:
     pad_channels: int | None = None
     seed_value: int | None = None  # None: tr.core.settings.GLOBAL_SETTING.seed
     device_aug: bool = False
+    device_dec: bool = False
+    device_dec_backend: str = "auto"
     _frozen: bool = field(default=False, repr=False)
 
     # ---- the fluent builder -------------------------------------------------------------------
@@ -153,6 +155,20 @@ class PreprocessorSettings:
         transforms none. The task refuses other chains, naming the transform. tr.data's own Preprocessor
         ignores this setting: its workers run the chain either way."""
         return self._set("device_aug", _flag("device_augment", on))
+
+    def device_decode(self, on: bool = True, backend: str = "auto") -> PreprocessorSettings:
+        """Decode JPEG data sets (an image folder or a JPEG DTS pack) on the training device: the host reads only
+        the files and their headers and draws each sample's parameters as this pipeline's workers would; the
+        device decodes the regions the chain reads (nvJPEG: ``backend`` "auto" takes the GPU's hardware JPEG
+        engine where it has one, "hardware" or "gpu" force one) and crops, resizes, flips, erases and
+        normalises them in the transfer graph (tr.task.jpeg_feeder). For chains of RandomResizedCrop or
+        Resize (+ CenterCrop), then RandomHorizontalFlip and RandomErasing; the task refuses others, naming the
+        transform. An image nvJPEG does not take is decoded on the CPU. tr.data's own Preprocessor ignores this
+        setting."""
+        if backend not in ("auto", "hardware", "gpu"):
+            raise ConfigError(f"device_decode backend must be 'auto', 'hardware' or 'gpu', got {backend!r}")
+        self._set("device_dec_backend", backend)
+        return self._set("device_dec", _flag("device_decode", on))
 
     def pad_channels_to(self, n: int | None) -> PreprocessorSettings:
         """Pad the normalised samples to n channels with zeros (the seed uses 4 in AMP mode)."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from tr.core.dtype import DType
 from tr.core.errors import CompileError
-from tr.core.ops import RegionSpan
+from tr.core.ops import IMAGE_GEOM_COLS, RegionSpan
 from tr.core.region import Region, RegionConditions
 from tr.core.shape import Shape
 from tr.graph.archplan import ArchPlan, params
@@ -42,7 +42,8 @@ from tr.tensor.program import InitSpec, Program, VariantInfo
 NAMED = ("labels_a", "data_a", "labels_b", "data_b", "labels", "nan_flag", "step", "skipped", "dropout_seed", "lr",
          "loss_scale", "loss_scale_tracker", "batch_train", "batch_train_last", "batch_val", "batch_val_last",
          "lr_table", "result", "accum", "accum_samples", "probs", "pred", "train_set", "val_set", "aug_key", "aug_x",
-         "train_labels", "val_labels", "train_order", "train_pos", "val_pos", "order_key", "data_rank")
+         "train_labels", "val_labels", "train_order", "train_pos", "val_pos", "order_key", "data_rank", "jpeg_src",
+         "geom_a", "geom_b")
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,11 @@ class Compiler:
                     add(f"data_{ab}", spec.variant_input(info), dat, data_dtype, pad=data_pad)
                 else:  # the batch's dataset indices; the images are gathered from the resident set
                     add(f"data_{ab}", Shape(n, 1, 1, 1), dat, DType.INT32)
+            jp = spec.jpeg
+            if jp is not None:  # tr.graph.jpeg_input: the host sends each batch's geometry, the decode fills jpeg_src
+                add("geom_a", Shape(n, 1, 1, IMAGE_GEOM_COLS), Region.I_A_DATA, DType.INT32)
+                add("geom_b", Shape(n, 1, 1, IMAGE_GEOM_COLS), Region.I_B_DATA, DType.INT32)
+                add("jpeg_src", Shape(1, 1, 1, jp.capacity), Region.D_RESIDENT, DType.UINT8)
             if res is not None:  # tr.graph.resident
                 h, w, c = res.image
                 add("train_set", Shape(res.train_samples, h, w, c), Region.D_RESIDENT, DType.UINT8)

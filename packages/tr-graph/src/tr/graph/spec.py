@@ -17,6 +17,7 @@ from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_
 from tr.core.optim import LARS, OPTIMIZERS, first_moment, second_moment
 from tr.core.settings import Settings
 from tr.core.shape import Shape
+from tr.graph.jpeg_input import JpegInput
 from tr.graph.layers import LOSS_KINDS
 from tr.graph.resident import ResidentInput
 from tr.tensor.program import TRAIN, TRAIN_LAST, TRAIN_LOW, TRAIN_LOW_LAST, VAL, VAL_LAST, VariantInfo
@@ -53,6 +54,7 @@ class CompileSpec:
     world_size: int = 1  # recorded; the all-reduce ops are emitted for any size
     ema_decay: float | None = None  # in (0, 1): EMA twins of the weights, updated every step (tr.graph.ema)
     resident: ResidentInput | None = None  # the data sets in the arena, augmented in the step (tr.graph.resident)
+    jpeg: JpegInput | None = None  # batches arrive as JPEG files, decoded and augmented on the device (jpeg_input)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -108,6 +110,17 @@ class CompileSpec:
                     r not in (None, self.input_shape[0]) for r in (self.train_resolution, self.val_resolution)):
                 raise ConfigError("a device-resident input is augmented at the images' own size: leave the train, "
                                   "low and val resolutions unset")
+
+        if self.jpeg is not None:
+            if not isinstance(self.jpeg, JpegInput):
+                raise ConfigError(f"jpeg must be a JpegInput or None, got {self.jpeg!r}")
+            self.jpeg.validate()
+            if self.resident is not None:
+                raise ConfigError("a plan takes one input: a resident data set or JPEG files, not both")
+            if self.train_low_resolution is not None or any(
+                    r not in (None, self.input_shape[0]) for r in (self.train_resolution, self.val_resolution)):
+                raise ConfigError("a JPEG input is resized to the samples' size by its chain: leave the train, low "
+                                  "and val resolutions unset")
 
     def _validate_loss_scale(self) -> None:
         if self.loss_scale_rule not in LOSS_SCALE_RULES:

@@ -299,6 +299,7 @@ class DeepLearningTask(TaskBase):
             world_size=1 if env is None else env.world_size, **plan_inputs.optimizer_spec(self._optimizer),
             ema_decay=self._ema.decay if self._ema is not None else None,
             resident=feeder.resident_input(),
+            jpeg=feeder.jpeg_input(),
         )
         self.spec = spec
         self.program = compile_program(self._blueprint, spec)

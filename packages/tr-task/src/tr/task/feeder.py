@@ -53,6 +53,7 @@ class Feeder(Protocol):
     def check_labels(self, num_classes: int) -> None: ...
     def last_epoch_times(self) -> Any: ...  # tr.data.EpochTimes of the last pass, or None
     def resident_input(self) -> Any: ...  # tr.graph.resident.ResidentInput, or None
+    def jpeg_input(self) -> Any: ...  # tr.graph.jpeg_input.JpegInput (batches decoded on the device), or None
     def upload(self, backend: Any, program: Any) -> None: ...  # once, after the arena is allocated
     def begin_epoch(self, backend: Any, program: Any, epoch: int) -> None: ...  # before each training pass
 
@@ -85,6 +86,9 @@ class FeederDefaults:
     def resident_input(self) -> Any:
         return None
 
+    def jpeg_input(self) -> Any:
+        return None
+
     def upload(self, backend: Any, program: Any) -> None:
         """Without a resident input there is nothing of the feeder's to place in the arena."""
 
@@ -113,7 +117,7 @@ class _Completed(FeederDefaults):
 
 
 _OPTIONAL = frozenset({"staging_shape", "adopts_buffers", "adopt_buffers", "shard", "check_labels",
-                       "last_epoch_times", "resident_input", "upload", "begin_epoch"})
+                       "last_epoch_times", "resident_input", "jpeg_input", "upload", "begin_epoch"})
 
 
 def complete_feeder(feeder: Any) -> Feeder:

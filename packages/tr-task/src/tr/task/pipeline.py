@@ -123,9 +123,15 @@ def feeder_from_preprocessor(settings: Settings, zones: Sequence[Any] | None = N
                              pre: PreprocessorSettings | None = None) -> Any:
     """The feeder the seed's examples get: PREPROCESSOR_SETTING, the task's batch, seed and precision. The batch
     is the global one: with several ranks the task's ``shard`` call makes it this rank's share. With
-    ``device_augment(True)``, a ResidentFeeder (tr.task.resident): the chain runs on the training device.
+    ``device_augment(True)``, a ResidentFeeder (tr.task.resident): the chain runs on the training device; with
+    ``device_decode(True)``, a DeviceJpegFeeder (tr.task.jpeg_feeder): JPEGs decoded and augmented there.
     ``pre``: other preprocessor settings than PREPROCESSOR_SETTING."""
     pre = PREPROCESSOR_SETTING if pre is None else pre
+    if pre.device_dec:
+        from tr.task.jpeg_feeder import DeviceJpegFeeder
+
+        return DeviceJpegFeeder(pre, settings.batch_size, settings.seed, fp16=settings.amp_enabled,
+                                backend=pre.device_dec_backend)
     if pre.device_aug:
         from tr.task.resident import ResidentFeeder
 

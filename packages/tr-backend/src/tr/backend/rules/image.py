@@ -13,6 +13,7 @@ import numpy as np
 from tr.backend.binding import CallBinder
 from tr.core.dtype import DType
 from tr.core.errors import ShapeError
+from tr.core.ops import IMAGE_GEOM, IMAGE_GEOM_COLS
 
 # geom's columns, one row of GEOM_COLS INT32 a sample (tr.data.jpeg_plan writes them). The decoded region (RGB u8
 # HWC, roi_h x roi_w, rows packed) starts at byte ``slot`` of src; the crop box (top, left, crop_h, crop_w) lies
@@ -20,9 +21,7 @@ from tr.core.errors import ShapeError
 # (out_y, out_x) of y's size (a CenterCrop after a Resize; 0, 0 otherwise); the erase box is in the sample's
 # coordinates (after the flip), erase_h = 0: none; (roi_y, roi_x) is where the region lies in the whole image (for
 # the decoder; the resample does not read it).
-GEOM = ("slot", "roi_h", "roi_w", "top", "left", "crop_h", "crop_w", "flip", "erase_y", "erase_x", "erase_h",
-        "erase_w", "roi_y", "roi_x", "out_h", "out_w", "out_y", "out_x")
-GEOM_COLS = 24
+GEOM, GEOM_COLS = IMAGE_GEOM, IMAGE_GEOM_COLS
 COL = {name: k for k, name in enumerate(GEOM)}
 CHANNELS = 3  # decoded images are RGB (a gray JPEG decodes as RGB, as torchvision's ImageFolder reads it)
 MAX_OUT_CHANNELS = 8  # C_out: 3, or padded (4 for an AMP input) up to 8

@@ -1,0 +1,37 @@
+"""JPEG input decoded on the device (issue [13]): the batch arrives as compressed files, not pixels.
+
+A plan compiled with ``CompileSpec.jpeg`` (a JpegInput) differs from a host-fed one only in what its transfer
+graphs do:
+
+* ``jpeg_src``: the decode buffer (UINT8, ``capacity`` bytes, region D_RESIDENT): each batch's decoded regions
+  (RGB u8 HWC at the slots of its geometry table), written before the batch's transfer graph runs, on the
+  transfer stream (nvJPEG on CUDA; the feeder's CPU decode on the CPU backend: tr.task.jpeg_feeder);
+* ``geom_a`` / ``geom_b``: the batch's geometry table (INT32 [B, 1, 1, IMAGE_GEOM_COLS], tr.core.ops), which the
+  host staging buffer holds instead of images;
+* TRANSFER_A/B: ``h2d_copy`` of the labels and the geometry, then ``image_resample(jpeg_src, geom) -> data_a/b``:
+  the crop, resize, flip, erasing and normalisation of tr.data's chain, so ``data_a/b`` hold the normalised
+  batch as in a host-fed plan and the step graphs are the same. The same transfer graphs serve validation (its
+  chain is in its geometry tables: Resize + CenterCrop).
+
+One decode buffer is enough: batch k+1 is decoded on the transfer stream after batch k's transfer graph, which
+is the only reader, and the step reads data_a/b, which stay double-buffered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tr.core.errors import ConfigError
+
+JPEG_SRC, GEOM_A, GEOM_B = "jpeg_src", "geom_a", "geom_b"
+
+
+@dataclass(frozen=True)
+class JpegInput:
+    capacity: int  # bytes of the decode buffer: any batch's regions fit (tr.data.jpeg_plan.JpegPlanner.capacity)
+    attrs: tuple[tuple[str, Any], ...]  # image_resample's attributes (mean, std, erase_value)
+
+    def validate(self) -> None:
+        if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) or self.capacity < 1:
+            raise ConfigError(f"JPEG input: capacity must be an integer >= 1, got {self.capacity!r}")

@@ -27,6 +27,10 @@
 #   loaders-vs         the same, only LOADERS_VS (default 7) interleaved one-worker rounds: tr folder, tr DTS pack
 #                      made with --baseline, torchvision
 #   e2e[-LEVEL]        benchmarks/imagenet_train.py: ResNet-50 from a DTS pack at LEVEL (default 0) vs its step
+#   jpegtests          the JPEG-on-the-device GPU tests (issue [13]): test_cuda_image.py, test_gpu_jpeg_decode.py
+#   devdecode          benchmarks/imagenet_pipeline.py --device cuda (benchmarks/device_decode.py): decoded + augmented
+#                      images/s of tr's device decode (folder, DTS, DTS baseline), torchvision's nvJPEG, tr's CPU pipeline
+#   e2e-dev[-LEVEL]    benchmarks/imagenet_train.py --device-decode: ResNet-50 from a DTS pack decoded on the device
 #   breakdown          benchmarks/chain_breakdown.py: one core's time per stage of the ImageNet chain, tr vs Pillow
 #   scaling-mnist      benchmarks/pipeline_scaling.py, the MNIST chain only, claimed, 1 and all workers
 #   scaling-probe      the ImageNet chain at 1, n/2, n-1, n workers with OS counters against n processes, again with
@@ -254,6 +258,21 @@ stage_e2e() {  # $1: DTS level
     --json "$OUT/imagenet_train_dts$1.json"
 }
 
+stage_e2e_dev() {  # $1: DTS level
+  "$PY" benchmarks/imagenet_train.py --images /tmp/tr_train_images --make 12800 --level "$1" --epochs 3 --device-decode \
+    --json "$OUT/imagenet_train_dts$1_device_decode.json"
+}
+
+stage_jpegtests() {
+  "$PY" -m pytest -m gpu -v -rfE -s -p no:cacheprovider packages/tr-backend/tests/test_cuda_image.py \
+    tests-integration/test_gpu_jpeg_decode.py
+}
+
+stage_devdecode() {
+  "$PY" benchmarks/imagenet_pipeline.py --device cuda --images "${TR_IMAGES}_2k" --make 2000 --epochs 2 \
+    --json "$OUT/imagenet_device_decode.json"
+}
+
 stage_gputests() {  # GPUTESTS (default: every package and tests-integration): the paths / node ids to run
   # shellcheck disable=SC2086
   "$PY" -m pytest -m gpu -q -rfE -s -p no:cacheprovider --maxfail=25 ${GPUTESTS:-packages tests-integration}
@@ -293,7 +312,9 @@ plan=()
 for s in "${stages[@]}"; do
   case $s in
     build|gputests|build-data|datatests|breakdown|scaling-mnist|scaling|scaling-imagenet|scaling-probe|loaders|loaders-vs) plan+=("$s") ;;
-    mnist-twin|mnist|restests) plan+=("$s") ;;
+    mnist-twin|mnist|restests|jpegtests|devdecode) plan+=("$s") ;;
+    e2e-dev) plan+=(e2e-dev-0) ;;
+    e2e-dev-[0-3]) plan+=("$s") ;;
     pipeline) plan+=(scaling loaders) ;;
     e2e) plan+=(e2e-0) ;;
     e2e-[0-3]) plan+=("$s") ;;
@@ -365,6 +386,9 @@ for s in "${plan[@]}"; do
     mnist-twin) run mnist-twin mnist.log 240 mnist_twin ;;
     mnist) ensure_built "$s" && run mnist mnist.log 400 mnist ;;
     restests) ensure_built "$s" && run restests gputests.log 240 restests ;;
+    jpegtests) ensure_built "$s" && run jpegtests gputests.log 240 jpegtests ;;
+    devdecode) ensure_built "$s" && run devdecode pipeline.log 400 devdecode ;;
+    e2e-dev-*) ensure_built "$s" && run "$s" e2e.log 400 e2e_dev "${s#e2e-dev-}" ;;
     e2e-*) ensure_built "$s" && run "$s" e2e.log 300 e2e "${s#e2e-}" ;;
     profile-*) ensure_built "$s" && run "$s" profile.log "$PROFILE_LIMIT" profile "${s#profile-}" ;;
     trace-*) ensure_built "$s" && run "$s" trace.log "$PROFILE_LIMIT" trace "${s#trace-}" ;;

@@ -37,6 +37,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tools"))
+sys.path.insert(0, str(HERE))
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -147,7 +148,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-table", action="store_true",
                     help="skip the table of rows (only the interleaved runs)")
     ap.add_argument("--json", help="write the figures here, or 'auto' (benchmarks/results/)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: the rows of the decode on the device, benchmarks/device_decode.py (issue [13])")
     a = ap.parse_args(argv)
+    if a.device == "cuda":
+        from device_decode import main as device_main
+
+        extra = ["--json", a.json] if a.json else []
+        device_main(["--images", str(a.images), "--make", str(a.make), "--min-side", str(a.min_side), "--max-side",
+                     str(a.max_side), "--epochs", str(a.epochs), *extra])
+        return
     workers = sorted({int(w) for w in a.workers.split(",")})
     if min(workers) < 1 or a.batch < 1 or a.epochs < 1:
         ap.error("--workers, --batch and --epochs must be >= 1")

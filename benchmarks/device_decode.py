@@ -1,0 +1,170 @@
+"""The ImageNet training chain with the JPEG decode on the device (issue [13]): decoded + augmented images/s.
+
+Rows, in one run, over the same JPEG files (tools/make_image_folder.py: scikit-image's photographs, short sides
+--min-side..--max-side, some progressive, some 4:4:4):
+
+* ``tr device decode``: PREPROCESSOR_SETTING.device_decode(True) feeding a DeepLearningTask whose model is one fc
+  on the input (its step is a small GEMM, timed alone too, so the epoch is the pipeline's time):
+  per batch the host plans the geometry and stages the compressed bytes, nvJPEG decodes each crop's region on
+  the transfer stream (the hardware engine; the hybrid backend and libjpeg-turbo for what it refuses), and the
+  transfer graph's image_resample resizes, flips and normalises to FP16 NHWC with 4 channels. From the folder,
+  the DTS pack and the DTS pack made with --baseline (progressive files re-coded: the hardware engine takes
+  them). The first epoch (capture, caches) untimed; images/s = samples / epoch seconds.
+* ``torchvision nvJPEG``: torchvision.io.decode_jpeg of batches of files on the GPU (nvJPEG), whole images, then
+  per image torchvision.transforms.v2 RandomResizedCrop(224, antialias) and RandomHorizontalFlip on the GPU,
+  stacked and normalised to FP16: what a PyTorch user who decodes on the GPU runs; and the decode alone.
+* ``tr CPU pipeline``: tr.data's worker pipeline on every core (benchmarks/imagenet_pipeline.py's tr row, [10]).
+
+    python benchmarks/device_decode.py --images /tmp/tr_bench_images --make 2000 --json auto   # H200
+    python benchmarks/device_decode.py --device cpu --make 40 --batch 8 --epochs 1 --no-torchvision   # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tools"))
+sys.path.insert(0, str(HERE))
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend: str) -> dict:
+    from tr.algo.optimizer import SGD
+    from tr.algo.scheduler import ConstantLR
+    from tr.core.norm import NormMode
+    from tr.core.settings import Settings
+    from tr.data import PREPROCESSOR_SETTING, RandomHorizontalFlip, RandomResizedCrop, reset_preprocessor_settings
+    from tr.graph.blueprint import fc, seq
+    from tr.task.deep_learning import DeepLearningTask
+
+    reset_preprocessor_settings()
+    PREPROCESSOR_SETTING.dataset(ds).normalization(NormMode.IMAGENET).seed(1).pad_channels_to(4) \
+        .train_transforms(RandomResizedCrop(size), RandomHorizontalFlip()).device_decode(True, backend)
+    task = (DeepLearningTask(Settings().amp(True).manual_seed(1).global_batch_size(batch)).device(device).quiet()
+            .model(seq(fc(ds.num_classes))).optimizer(SGD()).scheduler(ConstantLR(0.01))
+            .total_epochs(epochs + 1))
+    t0 = time.perf_counter()
+    task.compile()
+    compile_s = time.perf_counter() - t0
+    feeder = task.feeder
+    task.run(1)  # capture done; caches and the decoders' first batches
+    samples = feeder.num_samples(True)
+    rates, cpu = [], []
+    for _ in range(epochs):
+        rec = task.run(1).history[-1]
+        rates.append(samples / rec.seconds)
+        cpu.append(feeder.cpu_decoded)
+    step_s = task.time_train_step(20, 5)
+    decoders = [d.backend for d in getattr(feeder, "_decoders", [])] or ["libjpeg-turbo (CPU backend)"]
+    return {"images_per_s": max(rates), "epochs_images_per_s": rates, "samples": samples, "compile_s": compile_s,
+            "decoders": decoders, "decoded_on_cpu_per_epoch": cpu, "step_alone_ms": 1e3 * step_s}
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+def torchvision_rate(root: Path, batch: int, epochs: int, size: int, augment: bool) -> dict:
+    import torch
+    import torchvision
+    from torchvision.transforms import v2
+
+    files = _files(root)
+    data = [torchvision.io.read_file(str(p)) for p in files]
+    crop = v2.Compose([v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()])
+    mean = torch.tensor(MEAN, device="cuda").view(1, 3, 1, 1) * 255
+    std = torch.tensor(STD, device="cuda").view(1, 3, 1, 1) * 255
+    g = torch.Generator().manual_seed(0)
+
+    def epoch() -> int:
+        order = torch.randperm(len(data), generator=g).tolist()
+        n = 0
+        for k in range(0, len(order) - batch + 1, batch):
+            imgs = torchvision.io.decode_jpeg([data[i] for i in order[k:k + batch]], device="cuda",
+                                              mode=torchvision.io.ImageReadMode.RGB)
+            if augment:
+                x = torch.stack([crop(im) for im in imgs]).float()
+                x = ((x - mean) / std).to(torch.float16).contiguous(memory_format=torch.channels_last)
+            n += len(imgs)
+        torch.cuda.synchronize()
+        return n
+
+    epoch()  # warm: nvJPEG's handles and buffers
+    n, t0 = 0, time.perf_counter()
+    for _ in range(epochs):
+        n += epoch()
+    dt = time.perf_counter() - t0
+    return {"images_per_s": n / dt, "images": n}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", type=Path, default=Path("/tmp/tr_bench_images"))
+    ap.add_argument("--make", type=int, default=2000, help="images to generate when --images does not exist")
+    ap.add_argument("--min-side", type=int, default=300)
+    ap.add_argument("--max-side", type=int, default=500)
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--nvjpeg", choices=("auto", "hardware", "gpu"), default="auto", help="tr's first nvJPEG backend")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--epochs", type=int, default=2, help="timed epochs per row (after one untimed)")
+    ap.add_argument("--no-torchvision", action="store_true")
+    ap.add_argument("--no-cpu-pipeline", action="store_true")
+    ap.add_argument("--json", help="write the figures here, or 'auto' (benchmarks/results/)")
+    a = ap.parse_args(argv)
+    if not a.images.exists():
+        from make_image_folder import make_image_folder
+
+        make_image_folder(a.images, classes=10, per_class=max(1, a.make // 10), min_side=a.min_side,
+                          max_side=a.max_side, seed=0)
+    root = a.images / "train" if (a.images / "train").exists() else a.images  # (class folders, or train/ of them)
+    from tr.data import DtsImages, ImageFolder
+    from tr.data.dts import pack
+
+    packed, based = a.images.parent / (a.images.name + "_dts"), a.images.parent / (a.images.name + "_dts_baseline")
+    if not (packed / "train.dts").exists():
+        pack(a.images, packed, workers=os.cpu_count() or 1)
+    if not (based / "train.dts").exists():
+        pack(a.images, based, workers=os.cpu_count() or 1, baseline=True)
+    files = _files(root)
+    mib = sum(p.stat().st_size for p in files) / 2**20
+    print(f"{len(files)} JPEGs, {mib:.0f} MiB; batch {a.batch}, {a.size}x{a.size}, FP16 NHWC", flush=True)
+    rows: dict[str, dict] = {}
+    for name, ds in (("tr device decode, folder", ImageFolder(a.images)), ("tr device decode, DTS", DtsImages(packed)),
+                     ("tr device decode, DTS baseline", DtsImages(based))):
+        rows[name] = tr_device_rate(ds, a.device, a.batch, a.epochs, a.size, a.nvjpeg)
+        r = rows[name]
+        print(f"{name:<34} {r['images_per_s']:9.0f} images/s ({', '.join(r['decoders'])}; on the CPU per epoch "
+              f"{r['decoded_on_cpu_per_epoch']}; step alone {r['step_alone_ms']:.2f} ms)", flush=True)
+    if a.device == "cuda" and not a.no_torchvision:
+        for name, aug in (("torchvision nvJPEG + v2 crop on the GPU", True),
+                          ("torchvision nvJPEG decode alone", False)):
+            rows[name] = torchvision_rate(root, a.batch, a.epochs, a.size, aug)
+            print(f"{name:<34} {rows[name]['images_per_s']:9.0f} images/s", flush=True)
+    if not a.no_cpu_pipeline:
+        from imagenet_pipeline import tr_rate
+
+        workers = os.cpu_count() or 1
+        rate, n = tr_rate(ImageFolder(a.images), workers, a.batch if a.batch <= 64 else 64, a.epochs)
+        rows[f"tr CPU pipeline, {workers} workers"] = {"images_per_s": rate, "images": n}
+        print(f"{'tr CPU pipeline, ' + str(workers) + ' workers':<34} {rate:9.0f} images/s", flush=True)
+    if a.json:
+        out = (HERE / "results" / f"imagenet_device_decode_{a.device}_{date.today()}.json" if a.json == "auto"
+               else Path(a.json))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"command": sys.argv, "images": len(files), "mib": mib, "batch": a.batch,
+                                   "size": a.size, "device": a.device, "python": platform.python_version(),
+                                   "cores": os.cpu_count(), "rows": rows}, indent=1) + "\n")
+        print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

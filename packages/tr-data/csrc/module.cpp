@@ -308,6 +308,40 @@ PYBIND11_MODULE(_native, m) {
         return out;
       },
       py::arg("data"), py::arg("offsets"), py::arg("sizes"));
+  m.def(
+      "jpeg_progressive",
+      [](py::array_t<uint8_t, py::array::c_style> data, py::array_t<int64_t, py::array::c_style | py::array::forcecast> offsets,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast> sizes) {
+        // jpeg_needs_baseline of n JPEGs at offsets/sizes in one buffer (progressive or arithmetic coding: what
+        // a hardware JPEG decoder refuses); a DataErr names the first bad sample by its position
+        if (offsets.ndim() != 1 || sizes.ndim() != 1 || offsets.shape(0) != sizes.shape(0))
+          throw ShapeErr("jpeg_progressive takes offsets (n,) and sizes (n,)");
+        const py::ssize_t n = offsets.shape(0);
+        py::array_t<uint8_t> out(n);
+        const uint8_t* base = data.data();
+        const int64_t total = int64_t(data.size());
+        const int64_t* off = offsets.data();
+        const int64_t* siz = sizes.data();
+        uint8_t* o = out.mutable_data();
+        std::string error;
+        {
+          py::gil_scoped_release nogil;
+          for (py::ssize_t i = 0; i < n && error.empty(); ++i) {
+            if (off[i] < 0 || siz[i] < 0 || off[i] + siz[i] > total) {
+              error = "sample " + std::to_string(i) + " lies outside its buffer";
+              break;
+            }
+            try {
+              o[i] = jpeg_needs_baseline(base + off[i], size_t(siz[i])) ? 1 : 0;
+            } catch (const DataErr& e) {
+              error = "sample " + std::to_string(i) + ": " + e.what();
+            }
+          }
+        }
+        if (!error.empty()) throw DataErr(error);
+        return out;
+      },
+      py::arg("data"), py::arg("offsets"), py::arg("sizes"));
   m.def("jpeg_needs_baseline", [](py::bytes data) {
     std::string_view v = data;
     py::gil_scoped_release nogil;

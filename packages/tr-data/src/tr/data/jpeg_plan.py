@@ -100,8 +100,10 @@ class JpegPlanner:
             self.shapes = _native.jpeg_shapes(split.images, split.offsets, split.sizes)
         except DataError as e:  # name the sample by its dataset index (the message says its position)
             raise DataError(f"reading the JPEG headers of the split: {e}") from None
-        image_bytes = self.shapes[:, 0].astype(np.int64) * self.shapes[:, 1] * CHANNELS
-        self._largest = np.sort(image_bytes)[::-1]
+        self.image_bytes = self.shapes[:, 0].astype(np.int64) * self.shapes[:, 1] * CHANNELS
+        self._largest = np.sort(self.image_bytes)[::-1]
+        # progressive or arithmetic-coded files: what a hardware JPEG engine does not take
+        self.progressive = _native.jpeg_progressive(split.images, split.offsets, split.sizes).astype(bool)
         oh, ow = self.out_hw
         too_wide = np.flatnonzero(self.shapes[:, 1] > MAX_CROP_WIDTH)
         too_big = np.flatnonzero((self.shapes[:, 0] > MAX_SCALE * oh) | (self.shapes[:, 1] > MAX_SCALE * ow))

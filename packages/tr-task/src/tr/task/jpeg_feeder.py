@@ -21,7 +21,10 @@ A damaged file is a DataError naming the sample and its file.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -104,21 +107,30 @@ class DeviceJpegFeeder(InMemoryFeeder):
         return JpegInput(self.capacity, tuple(sorted(self._attrs.items())))
 
     def upload(self, backend: Any, program: Any) -> None:
-        """Bind to the allocated arena: the decode buffer, and on CUDA the decoders and the pinned staging."""
+        """Bind to the allocated arena: the decode buffer, and on CUDA the decoder and the pinned staging (the
+        compressed bytes of two batches, and the CPU-decoded regions of the files nvJPEG will refuse)."""
         self._backend, self._src = backend, program.tensor(JPEG_SRC)
-        self._decoders: list[Any] = []
-        if backend.name == "cuda":
-            from tr.backend.cuda.jpeg import DeviceJpegDecoder
+        self._decoder: Any = None
+        # one thread prepares the next batch while the loop launches this one; others decode on the CPU for it
+        self._prep = ThreadPoolExecutor(1, thread_name_prefix="tr-jpeg-prep")
+        self._pool = ThreadPoolExecutor(max(1, min(8, (os.cpu_count() or 2) - 1)), thread_name_prefix="tr-jpeg")
+        if backend.name != "cuda":
+            return
+        from tr.backend.cuda.jpeg import DeviceJpegDecoder, h2d_async
 
-            first = DeviceJpegDecoder(backend.device, self.nvjpeg_backend, self.batch)
-            self._decoders = [first]
-            if first.backend.startswith("hardware"):  # progressive files: the hybrid backend takes them
-                self._decoders.append(DeviceJpegDecoder(backend.device, "gpu", self.batch))
-            log.info("decoding JPEGs with nvJPEG (%s)", ", ".join(d.backend for d in self._decoders))
-            most = max(int(np.sort(s.sizes)[::-1][:self.batch].sum()) for s in self._splits.values() if s is not None)
-            (_, a), (_, b) = backend.host_buffers(1, (1, 1, most), "uint8")
-            self._staging = [a.reshape(-1), b.reshape(-1)]
-            self._stream = backend.ctx.stream(int(StreamKind.TRANS))
+        self._decoder = DeviceJpegDecoder(backend.device, self.nvjpeg_backend, self.batch)
+        self._h2d = h2d_async
+        hardware = self._decoder.backend.startswith("hardware")
+        log.info("decoding JPEGs with nvJPEG (%s)", self._decoder.backend)
+        splits = [(t, s) for t, s in self._splits.items() if s is not None]
+        # the hardware engine takes no progressive or arithmetic-coded file: those are decoded on the CPU, in the
+        # preparation of their batch, and copied up asynchronously (tr-dts pack --baseline re-codes them)
+        self._cpu_only = {t: (self._planners[t].progressive if hardware else np.zeros(len(s), bool)) for t, s in splits}
+        most = max(int(np.sort(s.sizes)[::-1][:self.batch].sum()) for _, s in splits)
+        cpu_most = max(_largest_sum(self._planners[t].image_bytes[self._cpu_only[t]], self.batch) for t, _ in splits)
+        (_, a), (_, b) = backend.host_buffers(1, (1, 1, most + max(cpu_most, 1)), "uint8")
+        self._staging = [(a.reshape(-1)[:most], a.reshape(-1)[most:]), (b.reshape(-1)[:most], b.reshape(-1)[most:])]
+        self._stream = backend.ctx.stream(int(StreamKind.TRANS))
 
     def shard(self, rank: int, world_size: int) -> None:
         val = self._labels[False]
@@ -138,64 +150,140 @@ class DeviceJpegFeeder(InMemoryFeeder):
 
     # --- batches --------------------------------------------------------------------------------------
     def epoch(self, epoch: int, train: bool) -> Iterator[tuple[int, int, int]]:
+        """Batch k is prepared (planned, staged, its CPU decodes done) in a thread while batch k - 1's transfer
+        and step are launched; its device decode is enqueued on the transfer stream just before it is yielded."""
         if self._labels[train] is None:
             raise DataError("the data set has no validation split")
         if self._backend is None:
             raise ConfigError("DeviceJpegFeeder: upload(backend, program) first (the task does it at compile)")
         order = epoch_order(len(self._labels[train]), self.seed, epoch, train, self.shuffle_train, self.rank,
                             self.world_size)
-        planner = self._planners[train]
+        steps = self.steps(train)
         self.cpu_decoded = 0
-        for k in range(self.steps(train)):
-            idx = order[k * self.batch:(k + 1) * self.batch]
-            m = len(idx)
-            # a short last batch is planned full, its last sample repeated: every row of the table stays valid
-            full = np.concatenate([idx, np.full(self.batch - m, idx[-1], idx.dtype)]) if m < self.batch else idx
-            plan = planner.plan(full, self.seed, epoch, train)
-            labels, geom = self._bufs[k % 2]
-            labels[:m] = self._labels[train][idx]
-            geom[:, 0, 0, :] = plan.geom
-            self._decode(plan, train, k % 2)
-            yield k, k % 2, m
+        # buffer k % 2 is free when batch k is prepared: the task waited for batch k - 2's transfer before it
+        # launched batch k - 1, and batch k is prepared only once k - 1 is yielded
+        pending = self._prep.submit(self._prepare, order, 0, epoch, train)
+        try:
+            for k in range(steps):
+                ready = pending.result()
+                self._enqueue(ready, train)
+                if k + 1 < steps:
+                    pending = self._prep.submit(self._prepare, order, k + 1, epoch, train)
+                yield k, k % 2, ready.count
+        finally:  # (an early stop: the preparation under way finishes before its buffers are used again)
+            pending.exception()
         if self.cpu_decoded:
-            log.info("epoch %d %s: %d images nvJPEG did not take were decoded on the CPU", epoch + 1,
-                     "train" if train else "val", self.cpu_decoded)
+            log.info("epoch %d %s: %d images decoded on the CPU (files nvJPEG's %s decoder does not take)", epoch + 1,
+                     "train" if train else "val", self.cpu_decoded, self._decoder.backend if self._decoder else "")
 
-    def _decode(self, plan: JpegBatch, train: bool, buffer: int) -> None:
-        split, be = self._splits[train], self._backend
-        if not self._decoders:  # the CPU backend: libjpeg-turbo, the CPU pipeline's pixels
+    def _prepare(self, order: np.ndarray, k: int, epoch: int, train: bool) -> _Prepared:
+        """Plan batch k, fill staging buffer k % 2, and decode on the CPU what the device will not."""
+        idx = order[k * self.batch:(k + 1) * self.batch]
+        m = len(idx)
+        # a short last batch is planned full, its last sample repeated: every row of the table stays valid (the
+        # repeats' regions are not decoded: the step reads the first m samples only)
+        full = np.concatenate([idx, np.full(self.batch - m, idx[-1], idx.dtype)]) if m < self.batch else idx
+        plan = self._planners[train].plan(full, self.seed, epoch, train)
+        labels, geom = self._bufs[k % 2]
+        labels[:m] = self._labels[train][idx]
+        geom[:, 0, 0, :] = plan.geom
+        split = self._splits[train]
+        if self._decoder is None:  # the CPU backend: libjpeg-turbo, the CPU pipeline's pixels
             src = np.zeros(self._src.numel, np.uint8)
-            decode_regions(split, plan, src, self._paths[train])
-            be.write(self._src, src.reshape(self._src.shape.dims))
-            return
-        staging = self._staging[buffer]
-        offs = np.concatenate([[0], np.cumsum(plan.sizes)[:-1]]).astype(np.int64)
-        for o, (start, n) in zip(offs, zip(plan.offsets, plan.sizes, strict=True), strict=True):
+            self._decode_on_cpu(split, plan, np.arange(m), src, train, packed=False)
+            return _Prepared(k, m, plan, src, np.arange(0), np.zeros(0, np.int64))
+        staging, fallback = self._staging[k % 2]
+        cpu = self._cpu_only[train][plan.indices[:m]]
+        on_device = np.flatnonzero(~cpu)
+        offs = np.concatenate([[0], np.cumsum(plan.sizes[on_device])[:-1]]).astype(np.int64)[:len(on_device)]
+        for o, j in zip(offs, on_device, strict=True):
+            start, n = int(plan.offsets[j]), int(plan.sizes[j])
             staging[o:o + n] = split.images[start:start + n]
+        on_cpu = np.flatnonzero(cpu)
+        at = self._decode_on_cpu(split, plan, on_cpu, fallback, train, packed=True)
+        return _Prepared(k, m, plan, staging, on_device, offs, on_cpu, at)
+
+    def _decode_on_cpu(self, split: Any, plan: JpegBatch, rows: np.ndarray, out: np.ndarray, train: bool,
+                       packed: bool) -> np.ndarray:
+        """libjpeg-turbo decodes of ``rows``' regions in the pool's threads: at their slots of ``out`` (the decode
+        buffer's image), or packed one after another (``packed``: the offsets are returned)."""
+        if not len(rows):
+            return np.zeros(0, np.int64)
+        sizes = plan.geom[rows, COL["roi_h"]].astype(np.int64) * plan.geom[rows, COL["roi_w"]] * CHANNELS
+        at = (np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if packed
+              else plan.geom[rows, COL["slot"]].astype(np.int64))
+
+        def one(r: int, pos: int) -> None:
+            sub = JpegBatch(plan.indices[r:r + 1], plan.offsets[r:r + 1], plan.sizes[r:r + 1], plan.shapes[r:r + 1],
+                            plan.geom[r:r + 1].copy(), 0)
+            sub.geom[0, COL["slot"]] = 0
+            n = int(sub.geom[0, COL["roi_h"]]) * int(sub.geom[0, COL["roi_w"]]) * CHANNELS
+            region = decode_regions(split, JpegBatch(sub.indices, sub.offsets, sub.sizes, sub.shapes, sub.geom, n),
+                                    names=self._paths[train])
+            out[pos:pos + n] = region
+
+        list(self._pool.map(one, rows.tolist(), at.tolist())) if len(rows) > 1 else \
+            [one(int(r), int(p)) for r, p in zip(rows, at, strict=True)]
+        return at
+
+    def _enqueue(self, ready: _Prepared, train: bool) -> None:
+        """The prepared batch's regions into the decode buffer, on the transfer stream (CUDA) or now (CPU)."""
+        be, plan = self._backend, ready.plan
+        if self._decoder is None:
+            be.write(self._src, ready.staging.reshape(self._src.shape.dims))
+            return
         dst = be.arena_ptr + self._src.offset
-        pending = np.arange(len(plan))
-        for dec in self._decoders:
-            status = dec.decode(staging, offs[pending], plan.sizes[pending], plan.geom[pending], dst, self._stream)
-            damaged = pending[status == DAMAGED]
+        rows = ready.on_device
+        if len(rows):
+            status = self._decoder.decode(ready.staging, ready.offsets, plan.sizes[rows], plan.geom[rows], dst,
+                                          self._stream)
+            damaged = rows[status == DAMAGED]
             if damaged.size:
                 i = int(plan.indices[damaged[0]])
-                raise DataError(f"sample {i}{self._path(train, i)}: nvJPEG ({dec.backend}) finds the JPEG damaged"
-                                f" ({damaged.size} such in the batch)")
-            pending = pending[status == UNSUPPORTED]
-            if not pending.size:
-                return
-        # what no device decoder takes: libjpeg-turbo, region by region into the buffer
-        sub = JpegBatch(plan.indices[pending], plan.offsets[pending], plan.sizes[pending], plan.shapes[pending],
-                        plan.geom[pending], plan.decode_bytes)
-        regions = decode_regions(split, sub, names=self._paths[train])
-        for row in sub.geom:
-            slot, n = int(row[COL["slot"]]), int(row[COL["roi_h"]]) * int(row[COL["roi_w"]]) * CHANNELS
-            be.write_bytes(self._src.offset + slot, regions[slot:slot + n])
-        self.cpu_decoded += len(pending)
+                raise DataError(f"sample {i}{self._path(train, i)}: nvJPEG ({self._decoder.backend}) finds the JPEG "
+                                f"damaged ({damaged.size} such in the batch)")
+            refused = rows[status == UNSUPPORTED]
+            if refused.size:  # not foreseen from the header: decoded here, copied with a synchronising write
+                sub = JpegBatch(plan.indices[refused], plan.offsets[refused], plan.sizes[refused],
+                                plan.shapes[refused], plan.geom[refused], plan.decode_bytes)
+                regions = decode_regions(self._splits[train], sub, names=self._paths[train])
+                for row in sub.geom:
+                    slot, n = int(row[COL["slot"]]), int(row[COL["roi_h"]]) * int(row[COL["roi_w"]]) * CHANNELS
+                    be.write_bytes(self._src.offset + slot, regions[slot:slot + n])
+                self.cpu_decoded += int(refused.size)
+        _, fallback = self._staging[ready.k % 2]
+        for r, pos in zip(ready.on_cpu, ready.cpu_at, strict=True):  # regions decoded on the CPU: asynchronous copies
+            g = plan.geom[r]
+            n = int(g[COL["roi_h"]]) * int(g[COL["roi_w"]]) * CHANNELS
+            self._h2d(dst + int(g[COL["slot"]]), fallback.ctypes.data + int(pos), n, self._stream)
+        self.cpu_decoded += len(ready.on_cpu)
 
     def _path(self, train: bool, i: int) -> str:
         paths = self._paths[train]
         return f" ({paths[i]})" if paths is not None else ""
+
+    def close(self) -> None:
+        for pool in (getattr(self, "_prep", None), getattr(self, "_pool", None)):
+            if pool is not None:
+                pool.shutdown(wait=True)
+
+
+@dataclass
+class _Prepared:
+    """A batch ready for the device: its plan, where its staged bytes are, which rows the device decodes."""
+
+    k: int
+    count: int
+    plan: JpegBatch
+    staging: np.ndarray  # CUDA: the compressed bytes of the device's rows; CPU: the decode buffer's image
+    on_device: np.ndarray  # rows nvJPEG decodes (CUDA)
+    offsets: np.ndarray  # their bytes' offsets in staging
+    on_cpu: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # rows decoded on the CPU (CUDA)
+    cpu_at: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # their regions' offsets in fallback
+
+
+def _largest_sum(sizes: np.ndarray, n: int) -> int:
+    return int(np.sort(sizes)[::-1][:n].sum()) if sizes.size else 0
 
 
 def _paths(ds: Any, split: str) -> list[str] | None:

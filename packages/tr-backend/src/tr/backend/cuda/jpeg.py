@@ -51,6 +51,12 @@ def load_nvjpeg() -> tuple[str, int]:
     return str(path), int(version)
 
 
+def h2d_async(dst: int, src: int, nbytes: int, stream: int) -> None:
+    """Copy ``nbytes`` from host address ``src`` (pinned) to device address ``dst`` on ``stream``, asynchronously:
+    the host bytes must stay valid until the stream has passed the copy."""
+    _native().h2d_async(int(dst), int(src), int(nbytes), int(stream))
+
+
 class DeviceJpegDecoder:
     """Decodes batches of at most ``max_batch`` JPEGs on CUDA device ``device`` (see the module docstring)."""
 

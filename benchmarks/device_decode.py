@@ -63,7 +63,8 @@ def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend:
         rates.append(samples / rec.seconds)
         cpu.append(feeder.cpu_decoded)
     step_s = task.time_train_step(20, 5)
-    decoders = [d.backend for d in getattr(feeder, "_decoders", [])] or ["libjpeg-turbo (CPU backend)"]
+    dec = getattr(feeder, "_decoder", None)
+    decoders = [dec.backend] if dec is not None else ["libjpeg-turbo (CPU backend)"]
     return {"images_per_s": max(rates), "epochs_images_per_s": rates, "samples": samples, "compile_s": compile_s,
             "decoders": decoders, "decoded_on_cpu_per_epoch": cpu, "step_alone_ms": 1e3 * step_s}
 

@@ -57,16 +57,18 @@ def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend:
     feeder = task.feeder
     task.run(1)  # capture done; caches and the decoders' first batches
     samples = feeder.num_samples(True)
-    rates, cpu = [], []
+    rates, cpu, times = [], [], []
     for _ in range(epochs):
         rec = task.run(1).history[-1]
         rates.append(samples / rec.seconds)
         cpu.append(feeder.cpu_decoded)
+        times.append({"epoch_s": rec.seconds, **{k: round(v, 4) for k, v in feeder.times.items()}})
     step_s = task.time_train_step(20, 5)
     dec = getattr(feeder, "_decoder", None)
     decoders = [dec.backend] if dec is not None else ["libjpeg-turbo (CPU backend)"]
     return {"images_per_s": max(rates), "epochs_images_per_s": rates, "samples": samples, "compile_s": compile_s,
-            "decoders": decoders, "decoded_on_cpu_per_epoch": cpu, "step_alone_ms": 1e3 * step_s}
+            "decoders": decoders, "decoded_on_cpu_per_epoch": cpu, "step_alone_ms": 1e3 * step_s,
+            "times": times}
 
 
 def _files(root: Path) -> list[Path]:
@@ -144,7 +146,8 @@ def main(argv: list[str] | None = None) -> None:
         rows[name] = tr_device_rate(ds, a.device, a.batch, a.epochs, a.size, a.nvjpeg)
         r = rows[name]
         print(f"{name:<34} {r['images_per_s']:9.0f} images/s ({', '.join(r['decoders'])}; on the CPU per epoch "
-              f"{r['decoded_on_cpu_per_epoch']}; step alone {r['step_alone_ms']:.2f} ms)", flush=True)
+              f"{r['decoded_on_cpu_per_epoch']}; step alone {r['step_alone_ms']:.2f} ms; last epoch {r['times'][-1]})",
+              flush=True)
     if a.device == "cuda" and not a.no_torchvision:
         for name, aug in (("torchvision nvJPEG + v2 crop on the GPU", True),
                           ("torchvision nvJPEG decode alone", False)):

@@ -22,6 +22,7 @@ A damaged file is a DataError naming the sample and its file.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -86,6 +87,7 @@ class DeviceJpegFeeder(InMemoryFeeder):
                        "erase_value": tuple(float(v) for v in erase.value) if erase is not None else (0.0,)}
         self.nvjpeg_backend = backend
         self.cpu_decoded = 0  # images of the last pass decoded by libjpeg-turbo on CUDA (the fallback)
+        self.times: dict[str, float] = {}  # the last pass's seconds by stage (epoch())
         self._backend: Any = None
         self._alloc()
 
@@ -160,12 +162,17 @@ class DeviceJpegFeeder(InMemoryFeeder):
                             self.world_size)
         steps = self.steps(train)
         self.cpu_decoded = 0
+        # where the loop's thread spent the pass: waiting for a batch's preparation, in nvJPEG's decode call, in
+        # the copies of CPU-decoded regions; and the preparing thread's own seconds (tr.task's epoch is the rest)
+        self.times = {"wait_prepare_s": 0.0, "decode_call_s": 0.0, "cpu_region_copies_s": 0.0, "prepare_s": 0.0}
         # buffer k % 2 is free when batch k is prepared: the task waited for batch k - 2's transfer before it
         # launched batch k - 1, and batch k is prepared only once k - 1 is yielded
         pending = self._prep.submit(self._prepare, order, 0, epoch, train)
         try:
             for k in range(steps):
+                t0 = time.perf_counter()
                 ready = pending.result()
+                self.times["wait_prepare_s"] += time.perf_counter() - t0
                 self._enqueue(ready, train)
                 if k + 1 < steps:
                     pending = self._prep.submit(self._prepare, order, k + 1, epoch, train)
@@ -178,6 +185,13 @@ class DeviceJpegFeeder(InMemoryFeeder):
 
     def _prepare(self, order: np.ndarray, k: int, epoch: int, train: bool) -> _Prepared:
         """Plan batch k, fill staging buffer k % 2, and decode on the CPU what the device will not."""
+        t0 = time.perf_counter()
+        try:
+            return self._prepare_timed(order, k, epoch, train)
+        finally:
+            self.times["prepare_s"] += time.perf_counter() - t0
+
+    def _prepare_timed(self, order: np.ndarray, k: int, epoch: int, train: bool) -> _Prepared:
         idx = order[k * self.batch:(k + 1) * self.batch]
         m = len(idx)
         # a short last batch is planned full, its last sample repeated: every row of the table stays valid (the
@@ -235,8 +249,10 @@ class DeviceJpegFeeder(InMemoryFeeder):
         dst = be.arena_ptr + self._src.offset
         rows = ready.on_device
         if len(rows):
+            t0 = time.perf_counter()
             status = self._decoder.decode(ready.staging, ready.offsets, plan.sizes[rows], plan.geom[rows], dst,
                                           self._stream)
+            self.times["decode_call_s"] += time.perf_counter() - t0
             damaged = rows[status == DAMAGED]
             if damaged.size:
                 i = int(plan.indices[damaged[0]])
@@ -252,10 +268,12 @@ class DeviceJpegFeeder(InMemoryFeeder):
                     be.write_bytes(self._src.offset + slot, regions[slot:slot + n])
                 self.cpu_decoded += int(refused.size)
         _, fallback = self._staging[ready.k % 2]
+        t0 = time.perf_counter()
         for r, pos in zip(ready.on_cpu, ready.cpu_at, strict=True):  # regions decoded on the CPU: asynchronous copies
             g = plan.geom[r]
             n = int(g[COL["roi_h"]]) * int(g[COL["roi_w"]]) * CHANNELS
             self._h2d(dst + int(g[COL["slot"]]), fallback.ctypes.data + int(pos), n, self._stream)
+        self.times["cpu_region_copies_s"] += time.perf_counter() - t0
         self.cpu_decoded += len(ready.on_cpu)
 
     def _path(self, train: bool, i: int) -> str:

@@ -1,8 +1,8 @@
 """image_resample on CUDA against the CPU backend on the same decoded regions (GPU tests): the resize weights are
 computed the same way in double, the sums are integers and the normalisation is the same two float32 roundings
 (--fmad=false), so the outputs are equal to the bit: downscaling (vertical pass first), upscaling (horizontal
-first), shifts, windows of a larger resize, flips, erasing, FP16 and FP32, padded channels. Written in a session
-whose device time went to issue [12]: not run yet."""
+first), shifts, windows of a larger resize, flips, erasing, FP16 and FP32, padded channels (passed on the H200,
+2026-12-02)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from tr.graph.blueprint import (
     BluePrint,
-    add2,
     block,
     bn,
     cbr,
@@ -17,12 +16,11 @@ from tr.graph.blueprint import (
     fc,
     flatten,
     gap,
-    identity,
     maxpool,
+    mbconv,
     relu,
     relu6,
     repeat,
-    se,
     seq,
     silu,
 )
@@ -64,22 +62,10 @@ MOBILENET_V2_SETTING = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 
                         (6, 320, 1, 1))
 
 
-def _inverted_residual(inp: int, out: int, stride: int, t: int):
-    """1x1 expansion (unless t = 1) + 3x3 depthwise + 1x1 linear projection, each with BN; the identity
-    skip where the block keeps the shape (torchvision's InvertedResidual)."""
-    hidden = inp * t
-    expand = [conv(hidden, 1), bn(), relu6()] if t != 1 else []
-    body = seq(*expand, conv(hidden, 3, stride, 1, groups=hidden), bn(), relu6(), conv(out, 1), bn())
-    return add2(identity(), body) if stride == 1 and inp == out else body
-
-
 def mobilenet_v2_net(num_classes: int = 1000, dropout_p: float = 0.2):
     """The layers of torchvision.models.mobilenet_v2(num_classes, dropout=dropout_p) (no dropout at 0)."""
-    blocks, inp = [], 32
-    for t, c, n, s in MOBILENET_V2_SETTING:
-        for i in range(n):
-            blocks.append(_inverted_residual(inp, c, s if i == 0 else 1, t))
-            inp = c
+    # the seed's mbconv: the inverted residual (k 3, ReLU6), its input channels the previous block's output
+    blocks = [mbconv(t, c, s if i == 0 else 1) for t, c, n, s in MOBILENET_V2_SETTING for i in range(n)]
     head = [dropout(dropout_p)] if dropout_p > 0 else []
     return seq(conv(32, 3, 2, 1), bn(), relu6(), *blocks, conv(1280, 1), bn(), relu6(), gap(), *head,
                fc(num_classes))
@@ -92,24 +78,12 @@ EFFICIENTNET_B0_SETTING = ((1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2,
                            (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1))
 
 
-def _mbconv(inp: int, out: int, k: int, stride: int, t: int):
-    """1x1 expansion (unless t = 1) + kxk depthwise, each BN + SiLU, squeeze-excitation through inp // 4
-    channels, 1x1 linear projection + BN; the identity skip where the shape is kept (torchvision's MBConv,
-    without stochastic depth)."""
-    hidden = inp * t
-    expand = [conv(hidden, 1), bn(), silu()] if t != 1 else []
-    body = seq(*expand, conv(hidden, k, stride, (k - 1) // 2, groups=hidden), bn(), silu(), se(max(1, inp // 4)),
-               conv(out, 1), bn())
-    return add2(identity(), body) if stride == 1 and inp == out else body
-
-
 def efficientnet_b0_net(num_classes: int = 1000, dropout_p: float = 0.2):
     """The layers of torchvision.models.efficientnet_b0(num_classes, dropout=dropout_p, stochastic_depth_prob=0):
     tr has no stochastic depth (torchvision's default drops residual branches with p up to 0.2 in training)."""
-    blocks = []
-    for t, k, s, inp, out, n in EFFICIENTNET_B0_SETTING:
-        for i in range(n):
-            blocks.append(_mbconv(inp if i == 0 else out, out, k, s if i == 0 else 1, t))
+    # MBConv: squeeze-excitation through a quarter of the block's input channels, SiLU
+    blocks = [mbconv(t, out, s if i == 0 else 1, k=k, se=0.25, act="silu")
+              for t, k, s, _inp, out, n in EFFICIENTNET_B0_SETTING for i in range(n)]
     head = [dropout(dropout_p)] if dropout_p > 0 else []
     return seq(conv(32, 3, 2, 1), bn(), silu(), *blocks, conv(1280, 1), bn(), silu(), gap(), *head,
                fc(num_classes))

@@ -32,7 +32,7 @@ from tr.graph.passes import expand, mark_first
 
 GRAPH_SRC = Path(bpmod.__file__).parent
 # BluePrint values the expand pass unfolds into several layers (or none): every other Layer is a leaf
-COMPOSITES = {"Seq", "Repeat", "Add2", "SE", "Block", "CBR", "Identity"}
+COMPOSITES = {"Seq", "Repeat", "Add2", "SE", "Block", "CBR", "MBConv", "Identity"}
 
 
 def test_every_blueprint_leaf_has_one_kind():

@@ -211,3 +211,23 @@ def test_build_layers_end_to_end():
     assert layers[2].describe() == "cbr 8 k3 s1 p1+add+relu"
     assert [L.uid for L in layers] == list(range(6))
     assert shapes[0] == Shape(1, 4, 4, 8) and shapes[-1] == Shape(1, 1, 1, 5)
+
+
+def test_mbconv_expands_to_the_inverted_residual_and_efficientnets_block():
+    from tr.graph.blueprint import mbconv
+
+    plain = kinds(expand(seq(conv(16, 3), mbconv(6, 16)), 3))
+    assert plain == ["conv", "add2_begin", "identity", "add2_mid", "conv", "bn", "act", "conv", "bn", "act", "conv",
+                     "bn", "add2_end"]  # the identity skip: stride 1, 16 -> 16 channels
+    layers = expand(seq(conv(16, 3), mbconv(1, 24, stride=2, k=5, se=0.25, act="silu")), 3)
+    assert kinds(layers) == ["conv", "conv", "bn", "act", "add2_begin", "identity", "add2_mid", "gap", "fc", "act",
+                             "fc", "act", "add2_end", "conv", "bn"]  # no expansion (1), no skip (stride 2)
+    dw = layers[1]
+    assert dict(dw.params) == {"out": 16, "k": 5, "s": 2, "p": 2, "g": 16, "bias": False}
+    assert layers[8].params["out"] == 4 and layers[9].params["kind"] == "silu"  # squeeze: 16 // 4, SiLU
+    with pytest.raises(CompileError, match="odd kernel"):
+        mbconv(6, 16, k=4)
+    with pytest.raises(CompileError, match="ratio of the input channels"):
+        mbconv(6, 16, se=1.5)
+    with pytest.raises(CompileError, match="channel count is not known"):
+        expand(seq(flatten(), mbconv(6, 16)), 3)

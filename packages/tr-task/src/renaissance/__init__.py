@@ -68,6 +68,7 @@ from tr.graph.blueprint import (
     identity,
     leaky_relu,
     maxpool,
+    mbconv,
     relu,
     relu6,
     repeat,

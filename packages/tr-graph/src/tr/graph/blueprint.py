@@ -208,6 +208,26 @@ class Block(Layer):
         return ("kind", "out")
 
 
+@dataclass(frozen=True, repr=False)
+class MBConv(Layer):
+    """The seed's ``mbconv``: MobileNetV2's inverted residual and EfficientNet's MBConv. A 1x1 expansion to
+    ``expand`` x the input's channels (none when expand is 1), a kxk depthwise convolution with the stride, each
+    with BN and the activation; then squeeze-excitation through max(1, floor(se x input channels)) channels (se 0:
+    none) and a 1x1 linear projection to ``out`` with BN; the identity skip where the block keeps the shape."""
+
+    expand: int
+    out: int
+    stride: int = 1
+    k: int = 3
+    se: float = 0.0
+    act: str = "relu6"
+    momentum: float = 0.1
+    eps: float = 1e-5
+
+    def _positional(self) -> tuple[str, ...]:
+        return ("expand", "out")
+
+
 @dataclass(frozen=True)
 class BluePrint:
     """A named model: the root layer plus optional defaults for tools (input shape per sample, classes)."""
@@ -446,6 +466,22 @@ def block(kind: str, out: int, mid: int | None = None, stride: int = 1, momentum
     if kind == "basic" and mid is not None:
         raise CompileError("block('basic', ...) takes no mid width (both convs have `out` channels)")
     return Block(kind, out, mid, stride, _number("block momentum", momentum), _number("block eps", eps))
+
+
+def mbconv(expand: int, out: int, stride: int = 1, k: int = 3, se: float = 0.0, act: str = "relu6",
+           momentum: float = 0.1, eps: float = 1e-5) -> MBConv:
+    """The seed's ``mbconv(expand, out, stride)`` (MobileNetV2's inverted residual: k 3, ReLU6), and EfficientNet's
+    MBConv with ``k=5``, ``se=0.25``, ``act="silu"`` (see MBConv)."""
+    _ints("mbconv", expand=expand, out=out, stride=stride, k=k)
+    if expand < 1 or out < 1 or stride < 1 or k < 1 or k % 2 == 0:
+        raise CompileError(f"mbconv needs expand, out and stride >= 1 and an odd kernel, got expand={expand}, "
+                           f"out={out}, stride={stride}, k={k}")
+    se = _number("mbconv se", se)
+    if not 0.0 <= se <= 1.0:
+        raise CompileError(f"mbconv se is a ratio of the input channels in [0, 1], got {se}")
+    if act not in ACT_KINDS:
+        raise CompileError(f"mbconv activation {act!r}: expected one of {ACT_KINDS}")
+    return MBConv(expand, out, stride, k, se, act, _number("mbconv momentum", momentum), _number("mbconv eps", eps))
 
 
 def basic_block(out: int, stride: int = 1) -> Block:

@@ -1,6 +1,6 @@
 """The ArchPlan passes, in the order ``build_layers`` runs them; each is a small function over a layer list.
 
-1. expand            composites -> leaves: seq, repeat, cbr, blocks (identity or projection shortcut),
+1. expand            composites -> leaves: seq, repeat, cbr, blocks (identity or projection shortcut), mbconv,
                      add2 -> begin/mid/end markers; checks empty seqs and repeat counts
 2. check_params      every leaf's sizes / probabilities (kind.check)
 3. wire              markers -> "add" layers; every layer gets its input references
@@ -30,7 +30,7 @@ from typing import Any
 from tr.core.errors import CompileError
 from tr.core.shape import Shape
 from tr.graph.archplan import DATA, ArchLayer, layer_error, params
-from tr.graph.blueprint import BN, CBR, SE, Act, Add2, Block, Conv, Identity, Layer, Repeat, Seq, as_layer
+from tr.graph.blueprint import BN, CBR, SE, Act, Add2, Block, Conv, Identity, Layer, MBConv, Repeat, Seq, as_layer
 from tr.graph.layers import FIRST_KINDS, KINDS, LOSS_KINDS, NODE_KINDS, LayerProblem
 from tr.graph.layers.cbr import CBR_ACTS
 
@@ -92,6 +92,11 @@ def expand(root: Any, in_channels: int | None) -> list[ArchLayer]:
             return c
         if isinstance(node, Block):
             return _expand_block(node, path, c, walk)
+        if isinstance(node, MBConv):
+            if c is None:
+                raise CompileError(f"layer {len(out)} (mbconv at {path}): the channel count is not known here "
+                                   "(after a flatten)")
+            return _expand_mbconv(node, path, c, walk)
         if isinstance(node, CBR):  # the DSL's conv -> bn -> relu, its parts named as such
             for part, leaf in (("conv", Conv(node.out, node.k, node.s, node.p)), ("bn", BN(node.momentum, node.eps)),
                                ("relu", Act("relu"))):
@@ -126,6 +131,18 @@ def _expand_block(b: Block, path: str, c: int | None, walk: Any) -> int | None:
         shortcut = Seq((Conv(b.out, 1, b.stride, 0), BN(b.momentum, b.eps)))
     walk(Seq((Add2(shortcut, Seq(tuple(stem))), Act("relu"))), f"{path}.{b.kind}", c)
     return b.out
+
+
+def _expand_mbconv(m: MBConv, path: str, c: int, walk: Any) -> int:
+    hidden = c * m.expand
+    stem: list[Layer] = [Conv(hidden, 1), BN(m.momentum, m.eps), Act(m.act)] if m.expand != 1 else []
+    stem += [Conv(hidden, m.k, m.stride, (m.k - 1) // 2, groups=hidden), BN(m.momentum, m.eps), Act(m.act)]
+    if m.se > 0:
+        stem.append(SE(max(1, int(c * m.se)), m.act))
+    stem += [Conv(m.out, 1), BN(m.momentum, m.eps)]
+    body = Seq(tuple(stem))
+    walk(Add2(Identity(), body) if m.stride == 1 and c == m.out else body, f"{path}.mbconv", c)
+    return m.out
 
 
 # --- 2. check_params ------------------------------------------------------------------------------

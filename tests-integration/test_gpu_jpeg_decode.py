@@ -24,6 +24,7 @@ from tr.data.transforms import Compose, RandomErasing, RandomHorizontalFlip, Ran
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "tr-backend" / "tests"))
 from backend_testkit import SimpleArena, op  # noqa: E402
+from photos import make_photos  # noqa: E402
 
 from tr.backend.rules.image import GEOM_COLS  # noqa: E402
 
@@ -35,14 +36,8 @@ P999_LIMIT = 16  # the 99.9th percentile of |nvJPEG - libjpeg-turbo| over a regi
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> Path:
-    pytest.importorskip("PIL")
-    pytest.importorskip("skimage")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-    from make_image_folder import make_image_folder
-
-    root = tmp_path_factory.mktemp("photos")
-    make_image_folder(root, classes=4, per_class=12, min_side=64, max_side=500, seed=9, val_per_class=1)
-    return root
+    return make_photos(tmp_path_factory, "photos", classes=4, per_class=12, min_side=64, max_side=500, seed=9,
+                       val_per_class=1)
 
 
 def _cuda(capacity: int, batch: int = 0, size: int = 0, c_out: int = 3):

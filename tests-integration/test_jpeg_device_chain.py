@@ -22,21 +22,16 @@ from tr.data.transforms import CenterCrop, Compose, RandomErasing, RandomHorizon
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "tr-backend" / "tests"))
 from backend_testkit import SimpleArena, op  # noqa: E402
+from photos import make_photos  # noqa: E402
 
 from tr.backend.rules.image import GEOM, GEOM_COLS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> Path:
-    pytest.importorskip("PIL")
-    pytest.importorskip("skimage")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-    from make_image_folder import make_image_folder
-
-    root = tmp_path_factory.mktemp("photos")
-    # sizes around and far from the outputs below: crops shrink and grow; some files progressive, some 4:4:4
-    make_image_folder(root, classes=3, per_class=6, min_side=40, max_side=420, seed=4, val_per_class=1)
-    return root
+    # sizes around and far from the outputs below: crops shrink and grow
+    return make_photos(tmp_path_factory, "photos", classes=3, per_class=6, min_side=40, max_side=420, seed=4,
+                       val_per_class=1)
 
 
 def test_the_planner_and_the_op_share_the_geometry_table():

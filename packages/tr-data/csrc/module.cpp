@@ -168,6 +168,37 @@ int acquire_interruptible(Station& st, long long k, double timeout) {
   }
 }
 
+// fn(i, bytes, size) for n JPEGs at offsets/sizes in one buffer, the GIL released; a DataErr names the first bad
+// sample by its position (what jpeg_shapes and jpeg_progressive share)
+template <class Fn>
+void for_each_jpeg(const py::array_t<uint8_t, py::array::c_style>& data,
+                   const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& offsets,
+                   const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& sizes, const char* what, Fn fn) {
+  if (offsets.ndim() != 1 || sizes.ndim() != 1 || offsets.shape(0) != sizes.shape(0))
+    throw ShapeErr(std::string(what) + " takes offsets (n,) and sizes (n,)");
+  const py::ssize_t n = offsets.shape(0);
+  const uint8_t* base = data.data();
+  const int64_t total = int64_t(data.size());
+  const int64_t* off = offsets.data();
+  const int64_t* siz = sizes.data();
+  std::string error;
+  {
+    py::gil_scoped_release nogil;
+    for (py::ssize_t i = 0; i < n && error.empty(); ++i) {
+      if (off[i] < 0 || siz[i] < 0 || off[i] + siz[i] > total) {
+        error = "sample " + std::to_string(i) + " lies outside its buffer";
+        break;
+      }
+      try {
+        fn(i, base + off[i], size_t(siz[i]));
+      } catch (const DataErr& e) {
+        error = "sample " + std::to_string(i) + ": " + e.what();
+      }
+    }
+  }
+  if (!error.empty()) throw DataErr(error);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -275,36 +306,15 @@ PYBIND11_MODULE(_native, m) {
       "jpeg_shapes",
       [](py::array_t<uint8_t, py::array::c_style> data, py::array_t<int64_t, py::array::c_style | py::array::forcecast> offsets,
          py::array_t<int64_t, py::array::c_style | py::array::forcecast> sizes) {
-        // (n, 3) decoded shapes (RGB: c = 3) from the headers of n JPEGs lying at offsets/sizes in one buffer; a
-        // DataErr names the first bad sample by its position
-        if (offsets.ndim() != 1 || sizes.ndim() != 1 || offsets.shape(0) != sizes.shape(0))
-          throw ShapeErr("jpeg_shapes takes offsets (n,) and sizes (n,)");
-        const py::ssize_t n = offsets.shape(0);
-        py::array_t<int32_t> out({n, py::ssize_t(3)});
-        const uint8_t* base = data.data();
-        const int64_t total = int64_t(data.size());
-        const int64_t* off = offsets.data();
-        const int64_t* siz = sizes.data();
+        // (n, 3) decoded shapes (RGB: c = 3) from the headers of n JPEGs lying at offsets/sizes in one buffer
+        py::array_t<int32_t> out({offsets.ndim() == 1 ? offsets.shape(0) : 0, py::ssize_t(3)});
         int32_t* o = out.mutable_data();
-        std::string error;
-        {
-          py::gil_scoped_release nogil;
-          for (py::ssize_t i = 0; i < n && error.empty(); ++i) {
-            if (off[i] < 0 || siz[i] < 0 || off[i] + siz[i] > total) {
-              error = "sample " + std::to_string(i) + " lies outside its buffer";
-              break;
-            }
-            try {
-              const Shape3 sh = jpeg_shape(base + off[i], size_t(siz[i]), false);
-              o[3 * i] = sh.h;
-              o[3 * i + 1] = sh.w;
-              o[3 * i + 2] = sh.c;
-            } catch (const DataErr& e) {
-              error = "sample " + std::to_string(i) + ": " + e.what();
-            }
-          }
-        }
-        if (!error.empty()) throw DataErr(error);
+        for_each_jpeg(data, offsets, sizes, "jpeg_shapes", [o](py::ssize_t i, const uint8_t* p, size_t size) {
+          const Shape3 sh = jpeg_shape(p, size, false);
+          o[3 * i] = sh.h;
+          o[3 * i + 1] = sh.w;
+          o[3 * i + 2] = sh.c;
+        });
         return out;
       },
       py::arg("data"), py::arg("offsets"), py::arg("sizes"));
@@ -312,33 +322,12 @@ PYBIND11_MODULE(_native, m) {
       "jpeg_progressive",
       [](py::array_t<uint8_t, py::array::c_style> data, py::array_t<int64_t, py::array::c_style | py::array::forcecast> offsets,
          py::array_t<int64_t, py::array::c_style | py::array::forcecast> sizes) {
-        // jpeg_needs_baseline of n JPEGs at offsets/sizes in one buffer (progressive or arithmetic coding: what
-        // a hardware JPEG decoder refuses); a DataErr names the first bad sample by its position
-        if (offsets.ndim() != 1 || sizes.ndim() != 1 || offsets.shape(0) != sizes.shape(0))
-          throw ShapeErr("jpeg_progressive takes offsets (n,) and sizes (n,)");
-        const py::ssize_t n = offsets.shape(0);
-        py::array_t<uint8_t> out(n);
-        const uint8_t* base = data.data();
-        const int64_t total = int64_t(data.size());
-        const int64_t* off = offsets.data();
-        const int64_t* siz = sizes.data();
+        // jpeg_needs_baseline of n JPEGs (progressive or arithmetic coding: what a hardware JPEG decoder refuses)
+        py::array_t<uint8_t> out(offsets.ndim() == 1 ? offsets.shape(0) : 0);
         uint8_t* o = out.mutable_data();
-        std::string error;
-        {
-          py::gil_scoped_release nogil;
-          for (py::ssize_t i = 0; i < n && error.empty(); ++i) {
-            if (off[i] < 0 || siz[i] < 0 || off[i] + siz[i] > total) {
-              error = "sample " + std::to_string(i) + " lies outside its buffer";
-              break;
-            }
-            try {
-              o[i] = jpeg_needs_baseline(base + off[i], size_t(siz[i])) ? 1 : 0;
-            } catch (const DataErr& e) {
-              error = "sample " + std::to_string(i) + ": " + e.what();
-            }
-          }
-        }
-        if (!error.empty()) throw DataErr(error);
+        for_each_jpeg(data, offsets, sizes, "jpeg_progressive", [o](py::ssize_t i, const uint8_t* p, size_t size) {
+          o[i] = jpeg_needs_baseline(p, size) ? 1 : 0;
+        });
         return out;
       },
       py::arg("data"), py::arg("offsets"), py::arg("sizes"));

@@ -25,7 +25,8 @@ from tr.core.errors import ConfigError, DataError
 from tr.data.labels import check_labels
 from tr.data.sharding import check_shard, shard_positions, shard_size
 
-__all__ = ["ArrayFeeder", "Feeder", "FeederDefaults", "InMemoryFeeder", "check_labels", "complete_feeder",
+__all__ = ["ArrayFeeder", "DeviceSideFeeder", "Feeder", "FeederDefaults", "InMemoryFeeder", "check_labels",
+           "complete_feeder",
            "shard_positions", "shard_size", "steps_for"]
 
 
@@ -198,6 +199,33 @@ class InMemoryFeeder(FeederDefaults):
 
     def close(self) -> None:
         pass
+
+
+class DeviceSideFeeder(InMemoryFeeder):
+    """What the feeders whose batches are made on the device share: the labels of both splits held here
+    (``_labels[train]``, None: no such split), their checks and counts, and a validation set every rank has a
+    sample of (``setting`` names the PreprocessorSettings switch in messages)."""
+
+    _labels: dict[bool, np.ndarray | None]
+    setting: str = "device"
+
+    def shard(self, rank: int, world_size: int) -> None:
+        """Serve ``rank``'s share (InMemoryFeeder.shard): every rank needs a validation sample, or the ranks
+        would compile different plans."""
+        val = self._labels[False]
+        if val is not None and len(val) < world_size:
+            raise ConfigError(f"{self.setting}: the validation set has {len(val)} samples, fewer than the "
+                              f"{world_size} ranks")
+        super().shard(rank, world_size)
+
+    def check_labels(self, num_classes: int) -> None:
+        for name, train in (("train", True), ("val", False)):
+            if self._labels[train] is not None:
+                check_labels(self._labels[train], name, num_classes)
+
+    def _split_size(self, train: bool) -> int | None:
+        labels = self._labels[train]
+        return None if labels is None else len(labels)
 
 
 class ArrayFeeder(InMemoryFeeder):

@@ -36,21 +36,22 @@ from tr.core.ops import IMAGE_GEOM_COLS
 from tr.core.phase import StreamKind
 from tr.data.fused import norm_constants
 from tr.data.jpeg_plan import CHANNELS, COL, JpegBatch, JpegPlanner, decode_regions
-from tr.data.labels import check_labels
 from tr.data.seeds import data_seed, epoch_order
 from tr.data.settings import PreprocessorSettings
 from tr.data.transforms import RandomErasing
 from tr.graph.jpeg_input import JPEG_SRC, JpegInput
-from tr.task.feeder import InMemoryFeeder
+from tr.task.feeder import DeviceSideFeeder
 
 log = get_logger(__name__)
 
 DECODED, UNSUPPORTED, DAMAGED = 0, 1, 2  # tr.backend.cuda.jpeg's statuses
 
 
-class DeviceJpegFeeder(InMemoryFeeder):
+class DeviceJpegFeeder(DeviceSideFeeder):
     """Feeds a plan with a JPEG input (tr.graph.jpeg_input): labels and geometry per batch, regions decoded
     into the arena. ``backend``: the nvJPEG backend to try first ("auto", "hardware" or "gpu")."""
+
+    setting = "device_decode"
 
     def __init__(self, pre_settings: PreprocessorSettings, batch: int, seed: int | None = None, fp16: bool = False,
                  backend: str = "auto") -> None:
@@ -133,22 +134,6 @@ class DeviceJpegFeeder(InMemoryFeeder):
         (_, a), (_, b) = backend.host_buffers(1, (1, 1, most + max(cpu_most, 1)), "uint8")
         self._staging = [(a.reshape(-1)[:most], a.reshape(-1)[most:]), (b.reshape(-1)[:most], b.reshape(-1)[most:])]
         self._stream = backend.ctx.stream(int(StreamKind.TRANS))
-
-    def shard(self, rank: int, world_size: int) -> None:
-        val = self._labels[False]
-        if val is not None and len(val) < world_size:
-            raise ConfigError(f"device_decode: the validation set has {len(val)} samples, fewer than the "
-                              f"{world_size} ranks")
-        super().shard(rank, world_size)
-
-    def check_labels(self, num_classes: int) -> None:
-        for name, train in (("train", True), ("val", False)):
-            if self._labels[train] is not None:
-                check_labels(self._labels[train], name, num_classes)
-
-    def _split_size(self, train: bool) -> int | None:
-        labels = self._labels[train]
-        return None if labels is None else len(labels)
 
     # --- batches --------------------------------------------------------------------------------------
     def epoch(self, epoch: int, train: bool) -> Iterator[tuple[int, int, int]]:

@@ -28,7 +28,6 @@ from tr.core.errors import ConfigError, DataError
 from tr.core.philox import derive_seed
 from tr.data import transforms as T
 from tr.data.fused import norm_constants
-from tr.data.labels import check_labels
 from tr.data.seeds import TAG_SHUFFLE, data_seed, epoch_order, seed_prefix
 from tr.data.settings import PreprocessorSettings
 from tr.graph.resident import (
@@ -41,7 +40,7 @@ from tr.graph.resident import (
     VAL_SET,
     ResidentInput,
 )
-from tr.task.feeder import InMemoryFeeder
+from tr.task.feeder import DeviceSideFeeder
 
 DEVICE_CHAIN = ("Pad + RandomCrop (the image's size, constant fill 0), RandomRotation (-d, d) and RandomScale "
                 "(fill 0), in that order, then RandomErasing and RandomHorizontalFlip")
@@ -124,8 +123,10 @@ def _norm_attrs(normalization: Any, c: int, pad_channels: int | None) -> dict[st
     return {"mean": tuple(float(v) for v in mean), "std": tuple(float(v) for v in std)}
 
 
-class ResidentFeeder(InMemoryFeeder):
+class ResidentFeeder(DeviceSideFeeder):
     """Feeds a plan with a resident input (tr.graph.resident): labels and dataset indices per batch."""
+
+    setting = "device_augment"
 
     def __init__(self, pre_settings: PreprocessorSettings, batch: int, seed: int | None = None) -> None:
         s = pre_settings if pre_settings.frozen else pre_settings.commit()
@@ -187,27 +188,9 @@ class ResidentFeeder(InMemoryFeeder):
         # rank 0's value on every rank
         backend.write(program.tensor(DATA_RANK), np.array([self.rank], np.int32))
 
-    def shard(self, rank: int, world_size: int) -> None:
-        """Serve ``rank``'s share (InMemoryFeeder.shard): every rank needs a validation sample, or the ranks
-        would compile different plans."""
-        val = self._labels[False]
-        if val is not None and len(val) < world_size:
-            raise ConfigError(f"device_augment: the validation set has {len(val)} samples, fewer than the "
-                              f"{world_size} ranks")
-        super().shard(rank, world_size)
-
     # --- the Feeder protocol ------------------------------------------------------------------------
     def _alloc(self) -> None:
         self._bufs = [(np.zeros(self.batch, np.int32), np.zeros((self.batch, 1, 1, 1), np.int32)) for _ in range(2)]
-
-    def check_labels(self, num_classes: int) -> None:
-        for name, train in (("train", True), ("val", False)):
-            if self._labels[train] is not None:
-                check_labels(self._labels[train], name, num_classes)
-
-    def _split_size(self, train: bool) -> int | None:
-        labels = self._labels[train]
-        return None if labels is None else len(labels)
 
     def epoch_order(self, epoch: int, train: bool) -> np.ndarray:
         """Dataset indices in the epoch's order: tr.data's Preprocessor.epoch_order for the same settings (what

@@ -88,6 +88,7 @@ def test_device_decode_trains_as_the_cpu_pipeline_to_the_bit(photos, amp):
     assert task._feeder.steps(True) == 3 and task._feeder.last_batch(True) == 5
     ref_hist, ref_weights = _run(_task(ds, False, amp=amp))
     assert hist == ref_hist
+    assert task._feeder.decoded_on_cpu() is None  # (the CPU backend decodes every image with libjpeg-turbo)
     for name, w in ref_weights.items():
         np.testing.assert_array_equal(weights[name], w, err_msg=name)
 

@@ -110,7 +110,7 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
                 np.testing.assert_array_equal(got, want, err_msg=f"epoch {epoch} batch {k} row {r} sample {i}")
             np.testing.assert_array_equal(feeder._bufs[buf][0][:m], split.labels[order[k * 8:k * 8 + m]])
             seen += m
-        assert feeder.cpu_decoded == int(progressive.sum())  # every progressive file, decoded on the CPU
+        assert feeder.decoded_on_cpu() == int(progressive.sum())  # every progressive file, decoded on the CPU
     assert seen == 2 * len(split) and be.synchronous_writes == 0 and len(copies) == 2 * int(progressive.sum())
     assert max(FakeDecoder.calls) <= 8
     feeder.close()

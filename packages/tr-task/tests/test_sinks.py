@@ -101,3 +101,19 @@ def test_a_failing_sink_is_dropped_and_the_others_go_on(tmp_path, caplog):
     m.close()
     assert sum("disk full" in r.getMessage() for r in caplog.records) == 1
     assert len((tmp_path / sinks.JSONL_NAME).read_text().splitlines()) == 2
+
+
+def test_the_images_decoded_on_the_cpu_reach_the_logs_and_the_table(tmp_path):
+    import io
+
+    from tr.task.report import EpochTable
+
+    rec = EpochRecord(3, 0.5, 0.01, 2.0, cpu_decoded=17)
+    CsvSink(tmp_path / "m.csv").write(rec)
+    JsonlSink(tmp_path / "m.jsonl").write(rec)
+    rows = _csv_rows(tmp_path / "m.csv")
+    assert int(dict(zip(rows[0], rows[1]))["cpu_decoded"]) == 17
+    assert json.loads((tmp_path / "m.jsonl").read_text())["cpu_decoded"] == 17
+    out = io.StringIO()
+    EpochTable(out, validate=False).row(rec)
+    assert "(17 images decoded on the CPU: the device decoder refused them)" in out.getvalue()

@@ -479,6 +479,7 @@ class DeepLearningTask(TaskBase):
         launch.synchronize()
         train_loss = train_mean_loss(be, prog)  # over the applied steps: a skipped one's loss is not summed
         rec = EpochRecord(epoch + 1, train_loss, lr0, 0.0)
+        rec.cpu_decoded = feeder.decoded_on_cpu()  # (device_decode: read before validation decodes again)
         times = feeder.last_epoch_times()
         if times is not None:  # read before validation runs the pipeline again
             wall = time.perf_counter() - t_pass

@@ -55,6 +55,7 @@ class Feeder(Protocol):
     def last_epoch_times(self) -> Any: ...  # tr.data.EpochTimes of the last pass, or None
     def resident_input(self) -> Any: ...  # tr.graph.resident.ResidentInput, or None
     def jpeg_input(self) -> Any: ...  # tr.graph.jpeg_input.JpegInput (batches decoded on the device), or None
+    def decoded_on_cpu(self) -> int | None: ...  # the last pass's images the device decoder refused, or None
     def upload(self, backend: Any, program: Any) -> None: ...  # once, after the arena is allocated
     def begin_epoch(self, backend: Any, program: Any, epoch: int) -> None: ...  # before each training pass
 
@@ -90,6 +91,9 @@ class FeederDefaults:
     def jpeg_input(self) -> Any:
         return None
 
+    def decoded_on_cpu(self) -> int | None:
+        return None
+
     def upload(self, backend: Any, program: Any) -> None:
         """Without a resident input there is nothing of the feeder's to place in the arena."""
 
@@ -118,7 +122,8 @@ class _Completed(FeederDefaults):
 
 
 _OPTIONAL = frozenset({"staging_shape", "adopts_buffers", "adopt_buffers", "shard", "check_labels",
-                       "last_epoch_times", "resident_input", "jpeg_input", "upload", "begin_epoch"})
+                       "last_epoch_times", "resident_input", "jpeg_input", "decoded_on_cpu", "upload",
+                       "begin_epoch"})
 
 
 def complete_feeder(feeder: Any) -> Feeder:

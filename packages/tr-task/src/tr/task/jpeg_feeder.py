@@ -90,6 +90,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         self.cpu_decoded = 0  # images of the last pass decoded by libjpeg-turbo on CUDA (the fallback)
         self.times: dict[str, float] = {}  # the last pass's seconds by stage (epoch())
         self._backend: Any = None
+        self._decoder: Any = None  # nvJPEG's, on CUDA (upload)
         self._alloc()
 
     @property
@@ -113,7 +114,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         """Bind to the allocated arena: the decode buffer, and on CUDA the decoder and the pinned staging (the
         compressed bytes of two batches, and the CPU-decoded regions of the files nvJPEG will refuse)."""
         self._backend, self._src = backend, program.tensor(JPEG_SRC)
-        self._decoder: Any = None
+        self._decoder = None
         # one thread prepares the next batch while the loop launches this one; others decode on the CPU for it
         self._prep = ThreadPoolExecutor(1, thread_name_prefix="tr-jpeg-prep")
         self._pool = ThreadPoolExecutor(max(1, min(8, (os.cpu_count() or 2) - 1)), thread_name_prefix="tr-jpeg")
@@ -260,6 +261,11 @@ class DeviceJpegFeeder(DeviceSideFeeder):
             self._h2d(dst + int(g[COL["slot"]]), fallback.ctypes.data + int(pos), n, self._stream)
         self.times["cpu_region_copies_s"] += time.perf_counter() - t0
         self.cpu_decoded += len(ready.on_cpu)
+
+    def decoded_on_cpu(self) -> int | None:
+        """The last pass's images the device decoder refused (decoded by libjpeg-turbo instead); None on the CPU
+        backend, where libjpeg-turbo decodes every image by design."""
+        return None if self._decoder is None else self.cpu_decoded
 
     def _path(self, train: bool, i: int) -> str:
         paths = self._paths[train]

@@ -23,6 +23,9 @@ class EpochRecord:
     # batches (the pipeline was the limit), and the share of the pass its workers were busy
     data_wait_s: float | None = None
     pipeline_busy: float | None = None
+    # JPEGs decoded on the device (device_decode) only: the training pass's images the device decoder did not take
+    # (progressive or arithmetic-coded files on a hardware JPEG engine), decoded on the CPU instead
+    cpu_decoded: int | None = None
 
 
 @dataclass
@@ -90,6 +93,8 @@ class EpochTable:
         line = " | ".join(parts)
         if r.skipped_steps:
             line += f"   ({r.skipped_steps} non-finite step(s) skipped)"
+        if r.cpu_decoded:
+            line += f"   ({r.cpu_decoded} images decoded on the CPU: the device decoder refused them)"
         print(line, file=self.out, flush=True)
 
     def close(self) -> None:

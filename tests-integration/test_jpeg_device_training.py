@@ -93,6 +93,23 @@ def test_device_decode_trains_as_the_cpu_pipeline_to_the_bit(photos, amp):
         np.testing.assert_array_equal(weights[name], w, err_msg=name)
 
 
+def test_device_decode_with_a_colour_jitter_trains_as_the_cpu_pipeline_to_the_bit(photos):
+    from tr.core.graph_id import GraphId
+    from tr.data import ColorJitter, ImageFolder, RandomErasing, RandomHorizontalFlip, RandomResizedCrop
+
+    chain = (RandomResizedCrop(24, scale=(0.3, 1.0)), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomHorizontalFlip(),
+             RandomErasing(0.5))
+    ds = ImageFolder(photos)
+    task = _task(ds, True, train=chain)
+    hist, weights = _run(task)
+    ops = [c.op for c in task.program.calls("train", GraphId.TRANSFER_A)]
+    assert ops == ["h2d_copy", "image_resample", "image_jitter"]
+    ref_hist, ref_weights = _run(_task(ds, False, train=chain))
+    assert hist == ref_hist
+    for name, w in ref_weights.items():
+        np.testing.assert_array_equal(weights[name], w, err_msg=name)
+
+
 def test_a_dts_pack_decodes_on_the_device_too(photos, tmp_path):
     from tr.data import DtsImages
     from tr.data.dts import pack
@@ -105,10 +122,10 @@ def test_a_dts_pack_decodes_on_the_device_too(photos, tmp_path):
 
 def test_a_chain_the_device_cannot_run_is_refused_at_compile(photos):
     from tr.core.errors import ConfigError
-    from tr.data import ColorJitter, ImageFolder, RandomResizedCrop
+    from tr.data import ImageFolder, RandomResizedCrop, RandomRotation
 
-    task = _task(ImageFolder(photos), True, train=(RandomResizedCrop(24), ColorJitter(0.3)))
-    with pytest.raises(ConfigError, match="ColorJitter needs the CPU pipeline"):
+    task = _task(ImageFolder(photos), True, train=(RandomResizedCrop(24), RandomRotation(10)))
+    with pytest.raises(ConfigError, match="RandomRotation needs the CPU pipeline"):
         task.compile()
 
 

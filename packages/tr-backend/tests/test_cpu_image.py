@@ -145,3 +145,23 @@ def test_bad_calls_are_refused_at_capture():
          "y": a.add("y", (2, 8, 8, 3), "fp32")}
     with pytest.raises(ShapeError, match="geom"):
         a.allocate().capture("g", [op("image_resample", **s)])
+
+
+def test_a_jitter_with_no_op_on_only_flips_erases_and_normalises():
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (2, 6, 5, 3), dtype=np.uint8)
+    geom = _geom([dict(flip=1, erase_y=1, erase_x=2, erase_h=2, erase_w=2, jit_order=0b11100100), dict()])
+    a = SimpleArena()
+    t = {"x": a.add("x", x.shape, "uint8"), "geom": a.add("geom", (2, 1, 1, GEOM_COLS), "int32"),
+         "y": a.add("y", (2, 6, 5, 3), "fp32")}
+    be = a.allocate()
+    be.write(t["x"], x)
+    be.write(t["geom"], geom.reshape(2, 1, 1, GEOM_COLS))
+    run(be, op("image_jitter", x=t["x"], geom=t["geom"], y=t["y"], mean=MEAN, std=STD))
+    y = be.read(t["y"])
+    a_, b_ = (np.array([1.0 / (255.0 * s) for s in STD], np.float32),
+              np.array([-m / s for m, s in zip(MEAN, STD, strict=True)], np.float32))
+    want0 = x[0, :, ::-1].astype(np.float32) * a_ + b_
+    want0[1:3, 2:4] = 0.0
+    np.testing.assert_array_equal(y[0], want0)
+    np.testing.assert_array_equal(y[1], x[1].astype(np.float32) * a_ + b_)

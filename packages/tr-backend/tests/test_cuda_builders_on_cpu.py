@@ -137,6 +137,11 @@ def test_image_builder_passes_the_coefficients():
     assert floats["erase1"] == 1.5
     assert refusal("cuda", op("image_resample", src=a["src"], geom=a["geom"], y=a["y"], std=(-1.0,))) == \
         refusal("cpu", op("image_resample", src=a["src"], geom=a["geom"], y=a["y"], std=(-1.0,)))
+    j = arena(("x", (4, 32, 24, 3), "uint8"), ("geom", (4, 1, 1, GEOM_COLS), "int32"), ("y", (4, 32, 24, 4), "fp16"),
+              ("u8", (4, 32, 24, 4), "uint8"))
+    name, ptrs, ints, _ = build(op("image_jitter", x=j["x"], geom=j["geom"], y=j["y"]))
+    assert name == "image_jitter" and set(ptrs) == {"x", "geom", "y"} and ints["c_out"] == 4
+    assert "UINT8 y" in refusal("cuda", op("image_resample", src=j["x"], geom=j["geom"], y=j["u8"]))
 
 
 def test_range_builders_size_their_spans_from_the_layout():

@@ -60,3 +60,55 @@ def test_image_resample_is_the_cpu_backend_s_to_the_bit(ydt, c_out, oh, ow):
               std=(0.229, 0.224, 0.225), erase_value=(0.25,)), poison=("y",))
     cpu, gpu = tw.both("y")
     np.testing.assert_array_equal(gpu.view(np.uint8), cpu.view(np.uint8))
+
+
+def test_the_resized_pixels_alone_are_the_cpu_backend_s():
+    rng = np.random.default_rng(6)
+    src, geom = _batch(rng, 8, 64, 48)
+    tw = Twin()
+    tw.add("src", (src.size,), "uint8")
+    tw.add("geom", geom.shape, "int32")
+    tw.add("y", (len(geom), 64, 48, 3), "uint8")
+    tw.allocate()
+    tw.write("src", src)
+    tw.write("geom", geom)
+    tw.run(op("image_resample", src=tw["src"], geom=tw["geom"], y=tw["y"]), poison=("y",))
+    cpu, gpu = tw.both("y")
+    np.testing.assert_array_equal(gpu, cpu)
+
+
+def _jitter_rows(rng, geom):
+    """Random ColorJitter draws in the jit_ columns: every order, every subset of the ops."""
+    from tr.backend.rules.image import COL
+
+    n = len(geom)
+    for k in range(n):
+        f = np.float32([rng.uniform(0.6, 1.4), rng.uniform(0.6, 1.4), rng.uniform(0.6, 1.4), rng.uniform(-0.1, 0.1)])
+        c1, s1 = np.float32(1.0 - float(f[1])), np.float32(1.0 - float(f[2]))
+        bits = np.float32([*f, c1, s1]).view(np.int32)
+        for name, v in zip(("jit_b", "jit_c", "jit_s", "jit_h", "jit_c1", "jit_s1"), bits, strict=True):
+            geom[k, 0, 0, COL[name]] = v
+        order = rng.permutation(4)
+        on = k % 16 if k < 16 else int(rng.integers(0, 16))
+        geom[k, 0, 0, COL["jit_order"]] = sum(int(o) << (2 * i) for i, o in enumerate(order)) | (on << 8)
+    return geom
+
+
+@pytest.mark.parametrize("ydt, c_out", [("fp16", 4), ("fp32", 3)])
+def test_image_jitter_is_the_cpu_backend_s_to_the_bit(ydt, c_out):
+    rng = np.random.default_rng(7)
+    _, geom = _batch(rng, 40, 56, 56)
+    geom = _jitter_rows(rng, geom)
+    x = rng.integers(0, 256, (40, 56, 56, 3), dtype=np.uint8)
+    x[::3] = (x[::3] // 32) * 32  # flat regions too: equal channels, grey pixels (hue's special cases)
+    tw = Twin()
+    tw.add("x", x.shape, "uint8")
+    tw.add("geom", geom.shape, "int32")
+    tw.add("y", (40, 56, 56, c_out), ydt)
+    tw.allocate()
+    tw.write("x", x)
+    tw.write("geom", geom)
+    tw.run(op("image_jitter", x=tw["x"], geom=tw["geom"], y=tw["y"], mean=(0.485, 0.456, 0.406),
+              std=(0.229, 0.224, 0.225), erase_value=(0.1,)), poison=("y",))
+    cpu, gpu = tw.both("y")
+    np.testing.assert_array_equal(gpu.view(np.uint8), cpu.view(np.uint8))

@@ -474,13 +474,18 @@ PYBIND11_MODULE(_native, m) {
             // RandomResizedCrop's / Resize's box (top, left, height, width) in the full image and the size it
             // resizes to; the window a CenterCrop right after it keeps (y0, x0, height, width; the whole resized
             // image without one); then the fused stage's flip and erase box (y, x, height, width; height 0: none)
-            // drawn for the final sample
+            // drawn for the final sample; then a ColorJitter right after them: the float32 bits its kernels compute
+            // with (the brightness, contrast, saturation and hue factors, then 1 - factor for contrast and
+            // saturation, each rounded from the double as color.cpp does), and its order and switches (bits 0-7:
+            // the order, two bits an op; bits 8-11: which ops are on)
             if (shapes.ndim() != 2 || shapes.shape(1) != 3 || seeds.ndim() != 1 || seeds.shape(0) != shapes.shape(0))
               throw ShapeErr("plan_first_resample takes shapes (n, 3) and seeds (n,)");
             const auto& ops = self.p->ops();
             const bool center = ops.size() > 1 && ops[1].kind == OpKind::CenterCrop;
+            const size_t jk = center ? 2 : 1;  // where a ColorJitter would follow
+            const bool jitter = ops.size() > jk && ops[jk].kind == OpKind::ColorJitter;
             const py::ssize_t n = shapes.shape(0);
-            py::array_t<int32_t> out({n, py::ssize_t(15)});
+            py::array_t<int32_t> out({n, py::ssize_t(22)});
             auto sh = shapes.unchecked<2>();
             auto sd = seeds.unchecked<1>();
             auto o = out.mutable_unchecked<2>();
@@ -507,6 +512,20 @@ PYBIND11_MODULE(_native, m) {
                                  fp.flip ? 1 : 0, fp.erase ? fp.ei : 0, fp.erase ? fp.ej : 0, fp.erase ? fp.eh : 0,
                                  fp.erase ? fp.ew : 0};
               for (int k = 0; k < 15; ++k) o(i, k) = v[k];
+              int jit[7] = {0, 0, 0, 0, 0, 0, 0};
+              if (jitter) {
+                Stream rng(sd(i), uint64_t(ops[jk].slot) << 32);
+                Params p;
+                op_draw(ops[jk], rng, Shape3{win[2], win[3], full.c}, p);
+                const float f[6] = {float(p.f[0]), float(p.f[1]), float(p.f[2]), float(p.f[3]),
+                                    float(1.0 - p.f[1]), float(1.0 - p.f[2])};
+                for (int k = 0; k < 6; ++k) std::memcpy(&jit[k], &f[k], 4);
+                for (int k = 0; k < 4; ++k) {
+                  jit[6] |= (p.perm[size_t(k)] & 3) << (2 * k);
+                  jit[6] |= (ops[jk].i[size_t(k)] != 0 ? 1 : 0) << (8 + k);
+                }
+              }
+              for (int k = 0; k < 7; ++k) o(i, 15 + k) = jit[k];
             }
             return out;
           },

@@ -21,6 +21,7 @@ from tr.data.transforms import (
     RandomErasing,
     RandomHorizontalFlip,
     RandomResizedCrop,
+    RandomRotation,
     Resize,
 )
 
@@ -95,8 +96,13 @@ def test_a_chain_the_device_path_cannot_run_is_refused_by_name(split):
         JpegPlanner(split, Compose([CenterCrop(32)], NormMode.IMAGENET))
     with pytest.raises(ConfigError, match="samples of one size"):
         JpegPlanner(split, Compose([Resize(32)], NormMode.IMAGENET))
-    with pytest.raises(ConfigError, match="ColorJitter needs the CPU pipeline"):
-        JpegPlanner(split, Compose([RandomResizedCrop(32), ColorJitter(0.4)], NormMode.IMAGENET))
+    with pytest.raises(ConfigError, match="RandomRotation needs the CPU pipeline"):
+        JpegPlanner(split, Compose([RandomResizedCrop(32), RandomRotation(10)], NormMode.IMAGENET))
+    with pytest.raises(ConfigError, match="ColorJitter needs the CPU pipeline"):  # one, right after the resize
+        JpegPlanner(split, Compose([RandomResizedCrop(32), ColorJitter(0.4), ColorJitter(0.2)], NormMode.IMAGENET))
+    # (the flip runs after every other transform wherever it is listed: a jitter after it is right after the resize)
+    assert JpegPlanner(split, Compose([RandomResizedCrop(32), RandomHorizontalFlip(), ColorJitter(0.4)],
+                                      NormMode.IMAGENET)).jitter
     pixels = Split(np.zeros((2, 4, 4, 3), np.uint8), np.zeros(2, np.int32))
     with pytest.raises(ConfigError, match="encoded"):
         JpegPlanner(pixels, chain())
@@ -117,6 +123,21 @@ def test_a_resize_and_centre_crop_give_the_window_of_the_resize(split):
         assert (g[COL["roi_h"]], g[COL["roi_w"]]) == (h, w)  # torchvision's Resize reads the whole image
     with pytest.raises(DataError, match="smaller than the 200x200 CenterCrop"):
         JpegPlanner(split, Compose([Resize(40), CenterCrop(200)], NormMode.IMAGENET)).plan([0], seed=0, epoch=0)
+
+
+def test_a_colour_jitter_after_the_resize_is_planned_with_its_draws(split):
+    comp = Compose([RandomResizedCrop(32), ColorJitter(0.4, 0.4, 0.4, 0.1)], NormMode.IMAGENET)
+    planner = JpegPlanner(split, comp)
+    assert planner.jitter
+    b = planner.plan([1, 2], seed=9, epoch=4)
+    for k, i in enumerate(b.indices):
+        rec = comp.params(tuple(int(v) for v in b.shapes[k]), seed=9, epoch=4, index=int(i))[1]["params"]
+        g = b.geom[k]
+        f = g[[COL[c] for c in ("jit_b", "jit_c", "jit_s", "jit_h")]].astype(np.int32).view(np.float32)
+        want = np.float32([rec["brightness"], rec["contrast"], rec["saturation"], rec["hue"]])
+        np.testing.assert_array_equal(f, want)
+        order = [(int(g[COL["jit_order"]]) >> (2 * n)) & 3 for n in range(4)]
+        assert order == [rec[f"order{n}"] for n in range(4)] and int(g[COL["jit_order"]]) >> 8 == 0b1111
 
 
 def test_a_damaged_header_is_named_when_the_planner_is_made(split):

@@ -7,6 +7,7 @@
 // first when the output has fewer rows than the source rows read): the bytes before the normalisation are
 // tr.data's for the same decoded pixels.
 #include <climits>
+#include <type_traits>
 
 #include "cuda/context.hpp"
 #include "ops/kernels.cuh"
@@ -19,7 +20,7 @@ constexpr int kPrec = 14;
 constexpr int kHalf = 1 << (kPrec - 1);
 constexpr int kC = 3;            // decoded images are RGB
 constexpr int kMaxOut = 8;       // output channels (3, or padded)
-constexpr int kGeomCols = 24;    // rules/image.py GEOM_COLS
+constexpr int kGeomCols = 32;    // rules/image.py GEOM_COLS
 constexpr int kMaxTaps = 2 * 64 + 1;      // rules/image.py MAX_SCALE: a crop side at most 64 output sides
 constexpr int kSharedBytes = 40 * 1024;  // the block's u8 intermediate (rules/image.py MAX_TMP_BYTES)
 constexpr int kThreads = 256;
@@ -131,7 +132,7 @@ struct Norm {
 };
 
 template <class TY>
-__device__ void write_px(TY* row, int x, int ow, const Geom& g, int y, const int* acc_or_px, const Norm& nm) {
+__device__ void write_norm(TY* row, int x, int ow, const Geom& g, int y, const int* acc_or_px, const Norm& nm) {
   const int xo = g.flip ? ow - 1 - x : x;
   const bool erased = g.eh > 0 && y >= g.ey && y < g.ey + g.eh && xo >= g.ex && xo < g.ex + g.ew;
   TY* o = row + static_cast<long long>(xo) * nm.c_out;
@@ -141,6 +142,16 @@ __device__ void write_px(TY* row, int x, int ow, const Geom& g, int y, const int
     o[c] = kern::from_f<TY>(v);
   }
   for (int c = kC; c < nm.c_out; ++c) o[c] = kern::from_f<TY>(0.0f);
+}
+
+template <class TY>
+__device__ void write_px(TY* row, int x, int ow, const Geom& g, int y, const int* acc_or_px, const Norm& nm) {
+  if constexpr (std::is_same_v<TY, unsigned char>) {  // image_jitter's input: the resized pixels alone
+    for (int c = 0; c < kC; ++c) row[static_cast<long long>(x) * kC + c] = static_cast<unsigned char>(acc_or_px[c]);
+    return;
+  } else {
+    write_norm(row, x, ow, g, y, acc_or_px, nm);
+  }
 }
 
 template <class TY>
@@ -174,7 +185,12 @@ __global__ void __launch_bounds__(kThreads) image_resample_kernel(const unsigned
                     g.top >= 0 && g.left >= 0 && g.top + g.crop_h <= g.roi_h && g.left + g.crop_w <= g.roi_w &&
                     g.out_y >= 0 && g.out_x >= 0 && g.out_y + oh <= fh && g.out_x + ow <= fw;
   if (!fits) {
-    for (int i = threadIdx.x; i < ow * nm.c_out; i += blockDim.x) out[i] = kern::from_f<TY>(0.0f);
+    for (int i = threadIdx.x; i < ow * nm.c_out; i += blockDim.x) {
+      if constexpr (std::is_same_v<TY, unsigned char>)
+        out[i] = 0;
+      else
+        out[i] = kern::from_f<TY>(0.0f);
+    }
     return;
   }
   if (vfirst) {
@@ -248,6 +264,15 @@ std::unique_ptr<Op> image_resample(Context&, const OpArgs& args) {
   const auto* geom = static_cast<const int*>(args.ptr("geom"));
   void* y = args.ptr("y");
   const DT ydt = args.dt("y");
+  if (ydt == DT::U8) {  // the resized pixels alone (image_jitter's input)
+    if (nm.c_out != kC) args.bad("a UINT8 y has 3 channels, got " + std::to_string(nm.c_out));
+    return fn_op([=](cudaStream_t st) {
+      if (batch == 0) return;
+      image_resample_kernel<unsigned char><<<dim3(unsigned(oh), unsigned(batch)), kThreads, 0, st>>>(
+          src, geom, static_cast<unsigned char*>(y), oh, ow, nm);
+      check_launch("image_resample");
+    });
+  }
   kern::dispatch_float(ydt, args, "y", [](auto) {});
   return fn_op([=](cudaStream_t st) {
     if (batch == 0) return;
@@ -260,8 +285,154 @@ std::unique_ptr<Op> image_resample(Context&, const OpArgs& args) {
   });
 }
 
+// --- ColorJitter (tr.data's color.cpp: torchvision's float32 formulas, each result truncated to u8) -------------
+// One block per sample. With contrast, a first pass sums the grey of the pixels after the ops before it (integer
+// sums: exact in any order); the second pass recomputes those ops from the pixels and runs the rest, then flips,
+// normalises and erases as image_resample does. --fmad=false and IEEE division: color.cpp's float32 results.
+struct Jit {
+  float f[4], c1, s1;  // the factors' floats; float(1 - factor) of contrast and saturation
+  int ops[4], n, pc;   // the enabled ops in order (0 brightness, 1 contrast, 2 saturation, 3 hue); contrast's place
+};
+
+__device__ __forceinline__ float clamp_trunc(float v) { return float(int(fminf(fmaxf(v, 0.f), 255.f))); }
+__device__ __forceinline__ float gray3(float r, float g, float b) { return (0.2989f * r + 0.587f * g) + 0.114f * b; }
+
+__device__ void hue(float& r, float& g, float& b, float hf) {
+  const float R = r / 255.f, G = g / 255.f, B = b / 255.f;
+  const float maxc = fmaxf(fmaxf(R, G), B), minc = fminf(fminf(R, G), B);
+  const bool eqc = maxc == minc;
+  const float cr = maxc - minc;
+  const float s = cr / (eqc ? 1.f : maxc);
+  const float crd = eqc ? 1.f : cr;
+  const float rc = (maxc - R) / crd, gc = (maxc - G) / crd, bc = (maxc - B) / crd;
+  const float hr = maxc == R ? bc - gc : 0.f;
+  const float hg = (maxc == G && maxc != R) ? (2.f + rc) - bc : 0.f;
+  const float hb = (maxc != G && maxc != R) ? (4.f + gc) - rc : 0.f;
+  const float a = ((hr + hg) + hb) / 6.f + 1.f;
+  const float h = a >= 1.f ? a - 1.f : a;
+  const float x = h + hf;
+  const float hh = x < 0.f ? x + 1.f : (x >= 1.f ? x - 1.f : x);
+  const float hs = hh * 6.f;
+  const float i6 = floorf(hs);
+  const float f = hs - i6;
+  const int ii = int(i6) == 6 ? 0 : int(i6);
+  const float v = maxc;
+  const float p = fminf(fmaxf(v * (1.f - s), 0.f), 1.f);
+  const float q = fminf(fmaxf(v * (1.f - s * f), 0.f), 1.f);
+  const float t = fminf(fmaxf(v * (1.f - s * (1.f - f)), 0.f), 1.f);
+  const float ro = (ii == 0 || ii == 5) ? v : (ii == 1 ? q : (ii == 4 ? t : p));
+  const float go = (ii == 1 || ii == 2) ? v : (ii == 0 ? t : (ii == 3 ? q : p));
+  const float bo = (ii == 3 || ii == 4) ? v : (ii == 2 ? t : (ii == 5 ? q : p));
+  r = float(int(ro * 255.999f));
+  g = float(int(go * 255.999f));
+  b = float(int(bo * 255.999f));
+}
+
+__device__ void jit_op(int op, const Jit& j, float mean, float& r, float& g, float& b) {
+  switch (op) {
+    case 0:
+      r = clamp_trunc(j.f[0] * r + 0.f);
+      g = clamp_trunc(j.f[0] * g + 0.f);
+      b = clamp_trunc(j.f[0] * b + 0.f);
+      return;
+    case 1: {
+      const float add = j.c1 * mean;
+      r = clamp_trunc(j.f[1] * r + add);
+      g = clamp_trunc(j.f[1] * g + add);
+      b = clamp_trunc(j.f[1] * b + add);
+      return;
+    }
+    case 2: {
+      const float m = j.s1 * float(int(gray3(r, g, b)));
+      r = clamp_trunc(j.f[2] * r + m);
+      g = clamp_trunc(j.f[2] * g + m);
+      b = clamp_trunc(j.f[2] * b + m);
+      return;
+    }
+    default:
+      hue(r, g, b, j.f[3]);
+  }
+}
+
+template <class TY>
+__global__ void __launch_bounds__(kThreads) image_jitter_kernel(const unsigned char* __restrict__ x,
+                                                                const int* __restrict__ geom, TY* __restrict__ y,
+                                                                int h, int w, Norm nm) {
+  __shared__ long long part[kThreads / 32];
+  const int b = blockIdx.x;
+  const int* gp = geom + static_cast<long long>(b) * kGeomCols;
+  const Geom g{gp[0], gp[1],  gp[2],  gp[3],  gp[4],  gp[5],  gp[6],  gp[7],  gp[8],
+               gp[9], gp[10], gp[11], gp[12], gp[13], gp[14], gp[15], gp[16], gp[17]};
+  Jit j{};
+  for (int k = 0; k < 4; ++k) j.f[k] = __int_as_float(gp[18 + k]);
+  j.c1 = __int_as_float(gp[22]);
+  j.s1 = __int_as_float(gp[23]);
+  const int code = gp[24];
+  j.pc = -1;
+  for (int k = 0; k < 4; ++k) {
+    const int op = (code >> (2 * k)) & 3;
+    if (!((code >> (8 + op)) & 1)) continue;
+    if (op == 1) j.pc = j.n;
+    j.ops[j.n++] = op;
+  }
+  const long long npx = static_cast<long long>(h) * w;
+  const unsigned char* img = x + static_cast<long long>(b) * npx * kC;
+  float mean = 0.f;
+  if (j.pc >= 0) {  // pass 1: the grey after the ops before contrast, summed
+    long long sum = 0;
+    for (long long i = threadIdx.x; i < npx; i += blockDim.x) {
+      float r = img[3 * i], gg = img[3 * i + 1], bb = img[3 * i + 2];
+      for (int k = 0; k < j.pc; ++k) jit_op(j.ops[k], j, 0.f, r, gg, bb);
+      sum += int(gray3(r, gg, bb));
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = sum;
+    __syncthreads();
+    long long total = 0;
+    for (int k = 0; k < int(blockDim.x >> 5); ++k) total += part[k];
+    mean = __fdiv_rn(__ll2float_rn(total), __ll2float_rn(npx));  // float(sum) / float(pixels), as color.cpp
+  }
+  TY* out = y + static_cast<long long>(b) * npx * nm.c_out;
+  for (long long i = threadIdx.x; i < npx; i += blockDim.x) {
+    float r = img[3 * i], gg = img[3 * i + 1], bb = img[3 * i + 2];
+    for (int k = 0; k < j.n; ++k) jit_op(j.ops[k], j, k >= j.pc && j.pc >= 0 ? mean : 0.f, r, gg, bb);
+    const int px[kC] = {int(r), int(gg), int(bb)};
+    const int row = int(i / w), col = int(i % w);
+    write_norm(out + static_cast<long long>(row) * w * nm.c_out, col, w, g, row, px, nm);
+  }
+}
+
+std::unique_ptr<Op> image_jitter(Context&, const OpArgs& args) {
+  const int batch = int(args.i("batch")), h = int(args.i("h")), w = int(args.i("w"));
+  Norm nm{};
+  nm.c_out = int(args.i("c_out"));
+  if (nm.c_out < kC || nm.c_out > kMaxOut)
+    args.bad("output channels must be 3.." + std::to_string(kMaxOut) + ", got " + std::to_string(nm.c_out));
+  for (int c = 0; c < kC; ++c) {
+    nm.a[c] = float(args.f("a" + std::to_string(c)));
+    nm.b[c] = float(args.f("b" + std::to_string(c)));
+    nm.ev[c] = float(args.f("erase" + std::to_string(c)));
+  }
+  const auto* x = static_cast<const unsigned char*>(args.ptr("x"));
+  const auto* geom = static_cast<const int*>(args.ptr("geom"));
+  void* y = args.ptr("y");
+  const DT ydt = args.dt("y");
+  kern::dispatch_float(ydt, args, "y", [](auto) {});
+  return fn_op([=](cudaStream_t st) {
+    if (batch == 0) return;
+    kern::dispatch_float(ydt, args, "y", [&](auto ty) {
+      using TY = typename decltype(ty)::type;
+      image_jitter_kernel<TY><<<unsigned(batch), kThreads, 0, st>>>(x, geom, static_cast<TY*>(y), h, w, nm);
+    });
+    check_launch("image_jitter");
+  });
+}
+
 }  // namespace
 
-void register_image_ops() { register_factory("image_resample", &image_resample); }
+void register_image_ops() {
+  register_factory("image_resample", &image_resample);
+  register_factory("image_jitter", &image_jitter);
+}
 
 }  // namespace tr::native

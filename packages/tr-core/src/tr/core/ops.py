@@ -84,8 +84,9 @@ RELU_MASK_ALIGN = 128  # fc's relu bit mask: bits a sample, a multiple of 128 (c
 # image_resample's geometry table: one row of IMAGE_GEOM_COLS INT32 a sample, these columns first (tr.data.jpeg_plan
 # writes it, tr/backend/rules/image.py says what each means, tr.graph declares it)
 IMAGE_GEOM = ("slot", "roi_h", "roi_w", "top", "left", "crop_h", "crop_w", "flip", "erase_y", "erase_x", "erase_h",
-              "erase_w", "roi_y", "roi_x", "out_h", "out_w", "out_y", "out_x")
-IMAGE_GEOM_COLS = 24
+              "erase_w", "roi_y", "roi_x", "out_h", "out_w", "out_y", "out_x", "jit_b", "jit_c", "jit_s", "jit_h",
+              "jit_c1", "jit_s1", "jit_order")
+IMAGE_GEOM_COLS = 32
 
 
 def relu_mask_ld(features: int) -> int:
@@ -196,7 +197,13 @@ _DEFS: list[OpDef] = [
               "(PIL's triangle filter, 14-bit fixed-point weights, the two passes in tr.data's order with a u8 "
               "intermediate); y (B, H, W, C_out >= 3) FP16 or FP32 = float(x) * a_c + b_c with a_c = "
               "float32(1 / (255 std_c)), b_c = float32(-mean_c / std_c), extra channels 0, erased pixels "
-              "erase_value (normalised space, one or per channel)"),
+              "erase_value (normalised space, one or per channel); a UINT8 y (B, H, W, 3) gets the resized pixels "
+              "alone (no flip, erasing or normalisation: image_jitter's input)"),
+    OpDef("image_jitter", "image", (_t("x"), _t("geom"), _t("y", "out")), ("mean", "std", "erase_value"),
+          doc="y[b] = normalise(erase(flip(ColorJitter(x[b])))): tr.data's ColorJitter on the resized u8 batch x "
+              "(UINT8 [B,H,W,3], image_resample's with a UINT8 y) with geom's factors and order (its jit_ columns: "
+              "torchvision's float32 formulas, each result truncated to u8, contrast's grey mean over the image), "
+              "then image_resample's flip, normalisation and erasing"),
     OpDef("shuffle_order", "resident", (_t("key"), _t("order", "out"), _t("pos", "out")), ("shuffle",), kind="range",
           doc="order (INT32 [n]) = tr.core.philox.shuffle_indices(n, seed), seed the uint64 in key (INT32[2], "
               "little-endian): the epoch's Fisher-Yates permutation, the one tr.data's workers use (without "

@@ -17,8 +17,8 @@ fallback for an image the device decoder refuses, and the source the CPU backend
 it, the CPU backend's op gives the bytes of the CPU pipeline (tests-integration/test_jpeg_device_chain.py).
 
 Chains: RandomResizedCrop (training) or Resize + CenterCrop, or a Resize to a fixed (h, w) (validation) first,
-then optionally RandomHorizontalFlip and RandomErasing, normalised to RGB; anything else is refused naming the
-transform (the CPU pipeline runs those chains).
+then optionally ColorJitter, RandomHorizontalFlip and RandomErasing, normalised to RGB; anything else is refused
+naming the transform (the CPU pipeline runs those chains).
 """
 
 from __future__ import annotations
@@ -34,7 +34,15 @@ from tr.core.philox import splitmix64_array
 from tr.data import _native
 from tr.data.dataset import Split
 from tr.data.seeds import seed_prefix
-from tr.data.transforms import CenterCrop, Compose, RandomErasing, RandomHorizontalFlip, RandomResizedCrop, Resize
+from tr.data.transforms import (
+    CenterCrop,
+    ColorJitter,
+    Compose,
+    RandomErasing,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+)
 
 GEOM, GEOM_COLS = IMAGE_GEOM, IMAGE_GEOM_COLS
 COL = {name: k for k, name in enumerate(GEOM)}
@@ -59,8 +67,9 @@ class JpegBatch:
         return len(self.indices)
 
 
-def _check_chain(compose: Compose) -> tuple[int, int]:
-    """The (height, width) of the chain's samples; ConfigError naming what decoding on the device cannot run."""
+def _check_chain(compose: Compose) -> tuple[int, int, bool]:
+    """The (height, width) of the chain's samples and whether a ColorJitter follows the resize; ConfigError naming
+    what decoding on the device cannot run."""
     ts = list(compose.transforms)
     if not ts or not isinstance(ts[0], (RandomResizedCrop, Resize)):
         first = type(ts[0]).__name__ if ts else "nothing"
@@ -76,15 +85,17 @@ def _check_chain(compose: Compose) -> tuple[int, int]:
     else:
         raise ConfigError("decoding on the device needs samples of one size: Resize(int) keeps each image's aspect, "
                           "so follow it with CenterCrop (or resize to a (height, width))")
-    for t in rest:
-        if not isinstance(t, (RandomHorizontalFlip, RandomErasing)):
-            raise ConfigError(f"decoding on the device runs RandomResizedCrop or Resize (+ CenterCrop), "
-                              f"RandomHorizontalFlip and RandomErasing; {type(t).__name__} needs the CPU pipeline")
+    # the flip and the erasing run after every other transform (FusedNormalization), wherever they are listed
+    ops = [t for t in rest if not isinstance(t, (RandomHorizontalFlip, RandomErasing))]
+    jitter = bool(ops) and isinstance(ops[0], ColorJitter)
+    for t in ops[1:] if jitter else ops:
+        raise ConfigError(f"decoding on the device runs RandomResizedCrop or Resize (+ CenterCrop), ColorJitter, "
+                          f"RandomHorizontalFlip and RandomErasing; {type(t).__name__} needs the CPU pipeline")
     if compose.pad_channels_to is not None and not CHANNELS <= compose.pad_channels_to <= 8:
         raise ConfigError(f"decoding on the device writes 3 to 8 channels, got pad_channels_to="
                           f"{compose.pad_channels_to}")
     h, w = size
-    return int(h), int(w)
+    return int(h), int(w), jitter
 
 
 class JpegPlanner:
@@ -95,7 +106,8 @@ class JpegPlanner:
             raise ConfigError("decoding on the device needs an encoded (JPEG) split; this one holds pixels")
         self.split = split
         self.compose = compose
-        self.out_hw = _check_chain(compose)
+        *hw, self.jitter = _check_chain(compose)  # jitter: a ColorJitter right after the resize
+        self.out_hw = (hw[0], hw[1])
         try:
             self.shapes = _native.jpeg_shapes(split.images, split.offsets, split.sizes)
         except DataError as e:  # name the sample by its dataset index (the message says its position)
@@ -155,6 +167,8 @@ class JpegPlanner:
         g[:, COL["flip"]] = draws[:, 10]
         for k, name in enumerate(("erase_y", "erase_x", "erase_h", "erase_w")):
             g[:, COL[name]] = draws[:, 11 + k]
+        for k, name in enumerate(("jit_b", "jit_c", "jit_s", "jit_h", "jit_c1", "jit_s1", "jit_order")):
+            g[:, COL[name]] = draws[:, 15 + k]
         return JpegBatch(idx, self.split.offsets[idx], self.split.sizes[idx], shapes, g,
                          int(slots[-1] + aligned[-1]) if idx.size else 0)
 

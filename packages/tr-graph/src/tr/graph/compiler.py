@@ -43,7 +43,7 @@ NAMED = ("labels_a", "data_a", "labels_b", "data_b", "labels", "nan_flag", "step
          "loss_scale", "loss_scale_tracker", "batch_train", "batch_train_last", "batch_val", "batch_val_last",
          "lr_table", "result", "accum", "accum_samples", "probs", "pred", "train_set", "val_set", "aug_key", "aug_x",
          "train_labels", "val_labels", "train_order", "train_pos", "val_pos", "order_key", "data_rank", "jpeg_src",
-         "geom_a", "geom_b")
+         "geom_a", "geom_b", "jpeg_u8")
 
 
 @dataclass(frozen=True)
@@ -186,6 +186,9 @@ class Compiler:
                 add("geom_a", Shape(n, 1, 1, IMAGE_GEOM_COLS), Region.I_A_DATA, DType.INT32)
                 add("geom_b", Shape(n, 1, 1, IMAGE_GEOM_COLS), Region.I_B_DATA, DType.INT32)
                 add("jpeg_src", Shape(1, 1, 1, jp.capacity), Region.D_RESIDENT, DType.UINT8)
+                if jp.jitter:  # the resized pixels before the colour jitter
+                    x = spec.variant_input(info)
+                    add("jpeg_u8", Shape(n, x.h, x.w, 3), Region.D_RESIDENT, DType.UINT8)
             if res is not None:  # tr.graph.resident
                 h, w, c = res.image
                 add("train_set", Shape(res.train_samples, h, w, c), Region.D_RESIDENT, DType.UINT8)

@@ -34,7 +34,7 @@ from tr.core.region import (
     region_range,
 )
 from tr.graph.archplan import ArchPlan
-from tr.graph.jpeg_input import GEOM_A, GEOM_B, JPEG_SRC
+from tr.graph.jpeg_input import GEOM_A, GEOM_B, JPEG_SRC, JPEG_U8
 from tr.graph.layers import KINDS
 from tr.graph.layers.base import FEATURE, GRAD, INF, IO, TRAIN
 from tr.graph.resident import (
@@ -240,9 +240,15 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
         if jp is not None:  # the batch's geometry, then its decoded regions into the input (tr.graph.jpeg_input)
             geom = GEOM_A if ab == A else GEOM_B
             g[gid] = [_op("h2d_copy", {"buffer": buf}, "labels and the batch's geometry", labels=f"labels_{ab}",
-                          data=geom),
-                      _op("image_resample", dict(jp.attrs), "the decoded batch cropped, resized, normalised",
-                          src=JPEG_SRC, geom=geom, y=f"data_{ab}")]
+                          data=geom)]
+            if jp.jitter:
+                g[gid] += [_op("image_resample", {}, "the decoded batch cropped and resized", src=JPEG_SRC, geom=geom,
+                               y=JPEG_U8),
+                           _op("image_jitter", dict(jp.attrs), "colour-jittered, flipped, normalised", x=JPEG_U8,
+                               geom=geom, y=f"data_{ab}")]
+            else:
+                g[gid].append(_op("image_resample", dict(jp.attrs), "the decoded batch cropped, resized, normalised",
+                                  src=JPEG_SRC, geom=geom, y=f"data_{ab}"))
         elif res is None:
             g[gid] = [_op("h2d_copy", {"buffer": buf}, labels=f"labels_{ab}", data=f"data_{ab}")]
         else:  # the next training batch of the epoch's order, chosen on the device (tr.graph.resident)

@@ -10,8 +10,10 @@ graphs do:
   host staging buffer holds instead of images;
 * TRANSFER_A/B: ``h2d_copy`` of the labels and the geometry, then ``image_resample(jpeg_src, geom) -> data_a/b``:
   the crop, resize, flip, erasing and normalisation of tr.data's chain, so ``data_a/b`` hold the normalised
-  batch as in a host-fed plan and the step graphs are the same. The same transfer graphs serve validation (its
-  chain is in its geometry tables: Resize + CenterCrop).
+  batch as in a host-fed plan and the step graphs are the same. With a ColorJitter (``jitter``) the resize
+  writes the u8 pixels to ``jpeg_u8`` (UINT8 [B, H, W, 3], D_RESIDENT) and ``image_jitter`` does the rest. The
+  same transfer graphs serve validation (its chain is in its geometry tables: Resize + CenterCrop; a validation
+  sample's jitter has no op switched on).
 
 One decode buffer is enough: batch k+1 is decoded on the transfer stream after batch k's transfer graph, which
 is the only reader, and the step reads data_a/b, which stay double-buffered.
@@ -24,13 +26,15 @@ from typing import Any
 
 from tr.core.errors import ConfigError
 
-JPEG_SRC, GEOM_A, GEOM_B = "jpeg_src", "geom_a", "geom_b"
+JPEG_SRC, GEOM_A, GEOM_B, JPEG_U8 = "jpeg_src", "geom_a", "geom_b", "jpeg_u8"
 
 
 @dataclass(frozen=True)
 class JpegInput:
     capacity: int  # bytes of the decode buffer: any batch's regions fit (tr.data.jpeg_plan.JpegPlanner.capacity)
     attrs: tuple[tuple[str, Any], ...]  # image_resample's attributes (mean, std, erase_value)
+    jitter: bool = False  # a ColorJitter after the resize: image_resample writes the u8 pixels to jpeg_u8, image_jitter
+    # jitters, flips, erases and normalises them into data_a/b
 
     def validate(self) -> None:
         if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) or self.capacity < 1:

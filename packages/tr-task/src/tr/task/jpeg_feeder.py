@@ -108,7 +108,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
 
     # --- the plan's side ----------------------------------------------------------------------------
     def jpeg_input(self) -> JpegInput:
-        return JpegInput(self.capacity, tuple(sorted(self._attrs.items())))
+        jitter = any(p.jitter for p in self._planners.values() if p is not None)
+        return JpegInput(self.capacity, tuple(sorted(self._attrs.items())), jitter)
 
     def upload(self, backend: Any, program: Any) -> None:
         """Bind to the allocated arena: the decode buffer, and on CUDA the decoder and the pinned staging (the

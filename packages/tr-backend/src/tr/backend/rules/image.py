@@ -59,15 +59,45 @@ def spec_of(b: CallBinder) -> ImageSpec:
     return s
 
 
-def shapes_of(b: CallBinder) -> ImageShapes:
-    b.expect_dtype("src", DType.UINT8)
+def shapes_of(b: CallBinder, src: str = "src") -> ImageShapes:
+    """image_resample's (src: the decode buffer) and image_jitter's (src "x": the resized u8 batch) shapes; a
+    UINT8 y (image_resample only) is the resized pixels, 3 channels."""
+    b.expect_dtype(src, DType.UINT8)
     b.expect_dtype("geom", DType.INT32)
-    b.expect_float("y")
     y = b.tensor("y").shape.dims
-    if len(y) != 4 or not CHANNELS <= y[3] <= MAX_OUT_CHANNELS:
-        b.fail(f"y {y} must be (batch, height, width, {CHANNELS}..{MAX_OUT_CHANNELS} channels)", ShapeError)
+    if b.dtype("y") == DType.UINT8 and src == "src":
+        if len(y) != 4 or y[3] != CHANNELS:
+            b.fail(f"a UINT8 y {y} must be (batch, height, width, {CHANNELS})", ShapeError)
+    else:
+        b.expect_float("y")
+        if len(y) != 4 or not CHANNELS <= y[3] <= MAX_OUT_CHANNELS:
+            b.fail(f"y {y} must be (batch, height, width, {CHANNELS}..{MAX_OUT_CHANNELS} channels)", ShapeError)
     b.expect_numel("geom", y[0] * GEOM_COLS)
-    return ImageShapes(y[0], y[1], y[2], y[3], b.tensor("src").numel)
+    if src == "x":
+        x = b.tensor("x").shape.dims
+        if tuple(x) != (y[0], y[1], y[2], CHANNELS):
+            b.fail(f"x {x} must be (batch, height, width, {CHANNELS}) of y {y}", ShapeError)
+    return ImageShapes(y[0], y[1], y[2], y[3], b.tensor(src).numel)
+
+
+@dataclass(frozen=True)
+class Jitter:
+    """One sample's ColorJitter (geom's jit_ columns): the ops in order, the enabled ones only, and the float32
+    values color.cpp computes with."""
+
+    ops: tuple[int, ...]  # 0 brightness, 1 contrast, 2 saturation, 3 hue
+    f: tuple[np.float32, np.float32, np.float32, np.float32]  # float(factor) of each
+    c1: np.float32  # float(1 - contrast factor)
+    s1: np.float32  # float(1 - saturation factor)
+
+
+def jitter_of(row: np.ndarray) -> Jitter:
+    bits = np.ascontiguousarray(row[[COL[c] for c in ("jit_b", "jit_c", "jit_s", "jit_h", "jit_c1", "jit_s1")]],
+                                np.int32).view(np.float32)
+    code = int(row[COL["jit_order"]])
+    order = [(code >> (2 * k)) & 3 for k in range(4)]
+    ops = tuple(op for op in order if (code >> (8 + op)) & 1)
+    return Jitter(ops, (bits[0], bits[1], bits[2], bits[3]), bits[4], bits[5])
 
 
 def per_channel(values: tuple[float, ...]) -> list[float]:

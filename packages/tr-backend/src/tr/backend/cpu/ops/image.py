@@ -1,4 +1,5 @@
-"""image_resample: decoded JPEG regions cropped, resized, flipped, erased and normalised into the input batch.
+"""image_resample and image_jitter: decoded JPEG regions cropped, resized (and colour-jittered), flipped, erased and
+normalised into the input batch.
 
 Each sample's resize is tr.data's (csrc/resample.cpp): both axes' 14-bit weights (tr/backend/rules/image.py
 ``axis``), an int32 accumulation from 2^13 shifted right by 14 and clamped to u8 after each pass, the two passes
@@ -19,8 +20,10 @@ from tr.backend.rules.image import (
     GEOM_COLS,
     PREC,
     Axis,
+    Jitter,
     axis,
     coefficients,
+    jitter_of,
     per_channel,
     shapes_of,
     spec_of,
@@ -75,12 +78,26 @@ def _geometry_problem(g: np.ndarray, src_bytes: int, oh: int, ow: int) -> str | 
     return None
 
 
+def _finish(px: np.ndarray, g: np.ndarray, a: np.ndarray, bias: np.ndarray, ev: np.ndarray, y: np.ndarray) -> None:
+    """Flip, normalise and erase one sample's u8 pixels into its rows of y (FusedNormalization's order)."""
+    if g[COL["flip"]]:
+        px = px[:, ::-1]
+    out = px.astype(np.float32) * a + bias  # float32 multiply, then add: FusedNormalization's two roundings
+    eh = int(g[COL["erase_h"]])
+    if eh:
+        ey, ex, ew = int(g[COL["erase_y"]]), int(g[COL["erase_x"]]), int(g[COL["erase_w"]])
+        out[ey:ey + eh, ex:ex + ew] = ev
+    y[:, :, :CHANNELS] = out
+    y[:, :, CHANNELS:] = 0
+
+
 @cpu_op("image_resample")
 def image_resample(b: Binder) -> Step:
     spec, sh = spec_of(b), shapes_of(b)
     src, geom, y = b.flat("src"), b.view("geom").reshape(sh.batch, GEOM_COLS), b.view("y")
     a, bias = coefficients(spec)
     ev = np.array(per_channel(spec.erase_value), np.float32)
+    pixels_only = y.dtype == np.uint8  # image_jitter's input: the resized pixels alone
     where = b.where
 
     def run() -> None:
@@ -94,14 +111,97 @@ def image_resample(b: Binder) -> Step:
             fh, fw = int(g[COL["out_h"]]) or sh.h, int(g[COL["out_w"]]) or sh.w
             px = resize_crop(region, *(int(g[COL[c]]) for c in ("top", "left", "crop_h", "crop_w")), fh, fw,
                              (int(g[COL["out_y"]]), int(g[COL["out_x"]]), sh.h, sh.w))
-            if g[COL["flip"]]:
-                px = px[:, ::-1]
-            out = px.astype(np.float32) * a + bias  # float32 multiply, then add: FusedNormalization's two roundings
-            eh = int(g[COL["erase_h"]])
-            if eh:
-                ey, ex, ew = int(g[COL["erase_y"]]), int(g[COL["erase_x"]]), int(g[COL["erase_w"]])
-                out[ey:ey + eh, ex:ex + ew] = ev
-            y[k, :, :, :CHANNELS] = out
-            y[k, :, :, CHANNELS:] = 0
+            if pixels_only:
+                y[k] = px
+            else:
+                _finish(px, g, a, bias, ev, y[k])
+
+    return run
+
+
+# --- ColorJitter: tr.data's color.cpp (torchvision's float32 formulas), every op's result truncated to u8 ------
+
+F32 = np.float32
+
+
+def _clamp_trunc(v: np.ndarray) -> np.ndarray:
+    return np.trunc(np.minimum(np.maximum(v, F32(0)), F32(255)))
+
+
+def _gray(r: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (F32(0.2989) * r + F32(0.587) * g) + F32(0.114) * b
+
+
+def _hue(r: np.ndarray, g: np.ndarray, b: np.ndarray, hf: np.float32) -> tuple[np.ndarray, ...]:
+    R, G, B = r / F32(255), g / F32(255), b / F32(255)
+    maxc, minc = np.maximum(np.maximum(R, G), B), np.minimum(np.minimum(R, G), B)
+    eqc = maxc == minc
+    cr = maxc - minc
+    s = cr / np.where(eqc, F32(1), maxc)
+    crd = np.where(eqc, F32(1), cr)
+    rc, gc, bc = (maxc - R) / crd, (maxc - G) / crd, (maxc - B) / crd
+    hr = np.where(maxc == R, bc - gc, F32(0))
+    hg = np.where((maxc == G) & (maxc != R), (F32(2) + rc) - bc, F32(0))
+    hb = np.where((maxc != G) & (maxc != R), (F32(4) + gc) - rc, F32(0))
+    a = ((hr + hg) + hb) / F32(6) + F32(1)
+    h = np.where(a >= F32(1), a - F32(1), a)
+    x = h + hf
+    hh = np.where(x < F32(0), x + F32(1), np.where(x >= F32(1), x - F32(1), x))
+    hs = hh * F32(6)
+    i6 = np.floor(hs)
+    f = hs - i6
+    ii = i6.astype(np.int32)
+    ii[ii == 6] = 0
+    v = maxc
+    p = np.clip(v * (F32(1) - s), F32(0), F32(1))
+    q = np.clip(v * (F32(1) - s * f), F32(0), F32(1))
+    t = np.clip(v * (F32(1) - s * (F32(1) - f)), F32(0), F32(1))
+    ro = np.where((ii == 0) | (ii == 5), v, np.where(ii == 1, q, np.where(ii == 4, t, p)))
+    go = np.where((ii == 1) | (ii == 2), v, np.where(ii == 0, t, np.where(ii == 3, q, p)))
+    bo = np.where((ii == 3) | (ii == 4), v, np.where(ii == 2, t, np.where(ii == 5, q, p)))
+    up = F32(255.999)
+    return np.trunc(ro * up), np.trunc(go * up), np.trunc(bo * up)
+
+
+def _apply(op: int, j: Jitter, rgb: list[np.ndarray], mean: np.float32) -> list[np.ndarray]:
+    if op == 0:  # brightness: a blend with black
+        return [_clamp_trunc(j.f[0] * c + F32(0)) for c in rgb]
+    if op == 1:  # contrast: a blend with the image's mean grey
+        add = j.c1 * mean
+        return [_clamp_trunc(j.f[1] * c + add) for c in rgb]
+    if op == 2:  # saturation: a blend with the pixel's grey, truncated
+        m = j.s1 * np.trunc(_gray(*rgb))
+        return [_clamp_trunc(j.f[2] * c + m) for c in rgb]
+    return list(_hue(*rgb, j.f[3]))
+
+
+def color_jitter(px: np.ndarray, j: Jitter) -> np.ndarray:
+    """tr.data's color_jitter of one u8 (h, w, 3) image."""
+    rgb = [px[..., c].astype(np.float32) for c in range(CHANNELS)]
+    mean = F32(0)
+    if 1 in j.ops:
+        pc = j.ops.index(1)
+        for op in j.ops[:pc]:
+            rgb = _apply(op, j, rgb, mean)
+        total = int(np.trunc(_gray(*rgb)).astype(np.int64).sum())
+        mean = F32(total) / F32(px.shape[0] * px.shape[1])  # float(sum) / float(pixels), as color.cpp
+        rest = j.ops[pc:]
+    else:
+        rest = j.ops
+    for op in rest:
+        rgb = _apply(op, j, rgb, mean)
+    return np.stack(rgb, -1).astype(np.uint8)
+
+
+@cpu_op("image_jitter")
+def image_jitter(b: Binder) -> Step:
+    spec, sh = spec_of(b), shapes_of(b, "x")
+    x, geom, y = b.view("x"), b.view("geom").reshape(sh.batch, GEOM_COLS), b.view("y")
+    a, bias = coefficients(spec)
+    ev = np.array(per_channel(spec.erase_value), np.float32)
+
+    def run() -> None:
+        for k in range(sh.batch):
+            _finish(color_jitter(x[k], jitter_of(geom[k])), geom[k], a, bias, ev, y[k])
 
     return run

@@ -31,6 +31,7 @@
 #   devdecode          benchmarks/imagenet_pipeline.py --device cuda (benchmarks/device_decode.py): decoded + augmented
 #                      images/s of tr's device decode (folder, DTS, DTS baseline), torchvision's nvJPEG, tr's CPU pipeline
 #   e2e-dev[-LEVEL]    benchmarks/imagenet_train.py --device-decode: ResNet-50 from a DTS pack decoded on the device
+#   decstages          benchmarks/device_decode_stages.py: each stage of the device decode timed alone
 #   breakdown          benchmarks/chain_breakdown.py: one core's time per stage of the ImageNet chain, tr vs Pillow
 #   scaling-mnist      benchmarks/pipeline_scaling.py, the MNIST chain only, claimed, 1 and all workers
 #   scaling-probe      the ImageNet chain at 1, n/2, n-1, n workers with OS counters against n processes, again with
@@ -268,6 +269,10 @@ stage_jpegtests() {
     tests-integration/test_gpu_jpeg_decode.py
 }
 
+stage_decstages() {
+  "$PY" benchmarks/device_decode_stages.py --images "${TR_IMAGES}_2k" --make 2000 --json "$OUT/device_decode_stages.json"
+}
+
 stage_devdecode() {
   "$PY" benchmarks/imagenet_pipeline.py --device cuda --images "${TR_IMAGES}_2k" --make 2000 --epochs 2 \
     --json "$OUT/imagenet_device_decode.json"
@@ -312,7 +317,7 @@ plan=()
 for s in "${stages[@]}"; do
   case $s in
     build|gputests|build-data|datatests|breakdown|scaling-mnist|scaling|scaling-imagenet|scaling-probe|loaders|loaders-vs) plan+=("$s") ;;
-    mnist-twin|mnist|restests|jpegtests|devdecode) plan+=("$s") ;;
+    mnist-twin|mnist|restests|jpegtests|devdecode|decstages) plan+=("$s") ;;
     e2e-dev) plan+=(e2e-dev-0) ;;
     e2e-dev-[0-3]) plan+=("$s") ;;
     pipeline) plan+=(scaling loaders) ;;
@@ -388,6 +393,7 @@ for s in "${plan[@]}"; do
     restests) ensure_built "$s" && run restests gputests.log 240 restests ;;
     jpegtests) ensure_built "$s" && run jpegtests gputests.log 240 jpegtests ;;
     devdecode) ensure_built "$s" && run devdecode pipeline.log 400 devdecode ;;
+    decstages) ensure_built "$s" && run decstages pipeline.log 300 decstages ;;
     e2e-dev-*) ensure_built "$s" && run "$s" e2e.log 400 e2e_dev "${s#e2e-dev-}" ;;
     e2e-*) ensure_built "$s" && run "$s" e2e.log 300 e2e "${s#e2e-}" ;;
     profile-*) ensure_built "$s" && run "$s" profile.log "$PROFILE_LIMIT" profile "${s#profile-}" ;;

@@ -4,7 +4,8 @@ Over a baseline DTS pack (every file taken by the hardware engine), batch --batc
 
 * ``plan``: tr.data.jpeg_plan's geometry of a batch (host);
 * ``stage``: the batch's compressed bytes copied into pinned memory (host);
-* ``decode call``: the host seconds inside nvJPEG's batched decode call (parse, support checks, submission);
+* ``decode call``: the host seconds inside nvJPEG's batched decode call (parse, support checks, submission), with
+  and without tr's per-file checks before the batch (``precheck``);
 * ``decode``: the call and the transfer stream synchronised after it: the decode's whole time, regions of interest
   (the crops) and, for comparison, whole images;
 * ``decode, N states``: the batch split over N decoders, each from its own thread on one of the context's five
@@ -99,9 +100,9 @@ def main(argv: list[str] | None = None) -> None:
     dec = DeviceJpegDecoder(0, "auto", B)
     calls: list[float] = []
 
-    def decode(geom) -> None:
+    def decode(geom, precheck: bool = True) -> None:
         t0 = time.perf_counter()
-        status = dec.decode(staging, offs, plan.sizes, geom, dst, stream)
+        status = dec.decode(staging, offs, plan.sizes, geom, dst, stream, precheck)
         calls.append(time.perf_counter() - t0)
         assert (status == 0).all(), np.bincount(status)
         be.synchronize()
@@ -111,6 +112,9 @@ def main(argv: list[str] | None = None) -> None:
     calls.clear()
     rows["decode_whole_ms"] = 1e3 * _timed(lambda: decode(whole), a.reps)
     rows["decode_call_whole_ms"] = 1e3 * float(np.median(calls))
+    calls.clear()
+    rows["decode_roi_no_precheck_ms"] = 1e3 * _timed(lambda: decode(plan.geom, False), a.reps)
+    rows["decode_call_roi_no_precheck_ms"] = 1e3 * float(np.median(calls))
     for n in (int(s) for s in a.states.split(",")):
         decs = [DeviceJpegDecoder(0, "auto", -(-B // n)) for _ in range(n)]
         parts = np.array_split(np.arange(B), n)

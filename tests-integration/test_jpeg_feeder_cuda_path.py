@@ -28,7 +28,7 @@ class FakeDecoder:
     def __init__(self, device: int, backend: str, max_batch: int) -> None:
         self.max_batch = max_batch
 
-    def decode(self, data, offsets, sizes, geom, dst, stream):
+    def decode(self, data, offsets, sizes, geom, dst, stream, precheck=True):
         from tr.data import _native
         from tr.data.jpeg_plan import COL
 

@@ -146,7 +146,7 @@ void bind_jpeg(nb::module_& m) {
           "decode",
           [](JpegDecoder& d, const std::vector<std::uintptr_t>& data, const std::vector<std::size_t>& lengths,
              const std::vector<std::uintptr_t>& dst, const std::vector<std::size_t>& pitch,
-             const std::vector<int>& roi, std::uintptr_t stream) {
+             const std::vector<int>& roi, std::uintptr_t stream, bool precheck) {
             const std::size_t n = data.size();
             if (lengths.size() != n || dst.size() != n || pitch.size() != n || roi.size() != 4 * n)
               fail(ErrorKind::BadArgument, "JpegDecoder.decode: data, lengths, dst and pitch need one entry an "
@@ -157,9 +157,9 @@ void bind_jpeg(nb::module_& m) {
                                           reinterpret_cast<unsigned char*>(dst[i]), pitch[i], roi[4 * i],
                                           roi[4 * i + 1], roi[4 * i + 2], roi[4 * i + 3]};
             nb::gil_scoped_release release;
-            return d.decode(images, reinterpret_cast<cudaStream_t>(stream));
+            return d.decode(images, reinterpret_cast<cudaStream_t>(stream), precheck);
           },
-          "data"_a, "lengths"_a, "dst"_a, "pitch"_a, "roi"_a, "stream"_a,
+          "data"_a, "lengths"_a, "dst"_a, "pitch"_a, "roi"_a, "stream"_a, "precheck"_a = true,
           "Decode on `stream` (a cudaStream_t as an integer); one status an image: 0 decoded, 1 not taken by this "
           "backend (decode it on the CPU), 2 damaged. Host bytes must stay valid until the stream passes it.");
   m.def(

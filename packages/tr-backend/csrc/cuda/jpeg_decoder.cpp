@@ -268,7 +268,7 @@ JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, 
 
 JpegDecoder::~JpegDecoder() { delete impl_; }
 
-std::vector<int> JpegDecoder::decode(const std::vector<JpegImage>& images, cudaStream_t stream) {
+std::vector<int> JpegDecoder::decode(const std::vector<JpegImage>& images, cudaStream_t stream, bool precheck) {
   const int n = int(images.size());
   if (n > max_batch_)
     fail(ErrorKind::BadArgument, "JPEG decoder: a batch of " + std::to_string(n) + " images, made for at most " +
@@ -284,6 +284,11 @@ std::vector<int> JpegDecoder::decode(const std::vector<JpegImage>& images, cudaS
       fail(ErrorKind::BadArgument, "JPEG decoder: image " + std::to_string(i) + " has no bytes, no destination or "
                                        "a region of " + std::to_string(im.roi_w) + "x" + std::to_string(im.roi_h) +
                                        " with a pitch of " + std::to_string(im.pitch) + " bytes");
+    if (!precheck) {
+      check(a.params_roi(impl_->params[size_t(i)], im.roi_x, im.roi_y, im.roi_w, im.roi_h), "nvjpegDecodeParamsSetROI");
+      ok.push_back(i);
+      continue;
+    }
     if (a.parse_header(impl_->handle, im.data, im.length, js) != nvj::kSuccess) {
       status[size_t(i)] = int(JpegStatus::Bad);
       continue;

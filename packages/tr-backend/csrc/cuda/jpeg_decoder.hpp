@@ -46,8 +46,10 @@ class JpegDecoder {
 
   // Decodes every supported image of the batch on `stream` (asynchronously: the regions are written when the
   // stream reaches that point) and returns one JpegStatus per image. The host bytes must stay valid until the
-  // stream has passed the decode.
-  std::vector<int> decode(const std::vector<JpegImage>& images, cudaStream_t stream);
+  // stream has passed the decode. precheck: parse each header and ask the backend first (what it refuses is then
+  // reported without disturbing the batch); without, the batch is submitted as it is, and only a failed batch is
+  // decoded image by image to find the refused or damaged ones (for callers that sorted the files already).
+  std::vector<int> decode(const std::vector<JpegImage>& images, cudaStream_t stream, bool precheck = true);
 
   const std::string& backend() const { return backend_name_; }
   int device() const { return device_; }

@@ -125,7 +125,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
 
         self._decoder = DeviceJpegDecoder(backend.device, self.nvjpeg_backend, self.batch)
         self._h2d = h2d_async
-        hardware = self._decoder.backend.startswith("hardware")
+        hardware = self._hardware = self._decoder.backend.startswith("hardware")
         log.info("decoding JPEGs with nvJPEG (%s)", self._decoder.backend)
         splits = [(t, s) for t, s in self._splits.items() if s is not None]
         # the hardware engine takes no progressive or arithmetic-coded file: those are decoded on the CPU, in the
@@ -237,8 +237,10 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         rows = ready.on_device
         if len(rows):
             t0 = time.perf_counter()
+            # (the files the hardware engine refuses went to the CPU, foreseen from their headers: no per-file
+            # checks before the batch, an unforeseen refusal fails it and is found image by image)
             status = self._decoder.decode(ready.staging, ready.offsets, plan.sizes[rows], plan.geom[rows], dst,
-                                          self._stream)
+                                          self._stream, precheck=not self._hardware)
             self.times["decode_call_s"] += time.perf_counter() - t0
             damaged = rows[status == DAMAGED]
             if damaged.size:

@@ -71,10 +71,12 @@ class DeviceJpegDecoder:
         return str(self._d.backend)
 
     def decode(self, data: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, geom: np.ndarray, dst: int,
-               stream: int) -> np.ndarray:
+               stream: int, precheck: bool = True) -> np.ndarray:
         """Decode sample k's bytes ``data[offsets[k]:offsets[k] + sizes[k]]`` (host memory that stays valid until
         ``stream`` has passed the decode; pinned for speed) into its region at device address ``dst`` + its slot,
-        on ``stream`` (a cudaStream_t as an integer). Returns the statuses (int32, one a sample)."""
+        on ``stream`` (a cudaStream_t as an integer). Returns the statuses (int32, one a sample). ``precheck``:
+        parse every header and ask the backend first; without, the batch goes in as it is and only a failed batch
+        is decoded image by image (for callers that sorted out what the backend refuses)."""
         g = np.ascontiguousarray(geom, dtype=np.int32).reshape(-1, GEOM_COLS)
         n = len(g)
         if data.dtype != np.uint8 or data.ndim != 1 or not data.flags.c_contiguous:
@@ -90,5 +92,5 @@ class DeviceJpegDecoder:
         roi = np.stack([g[:, COL["roi_x"]], g[:, COL["roi_y"]], g[:, COL["roi_w"]], g[:, COL["roi_h"]]], 1)
         status = self._d.decode([int(base + o) for o in off], [int(s) for s in siz],
                                 [int(dst) + int(s) for s in g[:, COL["slot"]]], [int(w) * CHANNELS for w in roi_w],
-                                [int(v) for v in roi.ravel()], int(stream))
+                                [int(v) for v in roi.ravel()], int(stream), bool(precheck))
         return np.asarray(status, np.int32)

@@ -10,6 +10,7 @@ Rows, in one run, over the same JPEG files (tools/make_image_folder.py: scikit-i
   transfer graph's image_resample resizes, flips and normalises to FP16 NHWC with 4 channels. From the folder,
   the DTS pack and the DTS pack made with --baseline (progressive files re-coded: the hardware engine takes
   them). The first epoch (capture, caches) untimed; images/s = samples / epoch seconds.
+  The last tr row adds ColorJitter(0.4, 0.4, 0.4, 0.1) after the crop (image_jitter in the transfer graph).
 * ``torchvision nvJPEG``: torchvision.io.decode_jpeg of batches of files on the GPU (nvJPEG), whole images, then
   per image torchvision.transforms.v2 RandomResizedCrop(224, antialias) and RandomHorizontalFlip on the GPU,
   stacked and normalised to FP16: what a PyTorch user who decodes on the GPU runs; and the decode alone.
@@ -36,18 +37,25 @@ sys.path.insert(0, str(HERE))
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend: str) -> dict:
+def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend: str, jitter: bool = False) -> dict:
     from tr.algo.optimizer import SGD
     from tr.algo.scheduler import ConstantLR
     from tr.core.norm import NormMode
     from tr.core.settings import Settings
-    from tr.data import PREPROCESSOR_SETTING, RandomHorizontalFlip, RandomResizedCrop, reset_preprocessor_settings
+    from tr.data import (
+        PREPROCESSOR_SETTING,
+        ColorJitter,
+        RandomHorizontalFlip,
+        RandomResizedCrop,
+        reset_preprocessor_settings,
+    )
     from tr.graph.blueprint import fc, seq
     from tr.task.deep_learning import DeepLearningTask
 
     reset_preprocessor_settings()
+    chain = [RandomResizedCrop(size)] + ([ColorJitter(0.4, 0.4, 0.4, 0.1)] if jitter else []) + [RandomHorizontalFlip()]
     PREPROCESSOR_SETTING.dataset(ds).normalization(NormMode.IMAGENET).seed(1).pad_channels_to(4) \
-        .train_transforms(RandomResizedCrop(size), RandomHorizontalFlip()).device_decode(True, backend)
+        .train_transforms(*chain).device_decode(True, backend)
     task = (DeepLearningTask(Settings().amp(True).manual_seed(1).global_batch_size(batch)).device(device).quiet()
             .model(seq(fc(ds.num_classes))).optimizer(SGD()).scheduler(ConstantLR(0.01))
             .total_epochs(epochs + 1))
@@ -141,9 +149,11 @@ def main(argv: list[str] | None = None) -> None:
     mib = sum(p.stat().st_size for p in files) / 2**20
     print(f"{len(files)} JPEGs, {mib:.0f} MiB; batch {a.batch}, {a.size}x{a.size}, FP16 NHWC", flush=True)
     rows: dict[str, dict] = {}
-    for name, ds in (("tr device decode, folder", ImageFolder(a.images)), ("tr device decode, DTS", DtsImages(packed)),
-                     ("tr device decode, DTS baseline", DtsImages(based))):
-        rows[name] = tr_device_rate(ds, a.device, a.batch, a.epochs, a.size, a.nvjpeg)
+    for name, ds, jit in (("tr device decode, folder", ImageFolder(a.images), False),
+                          ("tr device decode, DTS", DtsImages(packed), False),
+                          ("tr device decode, DTS baseline", DtsImages(based), False),
+                          ("tr device decode, DTS baseline, ColorJitter", DtsImages(based), True)):
+        rows[name] = tr_device_rate(ds, a.device, a.batch, a.epochs, a.size, a.nvjpeg, jit)
         r = rows[name]
         print(f"{name:<34} {r['images_per_s']:9.0f} images/s ({', '.join(r['decoders'])}; on the CPU per epoch "
               f"{r['decoded_on_cpu_per_epoch']}; step alone {r['step_alone_ms']:.2f} ms; last epoch {r['times'][-1]})",

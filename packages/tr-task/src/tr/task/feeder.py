@@ -26,8 +26,7 @@ from tr.data.labels import check_labels
 from tr.data.sharding import check_shard, shard_positions, shard_size
 
 __all__ = ["ArrayFeeder", "DeviceSideFeeder", "Feeder", "FeederDefaults", "InMemoryFeeder", "check_labels",
-           "complete_feeder",
-           "shard_positions", "shard_size", "steps_for"]
+           "complete_feeder", "shard_positions", "shard_size", "steps_for"]
 
 
 class Feeder(Protocol):

@@ -83,14 +83,15 @@ def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 
 
-def torchvision_rate(root: Path, batch: int, epochs: int, size: int, augment: bool) -> dict:
+def torchvision_rate(root: Path, batch: int, epochs: int, size: int, augment: bool, jitter: bool = False) -> dict:
     import torch
     import torchvision
     from torchvision.transforms import v2
 
     files = _files(root)
     data = [torchvision.io.read_file(str(p)) for p in files]
-    crop = v2.Compose([v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()])
+    crop = v2.Compose([v2.RandomResizedCrop(size, antialias=True),
+                       *([v2.ColorJitter(0.4, 0.4, 0.4, 0.1)] if jitter else []), v2.RandomHorizontalFlip()])
     mean = torch.tensor(MEAN, device="cuda").view(1, 3, 1, 1) * 255
     std = torch.tensor(STD, device="cuda").view(1, 3, 1, 1) * 255
     g = torch.Generator().manual_seed(0)
@@ -159,9 +160,10 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['decoded_on_cpu_per_epoch']}; step alone {r['step_alone_ms']:.2f} ms; last epoch {r['times'][-1]})",
               flush=True)
     if a.device == "cuda" and not a.no_torchvision:
-        for name, aug in (("torchvision nvJPEG + v2 crop on the GPU", True),
-                          ("torchvision nvJPEG decode alone", False)):
-            rows[name] = torchvision_rate(root, a.batch, a.epochs, a.size, aug)
+        for name, aug, jit in (("torchvision nvJPEG + v2 crop on the GPU", True, False),
+                               ("torchvision nvJPEG + v2 crop + ColorJitter on the GPU", True, True),
+                               ("torchvision nvJPEG decode alone", False, False)):
+            rows[name] = torchvision_rate(root, a.batch, a.epochs, a.size, aug, jit)
             print(f"{name:<34} {rows[name]['images_per_s']:9.0f} images/s", flush=True)
     if not a.no_cpu_pipeline:
         from imagenet_pipeline import tr_rate

@@ -182,15 +182,22 @@ def decode_regions(split: Split, batch: JpegBatch, out: np.ndarray | None = None
     if buf.dtype != np.uint8 or buf.ndim != 1 or buf.size < batch.decode_bytes:
         raise DataError(f"the decode buffer must be flat uint8 of at least {batch.decode_bytes} bytes, got "
                         f"{buf.dtype} {buf.shape}")
-    g = batch.geom
-    for k, i in enumerate(batch.indices):
-        try:
-            img = _native.decode_jpeg(split.encoded_bytes(int(i)), False, 8)
-        except DataError as e:
-            where = f" ({names[int(i)]})" if names is not None else ""
-            raise DataError(f"sample {int(i)}{where}: {e}") from None
-        y0, x0 = int(g[k, COL["roi_y"]]), int(g[k, COL["roi_x"]])
-        h, w = int(g[k, COL["roi_h"]]), int(g[k, COL["roi_w"]])
-        slot = int(g[k, COL["slot"]])
-        buf[slot:slot + h * w * CHANNELS] = np.ascontiguousarray(img[y0:y0 + h, x0:x0 + w, :CHANNELS]).ravel()
+    for k in range(len(batch.indices)):
+        region = decode_region(split, batch, k, names)
+        slot = int(batch.geom[k, COL["slot"]])
+        buf[slot:slot + region.size] = region
     return buf
+
+
+def decode_region(split: Split, batch: JpegBatch, k: int, names: Sequence[str] | None = None) -> np.ndarray:
+    """Row ``k``'s decoded region on the CPU (libjpeg-turbo, RGB), flat u8 of roi_h * roi_w * 3 bytes; a damaged
+    JPEG is a DataError naming its dataset index (and its file, from ``names`` by dataset index when given)."""
+    i, g = int(batch.indices[k]), batch.geom[k]
+    try:
+        img = _native.decode_jpeg(split.encoded_bytes(i), False, 8)
+    except DataError as e:
+        where = f" ({names[i]})" if names is not None else ""
+        raise DataError(f"sample {i}{where}: {e}") from None
+    y0, x0 = int(g[COL["roi_y"]]), int(g[COL["roi_x"]])
+    h, w = int(g[COL["roi_h"]]), int(g[COL["roi_w"]])
+    return np.ascontiguousarray(img[y0:y0 + h, x0:x0 + w, :CHANNELS]).ravel()

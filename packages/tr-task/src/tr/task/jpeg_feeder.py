@@ -35,7 +35,7 @@ from tr.core.log import get_logger
 from tr.core.ops import IMAGE_GEOM_COLS
 from tr.core.phase import StreamKind
 from tr.data.fused import norm_constants
-from tr.data.jpeg_plan import CHANNELS, COL, JpegBatch, JpegPlanner, decode_regions
+from tr.data.jpeg_plan import CHANNELS, COL, JpegBatch, JpegPlanner, decode_region
 from tr.data.seeds import data_seed, epoch_order
 from tr.data.settings import PreprocessorSettings
 from tr.data.transforms import RandomErasing
@@ -215,13 +215,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
               else plan.geom[rows, COL["slot"]].astype(np.int64))
 
         def one(r: int, pos: int) -> None:
-            sub = JpegBatch(plan.indices[r:r + 1], plan.offsets[r:r + 1], plan.sizes[r:r + 1], plan.shapes[r:r + 1],
-                            plan.geom[r:r + 1].copy(), 0)
-            sub.geom[0, COL["slot"]] = 0
-            n = int(sub.geom[0, COL["roi_h"]]) * int(sub.geom[0, COL["roi_w"]]) * CHANNELS
-            region = decode_regions(split, JpegBatch(sub.indices, sub.offsets, sub.sizes, sub.shapes, sub.geom, n),
-                                    names=self._paths[train])
-            out[pos:pos + n] = region
+            region = decode_region(split, plan, r, names=self._paths[train])
+            out[pos:pos + region.size] = region
 
         list(self._pool.map(one, rows.tolist(), at.tolist())) if len(rows) > 1 else \
             [one(int(r), int(p)) for r, p in zip(rows, at, strict=True)]
@@ -249,12 +244,9 @@ class DeviceJpegFeeder(DeviceSideFeeder):
                                 f"damaged ({damaged.size} such in the batch)")
             refused = rows[status == UNSUPPORTED]
             if refused.size:  # not foreseen from the header: decoded here, copied with a synchronising write
-                sub = JpegBatch(plan.indices[refused], plan.offsets[refused], plan.sizes[refused],
-                                plan.shapes[refused], plan.geom[refused], plan.decode_bytes)
-                regions = decode_regions(self._splits[train], sub, names=self._paths[train])
-                for row in sub.geom:
-                    slot, n = int(row[COL["slot"]]), int(row[COL["roi_h"]]) * int(row[COL["roi_w"]]) * CHANNELS
-                    be.write_bytes(self._src.offset + slot, regions[slot:slot + n])
+                for r in refused:
+                    region = decode_region(self._splits[train], plan, int(r), names=self._paths[train])
+                    be.write_bytes(self._src.offset + int(plan.geom[r, COL["slot"]]), region)
                 self.cpu_decoded += int(refused.size)
         _, fallback = self._staging[ready.k % 2]
         t0 = time.perf_counter()

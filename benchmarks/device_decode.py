@@ -9,7 +9,9 @@ Rows, in one run, over the same JPEG files (tools/make_image_folder.py: scikit-i
   the transfer stream (the hardware engine; the hybrid backend and libjpeg-turbo for what it refuses), and the
   transfer graph's image_resample resizes, flips and normalises to FP16 NHWC with 4 channels. From the folder,
   the DTS pack and the DTS pack made with --baseline (progressive files re-coded: the hardware engine takes
-  them). The first epoch (capture, caches) untimed; images/s = samples / epoch seconds.
+  them). The CPU's share of each batch (libjpeg-turbo on all cores but two, alongside nvJPEG) is measured at
+  compile ("auto") except in the baseline pack's --shares rows: 0 (nvJPEG alone), 1 (libjpeg-turbo alone, the
+  CPU pipeline's pixels). The first epoch (capture, caches) untimed; images/s = samples / epoch seconds.
   The last tr row adds ColorJitter(0.4, 0.4, 0.4, 0.1) after the crop (image_jitter in the transfer graph).
 * ``torchvision nvJPEG``: torchvision.io.decode_jpeg of batches of files on the GPU (nvJPEG), whole images, then
   per image torchvision.transforms.v2 RandomResizedCrop(224, antialias) and RandomHorizontalFlip on the GPU,
@@ -37,7 +39,8 @@ sys.path.insert(0, str(HERE))
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend: str, jitter: bool = False) -> dict:
+def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend: str, jitter: bool = False,
+                   share: float | str = "auto") -> dict:
     from tr.algo.optimizer import SGD
     from tr.algo.scheduler import ConstantLR
     from tr.core.norm import NormMode
@@ -55,7 +58,7 @@ def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend:
     reset_preprocessor_settings()
     chain = [RandomResizedCrop(size)] + ([ColorJitter(0.4, 0.4, 0.4, 0.1)] if jitter else []) + [RandomHorizontalFlip()]
     PREPROCESSOR_SETTING.dataset(ds).normalization(NormMode.IMAGENET).seed(1).pad_channels_to(4) \
-        .train_transforms(*chain).device_decode(True, backend)
+        .train_transforms(*chain).device_decode(True, backend, cpu_share=share)
     task = (DeepLearningTask(Settings().amp(True).manual_seed(1).global_batch_size(batch)).device(device).quiet()
             .model(seq(fc(ds.num_classes))).optimizer(SGD()).scheduler(ConstantLR(0.01))
             .total_epochs(epochs + 1))
@@ -65,18 +68,20 @@ def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend:
     feeder = task.feeder
     task.run(1)  # capture done; caches and the decoders' first batches
     samples = feeder.num_samples(True)
-    rates, cpu, times = [], [], []
+    rates, cpu, shared, times = [], [], [], []
     for _ in range(epochs):
         rec = task.run(1).history[-1]
         rates.append(samples / rec.seconds)
         cpu.append(feeder.cpu_decoded)
+        shared.append(feeder.cpu_shared)
         times.append({"epoch_s": rec.seconds, **{k: round(v, 4) for k, v in feeder.times.items()}})
     step_s = task.time_train_step(20, 5)
     dec = getattr(feeder, "_decoder", None)
     decoders = [dec.backend] if dec is not None else ["libjpeg-turbo (CPU backend)"]
     return {"images_per_s": max(rates), "epochs_images_per_s": rates, "samples": samples, "compile_s": compile_s,
-            "decoders": decoders, "decoded_on_cpu_per_epoch": cpu, "step_alone_ms": 1e3 * step_s,
-            "times": times}
+            "decoders": decoders, "decoded_on_cpu_per_epoch": cpu, "cpu_share_per_epoch": shared,
+            "cpu_share": feeder.cpu_share, "cpu_share_setting": share, "cpu_threads": feeder.cpu_threads,
+            "calibration": feeder.calibration, "step_alone_ms": 1e3 * step_s, "times": times}
 
 
 def _files(root: Path) -> list[Path]:
@@ -128,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--epochs", type=int, default=2, help="timed epochs per row (after one untimed)")
+    ap.add_argument("--shares", default="0,auto,1", help="the CPU shares of the DTS baseline rows (0: nvJPEG alone, "
+                    "1: libjpeg-turbo alone, auto: measured at compile)")
     ap.add_argument("--no-torchvision", action="store_true")
     ap.add_argument("--no-cpu-pipeline", action="store_true")
     ap.add_argument("--json", help="write the figures here, or 'auto' (benchmarks/results/)")
@@ -150,13 +157,16 @@ def main(argv: list[str] | None = None) -> None:
     mib = sum(p.stat().st_size for p in files) / 2**20
     print(f"{len(files)} JPEGs, {mib:.0f} MiB; batch {a.batch}, {a.size}x{a.size}, FP16 NHWC", flush=True)
     rows: dict[str, dict] = {}
-    for name, ds, jit in (("tr device decode, folder", ImageFolder(a.images), False),
-                          ("tr device decode, DTS", DtsImages(packed), False),
-                          ("tr device decode, DTS baseline", DtsImages(based), False),
-                          ("tr device decode, DTS baseline, ColorJitter", DtsImages(based), True)):
-        rows[name] = tr_device_rate(ds, a.device, a.batch, a.epochs, a.size, a.nvjpeg, jit)
+    shares = [s if s == "auto" else float(s) for s in a.shares.split(",")]
+    runs = [("tr device decode, folder", ImageFolder(a.images), False, "auto"),
+            ("tr device decode, DTS", DtsImages(packed), False, "auto")]
+    runs += [(f"tr device decode, DTS baseline, CPU share {s}", DtsImages(based), False, s) for s in shares]
+    runs += [("tr device decode, DTS baseline, ColorJitter", DtsImages(based), True, "auto")]
+    for name, ds, jit, share in runs:
+        rows[name] = tr_device_rate(ds, a.device, a.batch, a.epochs, a.size, a.nvjpeg, jit, share)
         r = rows[name]
-        print(f"{name:<34} {r['images_per_s']:9.0f} images/s ({', '.join(r['decoders'])}; on the CPU per epoch "
+        print(f"{name:<34} {r['images_per_s']:9.0f} images/s ({', '.join(r['decoders'])}; CPU share "
+              f"{r['cpu_share']} of {r['cpu_threads']} threads {r['calibration']}; refused, on the CPU per epoch "
               f"{r['decoded_on_cpu_per_epoch']}; step alone {r['step_alone_ms']:.2f} ms; last epoch {r['times'][-1]})",
               flush=True)
     if a.device == "cuda" and not a.no_torchvision:

@@ -2,14 +2,22 @@
 
 Over a baseline DTS pack (every file taken by the hardware engine), batch --batch, RandomResizedCrop(224) + flip:
 
-* ``plan``: tr.data.jpeg_plan's geometry of a batch (host);
-* ``stage``: the batch's compressed bytes copied into pinned memory (host);
-* ``decode call``: the host seconds inside nvJPEG's batched decode call (parse, support checks, submission), with
-  and without tr's per-file checks before the batch (``precheck``);
-* ``decode``: the call and the transfer stream synchronised after it: the decode's whole time, regions of interest
-  (the crops) and, for comparison, whole images;
-* ``decode, N states``: the batch split over N decoders, each from its own thread on one of the context's five
-  streams (does one decoder use every JPEG engine?);
+* ``plan``: tr.data.jpeg_plan's geometry of a batch (host); ``stage``: its compressed bytes copied into pinned
+  memory (host);
+* ``decode``: nvJPEG's batched call and the stream synchronised after it, regions of interest (the crops) and,
+  for comparison, whole images; ``decode_call``: the host seconds inside the call alone (parse, support checks,
+  submission), with and without tr's per-file checks (``precheck``); the hardware engine and the GPU-assisted
+  hybrid backend;
+* ``decode_reinit``: the same with the decoder re-initialised for another batch size before each call (what a
+  batch whose count of hardware rows changes costs);
+* ``decode_b{N}``: batches of N images (per-call costs against per-image ones);
+* ``decode_roi_{N}_states``: the batch split over N decoders, each from its own thread on its own stream (does one
+  decoder use every JPEG engine?);
+* ``cpu_regions_{T}_threads``: libjpeg-turbo's decode of the same regions (tr.data.jpeg_plan.decode_regions_at:
+  the window around each crop) on T native threads;
+* ``split_{f}``: what DeviceJpegFeeder runs with a CPU share f: the CPU decodes the last f of the batch on
+  --cpu-threads threads while nvJPEG decodes the rest, both at once;
+* ``torchvision``: torchvision.io.decode_jpeg of the same files on the GPU (whole images, its batched nvJPEG);
 * ``resample``: image_resample of a decoded batch to FP16 NHWC, the captured graph relaunched.
 
     python benchmarks/device_decode_stages.py --images /tmp/tr_bench_images_2k --batch 256 --json out.json
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -32,11 +41,18 @@ sys.path.insert(0, str(HERE.parent / "packages" / "tr-backend" / "tests"))
 
 
 def _timed(fn, reps: int) -> float:
-    fn()  # warm
-    t0 = time.perf_counter()
+    """Median seconds of ``reps`` calls after a warm one."""
+    fn()
+    ts = []
     for _ in range(reps):
+        t0 = time.perf_counter()
         fn()
-    return (time.perf_counter() - t0) / reps
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def _packed(sizes: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)[:len(sizes)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -46,6 +62,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--states", default="1,2,4,7", help="decoders the batch is split over")
+    ap.add_argument("--threads", default=f"1,{max(1, (os.cpu_count() or 2) // 2)},{max(1, (os.cpu_count() or 2) - 2)}",
+                    help="libjpeg-turbo thread counts")
+    ap.add_argument("--cpu-threads", type=int, default=max(1, (os.cpu_count() or 2) - 2), help="for the split rows")
+    ap.add_argument("--shares", default="0.25,0.375,0.5,0.625", help="CPU shares of the split rows")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     from backend_testkit import SimpleArena, op
@@ -56,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     from tr.core.norm import NormMode
     from tr.data import DtsImages, RandomHorizontalFlip, RandomResizedCrop
     from tr.data.dts import pack
-    from tr.data.jpeg_plan import JpegPlanner
+    from tr.data.jpeg_plan import JpegPlanner, decode_regions_at, region_bytes
     from tr.data.transforms import Compose
 
     if not a.images.exists():
@@ -70,58 +90,83 @@ def main(argv: list[str] | None = None) -> None:
     comp = Compose([RandomResizedCrop(224), RandomHorizontalFlip()], NormMode.IMAGENET, "float16", 4)
     planner = JpegPlanner(split, comp)
     B = a.batch
-    idx = np.random.default_rng(0).permutation(len(split))[:B]
-    plan = planner.plan(idx, 1, 0)
+    big = min(len(split), 2 * B)
+    idx = np.random.default_rng(0).permutation(len(split))[:big]
+    plan_big = planner.plan(idx, 1, 0)
+    plan = planner.plan(idx[:B], 1, 0)
     whole = plan.geom.copy()  # the same regions' slots, each image whole (roi = the image)
     sizes = plan.shapes[:, 0].astype(np.int64) * plan.shapes[:, 1] * 3
     slots = np.concatenate([[0], np.cumsum(-(-sizes // 256) * 256)[:-1]])
     whole[:, COL["slot"]], whole[:, COL["roi_y"]], whole[:, COL["roi_x"]] = slots, 0, 0
     whole[:, COL["roi_h"]], whole[:, COL["roi_w"]] = plan.shapes[:, 0], plan.shapes[:, 1]
-    cap = int(max(planner.capacity(B), slots[-1] + sizes[-1]))
+    cap = int(max(planner.capacity(big), slots[-1] + sizes[-1]))
     arena = SimpleArena()
     t = {"src": arena.add("src", (cap,), "uint8"), "geom": arena.add("geom", (B, 1, 1, GEOM_COLS), "int32"),
          "y": arena.add("y", (B, 224, 224, 4), "fp16")}
     be = CudaBackend()
     be.allocate(arena.layout())
-    (_, staging), _ = be.host_buffers(1, (1, 1, int(plan.sizes.sum())), "uint8")
+    (_, staging), _ = be.host_buffers(1, (1, 1, int(plan_big.sizes.sum())), "uint8")
     staging = staging.reshape(-1)
-    offs = np.concatenate([[0], np.cumsum(plan.sizes)[:-1]]).astype(np.int64)
+    offs_big = _packed(plan_big.sizes)
+    for o, s, n in zip(offs_big, plan_big.offsets, plan_big.sizes, strict=True):
+        staging[o:o + n] = split.images[s:s + n]
+    offs = offs_big[:B]
 
     def stage() -> None:
         for o, s, n in zip(offs, plan.offsets, plan.sizes, strict=True):
             staging[o:o + n] = split.images[s:s + n]
 
-    stage()
     dst = be.arena_ptr + t["src"].offset
     stream = be.ctx.stream(0)
     rows: dict[str, float] = {}
-    rows["plan_ms"] = 1e3 * _timed(lambda: planner.plan(idx, 1, 0), a.reps)
+    per: dict[str, int] = {}  # images a row's time covers (default B)
+    rows["plan_ms"] = 1e3 * _timed(lambda: planner.plan(idx[:B], 1, 0), a.reps)
     rows["stage_ms"] = 1e3 * _timed(stage, a.reps)
-    dec = DeviceJpegDecoder(0, "auto", B)
+    decoders = {"hw": DeviceJpegDecoder(0, "auto", big)}
+    try:
+        decoders["gpu"] = DeviceJpegDecoder(0, "gpu", big)
+    except Exception as e:  # (reported, the rest still measured)
+        print(f"no hybrid decoder: {e}")
     calls: list[float] = []
 
-    def decode(geom, precheck: bool = True) -> None:
+    def decode(dec, geom, precheck: bool = True, n: int = B, sync: bool = True) -> None:
         t0 = time.perf_counter()
-        status = dec.decode(staging, offs, plan.sizes, geom, dst, stream, precheck)
+        status = dec.decode(staging, offs_big[:n], plan_big.sizes[:n], geom[:n], dst, stream, precheck)
         calls.append(time.perf_counter() - t0)
         assert (status == 0).all(), np.bincount(status)
-        be.synchronize()
+        if sync:
+            be.synchronize()
 
-    rows["decode_roi_ms"] = 1e3 * _timed(lambda: decode(plan.geom), a.reps)
-    rows["decode_call_roi_ms"] = 1e3 * float(np.median(calls))
-    calls.clear()
-    rows["decode_whole_ms"] = 1e3 * _timed(lambda: decode(whole), a.reps)
-    rows["decode_call_whole_ms"] = 1e3 * float(np.median(calls))
-    calls.clear()
-    rows["decode_roi_no_precheck_ms"] = 1e3 * _timed(lambda: decode(plan.geom, False), a.reps)
-    rows["decode_call_roi_no_precheck_ms"] = 1e3 * float(np.median(calls))
+    for name, dec in decoders.items():
+        for what, geom in (("roi", plan.geom), ("whole", whole)):
+            calls.clear()
+            rows[f"decode_{name}_{what}_ms"] = 1e3 * _timed(lambda dec=dec, geom=geom: decode(dec, geom), a.reps)
+            rows[f"decode_call_{name}_{what}_ms"] = 1e3 * float(np.median(calls))
+        calls.clear()
+        rows[f"decode_{name}_roi_no_precheck_ms"] = 1e3 * _timed(lambda dec=dec: decode(dec, plan.geom, False),
+                                                                 a.reps)
+        rows[f"decode_call_{name}_roi_no_precheck_ms"] = 1e3 * float(np.median(calls))
+    hw = decoders["hw"]
+    flip = [B - 1, B]
+
+    def reinit() -> None:  # each call another batch size: the decoder re-initialises its state
+        flip.reverse()
+        decode(hw, plan.geom, False, flip[0])
+
+    rows["decode_hw_reinit_ms"] = 1e3 * _timed(reinit, a.reps)
+    for n in (B // 4, B // 2, big):
+        if n < 1 or n == B:
+            continue
+        rows[f"decode_hw_b{n}_ms"] = 1e3 * _timed(lambda n=n: decode(hw, plan_big.geom, False, n), a.reps)
+        per[f"decode_hw_b{n}"] = n
     for n in (int(s) for s in a.states.split(",")):
         decs = [DeviceJpegDecoder(0, "auto", -(-B // n)) for _ in range(n)]
         parts = np.array_split(np.arange(B), n)
+        streams = [be.ctx.stream(k % 5) for k in range(n)]
 
-        def split_decode(decs=decs, parts=parts) -> None:
-            def one(k, d, rows_) -> None:  # decoder k on the context's stream k % 5, from its own thread
-                d.decode(staging, offs[rows_], plan.sizes[rows_], plan.geom[rows_], dst, be.ctx.stream(k % 5))
+        def split_decode(decs=decs, parts=parts, streams=streams) -> None:
+            def one(k, d, rows_) -> None:  # decoder k on its own stream, from its own thread
+                d.decode(staging, offs[rows_], plan.sizes[rows_], plan.geom[rows_], dst, streams[k], False)
 
             threads = [threading.Thread(target=one, args=(k, d, r)) for k, (d, r) in enumerate(zip(decs, parts,
                                                                                                  strict=True))]
@@ -132,7 +177,43 @@ def main(argv: list[str] | None = None) -> None:
             be.synchronize()
 
         rows[f"decode_roi_{n}_states_ms"] = 1e3 * _timed(split_decode, a.reps)
+    # libjpeg-turbo on the CPU: the same regions, packed into pinned memory as the feeder does
+    (_, fallback), _ = be.host_buffers(1, (1, 1, int(region_bytes(plan, np.arange(B)).sum())), "uint8")
+    fallback = fallback.reshape(-1)
+    everything = np.arange(B)
+    at_all = _packed(region_bytes(plan, everything))
+    for n in sorted({int(s) for s in a.threads.split(",")}):
+        rows[f"cpu_regions_{n}_threads_ms"] = 1e3 * _timed(
+            lambda n=n: decode_regions_at(split, plan, everything, fallback, at_all, n), max(2, a.reps // 3))
+    for f in (float(s) for s in a.shares.split(",")):
+        n_hw = B - int(round(f * B))
+        cpu_rows = np.arange(n_hw, B)
+        at = _packed(region_bytes(plan, cpu_rows))
+
+        def mixed(n_hw=n_hw, cpu_rows=cpu_rows, at=at) -> None:
+            th = threading.Thread(target=decode_regions_at,
+                                  args=(split, plan, cpu_rows, fallback, at, a.cpu_threads))
+            th.start()
+            decode(hw, plan.geom, False, n_hw)
+            th.join()
+
+        rows[f"split_{f:g}_ms"] = 1e3 * _timed(mixed, a.reps)
+    try:
+        import torch
+        import torchvision
+
+        files = [torch.frombuffer(bytearray(split.images[s:s + n].tobytes()), dtype=torch.uint8)
+                 for s, n in zip(plan.offsets, plan.sizes, strict=True)]
+
+        def tv() -> None:
+            torchvision.io.decode_jpeg(files, device="cuda", mode=torchvision.io.ImageReadMode.RGB)
+            torch.cuda.synchronize()
+
+        rows["torchvision_decode_ms"] = 1e3 * _timed(tv, a.reps)
+    except Exception as e:  # (no torchvision here: the row is left out)
+        print(f"torchvision row skipped: {type(e).__name__}: {e}")
     be.write(t["geom"], plan.geom.reshape(B, 1, 1, GEOM_COLS))
+    decode(hw, plan.geom, False)
     g = be.capture("resample", [op("image_resample", src=t["src"], geom=t["geom"], y=t["y"], mean=comp.mean,
                                    std=comp.std)])
 
@@ -141,10 +222,11 @@ def main(argv: list[str] | None = None) -> None:
         be.synchronize()
 
     rows["resample_ms"] = 1e3 * _timed(resample, a.reps)
-    out = {"batch": B, "images": len(split), "backend": dec.backend, "ms": rows,
-           "images_per_s": {k.removesuffix("_ms"): B / (v / 1e3) for k, v in rows.items()}}
+    rates = {k.removesuffix("_ms"): per.get(k.removesuffix("_ms"), B) / (v / 1e3) for k, v in rows.items()}
+    out = {"batch": B, "images": len(split), "cores": os.cpu_count(), "cpu_threads": a.cpu_threads,
+           "backends": {k: d.backend for k, d in decoders.items()}, "ms": rows, "images_per_s": rates}
     for k, v in rows.items():
-        print(f"{k:<28} {v:8.2f} ms  ({B / (v / 1e3):9.0f} images/s)")
+        print(f"{k:<36} {v:8.2f} ms  ({rates[k.removesuffix('_ms')]:9.0f} images/s)")
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
         print(f"wrote {a.json}")

@@ -27,7 +27,8 @@
 #   loaders-vs         the same, only LOADERS_VS (default 7) interleaved one-worker rounds: tr folder, tr DTS pack
 #                      made with --baseline, torchvision
 #   e2e[-LEVEL]        benchmarks/imagenet_train.py: ResNet-50 from a DTS pack at LEVEL (default 0) vs its step
-#   jpegtests          the JPEG-on-the-device GPU tests (issue [13]): test_cuda_image.py, test_gpu_jpeg_decode.py
+#   jpegtests          the JPEG-on-the-device GPU tests (issue [13]): test_cuda_image.py, test_gpu_jpeg_decode.py,
+#                      test_gpu_jpeg_feeder.py
 #   devdecode          benchmarks/imagenet_pipeline.py --device cuda (benchmarks/device_decode.py): decoded + augmented
 #                      images/s of tr's device decode (folder, DTS, DTS baseline), torchvision's nvJPEG, tr's CPU pipeline
 #   e2e-dev[-LEVEL]    benchmarks/imagenet_train.py --device-decode: ResNet-50 from a DTS pack decoded on the device
@@ -266,7 +267,7 @@ stage_e2e_dev() {  # $1: DTS level
 
 stage_jpegtests() {
   "$PY" -m pytest -m gpu -v -rfE -s -p no:cacheprovider packages/tr-backend/tests/test_cuda_image.py \
-    tests-integration/test_gpu_jpeg_decode.py
+    tests-integration/test_gpu_jpeg_decode.py tests-integration/test_gpu_jpeg_feeder.py
 }
 
 stage_decstages() {
@@ -274,7 +275,7 @@ stage_decstages() {
 }
 
 stage_devdecode() {
-  "$PY" benchmarks/imagenet_pipeline.py --device cuda --images "${TR_IMAGES}_2k" --make 2000 --epochs 2 \
+  "$PY" benchmarks/imagenet_pipeline.py --device cuda --images "${TR_IMAGES}_6k" --make 6000 --epochs 3 \
     --json "$OUT/imagenet_device_decode.json"
 }
 

@@ -2,7 +2,8 @@
 are decoded on the CPU and copied up, and where every region lands. The backend's memory is host memory here and
 the decoder a stand-in that decodes with libjpeg-turbo and refuses progressive files as the hardware engine
 does, so after each batch the decode buffer must hold exactly tr.data's regions (the real decoder and copies:
-tests-integration/test_gpu_jpeg_decode.py on the GPU)."""
+tests-integration/test_gpu_jpeg_decode.py on the GPU). With a CPU share, libjpeg-turbo takes that share of each
+batch besides the refused files, and the buffer must hold the same regions."""
 
 from __future__ import annotations
 
@@ -60,12 +61,16 @@ class FakeCuda:
     def host_buffers(self, batch, shape, dtype):
         return [(np.zeros(batch, np.int32), np.zeros((batch, *shape), np.dtype(dtype))) for _ in range(2)]
 
+    def synchronize(self):
+        pass
+
     def write_bytes(self, offset, data):
         self.synchronous_writes += 1
         self.mem[offset:offset + data.size] = data
 
 
-def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, monkeypatch):
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.0, "auto"])
+def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, monkeypatch, share):
     sys.path.insert(0, str(ROOT / "tools"))
     from make_image_folder import make_image_folder
 
@@ -80,8 +85,8 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
     make_image_folder(tmp_path / "img", classes=3, per_class=9, min_side=40, max_side=90, seed=2)
     ds = ImageFolder(tmp_path / "img")
     s = (PreprocessorSettings().dataset(ds).normalization(NormMode.IMAGENET).seed(4)
-         .train_transforms(RandomResizedCrop(24), RandomHorizontalFlip()).device_decode(True))
-    feeder = DeviceJpegFeeder(s, batch=8)
+         .train_transforms(RandomResizedCrop(24), RandomHorizontalFlip()).device_decode(True, cpu_share=share))
+    feeder = DeviceJpegFeeder(s, batch=8, cpu_share=s.device_dec_cpu_share, cpu_threads=3)
     progressive = feeder._planners[True].progressive
     assert 0 < progressive.sum() < len(progressive)  # both paths are taken
     copies: list[int] = []
@@ -96,8 +101,14 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
     src = SimpleNamespace(offset=1024, numel=feeder.capacity, shape=SimpleNamespace(dims=(1, 1, 1, feeder.capacity)))
     be = FakeCuda(1024 + feeder.capacity)
     feeder.upload(be, SimpleNamespace(tensor=lambda name: src if name == JPEG_SRC else None))
+    if share == "auto":  # measured: both decoders timed on the first batch
+        assert 0.0 <= feeder.cpu_share <= 1.0 and feeder.calibration["rows"] > 0
+        assert feeder.calibration["device_s"] > 0 and feeder.calibration["cpu_s"] > 0
+    else:
+        assert feeder.cpu_share == share
+    FakeDecoder.calls = []
     split = feeder._splits[True]
-    seen = 0
+    seen = shared = 0
     for epoch in (0, 1):
         order = epoch_order(len(split), feeder.seed, epoch, True, True)
         for k, buf, m in feeder.epoch(epoch, True):
@@ -111,6 +122,33 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
             np.testing.assert_array_equal(feeder._bufs[buf][0][:m], split.labels[order[k * 8:k * 8 + m]])
             seen += m
         assert feeder.decoded_on_cpu() == int(progressive.sum())  # every progressive file, decoded on the CPU
-    assert seen == 2 * len(split) and be.synchronous_writes == 0 and len(copies) == 2 * int(progressive.sum())
-    assert max(FakeDecoder.calls) <= 8
+        shared += feeder.cpu_shared
+    hw_rows = 8 - round(feeder.cpu_share * 8)
+    assert seen == 2 * len(split) and be.synchronous_writes == 0
+    assert len(copies) == 2 * int(progressive.sum()) + shared  # every CPU-decoded region copied up once
+    assert sum(FakeDecoder.calls) + len(copies) == seen  # each sample decoded once, by one of the two
+    assert max(FakeDecoder.calls, default=0) <= hw_rows
+    if share == 0.0:
+        assert shared == 0
+    if share == 1.0:
+        assert FakeDecoder.calls == [] and shared == 2 * (len(split) - int(progressive.sum()))
+    if share == 0.5:
+        assert shared > 0 and FakeDecoder.calls
     feeder.close()
+
+
+def test_the_task_s_feeder_takes_the_cpu_share_and_threads_of_the_settings(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    from make_image_folder import make_image_folder
+
+    from tr.core.settings import Settings
+    from tr.data import ImageFolder, PreprocessorSettings, RandomResizedCrop
+    from tr.task.pipeline import feeder_from_preprocessor
+
+    make_image_folder(tmp_path / "img", classes=2, per_class=3, min_side=40, max_side=60, seed=1)
+    s = (PreprocessorSettings().dataset(ImageFolder(tmp_path / "img")).train_transforms(RandomResizedCrop(24))
+         .device_decode(True, cpu_share=0.25, cpu_threads=3))
+    feeder = feeder_from_preprocessor(Settings().global_batch_size(4), pre=s)
+    assert (feeder.cpu_share_setting, feeder.cpu_threads) == (0.25, 3)
+    with pytest.raises(Exception, match=r"cpu_share must be a number in \[0, 1\]"):
+        type(feeder)(s, batch=4, cpu_share=2.0)

@@ -14,6 +14,7 @@
 #include "fused_norm.hpp"
 #include "jpeg.hpp"
 #include "jpeg_recode.hpp"
+#include "jpeg_regions.hpp"
 #include "pipeline.hpp"
 
 namespace py = pybind11;
@@ -362,6 +363,7 @@ PYBIND11_MODULE(_native, m) {
   }, py::arg("data"), py::arg("keep_gray") = false, py::arg("scale") = 8,
      "decode one JPEG to u8 HWC RGB (keep_gray: one channel for a gray file), as the worker pool does; scale M: "
      "DCT-scaled to M/8 of its size");
+  bind_jpeg_regions(m);
   m.def("cpu_has_f16c", &cpu_has_f16c);
   m.def("f16c_enabled", &f16c_enabled);
   m.def("set_f16c_enabled", &set_f16c_enabled);

@@ -9,11 +9,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tr.core.errors import ConfigError, DataError
+from tr.core.errors import ConfigError, DataError, ShapeError
 from tr.data import ImageFolder, _native
 from tr.data.dataset import Split
 from tr.data.fused import NormMode
-from tr.data.jpeg_plan import COL, GEOM, GEOM_COLS, SLOT_ALIGN, JpegPlanner, decode_regions
+from tr.data.jpeg_plan import (
+    COL,
+    GEOM,
+    GEOM_COLS,
+    SLOT_ALIGN,
+    JpegPlanner,
+    decode_regions,
+    decode_regions_at,
+    region_bytes,
+)
 from tr.data.transforms import (
     CenterCrop,
     ColorJitter,
@@ -89,6 +98,75 @@ def test_decode_regions_holds_the_whole_decode_s_pixels(split):
         np.testing.assert_array_equal(buf[slot:slot + h * w * 3].reshape(h, w, 3), img[y0:y0 + h, x0:x0 + w])
     with pytest.raises(DataError, match="at least"):
         decode_regions(split, b, np.zeros(b.decode_bytes - 1, np.uint8))
+
+
+@pytest.mark.parametrize("threads", [1, 3, 64])
+@pytest.mark.parametrize("window", [True, False])
+def test_regions_decoded_packed_on_threads_are_the_whole_decode_s(split, threads, window):
+    """decode_regions_at (the device feeder's CPU share): any rows, packed anywhere, on native threads; the window
+    decode around each region gives the whole decode's pixels (progressive, gray and 4:4:4 files among them)."""
+    b = JpegPlanner(split, chain()).plan(np.arange(len(split)), seed=5, epoch=1)
+    rows = np.arange(len(split))[::-2].copy()
+    sizes = region_bytes(b, rows)
+    at = np.concatenate([[7], 7 + np.cumsum(sizes + 5)[:-1]]).astype(np.int64)  # unaligned, with gaps
+    out = np.full(int(at[-1] + sizes[-1] + 3), 0xAB, np.uint8)
+    was = _native.window_decode()
+    _native.set_window_decode(window)
+    try:
+        decode_regions_at(split, b, rows, out, at, threads)
+    finally:
+        _native.set_window_decode(was)
+    for r, a, n in zip(rows, at, sizes, strict=True):
+        g = b.geom[r]
+        y0, x0, h, w = (int(g[COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w"))
+        img = _native.decode_jpeg(split.encoded_bytes(int(b.indices[r])), False, 8)
+        np.testing.assert_array_equal(out[a:a + n].reshape(h, w, 3), img[y0:y0 + h, x0:x0 + w])
+    assert (out[:7] == 0xAB).all() and (out[at[0] + sizes[0]:at[1]] == 0xAB).all() and (out[-3:] == 0xAB).all()
+
+
+def test_decode_regions_at_names_a_damaged_file_and_writes_the_others(split):
+    b = JpegPlanner(split, chain()).plan([0, 1, 2, 3], seed=1, epoch=0)
+    data = split.images.copy()
+    o, n = int(split.offsets[2]), int(split.sizes[2])
+    data[o + n // 2:o + n] = 0  # the entropy-coded data of sample 2 garbled
+    bad = Split(data, split.labels, offsets=split.offsets, sizes=split.sizes)
+    sizes = region_bytes(b, np.arange(4))
+    at = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    out = np.zeros(int(sizes.sum()), np.uint8)
+    with pytest.raises(DataError, match=r"sample 2 \(img_2\.jpg\): corrupt JPEG"):
+        decode_regions_at(bad, b, np.arange(4), out, at, 2, names=[f"img_{i}.jpg" for i in range(len(split))])
+    img = _native.decode_jpeg(split.encoded_bytes(3), False, 8)
+    g = b.geom[3]
+    y0, x0, h, w = (int(g[COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w"))
+    np.testing.assert_array_equal(out[at[3]:].reshape(h, w, 3), img[y0:y0 + h, x0:x0 + w])  # the others written
+
+
+def test_decode_jpeg_regions_refuses_bad_arguments_before_decoding(split):
+    b = JpegPlanner(split, chain()).plan([0, 1], seed=1, epoch=0)
+    g = b.geom
+    regions = np.stack([g[:, COL["roi_y"]], g[:, COL["roi_x"]], g[:, COL["roi_h"]], g[:, COL["roi_w"]]], 1)
+    sizes = region_bytes(b, np.arange(2))
+    at = np.array([0, sizes[0]], np.int64)
+    out = np.zeros(int(sizes.sum()), np.uint8)
+    args = (split.images, b.offsets, b.sizes)
+    with pytest.raises(ShapeError, match="does not fit the output"):
+        _native.decode_jpeg_regions(*args, regions, out[:-1], at, 1)
+    with pytest.raises(ShapeError, match="outside the"):
+        _native.decode_jpeg_regions(split.images, b.offsets + split.images.size, b.sizes, regions, out, at, 1)
+    with pytest.raises(ConfigError, match="writable"):
+        ro = out.copy()
+        ro.flags.writeable = False
+        _native.decode_jpeg_regions(*args, regions, ro, at, 1)
+    with pytest.raises(ConfigError, match="writable uint8"):
+        _native.decode_jpeg_regions(*args, regions, out.view(np.int8), at, 1)
+    with pytest.raises(ConfigError, match="threads must be >= 1"):
+        _native.decode_jpeg_regions(*args, regions, out, at, 0)
+    with pytest.raises(ShapeError, match=r"regions \(n, 4\)"):
+        _native.decode_jpeg_regions(*args, regions[:, :3], out, at, 1)
+    far = regions.copy()
+    far[1, 0] = int(b.shapes[1, 0])  # the region starts below the image
+    (k, why), = _native.decode_jpeg_regions(*args, far, out, at, 1)
+    assert k == 1 and "lies outside the" in why
 
 
 def test_a_chain_the_device_path_cannot_run_is_refused_by_name(split):

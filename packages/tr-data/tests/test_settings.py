@@ -106,3 +106,26 @@ def test_global_instance_and_reset(rng):
     finally:
         reset_preprocessor_settings()
     assert not PREPROCESSOR_SETTING.drop_last_enabled and not PREPROCESSOR_SETTING.frozen
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"cpu_share": 1.5}, r"cpu_share must be a number in \[0, 1\] or 'auto', got 1.5"),
+    ({"cpu_share": -0.1}, r"cpu_share must be a number in \[0, 1\]"),
+    ({"cpu_share": True}, r"cpu_share must be a number"),
+    ({"cpu_share": "half"}, r"got 'half'"),
+    ({"cpu_threads": 0}, r"device_decode cpu_threads must be >= 1, got 0"),
+    ({"cpu_threads": 2.5}, r"device_decode cpu_threads must be an integer"),
+    ({"backend": "nvdec"}, r"backend must be 'auto', 'hardware' or 'gpu', got 'nvdec'"),
+])
+def test_device_decode_refuses_settings_out_of_range(kwargs, match):
+    s = PreprocessorSettings()
+    with pytest.raises(ConfigError, match=match):
+        s.device_decode(True, **kwargs)
+    assert not s.device_dec  # nothing half-set
+
+
+def test_device_decode_keeps_its_cpu_share_and_threads():
+    s = PreprocessorSettings().device_decode(True, cpu_share=0.25, cpu_threads=3)
+    assert (s.device_dec, s.device_dec_cpu_share, s.device_dec_cpu_threads) == (True, 0.25, 3)
+    assert PreprocessorSettings().device_decode(True, cpu_share=1).device_dec_cpu_share == 1.0
+    assert PreprocessorSettings().device_decode(True).device_dec_cpu_share == "auto"

@@ -174,19 +174,46 @@ class JpegPlanner:
 
 
 def decode_regions(split: Split, batch: JpegBatch, out: np.ndarray | None = None,
-                   names: Sequence[str] | None = None) -> np.ndarray:
+                   names: Sequence[str] | None = None, threads: int = 1) -> np.ndarray:
     """The batch's decoded regions on the CPU (libjpeg-turbo, RGB), each at its slot of a flat u8 buffer of
-    ``batch.decode_bytes`` bytes (``out`` when given: at least that size). A damaged JPEG is a DataError naming
-    its dataset index (and its file, from ``names`` by dataset index when given)."""
+    ``batch.decode_bytes`` bytes (``out`` when given: at least that size), with ``threads`` native threads. A
+    damaged JPEG is a DataError naming its dataset index (and its file, from ``names`` by dataset index when
+    given)."""
     buf = np.zeros(batch.decode_bytes, np.uint8) if out is None else out
     if buf.dtype != np.uint8 or buf.ndim != 1 or buf.size < batch.decode_bytes:
         raise DataError(f"the decode buffer must be flat uint8 of at least {batch.decode_bytes} bytes, got "
                         f"{buf.dtype} {buf.shape}")
-    for k in range(len(batch.indices)):
-        region = decode_region(split, batch, k, names)
-        slot = int(batch.geom[k, COL["slot"]])
-        buf[slot:slot + region.size] = region
+    rows = np.arange(len(batch.indices))
+    decode_regions_at(split, batch, rows, buf, batch.geom[:, COL["slot"]], threads, names)
     return buf
+
+
+def region_bytes(batch: JpegBatch, rows: np.ndarray) -> np.ndarray:
+    """int64 bytes of the decoded regions of ``rows``."""
+    g = batch.geom[rows]
+    return g[:, COL["roi_h"]].astype(np.int64) * g[:, COL["roi_w"]] * CHANNELS
+
+
+def decode_regions_at(split: Split, batch: JpegBatch, rows: np.ndarray, out: np.ndarray, at: np.ndarray,
+                      threads: int = 1, names: Sequence[str] | None = None) -> None:
+    """Decode the regions of the batch's ``rows`` on the CPU (libjpeg-turbo; only the window around each region
+    while tr.data's window decode is on: the same pixels) into the flat u8 ``out``, row ``rows[j]``'s at
+    ``at[j]`` (roi_h * roi_w * 3 bytes), with ``threads`` native threads, the GIL released. A damaged JPEG is a
+    DataError naming its dataset index (and its file, from ``names`` by dataset index when given), raised once
+    every other region is written."""
+    rows = np.asarray(rows, np.int64)
+    if not rows.size:
+        return
+    g = batch.geom[rows]
+    regions = np.stack([g[:, COL["roi_y"]], g[:, COL["roi_x"]], g[:, COL["roi_h"]], g[:, COL["roi_w"]]], 1)
+    failed = _native.decode_jpeg_regions(split.images, batch.offsets[rows], batch.sizes[rows],
+                                         regions.astype(np.int32), out, np.asarray(at, np.int64), int(threads))
+    if failed:
+        j, why = failed[0]
+        i = int(batch.indices[rows[j]])
+        where = f" ({names[i]})" if names is not None else ""
+        more = f" ({len(failed)} such in the batch)" if len(failed) > 1 else ""
+        raise DataError(f"sample {i}{where}: {why}{more}")
 
 
 def decode_region(split: Split, batch: JpegBatch, k: int, names: Sequence[str] | None = None) -> np.ndarray:

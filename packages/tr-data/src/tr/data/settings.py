@@ -63,6 +63,8 @@ class PreprocessorSettings:
     device_aug: bool = False
     device_dec: bool = False
     device_dec_backend: str = "auto"
+    device_dec_cpu_share: float | str = "auto"
+    device_dec_cpu_threads: int | None = None
     _frozen: bool = field(default=False, repr=False)
 
     # ---- the fluent builder -------------------------------------------------------------------
@@ -156,18 +158,32 @@ class PreprocessorSettings:
         ignores this setting: its workers run the chain either way."""
         return self._set("device_aug", _flag("device_augment", on))
 
-    def device_decode(self, on: bool = True, backend: str = "auto") -> PreprocessorSettings:
+    def device_decode(self, on: bool = True, backend: str = "auto", cpu_share: float | str = "auto",
+                      cpu_threads: int | None = None) -> PreprocessorSettings:
         """Decode JPEG data sets (an image folder or a JPEG DTS pack) on the training device: the host reads only
         the files and their headers and draws each sample's parameters as this pipeline's workers would; the
         device decodes the regions the chain reads (nvJPEG: ``backend`` "auto" takes the GPU's hardware JPEG
         engine where it has one, "hardware" or "gpu" force one) and crops, resizes, flips, erases and
         normalises them in the transfer graph (tr.task.jpeg_feeder). For chains of RandomResizedCrop or
-        Resize (+ CenterCrop), then RandomHorizontalFlip and RandomErasing; the task refuses others, naming the
-        transform. An image nvJPEG does not take is decoded on the CPU. tr.data's own Preprocessor ignores this
-        setting."""
+        Resize (+ CenterCrop), then ColorJitter, RandomHorizontalFlip and RandomErasing; the task refuses
+        others, naming the transform. tr.data's own Preprocessor ignores this setting.
+
+        The CPU decodes a share of each batch's regions alongside (libjpeg-turbo on ``cpu_threads`` threads,
+        default all cores but two), as well as every file nvJPEG does not take: ``cpu_share`` is that share of
+        the batch, a number in [0, 1], or "auto": measured once when the task compiles (both decoders timed on
+        the first batch) so that both finish a batch together. A number gives the same batches run after run
+        (which row goes to which decoder depends on it alone); 1.0 decodes everything with libjpeg-turbo: the
+        CPU pipeline's pixels to the bit."""
         if backend not in ("auto", "hardware", "gpu"):
             raise ConfigError(f"device_decode backend must be 'auto', 'hardware' or 'gpu', got {backend!r}")
+        if cpu_share != "auto" and (isinstance(cpu_share, bool) or not isinstance(cpu_share, (int, float))
+                                    or not 0.0 <= float(cpu_share) <= 1.0):
+            raise ConfigError(f"device_decode cpu_share must be a number in [0, 1] or 'auto', got {cpu_share!r}")
+        if cpu_threads is not None:
+            cpu_threads = _count("device_decode cpu_threads", cpu_threads, MAX_WORKERS)
         self._set("device_dec_backend", backend)
+        self._set("device_dec_cpu_share", cpu_share if cpu_share == "auto" else float(cpu_share))
+        self._set("device_dec_cpu_threads", cpu_threads)
         return self._set("device_dec", _flag("device_decode", on))
 
     def pad_channels_to(self, n: int | None) -> PreprocessorSettings:

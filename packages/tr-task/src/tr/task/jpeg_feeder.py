@@ -6,12 +6,16 @@ labels and geometry table into the staging buffer, the regions the chain reads a
 decode buffer ``jpeg_src`` (tr.graph.jpeg_input), and the transfer graph copies the table and runs
 ``image_resample``, which crops, resizes, flips, erases and normalises them into the input batch.
 
-Who decodes: on CUDA, nvJPEG (tr.backend.cuda.jpeg) on the transfer stream, so batch k+1 is decoded while step k
-computes: the hardware engine where the GPU has one, then the GPU-assisted hybrid backend for what the engine
-refuses (progressive files), then libjpeg-turbo on the CPU for what neither takes (its regions written into
-the buffer; counted, ``cpu_decoded``); the compressed bytes are staged in pinned memory, two batches' worth. On
-the CPU backend, libjpeg-turbo decodes every region (the same pixels as the CPU pipeline: the batches are then
-the CPU pipeline's byte for byte, tests-integration/test_jpeg_device_training.py).
+Who decodes: on CUDA, two decoders share each batch. nvJPEG (tr.backend.cuda.jpeg: the hardware engine where the
+GPU has one, else the GPU-assisted hybrid backend) decodes its rows on the transfer stream, so batch k+1 is
+decoded while step k computes; libjpeg-turbo decodes the others on ``cpu_threads`` native threads while the
+next batch is prepared, and their regions are copied up asynchronously: the files the engine does not take
+(progressive, arithmetic-coded; counted, ``cpu_decoded``) and a share of the rest, ``cpu_share`` of the batch
+(fixed, or measured at upload so that both decoders finish a batch together: the CPU and the JPEG engines then
+add up). Which row goes where depends on the share alone, so a fixed share gives the same batches every run.
+The compressed bytes are staged in pinned memory, two batches' worth. On the CPU backend (and with a share of
+1) libjpeg-turbo decodes every region: the same pixels as the CPU pipeline, the batches then the CPU
+pipeline's byte for byte (tests-integration/test_jpeg_device_training.py).
 
 The samples, their order (tr.data.seeds.epoch_order: the Preprocessor's, a rank's share under data
 parallelism), every random parameter and the resize are tr.data's for the same seed, epoch and index; on CUDA
@@ -35,7 +39,7 @@ from tr.core.log import get_logger
 from tr.core.ops import IMAGE_GEOM_COLS
 from tr.core.phase import StreamKind
 from tr.data.fused import norm_constants
-from tr.data.jpeg_plan import CHANNELS, COL, JpegBatch, JpegPlanner, decode_region
+from tr.data.jpeg_plan import CHANNELS, COL, JpegBatch, JpegPlanner, decode_region, decode_regions_at, region_bytes
 from tr.data.seeds import data_seed, epoch_order
 from tr.data.settings import PreprocessorSettings
 from tr.data.transforms import RandomErasing
@@ -49,12 +53,20 @@ DECODED, UNSUPPORTED, DAMAGED = 0, 1, 2  # tr.backend.cuda.jpeg's statuses
 
 class DeviceJpegFeeder(DeviceSideFeeder):
     """Feeds a plan with a JPEG input (tr.graph.jpeg_input): labels and geometry per batch, regions decoded
-    into the arena. ``backend``: the nvJPEG backend to try first ("auto", "hardware" or "gpu")."""
+    into the arena. ``backend``: the nvJPEG backend to try first ("auto", "hardware" or "gpu"); ``cpu_share``:
+    the batch's share decoded by libjpeg-turbo on CUDA, in [0, 1], or "auto" (measured at upload);
+    ``cpu_threads``: libjpeg-turbo's threads (default: all cores but two)."""
 
     setting = "device_decode"
 
     def __init__(self, pre_settings: PreprocessorSettings, batch: int, seed: int | None = None, fp16: bool = False,
-                 backend: str = "auto") -> None:
+                 backend: str = "auto", cpu_share: float | str = "auto", cpu_threads: int | None = None) -> None:
+        if cpu_share != "auto" and (isinstance(cpu_share, bool) or not isinstance(cpu_share, (int, float))
+                                    or not 0.0 <= float(cpu_share) <= 1.0):
+            raise ConfigError(f"DeviceJpegFeeder: cpu_share must be a number in [0, 1] or 'auto', got {cpu_share!r}")
+        if cpu_threads is not None and (isinstance(cpu_threads, bool) or not isinstance(cpu_threads, int)
+                                        or cpu_threads < 1):
+            raise ConfigError(f"DeviceJpegFeeder: cpu_threads must be a positive integer, got {cpu_threads!r}")
         s = pre_settings if pre_settings.frozen else pre_settings.commit()
         self.pre_settings = s  # (a checkpoint records its chains)
         ds = s.open_dataset()
@@ -87,7 +99,12 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         self._attrs = {"mean": tuple(float(v) for v in mean), "std": tuple(float(v) for v in std),
                        "erase_value": tuple(float(v) for v in erase.value) if erase is not None else (0.0,)}
         self.nvjpeg_backend = backend
-        self.cpu_decoded = 0  # images of the last pass decoded by libjpeg-turbo on CUDA (the fallback)
+        self.cpu_share_setting = cpu_share
+        self.cpu_share: float | None = None  # the share in use (upload: "auto" measured then)
+        self.cpu_threads = int(cpu_threads or max(1, (os.cpu_count() or 2) - 2))
+        self.calibration: dict[str, float] = {}  # "auto": what upload measured
+        self.cpu_decoded = 0  # images of the last pass nvJPEG does not take, decoded by libjpeg-turbo on CUDA
+        self.cpu_shared = 0  # images of the last pass decoded by libjpeg-turbo as the CPU's share
         self.times: dict[str, float] = {}  # the last pass's seconds by stage (epoch())
         self._backend: Any = None
         self._decoder: Any = None  # nvJPEG's, on CUDA (upload)
@@ -116,26 +133,70 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         compressed bytes of two batches, and the CPU-decoded regions of the files nvJPEG will refuse)."""
         self._backend, self._src = backend, program.tensor(JPEG_SRC)
         self._decoder = None
-        # one thread prepares the next batch while the loop launches this one; others decode on the CPU for it
+        # one thread prepares the next batch (its CPU decodes on native threads) while the loop launches this one
         self._prep = ThreadPoolExecutor(1, thread_name_prefix="tr-jpeg-prep")
-        self._pool = ThreadPoolExecutor(max(1, min(8, (os.cpu_count() or 2) - 1)), thread_name_prefix="tr-jpeg")
         if backend.name != "cuda":
+            self.cpu_share = 1.0
+            self._host_src = [np.zeros(self._src.numel, np.uint8) for _ in range(2)]
             return
         from tr.backend.cuda.jpeg import DeviceJpegDecoder, h2d_async
 
         self._decoder = DeviceJpegDecoder(backend.device, self.nvjpeg_backend, self.batch)
         self._h2d = h2d_async
         hardware = self._hardware = self._decoder.backend.startswith("hardware")
-        log.info("decoding JPEGs with nvJPEG (%s)", self._decoder.backend)
         splits = [(t, s) for t, s in self._splits.items() if s is not None]
         # the hardware engine takes no progressive or arithmetic-coded file: those are decoded on the CPU, in the
         # preparation of their batch, and copied up asynchronously (tr-dts pack --baseline re-codes them)
         self._cpu_only = {t: (self._planners[t].progressive if hardware else np.zeros(len(s), bool)) for t, s in splits}
         most = max(int(np.sort(s.sizes)[::-1][:self.batch].sum()) for _, s in splits)
-        cpu_most = max(_largest_sum(self._planners[t].image_bytes[self._cpu_only[t]], self.batch) for t, _ in splits)
+        # the CPU's regions, packed: any batch's with a share, else those of the files the engine refuses
+        cpu_most = (self.capacity if self.cpu_share_setting != 0 else
+                    max(_largest_sum(self._planners[t].image_bytes[self._cpu_only[t]], self.batch) for t, _ in splits))
         (_, a), (_, b) = backend.host_buffers(1, (1, 1, most + max(cpu_most, 1)), "uint8")
         self._staging = [(a.reshape(-1)[:most], a.reshape(-1)[most:]), (b.reshape(-1)[:most], b.reshape(-1)[most:])]
         self._stream = backend.ctx.stream(int(StreamKind.TRANS))
+        share = self._calibrate() if self.cpu_share_setting == "auto" else float(self.cpu_share_setting)
+        self.cpu_share = share
+        self._hw_rows = self.batch - int(round(share * self.batch))  # the rows of a batch nvJPEG decodes at most
+        log.info("decoding JPEGs with nvJPEG (%s) and libjpeg-turbo on %d threads: the CPU's share %.3f%s",
+                 self._decoder.backend, self.cpu_threads, share,
+                 " (measured)" if self.cpu_share_setting == "auto" else "")
+
+    def _calibrate(self, reps: int = 2) -> float:
+        """The CPU's share of a batch at which libjpeg-turbo (on cpu_threads threads) and nvJPEG take the same
+        time: both decode the first training batch's rows that nvJPEG takes, after a warm-up, the faster of
+        ``reps`` runs each; in steps of 1/64. 0 when the batch has no such rows."""
+        order = epoch_order(len(self._labels[True]), self.seed, 0, True, self.shuffle_train, self.rank,
+                            self.world_size)
+        plan = self._planners[True].plan(order[:self.batch], self.seed, 0, True)
+        rows = np.flatnonzero(~self._cpu_only[True][plan.indices])
+        if not rows.size:
+            return 0.0
+        staging, fallback = self._staging[0]
+        offs = self._stage(plan, rows, staging, True)
+        at = _packed(region_bytes(plan, rows))
+        dst = self._backend.arena_ptr + self._src.offset
+
+        def on_device() -> None:
+            self._decoder.decode(staging, offs, plan.sizes[rows], plan.geom[rows], dst, self._stream,
+                                 precheck=not self._hardware)
+            self._backend.synchronize()
+
+        def on_cpu() -> None:
+            decode_regions_at(self._splits[True], plan, rows, fallback, at, self.cpu_threads, self._paths[True])
+
+        t_dev, t_cpu = _best_time(on_device, reps), _best_time(on_cpu, reps)
+        self.calibration = {"rows": int(rows.size), "device_s": t_dev, "cpu_s": t_cpu}
+        return round(64 * t_dev / (t_dev + t_cpu)) / 64  # rates n/t: share = r_cpu / (r_cpu + r_dev)
+
+    def _stage(self, plan: JpegBatch, rows: np.ndarray, staging: np.ndarray, train: bool) -> np.ndarray:
+        """Copy ``rows``' JPEG bytes one after another into ``staging``; their offsets there."""
+        split = self._splits[train]
+        offs = _packed(plan.sizes[rows])
+        for o, j in zip(offs, rows, strict=True):
+            start, n = int(plan.offsets[j]), int(plan.sizes[j])
+            staging[o:o + n] = split.images[start:start + n]
+        return offs
 
     # --- batches --------------------------------------------------------------------------------------
     def epoch(self, epoch: int, train: bool) -> Iterator[tuple[int, int, int]]:
@@ -148,10 +209,12 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         order = epoch_order(len(self._labels[train]), self.seed, epoch, train, self.shuffle_train, self.rank,
                             self.world_size)
         steps = self.steps(train)
-        self.cpu_decoded = 0
+        self.cpu_decoded = self.cpu_shared = 0
         # where the loop's thread spent the pass: waiting for a batch's preparation, in nvJPEG's decode call, in
-        # the copies of CPU-decoded regions; and the preparing thread's own seconds (tr.task's epoch is the rest)
-        self.times = {"wait_prepare_s": 0.0, "decode_call_s": 0.0, "cpu_region_copies_s": 0.0, "prepare_s": 0.0}
+        # the copies of CPU-decoded regions; and the preparing thread's own seconds, of them libjpeg-turbo's
+        # (tr.task's epoch is the rest)
+        self.times = {"wait_prepare_s": 0.0, "decode_call_s": 0.0, "cpu_region_copies_s": 0.0, "prepare_s": 0.0,
+                      "cpu_decode_s": 0.0}
         # buffer k % 2 is free when batch k is prepared: the task waited for batch k - 2's transfer before it
         # launched batch k - 1, and batch k is prepared only once k - 1 is yielded
         pending = self._prep.submit(self._prepare, order, 0, epoch, train)
@@ -188,39 +251,26 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         labels, geom = self._bufs[k % 2]
         labels[:m] = self._labels[train][idx]
         geom[:, 0, 0, :] = plan.geom
-        split = self._splits[train]
+        split, names = self._splits[train], self._paths[train]
+        t0 = time.perf_counter()
         if self._decoder is None:  # the CPU backend: libjpeg-turbo, the CPU pipeline's pixels
-            src = np.zeros(self._src.numel, np.uint8)
-            self._decode_on_cpu(split, plan, np.arange(m), src, train, packed=False)
+            src = self._host_src[k % 2]
+            rows = np.arange(m)
+            decode_regions_at(split, plan, rows, src, plan.geom[rows, COL["slot"]], self.cpu_threads, names)
+            self.times["cpu_decode_s"] += time.perf_counter() - t0
             return _Prepared(k, m, plan, src, np.arange(0), np.zeros(0, np.int64))
         staging, fallback = self._staging[k % 2]
-        cpu = self._cpu_only[train][plan.indices[:m]]
-        on_device = np.flatnonzero(~cpu)
-        offs = np.concatenate([[0], np.cumsum(plan.sizes[on_device])[:-1]]).astype(np.int64)[:len(on_device)]
-        for o, j in zip(offs, on_device, strict=True):
-            start, n = int(plan.offsets[j]), int(plan.sizes[j])
-            staging[o:o + n] = split.images[start:start + n]
-        on_cpu = np.flatnonzero(cpu)
-        at = self._decode_on_cpu(split, plan, on_cpu, fallback, train, packed=True)
-        return _Prepared(k, m, plan, staging, on_device, offs, on_cpu, at)
-
-    def _decode_on_cpu(self, split: Any, plan: JpegBatch, rows: np.ndarray, out: np.ndarray, train: bool,
-                       packed: bool) -> np.ndarray:
-        """libjpeg-turbo decodes of ``rows``' regions in the pool's threads: at their slots of ``out`` (the decode
-        buffer's image), or packed one after another (``packed``: the offsets are returned)."""
-        if not len(rows):
-            return np.zeros(0, np.int64)
-        sizes = plan.geom[rows, COL["roi_h"]].astype(np.int64) * plan.geom[rows, COL["roi_w"]] * CHANNELS
-        at = (np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if packed
-              else plan.geom[rows, COL["slot"]].astype(np.int64))
-
-        def one(r: int, pos: int) -> None:
-            region = decode_region(split, plan, r, names=self._paths[train])
-            out[pos:pos + region.size] = region
-
-        list(self._pool.map(one, rows.tolist(), at.tolist())) if len(rows) > 1 else \
-            [one(int(r), int(p)) for r, p in zip(rows, at, strict=True)]
-        return at
+        refused = self._cpu_only[train][plan.indices[:m]]
+        cpu = refused.copy()
+        takes = np.flatnonzero(~cpu)
+        cpu[takes[self._hw_rows:]] = True  # the CPU's share: the rows after the first _hw_rows nvJPEG takes
+        on_device, on_cpu = np.flatnonzero(~cpu), np.flatnonzero(cpu)
+        offs = self._stage(plan, on_device, staging, train)
+        at = _packed(region_bytes(plan, on_cpu))
+        t1 = time.perf_counter()
+        decode_regions_at(split, plan, on_cpu, fallback, at, self.cpu_threads, names)
+        self.times["cpu_decode_s"] += time.perf_counter() - t1
+        return _Prepared(k, m, plan, staging, on_device, offs, on_cpu, at, int(refused.sum()))
 
     def _enqueue(self, ready: _Prepared, train: bool) -> None:
         """The prepared batch's regions into the decode buffer, on the transfer stream (CUDA) or now (CPU)."""
@@ -250,12 +300,12 @@ class DeviceJpegFeeder(DeviceSideFeeder):
                 self.cpu_decoded += int(refused.size)
         _, fallback = self._staging[ready.k % 2]
         t0 = time.perf_counter()
-        for r, pos in zip(ready.on_cpu, ready.cpu_at, strict=True):  # regions decoded on the CPU: asynchronous copies
-            g = plan.geom[r]
-            n = int(g[COL["roi_h"]]) * int(g[COL["roi_w"]]) * CHANNELS
-            self._h2d(dst + int(g[COL["slot"]]), fallback.ctypes.data + int(pos), n, self._stream)
+        sizes = region_bytes(plan, ready.on_cpu)
+        for r, pos, n in zip(ready.on_cpu, ready.cpu_at, sizes, strict=True):  # CPU-decoded: asynchronous copies
+            self._h2d(dst + int(plan.geom[r, COL["slot"]]), fallback.ctypes.data + int(pos), int(n), self._stream)
         self.times["cpu_region_copies_s"] += time.perf_counter() - t0
-        self.cpu_decoded += len(ready.on_cpu)
+        self.cpu_decoded += ready.refused
+        self.cpu_shared += len(ready.on_cpu) - ready.refused
 
     def decoded_on_cpu(self) -> int | None:
         """The last pass's images the device decoder refused (decoded by libjpeg-turbo instead); None on the CPU
@@ -267,9 +317,9 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         return f" ({paths[i]})" if paths is not None else ""
 
     def close(self) -> None:
-        for pool in (getattr(self, "_prep", None), getattr(self, "_pool", None)):
-            if pool is not None:
-                pool.shutdown(wait=True)
+        pool = getattr(self, "_prep", None)
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 @dataclass
@@ -284,6 +334,22 @@ class _Prepared:
     offsets: np.ndarray  # their bytes' offsets in staging
     on_cpu: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # rows decoded on the CPU (CUDA)
     cpu_at: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # their regions' offsets in fallback
+    refused: int = 0  # of on_cpu, the files nvJPEG does not take (the others: the CPU's share)
+
+
+def _packed(sizes: np.ndarray) -> np.ndarray:
+    """Offsets of blocks of ``sizes`` bytes laid one after another."""
+    return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)[:len(sizes)]
+
+
+def _best_time(fn: Any, reps: int) -> float:
+    fn()  # warm: first-call allocations, caches
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def _largest_sum(sizes: np.ndarray, n: int) -> int:

@@ -1,0 +1,84 @@
+"""DeviceJpegFeeder on CUDA (issue [13], GPU tests): the real decoders share each batch (nvJPEG on the transfer
+stream, libjpeg-turbo on native threads with its regions copied up from pinned memory), and after every batch the
+decode buffer in the arena holds each sample's region: libjpeg-turbo's bytes exactly where the CPU decoded it
+(every row with a CPU share of 1: the exact path), nvJPEG's within the tolerance of test_gpu_jpeg_decode.py
+elsewhere. "auto" measures the share at upload."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tr.core.norm import NormMode
+from tr.data import ImageFolder, PreprocessorSettings, RandomHorizontalFlip, RandomResizedCrop, _native
+from tr.data.jpeg_plan import COL
+from tr.data.seeds import epoch_order
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "tr-backend" / "tests"))
+from backend_testkit import SimpleArena  # noqa: E402
+from photos import make_photos  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+MEAN_ABS_LIMIT = 1.5  # grey levels over a region (test_gpu_jpeg_decode.py's bound for nvJPEG's decode)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory) -> Path:
+    return make_photos(tmp_path_factory, "photos", classes=4, per_class=12, min_side=64, max_side=500, seed=9,
+                       val_per_class=1)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.0, "auto"])
+def test_the_decode_buffer_holds_every_region_whoever_decoded_it(photos, share):
+    from tr.backend.cuda import CudaBackend
+    from tr.graph.jpeg_input import JPEG_SRC
+    from tr.task.jpeg_feeder import DeviceJpegFeeder
+
+    batch = 16
+    s = (PreprocessorSettings().dataset(ImageFolder(photos)).normalization(NormMode.IMAGENET).seed(3)
+         .train_transforms(RandomResizedCrop(64), RandomHorizontalFlip()).device_decode(True, cpu_share=share))
+    feeder = DeviceJpegFeeder(s, batch, cpu_share=share, cpu_threads=4)
+    arena = SimpleArena()
+    src = arena.add(JPEG_SRC, (feeder.capacity,), "uint8")
+    be = CudaBackend()
+    be.allocate(arena.layout())
+    feeder.upload(be, SimpleNamespace(tensor=lambda name: src))
+    assert 0.0 <= feeder.cpu_share <= 1.0
+    split = feeder._splits[True]
+    refused = feeder._planners[True].progressive
+    diffs, exact, seen = [], 0, 0
+    order = epoch_order(len(split), feeder.seed, 0, True, True)
+    for k, buf, m in feeder.epoch(0, True):
+        be.synchronize()  # the transfer stream has decoded batch k and copied its CPU regions
+        mem = be.read(src).reshape(-1)
+        geom = feeder._bufs[buf][1][:, 0, 0, :]
+        hw_rows = batch - round(feeder.cpu_share * batch)
+        for r in range(m):
+            i = int(order[k * batch + r])
+            y, x, h, w, slot = (int(geom[r, COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w", "slot"))
+            want = _native.decode_jpeg(split.encoded_bytes(i), False, 8)[y:y + h, x:x + w].astype(np.int16)
+            got = mem[slot:slot + h * w * 3].reshape(h, w, 3).astype(np.int16)
+            taken = np.flatnonzero(~refused[order[k * batch:k * batch + m]])
+            on_cpu = refused[i] or r not in taken[:hw_rows]
+            if on_cpu:  # libjpeg-turbo's region: the CPU pipeline's bytes
+                np.testing.assert_array_equal(got, want, err_msg=f"batch {k} row {r} sample {i}")
+                exact += 1
+            else:
+                diffs.append(float(np.abs(got - want).mean()))
+        seen += m
+    feeder.close()
+    print(f"\nshare {share} -> {feeder.cpu_share}: {exact} of {seen} regions from libjpeg-turbo (exact), nvJPEG's "
+          f"mean |diff| {np.mean(diffs) if diffs else 0:.3f}, worst {max(diffs, default=0):.3f}; "
+          f"calibration {feeder.calibration}")
+    assert seen == len(split) and exact == feeder.cpu_decoded + feeder.cpu_shared
+    assert feeder.cpu_decoded == int(refused.sum())
+    assert max(diffs, default=0.0) <= MEAN_ABS_LIMIT
+    if share == 1.0:
+        assert not diffs and exact == seen
+    if share == 0.0:
+        assert feeder.cpu_shared == 0

@@ -14,7 +14,15 @@ import numpy as np
 import pytest
 
 from tr.core.norm import NormMode
-from tr.data import ImageFolder, PreprocessorSettings, RandomHorizontalFlip, RandomResizedCrop, _native
+from tr.data import (
+    CenterCrop,
+    ImageFolder,
+    PreprocessorSettings,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    _native,
+)
 from tr.data.jpeg_plan import COL
 from tr.data.seeds import epoch_order
 
@@ -41,7 +49,8 @@ def test_the_decode_buffer_holds_every_region_whoever_decoded_it(photos, share):
 
     batch = 16
     s = (PreprocessorSettings().dataset(ImageFolder(photos)).normalization(NormMode.IMAGENET).seed(3)
-         .train_transforms(RandomResizedCrop(64), RandomHorizontalFlip()).device_decode(True, cpu_share=share))
+         .train_transforms(RandomResizedCrop(64), RandomHorizontalFlip()).val_transforms(Resize(72), CenterCrop(64))
+         .device_decode(True, cpu_share=share))
     feeder = DeviceJpegFeeder(s, batch, cpu_share=share, cpu_threads=4)
     arena = SimpleArena()
     src = arena.add(JPEG_SRC, (feeder.capacity,), "uint8")

@@ -226,7 +226,8 @@ def main(argv: list[str] | None = None) -> None:
     rows["resample_ms"] = 1e3 * _timed(resample, a.reps)
     rates = {k.removesuffix("_ms"): per.get(k.removesuffix("_ms"), B) / (v / 1e3) for k, v in rows.items()}
     out = {"batch": B, "images": len(split), "cores": os.cpu_count(), "cpu_threads": a.cpu_threads,
-           "backends": {k: d.backend for k, d in decoders.items()}, "statuses": refused, "ms": rows, "images_per_s": rates}
+           "backends": {k: d.backend for k, d in decoders.items()}, "statuses": refused, "ms": rows,
+           "images_per_s": rates}
     for k, v in rows.items():
         print(f"{k:<36} {v:8.2f} ms  ({rates[k.removesuffix('_ms')]:9.0f} images/s)")
     print(f"statuses (decoded, refused, damaged): {refused}")

@@ -200,8 +200,9 @@ class DeviceJpegFeeder(DeviceSideFeeder):
 
     # --- batches --------------------------------------------------------------------------------------
     def epoch(self, epoch: int, train: bool) -> Iterator[tuple[int, int, int]]:
-        """Batch k is prepared (planned, staged, its CPU decodes done) in a thread while batch k - 1's transfer
-        and step are launched; its device decode is enqueued on the transfer stream just before it is yielded."""
+        """Batch k + 1 is prepared (planned, staged, its CPU share decoded) in a thread while batch k's device
+        decode is enqueued (nvJPEG's call returns only once the engine is done with the batch) and batch k's
+        transfer and step are launched."""
         if self._labels[train] is None:
             raise DataError("the data set has no validation split")
         if self._backend is None:
@@ -215,17 +216,18 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         # (tr.task's epoch is the rest)
         self.times = {"wait_prepare_s": 0.0, "decode_call_s": 0.0, "cpu_region_copies_s": 0.0, "prepare_s": 0.0,
                       "cpu_decode_s": 0.0}
-        # buffer k % 2 is free when batch k is prepared: the task waited for batch k - 2's transfer before it
-        # launched batch k - 1, and batch k is prepared only once k - 1 is yielded
+        # buffers (k + 1) % 2 are free when batch k + 1's preparation starts: it starts once batch k - 1 was
+        # yielded, and the task returns here only after batch k - 1's transfer (which read them) is done
+        # (StepLauncher waits for each transfer on the host)
         pending = self._prep.submit(self._prepare, order, 0, epoch, train)
         try:
             for k in range(steps):
                 t0 = time.perf_counter()
                 ready = pending.result()
                 self.times["wait_prepare_s"] += time.perf_counter() - t0
-                self._enqueue(ready, train)
                 if k + 1 < steps:
                     pending = self._prep.submit(self._prepare, order, k + 1, epoch, train)
+                self._enqueue(ready, train)
                 yield k, k % 2, ready.count
         finally:  # (an early stop: the preparation under way finishes before its buffers are used again)
             pending.exception()

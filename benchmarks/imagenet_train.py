@@ -120,7 +120,8 @@ def end_to_end(a: argparse.Namespace, ds, classes: int) -> dict:
                   f"loss {rec.train_loss:.3f}", flush=True)
         else:
             row.update(decoded_on_cpu=getattr(feeder, "cpu_decoded", None),
-                       cpu_share=getattr(feeder, "cpu_share", None), cpu_shared=getattr(feeder, "cpu_shared", None), times=dict(getattr(feeder, "times", {})))
+                       cpu_share=getattr(feeder, "cpu_share", None), cpu_shared=getattr(feeder, "cpu_shared", None),
+                       times=dict(getattr(feeder, "times", {})))
             print(f"end to end epoch (device decode): {row['images_per_s']:8.0f} images/s, "
                   f"{row['decoded_on_cpu']} refused files and {row['cpu_shared']} more (share {row['cpu_share']}) "
                   f"decoded on the CPU, loss {rec.train_loss:.3f}; {row['times']}", flush=True)

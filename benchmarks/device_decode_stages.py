@@ -18,7 +18,9 @@ Over a baseline DTS pack (every file taken by the hardware engine), batch --batc
 * ``split_{f}``: what DeviceJpegFeeder runs with a CPU share f: the CPU decodes the last f of the batch on
   --cpu-threads threads while nvJPEG decodes the rest, both at once;
 * ``torchvision``: torchvision.io.decode_jpeg of the same files on the GPU (whole images, its batched nvJPEG);
-* ``resample``: image_resample of a decoded batch to FP16 NHWC, the captured graph relaunched.
+* ``resample``: image_resample of a decoded batch to FP16 NHWC, the captured graph relaunched;
+* ``under_load``: the decode beside ~30 ms of GEMMs on another stream, nvJPEG's buffers cached (tr's default) and
+  not (its own cudaMalloc/cudaFree): does the decode wait for the rest of the device?
 
     python benchmarks/device_decode_stages.py --images /tmp/tr_bench_images_2k --batch 256 --json out.json
 """
@@ -53,6 +55,37 @@ def _timed(fn, reps: int) -> float:
 
 def _packed(sizes: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)[:len(sizes)]
+
+
+def under_load(rows: dict[str, float], cached, uncached, decode, reps: int) -> None:
+    """``load_alone``: ~30 ms of GEMMs on a torch stream; ``decode_hw_{cached,uncached}_under_load``: the same
+    load enqueued, then the decode of the batch, both waited for: about the larger of the two where the decode runs
+    beside the load, about their sum where nvJPEG synchronises the device (freeing its buffers with cudaFree)."""
+    import torch
+
+    from tr.backend.cuda.jpeg import nvjpeg_memory
+
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    side = torch.cuda.Stream()
+
+    def load() -> None:
+        with torch.cuda.stream(side):
+            for _ in range(20):
+                x @ x
+
+    def alone() -> None:
+        load()
+        torch.cuda.synchronize()
+
+    rows["load_alone_ms"] = 1e3 * _timed(alone, reps)
+    for name, dec in (("cached", cached), ("uncached", uncached)):
+        def both(dec=dec) -> None:
+            load()
+            decode(dec)
+            torch.cuda.synchronize()
+
+        rows[f"decode_hw_{name}_under_load_ms"] = 1e3 * _timed(both, reps)
+    print(f"nvJPEG's cached buffers: {nvjpeg_memory()}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -206,6 +239,11 @@ def main(argv: list[str] | None = None) -> None:
         be.synchronize()
 
     rows["resample_ms"] = 1e3 * _timed(resample, a.reps)
+    try:  # the decode beside a running workload (a training step's stand-in: FP16 GEMMs on another stream)
+        under_load(rows, hw, DeviceJpegDecoder(0, "auto", big, cache_memory=False),
+                   lambda dec: decode(dec, plan.geom, False, row="under load"), a.reps)
+    except ImportError as e:
+        print(f"no rows under load: {e}")
     try:  # the GPU-assisted hybrid backend, made last (made beside the hardware one, the latter refused every file)
         decoder_rows("gpu", dec := DeviceJpegDecoder(0, "gpu", big))
         backends["gpu"] = dec.backend

@@ -110,6 +110,8 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
     split = feeder._splits[True]
     seen = shared = 0
     for epoch in (0, 1):
+        hw_rows = 8 - round(feeder.cpu_share * 8)  # ("auto": re-balanced after each epoch)
+        calls_before = len(FakeDecoder.calls)
         order = epoch_order(len(split), feeder.seed, epoch, True, True)
         for k, buf, m in feeder.epoch(epoch, True):
             geom = feeder._bufs[buf][1][:, 0, 0, :]
@@ -123,17 +125,25 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
             seen += m
         assert feeder.decoded_on_cpu() == int(progressive.sum())  # every progressive file, decoded on the CPU
         shared += feeder.cpu_shared
-    hw_rows = 8 - round(feeder.cpu_share * 8)
+        assert max(FakeDecoder.calls[calls_before:], default=0) <= hw_rows
+        assert feeder.device_decoded == sum(FakeDecoder.calls[calls_before:])
     assert seen == 2 * len(split) and be.synchronous_writes == 0
     assert len(copies) == 2 * int(progressive.sum()) + shared  # every CPU-decoded region copied up once
     assert sum(FakeDecoder.calls) + len(copies) == seen  # each sample decoded once, by one of the two
-    assert max(FakeDecoder.calls, default=0) <= hw_rows
     if share == 0.0:
         assert shared == 0
     if share == 1.0:
         assert FakeDecoder.calls == [] and shared == 2 * (len(split) - int(progressive.sum()))
     if share == 0.5:
         assert shared > 0 and FakeDecoder.calls
+    if share == "auto":  # re-balanced after each epoch where both decoders worked
+        assert all(0.0 <= e["share"] <= 1.0 for e in feeder.calibration.get("epochs", []))
+        feeder.times.update(decode_call_s=2.0, cpu_decode_s=1.0)
+        feeder.device_decoded, feeder.cpu_decoded, feeder.cpu_shared = 100, 30, 120  # 50/s on nvJPEG, 150/s here
+        feeder._rebalance(5)
+        assert feeder.cpu_share == 0.75 and feeder._hw_rows == 2
+        assert feeder.calibration["epochs"][-1] == {"epoch": 6, "device_images_per_s": 50.0,
+                                                    "cpu_images_per_s": 150.0, "share": 0.75}
     feeder.close()
 
 

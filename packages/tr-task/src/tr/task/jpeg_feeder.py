@@ -11,8 +11,12 @@ GPU has one, else the GPU-assisted hybrid backend) decodes its rows on the trans
 decoded while step k computes; libjpeg-turbo decodes the others on ``cpu_threads`` native threads while the
 next batch is prepared, and their regions are copied up asynchronously: the files the engine does not take
 (progressive, arithmetic-coded; counted, ``cpu_decoded``) and a share of the rest, ``cpu_share`` of the batch
-(fixed, or measured at upload so that both decoders finish a batch together: the CPU and the JPEG engines then
-add up). Which row goes where depends on the share alone, so a fixed share gives the same batches every run.
+(fixed, or "auto": measured at upload, then after every training epoch from that epoch's rates, so that both
+decoders take as long for a batch: the CPU's cores and the JPEG engines then add up, and whatever slows one of
+them in training, the step beside nvJPEG or the host's other work, moves rows to the other). Which row goes
+where depends on the share alone, so a fixed share gives the same batches every run; "auto"'s share depends on
+timings, so the pixels of a few rows may differ by nvJPEG's difference from libjpeg-turbo (at most a grey level on
+the H200) from run to run.
 The compressed bytes are staged in pinned memory, two batches' worth. On the CPU backend (and with a share of
 1) libjpeg-turbo decodes every region: the same pixels as the CPU pipeline, the batches then the CPU
 pipeline's byte for byte (tests-integration/test_jpeg_device_training.py).
@@ -55,7 +59,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
     """Feeds a plan with a JPEG input (tr.graph.jpeg_input): labels and geometry per batch, regions decoded
     into the arena. ``backend``: the nvJPEG backend to try first ("auto", "hardware" or "gpu"); ``cpu_share``:
     the batch's share decoded by libjpeg-turbo on CUDA, in [0, 1], or "auto" (measured at upload);
-    ``cpu_threads``: libjpeg-turbo's threads (default: all cores but two)."""
+    ``cpu_threads``: libjpeg-turbo's threads (default: all cores but two). "auto" is measured at upload and
+    re-balanced after every training epoch from that epoch's rates (tr.task.jpeg_feeder)."""
 
     setting = "device_decode"
 
@@ -105,6 +110,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         self.calibration: dict[str, float] = {}  # "auto": what upload measured
         self.cpu_decoded = 0  # images of the last pass nvJPEG does not take, decoded by libjpeg-turbo on CUDA
         self.cpu_shared = 0  # images of the last pass decoded by libjpeg-turbo as the CPU's share
+        self.device_decoded = 0  # images of the last pass decoded by nvJPEG
         self.times: dict[str, float] = {}  # the last pass's seconds by stage (epoch())
         self._backend: Any = None
         self._decoder: Any = None  # nvJPEG's, on CUDA (upload)
@@ -210,7 +216,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         order = epoch_order(len(self._labels[train]), self.seed, epoch, train, self.shuffle_train, self.rank,
                             self.world_size)
         steps = self.steps(train)
-        self.cpu_decoded = self.cpu_shared = 0
+        self.cpu_decoded = self.cpu_shared = self.device_decoded = 0
         # where the loop's thread spent the pass: waiting for a batch's preparation, in nvJPEG's decode call, in
         # the copies of CPU-decoded regions; and the preparing thread's own seconds, of them libjpeg-turbo's
         # (tr.task's epoch is the rest)
@@ -234,6 +240,26 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         if self.cpu_decoded:
             log.info("epoch %d %s: %d images decoded on the CPU (files nvJPEG's %s decoder does not take)", epoch + 1,
                      "train" if train else "val", self.cpu_decoded, self._decoder.backend if self._decoder else "")
+        if train and self.cpu_share_setting == "auto":
+            self._rebalance(epoch)
+
+    def _rebalance(self, epoch: int) -> None:
+        """With "auto": the next epochs' CPU share from this one's rates, each decoder's images over the seconds it took
+        (nvJPEG's: its calls, which return once the engine is done, beside the training step; libjpeg-turbo's: the
+        preparing thread's decodes), so that both take as long for a batch."""
+        cpu_rows = self.cpu_decoded + self.cpu_shared
+        t_dev, t_cpu = self.times["decode_call_s"], self.times["cpu_decode_s"]
+        if not (self.device_decoded and cpu_rows and t_dev > 0 and t_cpu > 0):
+            return  # one decoder did nothing: no rate to compare
+        r_dev, r_cpu = self.device_decoded / t_dev, cpu_rows / t_cpu
+        share = round(64 * r_cpu / (r_cpu + r_dev)) / 64
+        if share != self.cpu_share:
+            log.info("epoch %d: nvJPEG decoded %.0f images/s, libjpeg-turbo %.0f: the CPU's share %.3f -> %.3f",
+                     epoch + 1, r_dev, r_cpu, self.cpu_share, share)
+        self.cpu_share = share
+        self._hw_rows = self.batch - int(round(share * self.batch))
+        self.calibration.setdefault("epochs", []).append({"epoch": epoch + 1, "device_images_per_s": r_dev,
+                                                          "cpu_images_per_s": r_cpu, "share": share})
 
     def _prepare(self, order: np.ndarray, k: int, epoch: int, train: bool) -> _Prepared:
         """Plan batch k, fill staging buffer k % 2, and decode on the CPU what the device will not."""
@@ -289,6 +315,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
             status = self._decoder.decode(ready.staging, ready.offsets, plan.sizes[rows], plan.geom[rows], dst,
                                           self._stream, precheck=not self._hardware)
             self.times["decode_call_s"] += time.perf_counter() - t0
+            self.device_decoded += len(rows)
             damaged = rows[status == DAMAGED]
             if damaged.size:
                 i = int(plan.indices[damaged[0]])
@@ -300,6 +327,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
                     region = decode_region(self._splits[train], plan, int(r), names=self._paths[train])
                     be.write_bytes(self._src.offset + int(plan.geom[r, COL["slot"]]), region)
                 self.cpu_decoded += int(refused.size)
+                self.device_decoded -= int(refused.size)
         _, fallback = self._staging[ready.k % 2]
         t0 = time.perf_counter()
         sizes = region_bytes(plan, ready.on_cpu)

@@ -138,12 +138,24 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
         assert shared > 0 and FakeDecoder.calls
     if share == "auto":  # re-balanced after each epoch where both decoders worked
         assert all(0.0 <= e["share"] <= 1.0 for e in feeder.calibration.get("epochs", []))
-        feeder.times.update(decode_call_s=2.0, cpu_decode_s=1.0)
-        feeder.device_decoded, feeder.cpu_decoded, feeder.cpu_shared = 100, 30, 120  # 50/s on nvJPEG, 150/s here
+        # 10 batches of 8: nvJPEG took 2 a batch in 50 ms calls (10 ms an image: 30 ms waiting for the device),
+        # libjpeg-turbo the other 6 in 10 ms each; balanced: 8 * 10 - 30 = 20 * h, h = 2.5 rows for nvJPEG
+        feeder.calibration["row_s"] = 0.010
+        feeder.times.update(decode_call_s=0.5, cpu_decode_s=0.6)
+        feeder._batches, feeder.device_decoded, feeder.cpu_decoded, feeder.cpu_shared = 10, 20, 15, 45
         feeder._rebalance(5)
-        assert feeder.cpu_share == 0.75 and feeder._hw_rows == 2
-        assert feeder.calibration["epochs"][-1] == {"epoch": 6, "device_images_per_s": 50.0,
-                                                    "cpu_images_per_s": 150.0, "share": 0.75}
+        assert feeder.cpu_share == 0.6875 and feeder._hw_rows == 2
+        last = feeder.calibration["epochs"][-1]
+        assert last["epoch"] == 6 and last["share"] == 0.6875
+        assert last["wait_s"] == pytest.approx(0.03) and last["cpu_row_s"] == pytest.approx(0.01)
+        # the CPU alone is done before the device wait: nvJPEG is not called; its last wait is kept
+        feeder.times.update(decode_call_s=0.9, cpu_decode_s=0.3)
+        feeder._rebalance(6)
+        assert feeder.cpu_share == 1.0 and feeder._hw_rows == 0
+        feeder.times.update(decode_call_s=0.0, cpu_decode_s=0.3)
+        feeder.device_decoded = 0
+        feeder._rebalance(7)
+        assert feeder.cpu_share == 1.0 and feeder.calibration["wait_s"] == pytest.approx(0.07)
     feeder.close()
 
 

@@ -192,7 +192,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
             decode_regions_at(self._splits[True], plan, rows, fallback, at, self.cpu_threads, self._paths[True])
 
         t_dev, t_cpu = _best_time(on_device, reps), _best_time(on_cpu, reps)
-        self.calibration = {"rows": int(rows.size), "device_s": t_dev, "cpu_s": t_cpu}
+        self.calibration = {"rows": int(rows.size), "device_s": t_dev, "cpu_s": t_cpu, "row_s": t_dev / rows.size,
+                            "cpu_row_s": t_cpu / rows.size}
         return round(64 * t_dev / (t_dev + t_cpu)) / 64  # rates n/t: share = r_cpu / (r_cpu + r_dev)
 
     def _stage(self, plan: JpegBatch, rows: np.ndarray, staging: np.ndarray, train: bool) -> np.ndarray:
@@ -216,7 +217,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         order = epoch_order(len(self._labels[train]), self.seed, epoch, train, self.shuffle_train, self.rank,
                             self.world_size)
         steps = self.steps(train)
-        self.cpu_decoded = self.cpu_shared = self.device_decoded = 0
+        self.cpu_decoded = self.cpu_shared = self.device_decoded = self._batches = 0
         # where the loop's thread spent the pass: waiting for a batch's preparation, in nvJPEG's decode call, in
         # the copies of CPU-decoded regions; and the preparing thread's own seconds, of them libjpeg-turbo's
         # (tr.task's epoch is the rest)
@@ -234,32 +235,39 @@ class DeviceJpegFeeder(DeviceSideFeeder):
                 if k + 1 < steps:
                     pending = self._prep.submit(self._prepare, order, k + 1, epoch, train)
                 self._enqueue(ready, train)
+                self._batches += 1
                 yield k, k % 2, ready.count
         finally:  # (an early stop: the preparation under way finishes before its buffers are used again)
             pending.exception()
         if self.cpu_decoded:
             log.info("epoch %d %s: %d images decoded on the CPU (files nvJPEG's %s decoder does not take)", epoch + 1,
                      "train" if train else "val", self.cpu_decoded, self._decoder.backend if self._decoder else "")
-        if train and self.cpu_share_setting == "auto":
+        if train and self.cpu_share_setting == "auto" and self.calibration:
             self._rebalance(epoch)
 
     def _rebalance(self, epoch: int) -> None:
-        """With "auto": the next epochs' CPU share from this one's rates, each decoder's images over the seconds it took
-        (nvJPEG's: its calls, which return once the engine is done, beside the training step; libjpeg-turbo's: the
-        preparing thread's decodes), so that both take as long for a batch."""
-        cpu_rows = self.cpu_decoded + self.cpu_shared
-        t_dev, t_cpu = self.times["decode_call_s"], self.times["cpu_decode_s"]
-        if not (self.device_decoded and cpu_rows and t_dev > 0 and t_cpu > 0):
-            return  # one decoder did nothing: no rate to compare
-        r_dev, r_cpu = self.device_decoded / t_dev, cpu_rows / t_cpu
-        share = round(64 * r_cpu / (r_cpu + r_dev)) / 64
+        """With "auto": the next epochs' CPU share from this epoch's timings. A batch's nvJPEG call costs
+        ``wait + rows * row_s``: nvJPEG's hardware decode synchronises the whole device (measured on the H200: it
+        does not overlap a running GEMM or training step, whether or not its buffers are freed), so each call
+        first waits for the step beside it, then decodes (``row_s``: an image's time, measured at upload); the CPU
+        decodes its rows in ``cpu_row_s`` each while that happens. The share that makes both sides equal, or 1
+        when the CPU alone is done before the wait is: then nvJPEG is not called (its last ``wait`` is kept)."""
+        n, cpu_rows = max(1, self._batches), self.cpu_decoded + self.cpu_shared
+        cal = self.calibration
+        if cpu_rows and self.times["cpu_decode_s"] > 0:
+            cal["cpu_row_s"] = self.times["cpu_decode_s"] / cpu_rows
+        rows = self.device_decoded / n  # nvJPEG's images a batch
+        if rows:
+            cal["wait_s"] = max(0.0, self.times["decode_call_s"] / n - rows * cal["row_s"])
+        d, c, wait = cal["cpu_row_s"], cal["row_s"], cal.get("wait_s", 0.0)
+        hw = min(float(self.batch), max(0.0, (self.batch * d - wait) / (c + d)))  # nvJPEG's rows that balance
+        share = round(64 * (1.0 - hw / self.batch)) / 64
         if share != self.cpu_share:
-            log.info("epoch %d: nvJPEG decoded %.0f images/s, libjpeg-turbo %.0f: the CPU's share %.3f -> %.3f",
-                     epoch + 1, r_dev, r_cpu, self.cpu_share, share)
+            log.info("epoch %d: nvJPEG %.2f ms a call + %.3f ms an image, libjpeg-turbo %.3f ms an image: the CPU's "
+                     "share %.3f -> %.3f", epoch + 1, 1e3 * wait, 1e3 * c, 1e3 * d, self.cpu_share, share)
         self.cpu_share = share
         self._hw_rows = self.batch - int(round(share * self.batch))
-        self.calibration.setdefault("epochs", []).append({"epoch": epoch + 1, "device_images_per_s": r_dev,
-                                                          "cpu_images_per_s": r_cpu, "share": share})
+        cal.setdefault("epochs", []).append({"epoch": epoch + 1, "wait_s": wait, "cpu_row_s": d, "share": share})
 
     def _prepare(self, order: np.ndarray, k: int, epoch: int, train: bool) -> _Prepared:
         """Plan batch k, fill staging buffer k % 2, and decode on the CPU what the device will not."""

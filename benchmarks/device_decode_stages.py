@@ -19,8 +19,7 @@ Over a baseline DTS pack (every file taken by the hardware engine), batch --batc
   --cpu-threads threads while nvJPEG decodes the rest, both at once;
 * ``torchvision``: torchvision.io.decode_jpeg of the same files on the GPU (whole images, its batched nvJPEG);
 * ``resample``: image_resample of a decoded batch to FP16 NHWC, the captured graph relaunched;
-* ``under_load``: the decode beside ~30 ms of GEMMs on another stream, nvJPEG's buffers cached (tr's default) and
-  not (its own cudaMalloc/cudaFree): does the decode wait for the rest of the device?
+* ``under_load``: the decode beside ~30 ms of GEMMs on another stream: does it wait for the rest of the device?
 
     python benchmarks/device_decode_stages.py --images /tmp/tr_bench_images_2k --batch 256 --json out.json
 """
@@ -57,13 +56,11 @@ def _packed(sizes: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)[:len(sizes)]
 
 
-def under_load(rows: dict[str, float], cached, uncached, decode, reps: int, calls: list[float]) -> None:
-    """``load_alone``: ~30 ms of GEMMs on a torch stream; ``decode_hw_{cached,uncached}_under_load``: the same
-    load enqueued, then the decode of the batch, both waited for: about the larger of the two where the decode runs
-    beside the load, about their sum where nvJPEG synchronises the device (freeing its buffers with cudaFree)."""
+def under_load(rows: dict[str, float], dec, decode, reps: int, calls: list[float]) -> None:
+    """``load_alone``: ~30 ms of FP16 GEMMs on a torch stream; ``decode_hw_under_load``: the same load enqueued,
+    then the decode of the batch, both waited for: about the larger of the two where the decode runs beside the
+    load, about their sum where it waits for the device (``decode_call_hw_under_load``: the host in the call)."""
     import torch
-
-    from tr.backend.cuda.jpeg import nvjpeg_memory
 
     x = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
     side = torch.cuda.Stream()
@@ -77,17 +74,15 @@ def under_load(rows: dict[str, float], cached, uncached, decode, reps: int, call
         load()
         torch.cuda.synchronize()
 
-    rows["load_alone_ms"] = 1e3 * _timed(alone, reps)
-    for name, dec in (("cached", cached), ("uncached", uncached)):
-        def both(dec=dec) -> None:
-            load()
-            decode(dec)
-            torch.cuda.synchronize()
+    def both() -> None:
+        load()
+        decode(dec)
+        torch.cuda.synchronize()
 
-        calls.clear()
-        rows[f"decode_hw_{name}_under_load_ms"] = 1e3 * _timed(both, reps)
-        rows[f"decode_call_hw_{name}_under_load_ms"] = 1e3 * float(np.median(calls))  # the host blocked in it
-    print(f"nvJPEG's cached buffers: {nvjpeg_memory()}")
+    rows["load_alone_ms"] = 1e3 * _timed(alone, reps)
+    calls.clear()
+    rows["decode_hw_under_load_ms"] = 1e3 * _timed(both, reps)
+    rows["decode_call_hw_under_load_ms"] = 1e3 * float(np.median(calls))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -242,8 +237,7 @@ def main(argv: list[str] | None = None) -> None:
 
     rows["resample_ms"] = 1e3 * _timed(resample, a.reps)
     try:  # the decode beside a running workload (a training step's stand-in: FP16 GEMMs on another stream)
-        under_load(rows, hw, DeviceJpegDecoder(0, "auto", big, cache_memory=False),
-                   lambda dec: decode(dec, plan.geom, False, row="under load"), a.reps, calls)
+        under_load(rows, hw, lambda dec: decode(dec, plan.geom, False, row="under load"), a.reps, calls)
     except ImportError as e:
         print(f"no rows under load: {e}")
     try:  # the GPU-assisted hybrid backend, made last (made beside the hardware one, the latter refused every file)

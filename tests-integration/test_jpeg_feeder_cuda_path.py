@@ -146,7 +146,7 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
         feeder._rebalance(5)
         assert feeder.cpu_share == 0.6875 and feeder._hw_rows == 2
         last = feeder.calibration["epochs"][-1]
-        assert last["epoch"] == 6 and last["share"] == 0.6875
+        assert last["epoch"] == 6 and last["batches"] == 10 and last["share"] == 0.6875
         assert last["wait_s"] == pytest.approx(0.03) and last["cpu_row_s"] == pytest.approx(0.01)
         # the CPU alone is done before the device wait: nvJPEG is not called; its last wait is kept
         feeder.times.update(decode_call_s=0.9, cpu_decode_s=0.3)
@@ -174,3 +174,26 @@ def test_the_task_s_feeder_takes_the_cpu_share_and_threads_of_the_settings(tmp_p
     assert (feeder.cpu_share_setting, feeder.cpu_threads) == (0.25, 3)
     with pytest.raises(Exception, match=r"cpu_share must be a number in \[0, 1\]"):
         type(feeder)(s, batch=4, cpu_share=2.0)
+
+
+def test_auto_re_balances_early_in_the_epoch_and_at_its_end(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT / "tools"))
+    from make_image_folder import make_image_folder
+
+    import tr.backend.cuda.jpeg as jpeg
+    from tr.data import ImageFolder, PreprocessorSettings, RandomResizedCrop
+    from tr.graph.jpeg_input import JPEG_SRC
+    from tr.task.jpeg_feeder import REBALANCE_AFTER, DeviceJpegFeeder
+
+    make_image_folder(tmp_path / "img", classes=2, per_class=10, min_side=40, max_side=60, seed=3)
+    s = PreprocessorSettings().dataset(ImageFolder(tmp_path / "img")).train_transforms(RandomResizedCrop(24))
+    feeder = DeviceJpegFeeder(s.device_decode(True), batch=2, cpu_share="auto", cpu_threads=2)
+    monkeypatch.setattr(jpeg, "DeviceJpegDecoder", FakeDecoder)
+    monkeypatch.setattr(jpeg, "h2d_async", lambda dst, src, n, stream: ctypes.memmove(int(dst), int(src), int(n)))
+    src = SimpleNamespace(offset=0, numel=feeder.capacity, shape=SimpleNamespace(dims=(1, 1, 1, feeder.capacity)))
+    feeder.upload(FakeCuda(feeder.capacity), SimpleNamespace(tensor=lambda name: src if name == JPEG_SRC else None))
+    assert feeder.steps(True) == 10 > REBALANCE_AFTER
+    for _ in feeder.epoch(0, True):
+        pass
+    assert [e["batches"] for e in feeder.calibration["epochs"]] == [REBALANCE_AFTER, 10]
+    feeder.close()

@@ -18,7 +18,6 @@
 #include "cuda/cublaslt.hpp"
 #include "cuda/cudnn.hpp"
 #include "cuda/jpeg_decoder.hpp"
-#include "cuda/jpeg_memory.hpp"
 #include "cuda/nccl.hpp"
 #include "ops/conv_cudnn.hpp"
 #include "ops/conv_plan_cache.hpp"
@@ -139,8 +138,8 @@ void bind_jpeg(nb::module_& m) {
   nb::class_<JpegDecoder>(m, "JpegDecoder",
                           "Batched nvJPEG decoding of host JPEG bytes into device RGB regions (nvJPEG opened at run "
                           "time); see csrc/cuda/jpeg_decoder.hpp.")
-      .def(nb::init<int, const std::string&, int, int, bool>(), "device"_a, "backend"_a = "auto",
-           "max_batch"_a = 256, "threads"_a = 4, "cache_memory"_a = true)
+      .def(nb::init<int, const std::string&, int, int>(), "device"_a, "backend"_a = "auto", "max_batch"_a = 256,
+           "threads"_a = 4)
       .def_prop_ro("backend", &JpegDecoder::backend, "The backend made, with its flags (e.g. 'hardware+strict').")
       .def_prop_ro("device", &JpegDecoder::device)
       .def(
@@ -175,19 +174,6 @@ void bind_jpeg(nb::module_& m) {
       "dst"_a, "src"_a, "nbytes"_a, "stream"_a,
       "Copy nbytes from host address src (pinned: asynchronous) to device address dst on `stream` (a "
       "cudaStream_t as an integer). The host bytes must stay valid until the stream has passed the copy.");
-  m.def(
-      "nvjpeg_memory",
-      []() {
-        const cuda::jpeg_memory::Stats st = cuda::jpeg_memory::stats();
-        nb::dict d;
-        d["device_bytes"] = st.device_bytes;
-        d["pinned_bytes"] = st.pinned_bytes;
-        d["allocations"] = st.allocations;
-        d["reuses"] = st.reuses;
-        return d;
-      },
-      "The cache of nvJPEG's buffers (csrc/cuda/jpeg_memory.hpp): bytes held from CUDA, requests CUDA served "
-      "(allocations) and requests a cached block served (reuses).");
   m.def("load_nvjpeg", &cuda::load_nvjpeg,
         "Load nvJPEG now: (path, version major*1000 + minor*10 + patch). Raises DeviceUnavailableError.");
   m.def("nvjpeg_candidates", &cuda::nvjpeg_candidates, "The paths load_nvjpeg tries, in order.");

@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/jpeg_memory.hpp"
 #include "cuda/library_path.hpp"
 #include "native/errors.hpp"
 
@@ -31,14 +30,6 @@ struct Image {
   unsigned char* channel[kMaxComponent];
   std::size_t pitch[kMaxComponent];
 };
-struct DevAllocator {  // nvjpegDevAllocator_t
-  int (*dev_malloc)(void**, std::size_t);
-  int (*dev_free)(void*);
-};
-struct PinnedAllocator {  // nvjpegPinnedAllocator_t
-  int (*pinned_malloc)(void**, std::size_t, unsigned);
-  int (*pinned_free)(void*);
-};
 using Handle = struct Opaque_handle*;
 using State = struct Opaque_state*;
 using Params = struct Opaque_params*;
@@ -54,8 +45,6 @@ static_assert(NVJPEG_STATUS_SUCCESS == 0 && NVJPEG_STATUS_BAD_JPEG == 3 && NVJPE
 static_assert(NVJPEG_BACKEND_GPU_HYBRID == 2 && NVJPEG_BACKEND_HARDWARE == 3 && NVJPEG_OUTPUT_RGBI == 5);
 static_assert(NVJPEG_FLAGS_BITSTREAM_STRICT == (1 << 2) && NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION == (1 << 5));
 static_assert(NVJPEG_MAX_COMPONENT == 4 && sizeof(nvjpegImage_t) == sizeof(tr::native::cuda::nvj::Image));
-static_assert(sizeof(nvjpegDevAllocator_t) == sizeof(tr::native::cuda::nvj::DevAllocator) &&
-              sizeof(nvjpegPinnedAllocator_t) == sizeof(tr::native::cuda::nvj::PinnedAllocator));
 #endif
 
 namespace tr::native::cuda {
@@ -177,13 +166,8 @@ std::pair<std::string, int> load_nvjpeg() {
   return {a.path, a.version};
 }
 
-// nvJPEG's buffers from jpeg_memory's cache (see jpeg_memory.hpp: no device-wide synchronisation while decoding).
-nvj::DevAllocator g_dev_allocator{&jpeg_memory::dev_malloc, &jpeg_memory::dev_free};
-nvj::PinnedAllocator g_pinned_allocator{&jpeg_memory::pinned_malloc, &jpeg_memory::pinned_free};
-
 struct JpegDecoder::Impl {
   const Api& a;
-  bool cached = false;  // acquired jpeg_memory's cache (released after the handle is destroyed)
   nvj::Handle handle = nullptr;
   nvj::State state = nullptr;
   std::vector<nvj::Params> params;
@@ -198,7 +182,6 @@ struct JpegDecoder::Impl {
       if (s != nullptr) a.stream_destroy(s);
     if (state != nullptr) a.state_destroy(state);
     if (handle != nullptr) a.destroy(handle);
-    if (cached) jpeg_memory::release();
   }
 
   void init(int n, int threads) {
@@ -229,7 +212,7 @@ struct JpegDecoder::Impl {
   }
 };
 
-JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, int threads, bool cache_memory)
+JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, int threads)
     : impl_(nullptr), device_(device), max_batch_(max_batch), threads_(threads) {
   if (backend != "hardware" && backend != "gpu" && backend != "auto")
     fail(ErrorKind::BadArgument, "JPEG decoder backend must be 'hardware', 'gpu' or 'auto', got '" + backend + "'");
@@ -240,10 +223,6 @@ JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, 
                                                                          std::to_string(device));
   const Api& a = api();
   auto* impl = new Impl(a);
-  if (cache_memory) {
-    jpeg_memory::acquire();
-    impl->cached = true;
-  }
   try {
     // strict: a damaged bitstream is an error, not a partly gray image; interpolated chroma upsampling: closer to
     // libjpeg-turbo's (fancy upsampling) than replication. A backend that refuses a flag is tried without it.
@@ -256,12 +235,11 @@ JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, 
     std::string tried;
     for (int b : order) {
       for (unsigned flags : flag_sets) {
-        const nvj::Status s = cache_memory ? a.create_ex(b, &g_dev_allocator, &g_pinned_allocator, flags, &impl->handle)
-                                           : a.create_ex(b, nullptr, nullptr, flags, &impl->handle);
+        const nvj::Status s = a.create_ex(b, nullptr, nullptr, flags, &impl->handle);
         if (s == nvj::kSuccess) {
           backend_name_ = std::string(b == nvj::kBackendHardware ? "hardware" : "gpu") +
                           ((flags & nvj::kFlagInterpolate) ? "+interpolated" : "") +
-                          ((flags & nvj::kFlagStrict) ? "+strict" : "") + (cache_memory ? "+cached" : "");
+                          ((flags & nvj::kFlagStrict) ? "+strict" : "");
           break;
         }
         impl->handle = nullptr;

@@ -39,9 +39,7 @@ class JpegDecoder {
  public:
   // backend: "hardware", "gpu" (the GPU-assisted hybrid) or "auto" (hardware where the device has it).
   // max_batch: the largest batch decode() takes; threads: host threads nvJPEG may use for a batch.
-  // cache_memory: nvJPEG's buffers from jpeg_memory's cache (never freed while decoding: cudaFree would
-  // synchronise the device); false: nvJPEG's own cudaMalloc/cudaFree (for comparison).
-  JpegDecoder(int device, const std::string& backend, int max_batch, int threads, bool cache_memory = true);
+  JpegDecoder(int device, const std::string& backend, int max_batch, int threads);
   ~JpegDecoder();
   JpegDecoder(const JpegDecoder&) = delete;
   JpegDecoder& operator=(const JpegDecoder&) = delete;

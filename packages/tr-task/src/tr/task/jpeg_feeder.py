@@ -53,6 +53,7 @@ from tr.task.feeder import DeviceSideFeeder
 log = get_logger(__name__)
 
 DECODED, UNSUPPORTED, DAMAGED = 0, 1, 2  # tr.backend.cuda.jpeg's statuses
+REBALANCE_AFTER = 8  # batches of a training epoch after which "auto" re-balances the CPU's share the first time
 
 
 class DeviceJpegFeeder(DeviceSideFeeder):
@@ -236,17 +237,23 @@ class DeviceJpegFeeder(DeviceSideFeeder):
                     pending = self._prep.submit(self._prepare, order, k + 1, epoch, train)
                 self._enqueue(ready, train)
                 self._batches += 1
+                if self._batches == REBALANCE_AFTER and k + 1 < steps and train and self._auto():
+                    self._rebalance(epoch)  # early: the first epoch runs at the share training needs
                 yield k, k % 2, ready.count
         finally:  # (an early stop: the preparation under way finishes before its buffers are used again)
             pending.exception()
         if self.cpu_decoded:
             log.info("epoch %d %s: %d images decoded on the CPU (files nvJPEG's %s decoder does not take)", epoch + 1,
                      "train" if train else "val", self.cpu_decoded, self._decoder.backend if self._decoder else "")
-        if train and self.cpu_share_setting == "auto" and self.calibration:
+        if train and self._auto():
             self._rebalance(epoch)
 
+    def _auto(self) -> bool:
+        return self.cpu_share_setting == "auto" and bool(self.calibration)
+
     def _rebalance(self, epoch: int) -> None:
-        """With "auto": the next epochs' CPU share from this epoch's timings. A batch's nvJPEG call costs
+        """With "auto": the CPU's share from this epoch's timings so far (after its first REBALANCE_AFTER batches
+        and at its end). A batch's nvJPEG call costs
         ``wait + rows * row_s``: nvJPEG's hardware decode synchronises the whole device (measured on the H200: it
         does not overlap a running GEMM or training step, whether or not its buffers are freed), so each call
         first waits for the step beside it, then decodes (``row_s``: an image's time, measured at upload); the CPU
@@ -267,7 +274,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
                      "share %.3f -> %.3f", epoch + 1, 1e3 * wait, 1e3 * c, 1e3 * d, self.cpu_share, share)
         self.cpu_share = share
         self._hw_rows = self.batch - int(round(share * self.batch))
-        cal.setdefault("epochs", []).append({"epoch": epoch + 1, "wait_s": wait, "cpu_row_s": d, "share": share})
+        cal.setdefault("epochs", []).append({"epoch": epoch + 1, "batches": self._batches, "wait_s": wait,
+                                             "cpu_row_s": d, "share": share})
 
     def _prepare(self, order: np.ndarray, k: int, epoch: int, train: bool) -> _Prepared:
         """Plan batch k, fill staging buffer k % 2, and decode on the CPU what the device will not."""

@@ -6,9 +6,7 @@ nvJPEG is opened at run time (``libnvjpeg.so.13``): from ``TR_NVJPEG_PATH``, NVI
 ``nvidia/cu13/lib``), the library found at build time, then the system's loader; DeviceUnavailableError names
 every path tried. The decoder takes the hardware backend (the JPEG engines of A100/H100/H200) where the GPU has
 one, else the GPU-assisted hybrid; ``backend`` says which, with its flags (strict bitstreams, interpolated chroma
-upsampling where the backend takes it, ``cached``: nvJPEG's buffers come from a cache that never hands them back
-to CUDA while a decoder lives, since cudaFree and cudaFreeHost would synchronise the device, making each decode
-wait for the training step running beside it; ``nvjpeg_memory`` reports it).
+upsampling where the backend takes it).
 
 ``decode`` returns one status a sample: DECODED, UNSUPPORTED (this backend does not take the file: progressive
 or 4:1:0 on the hardware engine, CMYK: the caller decodes it on the CPU and uploads its region) or DAMAGED.
@@ -53,12 +51,6 @@ def load_nvjpeg() -> tuple[str, int]:
     return str(path), int(version)
 
 
-def nvjpeg_memory() -> dict[str, int]:
-    """nvJPEG's buffers kept for reuse (``cache_memory``): bytes held from CUDA (device, pinned), requests CUDA
-    served (allocations) and requests a kept block served (reuses)."""
-    return {k: int(v) for k, v in _native().nvjpeg_memory().items()}
-
-
 def h2d_async(dst: int, src: int, nbytes: int, stream: int) -> None:
     """Copy ``nbytes`` from host address ``src`` (pinned) to device address ``dst`` on ``stream``, asynchronously:
     the host bytes must stay valid until the stream has passed the copy."""
@@ -68,11 +60,10 @@ def h2d_async(dst: int, src: int, nbytes: int, stream: int) -> None:
 class DeviceJpegDecoder:
     """Decodes batches of at most ``max_batch`` JPEGs on CUDA device ``device`` (see the module docstring)."""
 
-    def __init__(self, device: int = 0, backend: str = "auto", max_batch: int = 256, threads: int = 4,
-                 cache_memory: bool = True) -> None:
+    def __init__(self, device: int = 0, backend: str = "auto", max_batch: int = 256, threads: int = 4) -> None:
         if backend not in BACKENDS:
             raise ConfigError(f"JPEG decoder backend must be one of {BACKENDS}, got {backend!r}")
-        self._d = _native().JpegDecoder(int(device), backend, int(max_batch), int(threads), bool(cache_memory))
+        self._d = _native().JpegDecoder(int(device), backend, int(max_batch), int(threads))
         self.max_batch = int(max_batch)
 
     @property

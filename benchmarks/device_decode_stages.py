@@ -19,7 +19,11 @@ Over a baseline DTS pack (every file taken by the hardware engine), batch --batc
   --cpu-threads threads while nvJPEG decodes the rest, both at once;
 * ``torchvision``: torchvision.io.decode_jpeg of the same files on the GPU (whole images, its batched nvJPEG);
 * ``resample``: image_resample of a decoded batch to FP16 NHWC, the captured graph relaunched;
-* ``under_load``: the decode beside ~30 ms of GEMMs on another stream: does it wait for the rest of the device?
+* ``variant_{flags}_{call}``: tr's decoder made with strict bitstreams (s) and interpolated chroma (i) or not, called
+  for regions of interest (tr's call) or whole images, interleaved or planar (torchvision's call: no flags,
+  whole images, planar RGB);
+* ``under_load``: tr's call, the fastest variant and torchvision's decode beside ~30 ms of GEMMs on another stream:
+  does the decode wait for the rest of the device?
 
     python benchmarks/device_decode_stages.py --images /tmp/tr_bench_images_2k --batch 256 --json out.json
 """
@@ -56,10 +60,10 @@ def _packed(sizes: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)[:len(sizes)]
 
 
-def under_load(rows: dict[str, float], dec, decode, reps: int, calls: list[float]) -> None:
-    """``load_alone``: ~30 ms of FP16 GEMMs on a torch stream; ``decode_hw_under_load``: the same load enqueued,
-    then the decode of the batch, both waited for: about the larger of the two where the decode runs beside the
-    load, about their sum where it waits for the device (``decode_call_hw_under_load``: the host in the call)."""
+def under_load(rows: dict[str, float], decodes: dict[str, object], reps: int) -> None:
+    """``load_alone``: ~30 ms of FP16 GEMMs on a torch stream; ``{name}_under_load``: the same load enqueued, then
+    the decode ``decodes[name]()``, both waited for: about the larger of the two where the decode runs beside the
+    load, about their sum where it waits for the device (``{name}_call_under_load``: the host in the call)."""
     import torch
 
     x = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
@@ -74,15 +78,19 @@ def under_load(rows: dict[str, float], dec, decode, reps: int, calls: list[float
         load()
         torch.cuda.synchronize()
 
-    def both() -> None:
-        load()
-        decode(dec)
-        torch.cuda.synchronize()
-
     rows["load_alone_ms"] = 1e3 * _timed(alone, reps)
-    calls.clear()
-    rows["decode_hw_under_load_ms"] = 1e3 * _timed(both, reps)
-    rows["decode_call_hw_under_load_ms"] = 1e3 * float(np.median(calls))
+    for name, fn in decodes.items():
+        calls: list[float] = []
+
+        def both(fn=fn, calls=calls) -> None:
+            load()
+            t0 = time.perf_counter()
+            fn()
+            calls.append(time.perf_counter() - t0)
+            torch.cuda.synchronize()
+
+        rows[f"{name}_under_load_ms"] = 1e3 * _timed(both, reps)
+        rows[f"{name}_call_under_load_ms"] = 1e3 * float(np.median(calls))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -155,9 +163,10 @@ def main(argv: list[str] | None = None) -> None:
     calls: list[float] = []
     statuses: dict[str, list[int]] = {}  # (decoded, refused, damaged) of each row's last call
 
-    def decode(dec, geom, precheck: bool = True, n: int = B, sync: bool = True, row: str = "") -> None:
+    def decode(dec, geom, precheck: bool = True, n: int = B, sync: bool = True, row: str = "",
+               call: str = "regions") -> None:
         t0 = time.perf_counter()
-        status = dec.decode(staging, offs_big[:n], plan_big.sizes[:n], geom[:n], dst, stream, precheck)
+        status = dec.decode(staging, offs_big[:n], plan_big.sizes[:n], geom[:n], dst, stream, precheck, call)
         calls.append(time.perf_counter() - t0)
         statuses[row] = np.bincount(status, minlength=3).tolist()  # (a refused image is not decoded: see the row)
         if sync:
@@ -236,8 +245,30 @@ def main(argv: list[str] | None = None) -> None:
         be.synchronize()
 
     rows["resample_ms"] = 1e3 * _timed(resample, a.reps)
+    # how tr calls nvJPEG, against the calls others make (torchvision: default flags, nvjpegDecodeBatched of whole
+    # images, planar RGB): flags strict (s) and interpolated chroma (i), regions of interest or whole images
+    variants = {}
+    for strict, interp in ((True, True), (True, False), (False, False)):
+        var = DeviceJpegDecoder(0, "auto", B, strict=strict, interpolate=interp)
+        backends[f"variant_{'s' * strict}{'i' * interp}"] = var.backend
+        for call, geom in (("regions", plan.geom), ("whole", whole), ("whole_planar", whole)):
+            row = f"variant_{'s' * strict}{'i' * interp}_{call}"
+            rows[f"{row}_ms"] = 1e3 * _timed(lambda var=var, geom=geom, call=call, row=row: decode(
+                var, geom, False, row=row, call=call), a.reps)
+            variants[row] = (var, geom, call)
+    fastest = min(variants, key=lambda r: rows[f"{r}_ms"])
     try:  # the decode beside a running workload (a training step's stand-in: FP16 GEMMs on another stream)
-        under_load(rows, hw, lambda dec: decode(dec, plan.geom, False, row="under load"), a.reps, calls)
+        import torch
+        import torchvision
+
+        files = [torch.frombuffer(bytearray(split.images[s:s + n].tobytes()), dtype=torch.uint8)
+                 for s, n in zip(plan.offsets, plan.sizes, strict=True)]
+        vdec, vgeom, vcall = variants[fastest]
+        decodes = {"decode_hw": lambda: decode(hw, plan.geom, False, row="under load", sync=False),
+                   f"{fastest}": lambda: decode(vdec, vgeom, False, row="under load", sync=False, call=vcall),
+                   "torchvision": lambda: torchvision.io.decode_jpeg(files, device="cuda",
+                                                                     mode=torchvision.io.ImageReadMode.RGB)}
+        under_load(rows, decodes, a.reps)
     except ImportError as e:
         print(f"no rows under load: {e}")
     try:  # the GPU-assisted hybrid backend, made last (made beside the hardware one, the latter refused every file)

@@ -86,6 +86,53 @@ def test_regions_decode_as_libjpeg_turbo_within_the_documented_tolerance(photos)
     np.testing.assert_array_equal(again, got)  # deterministic: the same bytes on a second decode
 
 
+@pytest.mark.parametrize("strict, interpolate", [(True, True), (False, False)])
+def test_whole_image_calls_give_the_regions_pixels(photos, strict, interpolate):
+    """The calls the stage benchmark compares (device_decode_stages.py): whole images through nvjpegDecodeBatched,
+    interleaved or planar, hold the pixels the region call gives for the same decoder (within nvJPEG's tolerance
+    against libjpeg-turbo: the calls may upsample chroma at a region's edge differently); a region that is not the
+    whole image is refused for them (nvJPEG would write past it)."""
+    from tr.backend.cuda.jpeg import DeviceJpegDecoder
+    from tr.core.errors import ConfigError
+
+    split = ImageFolder(photos).load("train")
+    planner = JpegPlanner(split, Compose([RandomResizedCrop(64)], NormMode.IMAGENET, "float16"))
+    plan = planner.plan(np.arange(16), seed=2, epoch=0)
+    ok = np.flatnonzero(~planner.progressive[plan.indices])  # the engine's files
+    sizes = plan.shapes[ok, 0].astype(np.int64) * plan.shapes[ok, 1] * 3
+    whole = plan.geom[ok].copy()
+    whole[:, COL["slot"]] = np.concatenate([[0], np.cumsum(-(-sizes // 256) * 256)[:-1]])
+    whole[:, COL["roi_y"]] = whole[:, COL["roi_x"]] = 0
+    whole[:, COL["roi_h"]], whole[:, COL["roi_w"]] = plan.shapes[ok, 0], plan.shapes[ok, 1]
+    be, t, _ = _cuda(int(whole[-1, COL["slot"]] + sizes[-1] + planner.capacity(16)))
+    dec = DeviceJpegDecoder(0, "auto", 16, strict=strict, interpolate=interpolate)
+    assert ("interpolated" in dec.backend) <= interpolate and ("strict" in dec.backend) <= strict
+    dst, stream = be.arena_ptr + t["src"].offset, be.ctx.stream(0)
+    got = {}
+    for call, geom in (("regions", plan.geom[ok]), ("whole", whole), ("whole_planar", whole)):
+        status = dec.decode(split.images, plan.offsets[ok], plan.sizes[ok], geom, dst, stream, False, call)
+        be.synchronize()
+        assert (status == 0).all(), (call, status)
+        got[call] = be.read(t["src"]).reshape(-1).copy()
+    diffs = []
+    for j, g in enumerate(plan.geom[ok]):
+        y, x, h, w, s = (int(g[COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w", "slot"))
+        H, W, S = int(whole[j, COL["roi_h"]]), int(whole[j, COL["roi_w"]]), int(whole[j, COL["slot"]])
+        region = got["regions"][s:s + h * w * 3].reshape(h, w, 3)
+        inter = got["whole"][S:S + H * W * 3].reshape(H, W, 3)
+        planar = got["whole_planar"][S:S + H * W * 3].reshape(3, H, W).transpose(1, 2, 0)
+        for a, b in ((inter[y:y + h, x:x + w], region), (planar, inter)):
+            d = np.abs(a.astype(np.int16) - b.astype(np.int16))
+            diffs.append((float(d.mean()), int(d.max())))
+    diffs = np.array(diffs)  # (region vs whole, planar vs interleaved) alternating
+    print(f"\n{dec.backend}: region vs whole image mean |diff| {diffs[0::2, 0].max():.3f} (max "
+          f"{int(diffs[0::2, 1].max())}), planar vs interleaved {diffs[1::2, 0].max():.3f} "
+          f"(max {int(diffs[1::2, 1].max())})")
+    assert diffs[:, 0].max() <= MEAN_ABS_LIMIT
+    with pytest.raises(ConfigError, match="needs its region to be the image"):
+        dec.decode(split.images, plan.offsets[ok], plan.sizes[ok], plan.geom[ok], dst, stream, False, "whole")
+
+
 def test_a_damaged_file_is_reported_and_the_batch_still_decodes(photos):
     split = ImageFolder(photos).load("train")
     planner = JpegPlanner(split, Compose([RandomResizedCrop(64)], NormMode.IMAGENET, "float16"))

@@ -138,28 +138,31 @@ void bind_jpeg(nb::module_& m) {
   nb::class_<JpegDecoder>(m, "JpegDecoder",
                           "Batched nvJPEG decoding of host JPEG bytes into device RGB regions (nvJPEG opened at run "
                           "time); see csrc/cuda/jpeg_decoder.hpp.")
-      .def(nb::init<int, const std::string&, int, int>(), "device"_a, "backend"_a = "auto", "max_batch"_a = 256,
-           "threads"_a = 4)
+      .def(nb::init<int, const std::string&, int, int, bool, bool>(), "device"_a, "backend"_a = "auto",
+           "max_batch"_a = 256, "threads"_a = 4, "strict"_a = true, "interpolate"_a = true)
       .def_prop_ro("backend", &JpegDecoder::backend, "The backend made, with its flags (e.g. 'hardware+strict').")
       .def_prop_ro("device", &JpegDecoder::device)
       .def(
           "decode",
           [](JpegDecoder& d, const std::vector<std::uintptr_t>& data, const std::vector<std::size_t>& lengths,
              const std::vector<std::uintptr_t>& dst, const std::vector<std::size_t>& pitch,
-             const std::vector<int>& roi, std::uintptr_t stream, bool precheck) {
+             const std::vector<int>& roi, std::uintptr_t stream, bool precheck, int call) {
             const std::size_t n = data.size();
             if (lengths.size() != n || dst.size() != n || pitch.size() != n || roi.size() != 4 * n)
               fail(ErrorKind::BadArgument, "JpegDecoder.decode: data, lengths, dst and pitch need one entry an "
                                            "image and roi four (x, y, width, height)");
+            if (call < 0 || call > 2)
+              fail(ErrorKind::BadArgument, "JpegDecoder.decode: call must be 0 (regions), 1 (whole images) or 2 "
+                                           "(whole images, planar), got " + std::to_string(call));
             std::vector<cuda::JpegImage> images(n);
             for (std::size_t i = 0; i < n; ++i)
               images[i] = cuda::JpegImage{reinterpret_cast<const unsigned char*>(data[i]), lengths[i],
                                           reinterpret_cast<unsigned char*>(dst[i]), pitch[i], roi[4 * i],
                                           roi[4 * i + 1], roi[4 * i + 2], roi[4 * i + 3]};
             nb::gil_scoped_release release;
-            return d.decode(images, reinterpret_cast<cudaStream_t>(stream), precheck);
+            return d.decode(images, reinterpret_cast<cudaStream_t>(stream), precheck, cuda::JpegCall(call));
           },
-          "data"_a, "lengths"_a, "dst"_a, "pitch"_a, "roi"_a, "stream"_a, "precheck"_a = true,
+          "data"_a, "lengths"_a, "dst"_a, "pitch"_a, "roi"_a, "stream"_a, "precheck"_a = true, "call"_a = 0,
           "Decode on `stream` (a cudaStream_t as an integer); one status an image: 0 decoded, 1 not taken by this "
           "backend (decode it on the CPU), 2 damaged. Host bytes must stay valid until the stream passes it.");
   m.def(

@@ -23,7 +23,7 @@ using Status = int;  // nvjpegStatus_t
 constexpr Status kSuccess = 0, kBadJpeg = 3, kNotSupported = 4, kArchMismatch = 7, kImplNotSupported = 9,
                  kIncomplete = 10;
 constexpr int kBackendGpuHybrid = 2, kBackendHardware = 3;
-constexpr int kOutputRgbi = 5;
+constexpr int kOutputRgb = 3, kOutputRgbi = 5;
 constexpr unsigned kFlagStrict = 1u << 2, kFlagInterpolate = 1u << 5;
 constexpr int kMaxComponent = 4;
 struct Image {
@@ -42,7 +42,8 @@ using Stream = struct Opaque_stream*;
 static_assert(NVJPEG_STATUS_SUCCESS == 0 && NVJPEG_STATUS_BAD_JPEG == 3 && NVJPEG_STATUS_JPEG_NOT_SUPPORTED == 4 &&
               NVJPEG_STATUS_ARCH_MISMATCH == 7 && NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED == 9 &&
               NVJPEG_STATUS_INCOMPLETE_BITSTREAM == 10);
-static_assert(NVJPEG_BACKEND_GPU_HYBRID == 2 && NVJPEG_BACKEND_HARDWARE == 3 && NVJPEG_OUTPUT_RGBI == 5);
+static_assert(NVJPEG_BACKEND_GPU_HYBRID == 2 && NVJPEG_BACKEND_HARDWARE == 3 && NVJPEG_OUTPUT_RGBI == 5 &&
+              NVJPEG_OUTPUT_RGB == 3);
 static_assert(NVJPEG_FLAGS_BITSTREAM_STRICT == (1 << 2) && NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION == (1 << 5));
 static_assert(NVJPEG_MAX_COMPONENT == 4 && sizeof(nvjpegImage_t) == sizeof(tr::native::cuda::nvj::Image));
 #endif
@@ -60,6 +61,9 @@ struct Api {
   nvj::Status (*batched_init)(nvj::Handle, nvj::State, int, int, int) = nullptr;
   nvj::Status (*batched_ex)(nvj::Handle, nvj::State, const unsigned char* const*, const std::size_t*, nvj::Image*,
                             nvj::Params*, cudaStream_t) = nullptr;
+  nvj::Status (*batched)(nvj::Handle, nvj::State, const unsigned char* const*, const std::size_t*, nvj::Image*,
+                         cudaStream_t) = nullptr;
+  nvj::Status (*image_info)(nvj::Handle, const unsigned char*, std::size_t, int*, int*, int*, int*) = nullptr;
   nvj::Status (*params_create)(nvj::Handle, nvj::Params*) = nullptr;
   nvj::Status (*params_destroy)(nvj::Params) = nullptr;
   nvj::Status (*params_format)(nvj::Params, int) = nullptr;
@@ -108,6 +112,8 @@ const Api& api() {
     bind(handle, a.state_destroy, "nvjpegJpegStateDestroy", missing);
     bind(handle, a.batched_init, "nvjpegDecodeBatchedInitialize", missing);
     bind(handle, a.batched_ex, "nvjpegDecodeBatchedEx", missing);
+    bind(handle, a.batched, "nvjpegDecodeBatched", missing);
+    bind(handle, a.image_info, "nvjpegGetImageInfo", missing);
     bind(handle, a.params_create, "nvjpegDecodeParamsCreate", missing);
     bind(handle, a.params_destroy, "nvjpegDecodeParamsDestroy", missing);
     bind(handle, a.params_format, "nvjpegDecodeParamsSetOutputFormat", missing);
@@ -172,7 +178,8 @@ struct JpegDecoder::Impl {
   nvj::State state = nullptr;
   std::vector<nvj::Params> params;
   std::vector<nvj::Stream> streams;
-  int init_size = 0;  // the batch size the state was initialised for (0: none)
+  int init_size = 0;    // the batch size the state was initialised for (0: none)
+  int init_format = 0;  // and the output format
 
   explicit Impl(const Api& api_) : a(api_) {}
   ~Impl() {
@@ -184,17 +191,19 @@ struct JpegDecoder::Impl {
     if (handle != nullptr) a.destroy(handle);
   }
 
-  void init(int n, int threads) {
-    if (init_size == n) return;
-    check(a.batched_init(handle, state, n, threads, nvj::kOutputRgbi), "nvjpegDecodeBatchedInitialize");
+  void init(int n, int threads, int format) {
+    if (init_size == n && init_format == format) return;
+    check(a.batched_init(handle, state, n, threads, format), "nvjpegDecodeBatchedInitialize");
     init_size = n;
+    init_format = format;
   }
 
-  // One batched call over `which`; its status.
+  // One batched call over `which`; its status. ROI: nvjpegDecodeBatchedEx with each image's region (RGBI);
+  // else nvjpegDecodeBatched of whole images, interleaved (RGBI) or planar (RGB: plane c at dst + c * h * w).
   nvj::Status run(const std::vector<JpegImage>& images, const std::vector<int>& which, int threads,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, JpegCall call = JpegCall::Roi) {
     const int n = int(which.size());
-    init(n, threads);
+    init(n, threads, call == JpegCall::WholePlanar ? nvj::kOutputRgb : nvj::kOutputRgbi);
     std::vector<const unsigned char*> data(static_cast<std::size_t>(n), nullptr);
     std::vector<std::size_t> lengths(static_cast<std::size_t>(n), 0);
     std::vector<nvj::Image> out(static_cast<std::size_t>(n));
@@ -204,15 +213,25 @@ struct JpegDecoder::Impl {
       data[size_t(k)] = im.data;
       lengths[size_t(k)] = im.length;
       out[size_t(k)] = nvj::Image{};
-      out[size_t(k)].channel[0] = im.dst;
-      out[size_t(k)].pitch[0] = im.pitch;
+      if (call == JpegCall::WholePlanar) {
+        const std::size_t plane = std::size_t(im.roi_w) * std::size_t(im.roi_h);
+        for (int c = 0; c < 3; ++c) {
+          out[size_t(k)].channel[c] = im.dst + std::size_t(c) * plane;
+          out[size_t(k)].pitch[c] = std::size_t(im.roi_w);
+        }
+      } else {
+        out[size_t(k)].channel[0] = im.dst;
+        out[size_t(k)].pitch[0] = im.pitch;
+      }
       ps[size_t(k)] = params[size_t(which[size_t(k)])];
     }
+    if (call != JpegCall::Roi) return a.batched(handle, state, data.data(), lengths.data(), out.data(), stream);
     return a.batched_ex(handle, state, data.data(), lengths.data(), out.data(), ps.data(), stream);
   }
 };
 
-JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, int threads)
+JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, int threads, bool strict,
+                         bool interpolate)
     : impl_(nullptr), device_(device), max_batch_(max_batch), threads_(threads) {
   if (backend != "hardware" && backend != "gpu" && backend != "auto")
     fail(ErrorKind::BadArgument, "JPEG decoder backend must be 'hardware', 'gpu' or 'auto', got '" + backend + "'");
@@ -226,7 +245,8 @@ JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, 
   try {
     // strict: a damaged bitstream is an error, not a partly gray image; interpolated chroma upsampling: closer to
     // libjpeg-turbo's (fancy upsampling) than replication. A backend that refuses a flag is tried without it.
-    const unsigned flag_sets[] = {nvj::kFlagStrict | nvj::kFlagInterpolate, nvj::kFlagStrict, 0u};
+    const unsigned asked = (strict ? nvj::kFlagStrict : 0u) | (interpolate ? nvj::kFlagInterpolate : 0u);
+    const unsigned flag_sets[] = {asked, asked & nvj::kFlagStrict, 0u};
     const int order_auto[] = {nvj::kBackendHardware, nvj::kBackendGpuHybrid};
     std::vector<int> order;
     if (backend == "hardware") order = {nvj::kBackendHardware};
@@ -268,7 +288,8 @@ JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, 
 
 JpegDecoder::~JpegDecoder() { delete impl_; }
 
-std::vector<int> JpegDecoder::decode(const std::vector<JpegImage>& images, cudaStream_t stream, bool precheck) {
+std::vector<int> JpegDecoder::decode(const std::vector<JpegImage>& images, cudaStream_t stream, bool precheck,
+                                     JpegCall call) {
   const int n = int(images.size());
   if (n > max_batch_)
     fail(ErrorKind::BadArgument, "JPEG decoder: a batch of " + std::to_string(n) + " images, made for at most " +
@@ -284,6 +305,17 @@ std::vector<int> JpegDecoder::decode(const std::vector<JpegImage>& images, cudaS
       fail(ErrorKind::BadArgument, "JPEG decoder: image " + std::to_string(i) + " has no bytes, no destination or "
                                        "a region of " + std::to_string(im.roi_w) + "x" + std::to_string(im.roi_h) +
                                        " with a pitch of " + std::to_string(im.pitch) + " bytes");
+    if (call != JpegCall::Roi) {  // whole images: the region must be the image, or nvJPEG writes past it
+      int comps = 0, css = 0, w[4] = {0, 0, 0, 0}, h[4] = {0, 0, 0, 0};
+      if (a.image_info(impl_->handle, im.data, im.length, &comps, &css, w, h) != nvj::kSuccess) {
+        status[size_t(i)] = int(JpegStatus::Bad);
+        continue;
+      }
+      if (im.roi_x != 0 || im.roi_y != 0 || im.roi_w != w[0] || im.roi_h != h[0])
+        fail(ErrorKind::BadArgument, "JPEG decoder: image " + std::to_string(i) + " is " + std::to_string(w[0]) +
+                                         "x" + std::to_string(h[0]) + " (w x h); a whole-image call needs its "
+                                         "region to be the image");
+    }
     if (!precheck) {
       check(a.params_roi(impl_->params[size_t(i)], im.roi_x, im.roi_y, im.roi_w, im.roi_h), "nvjpegDecodeParamsSetROI");
       ok.push_back(i);
@@ -303,13 +335,13 @@ std::vector<int> JpegDecoder::decode(const std::vector<JpegImage>& images, cudaS
     ok.push_back(i);
   }
   if (ok.empty()) return status;
-  const nvj::Status s = impl_->run(images, ok, threads_, stream);
+  const nvj::Status s = impl_->run(images, ok, threads_, stream, call);
   if (s == nvj::kSuccess) return status;
   if (!(s == nvj::kBadJpeg || s == nvj::kIncomplete || unsupported(s)))
     check(s, "nvjpegDecodeBatchedEx");
   // One image failed the batch: decode them one by one to name it (the others are decoded again; rare).
   for (int i : ok) {
-    const nvj::Status one = impl_->run(images, {i}, threads_, stream);
+    const nvj::Status one = impl_->run(images, {i}, threads_, stream, call);
     if (one == nvj::kSuccess) continue;
     if (one == nvj::kBadJpeg || one == nvj::kIncomplete)
       status[size_t(i)] = int(JpegStatus::Bad);

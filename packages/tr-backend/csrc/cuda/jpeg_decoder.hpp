@@ -21,6 +21,11 @@ namespace tr::native::cuda {
 // Per-image results of decode().
 enum class JpegStatus : int { Ok = 0, Unsupported = 1, Bad = 2 };
 
+// How decode() calls nvJPEG: Roi, nvjpegDecodeBatchedEx with each image's region of interest, interleaved RGB (what
+// the feeder uses); Whole / WholePlanar, nvjpegDecodeBatched of whole images (each region must be its image),
+// interleaved, or planar RGB (plane c at dst + c * w * h): the calls other decoders make, for comparison.
+enum class JpegCall : int { Roi = 0, Whole = 1, WholePlanar = 2 };
+
 // Paths tried before the built-in ones (the nvidia-nvjpeg wheel's library, found by Python).
 void add_nvjpeg_candidates(const std::vector<std::string>& paths);
 std::vector<std::string> nvjpeg_candidates();
@@ -39,7 +44,11 @@ class JpegDecoder {
  public:
   // backend: "hardware", "gpu" (the GPU-assisted hybrid) or "auto" (hardware where the device has it).
   // max_batch: the largest batch decode() takes; threads: host threads nvJPEG may use for a batch.
-  JpegDecoder(int device, const std::string& backend, int max_batch, int threads);
+  // strict: damaged bitstreams are errors (NVJPEG_FLAGS_BITSTREAM_STRICT); interpolate: interpolated chroma
+  // upsampling (NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION, closer to libjpeg-turbo); a flag the backend refuses is
+  // dropped (backend() says what was made).
+  JpegDecoder(int device, const std::string& backend, int max_batch, int threads, bool strict = true,
+              bool interpolate = true);
   ~JpegDecoder();
   JpegDecoder(const JpegDecoder&) = delete;
   JpegDecoder& operator=(const JpegDecoder&) = delete;
@@ -49,7 +58,8 @@ class JpegDecoder {
   // stream has passed the decode. precheck: parse each header and ask the backend first (what it refuses is then
   // reported without disturbing the batch); without, the batch is submitted as it is, and only a failed batch is
   // decoded image by image to find the refused or damaged ones (for callers that sorted the files already).
-  std::vector<int> decode(const std::vector<JpegImage>& images, cudaStream_t stream, bool precheck = true);
+  std::vector<int> decode(const std::vector<JpegImage>& images, cudaStream_t stream, bool precheck = true,
+                          JpegCall call = JpegCall::Roi);
 
   const std::string& backend() const { return backend_name_; }
   int device() const { return device_; }

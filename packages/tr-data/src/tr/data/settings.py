@@ -171,10 +171,11 @@ class PreprocessorSettings:
         The CPU decodes a share of each batch's regions alongside (libjpeg-turbo on ``cpu_threads`` threads,
         default all cores but two), as well as every file nvJPEG does not take: ``cpu_share`` is that share of
         the batch, a number in [0, 1], or "auto": measured when the task compiles (both decoders timed on the
-        first batch) and after every training epoch (their rates in that epoch, beside the step) so that both
-        take as long for a batch. A number gives the same batches run after run (which row goes to which decoder
-        depends on it alone; "auto"'s rows move with timings, and nvJPEG's pixels may differ from libjpeg-turbo's
-        by a grey level); 1.0 decodes everything with libjpeg-turbo: the CPU pipeline's pixels to the bit."""
+        first batch), then re-balanced early in every training epoch and at its end from that epoch's timings
+        (beside the training step) so that both take as long for a batch. A number gives the same batches run
+        after run (which row goes to which decoder depends on it alone; "auto"'s rows move with timings, and
+        nvJPEG's pixels may differ from libjpeg-turbo's by a grey level); 1.0 decodes everything with
+        libjpeg-turbo: the CPU pipeline's pixels to the bit."""
         if backend not in ("auto", "hardware", "gpu"):
             raise ConfigError(f"device_decode backend must be 'auto', 'hardware' or 'gpu', got {backend!r}")
         if cpu_share != "auto" and (isinstance(cpu_share, bool) or not isinstance(cpu_share, (int, float))

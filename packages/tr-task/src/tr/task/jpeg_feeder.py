@@ -11,9 +11,10 @@ GPU has one, else the GPU-assisted hybrid backend) decodes its rows on the trans
 decoded while step k computes; libjpeg-turbo decodes the others on ``cpu_threads`` native threads while the
 next batch is prepared, and their regions are copied up asynchronously: the files the engine does not take
 (progressive, arithmetic-coded; counted, ``cpu_decoded``) and a share of the rest, ``cpu_share`` of the batch
-(fixed, or "auto": measured at upload, then after every training epoch from that epoch's rates, so that both
-decoders take as long for a batch: the CPU's cores and the JPEG engines then add up, and whatever slows one of
-them in training, the step beside nvJPEG or the host's other work, moves rows to the other). Which row goes
+(fixed, or "auto": measured at upload, then re-balanced early in every training epoch and at its end from a
+model of its timings, so that both decoders take as long for a batch: the CPU's cores and the JPEG engines
+then add up, and whatever slows one of them in training moves rows to the other; tr's nvJPEG call waits for
+the whole device, so beside a long training step "auto" ends at 1, see _rebalance). Which row goes
 where depends on the share alone, so a fixed share gives the same batches every run; "auto"'s share depends on
 timings, so the pixels of a few rows may differ by nvJPEG's difference from libjpeg-turbo (at most a grey level on
 the H200) from run to run.
@@ -59,9 +60,8 @@ REBALANCE_AFTER = 8  # batches of a training epoch after which "auto" re-balance
 class DeviceJpegFeeder(DeviceSideFeeder):
     """Feeds a plan with a JPEG input (tr.graph.jpeg_input): labels and geometry per batch, regions decoded
     into the arena. ``backend``: the nvJPEG backend to try first ("auto", "hardware" or "gpu"); ``cpu_share``:
-    the batch's share decoded by libjpeg-turbo on CUDA, in [0, 1], or "auto" (measured at upload);
-    ``cpu_threads``: libjpeg-turbo's threads (default: all cores but two). "auto" is measured at upload and
-    re-balanced after every training epoch from that epoch's rates (tr.task.jpeg_feeder)."""
+    the batch's share decoded by libjpeg-turbo on CUDA, in [0, 1], or "auto" (measured at upload, re-balanced
+    in training: _rebalance); ``cpu_threads``: libjpeg-turbo's threads (default: all cores but two)."""
 
     setting = "device_decode"
 
@@ -136,8 +136,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         return JpegInput(self.capacity, tuple(sorted(self._attrs.items())), jitter)
 
     def upload(self, backend: Any, program: Any) -> None:
-        """Bind to the allocated arena: the decode buffer, and on CUDA the decoder and the pinned staging (the
-        compressed bytes of two batches, and the CPU-decoded regions of the files nvJPEG will refuse)."""
+        """Bind to the allocated arena: the decode buffer, and on CUDA the decoder, the pinned staging (the
+        compressed bytes of two batches, and their CPU-decoded regions) and the CPU's share ("auto": measured)."""
         self._backend, self._src = backend, program.tensor(JPEG_SRC)
         self._decoder = None
         # one thread prepares the next batch (its CPU decodes on native threads) while the loop launches this one
@@ -253,12 +253,12 @@ class DeviceJpegFeeder(DeviceSideFeeder):
 
     def _rebalance(self, epoch: int) -> None:
         """With "auto": the CPU's share from this epoch's timings so far (after its first REBALANCE_AFTER batches
-        and at its end). A batch's nvJPEG call costs
-        ``wait + rows * row_s``: nvJPEG's hardware decode synchronises the whole device (measured on the H200: it
-        does not overlap a running GEMM or training step, whether or not its buffers are freed), so each call
-        first waits for the step beside it, then decodes (``row_s``: an image's time, measured at upload); the CPU
-        decodes its rows in ``cpu_row_s`` each while that happens. The share that makes both sides equal, or 1
-        when the CPU alone is done before the wait is: then nvJPEG is not called (its last ``wait`` is kept)."""
+        and at its end). A batch's nvJPEG call costs ``wait + rows * row_s``: tr's call waits for the whole device
+        (measured on the H200: it does not overlap a running GEMM load or training step, whether or not nvJPEG's
+        buffers are freed), so each call first waits for the step beside it, then decodes (``row_s``: an image's
+        time, measured at upload); the CPU decodes its rows in ``cpu_row_s`` each meanwhile. The share that makes
+        both sides equal, or 1 when the CPU alone is done before the wait is: then nvJPEG is not called (its last
+        ``wait`` is kept)."""
         n, cpu_rows = max(1, self._batches), self.cpu_decoded + self.cpu_shared
         cal = self.calibration
         if cpu_rows and self.times["cpu_decode_s"] > 0:

@@ -24,6 +24,9 @@ from tr.core.errors import ConfigError, DeviceUnavailableError
 
 DECODED, UNSUPPORTED, DAMAGED = 0, 1, 2
 BACKENDS = ("auto", "hardware", "gpu")
+# how decode() calls nvJPEG: each region of interest (nvjpegDecodeBatchedEx, interleaved RGB: the feeder's), or
+# whole images with nvjpegDecodeBatched, interleaved or planar (the calls other decoders make: for comparison)
+CALLS = {"regions": 0, "whole": 1, "whole_planar": 2}
 
 
 def nvjpeg_candidates() -> list[str]:
@@ -60,10 +63,12 @@ def h2d_async(dst: int, src: int, nbytes: int, stream: int) -> None:
 class DeviceJpegDecoder:
     """Decodes batches of at most ``max_batch`` JPEGs on CUDA device ``device`` (see the module docstring)."""
 
-    def __init__(self, device: int = 0, backend: str = "auto", max_batch: int = 256, threads: int = 4) -> None:
+    def __init__(self, device: int = 0, backend: str = "auto", max_batch: int = 256, threads: int = 4,
+                 strict: bool = True, interpolate: bool = True) -> None:
         if backend not in BACKENDS:
             raise ConfigError(f"JPEG decoder backend must be one of {BACKENDS}, got {backend!r}")
-        self._d = _native().JpegDecoder(int(device), backend, int(max_batch), int(threads))
+        self._d = _native().JpegDecoder(int(device), backend, int(max_batch), int(threads), bool(strict),
+                                        bool(interpolate))
         self.max_batch = int(max_batch)
 
     @property
@@ -71,12 +76,15 @@ class DeviceJpegDecoder:
         return str(self._d.backend)
 
     def decode(self, data: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, geom: np.ndarray, dst: int,
-               stream: int, precheck: bool = True) -> np.ndarray:
+               stream: int, precheck: bool = True, call: str = "regions") -> np.ndarray:
         """Decode sample k's bytes ``data[offsets[k]:offsets[k] + sizes[k]]`` (host memory that stays valid until
         ``stream`` has passed the decode; pinned for speed) into its region at device address ``dst`` + its slot,
         on ``stream`` (a cudaStream_t as an integer). Returns the statuses (int32, one a sample). ``precheck``:
         parse every header and ask the backend first; without, the batch goes in as it is and only a failed batch
-        is decoded image by image (for callers that sorted out what the backend refuses)."""
+        is decoded image by image (for callers that sorted out what the backend refuses). ``call``: see CALLS;
+        "whole" and "whole_planar" need each row's region to be its whole image (checked: a ConfigError)."""
+        if call not in CALLS:
+            raise ConfigError(f"JPEG decoder call must be one of {tuple(CALLS)}, got {call!r}")
         g = np.ascontiguousarray(geom, dtype=np.int32).reshape(-1, GEOM_COLS)
         n = len(g)
         if data.dtype != np.uint8 or data.ndim != 1 or not data.flags.c_contiguous:
@@ -92,5 +100,5 @@ class DeviceJpegDecoder:
         roi = np.stack([g[:, COL["roi_x"]], g[:, COL["roi_y"]], g[:, COL["roi_w"]], g[:, COL["roi_h"]]], 1)
         status = self._d.decode([int(base + o) for o in off], [int(s) for s in siz],
                                 [int(dst) + int(s) for s in g[:, COL["slot"]]], [int(w) * CHANNELS for w in roi_w],
-                                [int(v) for v in roi.ravel()], int(stream), bool(precheck))
+                                [int(v) for v in roi.ravel()], int(stream), bool(precheck), CALLS[call])
         return np.asarray(status, np.int32)

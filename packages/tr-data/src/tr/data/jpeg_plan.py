@@ -12,9 +12,11 @@ region lies in the decode buffer, its size, the crop box inside it, the flip and
 region is the crop box itself (the decoder's region of interest), so the buffer holds only the pixels the
 resize reads; its capacity for any batch of B samples is the sum of the B largest decoded images.
 
-``decode_regions`` is the CPU's decode of those regions with libjpeg-turbo (whole decode, then the box): the
-fallback for an image the device decoder refuses, and the source the CPU backend's image_resample reads. With
-it, the CPU backend's op gives the bytes of the CPU pipeline (tests-integration/test_jpeg_device_chain.py).
+``decode_regions`` / ``decode_regions_at`` are the CPU's decode of those regions with libjpeg-turbo (on native
+threads; the window around each box, the whole decode's pixels): the CPU's share of a batch decoded on the
+device, the fallback for an image the device decoder refuses, and the source the CPU backend's image_resample
+reads. With it, the CPU backend's op gives the bytes of the CPU pipeline (tests-integration/
+test_jpeg_device_chain.py).
 
 Chains: RandomResizedCrop (training) or Resize + CenterCrop, or a Resize to a fixed (h, w) (validation) first,
 then optionally ColorJitter, RandomHorizontalFlip and RandomErasing, normalised to RGB; anything else is refused

@@ -23,6 +23,7 @@ import numpy as np
 from tr.core import philox
 from tr.core.errors import ConfigError, DataError
 from tr.data.labels import check_labels
+from tr.data.seeds import data_seed
 from tr.data.sharding import check_shard, shard_positions, shard_size
 
 __all__ = ["ArrayFeeder", "DeviceSideFeeder", "Feeder", "FeederDefaults", "InMemoryFeeder", "check_labels",
@@ -212,6 +213,17 @@ class DeviceSideFeeder(InMemoryFeeder):
 
     _labels: dict[bool, np.ndarray | None]
     setting: str = "device"
+
+    def _keep(self, s: Any, ds: Any, train: Any, val: Any, batch: int, seed: int | None) -> None:
+        """What every device-side feeder keeps of committed PreprocessorSettings ``s`` and the data set's splits:
+        the labels, the class count, shuffling, the seed (the Preprocessor's rule) and the batch (the global one
+        until ``shard``)."""
+        self._labels = {True: train.labels, False: None if val is None else val.labels}
+        self.num_classes = getattr(ds, "num_classes", None)
+        self.shuffle_train, self.drop_last = s.shuffle_train, s.drop_last_enabled
+        self.seed = data_seed(seed, s.seed_value)
+        self.batch = self.global_batch = int(batch)
+        self.rank, self.world_size = 0, 1
 
     def shard(self, rank: int, world_size: int) -> None:
         """Serve ``rank``'s share (InMemoryFeeder.shard): every rank needs a validation sample, or the ranks

@@ -45,7 +45,7 @@ from tr.core.ops import IMAGE_GEOM_COLS
 from tr.core.phase import StreamKind
 from tr.data.fused import norm_constants
 from tr.data.jpeg_plan import CHANNELS, COL, JpegBatch, JpegPlanner, decode_region, decode_regions_at, region_bytes
-from tr.data.seeds import data_seed, epoch_order
+from tr.data.seeds import epoch_order
 from tr.data.settings import PreprocessorSettings
 from tr.data.transforms import RandomErasing
 from tr.graph.jpeg_input import JPEG_SRC, JpegInput
@@ -94,12 +94,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         self.sample_shape = (hw[0], hw[1], max(CHANNELS, s.pad_channels or 0))
         self.dtype = np.dtype(np.int32)  # the staging buffers hold the geometry tables
         self._paths = {True: _paths(ds, "train"), False: _paths(ds, "val") if val is not None else None}
-        self._labels = {True: train.labels, False: None if val is None else val.labels}
-        self.num_classes = getattr(ds, "num_classes", None)
-        self.shuffle_train, self.drop_last = s.shuffle_train, s.drop_last_enabled
-        self.seed = data_seed(seed, s.seed_value)  # the Preprocessor's rule
-        self.batch = self.global_batch = int(batch)
-        self.rank, self.world_size = 0, 1
+        self._keep(s, ds, train, val, batch, seed)
         mean, std = norm_constants(s.norm)
         erase = next((t for t in s.train if isinstance(t, RandomErasing)), None)
         self._attrs = {"mean": tuple(float(v) for v in mean), "std": tuple(float(v) for v in std),

@@ -28,7 +28,7 @@ from tr.core.errors import ConfigError, DataError
 from tr.core.philox import derive_seed
 from tr.data import transforms as T
 from tr.data.fused import norm_constants
-from tr.data.seeds import TAG_SHUFFLE, data_seed, epoch_order, seed_prefix
+from tr.data.seeds import TAG_SHUFFLE, epoch_order, seed_prefix
 from tr.data.settings import PreprocessorSettings
 from tr.graph.resident import (
     DATA_RANK,
@@ -152,12 +152,7 @@ class ResidentFeeder(DeviceSideFeeder):
         self.sample_shape = (self.image[0], self.image[1], c_out)
         self.dtype = np.dtype(np.int32)
         self._images = {True: train.images, False: None if val is None else val.images}
-        self._labels = {True: train.labels, False: None if val is None else val.labels}
-        self.num_classes = getattr(ds, "num_classes", None)
-        self.shuffle_train, self.drop_last = s.shuffle_train, s.drop_last_enabled
-        self.seed = data_seed(seed, s.seed_value)  # the Preprocessor's rule
-        self.batch = self.global_batch = int(batch)
-        self.rank, self.world_size = 0, 1
+        self._keep(s, ds, train, val, batch, seed)
         self._alloc()
 
     @property

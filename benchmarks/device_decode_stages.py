@@ -291,6 +291,11 @@ def main(argv: list[str] | None = None) -> None:
         rows["torchvision_decode_ms"] = 1e3 * _timed(tv, a.reps)
     except Exception as e:  # (no torchvision here: the row is left out)
         print(f"torchvision row skipped: {type(e).__name__}: {e}")
+    for row, (_, refused, damaged) in statuses.items():
+        if refused or damaged:  # those images were not decoded: the row's time is not a decode's, and says so
+            for key in (f"{row}_ms", f"{row.replace('decode_', 'decode_call_', 1)}_ms"):
+                if key in rows:
+                    rows[key.removesuffix("_ms") + "_not_all_decoded_ms"] = rows.pop(key)
     rates = {k.removesuffix("_ms"): per.get(k.removesuffix("_ms"), B) / (v / 1e3) for k, v in rows.items()}
     out = {"batch": B, "images": len(split), "cores": os.cpu_count(), "cpu_threads": a.cpu_threads,
            "backends": backends, "statuses": statuses, "ms": rows,

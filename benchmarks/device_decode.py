@@ -12,10 +12,13 @@ Rows, in one run, over the same JPEG files (tools/make_image_folder.py: scikit-i
   them). The CPU's share of each batch (libjpeg-turbo on all cores but two, alongside nvJPEG) is measured at
   compile ("auto") except in the baseline pack's --shares rows: 0 (nvJPEG alone), 1 (libjpeg-turbo alone, the
   CPU pipeline's pixels). The first epoch (capture, caches) untimed; images/s = samples / epoch seconds.
-  The last tr row adds ColorJitter(0.4, 0.4, 0.4, 0.1) after the crop (image_jitter in the transfer graph).
+  Chroma replicated (device_decode's default, nvJPEG's engine at full speed) except in the "interpolated
+  chroma" row (both decoders interpolate, as the CPU pipeline). The last tr row adds ColorJitter(0.4, 0.4,
+  0.4, 0.1) after the crop (image_jitter in the transfer graph).
 * ``torchvision nvJPEG``: torchvision.io.decode_jpeg of batches of files on the GPU (nvJPEG), whole images, then
   per image torchvision.transforms.v2 RandomResizedCrop(224, antialias) and RandomHorizontalFlip on the GPU,
-  stacked and normalised to FP16: what a PyTorch user who decodes on the GPU runs; and the decode alone.
+  stacked and normalised to FP16: what a PyTorch user who decodes on the GPU runs; and the decode alone. From
+  the folder's files, and from the baseline pack's (no progressive file: the hardware engine takes each).
 * ``tr CPU pipeline``: tr.data's worker pipeline on every core (benchmarks/imagenet_pipeline.py's tr row, [10]).
 
     python benchmarks/device_decode.py --images /tmp/tr_bench_images --make 2000 --json auto   # H200
@@ -40,7 +43,7 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend: str, jitter: bool = False,
-                   share: float | str = "auto") -> dict:
+                   share: float | str = "auto", interpolate: bool = False) -> dict:
     from tr.algo.optimizer import SGD
     from tr.algo.scheduler import ConstantLR
     from tr.core.norm import NormMode
@@ -58,7 +61,7 @@ def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend:
     reset_preprocessor_settings()
     chain = [RandomResizedCrop(size)] + ([ColorJitter(0.4, 0.4, 0.4, 0.1)] if jitter else []) + [RandomHorizontalFlip()]
     PREPROCESSOR_SETTING.dataset(ds).normalization(NormMode.IMAGENET).seed(1).pad_channels_to(4) \
-        .train_transforms(*chain).device_decode(True, backend, cpu_share=share)
+        .train_transforms(*chain).device_decode(True, backend, cpu_share=share, interpolate_chroma=interpolate)
     task = (DeepLearningTask(Settings().amp(True).manual_seed(1).global_batch_size(batch)).device(device).quiet()
             .model(seq(fc(ds.num_classes))).optimizer(SGD()).scheduler(ConstantLR(0.01))
             .total_epochs(epochs + 1))
@@ -81,6 +84,7 @@ def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend:
     return {"images_per_s": max(rates), "epochs_images_per_s": rates, "samples": samples, "compile_s": compile_s,
             "decoders": decoders, "decoded_on_cpu_per_epoch": cpu, "cpu_share_per_epoch": shared,
             "cpu_share": feeder.cpu_share, "cpu_share_setting": share, "cpu_threads": feeder.cpu_threads,
+            "interpolate_chroma": interpolate,
             "calibration": feeder.calibration, "step_alone_ms": 1e3 * step_s, "times": times}
 
 
@@ -88,13 +92,17 @@ def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 
 
-def torchvision_rate(root: Path, batch: int, epochs: int, size: int, augment: bool, jitter: bool = False) -> dict:
+def torchvision_rate(root: Path | list[bytes], batch: int, epochs: int, size: int, augment: bool,
+                     jitter: bool = False) -> dict:
+    """``root``: a folder of class folders, or the files' bytes (the baseline pack's)."""
     import torch
     import torchvision
     from torchvision.transforms import v2
 
-    files = _files(root)
-    data = [torchvision.io.read_file(str(p)) for p in files]
+    if isinstance(root, Path):
+        data = [torchvision.io.read_file(str(p)) for p in _files(root)]
+    else:
+        data = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in root]
     crop = v2.Compose([v2.RandomResizedCrop(size, antialias=True),
                        *([v2.ColorJitter(0.4, 0.4, 0.4, 0.1)] if jitter else []), v2.RandomHorizontalFlip()])
     mean = torch.tensor(MEAN, device="cuda").view(1, 3, 1, 1) * 255
@@ -158,12 +166,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(files)} JPEGs, {mib:.0f} MiB; batch {a.batch}, {a.size}x{a.size}, FP16 NHWC", flush=True)
     rows: dict[str, dict] = {}
     shares = [s if s == "auto" else float(s) for s in a.shares.split(",")]
-    runs = [("tr device decode, folder", ImageFolder(a.images), False, "auto"),
-            ("tr device decode, DTS", DtsImages(packed), False, "auto")]
-    runs += [(f"tr device decode, DTS baseline, CPU share {s}", DtsImages(based), False, s) for s in shares]
-    runs += [("tr device decode, DTS baseline, ColorJitter", DtsImages(based), True, "auto")]
-    for name, ds, jit, share in runs:
-        rows[name] = tr_device_rate(ds, a.device, a.batch, a.epochs, a.size, a.nvjpeg, jit, share)
+    runs = [("tr device decode, folder", ImageFolder(a.images), False, "auto", False),
+            ("tr device decode, DTS", DtsImages(packed), False, "auto", False)]
+    runs += [(f"tr device decode, DTS baseline, CPU share {s}", DtsImages(based), False, s, False) for s in shares]
+    runs += [("tr device decode, DTS baseline, interpolated chroma", DtsImages(based), False, "auto", True),
+             ("tr device decode, DTS baseline, ColorJitter", DtsImages(based), True, "auto", False)]
+    for name, ds, jit, share, interp in runs:
+        rows[name] = tr_device_rate(ds, a.device, a.batch, a.epochs, a.size, a.nvjpeg, jit, share, interp)
         r = rows[name]
         print(f"{name:<34} {r['images_per_s']:9.0f} images/s ({', '.join(r['decoders'])}; CPU share "
               f"{r['cpu_share']} of {r['cpu_threads']} threads {r['calibration']}; refused, on the CPU per epoch "
@@ -174,6 +183,12 @@ def main(argv: list[str] | None = None) -> None:
                                ("torchvision nvJPEG + v2 crop + ColorJitter on the GPU", True, True),
                                ("torchvision nvJPEG decode alone", False, False)):
             rows[name] = torchvision_rate(root, a.batch, a.epochs, a.size, aug, jit)
+            print(f"{name:<34} {rows[name]['images_per_s']:9.0f} images/s", flush=True)
+        base = DtsImages(based).load("train")
+        base_files = [base.encoded_bytes(i) for i in range(len(base))]
+        for name, aug in (("torchvision nvJPEG + v2 crop on the GPU, baseline files", True),
+                          ("torchvision nvJPEG decode alone, baseline files", False)):
+            rows[name] = torchvision_rate(base_files, a.batch, a.epochs, a.size, aug)
             print(f"{name:<34} {rows[name]['images_per_s']:9.0f} images/s", flush=True)
     if not a.no_cpu_pipeline:
         from imagenet_pipeline import tr_rate

@@ -1,8 +1,9 @@
 """DeviceJpegFeeder on CUDA (issue [13], GPU tests): the real decoders share each batch (nvJPEG on the transfer
 stream, libjpeg-turbo on native threads with its regions copied up from pinned memory), and after every batch the
 decode buffer in the arena holds each sample's region: libjpeg-turbo's bytes exactly where the CPU decoded it
-(every row with a CPU share of 1: the exact path), nvJPEG's within the tolerance of test_gpu_jpeg_decode.py
-elsewhere. "auto" measures the share at upload."""
+(every row with a CPU share of 1; with interpolated chroma too: the CPU pipeline's bytes, the exact path),
+nvJPEG's within the tolerance of test_gpu_jpeg_decode.py elsewhere, both decoders in the same chroma mode
+(replicated: the default). "auto" measures the share at upload."""
 
 from __future__ import annotations
 
@@ -41,8 +42,9 @@ def photos(tmp_path_factory) -> Path:
                        val_per_class=1)
 
 
-@pytest.mark.parametrize("share", [0.0, 0.5, 1.0, "auto"])
-def test_the_decode_buffer_holds_every_region_whoever_decoded_it(photos, share):
+@pytest.mark.parametrize("share, interpolate", [(0.0, False), (0.5, False), (0.5, True), (1.0, False), (1.0, True),
+                                                ("auto", False)])
+def test_the_decode_buffer_holds_every_region_whoever_decoded_it(photos, share, interpolate):
     from tr.backend.cuda import CudaBackend
     from tr.graph.jpeg_input import JPEG_SRC
     from tr.task.jpeg_feeder import DeviceJpegFeeder
@@ -50,14 +52,14 @@ def test_the_decode_buffer_holds_every_region_whoever_decoded_it(photos, share):
     batch = 16
     s = (PreprocessorSettings().dataset(ImageFolder(photos)).normalization(NormMode.IMAGENET).seed(3)
          .train_transforms(RandomResizedCrop(64), RandomHorizontalFlip()).val_transforms(Resize(72), CenterCrop(64))
-         .device_decode(True, cpu_share=share))
-    feeder = DeviceJpegFeeder(s, batch, cpu_share=share, cpu_threads=4)
+         .device_decode(True, cpu_share=share, interpolate_chroma=interpolate))
+    feeder = DeviceJpegFeeder(s, batch, cpu_share=share, cpu_threads=4, interpolate_chroma=interpolate)
     arena = SimpleArena()
     src = arena.add(JPEG_SRC, (feeder.capacity,), "uint8")
     be = CudaBackend()
     be.allocate(arena.layout())
     feeder.upload(be, SimpleNamespace(tensor=lambda name: src))
-    assert 0.0 <= feeder.cpu_share <= 1.0
+    assert 0.0 <= feeder.cpu_share <= 1.0 and ("interpolated" in feeder._decoder.backend) == interpolate
     split = feeder._splits[True]
     refused = feeder._planners[True].progressive
     diffs, exact, seen = [], 0, 0
@@ -70,18 +72,20 @@ def test_the_decode_buffer_holds_every_region_whoever_decoded_it(photos, share):
         for r in range(m):
             i = int(order[k * batch + r])
             y, x, h, w, slot = (int(geom[r, COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w", "slot"))
-            want = _native.decode_jpeg(split.encoded_bytes(i), False, 8)[y:y + h, x:x + w].astype(np.int16)
+            want = _native.decode_jpeg(split.encoded_bytes(i), False, 8, interpolate)[y:y + h, x:x + w]
+            want = want.astype(np.int16)
             got = mem[slot:slot + h * w * 3].reshape(h, w, 3).astype(np.int16)
             taken = np.flatnonzero(~refused[order[k * batch:k * batch + m]])
             on_cpu = refused[i] or r not in taken[:hw_rows]
-            if on_cpu:  # libjpeg-turbo's region: the CPU pipeline's bytes
+            if on_cpu:  # libjpeg-turbo's region, exactly
                 np.testing.assert_array_equal(got, want, err_msg=f"batch {k} row {r} sample {i}")
                 exact += 1
             else:
                 diffs.append(float(np.abs(got - want).mean()))
         seen += m
     feeder.close()
-    print(f"\nshare {share} -> {feeder.cpu_share}: {exact} of {seen} regions from libjpeg-turbo (exact), nvJPEG's "
+    print(f"\nshare {share} -> {feeder.cpu_share}, {feeder._decoder.backend}: {exact} of {seen} regions from "
+          f"libjpeg-turbo (exact), nvJPEG's "
           f"mean |diff| {np.mean(diffs) if diffs else 0:.3f}, worst {max(diffs, default=0):.3f}; "
           f"calibration {feeder.calibration}")
     assert seen == len(split) and exact == feeder.cpu_decoded + feeder.cpu_shared

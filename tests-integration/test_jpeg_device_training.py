@@ -39,7 +39,7 @@ def photos(tmp_path_factory) -> Path:
     return root / "img"
 
 
-def _task(ds, device_decode: bool, train=None, amp: bool = False):
+def _task(ds, device_decode: bool, train=None, amp: bool = False, interpolate_chroma: bool = True):
     from tr.algo.optimizer import SGD
     from tr.algo.scheduler import ConstantLR
     from tr.core.norm import NormMode
@@ -59,7 +59,8 @@ def _task(ds, device_decode: bool, train=None, amp: bool = False):
     reset_preprocessor_settings()
     train = train or (RandomResizedCrop(24, scale=(0.3, 1.0)), RandomHorizontalFlip(), RandomErasing(0.5))
     PREPROCESSOR_SETTING.dataset(ds).preprocess_workers(2).normalization(NormMode.IMAGENET) \
-        .train_transforms(*train).val_transforms(Resize(28), CenterCrop(24)).device_decode(device_decode)
+        .train_transforms(*train).val_transforms(Resize(28), CenterCrop(24)) \
+        .device_decode(device_decode, interpolate_chroma=interpolate_chroma)
     if amp:
         PREPROCESSOR_SETTING.pad_channels_to(4)
     settings = Settings().manual_seed(5).global_batch_size(8)
@@ -145,3 +146,20 @@ def test_a_damaged_file_stops_the_epoch_naming_it(photos, tmp_path):
     task = _task(ImageFolder(root), True).compile()
     with pytest.raises(DataError, match=victim.name):
         task.run()
+
+
+def test_replicated_chroma_trains_the_same_run_after_run_and_differs_from_the_cpu_pipeline(photos):
+    """device_decode's default, interpolate_chroma=False (nvJPEG's engine at full speed; libjpeg-turbo set to match
+    on the CPU backend): the run repeats to the bit, and is not the CPU pipeline's (interpolated chroma), whose
+    pixels the subsampled files change along colour edges."""
+    from tr.data import ImageFolder
+
+    ds = ImageFolder(photos)
+    hist, weights = _run(_task(ds, True, interpolate_chroma=False))
+    again, weights_again = _run(_task(ds, True, interpolate_chroma=False))
+    assert hist == again
+    for name, w in weights.items():
+        np.testing.assert_array_equal(weights_again[name], w, err_msg=name)
+    ref, _ = _run(_task(ds, False))
+    assert hist != ref
+    assert all(abs(a[0] - b[0]) < 0.1 * abs(b[0]) for a, b in zip(hist, ref, strict=True))  # (the same data)

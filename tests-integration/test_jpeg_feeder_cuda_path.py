@@ -26,8 +26,9 @@ class FakeDecoder:
     backend = "hardware+strict (stand-in)"
     calls: list[int] = []
 
-    def __init__(self, device: int, backend: str, max_batch: int) -> None:
+    def __init__(self, device: int, backend: str, max_batch: int, interpolate: bool = True) -> None:
         self.max_batch = max_batch
+        self.interpolate = interpolate  # nvJPEG's chroma upsampling flag: the stand-in decodes with libjpeg's
 
     def decode(self, data, offsets, sizes, geom, dst, stream, precheck=True):
         from tr.data import _native
@@ -41,7 +42,7 @@ class FakeDecoder:
             if _native.jpeg_needs_baseline(b):
                 status[k] = 1  # the hardware engine refuses progressive files
                 continue
-            img = _native.decode_jpeg(b, False, 8)
+            img = _native.decode_jpeg(b, False, 8, self.interpolate)
             y, x, h, w = (int(g[COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w"))
             region = np.ascontiguousarray(img[y:y + h, x:x + w])
             ctypes.memmove(int(dst) + int(g[COL["slot"]]), region.ctypes.data, region.nbytes)
@@ -69,8 +70,9 @@ class FakeCuda:
         self.mem[offset:offset + data.size] = data
 
 
-@pytest.mark.parametrize("share", [0.0, 0.5, 1.0, "auto"])
-def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, monkeypatch, share):
+@pytest.mark.parametrize("share, interpolate", [(0.0, False), (0.5, False), (0.5, True), (1.0, False), (1.0, True),
+                                                ("auto", False)])
+def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, monkeypatch, share, interpolate):
     sys.path.insert(0, str(ROOT / "tools"))
     from make_image_folder import make_image_folder
 
@@ -85,8 +87,10 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
     make_image_folder(tmp_path / "img", classes=3, per_class=9, min_side=40, max_side=90, seed=2)
     ds = ImageFolder(tmp_path / "img")
     s = (PreprocessorSettings().dataset(ds).normalization(NormMode.IMAGENET).seed(4)
-         .train_transforms(RandomResizedCrop(24), RandomHorizontalFlip()).device_decode(True, cpu_share=share))
-    feeder = DeviceJpegFeeder(s, batch=8, cpu_share=s.device_dec_cpu_share, cpu_threads=3)
+         .train_transforms(RandomResizedCrop(24), RandomHorizontalFlip())
+         .device_decode(True, cpu_share=share, interpolate_chroma=interpolate))
+    feeder = DeviceJpegFeeder(s, batch=8, cpu_share=s.device_dec_cpu_share, cpu_threads=3,
+                              interpolate_chroma=s.device_dec_interpolate_chroma)
     progressive = feeder._planners[True].progressive
     assert 0 < progressive.sum() < len(progressive)  # both paths are taken
     copies: list[int] = []
@@ -101,6 +105,7 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
     src = SimpleNamespace(offset=1024, numel=feeder.capacity, shape=SimpleNamespace(dims=(1, 1, 1, feeder.capacity)))
     be = FakeCuda(1024 + feeder.capacity)
     feeder.upload(be, SimpleNamespace(tensor=lambda name: src if name == JPEG_SRC else None))
+    assert feeder._decoder.interpolate is interpolate  # both decoders upsample chroma alike
     if share == "auto":  # measured: both decoders timed on the first batch
         assert 0.0 <= feeder.cpu_share <= 1.0 and feeder.calibration["rows"] > 0
         assert feeder.calibration["device_s"] > 0 and feeder.calibration["cpu_s"] > 0
@@ -118,7 +123,7 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
             for r in range(m):  # each row's region holds tr.data's decode of its sample's box
                 i = int(order[k * 8 + r])
                 y, x, h, w, slot = (int(geom[r, COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w", "slot"))
-                want = _native.decode_jpeg(split.encoded_bytes(i), False, 8)[y:y + h, x:x + w]
+                want = _native.decode_jpeg(split.encoded_bytes(i), False, 8, interpolate)[y:y + h, x:x + w]
                 got = be.mem[1024 + slot:1024 + slot + h * w * 3].reshape(h, w, 3)
                 np.testing.assert_array_equal(got, want, err_msg=f"epoch {epoch} batch {k} row {r} sample {i}")
             np.testing.assert_array_equal(feeder._bufs[buf][0][:m], split.labels[order[k * 8:k * 8 + m]])
@@ -159,7 +164,7 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
     feeder.close()
 
 
-def test_the_task_s_feeder_takes_the_cpu_share_and_threads_of_the_settings(tmp_path):
+def test_the_task_s_feeder_takes_the_cpu_share_threads_and_chroma_of_the_settings(tmp_path):
     sys.path.insert(0, str(ROOT / "tools"))
     from make_image_folder import make_image_folder
 
@@ -169,9 +174,11 @@ def test_the_task_s_feeder_takes_the_cpu_share_and_threads_of_the_settings(tmp_p
 
     make_image_folder(tmp_path / "img", classes=2, per_class=3, min_side=40, max_side=60, seed=1)
     s = (PreprocessorSettings().dataset(ImageFolder(tmp_path / "img")).train_transforms(RandomResizedCrop(24))
-         .device_decode(True, cpu_share=0.25, cpu_threads=3))
+         .device_decode(True, cpu_share=0.25, cpu_threads=3, interpolate_chroma=True))
     feeder = feeder_from_preprocessor(Settings().global_batch_size(4), pre=s)
-    assert (feeder.cpu_share_setting, feeder.cpu_threads) == (0.25, 3)
+    assert (feeder.cpu_share_setting, feeder.cpu_threads, feeder.interpolate_chroma) == (0.25, 3, True)
+    assert not feeder_from_preprocessor(Settings().global_batch_size(4), pre=s.copy().device_decode(True)) \
+        .interpolate_chroma
     with pytest.raises(Exception, match=r"cpu_share must be a number in \[0, 1\]"):
         type(feeder)(s, batch=4, cpu_share=2.0)
 

@@ -84,7 +84,8 @@ bool jpeg_needs_baseline(const uint8_t* data, size_t size) {
   return with_decoder(data, size, false, [](jpeg_decompress_struct& c) { return c.progressive_mode || c.arith_code; });
 }
 
-ImgC decode_jpeg(const uint8_t* data, size_t size, std::vector<uint8_t>& out, bool keep_gray, int scale) {
+ImgC decode_jpeg(const uint8_t* data, size_t size, std::vector<uint8_t>& out, bool keep_gray, int scale,
+                 bool interpolate_chroma) {
   check_scale(scale);
   // the buffer is sized before the decoder starts: no allocation between setjmp and a longjmp
   const Shape3 full = jpeg_shape(data, size, keep_gray);
@@ -94,6 +95,7 @@ ImgC decode_jpeg(const uint8_t* data, size_t size, std::vector<uint8_t>& out, bo
   uint8_t* base = out.data();
   with_decoder(data, size, keep_gray, [&](jpeg_decompress_struct& c) {
     c.dct_method = JDCT_ISLOW;  // the accurate integer IDCT (Pillow's default too)
+    c.do_fancy_upsampling = interpolate_chroma ? TRUE : FALSE;
     c.scale_num = unsigned(scale);
     c.scale_denom = 8;
     jpeg_start_decompress(&c);
@@ -106,7 +108,7 @@ ImgC decode_jpeg(const uint8_t* data, size_t size, std::vector<uint8_t>& out, bo
 }
 
 ImgC decode_jpeg_window(const uint8_t* data, size_t size, const Shape3& full, int y, int x, int h, int w,
-                        std::vector<uint8_t>& out, int& oy, int& ox, int scale) {
+                        std::vector<uint8_t>& out, int& oy, int& ox, int scale, bool interpolate_chroma) {
   check_scale(scale);
   constexpr int kMargin = 16;  // beyond the upsampling context of any chroma subsampling
   const int y0 = std::max(0, y - kMargin), y1 = std::min(full.h, y + h + kMargin);
@@ -118,6 +120,7 @@ ImgC decode_jpeg_window(const uint8_t* data, size_t size, const Shape3& full, in
   int got_x = 0, got_w = 0;
   const int rows = with_decoder(data, size, false, [&](jpeg_decompress_struct& c) {
     c.dct_method = JDCT_ISLOW;
+    c.do_fancy_upsampling = interpolate_chroma ? TRUE : FALSE;
     c.scale_num = unsigned(scale);
     c.scale_denom = 8;
     jpeg_start_decompress(&c);
@@ -155,7 +158,7 @@ bool jpeg_available() { return false; }
 void set_window_decode(bool) {}
 bool window_decode() { return false; }
 ImgC decode_jpeg_window(const uint8_t*, size_t, const Shape3&, int, int, int, int, std::vector<uint8_t>&, int&,
-                        int&, int) {
+                        int&, int, bool) {
   throw ConfigErr("this tr-data was built without libjpeg-turbo");
 }
 
@@ -167,7 +170,7 @@ ImgC decode_jpeg_window(const uint8_t*, size_t, const Shape3&, int, int, int, in
 
 Shape3 jpeg_shape(const uint8_t*, size_t, bool) { no_jpeg(); }
 bool jpeg_needs_baseline(const uint8_t*, size_t) { no_jpeg(); }
-ImgC decode_jpeg(const uint8_t*, size_t, std::vector<uint8_t>&, bool, int) { no_jpeg(); }
+ImgC decode_jpeg(const uint8_t*, size_t, std::vector<uint8_t>&, bool, int, bool) { no_jpeg(); }
 
 #endif
 

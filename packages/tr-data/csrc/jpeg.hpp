@@ -25,7 +25,11 @@ bool jpeg_needs_baseline(const uint8_t* data, size_t size);
 // ``scale`` M in 1..8: libjpeg-turbo's DCT scaling, the image decoded at M/8 of its size (ceil of each side):
 // the IDCT, upsampling and colour conversion do M^2/64 of the work. Not the bytes of a full decode and a
 // resize (a different filter): used only when the user asks for it (PreprocessorSettings.jpeg_dct_scaling).
-ImgC decode_jpeg(const uint8_t* data, size_t size, std::vector<uint8_t>& out, bool keep_gray = false, int scale = 8);
+// ``interpolate_chroma``: libjpeg's default "fancy" (triangle-filtered) chroma upsampling of subsampled files, as
+// Pillow and the CPU pipeline decode; false: each chroma sample replicated (what nvJPEG's engine does at full
+// speed: the device feeder's libjpeg-turbo share then matches it).
+ImgC decode_jpeg(const uint8_t* data, size_t size, std::vector<uint8_t>& out, bool keep_gray = false, int scale = 8,
+                 bool interpolate_chroma = true);
 
 // The size of a (h, w) image decoded at scale/8 (libjpeg's jdiv_round_up).
 Shape3 jpeg_scaled_shape(const Shape3& full, int scale);
@@ -43,7 +47,7 @@ int jpeg_scale_for(int h, int w, int oh, int ow);
 // With ``scale`` < 8 the decode is DCT-scaled (see decode_jpeg) and ``full`` and the window are in the scaled
 // image's coordinates (full = jpeg_scaled_shape(shape, scale)).
 ImgC decode_jpeg_window(const uint8_t* data, size_t size, const Shape3& full, int y, int x, int h, int w,
-                        std::vector<uint8_t>& out, int& oy, int& ox, int scale = 8);
+                        std::vector<uint8_t>& out, int& oy, int& ox, int scale = 8, bool interpolate_chroma = true);
 
 // Whether the engine decodes only the window a first RandomResizedCrop reads (default on: 17 % more images/s
 // on 300-500 px JPEGs, benchmarks/RESULTS.md; libjpeg-turbo still entropy-decodes the rows above the window

@@ -29,9 +29,9 @@ void decode_one(const JpegRegion& j, std::vector<uint8_t>& buf) {
   ImgC img;
   int oy = 0, ox = 0;
   if (window_decode())
-    img = decode_jpeg_window(j.data, j.size, full, j.y, j.x, j.h, j.w, buf, oy, ox);
+    img = decode_jpeg_window(j.data, j.size, full, j.y, j.x, j.h, j.w, buf, oy, ox, 8, j.interpolate_chroma);
   else
-    img = decode_jpeg(j.data, j.size, buf, false, 8);
+    img = decode_jpeg(j.data, j.size, buf, false, 8, j.interpolate_chroma);
   const size_t row = size_t(j.w) * 3;
   for (int r = 0; r < j.h; ++r)
     std::memcpy(j.dst + size_t(r) * row, img.row(j.y - oy + r) + size_t(j.x - ox) * 3, row);
@@ -70,7 +70,7 @@ void bind_jpeg_regions(py::module_& m) {
   m.def(
       "decode_jpeg_regions",
       [](py::array_t<uint8_t, py::array::c_style> data, I64 offsets, I64 sizes, I32 regions, py::array out,
-         I64 out_offsets, int threads) {
+         I64 out_offsets, int threads, bool interpolate_chroma) {
         const py::ssize_t n = offsets.ndim() == 1 ? offsets.shape(0) : -1;
         if (n < 0 || sizes.ndim() != 1 || sizes.shape(0) != n || out_offsets.ndim() != 1 ||
             out_offsets.shape(0) != n || regions.ndim() != 2 || regions.shape(0) != n || regions.shape(1) != 4)
@@ -94,7 +94,8 @@ void bind_jpeg_regions(py::module_& m) {
           if (g[2] < 1 || g[3] < 1 || at[k] < 0 || at[k] + int64_t(g[2]) * g[3] * 3 > room)
             throw ShapeErr("decode_jpeg_regions: job " + std::to_string(k) + "'s " + std::to_string(g[2]) + "x" +
                            std::to_string(g[3]) + " region does not fit the output at " + std::to_string(at[k]));
-          jobs[size_t(k)] = JpegRegion{base + off[k], size_t(siz[k]), g[0], g[1], g[2], g[3], dst + at[k]};
+          jobs[size_t(k)] = JpegRegion{base + off[k], size_t(siz[k]), g[0], g[1], g[2], g[3], dst + at[k],
+                                       interpolate_chroma};
         }
         std::vector<std::string> errors;
         {
@@ -107,10 +108,11 @@ void bind_jpeg_regions(py::module_& m) {
         return failed;
       },
       py::arg("data"), py::arg("offsets"), py::arg("sizes"), py::arg("regions"), py::arg("out"),
-      py::arg("out_offsets"), py::arg("threads") = 1,
+      py::arg("out_offsets"), py::arg("threads") = 1, py::arg("interpolate_chroma") = true,
       "decode job k's region (regions[k]: y, x, h, w of the full image) of the JPEG at data[offsets[k]:][:sizes[k]] "
       "as RGB u8 into out[out_offsets[k]:], rows packed, with up to `threads` threads (GIL released); returns "
-      "[(k, why)] for the jobs that failed (a damaged file, a region outside the image), the others written");
+      "[(k, why)] for the jobs that failed (a damaged file, a region outside the image), the others written; interpolate_chroma: "
+      "libjpeg's fancy chroma upsampling (the CPU pipeline's), else each chroma sample replicated (nvJPEG's)");
 }
 
 }  // namespace trd

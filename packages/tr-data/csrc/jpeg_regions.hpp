@@ -18,6 +18,7 @@ struct JpegRegion {
   size_t size;
   int y, x, h, w;  // the region of the full image
   uint8_t* dst;    // h rows of w * 3 bytes (RGB, a gray file too), packed
+  bool interpolate_chroma = true;  // libjpeg's fancy chroma upsampling, or replication (decode_jpeg)
 };
 
 // Decodes every job's region into its dst with up to `threads` threads (the calling one among them). Returns one

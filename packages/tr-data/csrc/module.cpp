@@ -349,20 +349,20 @@ PYBIND11_MODULE(_native, m) {
      "the JPEG losslessly re-coded as baseline with optimised Huffman tables, markers dropped: the same pixels");
   m.def("jpeg_scale_for", &jpeg_scale_for, py::arg("height"), py::arg("width"), py::arg("out_height"),
         py::arg("out_width"), "the DCT scale (eighths) the pipeline decodes a (height, width) crop at for that output");
-  m.def("decode_jpeg", [](py::bytes data, bool keep_gray, int scale) {
+  m.def("decode_jpeg", [](py::bytes data, bool keep_gray, int scale, bool interpolate_chroma) {
     std::string_view v = data;
     std::vector<uint8_t> buf;
     ImgC img;
     {
       py::gil_scoped_release nogil;
-      img = decode_jpeg(reinterpret_cast<const uint8_t*>(v.data()), v.size(), buf, keep_gray, scale);
+      img = decode_jpeg(reinterpret_cast<const uint8_t*>(v.data()), v.size(), buf, keep_gray, scale, interpolate_chroma);
     }
     py::array_t<uint8_t> out({img.h, img.w, img.c});
     std::memcpy(out.mutable_data(), img.p, img.shape().bytes());
     return out;
-  }, py::arg("data"), py::arg("keep_gray") = false, py::arg("scale") = 8,
+  }, py::arg("data"), py::arg("keep_gray") = false, py::arg("scale") = 8, py::arg("interpolate_chroma") = true,
      "decode one JPEG to u8 HWC RGB (keep_gray: one channel for a gray file), as the worker pool does; scale M: "
-     "DCT-scaled to M/8 of its size");
+     "DCT-scaled to M/8 of its size; interpolate_chroma: libjpeg's fancy chroma upsampling (else replication)");
   bind_jpeg_regions(m);
   m.def("cpu_has_f16c", &cpu_has_f16c);
   m.def("f16c_enabled", &f16c_enabled);

@@ -102,9 +102,11 @@ def test_decode_regions_holds_the_whole_decode_s_pixels(split):
 
 @pytest.mark.parametrize("threads", [1, 3, 64])
 @pytest.mark.parametrize("window", [True, False])
-def test_regions_decoded_packed_on_threads_are_the_whole_decode_s(split, threads, window):
+@pytest.mark.parametrize("interpolate", [True, False])
+def test_regions_decoded_packed_on_threads_are_the_whole_decode_s(split, threads, window, interpolate):
     """decode_regions_at (the device feeder's CPU share): any rows, packed anywhere, on native threads; the window
-    decode around each region gives the whole decode's pixels (progressive, gray and 4:4:4 files among them)."""
+    decode around each region gives the whole decode's pixels (progressive, gray and 4:4:4 files among them),
+    with either chroma upsampling."""
     b = JpegPlanner(split, chain()).plan(np.arange(len(split)), seed=5, epoch=1)
     rows = np.arange(len(split))[::-2].copy()
     sizes = region_bytes(b, rows)
@@ -113,15 +115,54 @@ def test_regions_decoded_packed_on_threads_are_the_whole_decode_s(split, threads
     was = _native.window_decode()
     _native.set_window_decode(window)
     try:
-        decode_regions_at(split, b, rows, out, at, threads)
+        decode_regions_at(split, b, rows, out, at, threads, interpolate_chroma=interpolate)
     finally:
         _native.set_window_decode(was)
     for r, a, n in zip(rows, at, sizes, strict=True):
         g = b.geom[r]
         y0, x0, h, w = (int(g[COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w"))
-        img = _native.decode_jpeg(split.encoded_bytes(int(b.indices[r])), False, 8)
+        img = _native.decode_jpeg(split.encoded_bytes(int(b.indices[r])), False, 8, interpolate)
         np.testing.assert_array_equal(out[a:a + n].reshape(h, w, 3), img[y0:y0 + h, x0:x0 + w])
     assert (out[:7] == 0xAB).all() and (out[at[0] + sizes[0]:at[1]] == 0xAB).all() and (out[-3:] == 0xAB).all()
+
+
+def _chroma_spread(rgb: np.ndarray) -> np.ndarray:
+    """Per aligned 2x2 block without a clipped byte (0 or 255), the largest spread of JFIF Cb or Cr over its four
+    pixels."""
+    x = rgb.astype(np.float64)
+    cb = -0.168736 * x[..., 0] - 0.331264 * x[..., 1] + 0.5 * x[..., 2]
+    cr = 0.5 * x[..., 0] - 0.418688 * x[..., 1] - 0.081312 * x[..., 2]
+    h, w = (rgb.shape[0] // 2) * 2, (rgb.shape[1] // 2) * 2
+
+    def blocks(a: np.ndarray) -> np.ndarray:
+        return a[:h, :w].reshape(h // 2, 2, w // 2, 2)
+
+    clipped = blocks(((rgb == 0) | (rgb == 255)).any(-1)).any((1, 3))
+    spread = np.maximum(*(blocks(c).max((1, 3)) - blocks(c).min((1, 3)) for c in (cb, cr)))
+    return spread[~clipped]
+
+
+def test_replicated_chroma_is_one_chroma_sample_a_2x2_block_of_a_4_2_0_file(split):
+    """interpolate_chroma=False (the device feeder's default, nvJPEG's engine at full speed): each chroma sample of a
+    4:2:0 file covers its 2x2 block unchanged (up to the rounding and clipping of the RGB bytes), where libjpeg's
+    interpolated upsampling blends neighbours; a 4:4:4 or gray file decodes the same either way."""
+    from PIL import Image, JpegImagePlugin
+
+    seen = {0: 0, 2: 0}
+    for i in range(len(split)):
+        data = split.encoded_bytes(i)
+        with Image.open(__import__("io").BytesIO(data)) as im:
+            sampling = JpegImagePlugin.get_sampling(im) if im.mode == "RGB" else 0
+        smooth = _native.decode_jpeg(data, False, 8, True)
+        sharp = _native.decode_jpeg(data, False, 8, False)
+        if sampling == 0:  # (4:4:4 or gray: nothing to upsample)
+            np.testing.assert_array_equal(sharp, smooth)
+        elif sampling == 2:
+            spread, blended = _chroma_spread(sharp), _chroma_spread(smooth)
+            assert spread.max() <= 1.5, (i, spread.max())  # (the rounding of the RGB bytes)
+            assert np.mean(blended <= 1.5) < 0.9, (i, np.mean(blended <= 1.5))
+        seen[sampling] = seen.get(sampling, 0) + 1
+    assert seen[0] and seen[2]  # both kinds are in the folder
 
 
 def test_decode_regions_at_names_a_damaged_file_and_writes_the_others(split):

@@ -116,12 +116,13 @@ def test_global_instance_and_reset(rng):
     ({"cpu_threads": 0}, r"device_decode cpu_threads must be >= 1, got 0"),
     ({"cpu_threads": 2.5}, r"device_decode cpu_threads must be an integer"),
     ({"backend": "nvdec"}, r"backend must be 'auto', 'hardware' or 'gpu', got 'nvdec'"),
+    ({"interpolate_chroma": 1}, r"device_decode interpolate_chroma must be True or False, got 1"),
 ])
 def test_device_decode_refuses_settings_out_of_range(kwargs, match):
     s = PreprocessorSettings()
     with pytest.raises(ConfigError, match=match):
         s.device_decode(True, **kwargs)
-    assert not s.device_dec  # nothing half-set
+    assert s == PreprocessorSettings()  # nothing half-set
 
 
 def test_device_decode_keeps_its_cpu_share_and_threads():
@@ -129,3 +130,5 @@ def test_device_decode_keeps_its_cpu_share_and_threads():
     assert (s.device_dec, s.device_dec_cpu_share, s.device_dec_cpu_threads) == (True, 0.25, 3)
     assert PreprocessorSettings().device_decode(True, cpu_share=1).device_dec_cpu_share == 1.0
     assert PreprocessorSettings().device_decode(True).device_dec_cpu_share == "auto"
+    assert not PreprocessorSettings().device_decode(True).device_dec_interpolate_chroma  # (nvJPEG's fast path)
+    assert PreprocessorSettings().device_decode(True, interpolate_chroma=True).device_dec_interpolate_chroma

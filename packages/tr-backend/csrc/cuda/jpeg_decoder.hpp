@@ -45,10 +45,11 @@ class JpegDecoder {
   // backend: "hardware", "gpu" (the GPU-assisted hybrid) or "auto" (hardware where the device has it).
   // max_batch: the largest batch decode() takes; threads: host threads nvJPEG may use for a batch.
   // strict: damaged bitstreams are errors (NVJPEG_FLAGS_BITSTREAM_STRICT); interpolate: interpolated chroma
-  // upsampling (NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION, closer to libjpeg-turbo); a flag the backend refuses is
-  // dropped (backend() says what was made).
+  // upsampling (NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION, libjpeg-turbo's default "fancy" upsampling; 5x slower
+  // on the H200's engine), else each chroma sample replicated; a flag the backend refuses is dropped (backend()
+  // says what was made).
   JpegDecoder(int device, const std::string& backend, int max_batch, int threads, bool strict = true,
-              bool interpolate = true);
+              bool interpolate = false);
   ~JpegDecoder();
   JpegDecoder(const JpegDecoder&) = delete;
   JpegDecoder& operator=(const JpegDecoder&) = delete;

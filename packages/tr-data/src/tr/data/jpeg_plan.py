@@ -176,17 +176,18 @@ class JpegPlanner:
 
 
 def decode_regions(split: Split, batch: JpegBatch, out: np.ndarray | None = None,
-                   names: Sequence[str] | None = None, threads: int = 1) -> np.ndarray:
+                   names: Sequence[str] | None = None, threads: int = 1,
+                   interpolate_chroma: bool = True) -> np.ndarray:
     """The batch's decoded regions on the CPU (libjpeg-turbo, RGB), each at its slot of a flat u8 buffer of
     ``batch.decode_bytes`` bytes (``out`` when given: at least that size), with ``threads`` native threads. A
     damaged JPEG is a DataError naming its dataset index (and its file, from ``names`` by dataset index when
-    given)."""
+    given). ``interpolate_chroma``: see decode_regions_at."""
     buf = np.zeros(batch.decode_bytes, np.uint8) if out is None else out
     if buf.dtype != np.uint8 or buf.ndim != 1 or buf.size < batch.decode_bytes:
         raise DataError(f"the decode buffer must be flat uint8 of at least {batch.decode_bytes} bytes, got "
                         f"{buf.dtype} {buf.shape}")
     rows = np.arange(len(batch.indices))
-    decode_regions_at(split, batch, rows, buf, batch.geom[:, COL["slot"]], threads, names)
+    decode_regions_at(split, batch, rows, buf, batch.geom[:, COL["slot"]], threads, names, interpolate_chroma)
     return buf
 
 
@@ -197,19 +198,21 @@ def region_bytes(batch: JpegBatch, rows: np.ndarray) -> np.ndarray:
 
 
 def decode_regions_at(split: Split, batch: JpegBatch, rows: np.ndarray, out: np.ndarray, at: np.ndarray,
-                      threads: int = 1, names: Sequence[str] | None = None) -> None:
+                      threads: int = 1, names: Sequence[str] | None = None, interpolate_chroma: bool = True) -> None:
     """Decode the regions of the batch's ``rows`` on the CPU (libjpeg-turbo; only the window around each region
     while tr.data's window decode is on: the same pixels) into the flat u8 ``out``, row ``rows[j]``'s at
     ``at[j]`` (roi_h * roi_w * 3 bytes), with ``threads`` native threads, the GIL released. A damaged JPEG is a
     DataError naming its dataset index (and its file, from ``names`` by dataset index when given), raised once
-    every other region is written."""
+    every other region is written. ``interpolate_chroma``: libjpeg's interpolated ("fancy") chroma upsampling, the
+    CPU pipeline's; False: each chroma sample replicated, as nvJPEG's hardware engine decodes by default."""
     rows = np.asarray(rows, np.int64)
     if not rows.size:
         return
     g = batch.geom[rows]
     regions = np.stack([g[:, COL["roi_y"]], g[:, COL["roi_x"]], g[:, COL["roi_h"]], g[:, COL["roi_w"]]], 1)
     failed = _native.decode_jpeg_regions(split.images, batch.offsets[rows], batch.sizes[rows],
-                                         regions.astype(np.int32), out, np.asarray(at, np.int64), int(threads))
+                                         regions.astype(np.int32), out, np.asarray(at, np.int64), int(threads),
+                                         bool(interpolate_chroma))
     if failed:
         j, why = failed[0]
         i = int(batch.indices[rows[j]])
@@ -218,12 +221,14 @@ def decode_regions_at(split: Split, batch: JpegBatch, rows: np.ndarray, out: np.
         raise DataError(f"sample {i}{where}: {why}{more}")
 
 
-def decode_region(split: Split, batch: JpegBatch, k: int, names: Sequence[str] | None = None) -> np.ndarray:
+def decode_region(split: Split, batch: JpegBatch, k: int, names: Sequence[str] | None = None,
+                  interpolate_chroma: bool = True) -> np.ndarray:
     """Row ``k``'s decoded region on the CPU (libjpeg-turbo, RGB), flat u8 of roi_h * roi_w * 3 bytes; a damaged
-    JPEG is a DataError naming its dataset index (and its file, from ``names`` by dataset index when given)."""
+    JPEG is a DataError naming its dataset index (and its file, from ``names`` by dataset index when given);
+    ``interpolate_chroma``: see decode_regions_at."""
     i, g = int(batch.indices[k]), batch.geom[k]
     try:
-        img = _native.decode_jpeg(split.encoded_bytes(i), False, 8)
+        img = _native.decode_jpeg(split.encoded_bytes(i), False, 8, bool(interpolate_chroma))
     except DataError as e:
         where = f" ({names[i]})" if names is not None else ""
         raise DataError(f"sample {i}{where}: {e}") from None

@@ -65,6 +65,7 @@ class PreprocessorSettings:
     device_dec_backend: str = "auto"
     device_dec_cpu_share: float | str = "auto"
     device_dec_cpu_threads: int | None = None
+    device_dec_interpolate_chroma: bool = False
     _frozen: bool = field(default=False, repr=False)
 
     # ---- the fluent builder -------------------------------------------------------------------
@@ -159,7 +160,7 @@ class PreprocessorSettings:
         return self._set("device_aug", _flag("device_augment", on))
 
     def device_decode(self, on: bool = True, backend: str = "auto", cpu_share: float | str = "auto",
-                      cpu_threads: int | None = None) -> PreprocessorSettings:
+                      cpu_threads: int | None = None, interpolate_chroma: bool = False) -> PreprocessorSettings:
         """Decode JPEG data sets (an image folder or a JPEG DTS pack) on the training device: the host reads only
         the files and their headers and draws each sample's parameters as this pipeline's workers would; the
         device decodes the regions the chain reads (nvJPEG: ``backend`` "auto" takes the GPU's hardware JPEG
@@ -174,8 +175,14 @@ class PreprocessorSettings:
         first batch), then re-balanced early in every training epoch and at its end from that epoch's timings
         (beside the training step) so that both take as long for a batch. A number gives the same batches run
         after run (which row goes to which decoder depends on it alone; "auto"'s rows move with timings, and
-        nvJPEG's pixels may differ from libjpeg-turbo's by a grey level); 1.0 decodes everything with
-        libjpeg-turbo: the CPU pipeline's pixels to the bit."""
+        nvJPEG's pixels may differ from libjpeg-turbo's by a grey level).
+
+        ``interpolate_chroma``: how both decoders upsample the chroma of subsampled (4:2:0, 4:2:2) files. False
+        (the default): each chroma sample replicated, nvJPEG's hardware engine at full speed (5x the
+        interpolated rate on the H200, benchmarks/RESULTS.md) and libjpeg-turbo set to match it; the pixels then
+        differ from the CPU pipeline's (libjpeg's interpolated "fancy" upsampling, Pillow's too) along colour
+        edges. True: interpolated, as the CPU pipeline; with ``cpu_share=1.0`` the CPU pipeline's pixels to the
+        bit (the exact path)."""
         if backend not in ("auto", "hardware", "gpu"):
             raise ConfigError(f"device_decode backend must be 'auto', 'hardware' or 'gpu', got {backend!r}")
         if cpu_share != "auto" and (isinstance(cpu_share, bool) or not isinstance(cpu_share, (int, float))
@@ -183,9 +190,11 @@ class PreprocessorSettings:
             raise ConfigError(f"device_decode cpu_share must be a number in [0, 1] or 'auto', got {cpu_share!r}")
         if cpu_threads is not None:
             cpu_threads = _count("device_decode cpu_threads", cpu_threads, MAX_WORKERS)
+        interpolate_chroma = _flag("device_decode interpolate_chroma", interpolate_chroma)
         self._set("device_dec_backend", backend)
         self._set("device_dec_cpu_share", cpu_share if cpu_share == "auto" else float(cpu_share))
         self._set("device_dec_cpu_threads", cpu_threads)
+        self._set("device_dec_interpolate_chroma", interpolate_chroma)
         return self._set("device_dec", _flag("device_decode", on))
 
     def pad_channels_to(self, n: int | None) -> PreprocessorSettings:

@@ -132,7 +132,8 @@ def feeder_from_preprocessor(settings: Settings, zones: Sequence[Any] | None = N
 
         return DeviceJpegFeeder(pre, settings.batch_size, settings.seed, fp16=settings.amp_enabled,
                                 backend=pre.device_dec_backend, cpu_share=pre.device_dec_cpu_share,
-                                cpu_threads=pre.device_dec_cpu_threads)
+                                cpu_threads=pre.device_dec_cpu_threads,
+                                interpolate_chroma=pre.device_dec_interpolate_chroma)
     if pre.device_aug:
         from tr.task.resident import ResidentFeeder
 

@@ -5,8 +5,10 @@ of interest, RGB u8 HWC, at its slot), which image_resample then crops, resizes 
 nvJPEG is opened at run time (``libnvjpeg.so.13``): from ``TR_NVJPEG_PATH``, NVIDIA's wheel (nvidia-nvjpeg:
 ``nvidia/cu13/lib``), the library found at build time, then the system's loader; DeviceUnavailableError names
 every path tried. The decoder takes the hardware backend (the JPEG engines of A100/H100/H200) where the GPU has
-one, else the GPU-assisted hybrid; ``backend`` says which, with its flags (strict bitstreams, interpolated chroma
-upsampling where the backend takes it).
+one, else the GPU-assisted hybrid; ``backend`` says which, with its flags (strict bitstreams; interpolated chroma
+upsampling where asked and the backend takes it: libjpeg-turbo's default upsampling, but 5x the engine's time on
+the H200, benchmarks/RESULTS.md; without, each chroma sample is replicated, as libjpeg-turbo's
+``interpolate_chroma=False`` decodes).
 
 ``decode`` returns one status a sample: DECODED, UNSUPPORTED (this backend does not take the file: progressive
 or 4:1:0 on the hardware engine, CMYK: the caller decodes it on the CPU and uploads its region) or DAMAGED.
@@ -64,7 +66,7 @@ class DeviceJpegDecoder:
     """Decodes batches of at most ``max_batch`` JPEGs on CUDA device ``device`` (see the module docstring)."""
 
     def __init__(self, device: int = 0, backend: str = "auto", max_batch: int = 256, threads: int = 4,
-                 strict: bool = True, interpolate: bool = True) -> None:
+                 strict: bool = True, interpolate: bool = False) -> None:
         if backend not in BACKENDS:
             raise ConfigError(f"JPEG decoder backend must be one of {BACKENDS}, got {backend!r}")
         self._d = _native().JpegDecoder(int(device), backend, int(max_batch), int(threads), bool(strict),

@@ -3,11 +3,12 @@ against libjpeg-turbo's whole decode (tr.data), the statuses of files the backen
 ones, decoding twice giving the same bytes, and the whole device chain (planner, nvJPEG, the CPU fallback for
 what nvJPEG refuses, image_resample on CUDA) against the CPU pipeline.
 
-The tolerance against libjpeg-turbo is nvJPEG's, not ours: the libraries' IDCT and chroma upsampling may differ
-(libjpeg-turbo's 'fancy' triangle upsampling; nvJPEG's interpolation flag where the backend takes it). Each test
-prints what it measured. On the H200 (2026-12-02, benchmarks/RESULTS.md) the hardware engine's regions were
-libjpeg-turbo's pixels: mean |difference| 0.000, largest 1 grey level; the bounds below leave room for other
-GPUs' backends."""
+The tolerance against libjpeg-turbo is nvJPEG's, not ours: the libraries' IDCT and chroma upsampling may differ.
+Both are compared in the same chroma mode: interpolated (libjpeg-turbo's 'fancy' triangle upsampling, nvJPEG's
+interpolation flag where the backend takes it) and replicated (libjpeg-turbo's do_fancy_upsampling off, nvJPEG's
+default: the device feeder's default). Each test prints what it measured. On the H200 (2026-12-02,
+benchmarks/RESULTS.md) the hardware engine's interpolated regions were libjpeg-turbo's pixels: mean |difference|
+0.000, largest 1 grey level; the bounds below leave room for other GPUs' backends."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def photos(tmp_path_factory) -> Path:
                        val_per_class=1)
 
 
-def _cuda(capacity: int, batch: int = 0, size: int = 0, c_out: int = 3):
+def _cuda(capacity: int, batch: int = 0, size: int = 0, c_out: int = 3, interpolate: bool = True):
     from tr.backend.cuda.jpeg import DeviceJpegDecoder
 
     a = SimpleArena()
@@ -52,7 +53,7 @@ def _cuda(capacity: int, batch: int = 0, size: int = 0, c_out: int = 3):
 
     be = CudaBackend()
     be.allocate(a.layout())
-    return be, t, DeviceJpegDecoder(0, "auto", max_batch=max(batch, 64))
+    return be, t, DeviceJpegDecoder(0, "auto", max_batch=max(batch, 64), interpolate=interpolate)
 
 
 def _decode(be, t, dec, split, plan):
@@ -62,25 +63,36 @@ def _decode(be, t, dec, split, plan):
     return status, be.read(t["src"]).reshape(-1)
 
 
-def test_regions_decode_as_libjpeg_turbo_within_the_documented_tolerance(photos):
-    split = ImageFolder(photos).load("train")
-    planner = JpegPlanner(split, Compose([RandomResizedCrop(64)], NormMode.IMAGENET, "float16"))
-    plan = planner.plan(np.arange(len(split)), seed=3, epoch=0)
-    be, t, dec = _cuda(planner.capacity(len(split)))
-    status, got = _decode(be, t, dec, split, plan)
-    want = decode_regions(split, plan)
-    print(f"\nnvJPEG backend {dec.backend}: {np.bincount(status, minlength=3).tolist()} decoded/unsupported/damaged")
-    assert (status != 2).all()
-    assert (status == 0).sum() >= len(split) // 2  # most of the photographs are baseline
-    worst = []
-    for k in np.flatnonzero(status == 0):
+def _region_diffs(plan, rows, got, want) -> np.ndarray:
+    """(mean, 99.9th percentile, max) of |got - want| over each row's region."""
+    out = []
+    for k in rows:
         g = plan.geom[k]
         s, n = int(g[COL["slot"]]), int(g[COL["roi_h"]]) * int(g[COL["roi_w"]]) * 3
         d = np.abs(got[s:s + n].astype(np.int16) - want[s:s + n].astype(np.int16))
-        worst.append((float(d.mean()), float(np.percentile(d, 99.9)), int(d.max())))
-    worst = np.array(worst)
+        out.append((float(d.mean()), float(np.percentile(d, 99.9)), int(d.max())))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("interpolate", [True, False])
+def test_regions_decode_as_libjpeg_turbo_within_the_documented_tolerance(photos, interpolate):
+    split = ImageFolder(photos).load("train")
+    planner = JpegPlanner(split, Compose([RandomResizedCrop(64)], NormMode.IMAGENET, "float16"))
+    plan = planner.plan(np.arange(len(split)), seed=3, epoch=0)
+    be, t, dec = _cuda(planner.capacity(len(split)), interpolate=interpolate)
+    assert ("interpolated" in dec.backend) == interpolate  # (the H200's engine takes the flag)
+    status, got = _decode(be, t, dec, split, plan)
+    want = decode_regions(split, plan, interpolate_chroma=interpolate)
+    print(f"\nnvJPEG backend {dec.backend}: {np.bincount(status, minlength=3).tolist()} decoded/unsupported/damaged")
+    assert (status != 2).all()
+    assert (status == 0).sum() >= len(split) // 2  # most of the photographs are baseline
+    worst = _region_diffs(plan, np.flatnonzero(status == 0), got, want)
     print(f"|nvJPEG - libjpeg-turbo|: mean {worst[:, 0].mean():.3f} (worst region {worst[:, 0].max():.3f}), "
           f"p99.9 worst {worst[:, 1].max():.0f}, max {int(worst[:, 2].max())}")
+    other = _region_diffs(plan, np.flatnonzero(status == 0), got,
+                          decode_regions(split, plan, interpolate_chroma=not interpolate))
+    print(f"against libjpeg-turbo's other chroma upsampling: mean {other[:, 0].mean():.3f} (worst region "
+          f"{other[:, 0].max():.3f}), p99.9 worst {other[:, 1].max():.0f}, max {int(other[:, 2].max())}")
     assert worst[:, 0].max() <= MEAN_ABS_LIMIT and worst[:, 1].max() <= P999_LIMIT
     _, again = _decode(be, t, dec, split, plan)
     np.testing.assert_array_equal(again, got)  # deterministic: the same bytes on a second decode
@@ -179,3 +191,39 @@ def test_the_device_chain_is_the_cpu_pipeline_up_to_the_decoders_difference(phot
     print(f"\ndevice chain vs CPU pipeline: mean |diff| {np.mean(diffs):.3f} grey levels, worst sample "
           f"{np.max(diffs):.3f}; {fallback.size} of {batch} decoded on the CPU")
     assert np.max(diffs) <= MEAN_ABS_LIMIT
+
+
+@pytest.mark.parametrize("interpolate", [True, False])
+def test_the_decoder_writes_nothing_outside_the_regions(photos, interpolate):
+    """nvJPEG writes each image's region of interest and not a byte more: the decode buffer's bytes between and
+    after the regions (and a guard tensor after the buffer) keep what was there, in either chroma mode, for every
+    crop the planner draws (at the images' edges too)."""
+    split = ImageFolder(photos).load("train")
+    n = len(split)
+    planner = JpegPlanner(split, Compose([RandomResizedCrop(64)], NormMode.IMAGENET, "float16"))
+    a = SimpleArena()
+    cap = planner.capacity(n)
+    t = {"src": a.add("src", (cap,), "uint8"), "guard": a.add("guard", (4096,), "uint8")}
+    from tr.backend.cuda import CudaBackend
+    from tr.backend.cuda.jpeg import DeviceJpegDecoder
+
+    be = CudaBackend()
+    be.allocate(a.layout())
+    dec = DeviceJpegDecoder(0, "auto", max_batch=n, interpolate=interpolate)
+    for seed in (1, 2, 3):
+        plan = planner.plan(np.arange(n), seed=seed, epoch=0)
+        be.write(t["src"], np.full(cap, 0xA5, np.uint8))
+        be.write(t["guard"], np.full(4096, 0x5A, np.uint8))
+        ok = np.flatnonzero(~planner.progressive[plan.indices])
+        status = dec.decode(split.images, plan.offsets[ok], plan.sizes[ok], plan.geom[ok],
+                            be.arena_ptr + t["src"].offset, be.ctx.stream(0), False)
+        be.synchronize()
+        assert (status == 0).all(), status
+        mem = be.read(t["src"]).reshape(-1)
+        outside = np.ones(cap, bool)
+        for g in plan.geom[ok]:
+            s = int(g[COL["slot"]])
+            outside[s:s + int(g[COL["roi_h"]]) * int(g[COL["roi_w"]]) * 3] = False
+        bad = np.flatnonzero(outside & (mem != 0xA5))
+        assert bad.size == 0, f"{dec.backend}, seed {seed}: {bad.size} bytes written outside the regions: {bad[:8]}"
+        assert (be.read(t["guard"]).reshape(-1) == 0x5A).all(), f"{dec.backend}: the guard after the buffer written"

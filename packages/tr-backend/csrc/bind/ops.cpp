@@ -139,7 +139,7 @@ void bind_jpeg(nb::module_& m) {
                           "Batched nvJPEG decoding of host JPEG bytes into device RGB regions (nvJPEG opened at run "
                           "time); see csrc/cuda/jpeg_decoder.hpp.")
       .def(nb::init<int, const std::string&, int, int, bool, bool>(), "device"_a, "backend"_a = "auto",
-           "max_batch"_a = 256, "threads"_a = 4, "strict"_a = true, "interpolate"_a = true)
+           "max_batch"_a = 256, "threads"_a = 4, "strict"_a = true, "interpolate"_a = false)
       .def_prop_ro("backend", &JpegDecoder::backend, "The backend made, with its flags (e.g. 'hardware+strict').")
       .def_prop_ro("device", &JpegDecoder::device)
       .def(
@@ -193,6 +193,8 @@ void bind_ops(nb::module_& m) {
       .def(
           "stream", [](const Context& c, int kind) { return reinterpret_cast<std::uintptr_t>(c.stream(kind)); },
           "kind"_a, "The cudaStream_t of a stream kind (0..4) as an integer.")
+      .def("priority", &Context::priority, "kind"_a,
+           "A stream kind's CUDA priority (lower is more urgent): TRANS the device's greatest, the others its least.")
       .def("synchronize", &Context::synchronize, nb::call_guard<nb::gil_scoped_release>(),
            "Wait for every stream; raise the first asynchronous error.")
       .def(

@@ -25,7 +25,17 @@ void check_kind(int kind) {
 Context::Context(int device, std::size_t workspace_bytes) : device_(device), workspace_bytes_(workspace_bytes) {
   require_device(device);
   cuda::DeviceGuard guard(device);
-  for (auto& s : streams_) cuda::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  // TRANS at the device's greatest priority: what feeds the next step (nvJPEG's decode, the transfer graph) is
+  // scheduled ahead of the running step's kernels as their blocks retire, instead of queueing behind every
+  // kernel already launched (measured on the H200: a decode beside a step otherwise waits for all of it,
+  // benchmarks/RESULTS.md). The compute streams keep the default (least) priority.
+  int least = 0, greatest = 0;
+  cuda::check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+  for (int k = 0; k < kNumStreams; ++k) {
+    priorities_[k] = k == kTransStream ? greatest : least;
+    cuda::check(cudaStreamCreateWithPriority(&streams_[k], cudaStreamNonBlocking, priorities_[k]),
+                "cudaStreamCreateWithPriority");
+  }
   if (workspace_bytes_ > 0) {
     const cudaError_t error = cudaMalloc(&workspace_, workspace_bytes_);
     if (error != cudaSuccess) {
@@ -55,6 +65,11 @@ Context::~Context() {
 cudaStream_t Context::stream(int kind) const {
   check_kind(kind);
   return streams_[kind];
+}
+
+int Context::priority(int kind) const {
+  check_kind(kind);
+  return priorities_[kind];
 }
 
 cublasLtHandle_t Context::lt_handle() {

@@ -15,6 +15,7 @@ namespace tr::native {
 
 // Stream kinds, numbered as tr.core.phase.StreamKind: TRANS, COMP_1, COMP_2, COMP_3, UPDATE.
 inline constexpr int kNumStreams = 5;
+inline constexpr int kTransStream = 0;
 
 class Context {
  public:
@@ -25,6 +26,8 @@ class Context {
 
   int device() const { return device_; }
   cudaStream_t stream(int kind) const;
+  // A stream's CUDA priority (lower is more urgent): TRANS the device's greatest, the others its least.
+  int priority(int kind) const;
   // The cuBLASLt handle, created on first use (loads the library).
   cublasLtHandle_t lt_handle();
   void* workspace() const { return workspace_; }
@@ -35,6 +38,7 @@ class Context {
  private:
   int device_;
   cudaStream_t streams_[kNumStreams] = {};
+  int priorities_[kNumStreams] = {};
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_;

@@ -61,12 +61,14 @@ class DeviceJpegFeeder(DeviceSideFeeder):
     """Feeds a plan with a JPEG input (tr.graph.jpeg_input): labels and geometry per batch, regions decoded
     into the arena. ``backend``: the nvJPEG backend to try first ("auto", "hardware" or "gpu"); ``cpu_share``:
     the batch's share decoded by libjpeg-turbo on CUDA, in [0, 1], or "auto" (measured at upload, re-balanced
-    in training: _rebalance); ``cpu_threads``: libjpeg-turbo's threads (default: all cores but two)."""
+    in training: _rebalance); ``cpu_threads``: libjpeg-turbo's threads (default: all cores but two);
+    ``interpolate_chroma``: both decoders' chroma upsampling (PreprocessorSettings.device_decode)."""
 
     setting = "device_decode"
 
     def __init__(self, pre_settings: PreprocessorSettings, batch: int, seed: int | None = None, fp16: bool = False,
-                 backend: str = "auto", cpu_share: float | str = "auto", cpu_threads: int | None = None) -> None:
+                 backend: str = "auto", cpu_share: float | str = "auto", cpu_threads: int | None = None,
+                 interpolate_chroma: bool = False) -> None:
         if cpu_share != "auto" and (isinstance(cpu_share, bool) or not isinstance(cpu_share, (int, float))
                                     or not 0.0 <= float(cpu_share) <= 1.0):
             raise ConfigError(f"DeviceJpegFeeder: cpu_share must be a number in [0, 1] or 'auto', got {cpu_share!r}")
@@ -100,6 +102,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         self._attrs = {"mean": tuple(float(v) for v in mean), "std": tuple(float(v) for v in std),
                        "erase_value": tuple(float(v) for v in erase.value) if erase is not None else (0.0,)}
         self.nvjpeg_backend = backend
+        self.interpolate_chroma = bool(interpolate_chroma)
         self.cpu_share_setting = cpu_share
         self.cpu_share: float | None = None  # the share in use (upload: "auto" measured then)
         self.cpu_threads = int(cpu_threads or max(1, (os.cpu_count() or 2) - 2))
@@ -143,7 +146,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
             return
         from tr.backend.cuda.jpeg import DeviceJpegDecoder, h2d_async
 
-        self._decoder = DeviceJpegDecoder(backend.device, self.nvjpeg_backend, self.batch)
+        self._decoder = DeviceJpegDecoder(backend.device, self.nvjpeg_backend, self.batch,
+                                          interpolate=self.interpolate_chroma)
         self._h2d = h2d_async
         hardware = self._hardware = self._decoder.backend.startswith("hardware")
         splits = [(t, s) for t, s in self._splits.items() if s is not None]
@@ -185,7 +189,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
             self._backend.synchronize()
 
         def on_cpu() -> None:
-            decode_regions_at(self._splits[True], plan, rows, fallback, at, self.cpu_threads, self._paths[True])
+            decode_regions_at(self._splits[True], plan, rows, fallback, at, self.cpu_threads, self._paths[True],
+                              self.interpolate_chroma)
 
         t_dev, t_cpu = _best_time(on_device, reps), _best_time(on_cpu, reps)
         self.calibration = {"rows": int(rows.size), "device_s": t_dev, "cpu_s": t_cpu, "row_s": t_dev / rows.size,
@@ -295,7 +300,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         if self._decoder is None:  # the CPU backend: libjpeg-turbo, the CPU pipeline's pixels
             src = self._host_src[k % 2]
             rows = np.arange(m)
-            decode_regions_at(split, plan, rows, src, plan.geom[rows, COL["slot"]], self.cpu_threads, names)
+            decode_regions_at(split, plan, rows, src, plan.geom[rows, COL["slot"]], self.cpu_threads, names,
+                              self.interpolate_chroma)
             self.times["cpu_decode_s"] += time.perf_counter() - t0
             return _Prepared(k, m, plan, src, np.arange(0), np.zeros(0, np.int64))
         staging, fallback = self._staging[k % 2]
@@ -307,7 +313,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         offs = self._stage(plan, on_device, staging, train)
         at = _packed(region_bytes(plan, on_cpu))
         t1 = time.perf_counter()
-        decode_regions_at(split, plan, on_cpu, fallback, at, self.cpu_threads, names)
+        decode_regions_at(split, plan, on_cpu, fallback, at, self.cpu_threads, names, self.interpolate_chroma)
         self.times["cpu_decode_s"] += time.perf_counter() - t1
         return _Prepared(k, m, plan, staging, on_device, offs, on_cpu, at, int(refused.sum()))
 
@@ -318,6 +324,14 @@ class DeviceJpegFeeder(DeviceSideFeeder):
             be.write(self._src, ready.staging.reshape(self._src.shape.dims))
             return
         dst = be.arena_ptr + self._src.offset
+        # the CPU-decoded regions' asynchronous copies first: nvJPEG's call returns only once the device is idle
+        # (the running step done), so copies queued after it would leave the device idle while the host queues them
+        _, fallback = self._staging[ready.k % 2]
+        t0 = time.perf_counter()
+        sizes = region_bytes(plan, ready.on_cpu)
+        for r, pos, n in zip(ready.on_cpu, ready.cpu_at, sizes, strict=True):
+            self._h2d(dst + int(plan.geom[r, COL["slot"]]), fallback.ctypes.data + int(pos), int(n), self._stream)
+        self.times["cpu_region_copies_s"] += time.perf_counter() - t0
         rows = ready.on_device
         if len(rows):
             t0 = time.perf_counter()
@@ -335,16 +349,11 @@ class DeviceJpegFeeder(DeviceSideFeeder):
             refused = rows[status == UNSUPPORTED]
             if refused.size:  # not foreseen from the header: decoded here, copied with a synchronising write
                 for r in refused:
-                    region = decode_region(self._splits[train], plan, int(r), names=self._paths[train])
+                    region = decode_region(self._splits[train], plan, int(r), self._paths[train],
+                                           self.interpolate_chroma)
                     be.write_bytes(self._src.offset + int(plan.geom[r, COL["slot"]]), region)
                 self.cpu_decoded += int(refused.size)
                 self.device_decoded -= int(refused.size)
-        _, fallback = self._staging[ready.k % 2]
-        t0 = time.perf_counter()
-        sizes = region_bytes(plan, ready.on_cpu)
-        for r, pos, n in zip(ready.on_cpu, ready.cpu_at, sizes, strict=True):  # CPU-decoded: asynchronous copies
-            self._h2d(dst + int(plan.geom[r, COL["slot"]]), fallback.ctypes.data + int(pos), int(n), self._stream)
-        self.times["cpu_region_copies_s"] += time.perf_counter() - t0
         self.cpu_decoded += ready.refused
         self.cpu_shared += len(ready.on_cpu) - ready.refused
 

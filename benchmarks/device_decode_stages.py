@@ -4,7 +4,8 @@ Over a baseline DTS pack (every file taken by the hardware engine), batch --batc
 
 * ``plan``: tr.data.jpeg_plan's geometry of a batch (host); ``stage``: its compressed bytes copied into pinned
   memory (host);
-* ``decode``: nvJPEG's batched call and the stream synchronised after it, regions of interest (the crops) and,
+* ``decode``: nvJPEG's batched call (the feeder's decoder: strict, chroma replicated) and the stream synchronised
+  after it, regions of interest (the crops) and,
   for comparison, whole images; ``decode_call``: the host seconds inside the call alone (parse, support checks,
   submission), without and with tr's per-file checks (``precheck``: the statuses they give are printed); the
   hardware engine and the GPU-assisted hybrid backend;
@@ -14,7 +15,8 @@ Over a baseline DTS pack (every file taken by the hardware engine), batch --batc
 * ``decode_roi_{N}_states``: the batch split over N decoders, each from its own thread on its own stream (does one
   decoder use every JPEG engine?);
 * ``cpu_regions_{T}_threads``: libjpeg-turbo's decode of the same regions (tr.data.jpeg_plan.decode_regions_at:
-  the window around each crop) on T native threads;
+  the window around each crop, chroma replicated as the feeder's default) on T native threads; ``..._interpolated``:
+  with libjpeg's interpolated chroma (the CPU pipeline's);
 * ``split_{f}``: what DeviceJpegFeeder runs with a CPU share f: the CPU decodes the last f of the batch on
   --cpu-threads threads while nvJPEG decodes the rest, both at once;
 * ``torchvision``: torchvision.io.decode_jpeg of the same files on the GPU (whole images, its batched nvJPEG);
@@ -22,8 +24,9 @@ Over a baseline DTS pack (every file taken by the hardware engine), batch --batc
 * ``variant_{flags}_{call}``: tr's decoder made with strict bitstreams (s) and interpolated chroma (i) or not, called
   for regions of interest (tr's call) or whole images, interleaved or planar (torchvision's call: no flags,
   whole images, planar RGB);
-* ``under_load``: tr's call, the fastest variant and torchvision's decode beside ~30 ms of GEMMs on another stream:
-  does the decode wait for the rest of the device?
+* ``under_load``: tr's call, the fastest variant and torchvision's decode beside ~30 ms of GEMMs on another stream
+  (of the least priority): does the decode wait for the rest of the device? tr's call on its transfer stream (the
+  greatest priority) and on a stream of the least; torchvision's on either;
 
     python benchmarks/device_decode_stages.py --images /tmp/tr_bench_images_2k --batch 256 --json out.json
 """
@@ -164,9 +167,10 @@ def main(argv: list[str] | None = None) -> None:
     statuses: dict[str, list[int]] = {}  # (decoded, refused, damaged) of each row's last call
 
     def decode(dec, geom, precheck: bool = True, n: int = B, sync: bool = True, row: str = "",
-               call: str = "regions") -> None:
+               call: str = "regions", on: int | None = None) -> None:
         t0 = time.perf_counter()
-        status = dec.decode(staging, offs_big[:n], plan_big.sizes[:n], geom[:n], dst, stream, precheck, call)
+        status = dec.decode(staging, offs_big[:n], plan_big.sizes[:n], geom[:n], dst, stream if on is None else on,
+                            precheck, call)
         calls.append(time.perf_counter() - t0)
         statuses[row] = np.bincount(status, minlength=3).tolist()  # (a refused image is not decoded: see the row)
         if sync:
@@ -219,9 +223,14 @@ def main(argv: list[str] | None = None) -> None:
     fallback = fallback.reshape(-1)
     everything = np.arange(B)
     at_all = _packed(region_bytes(plan, everything))
-    for n in sorted({int(s) for s in a.threads.split(",")}):
+    counts = sorted({int(s) for s in a.threads.split(",")})
+    for n in counts:  # (replicated chroma, as the feeder's default; the most threads interpolated too)
         rows[f"cpu_regions_{n}_threads_ms"] = 1e3 * _timed(
-            lambda n=n: decode_regions_at(split, plan, everything, fallback, at_all, n), max(2, a.reps // 3))
+            lambda n=n: decode_regions_at(split, plan, everything, fallback, at_all, n, None, False),
+            max(2, a.reps // 3))
+    rows[f"cpu_regions_{counts[-1]}_threads_interpolated_ms"] = 1e3 * _timed(
+        lambda: decode_regions_at(split, plan, everything, fallback, at_all, counts[-1], None, True),
+        max(2, a.reps // 3))
     for f in (float(s) for s in a.shares.split(",")):
         n_hw = B - int(round(f * B))
         cpu_rows = np.arange(n_hw, B)
@@ -229,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
 
         def mixed(n_hw=n_hw, cpu_rows=cpu_rows, at=at, f=f) -> None:
             th = threading.Thread(target=decode_regions_at,
-                                  args=(split, plan, cpu_rows, fallback, at, a.cpu_threads))
+                                  args=(split, plan, cpu_rows, fallback, at, a.cpu_threads, None, False))
             th.start()
             decode(hw, plan.geom, False, n_hw, row=f"split_{f:g}")
             th.join()
@@ -264,10 +273,17 @@ def main(argv: list[str] | None = None) -> None:
         files = [torch.frombuffer(bytearray(split.images[s:s + n].tobytes()), dtype=torch.uint8)
                  for s, n in zip(plan.offsets, plan.sizes, strict=True)]
         vdec, vgeom, vcall = variants[fastest]
+        low, high = torch.cuda.Stream(), torch.cuda.Stream(priority=-100)  # (the least priority, the greatest)
+
+        def tv(s) -> None:
+            with torch.cuda.stream(s):
+                torchvision.io.decode_jpeg(files, device="cuda", mode=torchvision.io.ImageReadMode.RGB)
+
         decodes = {"decode_hw": lambda: decode(hw, plan.geom, False, row="under load", sync=False),
+                   "decode_hw_least_priority": lambda: decode(hw, plan.geom, False, row="under load", sync=False,
+                                                              on=low.cuda_stream),
                    f"{fastest}": lambda: decode(vdec, vgeom, False, row="under load", sync=False, call=vcall),
-                   "torchvision": lambda: torchvision.io.decode_jpeg(files, device="cuda",
-                                                                     mode=torchvision.io.ImageReadMode.RGB)}
+                   "torchvision": lambda: tv(low), "torchvision_greatest_priority": lambda: tv(high)}
         under_load(rows, decodes, a.reps)
     except ImportError as e:
         print(f"no rows under load: {e}")
@@ -299,6 +315,7 @@ def main(argv: list[str] | None = None) -> None:
     rates = {k.removesuffix("_ms"): per.get(k.removesuffix("_ms"), B) / (v / 1e3) for k, v in rows.items()}
     out = {"batch": B, "images": len(split), "cores": os.cpu_count(), "cpu_threads": a.cpu_threads,
            "backends": backends, "statuses": statuses, "ms": rows,
+           "trans_stream_priority": be.ctx.priority(0),  # (the load's stream: the least, 0)
            "images_per_s": rates}
     for k, v in rows.items():
         print(f"{k:<36} {v:8.2f} ms  ({rates[k.removesuffix('_ms')]:9.0f} images/s)")

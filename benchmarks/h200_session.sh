@@ -33,6 +33,7 @@
 #                      images/s of tr's device decode (folder, DTS, DTS baseline), torchvision's nvJPEG, tr's CPU pipeline
 #   e2e-dev[-LEVEL]    benchmarks/imagenet_train.py --device-decode: ResNet-50 from a DTS pack decoded on the device
 #   decstages          benchmarks/device_decode_stages.py: each stage of the device decode timed alone
+#   contexts           benchmarks/nvjpeg_contexts.py: nvJPEG's decode beside a GEMM load, in one process or two
 #   breakdown          benchmarks/chain_breakdown.py: one core's time per stage of the ImageNet chain, tr vs Pillow
 #   scaling-mnist      benchmarks/pipeline_scaling.py, the MNIST chain only, claimed, 1 and all workers
 #   scaling-probe      the ImageNet chain at 1, n/2, n-1, n workers with OS counters against n processes, again with
@@ -256,13 +257,15 @@ stage_scaling_mnist() {
 }
 
 stage_e2e() {  # $1: DTS level
-  "$PY" benchmarks/imagenet_train.py --images /tmp/tr_train_images --make 12800 --level "$1" --epochs 3 \
-    --json "$OUT/imagenet_train_dts$1.json"
+  # shellcheck disable=SC2086
+  "$PY" benchmarks/imagenet_train.py --images /tmp/tr_train_images --make 12800 --level "$1" --epochs 3 ${E2E_ARGS:-} \
+    --json "$OUT/imagenet_train_dts$1${E2E_TAG:-}.json"
 }
 
 stage_e2e_dev() {  # $1: DTS level
+  # shellcheck disable=SC2086
   "$PY" benchmarks/imagenet_train.py --images /tmp/tr_train_images --make 12800 --level "$1" --epochs 3 --device-decode \
-    --json "$OUT/imagenet_train_dts$1_device_decode.json"
+    ${E2E_DEV_ARGS:-} --json "$OUT/imagenet_train_dts$1_device_decode${E2E_DEV_TAG:-}.json"
 }
 
 stage_jpegtests() {
@@ -272,6 +275,10 @@ stage_jpegtests() {
 
 stage_decstages() {
   "$PY" benchmarks/device_decode_stages.py --images "${TR_IMAGES}_2k" --make 2000 --json "$OUT/device_decode_stages.json"
+}
+
+stage_contexts() {
+  "$PY" benchmarks/nvjpeg_contexts.py --json "$OUT/nvjpeg_contexts.json"
 }
 
 stage_devdecode() {
@@ -318,7 +325,7 @@ plan=()
 for s in "${stages[@]}"; do
   case $s in
     build|gputests|build-data|datatests|breakdown|scaling-mnist|scaling|scaling-imagenet|scaling-probe|loaders|loaders-vs) plan+=("$s") ;;
-    mnist-twin|mnist|restests|jpegtests|devdecode|decstages) plan+=("$s") ;;
+    mnist-twin|mnist|restests|jpegtests|devdecode|decstages|contexts) plan+=("$s") ;;
     e2e-dev) plan+=(e2e-dev-0) ;;
     e2e-dev-[0-3]) plan+=("$s") ;;
     pipeline) plan+=(scaling loaders) ;;
@@ -395,6 +402,7 @@ for s in "${plan[@]}"; do
     jpegtests) ensure_built "$s" && run jpegtests gputests.log 240 jpegtests ;;
     devdecode) ensure_built "$s" && run devdecode pipeline.log 400 devdecode ;;
     decstages) ensure_built "$s" && run decstages pipeline.log 300 decstages ;;
+    contexts) run contexts pipeline.log 200 contexts ;;
     e2e-dev-*) ensure_built "$s" && run "$s" e2e.log 400 e2e_dev "${s#e2e-dev-}" ;;
     e2e-*) ensure_built "$s" && run "$s" e2e.log 300 e2e "${s#e2e-}" ;;
     profile-*) ensure_built "$s" && run "$s" profile.log "$PROFILE_LIMIT" profile "${s#profile-}" ;;

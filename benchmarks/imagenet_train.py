@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE))
 SEED, LS, MOMENTUM, WD = 0, 0.1, 0.9, 5e-5
 
 
-def make_pack(images: Path, make: int, level: int, workers: int) -> Path:
+def make_pack(images: Path, make: int, level: int, workers: int, baseline: bool = False) -> Path:
     from tr.data.dts import pack
 
     if not images.exists():
@@ -50,21 +50,22 @@ def make_pack(images: Path, make: int, level: int, workers: int) -> Path:
         t0 = time.perf_counter()
         make_image_folder(images, classes=10, per_class=max(1, make // 10), min_side=300, max_side=500, seed=0)
         print(f"made {make} JPEGs in {images} ({time.perf_counter() - t0:.0f} s)", flush=True)
-    out = images.parent / f"{images.name}_dts{level}"
+    out = images.parent / f"{images.name}_dts{level}{'_baseline' if baseline else ''}"
     if not (out / "train.dts").exists():
         t0 = time.perf_counter()
-        pack(images, out, level=level, workers=workers)
+        pack(images, out, level=level, workers=workers, baseline=baseline)
         print(f"packed {images} at level {level} into {out} ({time.perf_counter() - t0:.0f} s)", flush=True)
     return out
 
 
-def chain(s, workers: int, device_decode: bool = False):
+def chain(s, workers: int, device_decode: bool = False, interpolate_chroma: bool = False,
+          cpu_share: float | str = "auto"):
     from tr.core.norm import NormMode
     from tr.data import RandomHorizontalFlip, RandomResizedCrop
 
     return (s.preprocess_workers(workers).normalization(NormMode.IMAGENET)
             .train_transforms(RandomResizedCrop(224), RandomHorizontalFlip()).pad_channels_to(4).seed(SEED)
-            .device_decode(device_decode))
+            .device_decode(device_decode, cpu_share=cpu_share, interpolate_chroma=interpolate_chroma))
 
 
 def pipeline_alone(ds, workers: int, batch: int, epochs: int) -> dict:
@@ -93,7 +94,8 @@ def end_to_end(a: argparse.Namespace, ds, classes: int) -> dict:
     from tr.task.deep_learning import DeepLearningTask
 
     reset_preprocessor_settings()
-    chain(PREPROCESSOR_SETTING.dataset(ds), a.workers, a.device_decode)
+    chain(PREPROCESSOR_SETTING.dataset(ds), a.workers, a.device_decode, a.interpolate_chroma,
+          a.cpu_share if a.cpu_share == "auto" else float(a.cpu_share))
     settings = Settings().amp(True).manual_seed(SEED).global_batch_size(a.batch).use_tf32(True)
     task = (DeepLearningTask(settings).device(a.device).quiet().model(tr_model(classes, a.model))
             .loss(CrossEntropyLoss().label_smoothing(LS))
@@ -149,13 +151,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--device-decode", action="store_true",
                     help="decode the JPEGs on the device (PREPROCESSOR_SETTING.device_decode, issue [13])")
+    ap.add_argument("--interpolate-chroma", action="store_true",
+                    help="with --device-decode: both decoders interpolate chroma (the CPU pipeline's pixels)")
+    ap.add_argument("--baseline", action="store_true",
+                    help="pack with --baseline (progressive files re-coded losslessly: the engine takes all)")
+    ap.add_argument("--cpu-share", default="auto", help="with --device-decode: the CPU's share, 0..1 or auto")
     ap.add_argument("--json", help="write the figures here, or 'auto' (benchmarks/results/)")
     a = ap.parse_args(argv)
     from tr.data import DtsImages, _native
 
     if not _native.jpeg_available():
         raise SystemExit("this tr-data build has no libjpeg-turbo: JPEG packs cannot be decoded")
-    packed = make_pack(a.images, a.make, a.level, a.workers)
+    packed = make_pack(a.images, a.make, a.level, a.workers, a.baseline)
     ds = DtsImages(packed)
     alone = pipeline_alone(ds, a.workers, a.batch, 2)
     print(f"pipeline alone, {a.workers} workers: {alone['images_per_s']:.0f} images/s", flush=True)
@@ -165,11 +172,13 @@ def main(argv: list[str] | None = None) -> None:
           f", step alone {e2e['step_alone_images_per_s']:.0f} images/s ({e2e['step_alone_ms']:.1f} ms): "
           f"{100 * e2e['end_to_end_vs_step']:.1f} %; pipeline alone {alone['images_per_s']:.0f}", flush=True)
     if a.json:
-        tag = "_device_decode" if a.device_decode else ""
+        tag = ("_baseline" if a.baseline else "") + (
+            ("_device_decode" + ("_interpolated" if a.interpolate_chroma else "")) if a.device_decode else "")
         out = (HERE / "results" / f"imagenet_train_{a.model}_dts{a.level}{tag}_{date.today()}.json"
                if a.json == "auto" else Path(a.json))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"command": sys.argv, "model": a.model, "batch": a.batch, "level": a.level,
+                                   "baseline": a.baseline,
                                    "workers": a.workers, "cores": len(os.sched_getaffinity(0)),
                                    "python": platform.python_version(), "images": len(ds.load("train")),
                                    "pipeline_alone": alone, **e2e}, indent=1) + "\n")

@@ -270,7 +270,8 @@ stage_e2e_dev() {  # $1: DTS level
 
 stage_jpegtests() {
   "$PY" -m pytest -m gpu -v -rfE -s -p no:cacheprovider packages/tr-backend/tests/test_cuda_image.py \
-    tests-integration/test_gpu_jpeg_decode.py tests-integration/test_gpu_jpeg_feeder.py
+    tests-integration/test_gpu_jpeg_decode.py tests-integration/test_gpu_jpeg_feeder.py \
+    tests-integration/test_gpu_jpeg_training.py
 }
 
 stage_decstages() {

@@ -151,9 +151,10 @@ void bind_jpeg(nb::module_& m) {
             if (lengths.size() != n || dst.size() != n || pitch.size() != n || roi.size() != 4 * n)
               fail(ErrorKind::BadArgument, "JpegDecoder.decode: data, lengths, dst and pitch need one entry an "
                                            "image and roi four (x, y, width, height)");
-            if (call < 0 || call > 2)
-              fail(ErrorKind::BadArgument, "JpegDecoder.decode: call must be 0 (regions), 1 (whole images) or 2 "
-                                           "(whole images, planar), got " + std::to_string(call));
+            if (call < 0 || call > 3)
+              fail(ErrorKind::BadArgument, "JpegDecoder.decode: call must be 0 (regions), 1 (whole images), 2 "
+                                           "(whole images, planar) or 3 (whole images, planar YUV), got " +
+                                           std::to_string(call));
             std::vector<cuda::JpegImage> images(n);
             for (std::size_t i = 0; i < n; ++i)
               images[i] = cuda::JpegImage{reinterpret_cast<const unsigned char*>(data[i]), lengths[i],

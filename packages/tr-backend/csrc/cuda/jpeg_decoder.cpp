@@ -23,7 +23,7 @@ using Status = int;  // nvjpegStatus_t
 constexpr Status kSuccess = 0, kBadJpeg = 3, kNotSupported = 4, kArchMismatch = 7, kImplNotSupported = 9,
                  kIncomplete = 10;
 constexpr int kBackendGpuHybrid = 2, kBackendHardware = 3;
-constexpr int kOutputRgb = 3, kOutputRgbi = 5;
+constexpr int kOutputYuv = 1, kOutputRgb = 3, kOutputRgbi = 5;
 constexpr unsigned kFlagStrict = 1u << 2, kFlagInterpolate = 1u << 5;
 constexpr int kMaxComponent = 4;
 struct Image {
@@ -43,7 +43,7 @@ static_assert(NVJPEG_STATUS_SUCCESS == 0 && NVJPEG_STATUS_BAD_JPEG == 3 && NVJPE
               NVJPEG_STATUS_ARCH_MISMATCH == 7 && NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED == 9 &&
               NVJPEG_STATUS_INCOMPLETE_BITSTREAM == 10);
 static_assert(NVJPEG_BACKEND_GPU_HYBRID == 2 && NVJPEG_BACKEND_HARDWARE == 3 && NVJPEG_OUTPUT_RGBI == 5 &&
-              NVJPEG_OUTPUT_RGB == 3);
+              NVJPEG_OUTPUT_RGB == 3 && NVJPEG_OUTPUT_YUV == 1);
 static_assert(NVJPEG_FLAGS_BITSTREAM_STRICT == (1 << 2) && NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION == (1 << 5));
 static_assert(NVJPEG_MAX_COMPONENT == 4 && sizeof(nvjpegImage_t) == sizeof(tr::native::cuda::nvj::Image));
 #endif
@@ -199,11 +199,14 @@ struct JpegDecoder::Impl {
   }
 
   // One batched call over `which`; its status. ROI: nvjpegDecodeBatchedEx with each image's region (RGBI);
-  // else nvjpegDecodeBatched of whole images, interleaved (RGBI) or planar (RGB: plane c at dst + c * h * w).
+  // else nvjpegDecodeBatched of whole images, interleaved (RGBI) or planar (RGB: plane c at dst + c * h * w), or
+  // the engine's own planes (YUV: Y, Cb, Cr at dst + c * h * w, pitch w, the chroma planes at the file's
+  // subsampling; no colour conversion: for measuring what nvJPEG's conversion kernel costs).
   nvj::Status run(const std::vector<JpegImage>& images, const std::vector<int>& which, int threads,
                   cudaStream_t stream, JpegCall call = JpegCall::Roi) {
     const int n = int(which.size());
-    init(n, threads, call == JpegCall::WholePlanar ? nvj::kOutputRgb : nvj::kOutputRgbi);
+    const bool planes = call == JpegCall::WholePlanar || call == JpegCall::WholeYuv;
+    init(n, threads, call == JpegCall::WholeYuv ? nvj::kOutputYuv : planes ? nvj::kOutputRgb : nvj::kOutputRgbi);
     std::vector<const unsigned char*> data(static_cast<std::size_t>(n), nullptr);
     std::vector<std::size_t> lengths(static_cast<std::size_t>(n), 0);
     std::vector<nvj::Image> out(static_cast<std::size_t>(n));
@@ -213,7 +216,7 @@ struct JpegDecoder::Impl {
       data[size_t(k)] = im.data;
       lengths[size_t(k)] = im.length;
       out[size_t(k)] = nvj::Image{};
-      if (call == JpegCall::WholePlanar) {
+      if (planes) {
         const std::size_t plane = std::size_t(im.roi_w) * std::size_t(im.roi_h);
         for (int c = 0; c < 3; ++c) {
           out[size_t(k)].channel[c] = im.dst + std::size_t(c) * plane;

@@ -23,8 +23,10 @@ enum class JpegStatus : int { Ok = 0, Unsupported = 1, Bad = 2 };
 
 // How decode() calls nvJPEG: Roi, nvjpegDecodeBatchedEx with each image's region of interest, interleaved RGB (what
 // the feeder uses); Whole / WholePlanar, nvjpegDecodeBatched of whole images (each region must be its image),
-// interleaved, or planar RGB (plane c at dst + c * w * h): the calls other decoders make, for comparison.
-enum class JpegCall : int { Roi = 0, Whole = 1, WholePlanar = 2 };
+// interleaved, or planar RGB (plane c at dst + c * w * h): the calls other decoders make, for comparison;
+// WholeYuv, the file's own Y, Cb, Cr planes (plane c at dst + c * w * h, pitch w, chroma at the file's
+// subsampling): no colour conversion by nvJPEG, to measure what its conversion kernel costs beside a load.
+enum class JpegCall : int { Roi = 0, Whole = 1, WholePlanar = 2, WholeYuv = 3 };
 
 // Paths tried before the built-in ones (the nvidia-nvjpeg wheel's library, found by Python).
 void add_nvjpeg_candidates(const std::vector<std::string>& paths);

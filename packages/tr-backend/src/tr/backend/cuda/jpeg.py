@@ -27,8 +27,9 @@ from tr.core.errors import ConfigError, DeviceUnavailableError
 DECODED, UNSUPPORTED, DAMAGED = 0, 1, 2
 BACKENDS = ("auto", "hardware", "gpu")
 # how decode() calls nvJPEG: each region of interest (nvjpegDecodeBatchedEx, interleaved RGB: the feeder's), or
-# whole images with nvjpegDecodeBatched, interleaved or planar (the calls other decoders make: for comparison)
-CALLS = {"regions": 0, "whole": 1, "whole_planar": 2}
+# whole images with nvjpegDecodeBatched, interleaved or planar (the calls other decoders make: for comparison), or
+# as the file's YUV planes (no colour conversion: for measuring it)
+CALLS = {"regions": 0, "whole": 1, "whole_planar": 2, "whole_yuv": 3}
 
 
 def nvjpeg_candidates() -> list[str]:
@@ -84,7 +85,8 @@ class DeviceJpegDecoder:
         on ``stream`` (a cudaStream_t as an integer). Returns the statuses (int32, one a sample). ``precheck``:
         parse every header and ask the backend first; without, the batch goes in as it is and only a failed batch
         is decoded image by image (for callers that sorted out what the backend refuses). ``call``: see CALLS;
-        "whole" and "whole_planar" need each row's region to be its whole image (checked: a ConfigError)."""
+        the "whole*" calls need each row's region to be its whole image (checked: a ConfigError); "whole_yuv" writes
+        the file's own Y, Cb, Cr planes (pitch w, at dst + c * h * w; chroma at the file's subsampling), no RGB."""
         if call not in CALLS:
             raise ConfigError(f"JPEG decoder call must be one of {tuple(CALLS)}, got {call!r}")
         g = np.ascontiguousarray(geom, dtype=np.int32).reshape(-1, GEOM_COLS)

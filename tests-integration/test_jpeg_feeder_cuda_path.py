@@ -147,7 +147,8 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
         # libjpeg-turbo the other 6 in 10 ms each; balanced: 8 * 10 - 30 = 20 * h, h = 2.5 rows for nvJPEG
         feeder.calibration["row_s"] = 0.010
         feeder.times.update(decode_call_s=0.5, cpu_decode_s=0.6)
-        feeder._batches, feeder.device_decoded, feeder.cpu_decoded, feeder.cpu_shared = 10, 20, 15, 45
+        feeder._batches, feeder._calls, feeder.device_decoded = 10, 10, 20
+        feeder.cpu_decoded, feeder.cpu_shared = 15, 45
         feeder._rebalance(5)
         assert feeder.cpu_share == 0.6875 and feeder._hw_rows == 2
         last = feeder.calibration["epochs"][-1]
@@ -158,9 +159,16 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
         feeder._rebalance(6)
         assert feeder.cpu_share == 1.0 and feeder._hw_rows == 0
         feeder.times.update(decode_call_s=0.0, cpu_decode_s=0.3)
-        feeder.device_decoded = 0
+        feeder.device_decoded = feeder._calls = 0
         feeder._rebalance(7)
         assert feeder.cpu_share == 1.0 and feeder.calibration["wait_s"] == pytest.approx(0.07)
+        # an epoch that called nvJPEG in 2 of its 10 batches (2 rows each, 30 ms waiting a call): the wait is a
+        # call's, not spread over the 8 batches without one (0.006 s: the share would swing back to nvJPEG)
+        feeder.times.update(decode_call_s=2 * (0.03 + 2 * 0.010), cpu_decode_s=0.76)
+        feeder._batches, feeder._calls, feeder.device_decoded = 10, 2, 4
+        feeder.cpu_decoded, feeder.cpu_shared = 0, 76
+        feeder._rebalance(8)
+        assert feeder.calibration["wait_s"] == pytest.approx(0.03) and feeder.cpu_share == 0.6875
     feeder.close()
 
 

@@ -110,6 +110,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         self.cpu_decoded = 0  # images of the last pass nvJPEG does not take, decoded by libjpeg-turbo on CUDA
         self.cpu_shared = 0  # images of the last pass decoded by libjpeg-turbo as the CPU's share
         self.device_decoded = 0  # images of the last pass decoded by nvJPEG
+        self._batches = self._calls = 0  # the last pass's batches so far, and its nvJPEG calls
         self.times: dict[str, float] = {}  # the last pass's seconds by stage (epoch())
         self._backend: Any = None
         self._decoder: Any = None  # nvJPEG's, on CUDA (upload)
@@ -218,7 +219,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         order = epoch_order(len(self._labels[train]), self.seed, epoch, train, self.shuffle_train, self.rank,
                             self.world_size)
         steps = self.steps(train)
-        self.cpu_decoded = self.cpu_shared = self.device_decoded = self._batches = 0
+        self.cpu_decoded = self.cpu_shared = self.device_decoded = self._batches = self._calls = 0
         # where the loop's thread spent the pass: waiting for a batch's preparation, in nvJPEG's decode call, in
         # the copies of CPU-decoded regions; and the preparing thread's own seconds, of them libjpeg-turbo's
         # (tr.task's epoch is the rest)
@@ -258,14 +259,16 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         buffers are freed), so each call first waits for the step beside it, then decodes (``row_s``: an image's
         time, measured at upload); the CPU decodes its rows in ``cpu_row_s`` each meanwhile. The share that makes
         both sides equal, or 1 when the CPU alone is done before the wait is: then nvJPEG is not called (its last
-        ``wait`` is kept)."""
-        n, cpu_rows = max(1, self._batches), self.cpu_decoded + self.cpu_shared
+        ``wait`` is kept). The wait is a call's, over the batches that called nvJPEG (an epoch that moved to a
+        share of 1 part of the way has batches without a call: averaged over those too, the wait would look
+        smaller than it is and the share would swing back)."""
+        cpu_rows = self.cpu_decoded + self.cpu_shared
         cal = self.calibration
         if cpu_rows and self.times["cpu_decode_s"] > 0:
             cal["cpu_row_s"] = self.times["cpu_decode_s"] / cpu_rows
-        rows = self.device_decoded / n  # nvJPEG's images a batch
-        if rows:
-            cal["wait_s"] = max(0.0, self.times["decode_call_s"] / n - rows * cal["row_s"])
+        if self._calls and self.device_decoded:
+            rows = self.device_decoded / self._calls  # nvJPEG's images a call
+            cal["wait_s"] = max(0.0, self.times["decode_call_s"] / self._calls - rows * cal["row_s"])
         d, c, wait = cal["cpu_row_s"], cal["row_s"], cal.get("wait_s", 0.0)
         hw = min(float(self.batch), max(0.0, (self.batch * d - wait) / (c + d)))  # nvJPEG's rows that balance
         share = round(64 * (1.0 - hw / self.batch)) / 64
@@ -340,6 +343,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
             status = self._decoder.decode(ready.staging, ready.offsets, plan.sizes[rows], plan.geom[rows], dst,
                                           self._stream, precheck=not self._hardware)
             self.times["decode_call_s"] += time.perf_counter() - t0
+            self._calls += 1
             self.device_decoded += len(rows)
             damaged = rows[status == DAMAGED]
             if damaged.size:

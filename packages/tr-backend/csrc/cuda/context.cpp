@@ -25,10 +25,10 @@ void check_kind(int kind) {
 Context::Context(int device, std::size_t workspace_bytes) : device_(device), workspace_bytes_(workspace_bytes) {
   require_device(device);
   cuda::DeviceGuard guard(device);
-  // TRANS at the device's greatest priority: what feeds the next step (nvJPEG's decode, the transfer graph) is
-  // scheduled ahead of the running step's kernels as their blocks retire, instead of queueing behind every
-  // kernel already launched (measured on the H200: a decode beside a step otherwise waits for all of it,
-  // benchmarks/RESULTS.md). The compute streams keep the default (least) priority.
+  // TRANS at the device's greatest priority: the transfer graph that feeds the next step is scheduled ahead of the
+  // running step's kernels as their blocks retire, instead of behind every kernel already launched. (nvJPEG's
+  // decode on it still waits for the whole device: measured on the H200, benchmarks/RESULTS.md.) The compute
+  // streams keep the default (least) priority.
   int least = 0, greatest = 0;
   cuda::check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
   for (int k = 0; k < kNumStreams; ++k) {

@@ -19,7 +19,8 @@ Rows, in one run, over the same JPEG files (tools/make_image_folder.py: scikit-i
   per image torchvision.transforms.v2 RandomResizedCrop(224, antialias) and RandomHorizontalFlip on the GPU,
   stacked and normalised to FP16: what a PyTorch user who decodes on the GPU runs; and the decode alone. From
   the folder's files, and from the baseline pack's (no progressive file: the hardware engine takes each).
-* ``tr CPU pipeline``: tr.data's worker pipeline on every core (benchmarks/imagenet_pipeline.py's tr row, [10]).
+* ``tr CPU pipeline``: tr.data's worker pipeline on every core (benchmarks/imagenet_pipeline.py's tr row, [10]),
+  from the folder and from the baseline pack (the files each tr device row reads).
 
     python benchmarks/device_decode.py --images /tmp/tr_bench_images --make 2000 --json auto   # H200
     python benchmarks/device_decode.py --device cpu --make 40 --batch 8 --epochs 1 --no-torchvision   # smoke test
@@ -194,9 +195,11 @@ def main(argv: list[str] | None = None) -> None:
         from imagenet_pipeline import tr_rate
 
         workers = os.cpu_count() or 1
-        rate, n = tr_rate(ImageFolder(a.images), workers, a.batch if a.batch <= 64 else 64, a.epochs)
-        rows[f"tr CPU pipeline, {workers} workers"] = {"images_per_s": rate, "images": n}
-        print(f"{'tr CPU pipeline, ' + str(workers) + ' workers':<34} {rate:9.0f} images/s", flush=True)
+        for what, ds in (("", ImageFolder(a.images)), (", DTS baseline", DtsImages(based))):  # (each tr row's files)
+            rate, n = tr_rate(ds, workers, a.batch if a.batch <= 64 else 64, a.epochs)
+            name = f"tr CPU pipeline, {workers} workers{what}"
+            rows[name] = {"images_per_s": rate, "images": n}
+            print(f"{name:<34} {rate:9.0f} images/s", flush=True)
     if a.json:
         out = (HERE / "results" / f"imagenet_device_decode_{a.device}_{date.today()}.json" if a.json == "auto"
                else Path(a.json))

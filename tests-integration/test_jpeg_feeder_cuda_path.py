@@ -25,6 +25,7 @@ class FakeDecoder:
 
     backend = "hardware+strict (stand-in)"
     calls: list[int] = []
+    regions: list[tuple[int, int]] = []  # (slot, bytes) of every region it wrote
 
     def __init__(self, device: int, backend: str, max_batch: int, interpolate: bool = True) -> None:
         self.max_batch = max_batch
@@ -46,6 +47,7 @@ class FakeDecoder:
             y, x, h, w = (int(g[COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w"))
             region = np.ascontiguousarray(img[y:y + h, x:x + w])
             ctypes.memmove(int(dst) + int(g[COL["slot"]]), region.ctypes.data, region.nbytes)
+            FakeDecoder.regions.append((int(g[COL["slot"]]), region.nbytes))
         return status
 
 
@@ -93,11 +95,11 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
                               interpolate_chroma=s.device_dec_interpolate_chroma)
     progressive = feeder._planners[True].progressive
     assert 0 < progressive.sum() < len(progressive)  # both paths are taken
-    copies: list[int] = []
+    copies: list[tuple[int, int]] = []  # (offset in the decode buffer, bytes)
 
     def h2d(dst, src, n, stream):
         assert stream == 77
-        copies.append(n)
+        copies.append((int(dst) - be.arena_ptr - 1024, int(n)))
         ctypes.memmove(int(dst), int(src), int(n))
 
     monkeypatch.setattr(jpeg, "DeviceJpegDecoder", FakeDecoder)
@@ -111,14 +113,21 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
         assert feeder.calibration["device_s"] > 0 and feeder.calibration["cpu_s"] > 0
     else:
         assert feeder.cpu_share == share
-    FakeDecoder.calls = []
+    FakeDecoder.calls, FakeDecoder.regions = [], []
     split = feeder._splits[True]
     seen = shared = 0
     for epoch in (0, 1):
         hw_rows = 8 - round(feeder.cpu_share * 8)  # ("auto": re-balanced after each epoch)
         calls_before = len(FakeDecoder.calls)
         order = epoch_order(len(split), feeder.seed, epoch, True, True)
+        done_copies, done_regions = len(copies), len(FakeDecoder.regions)
         for k, buf, m in feeder.epoch(epoch, True):
+            mine, theirs = copies[done_copies:], FakeDecoder.regions[done_regions:]
+            done_copies, done_regions = len(copies), len(FakeDecoder.regions)
+            for o, n in mine:  # a copy (a run of CPU rows and the padding between them) covers no nvJPEG region
+                assert all(o + n <= s0 or s0 + z <= o for s0, z in theirs), (o, n, theirs)
+            if share == 1.0:
+                assert len(mine) == 1  # every row on the CPU, at its slot: one copy a batch
             geom = feeder._bufs[buf][1][:, 0, 0, :]
             for r in range(m):  # each row's region holds tr.data's decode of its sample's box
                 i = int(order[k * 8 + r])
@@ -133,8 +142,10 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
         assert max(FakeDecoder.calls[calls_before:], default=0) <= hw_rows
         assert feeder.device_decoded == sum(FakeDecoder.calls[calls_before:])
     assert seen == 2 * len(split) and be.synchronous_writes == 0
-    assert len(copies) == 2 * int(progressive.sum()) + shared  # every CPU-decoded region copied up once
-    assert sum(FakeDecoder.calls) + len(copies) == seen  # each sample decoded once, by one of the two
+    cpu_rows = 2 * int(progressive.sum()) + shared
+    # (a copy a CPU-decoded region, packed, without a share; with one, a copy a run of them)
+    assert len(copies) == cpu_rows if share == 0.0 else len(copies) <= cpu_rows
+    assert sum(FakeDecoder.calls) + cpu_rows == seen  # each sample decoded once, by one of the two
     if share == 0.0:
         assert shared == 0
     if share == 1.0:

@@ -114,6 +114,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         self.times: dict[str, float] = {}  # the last pass's seconds by stage (epoch())
         self._backend: Any = None
         self._decoder: Any = None  # nvJPEG's, on CUDA (upload)
+        self._by_slot = False  # the CPU's regions at their slots in the pinned buffer (upload)
         self._alloc()
 
     @property
@@ -161,6 +162,9 @@ class DeviceJpegFeeder(DeviceSideFeeder):
                     max(_largest_sum(self._planners[t].image_bytes[self._cpu_only[t]], self.batch) for t, _ in splits))
         (_, a), (_, b) = backend.host_buffers(1, (1, 1, most + max(cpu_most, 1)), "uint8")
         self._staging = [(a.reshape(-1)[:most], a.reshape(-1)[most:]), (b.reshape(-1)[:most], b.reshape(-1)[most:])]
+        # with a share the CPU's regions lie at their slots, as in the decode buffer, so that a run of CPU rows is
+        # one copy (a batch all on the CPU: one copy, not one a region); else packed
+        self._by_slot = cpu_most >= self.capacity
         self._stream = backend.ctx.stream(int(StreamKind.TRANS))
         share = self._calibrate() if self.cpu_share_setting == "auto" else float(self.cpu_share_setting)
         self.cpu_share = share
@@ -314,7 +318,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         cpu[takes[self._hw_rows:]] = True  # the CPU's share: the rows after the first _hw_rows nvJPEG takes
         on_device, on_cpu = np.flatnonzero(~cpu), np.flatnonzero(cpu)
         offs = self._stage(plan, on_device, staging, train)
-        at = _packed(region_bytes(plan, on_cpu))
+        at = plan.geom[on_cpu, COL["slot"]].astype(np.int64) if self._by_slot else _packed(region_bytes(plan, on_cpu))
         t1 = time.perf_counter()
         decode_regions_at(split, plan, on_cpu, fallback, at, self.cpu_threads, names, self.interpolate_chroma)
         self.times["cpu_decode_s"] += time.perf_counter() - t1
@@ -331,9 +335,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         # (the running step done), so copies queued after it would leave the device idle while the host queues them
         _, fallback = self._staging[ready.k % 2]
         t0 = time.perf_counter()
-        sizes = region_bytes(plan, ready.on_cpu)
-        for r, pos, n in zip(ready.on_cpu, ready.cpu_at, sizes, strict=True):
-            self._h2d(dst + int(plan.geom[r, COL["slot"]]), fallback.ctypes.data + int(pos), int(n), self._stream)
+        for at, pos, n in _copy_runs(plan, ready.on_cpu, ready.cpu_at, self._by_slot):
+            self._h2d(dst + at, fallback.ctypes.data + pos, n, self._stream)
         self.times["cpu_region_copies_s"] += time.perf_counter() - t0
         rows = ready.on_device
         if len(rows):
@@ -394,6 +397,18 @@ class _Prepared:
 def _packed(sizes: np.ndarray) -> np.ndarray:
     """Offsets of blocks of ``sizes`` bytes laid one after another."""
     return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)[:len(sizes)]
+
+
+def _copy_runs(plan: JpegBatch, rows: np.ndarray, at: np.ndarray, by_slot: bool) -> list[tuple[int, int, int]]:
+    """(decode-buffer offset, host offset, bytes) of the copies that upload ``rows``' CPU-decoded regions (host
+    offsets ``at``): one a region, or, when they lie at their slots (``by_slot``), one a run of consecutive rows,
+    the alignment padding between their regions copied too (never read; no other row's region lies there)."""
+    slots = plan.geom[rows, COL["slot"]].astype(np.int64)
+    sizes = region_bytes(plan, rows).astype(np.int64)
+    if not by_slot:
+        return [(int(d), int(h), int(n)) for d, h, n in zip(slots, at, sizes, strict=True)]
+    runs = np.split(np.arange(rows.size), np.flatnonzero(np.diff(rows) != 1) + 1) if rows.size else []
+    return [(int(slots[r[0]]), int(slots[r[0]]), int(slots[r[-1]] + sizes[r[-1]] - slots[r[0]])) for r in runs]
 
 
 def _best_time(fn: Any, reps: int) -> float:

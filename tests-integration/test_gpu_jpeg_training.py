@@ -14,28 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("PIL")
-pytest.importorskip("skimage")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from photos import make_photos  # noqa: E402
+
 pytestmark = pytest.mark.gpu
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def _default_pipeline():
-    yield
-    from tr.data import reset_preprocessor_settings
-
-    reset_preprocessor_settings()
 
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> Path:
-    sys.path.insert(0, str(ROOT / "tools"))
-    from make_image_folder import make_image_folder
-
-    root = tmp_path_factory.mktemp("photos")
-    make_image_folder(root / "img", classes=4, per_class=24, min_side=200, max_side=500, seed=7, val_per_class=4)
-    return root / "img"
+    return make_photos(tmp_path_factory, "train_photos", classes=4, per_class=24, min_side=200, max_side=500, seed=7,
+                       val_per_class=4)
 
 
 def _run(ds, share: float, amp: bool) -> tuple[list[tuple[float, float, float]], dict[str, np.ndarray]]:
@@ -64,8 +52,11 @@ def _run(ds, share: float, amp: bool) -> tuple[list[tuple[float, float, float]],
     task = (DeepLearningTask(settings).device("cuda").quiet()
             .model(seq(flatten(), fc(64), relu(), fc(ds.num_classes)))
             .optimizer(SGD().momentum(0.9)).scheduler(ConstantLR(0.02)).total_epochs(3))
-    result = task.compile().run()
-    return [(r.train_loss, r.val_loss, r.top1) for r in result.history], task.weights()
+    try:
+        result = task.compile().run()
+        return [(r.train_loss, r.val_loss, r.top1) for r in result.history], task.weights()
+    finally:
+        reset_preprocessor_settings()
 
 
 @pytest.mark.parametrize("amp", [False, True])

@@ -68,14 +68,9 @@ def under_load(rows: dict[str, float], decodes: dict[str, object], reps: int) ->
     the decode ``decodes[name]()``, both waited for: about the larger of the two where the decode runs beside the
     load, about their sum where it waits for the device (``{name}_call_under_load``: the host in the call)."""
     import torch
+    from nvjpeg_contexts import gemm_load
 
-    x = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
-    side = torch.cuda.Stream()
-
-    def load() -> None:
-        with torch.cuda.stream(side):
-            for _ in range(20):
-                x @ x
+    load, _ = gemm_load()
 
     def alone() -> None:
         load()

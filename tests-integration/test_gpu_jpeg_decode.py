@@ -41,11 +41,15 @@ def photos(tmp_path_factory) -> Path:
                        val_per_class=1)
 
 
-def _cuda(capacity: int, batch: int = 0, size: int = 0, c_out: int = 3, interpolate: bool = True):
+def _cuda(capacity: int, batch: int = 0, size: int = 0, c_out: int = 3, interpolate: bool = True, guard: int = 0):
+    """The backend (the decode buffer "src", the guard tensor after it when asked, the resample's tensors for a
+    batch), its tensors and a decoder."""
     from tr.backend.cuda.jpeg import DeviceJpegDecoder
 
     a = SimpleArena()
     t = {"src": a.add("src", (capacity,), "uint8")}
+    if guard:
+        t["guard"] = a.add("guard", (guard,), "uint8")
     if batch:
         t["geom"] = a.add("geom", (batch, 1, 1, GEOM_COLS), "int32")
         t["y"] = a.add("y", (batch, size, size, c_out), "fp16")
@@ -201,15 +205,9 @@ def test_the_decoder_writes_nothing_outside_the_regions(photos, interpolate):
     split = ImageFolder(photos).load("train")
     n = len(split)
     planner = JpegPlanner(split, Compose([RandomResizedCrop(64)], NormMode.IMAGENET, "float16"))
-    a = SimpleArena()
     cap = planner.capacity(n)
-    t = {"src": a.add("src", (cap,), "uint8"), "guard": a.add("guard", (4096,), "uint8")}
-    from tr.backend.cuda import CudaBackend
-    from tr.backend.cuda.jpeg import DeviceJpegDecoder
-
-    be = CudaBackend()
-    be.allocate(a.layout())
-    dec = DeviceJpegDecoder(0, "auto", max_batch=n, interpolate=interpolate)
+    be, t, dec = _cuda(cap, interpolate=interpolate, guard=4096)
+    assert n <= 64  # (the decoder's batch)
     for seed in (1, 2, 3):
         plan = planner.plan(np.arange(n), seed=seed, epoch=0)
         be.write(t["src"], np.full(cap, 0xA5, np.uint8))

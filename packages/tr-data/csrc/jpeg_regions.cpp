@@ -111,8 +111,9 @@ void bind_jpeg_regions(py::module_& m) {
       py::arg("out_offsets"), py::arg("threads") = 1, py::arg("interpolate_chroma") = true,
       "decode job k's region (regions[k]: y, x, h, w of the full image) of the JPEG at data[offsets[k]:][:sizes[k]] "
       "as RGB u8 into out[out_offsets[k]:], rows packed, with up to `threads` threads (GIL released); returns "
-      "[(k, why)] for the jobs that failed (a damaged file, a region outside the image), the others written; interpolate_chroma: "
-      "libjpeg's fancy chroma upsampling (the CPU pipeline's), else each chroma sample replicated (nvJPEG's)");
+      "[(k, why)] for the jobs that failed (a damaged file, a region outside the image), the others written; "
+      "interpolate_chroma: libjpeg's fancy chroma upsampling (the CPU pipeline's), else each chroma sample "
+      "replicated (nvJPEG's)");
 }
 
 }  // namespace trd

@@ -6,6 +6,8 @@ regions against the CPU chain's bytes: tests-integration/test_jpeg_device_chain.
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -151,7 +153,7 @@ def test_replicated_chroma_is_one_chroma_sample_a_2x2_block_of_a_4_2_0_file(spli
     seen = {0: 0, 2: 0}
     for i in range(len(split)):
         data = split.encoded_bytes(i)
-        with Image.open(__import__("io").BytesIO(data)) as im:
+        with Image.open(io.BytesIO(data)) as im:
             sampling = JpegImagePlugin.get_sampling(im) if im.mode == "RGB" else 0
         smooth = _native.decode_jpeg(data, False, 8, True)
         sharp = _native.decode_jpeg(data, False, 8, False)

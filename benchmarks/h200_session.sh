@@ -32,6 +32,9 @@
 #   devdecode          benchmarks/imagenet_pipeline.py --device cuda (benchmarks/device_decode.py): decoded + augmented
 #                      images/s of tr's device decode (folder, DTS, DTS baseline), torchvision's nvJPEG, tr's CPU pipeline
 #   e2e-dev[-LEVEL]    benchmarks/imagenet_train.py --device-decode: ResNet-50 from a DTS pack decoded on the device
+#   stability          benchmarks/imagenet_train.py --quick at STAB_SEEDS (0 1 2), STAB_EPOCHS (4) epochs, fed by the
+#                      device decode at a fixed STAB_SHARE (0.5) and by the CPU pipeline (STAB_MODES: device cpu):
+#                      does training diverge with either (one JSON, imagenet_train_stability.json)
 #   decstages          benchmarks/device_decode_stages.py: each stage of the device decode timed alone
 #   contexts           benchmarks/nvjpeg_contexts.py: nvJPEG's decode beside a GEMM load, in one process or two
 #   breakdown          benchmarks/chain_breakdown.py: one core's time per stage of the ImageNet chain, tr vs Pillow
@@ -268,6 +271,24 @@ stage_e2e_dev() {  # $1: DTS level
     ${E2E_DEV_ARGS:-} --json "$OUT/imagenet_train_dts$1_device_decode${E2E_DEV_TAG:-}.json"
 }
 
+stage_stability() {  # the same short training at STAB_SEEDS, fed by the device decode (a fixed share) and the CPU
+  local seed mode d=$BUILD/stab  # (not under $OUT: at most 8 files come back)
+  rm -rf "$d" && mkdir -p "$d"
+  for seed in ${STAB_SEEDS:-0 1 2}; do
+    for mode in ${STAB_MODES:-device cpu}; do
+      # shellcheck disable=SC2046
+      "$PY" benchmarks/imagenet_train.py --images /tmp/tr_train_images --make 12800 --level 0 --quick \
+        --epochs "${STAB_EPOCHS:-4}" --seed "$seed" $([ "$mode" = device ] && echo --device-decode --cpu-share \
+        "${STAB_SHARE:-0.5}") --json "$d/${mode}_seed$seed.json" || return 1
+      # one JSON of the runs so far: a stage cut short keeps what it ran
+      "$PY" -c "
+import json, pathlib, sys
+runs = {p.stem: json.loads(p.read_text()) for p in sorted(pathlib.Path(sys.argv[1]).glob('*.json'))}
+pathlib.Path(sys.argv[2]).write_text(json.dumps(runs, indent=1) + '\n')" "$d" "$OUT/imagenet_train_stability.json"
+    done
+  done
+}
+
 stage_jpegtests() {
   "$PY" -m pytest -m gpu -v -rfE -s -p no:cacheprovider packages/tr-backend/tests/test_cuda_image.py \
     tests-integration/test_gpu_jpeg_decode.py tests-integration/test_gpu_jpeg_feeder.py \
@@ -326,7 +347,7 @@ plan=()
 for s in "${stages[@]}"; do
   case $s in
     build|gputests|build-data|datatests|breakdown|scaling-mnist|scaling|scaling-imagenet|scaling-probe|loaders|loaders-vs) plan+=("$s") ;;
-    mnist-twin|mnist|restests|jpegtests|devdecode|decstages|contexts) plan+=("$s") ;;
+    mnist-twin|mnist|restests|jpegtests|devdecode|decstages|contexts|stability) plan+=("$s") ;;
     e2e-dev) plan+=(e2e-dev-0) ;;
     e2e-dev-[0-3]) plan+=("$s") ;;
     pipeline) plan+=(scaling loaders) ;;
@@ -404,6 +425,7 @@ for s in "${plan[@]}"; do
     devdecode) ensure_built "$s" && run devdecode pipeline.log 400 devdecode ;;
     decstages) ensure_built "$s" && run decstages pipeline.log 300 decstages ;;
     contexts) run contexts pipeline.log 200 contexts ;;
+    stability) ensure_built "$s" && run stability e2e.log 500 stability ;;
     e2e-dev-*) ensure_built "$s" && run "$s" e2e.log 400 e2e_dev "${s#e2e-dev-}" ;;
     e2e-*) ensure_built "$s" && run "$s" e2e.log 300 e2e "${s#e2e-}" ;;
     profile-*) ensure_built "$s" && run "$s" profile.log "$PROFILE_LIMIT" profile "${s#profile-}" ;;
@@ -429,7 +451,7 @@ fi
 for f in "$OUT"/pipeline.log "$OUT"/e2e.log "$OUT"/mnist.log; do
   [ -f "$f" ] || continue
   echo
-  grep -E "images/s|independent|reaches|x torchvision|window decode|Thread|Model name|affinity|cpu_flags|epochs_per_s|top-1" "$f" \
+  grep -E "images/s|losses|independent|reaches|x torchvision|window decode|Thread|Model name|affinity|cpu_flags|epochs_per_s|top-1" "$f" \
     | cut -c1-400 \
     | tail -n 60
 done

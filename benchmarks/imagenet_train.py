@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(HERE))
-SEED, LS, MOMENTUM, WD = 0, 0.1, 0.9, 5e-5
+LS, MOMENTUM, WD = 0.1, 0.9, 5e-5
 
 
 def make_pack(images: Path, make: int, level: int, workers: int, baseline: bool = False) -> Path:
@@ -59,12 +59,12 @@ def make_pack(images: Path, make: int, level: int, workers: int, baseline: bool 
 
 
 def chain(s, workers: int, device_decode: bool = False, interpolate_chroma: bool = False,
-          cpu_share: float | str = "auto"):
+          cpu_share: float | str = "auto", seed: int = 0):
     from tr.core.norm import NormMode
     from tr.data import RandomHorizontalFlip, RandomResizedCrop
 
     return (s.preprocess_workers(workers).normalization(NormMode.IMAGENET)
-            .train_transforms(RandomResizedCrop(224), RandomHorizontalFlip()).pad_channels_to(4).seed(SEED)
+            .train_transforms(RandomResizedCrop(224), RandomHorizontalFlip()).pad_channels_to(4).seed(seed)
             .device_decode(device_decode, cpu_share=cpu_share, interpolate_chroma=interpolate_chroma))
 
 
@@ -95,8 +95,8 @@ def end_to_end(a: argparse.Namespace, ds, classes: int) -> dict:
 
     reset_preprocessor_settings()
     chain(PREPROCESSOR_SETTING.dataset(ds), a.workers, a.device_decode, a.interpolate_chroma,
-          a.cpu_share if a.cpu_share == "auto" else float(a.cpu_share))
-    settings = Settings().amp(True).manual_seed(SEED).global_batch_size(a.batch).use_tf32(True)
+          a.cpu_share if a.cpu_share == "auto" else float(a.cpu_share), a.seed)
+    settings = Settings().amp(True).manual_seed(a.seed).global_batch_size(a.batch).use_tf32(True)
     task = (DeepLearningTask(settings).device(a.device).quiet().model(tr_model(classes, a.model))
             .loss(CrossEntropyLoss().label_smoothing(LS))
             .optimizer(SGD().momentum(MOMENTUM).nesterov(True).weight_decay(WD))
@@ -111,7 +111,8 @@ def end_to_end(a: argparse.Namespace, ds, classes: int) -> dict:
     for _ in range(a.epochs):
         rec = task.run(1).history[-1]
         t = feeder.last_epoch_times()
-        row = {"seconds": rec.seconds, "images_per_s": samples / rec.seconds, "train_loss": rec.train_loss}
+        row = {"seconds": rec.seconds, "images_per_s": samples / rec.seconds, "train_loss": rec.train_loss,
+               "skipped_steps": rec.skipped_steps}
         if t is not None:  # the CPU workers' accounts (the device decode has none: its feeder runs in the loop)
             row.update(trainer_waited=t.consumer_wait_s[0] / rec.seconds, workers_busy=t.busy_fraction(rec.seconds),
                        workers_blocked_on_zone=sum(t.wait_s) / (t.workers * rec.seconds),
@@ -128,12 +129,15 @@ def end_to_end(a: argparse.Namespace, ds, classes: int) -> dict:
                   f"{row['decoded_on_cpu']} refused files and {row['cpu_shared']} more (share {row['cpu_share']}) "
                   f"decoded on the CPU, loss {rec.train_loss:.3f}; {row['times']}", flush=True)
         epochs.append(row)
-    step_s = task.time_train_step(a.steps, 5)
     best = max(e["images_per_s"] for e in epochs)
     mean = samples * len(epochs) / sum(e["seconds"] for e in epochs)
-    return {"compile_s": compile_s, "first_epoch_s": first.seconds, "samples_per_epoch": samples,
-            "epochs": epochs, "end_to_end_images_per_s": mean, "end_to_end_best_epoch_images_per_s": best,
-            "step_alone_images_per_s": a.batch / step_s, "step_alone_ms": 1e3 * step_s,
+    out = {"compile_s": compile_s, "first_epoch_s": first.seconds, "first_epoch_loss": first.train_loss,
+           "first_epoch_skipped_steps": first.skipped_steps, "samples_per_epoch": samples,
+           "epochs": epochs, "end_to_end_images_per_s": mean, "end_to_end_best_epoch_images_per_s": best}
+    if a.quick:
+        return out
+    step_s = task.time_train_step(a.steps, 5)
+    return {**out, "step_alone_images_per_s": a.batch / step_s, "step_alone_ms": 1e3 * step_s,
             "end_to_end_vs_step": mean / (a.batch / step_s)}
 
 
@@ -148,6 +152,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=3, help="timed epochs (after one untimed)")
     ap.add_argument("--steps", type=int, default=30, help="launches of the step alone")
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0, help="the task's and the chain's seed")
+    ap.add_argument("--quick", action="store_true",
+                    help="training epochs only: no pipeline-alone and no step-alone rows (a stability sweep)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--device-decode", action="store_true",
                     help="decode the JPEGs on the device (PREPROCESSOR_SETTING.device_decode, issue [13])")
@@ -164,13 +171,21 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("this tr-data build has no libjpeg-turbo: JPEG packs cannot be decoded")
     packed = make_pack(a.images, a.make, a.level, a.workers, a.baseline)
     ds = DtsImages(packed)
-    alone = pipeline_alone(ds, a.workers, a.batch, 2)
-    print(f"pipeline alone, {a.workers} workers: {alone['images_per_s']:.0f} images/s", flush=True)
+    alone = None if a.quick else pipeline_alone(ds, a.workers, a.batch, 2)
+    if alone is not None:
+        print(f"pipeline alone, {a.workers} workers: {alone['images_per_s']:.0f} images/s", flush=True)
     e2e = end_to_end(a, ds, ds.num_classes)
-    print(f"{a.model} from a level-{a.level} DTS pack, {a.workers} workers: end to end "
-          f"{e2e['end_to_end_images_per_s']:.0f} images/s (best epoch {e2e['end_to_end_best_epoch_images_per_s']:.0f})"
-          f", step alone {e2e['step_alone_images_per_s']:.0f} images/s ({e2e['step_alone_ms']:.1f} ms): "
-          f"{100 * e2e['end_to_end_vs_step']:.1f} %; pipeline alone {alone['images_per_s']:.0f}", flush=True)
+    losses = ", ".join(f"{e['train_loss']:.3f} ({e['skipped_steps']} skipped)" for e in e2e["epochs"])
+    print(f"seed {a.seed}: losses {e2e['first_epoch_loss']:.3f} ({e2e['first_epoch_skipped_steps']} skipped), "
+          f"{losses}", flush=True)
+    if a.quick:
+        print(f"{a.model} from a level-{a.level} DTS pack: end to end {e2e['end_to_end_images_per_s']:.0f} images/s",
+              flush=True)
+    else:
+        print(f"{a.model} from a level-{a.level} DTS pack, {a.workers} workers: end to end "
+              f"{e2e['end_to_end_images_per_s']:.0f} images/s (best epoch {e2e['end_to_end_best_epoch_images_per_s']:.0f})"
+              f", step alone {e2e['step_alone_images_per_s']:.0f} images/s ({e2e['step_alone_ms']:.1f} ms): "
+              f"{100 * e2e['end_to_end_vs_step']:.1f} %; pipeline alone {alone['images_per_s']:.0f}", flush=True)
     if a.json:
         tag = ("_baseline" if a.baseline else "") + (
             ("_device_decode" + ("_interpolated" if a.interpolate_chroma else "")) if a.device_decode else "")
@@ -178,7 +193,8 @@ def main(argv: list[str] | None = None) -> None:
                if a.json == "auto" else Path(a.json))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"command": sys.argv, "model": a.model, "batch": a.batch, "level": a.level,
-                                   "baseline": a.baseline,
+                                   "baseline": a.baseline, "seed": a.seed, "lr": a.lr,
+                                   "cpu_share_setting": a.cpu_share,
                                    "workers": a.workers, "cores": len(os.sched_getaffinity(0)),
                                    "python": platform.python_version(), "images": len(ds.load("train")),
                                    "pipeline_alone": alone, **e2e}, indent=1) + "\n")

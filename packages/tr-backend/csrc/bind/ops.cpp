@@ -138,9 +138,13 @@ void bind_jpeg(nb::module_& m) {
   nb::class_<JpegDecoder>(m, "JpegDecoder",
                           "Batched nvJPEG decoding of host JPEG bytes into device RGB regions (nvJPEG opened at run "
                           "time); see csrc/cuda/jpeg_decoder.hpp.")
-      .def(nb::init<int, const std::string&, int, int, bool, bool>(), "device"_a, "backend"_a = "auto",
-           "max_batch"_a = 256, "threads"_a = 4, "strict"_a = true, "interpolate"_a = false)
+      .def(nb::init<int, const std::string&, int, int, bool, bool, long long>(), "device"_a, "backend"_a = "auto",
+           "max_batch"_a = 256, "threads"_a = 4, "strict"_a = true, "interpolate"_a = false,
+           "gpu_huffman_pixels"_a = 1000000)
       .def_prop_ro("backend", &JpegDecoder::backend, "The backend made, with its flags (e.g. 'hardware+strict').")
+      .def_prop_ro("decoupled", &JpegDecoder::decoupled,
+                   "The decoupled path's decoders ('cpu-huffman+gpu-huffman'), '' until made (see "
+                   "csrc/cuda/jpeg_decoupled.hpp).")
       .def_prop_ro("device", &JpegDecoder::device)
       .def(
           "decode",
@@ -151,10 +155,10 @@ void bind_jpeg(nb::module_& m) {
             if (lengths.size() != n || dst.size() != n || pitch.size() != n || roi.size() != 4 * n)
               fail(ErrorKind::BadArgument, "JpegDecoder.decode: data, lengths, dst and pitch need one entry an "
                                            "image and roi four (x, y, width, height)");
-            if (call < 0 || call > 3)
+            if (call < 0 || call > 4)
               fail(ErrorKind::BadArgument, "JpegDecoder.decode: call must be 0 (regions), 1 (whole images), 2 "
-                                           "(whole images, planar) or 3 (whole images, planar YUV), got " +
-                                           std::to_string(call));
+                                           "(whole images, planar), 3 (whole images, planar YUV) or 4 (regions "
+                                           "through the decoupled API), got " + std::to_string(call));
             std::vector<cuda::JpegImage> images(n);
             for (std::size_t i = 0; i < n; ++i)
               images[i] = cuda::JpegImage{reinterpret_cast<const unsigned char*>(data[i]), lengths[i],

@@ -2,40 +2,20 @@
 
 #include <dlfcn.h>
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cuda/jpeg_decoupled.hpp"
 #include "cuda/library_path.hpp"
+#include "cuda/nvjpeg_api.hpp"
 #include "native/errors.hpp"
 
 #ifndef TR_NVJPEG_BUILD_PATH
 #define TR_NVJPEG_BUILD_PATH ""
 #endif
-
-// The part of nvJPEG's C ABI this file uses, declared here so that the extension builds without nvjpeg.h (as
-// nccl.cpp declares NCCL's); where the header is found at build time, TR_HAVE_NVJPEG_H checks the declarations
-// against it.
-namespace tr::native::cuda {
-namespace nvj {
-using Status = int;  // nvjpegStatus_t
-constexpr Status kSuccess = 0, kBadJpeg = 3, kNotSupported = 4, kArchMismatch = 7, kImplNotSupported = 9,
-                 kIncomplete = 10;
-constexpr int kBackendGpuHybrid = 2, kBackendHardware = 3;
-constexpr int kOutputYuv = 1, kOutputRgb = 3, kOutputRgbi = 5;
-constexpr unsigned kFlagStrict = 1u << 2, kFlagInterpolate = 1u << 5;
-constexpr int kMaxComponent = 4;
-struct Image {
-  unsigned char* channel[kMaxComponent];
-  std::size_t pitch[kMaxComponent];
-};
-using Handle = struct Opaque_handle*;
-using State = struct Opaque_state*;
-using Params = struct Opaque_params*;
-using Stream = struct Opaque_stream*;
-}  // namespace nvj
-}  // namespace tr::native::cuda
 
 #ifdef TR_HAVE_NVJPEG_H
 #include <nvjpeg.h>
@@ -52,29 +32,7 @@ namespace tr::native::cuda {
 
 namespace {
 
-struct Api {
-  nvj::Status (*get_property)(int, int*) = nullptr;  // libraryPropertyType: 0 major, 1 minor, 2 patch
-  nvj::Status (*create_ex)(int, void*, void*, unsigned, nvj::Handle*) = nullptr;
-  nvj::Status (*destroy)(nvj::Handle) = nullptr;
-  nvj::Status (*state_create)(nvj::Handle, nvj::State*) = nullptr;
-  nvj::Status (*state_destroy)(nvj::State) = nullptr;
-  nvj::Status (*batched_init)(nvj::Handle, nvj::State, int, int, int) = nullptr;
-  nvj::Status (*batched_ex)(nvj::Handle, nvj::State, const unsigned char* const*, const std::size_t*, nvj::Image*,
-                            nvj::Params*, cudaStream_t) = nullptr;
-  nvj::Status (*batched)(nvj::Handle, nvj::State, const unsigned char* const*, const std::size_t*, nvj::Image*,
-                         cudaStream_t) = nullptr;
-  nvj::Status (*image_info)(nvj::Handle, const unsigned char*, std::size_t, int*, int*, int*, int*) = nullptr;
-  nvj::Status (*params_create)(nvj::Handle, nvj::Params*) = nullptr;
-  nvj::Status (*params_destroy)(nvj::Params) = nullptr;
-  nvj::Status (*params_format)(nvj::Params, int) = nullptr;
-  nvj::Status (*params_roi)(nvj::Params, int, int, int, int) = nullptr;
-  nvj::Status (*stream_create)(nvj::Handle, nvj::Stream*) = nullptr;
-  nvj::Status (*stream_destroy)(nvj::Stream) = nullptr;
-  nvj::Status (*parse_header)(nvj::Handle, const unsigned char*, std::size_t, nvj::Stream) = nullptr;
-  nvj::Status (*batched_supported_ex)(nvj::Handle, nvj::Stream, nvj::Params, int*) = nullptr;
-  std::string path;
-  int version = 0;
-};
+using nvj::Api;
 
 std::mutex g_mutex;
 std::vector<std::string> g_extra;
@@ -92,7 +50,9 @@ std::vector<std::string> candidates_locked() {
                             {"libnvjpeg.so." + std::to_string(CUDART_VERSION / 1000), "libnvjpeg.so"});
 }
 
-const Api& api() {
+}  // namespace
+
+const Api& nvj::api() {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_loaded) return g_api;
   std::string tried;
@@ -122,6 +82,24 @@ const Api& api() {
     bind(handle, a.stream_destroy, "nvjpegJpegStreamDestroy", missing);
     bind(handle, a.parse_header, "nvjpegJpegStreamParseHeader", missing);
     bind(handle, a.batched_supported_ex, "nvjpegDecodeBatchedSupportedEx", missing);
+    // the decoupled API: optional, the decoupled path names what is missing
+    std::string& opt = a.decoupled_missing;
+    bind(handle, a.decoder_create, "nvjpegDecoderCreate", opt);
+    bind(handle, a.decoder_destroy, "nvjpegDecoderDestroy", opt);
+    bind(handle, a.decoder_state_create, "nvjpegDecoderStateCreate", opt);
+    bind(handle, a.decoder_supported, "nvjpegDecoderJpegSupported", opt);
+    bind(handle, a.pinned_create, "nvjpegBufferPinnedCreate", opt);
+    bind(handle, a.pinned_destroy, "nvjpegBufferPinnedDestroy", opt);
+    bind(handle, a.device_create, "nvjpegBufferDeviceCreate", opt);
+    bind(handle, a.device_destroy, "nvjpegBufferDeviceDestroy", opt);
+    bind(handle, a.attach_pinned, "nvjpegStateAttachPinnedBuffer", opt);
+    bind(handle, a.attach_device, "nvjpegStateAttachDeviceBuffer", opt);
+    bind(handle, a.stream_parse, "nvjpegJpegStreamParse", opt);
+    bind(handle, a.stream_encoding, "nvjpegJpegStreamGetJpegEncoding", opt);
+    bind(handle, a.stream_dims, "nvjpegJpegStreamGetFrameDimensions", opt);
+    bind(handle, a.decode_host, "nvjpegDecodeJpegHost", opt);
+    bind(handle, a.transfer_to_device, "nvjpegDecodeJpegTransferToDevice", opt);
+    bind(handle, a.decode_device, "nvjpegDecodeJpegDevice", opt);
     if (!missing.empty()) {
       tried += "\n  " + path + ": lacks " + missing;
       dlclose(handle);
@@ -139,7 +117,7 @@ const Api& api() {
        "nvJPEG could not be loaded (install nvidia-nvjpeg, or set TR_NVJPEG_PATH); tried:" + tried);
 }
 
-std::string status_text(nvj::Status s) {
+std::string nvj::status_text(nvj::Status s) {
   static const char* names[] = {"SUCCESS", "NOT_INITIALIZED", "INVALID_PARAMETER", "BAD_JPEG", "JPEG_NOT_SUPPORTED",
                                 "ALLOCATOR_FAILURE", "EXECUTION_FAILED", "ARCH_MISMATCH", "INTERNAL_ERROR",
                                 "IMPLEMENTATION_NOT_SUPPORTED", "INCOMPLETE_BITSTREAM"};
@@ -147,14 +125,15 @@ std::string status_text(nvj::Status s) {
   return "NVJPEG_STATUS_" + name + " (" + std::to_string(s) + ")";
 }
 
-void check(nvj::Status s, const char* what) {
+void nvj::check(nvj::Status s, const char* what) {
   if (s != nvj::kSuccess) fail(ErrorKind::Backend, std::string("nvJPEG: ") + what + " failed: " + status_text(s));
 }
 
-bool unsupported(nvj::Status s) {
-  return s == nvj::kNotSupported || s == nvj::kImplNotSupported || s == nvj::kArchMismatch;
-}
-
+namespace {
+using nvj::api;
+using nvj::check;
+using nvj::status_text;
+using nvj::unsupported;
 }  // namespace
 
 void add_nvjpeg_candidates(const std::vector<std::string>& paths) {
@@ -180,9 +159,12 @@ struct JpegDecoder::Impl {
   std::vector<nvj::Stream> streams;
   int init_size = 0;    // the batch size the state was initialised for (0: none)
   int init_format = 0;  // and the output format
+  int made = 0;         // the backend of `handle` (nvjpegBackend_t)
+  std::unique_ptr<JpegDecoupled> decoupled;  // the per-image path (jpeg_decoupled.hpp), made on `handle`
 
   explicit Impl(const Api& api_) : a(api_) {}
   ~Impl() {
+    decoupled.reset();  // before the handle it was made on
     for (auto p : params)
       if (p != nullptr) a.params_destroy(p);
     for (auto s : streams)
@@ -234,13 +216,17 @@ struct JpegDecoder::Impl {
 };
 
 JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, int threads, bool strict,
-                         bool interpolate)
-    : impl_(nullptr), device_(device), max_batch_(max_batch), threads_(threads) {
+                         bool interpolate, long long gpu_huffman_pixels)
+    : impl_(nullptr), device_(device), max_batch_(max_batch), threads_(threads),
+      gpu_huffman_pixels_(gpu_huffman_pixels) {
   if (backend != "hardware" && backend != "gpu" && backend != "auto")
     fail(ErrorKind::BadArgument, "JPEG decoder backend must be 'hardware', 'gpu' or 'auto', got '" + backend + "'");
   if (max_batch < 1 || threads < 1)
     fail(ErrorKind::BadArgument, "JPEG decoder: max_batch and threads must be >= 1, got " +
                                      std::to_string(max_batch) + " and " + std::to_string(threads));
+  if (gpu_huffman_pixels < -1)
+    fail(ErrorKind::BadArgument, "JPEG decoder: gpu_huffman_pixels must be >= 0, or -1 (never), got " +
+                                     std::to_string(gpu_huffman_pixels));
   if (cudaSetDevice(device) != cudaSuccess) fail(ErrorKind::Backend, "JPEG decoder: cannot use device " +
                                                                          std::to_string(device));
   const Api& a = api();
@@ -261,6 +247,7 @@ JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, 
       for (unsigned flags : flag_sets) {
         const nvj::Status s = a.create_ex(b, nullptr, nullptr, flags, &impl->handle);
         if (s == nvj::kSuccess) {
+          impl->made = b;
           backend_name_ = std::string(b == nvj::kBackendHardware ? "hardware" : "gpu") +
                           ((flags & nvj::kFlagInterpolate) ? "+interpolated" : "") +
                           ((flags & nvj::kFlagStrict) ? "+strict" : "");
@@ -283,6 +270,9 @@ JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, 
       check(a.params_format(impl->params[size_t(k)], nvj::kOutputRgbi), "nvjpegDecodeParamsSetOutputFormat");
       check(a.stream_create(impl->handle, &impl->streams[size_t(k)]), "nvjpegJpegStreamCreate");
     }
+    // the GPU-hybrid backend's batched calls take no file: its regions go through the decoupled API
+    if (impl->made == nvj::kBackendGpuHybrid)
+      impl->decoupled = std::make_unique<JpegDecoupled>(impl->handle, device, threads, gpu_huffman_pixels);
   } catch (...) {
     delete impl;
     throw;
@@ -292,6 +282,8 @@ JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, 
 
 JpegDecoder::~JpegDecoder() { delete impl_; }
 
+std::string JpegDecoder::decoupled() const { return impl_->decoupled ? impl_->decoupled->decoders() : ""; }
+
 std::vector<int> JpegDecoder::decode(const std::vector<JpegImage>& images, cudaStream_t stream, bool precheck,
                                      JpegCall call) {
   const int n = int(images.size());
@@ -300,15 +292,23 @@ std::vector<int> JpegDecoder::decode(const std::vector<JpegImage>& images, cudaS
                                      std::to_string(max_batch_));
   if (cudaSetDevice(device_) != cudaSuccess) fail(ErrorKind::Backend, "JPEG decoder: cannot use its device");
   const Api& a = impl_->a;
+  for (int i = 0; i < n; ++i) {
+    const JpegImage& im = images[size_t(i)];
+    if (im.data == nullptr || im.dst == nullptr || im.roi_w < 1 || im.roi_h < 1 || im.pitch < size_t(im.roi_w) * 3)
+      fail(ErrorKind::BadArgument, "JPEG decoder: image " + std::to_string(i) + " has no bytes, no destination or "
+                                       "a region of " + std::to_string(im.roi_w) + "x" + std::to_string(im.roi_h) +
+                                       " with a pitch of " + std::to_string(im.pitch) + " bytes");
+  }
+  if (call == JpegCall::RoiDecoupled || (call == JpegCall::Roi && impl_->decoupled)) {
+    if (!impl_->decoupled)  // a hardware decoder's first decoupled call: made on its handle, with its flags
+      impl_->decoupled = std::make_unique<JpegDecoupled>(impl_->handle, device_, threads_, gpu_huffman_pixels_);
+    return impl_->decoupled->decode(images, stream);
+  }
   std::vector<int> status(size_t(n), int(JpegStatus::Ok));
   std::vector<int> ok;
   for (int i = 0; i < n; ++i) {
     const JpegImage& im = images[size_t(i)];
     nvj::Stream js = impl_->streams[size_t(i)];
-    if (im.data == nullptr || im.dst == nullptr || im.roi_w < 1 || im.roi_h < 1 || im.pitch < size_t(im.roi_w) * 3)
-      fail(ErrorKind::BadArgument, "JPEG decoder: image " + std::to_string(i) + " has no bytes, no destination or "
-                                       "a region of " + std::to_string(im.roi_w) + "x" + std::to_string(im.roi_h) +
-                                       " with a pitch of " + std::to_string(im.pitch) + " bytes");
     if (call != JpegCall::Roi) {  // whole images: the region must be the image, or nvJPEG writes past it
       int comps = 0, css = 0, w[4] = {0, 0, 0, 0}, h[4] = {0, 0, 0, 0};
       if (a.image_info(impl_->handle, im.data, im.length, &comps, &css, w, h) != nvj::kSuccess) {

@@ -3,10 +3,19 @@
 //
 // One decoder decodes batches of JPEGs whose bytes are in host memory (pinned for speed) into device buffers
 // as interleaved RGB (a gray file as RGB too, as tr.data's CPU decode gives it), each image's region of interest
-// only (nvjpegDecodeBatchedEx with per-image decode parameters). The hardware backend (the JPEG engines of
-// A100/H100/H200) is used where the GPU has it, else the GPU-assisted hybrid backend; an image the backend
-// does not take (progressive on the hardware engine, 4:1:0, CMYK, ...) is reported, not decoded, so the
-// caller decodes it on the CPU; a damaged one is reported as such (NVJPEG_FLAGS_BITSTREAM_STRICT).
+// only. The hardware backend (the JPEG engines of A100/H100/H200) is used where the GPU has it, else the
+// GPU-assisted hybrid backend; an image the backend does not take (progressive on the hardware engine, 4:1:0,
+// CMYK, ...) is reported, not decoded, so the caller decodes it on the CPU; a damaged one is reported as such
+// (NVJPEG_FLAGS_BITSTREAM_STRICT).
+//
+// Two paths: the hardware backend decodes a batch in one nvjpegDecodeBatchedEx call (per-image decode parameters);
+// the GPU-hybrid backend refuses every file there (measured on the H200), so its region calls go through nvJPEG's
+// decoupled per-image API instead (jpeg_decoupled.hpp: Huffman on host threads, the rest on the stream). The
+// decoupled path's CPU-Huffman decoder (NVJPEG_BACKEND_HYBRID) is the one meant for progressive files (DALI sends
+// them there; nvjpegDecoderJpegSupported decides per file, a refusal being Unsupported), and it can be made on a
+// hardware handle too (as DALI does): JpegCall::RoiDecoupled sends a hardware decoder's batch through it, so a
+// caller may give the engine's refusals (progressive files) to the same decoder with that call instead of to
+// libjpeg-turbo. Not wired into the feeder; the GPU tests say whether progressive files decode there.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -25,8 +34,10 @@ enum class JpegStatus : int { Ok = 0, Unsupported = 1, Bad = 2 };
 // the feeder uses); Whole / WholePlanar, nvjpegDecodeBatched of whole images (each region must be its image),
 // interleaved, or planar RGB (plane c at dst + c * w * h): the calls other decoders make, for comparison;
 // WholeYuv, the file's own Y, Cb, Cr planes (plane c at dst + c * w * h, pitch w, chroma at the file's
-// subsampling): no colour conversion by nvJPEG, to measure what its conversion kernel costs beside a load.
-enum class JpegCall : int { Roi = 0, Whole = 1, WholePlanar = 2, WholeYuv = 3 };
+// subsampling): no colour conversion by nvJPEG, to measure what its conversion kernel costs beside a load;
+// RoiDecoupled, the regions through the decoupled per-image API whatever the backend (what Roi does on the
+// GPU-hybrid backend).
+enum class JpegCall : int { Roi = 0, Whole = 1, WholePlanar = 2, WholeYuv = 3, RoiDecoupled = 4 };
 
 // Paths tried before the built-in ones (the nvidia-nvjpeg wheel's library, found by Python).
 void add_nvjpeg_candidates(const std::vector<std::string>& paths);
@@ -49,9 +60,12 @@ class JpegDecoder {
   // strict: damaged bitstreams are errors (NVJPEG_FLAGS_BITSTREAM_STRICT); interpolate: interpolated chroma
   // upsampling (NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION, libjpeg-turbo's default "fancy" upsampling; 5x slower
   // on the H200's engine), else each chroma sample replicated; a flag the backend refuses is dropped (backend()
-  // says what was made).
+  // says what was made). gpu_huffman_pixels: on the decoupled path, baseline images whose Huffman work (region
+  // width x the rows down to its bottom) reaches it are Huffman-decoded on the GPU, the others on `threads` host
+  // threads (-1: never on the GPU). The GPU-hybrid backend needs the decoupled API (DeviceUnavailable naming
+  // the symbols the library lacks).
   JpegDecoder(int device, const std::string& backend, int max_batch, int threads, bool strict = true,
-              bool interpolate = false);
+              bool interpolate = false, long long gpu_huffman_pixels = 1000000);
   ~JpegDecoder();
   JpegDecoder(const JpegDecoder&) = delete;
   JpegDecoder& operator=(const JpegDecoder&) = delete;
@@ -60,12 +74,16 @@ class JpegDecoder {
   // stream reaches that point) and returns one JpegStatus per image. The host bytes must stay valid until the
   // stream has passed the decode. precheck: parse each header and ask the backend first (what it refuses is then
   // reported without disturbing the batch); without, the batch is submitted as it is, and only a failed batch is
-  // decoded image by image to find the refused or damaged ones (for callers that sorted the files already).
+  // decoded image by image to find the refused or damaged ones (for callers that sorted the files already). The
+  // decoupled path (Roi on the GPU-hybrid backend, RoiDecoupled) parses every image anyway: precheck is moot.
   std::vector<int> decode(const std::vector<JpegImage>& images, cudaStream_t stream, bool precheck = true,
                           JpegCall call = JpegCall::Roi);
 
   const std::string& backend() const { return backend_name_; }
   int device() const { return device_; }
+  // The decoupled path's decoders ("cpu-huffman+gpu-huffman", see jpeg_decoupled.hpp), "" until it is made (at
+  // construction for the GPU-hybrid backend, at the first RoiDecoupled call for the hardware one).
+  std::string decoupled() const;
 
  private:
   struct Impl;
@@ -74,6 +92,7 @@ class JpegDecoder {
   int device_;
   int max_batch_;
   int threads_;
+  long long gpu_huffman_pixels_;
 };
 
 }  // namespace tr::native::cuda

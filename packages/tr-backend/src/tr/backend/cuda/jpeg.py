@@ -12,6 +12,11 @@ the H200, benchmarks/RESULTS.md; without, each chroma sample is replicated, as l
 
 ``decode`` returns one status a sample: DECODED, UNSUPPORTED (this backend does not take the file: progressive
 or 4:1:0 on the hardware engine, CMYK: the caller decodes it on the CPU and uploads its region) or DAMAGED.
+
+The GPU-hybrid backend (GPUs without a JPEG engine) decodes regions through nvJPEG's decoupled per-image API
+(csrc/cuda/jpeg_decoupled.hpp): Huffman decoding on ``threads`` host threads (on the GPU for baseline regions
+whose Huffman work reaches ``gpu_huffman_pixels``), the rest on the stream. ``call="regions_decoupled"`` sends a
+hardware decoder's batch the same way: a caller may give it the files the engine refuses (progressive).
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ DECODED, UNSUPPORTED, DAMAGED = 0, 1, 2
 BACKENDS = ("auto", "hardware", "gpu")
 # how decode() calls nvJPEG: each region of interest (nvjpegDecodeBatchedEx, interleaved RGB: the feeder's), or
 # whole images with nvjpegDecodeBatched, interleaved or planar (the calls other decoders make: for comparison), or
-# as the file's YUV planes (no colour conversion: for measuring it)
-CALLS = {"regions": 0, "whole": 1, "whole_planar": 2, "whole_yuv": 3}
+# as the file's YUV planes (no colour conversion: for measuring it), or the regions through the decoupled
+# per-image API whatever the backend (what "regions" does on the GPU-hybrid backend)
+CALLS = {"regions": 0, "whole": 1, "whole_planar": 2, "whole_yuv": 3, "regions_decoupled": 4}
 
 
 def nvjpeg_candidates() -> list[str]:
@@ -67,16 +73,30 @@ class DeviceJpegDecoder:
     """Decodes batches of at most ``max_batch`` JPEGs on CUDA device ``device`` (see the module docstring)."""
 
     def __init__(self, device: int = 0, backend: str = "auto", max_batch: int = 256, threads: int = 4,
-                 strict: bool = True, interpolate: bool = False) -> None:
+                 strict: bool = True, interpolate: bool = False, gpu_huffman_pixels: int | None = 1_000_000) -> None:
+        """``threads``: host threads for a batch (nvJPEG's, or the decoupled path's Huffman decoding);
+        ``gpu_huffman_pixels``: on the decoupled path, baseline regions whose width times the rows down to their
+        bottom reaches it are Huffman-decoded on the GPU, the others on the host threads (None: never)."""
         if backend not in BACKENDS:
             raise ConfigError(f"JPEG decoder backend must be one of {BACKENDS}, got {backend!r}")
+        if int(max_batch) < 1 or int(threads) < 1:
+            raise ConfigError(f"JPEG decoder max_batch and threads must be >= 1, got {max_batch} and {threads}")
+        if gpu_huffman_pixels is not None and int(gpu_huffman_pixels) < 0:
+            raise ConfigError(f"gpu_huffman_pixels must be >= 0 or None, got {gpu_huffman_pixels}")
+        pixels = -1 if gpu_huffman_pixels is None else int(gpu_huffman_pixels)
         self._d = _native().JpegDecoder(int(device), backend, int(max_batch), int(threads), bool(strict),
-                                        bool(interpolate))
+                                        bool(interpolate), pixels)
         self.max_batch = int(max_batch)
 
     @property
     def backend(self) -> str:
         return str(self._d.backend)
+
+    @property
+    def decoupled(self) -> str:
+        """The decoupled path's nvJPEG decoders ("cpu-huffman+gpu-huffman"); "" until made (at construction on
+        the GPU-hybrid backend, at the first "regions_decoupled" call on the hardware one)."""
+        return str(self._d.decoupled)
 
     def decode(self, data: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, geom: np.ndarray, dst: int,
                stream: int, precheck: bool = True, call: str = "regions") -> np.ndarray:
@@ -86,7 +106,9 @@ class DeviceJpegDecoder:
         parse every header and ask the backend first; without, the batch goes in as it is and only a failed batch
         is decoded image by image (for callers that sorted out what the backend refuses). ``call``: see CALLS;
         the "whole*" calls need each row's region to be its whole image (checked: a ConfigError); "whole_yuv" writes
-        the file's own Y, Cb, Cr planes (pitch w, at dst + c * h * w; chroma at the file's subsampling), no RGB."""
+        the file's own Y, Cb, Cr planes (pitch w, at dst + c * h * w; chroma at the file's subsampling), no RGB;
+        "regions_decoupled" (and "regions" on the GPU-hybrid backend) parses every file, so ``precheck`` is moot
+        there, and a region outside its image is a ConfigError."""
         if call not in CALLS:
             raise ConfigError(f"JPEG decoder call must be one of {tuple(CALLS)}, got {call!r}")
         g = np.ascontiguousarray(geom, dtype=np.int32).reshape(-1, GEOM_COLS)

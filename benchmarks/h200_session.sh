@@ -36,6 +36,8 @@
 #                      device decode at a fixed STAB_SHARE (0.5) and by the CPU pipeline (STAB_MODES: device cpu):
 #                      does training diverge with either (one JSON, imagenet_train_stability.json)
 #   decstages          benchmarks/device_decode_stages.py: each stage of the device decode timed alone
+#   hybrid             benchmarks/hybrid_decode.py: nvJPEG's decoupled path (GPU-hybrid backend) against the engine and
+#                      libjpeg-turbo, progressive files included, alone and beside a GEMM load
 #   contexts           benchmarks/nvjpeg_contexts.py: nvJPEG's decode beside a GEMM load, in one process or two
 #   breakdown          benchmarks/chain_breakdown.py: one core's time per stage of the ImageNet chain, tr vs Pillow
 #   scaling-mnist      benchmarks/pipeline_scaling.py, the MNIST chain only, claimed, 1 and all workers
@@ -277,7 +279,8 @@ stage_stability() {  # the same short training at STAB_SEEDS, fed by the device 
   for seed in ${STAB_SEEDS:-0 1 2}; do
     for mode in ${STAB_MODES:-device cpu}; do
       # shellcheck disable=SC2046
-      "$PY" benchmarks/imagenet_train.py --images /tmp/tr_train_images --make 12800 --level 0 --quick \
+      # shellcheck disable=SC2086
+      "$PY" benchmarks/imagenet_train.py --images /tmp/tr_train_images --make 12800 --level 0 --quick ${STAB_ARGS:-} \
         --epochs "${STAB_EPOCHS:-4}" --seed "$seed" $([ "$mode" = device ] && echo --device-decode --cpu-share \
         "${STAB_SHARE:-0.5}") --json "$d/${mode}_seed$seed.json" || return 1
       # one JSON of the runs so far: a stage cut short keeps what it ran
@@ -297,6 +300,10 @@ stage_jpegtests() {
 
 stage_decstages() {
   "$PY" benchmarks/device_decode_stages.py --images "${TR_IMAGES}_2k" --make 2000 --json "$OUT/device_decode_stages.json"
+}
+
+stage_hybrid() {
+  "$PY" benchmarks/hybrid_decode.py --images "${TR_IMAGES}_2k" --make 2000 --json "$OUT/hybrid_decode.json"
 }
 
 stage_contexts() {
@@ -347,7 +354,7 @@ plan=()
 for s in "${stages[@]}"; do
   case $s in
     build|gputests|build-data|datatests|breakdown|scaling-mnist|scaling|scaling-imagenet|scaling-probe|loaders|loaders-vs) plan+=("$s") ;;
-    mnist-twin|mnist|restests|jpegtests|devdecode|decstages|contexts|stability) plan+=("$s") ;;
+    mnist-twin|mnist|restests|jpegtests|devdecode|decstages|contexts|stability|hybrid) plan+=("$s") ;;
     e2e-dev) plan+=(e2e-dev-0) ;;
     e2e-dev-[0-3]) plan+=("$s") ;;
     pipeline) plan+=(scaling loaders) ;;
@@ -426,6 +433,7 @@ for s in "${plan[@]}"; do
     decstages) ensure_built "$s" && run decstages pipeline.log 300 decstages ;;
     contexts) run contexts pipeline.log 200 contexts ;;
     stability) ensure_built "$s" && run stability e2e.log 500 stability ;;
+    hybrid) ensure_built "$s" && run hybrid pipeline.log 200 hybrid ;;
     e2e-dev-*) ensure_built "$s" && run "$s" e2e.log 400 e2e_dev "${s#e2e-dev-}" ;;
     e2e-*) ensure_built "$s" && run "$s" e2e.log 300 e2e "${s#e2e-}" ;;
     profile-*) ensure_built "$s" && run "$s" profile.log "$PROFILE_LIMIT" profile "${s#profile-}" ;;

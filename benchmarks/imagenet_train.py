@@ -83,6 +83,11 @@ def pipeline_alone(ds, workers: int, batch: int, epochs: int) -> dict:
     return {"images_per_s": n / dt, "images": n, "seconds": dt}
 
 
+def _schedule(sched, warmup: int):
+    """The LR rises linearly over the first ``warmup`` epochs, step by step (0: none)."""
+    return sched.warmup(warmup).step_by_batch() if warmup else sched
+
+
 def end_to_end(a: argparse.Namespace, ds, classes: int) -> dict:
     from cnn import tr_model
 
@@ -100,7 +105,8 @@ def end_to_end(a: argparse.Namespace, ds, classes: int) -> dict:
     task = (DeepLearningTask(settings).device(a.device).quiet().model(tr_model(classes, a.model))
             .loss(CrossEntropyLoss().label_smoothing(LS))
             .optimizer(SGD().momentum(MOMENTUM).nesterov(True).weight_decay(WD))
-            .scheduler(ConstantLR().base_lr(a.lr)).total_epochs(a.epochs + 1).validate_every(a.epochs + 2))
+            .scheduler(_schedule(ConstantLR().base_lr(a.lr), a.warmup))
+            .total_epochs(a.epochs + 1).validate_every(a.epochs + 2))
     t0 = time.perf_counter()
     task.compile()
     compile_s = time.perf_counter() - t0
@@ -152,6 +158,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=3, help="timed epochs (after one untimed)")
     ap.add_argument("--steps", type=int, default=30, help="launches of the step alone")
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="epochs of linear LR warmup, by batch (0: a constant LR from the first step)")
     ap.add_argument("--seed", type=int, default=0, help="the task's and the chain's seed")
     ap.add_argument("--quick", action="store_true",
                     help="training epochs only: no pipeline-alone and no step-alone rows (a stability sweep)")
@@ -183,7 +191,8 @@ def main(argv: list[str] | None = None) -> None:
               flush=True)
     else:
         print(f"{a.model} from a level-{a.level} DTS pack, {a.workers} workers: end to end "
-              f"{e2e['end_to_end_images_per_s']:.0f} images/s (best epoch {e2e['end_to_end_best_epoch_images_per_s']:.0f})"
+              f"{e2e['end_to_end_images_per_s']:.0f} images/s "
+              f"(best epoch {e2e['end_to_end_best_epoch_images_per_s']:.0f})"
               f", step alone {e2e['step_alone_images_per_s']:.0f} images/s ({e2e['step_alone_ms']:.1f} ms): "
               f"{100 * e2e['end_to_end_vs_step']:.1f} %; pipeline alone {alone['images_per_s']:.0f}", flush=True)
     if a.json:
@@ -194,6 +203,7 @@ def main(argv: list[str] | None = None) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"command": sys.argv, "model": a.model, "batch": a.batch, "level": a.level,
                                    "baseline": a.baseline, "seed": a.seed, "lr": a.lr,
+                                   "warmup_epochs": a.warmup,
                                    "cpu_share_setting": a.cpu_share,
                                    "workers": a.workers, "cores": len(os.sched_getaffinity(0)),
                                    "python": platform.python_version(), "images": len(ds.load("train")),

@@ -44,7 +44,7 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend: str, jitter: bool = False,
-                   share: float | str = "auto", interpolate: bool = False) -> dict:
+                   share: float | str = "auto", interpolate: bool = False, refused: str = "nvjpeg") -> dict:
     from tr.algo.optimizer import SGD
     from tr.algo.scheduler import ConstantLR
     from tr.core.norm import NormMode
@@ -62,7 +62,8 @@ def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend:
     reset_preprocessor_settings()
     chain = [RandomResizedCrop(size)] + ([ColorJitter(0.4, 0.4, 0.4, 0.1)] if jitter else []) + [RandomHorizontalFlip()]
     PREPROCESSOR_SETTING.dataset(ds).normalization(NormMode.IMAGENET).seed(1).pad_channels_to(4) \
-        .train_transforms(*chain).device_decode(True, backend, cpu_share=share, interpolate_chroma=interpolate)
+        .train_transforms(*chain).device_decode(True, backend, cpu_share=share, interpolate_chroma=interpolate,
+                                             refused=refused)
     task = (DeepLearningTask(Settings().amp(True).manual_seed(1).global_batch_size(batch)).device(device).quiet()
             .model(seq(fc(ds.num_classes))).optimizer(SGD()).scheduler(ConstantLR(0.01))
             .total_epochs(epochs + 1))
@@ -72,20 +73,24 @@ def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend:
     feeder = task.feeder
     task.run(1)  # capture done; caches and the decoders' first batches
     samples = feeder.num_samples(True)
-    rates, cpu, shared, times = [], [], [], []
+    rates, cpu, shared, hybrid, times = [], [], [], [], []
     for _ in range(epochs):
         rec = task.run(1).history[-1]
         rates.append(samples / rec.seconds)
         cpu.append(feeder.cpu_decoded)
         shared.append(feeder.cpu_shared)
+        hybrid.append(getattr(feeder, "hybrid_decoded", 0))
         times.append({"epoch_s": rec.seconds, **{k: round(v, 4) for k, v in feeder.times.items()}})
     step_s = task.time_train_step(20, 5)
     dec = getattr(feeder, "_decoder", None)
     decoders = [dec.backend] if dec is not None else ["libjpeg-turbo (CPU backend)"]
+    if dec is not None and dec.decoupled:
+        decoders.append(f"decoupled: {dec.decoupled}")
     return {"images_per_s": max(rates), "epochs_images_per_s": rates, "samples": samples, "compile_s": compile_s,
             "decoders": decoders, "decoded_on_cpu_per_epoch": cpu, "cpu_share_per_epoch": shared,
             "cpu_share": feeder.cpu_share, "cpu_share_setting": share, "cpu_threads": feeder.cpu_threads,
-            "interpolate_chroma": interpolate,
+            "interpolate_chroma": interpolate, "refused": refused, "refused_by_nvjpeg_per_epoch": hybrid,
+            "side_bytes": getattr(feeder, "side_bytes", 0),
             "calibration": feeder.calibration, "step_alone_ms": 1e3 * step_s, "times": times}
 
 
@@ -167,18 +172,28 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(files)} JPEGs, {mib:.0f} MiB; batch {a.batch}, {a.size}x{a.size}, FP16 NHWC", flush=True)
     rows: dict[str, dict] = {}
     shares = [s if s == "auto" else float(s) for s in a.shares.split(",")]
-    runs = [("tr device decode, folder", ImageFolder(a.images), False, "auto", False),
-            ("tr device decode, DTS", DtsImages(packed), False, "auto", False)]
-    runs += [(f"tr device decode, DTS baseline, CPU share {s}", DtsImages(based), False, s, False) for s in shares]
-    runs += [("tr device decode, DTS baseline, interpolated chroma", DtsImages(based), False, "auto", True),
-             ("tr device decode, DTS baseline, ColorJitter", DtsImages(based), True, "auto", False)]
-    for name, ds, jit, share, interp in runs:
-        rows[name] = tr_device_rate(ds, a.device, a.batch, a.epochs, a.size, a.nvjpeg, jit, share, interp)
+    # (name, data set, ColorJitter, CPU share, interpolated chroma, who decodes the engine's refusals, backend)
+    runs = [("tr device decode, folder", ImageFolder(a.images), False, "auto", False, "nvjpeg", a.nvjpeg),
+            ("tr device decode, folder, refused to libjpeg-turbo", ImageFolder(a.images), False, "auto", False, "cpu",
+             a.nvjpeg),
+            ("tr device decode, DTS", DtsImages(packed), False, "auto", False, "nvjpeg", a.nvjpeg),
+            ("tr device decode, DTS, refused to libjpeg-turbo", DtsImages(packed), False, "auto", False, "cpu",
+             a.nvjpeg)]
+    if a.device == "cuda":  # what a GPU without a JPEG engine gets
+        runs += [("tr device decode, folder, GPU-hybrid backend", ImageFolder(a.images), False, "auto", False,
+                  "nvjpeg", "gpu")]
+    runs += [(f"tr device decode, DTS baseline, CPU share {s}", DtsImages(based), False, s, False, "nvjpeg",
+              a.nvjpeg) for s in shares]
+    runs += [("tr device decode, DTS baseline, interpolated chroma", DtsImages(based), False, "auto", True, "nvjpeg",
+              a.nvjpeg),
+             ("tr device decode, DTS baseline, ColorJitter", DtsImages(based), True, "auto", False, "nvjpeg", a.nvjpeg)]
+    for name, ds, jit, share, interp, refused, backend in runs:
+        rows[name] = tr_device_rate(ds, a.device, a.batch, a.epochs, a.size, backend, jit, share, interp, refused)
         r = rows[name]
         print(f"{name:<34} {r['images_per_s']:9.0f} images/s ({', '.join(r['decoders'])}; CPU share "
-              f"{r['cpu_share']} of {r['cpu_threads']} threads {r['calibration']}; refused, on the CPU per epoch "
-              f"{r['decoded_on_cpu_per_epoch']}; step alone {r['step_alone_ms']:.2f} ms; last epoch {r['times'][-1]})",
-              flush=True)
+              f"{r['cpu_share']} of {r['cpu_threads']} threads; the engine's refusals by libjpeg-turbo "
+              f"{r['decoded_on_cpu_per_epoch']}, by nvJPEG's decoupled decoder {r['refused_by_nvjpeg_per_epoch']} "
+              f"an epoch; step alone {r['step_alone_ms']:.2f} ms; last epoch {r['times'][-1]})", flush=True)
     if a.device == "cuda" and not a.no_torchvision:
         for name, aug, jit in (("torchvision nvJPEG + v2 crop on the GPU", True, False),
                                ("torchvision nvJPEG + v2 crop + ColorJitter on the GPU", True, True),

@@ -36,6 +36,8 @@
 #                      device decode at a fixed STAB_SHARE (0.5) and by the CPU pipeline (STAB_MODES: device cpu):
 #                      does training diverge with either (one JSON, imagenet_train_stability.json)
 #   decstages          benchmarks/device_decode_stages.py: each stage of the device decode timed alone
+#   e2e-refused        e2e-dev from the plain level-0 pack twice: the engine's refusals (progressive files) decoded by
+#                      nvJPEG's decoupled decoder (--refused nvjpeg), then by libjpeg-turbo (--refused cpu)
 #   hybrid             benchmarks/hybrid_decode.py: nvJPEG's decoupled path (GPU-hybrid backend) against the engine and
 #                      libjpeg-turbo, progressive files included, alone and beside a GEMM load
 #   contexts           benchmarks/nvjpeg_contexts.py: nvJPEG's decode beside a GEMM load, in one process or two
@@ -302,6 +304,14 @@ stage_decstages() {
   "$PY" benchmarks/device_decode_stages.py --images "${TR_IMAGES}_2k" --make 2000 --json "$OUT/device_decode_stages.json"
 }
 
+stage_e2e_refused() {  # ResNet-50 from the plain level-0 pack, the engine's refusals by nvJPEG, then by the CPU
+  local r
+  for r in nvjpeg cpu; do
+    "$PY" benchmarks/imagenet_train.py --images /tmp/tr_train_images --make 12800 --level 0 --epochs 3 \
+      --device-decode --refused "$r" --json "$OUT/imagenet_train_dts0_device_decode_refused_$r.json" || return 1
+  done
+}
+
 stage_hybrid() {
   "$PY" benchmarks/hybrid_decode.py --images "${TR_IMAGES}_2k" --make 2000 --json "$OUT/hybrid_decode.json"
 }
@@ -354,7 +364,7 @@ plan=()
 for s in "${stages[@]}"; do
   case $s in
     build|gputests|build-data|datatests|breakdown|scaling-mnist|scaling|scaling-imagenet|scaling-probe|loaders|loaders-vs) plan+=("$s") ;;
-    mnist-twin|mnist|restests|jpegtests|devdecode|decstages|contexts|stability|hybrid) plan+=("$s") ;;
+    mnist-twin|mnist|restests|jpegtests|devdecode|decstages|contexts|stability|hybrid|e2e-refused) plan+=("$s") ;;
     e2e-dev) plan+=(e2e-dev-0) ;;
     e2e-dev-[0-3]) plan+=("$s") ;;
     pipeline) plan+=(scaling loaders) ;;
@@ -434,6 +444,7 @@ for s in "${plan[@]}"; do
     contexts) run contexts pipeline.log 200 contexts ;;
     stability) ensure_built "$s" && run stability e2e.log 500 stability ;;
     hybrid) ensure_built "$s" && run hybrid pipeline.log 200 hybrid ;;
+    e2e-refused) ensure_built "$s" && run e2e-refused e2e.log 300 e2e_refused ;;
     e2e-dev-*) ensure_built "$s" && run "$s" e2e.log 400 e2e_dev "${s#e2e-dev-}" ;;
     e2e-*) ensure_built "$s" && run "$s" e2e.log 300 e2e "${s#e2e-}" ;;
     profile-*) ensure_built "$s" && run "$s" profile.log "$PROFILE_LIMIT" profile "${s#profile-}" ;;

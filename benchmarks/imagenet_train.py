@@ -59,13 +59,14 @@ def make_pack(images: Path, make: int, level: int, workers: int, baseline: bool 
 
 
 def chain(s, workers: int, device_decode: bool = False, interpolate_chroma: bool = False,
-          cpu_share: float | str = "auto", seed: int = 0):
+          cpu_share: float | str = "auto", seed: int = 0, refused: str = "nvjpeg"):
     from tr.core.norm import NormMode
     from tr.data import RandomHorizontalFlip, RandomResizedCrop
 
     return (s.preprocess_workers(workers).normalization(NormMode.IMAGENET)
             .train_transforms(RandomResizedCrop(224), RandomHorizontalFlip()).pad_channels_to(4).seed(seed)
-            .device_decode(device_decode, cpu_share=cpu_share, interpolate_chroma=interpolate_chroma))
+            .device_decode(device_decode, cpu_share=cpu_share, interpolate_chroma=interpolate_chroma,
+                           refused=refused))
 
 
 def pipeline_alone(ds, workers: int, batch: int, epochs: int) -> dict:
@@ -100,7 +101,7 @@ def end_to_end(a: argparse.Namespace, ds, classes: int) -> dict:
 
     reset_preprocessor_settings()
     chain(PREPROCESSOR_SETTING.dataset(ds), a.workers, a.device_decode, a.interpolate_chroma,
-          a.cpu_share if a.cpu_share == "auto" else float(a.cpu_share), a.seed)
+          a.cpu_share if a.cpu_share == "auto" else float(a.cpu_share), a.seed, a.refused)
     settings = Settings().amp(True).manual_seed(a.seed).global_batch_size(a.batch).use_tf32(True)
     task = (DeepLearningTask(settings).device(a.device).quiet().model(tr_model(classes, a.model))
             .loss(CrossEntropyLoss().label_smoothing(LS))
@@ -129,10 +130,12 @@ def end_to_end(a: argparse.Namespace, ds, classes: int) -> dict:
                   f"loss {rec.train_loss:.3f}", flush=True)
         else:
             row.update(decoded_on_cpu=getattr(feeder, "cpu_decoded", None),
+                       refused_by_nvjpeg=getattr(feeder, "hybrid_decoded", None),
                        cpu_share=getattr(feeder, "cpu_share", None), cpu_shared=getattr(feeder, "cpu_shared", None),
                        times=dict(getattr(feeder, "times", {})))
             print(f"end to end epoch (device decode): {row['images_per_s']:8.0f} images/s, "
-                  f"{row['decoded_on_cpu']} refused files and {row['cpu_shared']} more (share {row['cpu_share']}) "
+                  f"{row['decoded_on_cpu']} refused files on the CPU, {row['refused_by_nvjpeg']} by nvJPEG's "
+                  f"decoupled decoder and {row['cpu_shared']} more (share {row['cpu_share']}) "
                   f"decoded on the CPU, loss {rec.train_loss:.3f}; {row['times']}", flush=True)
         epochs.append(row)
     best = max(e["images_per_s"] for e in epochs)
@@ -170,6 +173,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="with --device-decode: both decoders interpolate chroma (the CPU pipeline's pixels)")
     ap.add_argument("--baseline", action="store_true",
                     help="pack with --baseline (progressive files re-coded losslessly: the engine takes all)")
+    ap.add_argument("--refused", choices=("nvjpeg", "cpu"), default="nvjpeg",
+                    help="with --device-decode: who decodes the files the JPEG engine refuses (progressive)")
     ap.add_argument("--cpu-share", default="auto", help="with --device-decode: the CPU's share, 0..1 or auto")
     ap.add_argument("--json", help="write the figures here, or 'auto' (benchmarks/results/)")
     a = ap.parse_args(argv)
@@ -197,14 +202,15 @@ def main(argv: list[str] | None = None) -> None:
               f"{100 * e2e['end_to_end_vs_step']:.1f} %; pipeline alone {alone['images_per_s']:.0f}", flush=True)
     if a.json:
         tag = ("_baseline" if a.baseline else "") + (
-            ("_device_decode" + ("_interpolated" if a.interpolate_chroma else "")) if a.device_decode else "")
+            ("_device_decode" + ("_interpolated" if a.interpolate_chroma else "")
+             + ("_refused_cpu" if a.refused == "cpu" else "")) if a.device_decode else "")
         out = (HERE / "results" / f"imagenet_train_{a.model}_dts{a.level}{tag}_{date.today()}.json"
                if a.json == "auto" else Path(a.json))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"command": sys.argv, "model": a.model, "batch": a.batch, "level": a.level,
                                    "baseline": a.baseline, "seed": a.seed, "lr": a.lr,
                                    "warmup_epochs": a.warmup,
-                                   "cpu_share_setting": a.cpu_share,
+                                   "cpu_share_setting": a.cpu_share, "refused": a.refused,
                                    "workers": a.workers, "cores": len(os.sched_getaffinity(0)),
                                    "python": platform.python_version(), "images": len(ds.load("train")),
                                    "pipeline_alone": alone, **e2e}, indent=1) + "\n")

@@ -3,7 +3,9 @@ stream, libjpeg-turbo on native threads with its regions copied up from pinned m
 decode buffer in the arena holds each sample's region: libjpeg-turbo's bytes exactly where the CPU decoded it
 (every row with a CPU share of 1; with interpolated chroma too: the CPU pipeline's bytes, the exact path),
 nvJPEG's within the tolerance of test_gpu_jpeg_decode.py elsewhere, both decoders in the same chroma mode
-(replicated: the default). "auto" measures the share at upload."""
+(replicated: the default). "auto" measures the share at upload. The files the engine refuses (progressive) are
+libjpeg-turbo's with refused="cpu", nvJPEG's decoupled decoder's (within the same tolerance) with "nvjpeg"; with
+the GPU-hybrid backend ("gpu") nvJPEG takes every file."""
 
 from __future__ import annotations
 
@@ -42,9 +44,12 @@ def photos(tmp_path_factory) -> Path:
                        val_per_class=1)
 
 
-@pytest.mark.parametrize("share, interpolate", [(0.0, False), (0.5, False), (0.5, True), (1.0, False), (1.0, True),
-                                                ("auto", False)])
-def test_the_decode_buffer_holds_every_region_whoever_decoded_it(photos, share, interpolate):
+@pytest.mark.parametrize("share, interpolate, refused_to, backend", [
+    (0.0, False, "cpu", "auto"), (0.5, False, "cpu", "auto"), (0.5, True, "cpu", "auto"), (1.0, False, "cpu", "auto"),
+    (1.0, True, "cpu", "auto"), ("auto", False, "cpu", "auto"), (0.0, False, "nvjpeg", "auto"),
+    (0.5, True, "nvjpeg", "auto"), ("auto", False, "nvjpeg", "auto"), (0.0, False, "nvjpeg", "gpu"),
+    (0.5, False, "nvjpeg", "gpu")])
+def test_the_decode_buffer_holds_every_region_whoever_decoded_it(photos, share, interpolate, refused_to, backend):
     from tr.backend.cuda import CudaBackend
     from tr.graph.jpeg_input import JPEG_SRC
     from tr.task.jpeg_feeder import DeviceJpegFeeder
@@ -52,8 +57,9 @@ def test_the_decode_buffer_holds_every_region_whoever_decoded_it(photos, share, 
     batch = 16
     s = (PreprocessorSettings().dataset(ImageFolder(photos)).normalization(NormMode.IMAGENET).seed(3)
          .train_transforms(RandomResizedCrop(64), RandomHorizontalFlip()).val_transforms(Resize(72), CenterCrop(64))
-         .device_decode(True, cpu_share=share, interpolate_chroma=interpolate))
-    feeder = DeviceJpegFeeder(s, batch, cpu_share=share, cpu_threads=4, interpolate_chroma=interpolate)
+         .device_decode(True, backend, cpu_share=share, interpolate_chroma=interpolate, refused=refused_to))
+    feeder = DeviceJpegFeeder(s, batch, backend=backend, cpu_share=share, cpu_threads=4, interpolate_chroma=interpolate,
+                              refused=refused_to)
     arena = SimpleArena()
     src = arena.add(JPEG_SRC, (feeder.capacity,), "uint8")
     be = CudaBackend()
@@ -61,7 +67,9 @@ def test_the_decode_buffer_holds_every_region_whoever_decoded_it(photos, share, 
     feeder.upload(be, SimpleNamespace(tensor=lambda name: src))
     assert 0.0 <= feeder.cpu_share <= 1.0 and ("interpolated" in feeder._decoder.backend) == interpolate
     split = feeder._splits[True]
-    refused = feeder._planners[True].progressive
+    hardware = feeder._decoder.backend.startswith("hardware")
+    assert hardware == (backend == "auto") and (feeder.side_bytes > 0) == (hardware and refused_to == "nvjpeg")
+    refused = feeder._planners[True].progressive & hardware  # the files the engine does not take
     diffs, exact, seen = [], 0, 0
     order = epoch_order(len(split), feeder.seed, 0, True, True)
     for k, buf, m in feeder.epoch(0, True):
@@ -76,7 +84,7 @@ def test_the_decode_buffer_holds_every_region_whoever_decoded_it(photos, share, 
             want = want.astype(np.int16)
             got = mem[slot:slot + h * w * 3].reshape(h, w, 3).astype(np.int16)
             taken = np.flatnonzero(~refused[order[k * batch:k * batch + m]])
-            on_cpu = refused[i] or r not in taken[:hw_rows]
+            on_cpu = (refused_to == "cpu") if refused[i] else r not in taken[:hw_rows]
             if on_cpu:  # libjpeg-turbo's region, exactly
                 np.testing.assert_array_equal(got, want, err_msg=f"batch {k} row {r} sample {i}")
                 exact += 1
@@ -89,7 +97,8 @@ def test_the_decode_buffer_holds_every_region_whoever_decoded_it(photos, share, 
           f"mean |diff| {np.mean(diffs) if diffs else 0:.3f}, worst {max(diffs, default=0):.3f}; "
           f"calibration {feeder.calibration}")
     assert seen == len(split) and exact == feeder.cpu_decoded + feeder.cpu_shared
-    assert feeder.cpu_decoded == int(refused.sum())
+    assert feeder.cpu_decoded == int(refused.sum()) * (refused_to == "cpu")
+    assert feeder.hybrid_decoded == int(refused.sum()) * (refused_to == "nvjpeg")
     assert max(diffs, default=0.0) <= MEAN_ABS_LIMIT
     if share == 1.0:
         assert not diffs and exact == seen

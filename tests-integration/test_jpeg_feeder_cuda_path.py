@@ -3,7 +3,9 @@ are decoded on the CPU and copied up, and where every region lands. The backend'
 the decoder a stand-in that decodes with libjpeg-turbo and refuses progressive files as the hardware engine
 does, so after each batch the decode buffer must hold exactly tr.data's regions (the real decoder and copies:
 tests-integration/test_gpu_jpeg_decode.py on the GPU). With a CPU share, libjpeg-turbo takes that share of each
-batch besides the refused files, and the buffer must hold the same regions."""
+batch besides the refused files, and the buffer must hold the same regions. With refused="nvjpeg" the stand-in's
+decoupled call takes the progressive files in the preparation, into a side buffer, and their regions are copied
+into the decode buffer with the batch."""
 
 from __future__ import annotations
 
@@ -24,30 +26,33 @@ class FakeDecoder:
     """nvJPEG's interface: host bytes in, regions written at device addresses (host memory here)."""
 
     backend = "hardware+strict (stand-in)"
-    calls: list[int] = []
-    regions: list[tuple[int, int]] = []  # (slot, bytes) of every region it wrote
+    calls: list[int] = []  # images of each batched (engine) call
+    side_calls: list[int] = []  # images of each decoupled call
+    regions: list[tuple[int, int]] = []  # (slot, bytes) of every region the engine's calls wrote
 
-    def __init__(self, device: int, backend: str, max_batch: int, interpolate: bool = True) -> None:
+    def __init__(self, device: int, backend: str, max_batch: int, threads: int = 4, interpolate: bool = True) -> None:
         self.max_batch = max_batch
         self.interpolate = interpolate  # nvJPEG's chroma upsampling flag: the stand-in decodes with libjpeg's
 
-    def decode(self, data, offsets, sizes, geom, dst, stream, precheck=True):
+    def decode(self, data, offsets, sizes, geom, dst, stream, precheck=True, call="regions"):
         from tr.data import _native
         from tr.data.jpeg_plan import COL
 
-        assert len(geom) <= self.max_batch and stream == 77
-        FakeDecoder.calls.append(len(geom))
+        assert len(geom) <= self.max_batch and stream == 77 and call in ("regions", "regions_decoupled")
+        side = call == "regions_decoupled"  # the decoupled decoder takes progressive files too
+        (FakeDecoder.side_calls if side else FakeDecoder.calls).append(len(geom))
         status = np.zeros(len(geom), np.int32)
         for k, (o, n, g) in enumerate(zip(offsets, sizes, geom, strict=True)):
             b = bytes(data[int(o):int(o) + int(n)])
-            if _native.jpeg_needs_baseline(b):
+            if _native.jpeg_needs_baseline(b) and not side:
                 status[k] = 1  # the hardware engine refuses progressive files
                 continue
             img = _native.decode_jpeg(b, False, 8, self.interpolate)
             y, x, h, w = (int(g[COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w"))
             region = np.ascontiguousarray(img[y:y + h, x:x + w])
             ctypes.memmove(int(dst) + int(g[COL["slot"]]), region.ctypes.data, region.nbytes)
-            FakeDecoder.regions.append((int(g[COL["slot"]]), region.nbytes))
+            if not side:
+                FakeDecoder.regions.append((int(g[COL["slot"]]), region.nbytes))
         return status
 
 
@@ -72,9 +77,32 @@ class FakeCuda:
         self.mem[offset:offset + data.size] = data
 
 
-@pytest.mark.parametrize("share, interpolate", [(0.0, False), (0.5, False), (0.5, True), (1.0, False), (1.0, True),
-                                                ("auto", False)])
-def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, monkeypatch, share, interpolate):
+def side_buffers(monkeypatch, jpeg, be) -> list[tuple[int, int]]:
+    """Stand-ins for the side buffers (host memory) and the copies out of them; the (decode-buffer offset, bytes)
+    of each copy."""
+    made: list[np.ndarray] = []
+    d2d: list[tuple[int, int]] = []
+
+    def device_buffer(nbytes, device=0):
+        made.append(np.zeros(nbytes, np.uint8))
+        return SimpleNamespace(ptr=made[-1].ctypes.data, size=nbytes)
+
+    def copy(dst, src, n, stream):
+        assert stream == 77 and any(b.ctypes.data <= src and src + n <= b.ctypes.data + b.size for b in made)
+        d2d.append((int(dst) - be.arena_ptr - 1024, int(n)))
+        ctypes.memmove(int(dst), int(src), int(n))
+
+    monkeypatch.setattr(jpeg, "device_buffer", device_buffer)
+    monkeypatch.setattr(jpeg, "d2d_async", copy)
+    return d2d
+
+
+@pytest.mark.parametrize("share, interpolate, refused", [
+    (0.0, False, "cpu"), (0.5, False, "cpu"), (0.5, True, "cpu"), (1.0, False, "cpu"), (1.0, True, "cpu"),
+    ("auto", False, "cpu"), (0.0, False, "nvjpeg"), (0.5, True, "nvjpeg"), (1.0, False, "nvjpeg"),
+    ("auto", False, "nvjpeg")])
+def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, monkeypatch, share, interpolate,
+                                                                      refused):
     sys.path.insert(0, str(ROOT / "tools"))
     from make_image_folder import make_image_folder
 
@@ -90,9 +118,9 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
     ds = ImageFolder(tmp_path / "img")
     s = (PreprocessorSettings().dataset(ds).normalization(NormMode.IMAGENET).seed(4)
          .train_transforms(RandomResizedCrop(24), RandomHorizontalFlip())
-         .device_decode(True, cpu_share=share, interpolate_chroma=interpolate))
+         .device_decode(True, cpu_share=share, interpolate_chroma=interpolate, refused=refused))
     feeder = DeviceJpegFeeder(s, batch=8, cpu_share=s.device_dec_cpu_share, cpu_threads=3,
-                              interpolate_chroma=s.device_dec_interpolate_chroma)
+                              interpolate_chroma=s.device_dec_interpolate_chroma, refused=s.device_dec_refused)
     progressive = feeder._planners[True].progressive
     assert 0 < progressive.sum() < len(progressive)  # both paths are taken
     copies: list[tuple[int, int]] = []  # (offset in the decode buffer, bytes)
@@ -106,28 +134,31 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
     monkeypatch.setattr(jpeg, "h2d_async", h2d)
     src = SimpleNamespace(offset=1024, numel=feeder.capacity, shape=SimpleNamespace(dims=(1, 1, 1, feeder.capacity)))
     be = FakeCuda(1024 + feeder.capacity)
+    d2d = side_buffers(monkeypatch, jpeg, be)
     feeder.upload(be, SimpleNamespace(tensor=lambda name: src if name == JPEG_SRC else None))
     assert feeder._decoder.interpolate is interpolate  # both decoders upsample chroma alike
+    assert (feeder.side_bytes > 0) == (refused == "nvjpeg")
     if share == "auto":  # measured: both decoders timed on the first batch
         assert 0.0 <= feeder.cpu_share <= 1.0 and feeder.calibration["rows"] > 0
         assert feeder.calibration["device_s"] > 0 and feeder.calibration["cpu_s"] > 0
     else:
         assert feeder.cpu_share == share
-    FakeDecoder.calls, FakeDecoder.regions = [], []
+    FakeDecoder.calls, FakeDecoder.side_calls, FakeDecoder.regions = [], [], []
     split = feeder._splits[True]
     seen = shared = 0
     for epoch in (0, 1):
         hw_rows = 8 - round(feeder.cpu_share * 8)  # ("auto": re-balanced after each epoch)
-        calls_before = len(FakeDecoder.calls)
+        calls_before, side_before = len(FakeDecoder.calls), len(FakeDecoder.side_calls)
         order = epoch_order(len(split), feeder.seed, epoch, True, True)
-        done_copies, done_regions = len(copies), len(FakeDecoder.regions)
+        done_copies, done_regions, done_side = len(copies), len(FakeDecoder.regions), len(d2d)
         for k, buf, m in feeder.epoch(epoch, True):
-            mine, theirs = copies[done_copies:], FakeDecoder.regions[done_regions:]
-            done_copies, done_regions = len(copies), len(FakeDecoder.regions)
+            mine, theirs, side = copies[done_copies:], FakeDecoder.regions[done_regions:], d2d[done_side:]
+            done_copies, done_regions, done_side = len(copies), len(FakeDecoder.regions), len(d2d)
             for o, n in mine:  # a copy (a run of CPU rows and the padding between them) covers no nvJPEG region
                 assert all(o + n <= s0 or s0 + z <= o for s0, z in theirs), (o, n, theirs)
-            if share == 1.0:
-                assert len(mine) == 1  # every row on the CPU, at its slot: one copy a batch
+                assert all(o + n <= s0 or s0 + z <= o for s0, z in side), (o, n, side)
+            if share == 1.0:  # every row on the CPU, at its slot: one copy a run between the side buffer's rows
+                assert len(mine) <= 1 + len(side) and (refused == "nvjpeg" or len(mine) == 1)
             geom = feeder._bufs[buf][1][:, 0, 0, :]
             for r in range(m):  # each row's region holds tr.data's decode of its sample's box
                 i = int(order[k * 8 + r])
@@ -137,15 +168,19 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
                 np.testing.assert_array_equal(got, want, err_msg=f"epoch {epoch} batch {k} row {r} sample {i}")
             np.testing.assert_array_equal(feeder._bufs[buf][0][:m], split.labels[order[k * 8:k * 8 + m]])
             seen += m
-        assert feeder.decoded_on_cpu() == int(progressive.sum())  # every progressive file, decoded on the CPU
+        # every progressive file, decoded on the CPU or by the decoupled decoder (one call a batch that has any)
+        assert feeder.decoded_on_cpu() == (int(progressive.sum()) if refused == "cpu" else 0)
+        assert feeder.hybrid_decoded == (int(progressive.sum()) if refused == "nvjpeg" else 0)
+        assert sum(FakeDecoder.side_calls[side_before:]) == feeder.hybrid_decoded
         shared += feeder.cpu_shared
         assert max(FakeDecoder.calls[calls_before:], default=0) <= hw_rows
-        assert feeder.device_decoded == sum(FakeDecoder.calls[calls_before:])
+        assert feeder.device_decoded == sum(FakeDecoder.calls[calls_before:]) + feeder.hybrid_decoded
     assert seen == 2 * len(split) and be.synchronous_writes == 0
-    cpu_rows = 2 * int(progressive.sum()) + shared
+    assert len(d2d) == sum(FakeDecoder.side_calls)  # a copy a region out of the side buffer
+    cpu_rows = 2 * int(progressive.sum()) * (refused == "cpu") + shared
     # (a copy a CPU-decoded region, packed, without a share; with one, a copy a run of them)
     assert len(copies) == cpu_rows if share == 0.0 else len(copies) <= cpu_rows
-    assert sum(FakeDecoder.calls) + cpu_rows == seen  # each sample decoded once, by one of the two
+    assert sum(FakeDecoder.calls) + sum(FakeDecoder.side_calls) + cpu_rows == seen  # each sample decoded once
     if share == 0.0:
         assert shared == 0
     if share == 1.0:
@@ -157,7 +192,8 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
         # 10 batches of 8: nvJPEG took 2 a batch in 50 ms calls (10 ms an image: 30 ms waiting for the device),
         # libjpeg-turbo the other 6 in 10 ms each; balanced: 8 * 10 - 30 = 20 * h, h = 2.5 rows for nvJPEG
         feeder.calibration["row_s"] = 0.010
-        feeder.times.update(decode_call_s=0.5, cpu_decode_s=0.6)
+        feeder.hybrid_decoded = 0
+        feeder.times.update(decode_call_s=0.5, cpu_decode_s=0.6, refused_decode_s=0.0)
         feeder._batches, feeder._calls, feeder.device_decoded = 10, 10, 20
         feeder.cpu_decoded, feeder.cpu_shared = 15, 45
         feeder._rebalance(5)
@@ -193,13 +229,16 @@ def test_the_task_s_feeder_takes_the_cpu_share_threads_and_chroma_of_the_setting
 
     make_image_folder(tmp_path / "img", classes=2, per_class=3, min_side=40, max_side=60, seed=1)
     s = (PreprocessorSettings().dataset(ImageFolder(tmp_path / "img")).train_transforms(RandomResizedCrop(24))
-         .device_decode(True, cpu_share=0.25, cpu_threads=3, interpolate_chroma=True))
+         .device_decode(True, cpu_share=0.25, cpu_threads=3, interpolate_chroma=True, refused="cpu"))
     feeder = feeder_from_preprocessor(Settings().global_batch_size(4), pre=s)
     assert (feeder.cpu_share_setting, feeder.cpu_threads, feeder.interpolate_chroma) == (0.25, 3, True)
+    assert feeder.refused == "cpu"
     assert not feeder_from_preprocessor(Settings().global_batch_size(4), pre=s.copy().device_decode(True)) \
         .interpolate_chroma
     with pytest.raises(Exception, match=r"cpu_share must be a number in \[0, 1\]"):
         type(feeder)(s, batch=4, cpu_share=2.0)
+    with pytest.raises(Exception, match=r"refused must be 'nvjpeg' or 'cpu', got 'gpu'"):
+        type(feeder)(s, batch=4, refused="gpu")
 
 
 def test_auto_re_balances_early_in_the_epoch_and_at_its_end(tmp_path, monkeypatch):
@@ -216,8 +255,10 @@ def test_auto_re_balances_early_in_the_epoch_and_at_its_end(tmp_path, monkeypatc
     feeder = DeviceJpegFeeder(s.device_decode(True), batch=2, cpu_share="auto", cpu_threads=2)
     monkeypatch.setattr(jpeg, "DeviceJpegDecoder", FakeDecoder)
     monkeypatch.setattr(jpeg, "h2d_async", lambda dst, src, n, stream: ctypes.memmove(int(dst), int(src), int(n)))
-    src = SimpleNamespace(offset=0, numel=feeder.capacity, shape=SimpleNamespace(dims=(1, 1, 1, feeder.capacity)))
-    feeder.upload(FakeCuda(feeder.capacity), SimpleNamespace(tensor=lambda name: src if name == JPEG_SRC else None))
+    src = SimpleNamespace(offset=1024, numel=feeder.capacity, shape=SimpleNamespace(dims=(1, 1, 1, feeder.capacity)))
+    be = FakeCuda(1024 + feeder.capacity)
+    side_buffers(monkeypatch, jpeg, be)
+    feeder.upload(be, SimpleNamespace(tensor=lambda name: src if name == JPEG_SRC else None))
     assert feeder.steps(True) == 10 > REBALANCE_AFTER
     for _ in feeder.epoch(0, True):
         pass

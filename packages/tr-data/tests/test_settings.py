@@ -117,6 +117,7 @@ def test_global_instance_and_reset(rng):
     ({"cpu_threads": 2.5}, r"device_decode cpu_threads must be an integer"),
     ({"backend": "nvdec"}, r"backend must be 'auto', 'hardware' or 'gpu', got 'nvdec'"),
     ({"interpolate_chroma": 1}, r"device_decode interpolate_chroma must be True or False, got 1"),
+    ({"refused": "libjpeg"}, r"device_decode refused must be 'nvjpeg' or 'cpu', got 'libjpeg'"),
 ])
 def test_device_decode_refuses_settings_out_of_range(kwargs, match):
     s = PreprocessorSettings()
@@ -132,3 +133,5 @@ def test_device_decode_keeps_its_cpu_share_and_threads():
     assert PreprocessorSettings().device_decode(True).device_dec_cpu_share == "auto"
     assert not PreprocessorSettings().device_decode(True).device_dec_interpolate_chroma  # (nvJPEG's fast path)
     assert PreprocessorSettings().device_decode(True, interpolate_chroma=True).device_dec_interpolate_chroma
+    assert PreprocessorSettings().device_decode(True).device_dec_refused == "nvjpeg"  # (1.5x on progressive files)
+    assert PreprocessorSettings().device_decode(True, refused="cpu").device_dec_refused == "cpu"

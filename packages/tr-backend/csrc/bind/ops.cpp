@@ -182,6 +182,17 @@ void bind_jpeg(nb::module_& m) {
       "dst"_a, "src"_a, "nbytes"_a, "stream"_a,
       "Copy nbytes from host address src (pinned: asynchronous) to device address dst on `stream` (a "
       "cudaStream_t as an integer). The host bytes must stay valid until the stream has passed the copy.");
+  m.def(
+      "d2d_async",
+      [](std::uintptr_t dst, std::uintptr_t src, std::size_t nbytes, std::uintptr_t stream) {
+        const cudaError_t e = cudaMemcpyAsync(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src),
+                                              nbytes, cudaMemcpyDeviceToDevice, reinterpret_cast<cudaStream_t>(stream));
+        if (e != cudaSuccess)
+          fail(ErrorKind::Backend, std::string("cudaMemcpyAsync of ") + std::to_string(nbytes) +
+                                       " bytes within the device failed: " + cudaGetErrorString(e));
+      },
+      "dst"_a, "src"_a, "nbytes"_a, "stream"_a,
+      "Copy nbytes from device address src to device address dst on `stream` (a cudaStream_t as an integer).");
   m.def("load_nvjpeg", &cuda::load_nvjpeg,
         "Load nvJPEG now: (path, version major*1000 + minor*10 + patch). Raises DeviceUnavailableError.");
   m.def("nvjpeg_candidates", &cuda::nvjpeg_candidates, "The paths load_nvjpeg tries, in order.");

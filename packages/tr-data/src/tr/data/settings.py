@@ -66,6 +66,7 @@ class PreprocessorSettings:
     device_dec_cpu_share: float | str = "auto"
     device_dec_cpu_threads: int | None = None
     device_dec_interpolate_chroma: bool = False
+    device_dec_refused: str = "nvjpeg"
     _frozen: bool = field(default=False, repr=False)
 
     # ---- the fluent builder -------------------------------------------------------------------
@@ -160,7 +161,8 @@ class PreprocessorSettings:
         return self._set("device_aug", _flag("device_augment", on))
 
     def device_decode(self, on: bool = True, backend: str = "auto", cpu_share: float | str = "auto",
-                      cpu_threads: int | None = None, interpolate_chroma: bool = False) -> PreprocessorSettings:
+                      cpu_threads: int | None = None, interpolate_chroma: bool = False,
+                      refused: str = "nvjpeg") -> PreprocessorSettings:
         """Decode JPEG data sets (an image folder or a JPEG DTS pack) on the training device: the host reads only
         the files and their headers and draws each sample's parameters as this pipeline's workers would; the
         device decodes the regions the chain reads (nvJPEG: ``backend`` "auto" takes the GPU's hardware JPEG
@@ -181,8 +183,14 @@ class PreprocessorSettings:
         (the default): each chroma sample replicated, nvJPEG's hardware engine at full speed (5x the
         interpolated rate on the H200, benchmarks/RESULTS.md) and libjpeg-turbo set to match it; the pixels then
         differ from the CPU pipeline's (libjpeg's interpolated "fancy" upsampling, Pillow's too) along colour
-        edges. True: interpolated, as the CPU pipeline; with ``cpu_share=1.0`` the CPU pipeline's pixels to the
-        bit (the exact path)."""
+        edges. True: interpolated, as the CPU pipeline; with ``cpu_share=1.0`` and ``refused="cpu"`` the CPU
+        pipeline's pixels to the bit (the exact path).
+
+        ``refused``: who decodes the files a hardware JPEG engine does not take (progressive, arithmetic-coded).
+        "nvjpeg" (the default): nvJPEG's decoupled decoder, its Huffman decoding on ``cpu_threads`` host threads
+        and the rest on the GPU, while the next batch is prepared (1.5x libjpeg-turbo's rate on progressive files
+        on the H200, benchmarks/RESULTS.md; its pixels within a few grey levels of libjpeg-turbo's, mean 0.03);
+        a file it refuses too goes to libjpeg-turbo. "cpu": libjpeg-turbo, the CPU pipeline's pixels."""
         if backend not in ("auto", "hardware", "gpu"):
             raise ConfigError(f"device_decode backend must be 'auto', 'hardware' or 'gpu', got {backend!r}")
         if cpu_share != "auto" and (isinstance(cpu_share, bool) or not isinstance(cpu_share, (int, float))
@@ -191,7 +199,10 @@ class PreprocessorSettings:
         if cpu_threads is not None:
             cpu_threads = _count("device_decode cpu_threads", cpu_threads, MAX_WORKERS)
         interpolate_chroma = _flag("device_decode interpolate_chroma", interpolate_chroma)
+        if refused not in ("nvjpeg", "cpu"):
+            raise ConfigError(f"device_decode refused must be 'nvjpeg' or 'cpu', got {refused!r}")
         self._set("device_dec_backend", backend)
+        self._set("device_dec_refused", refused)
         self._set("device_dec_cpu_share", cpu_share if cpu_share == "auto" else float(cpu_share))
         self._set("device_dec_cpu_threads", cpu_threads)
         self._set("device_dec_interpolate_chroma", interpolate_chroma)

@@ -10,7 +10,8 @@ Who decodes: on CUDA, two decoders share each batch. nvJPEG (tr.backend.cuda.jpe
 GPU has one, else the GPU-assisted hybrid backend) decodes its rows on the transfer stream, so batch k+1 is
 decoded while step k computes; libjpeg-turbo decodes the others on ``cpu_threads`` native threads while the
 next batch is prepared, and their regions are copied up asynchronously: the files the engine does not take
-(progressive, arithmetic-coded; counted, ``cpu_decoded``) and a share of the rest, ``cpu_share`` of the batch
+(progressive, arithmetic-coded; counted, ``cpu_decoded``), unless ``refused`` is "nvjpeg", and a share of the
+rest, ``cpu_share`` of the batch
 (fixed, or "auto": measured at upload, then re-balanced early in every training epoch and at its end from a
 model of its timings, so that both decoders take as long for a batch: the CPU's cores and the JPEG engines
 then add up, and whatever slows one of them in training moves rows to the other; tr's nvJPEG call waits for
@@ -18,6 +19,11 @@ the whole device, so beside a long training step "auto" ends at 1, see _rebalanc
 where depends on the share alone, so a fixed share gives the same batches every run; "auto"'s share depends on
 timings, so the pixels of a few rows may differ by nvJPEG's difference from libjpeg-turbo (at most a grey level on
 the H200) from run to run.
+With ``refused="nvjpeg"`` (the default) the files the hardware engine refuses are decoded in the preparation of
+their batch by nvJPEG's decoupled decoder instead (Huffman on ``cpu_threads`` host threads, 1.5x libjpeg-turbo's
+rate on progressive files; the rest on the GPU, on the transfer stream) into a side buffer of the feeder's own
+(two batches' worth, outside the arena: ``side_bytes``), and their regions are copied into the decode buffer
+with the batch (counted, ``hybrid_decoded``); a file that decoder refuses too goes to libjpeg-turbo.
 The compressed bytes are staged in pinned memory, two batches' worth. On the CPU backend (and with a share of
 1) libjpeg-turbo decodes every region: the same pixels as the CPU pipeline, the batches then the CPU
 pipeline's byte for byte (tests-integration/test_jpeg_device_training.py).
@@ -54,6 +60,7 @@ from tr.task.feeder import DeviceSideFeeder
 log = get_logger(__name__)
 
 DECODED, UNSUPPORTED, DAMAGED = 0, 1, 2  # tr.backend.cuda.jpeg's statuses
+SIDE_ALIGN = 256  # bytes: each region in a side buffer starts at a multiple (as the decode buffer's slots)
 REBALANCE_AFTER = 8  # batches of a training epoch after which "auto" re-balances the CPU's share the first time
 
 
@@ -62,19 +69,22 @@ class DeviceJpegFeeder(DeviceSideFeeder):
     into the arena. ``backend``: the nvJPEG backend to try first ("auto", "hardware" or "gpu"); ``cpu_share``:
     the batch's share decoded by libjpeg-turbo on CUDA, in [0, 1], or "auto" (measured at upload, re-balanced
     in training: _rebalance); ``cpu_threads``: libjpeg-turbo's threads (default: all cores but two);
-    ``interpolate_chroma``: both decoders' chroma upsampling (PreprocessorSettings.device_decode)."""
+    ``interpolate_chroma``: both decoders' chroma upsampling; ``refused``: who decodes the files the hardware engine
+    refuses, "nvjpeg" (its decoupled decoder) or "cpu" (libjpeg-turbo) (PreprocessorSettings.device_decode)."""
 
     setting = "device_decode"
 
     def __init__(self, pre_settings: PreprocessorSettings, batch: int, seed: int | None = None, fp16: bool = False,
                  backend: str = "auto", cpu_share: float | str = "auto", cpu_threads: int | None = None,
-                 interpolate_chroma: bool = False) -> None:
+                 interpolate_chroma: bool = False, refused: str = "nvjpeg") -> None:
         if cpu_share != "auto" and (isinstance(cpu_share, bool) or not isinstance(cpu_share, (int, float))
                                     or not 0.0 <= float(cpu_share) <= 1.0):
             raise ConfigError(f"DeviceJpegFeeder: cpu_share must be a number in [0, 1] or 'auto', got {cpu_share!r}")
         if cpu_threads is not None and (isinstance(cpu_threads, bool) or not isinstance(cpu_threads, int)
                                         or cpu_threads < 1):
             raise ConfigError(f"DeviceJpegFeeder: cpu_threads must be a positive integer, got {cpu_threads!r}")
+        if refused not in ("nvjpeg", "cpu"):
+            raise ConfigError(f"DeviceJpegFeeder: refused must be 'nvjpeg' or 'cpu', got {refused!r}")
         s = pre_settings if pre_settings.frozen else pre_settings.commit()
         self.pre_settings = s  # (a checkpoint records its chains)
         ds = s.open_dataset()
@@ -103,6 +113,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
                        "erase_value": tuple(float(v) for v in erase.value) if erase is not None else (0.0,)}
         self.nvjpeg_backend = backend
         self.interpolate_chroma = bool(interpolate_chroma)
+        self.refused = refused
         self.cpu_share_setting = cpu_share
         self.cpu_share: float | None = None  # the share in use (upload: "auto" measured then)
         self.cpu_threads = int(cpu_threads or max(1, (os.cpu_count() or 2) - 2))
@@ -110,11 +121,14 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         self.cpu_decoded = 0  # images of the last pass nvJPEG does not take, decoded by libjpeg-turbo on CUDA
         self.cpu_shared = 0  # images of the last pass decoded by libjpeg-turbo as the CPU's share
         self.device_decoded = 0  # images of the last pass decoded by nvJPEG
+        self.hybrid_decoded = 0  # of those, files the engine refuses, by nvJPEG's decoupled decoder (refused="nvjpeg")
+        self.side_bytes = 0  # device bytes of the feeder's own side buffers (upload), outside the plan's arena
         self._batches = self._calls = 0  # the last pass's batches so far, and its nvJPEG calls
         self.times: dict[str, float] = {}  # the last pass's seconds by stage (epoch())
         self._backend: Any = None
         self._decoder: Any = None  # nvJPEG's, on CUDA (upload)
         self._by_slot = False  # the CPU's regions at their slots in the pinned buffer (upload)
+        self._side: list[Any] = []  # refused="nvjpeg" on a hardware engine: the decoupled decoder's regions (upload)
         self._alloc()
 
     @property
@@ -146,11 +160,11 @@ class DeviceJpegFeeder(DeviceSideFeeder):
             self.cpu_share = 1.0
             self._host_src = [np.zeros(self._src.numel, np.uint8) for _ in range(2)]
             return
-        from tr.backend.cuda.jpeg import DeviceJpegDecoder, h2d_async
+        from tr.backend.cuda import jpeg
 
-        self._decoder = DeviceJpegDecoder(backend.device, self.nvjpeg_backend, self.batch,
-                                          interpolate=self.interpolate_chroma)
-        self._h2d = h2d_async
+        self._decoder = jpeg.DeviceJpegDecoder(backend.device, self.nvjpeg_backend, self.batch,
+                                               threads=self.cpu_threads, interpolate=self.interpolate_chroma)
+        self._h2d, self._d2d = jpeg.h2d_async, jpeg.d2d_async
         hardware = self._hardware = self._decoder.backend.startswith("hardware")
         splits = [(t, s) for t, s in self._splits.items() if s is not None]
         # the hardware engine takes no progressive or arithmetic-coded file: those are decoded on the CPU, in the
@@ -165,13 +179,22 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         # with a share the CPU's regions lie at their slots, as in the decode buffer, so that a run of CPU rows is
         # one copy (a batch all on the CPU: one copy, not one a region); else packed
         self._by_slot = cpu_most >= self.capacity
+        self._side, self.side_bytes = [], 0
+        if hardware and self.refused == "nvjpeg":  # two batches' worth of the refused files' regions, packed
+            side = max(_largest_sum(self._planners[t].image_bytes[self._cpu_only[t]] + SIDE_ALIGN, self.batch)
+                       for t, _ in splits)
+            if side:
+                self._side = [jpeg.device_buffer(side, backend.device) for _ in range(2)]
+                self.side_bytes = 2 * side
         self._stream = backend.ctx.stream(int(StreamKind.TRANS))
         share = self._calibrate() if self.cpu_share_setting == "auto" else float(self.cpu_share_setting)
         self.cpu_share = share
         self._hw_rows = self.batch - int(round(share * self.batch))  # the rows of a batch nvJPEG decodes at most
-        log.info("decoding JPEGs with nvJPEG (%s) and libjpeg-turbo on %d threads: the CPU's share %.3f%s",
+        log.info("decoding JPEGs with nvJPEG (%s) and libjpeg-turbo on %d threads: the CPU's share %.3f%s%s",
                  self._decoder.backend, self.cpu_threads, share,
-                 " (measured)" if self.cpu_share_setting == "auto" else "")
+                 " (measured)" if self.cpu_share_setting == "auto" else "",
+                 f"; the engine's refusals by nvJPEG's decoupled decoder ({self.side_bytes} bytes of side buffers)"
+                 if self._side else "")
 
     def _calibrate(self, reps: int = 2) -> float:
         """The CPU's share of a batch at which libjpeg-turbo (on cpu_threads threads) and nvJPEG take the same
@@ -223,12 +246,13 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         order = epoch_order(len(self._labels[train]), self.seed, epoch, train, self.shuffle_train, self.rank,
                             self.world_size)
         steps = self.steps(train)
-        self.cpu_decoded = self.cpu_shared = self.device_decoded = self._batches = self._calls = 0
+        self.cpu_decoded = self.cpu_shared = self.device_decoded = self.hybrid_decoded = 0
+        self._batches = self._calls = 0
         # where the loop's thread spent the pass: waiting for a batch's preparation, in nvJPEG's decode call, in
-        # the copies of CPU-decoded regions; and the preparing thread's own seconds, of them libjpeg-turbo's
-        # (tr.task's epoch is the rest)
+        # the copies of CPU-decoded regions (and of the side buffer's); and the preparing thread's own seconds, of
+        # them libjpeg-turbo's and nvJPEG's decoupled decoder's (tr.task's epoch is the rest)
         self.times = {"wait_prepare_s": 0.0, "decode_call_s": 0.0, "cpu_region_copies_s": 0.0, "prepare_s": 0.0,
-                      "cpu_decode_s": 0.0}
+                      "cpu_decode_s": 0.0, "refused_decode_s": 0.0}
         # buffers (k + 1) % 2 are free when batch k + 1's preparation starts: it starts once batch k - 1 was
         # yielded, and the task returns here only after batch k - 1's transfer (which read them) is done
         # (StepLauncher waits for each transfer on the host)
@@ -266,12 +290,16 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         ``wait`` is kept). The wait is a call's, over the batches that called nvJPEG (an epoch that moved to a
         share of 1 part of the way has batches without a call: averaged over those too, the wait would look
         smaller than it is and the share would swing back)."""
-        cpu_rows = self.cpu_decoded + self.cpu_shared
+        # (the engine's refusals decoded by nvJPEG's decoupled decoder in the preparation count as its rows: its
+        # time is the preparing thread's too)
+        cpu_rows = self.cpu_decoded + self.cpu_shared + self.hybrid_decoded
+        cpu_s = self.times["cpu_decode_s"] + self.times["refused_decode_s"]
         cal = self.calibration
-        if cpu_rows and self.times["cpu_decode_s"] > 0:
-            cal["cpu_row_s"] = self.times["cpu_decode_s"] / cpu_rows
-        if self._calls and self.device_decoded:
-            rows = self.device_decoded / self._calls  # nvJPEG's images a call
+        if cpu_rows and cpu_s > 0:
+            cal["cpu_row_s"] = cpu_s / cpu_rows
+        engine_rows = self.device_decoded - self.hybrid_decoded
+        if self._calls and engine_rows:
+            rows = engine_rows / self._calls  # nvJPEG's images a call
             cal["wait_s"] = max(0.0, self.times["decode_call_s"] / self._calls - rows * cal["row_s"])
         d, c, wait = cal["cpu_row_s"], cal["row_s"], cal.get("wait_s", 0.0)
         hw = min(float(self.batch), max(0.0, (self.batch * d - wait) / (c + d)))  # nvJPEG's rows that balance
@@ -313,16 +341,47 @@ class DeviceJpegFeeder(DeviceSideFeeder):
             return _Prepared(k, m, plan, src, np.arange(0), np.zeros(0, np.int64))
         staging, fallback = self._staging[k % 2]
         refused = self._cpu_only[train][plan.indices[:m]]
-        cpu = refused.copy()
-        takes = np.flatnonzero(~cpu)
+        side = np.flatnonzero(refused) if self._side else np.zeros(0, np.int64)
+        cpu = refused.copy() if not self._side else np.zeros(m, bool)
+        takes = np.flatnonzero(~refused)
         cpu[takes[self._hw_rows:]] = True  # the CPU's share: the rows after the first _hw_rows nvJPEG takes
-        on_device, on_cpu = np.flatnonzero(~cpu), np.flatnonzero(cpu)
+        on_device = takes[:self._hw_rows]
         offs = self._stage(plan, on_device, staging, train)
+        side_at = np.zeros(0, np.int64)
+        if side.size:  # the engine's refusals: nvJPEG's decoupled decoder, into side buffer k % 2
+            t1 = time.perf_counter()
+            side, side_at, cpu_too = self._decode_side(plan, side, self._side[k % 2], train)
+            cpu[cpu_too] = True
+            self.times["refused_decode_s"] += time.perf_counter() - t1
+        on_cpu = np.flatnonzero(cpu)
         at = plan.geom[on_cpu, COL["slot"]].astype(np.int64) if self._by_slot else _packed(region_bytes(plan, on_cpu))
         t1 = time.perf_counter()
         decode_regions_at(split, plan, on_cpu, fallback, at, self.cpu_threads, names, self.interpolate_chroma)
         self.times["cpu_decode_s"] += time.perf_counter() - t1
-        return _Prepared(k, m, plan, staging, on_device, offs, on_cpu, at, int(refused.sum()))
+        n_refused = int(refused.sum()) - side.size  # of on_cpu, the engine's refusals
+        return _Prepared(k, m, plan, staging, on_device, offs, on_cpu, at, n_refused, side, side_at)
+
+    def _decode_side(self, plan: JpegBatch, rows: np.ndarray, buf: Any,
+                     train: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Decode ``rows`` (files the engine refuses) with nvJPEG's decoupled decoder into ``buf``, their regions
+        packed (SIDE_ALIGN apart), on the transfer stream: (the rows decoded, their offsets in ``buf``, the rows
+        it refuses too, for libjpeg-turbo). Buffer k % 2 is free: its last batch's copies out of it were queued
+        on the transfer stream before that batch's transfer, which the task waited for before this preparation
+        began. A damaged file is a DataError naming it."""
+        sizes = -(-region_bytes(plan, rows).astype(np.int64) // SIDE_ALIGN) * SIDE_ALIGN
+        at = _packed(sizes)
+        geom = plan.geom[rows].copy()
+        geom[:, COL["slot"]] = at
+        images = self._splits[train].images
+        status = self._decoder.decode(images, plan.offsets[rows], plan.sizes[rows], geom, buf.ptr, self._stream,
+                                      False, "regions_decoupled")
+        damaged = rows[status == DAMAGED]
+        if damaged.size:
+            i = int(plan.indices[damaged[0]])
+            raise DataError(f"sample {i}{self._path(train, i)}: nvJPEG's decoupled decoder finds the JPEG damaged "
+                            f"({damaged.size} such in the batch)")
+        ok = status == DECODED
+        return rows[ok], at[ok], rows[~ok]
 
     def _enqueue(self, ready: _Prepared, train: bool) -> None:
         """The prepared batch's regions into the decode buffer, on the transfer stream (CUDA) or now (CPU)."""
@@ -337,7 +396,14 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         t0 = time.perf_counter()
         for at, pos, n in _copy_runs(plan, ready.on_cpu, ready.cpu_at, self._by_slot):
             self._h2d(dst + at, fallback.ctypes.data + pos, n, self._stream)
+        if len(ready.on_side):  # the decoupled decoder's regions, out of the side buffer
+            side = self._side[ready.k % 2].ptr
+            for slot, at, n in zip(plan.geom[ready.on_side, COL["slot"]], ready.side_at,
+                                   region_bytes(plan, ready.on_side), strict=True):
+                self._d2d(dst + int(slot), side + int(at), int(n), self._stream)
         self.times["cpu_region_copies_s"] += time.perf_counter() - t0
+        self.device_decoded += len(ready.on_side)
+        self.hybrid_decoded += len(ready.on_side)
         rows = ready.on_device
         if len(rows):
             t0 = time.perf_counter()
@@ -392,6 +458,8 @@ class _Prepared:
     on_cpu: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # rows decoded on the CPU (CUDA)
     cpu_at: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # their regions' offsets in fallback
     refused: int = 0  # of on_cpu, the files nvJPEG does not take (the others: the CPU's share)
+    on_side: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # rows in the side buffer (CUDA)
+    side_at: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # their regions' offsets there
 
 
 def _packed(sizes: np.ndarray) -> np.ndarray:

@@ -133,7 +133,8 @@ def feeder_from_preprocessor(settings: Settings, zones: Sequence[Any] | None = N
         return DeviceJpegFeeder(pre, settings.batch_size, settings.seed, fp16=settings.amp_enabled,
                                 backend=pre.device_dec_backend, cpu_share=pre.device_dec_cpu_share,
                                 cpu_threads=pre.device_dec_cpu_threads,
-                                interpolate_chroma=pre.device_dec_interpolate_chroma)
+                                interpolate_chroma=pre.device_dec_interpolate_chroma,
+                                refused=pre.device_dec_refused)
     if pre.device_aug:
         from tr.task.resident import ResidentFeeder
 

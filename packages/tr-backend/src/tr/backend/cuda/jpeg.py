@@ -69,6 +69,19 @@ def h2d_async(dst: int, src: int, nbytes: int, stream: int) -> None:
     _native().h2d_async(int(dst), int(src), int(nbytes), int(stream))
 
 
+def d2d_async(dst: int, src: int, nbytes: int, stream: int) -> None:
+    """Copy ``nbytes`` from device address ``src`` to device address ``dst`` on ``stream``, asynchronously."""
+    _native().d2d_async(int(dst), int(src), int(nbytes), int(stream))
+
+
+def device_buffer(nbytes: int, device: int = 0) -> Any:
+    """A device allocation of its own (cudaMalloc, freed with the object): ``.ptr``, ``.size``. For a feeder's
+    side buffers, which lie outside the plan's arena."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 1:
+        raise ConfigError(f"device_buffer needs a positive byte count, got {nbytes!r}")
+    return require_native().DeviceArena(int(nbytes), int(device))
+
+
 class DeviceJpegDecoder:
     """Decodes batches of at most ``max_batch`` JPEGs on CUDA device ``device`` (see the module docstring)."""
 

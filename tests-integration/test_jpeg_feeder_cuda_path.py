@@ -38,8 +38,8 @@ class FakeDecoder:
         from tr.data import _native
         from tr.data.jpeg_plan import COL
 
-        assert len(geom) <= self.max_batch and stream == 77 and call in ("regions", "regions_decoupled")
-        side = call == "regions_decoupled"  # the decoupled decoder takes progressive files too
+        side = call == "regions_decoupled"  # the decoupled decoder takes progressive files too, on the side stream
+        assert len(geom) <= self.max_batch and stream == (78 if side else 77)
         (FakeDecoder.side_calls if side else FakeDecoder.calls).append(len(geom))
         status = np.zeros(len(geom), np.int32)
         for k, (o, n, g) in enumerate(zip(offsets, sizes, geom, strict=True)):
@@ -77,9 +77,27 @@ class FakeCuda:
         self.mem[offset:offset + data.size] = data
 
 
+class FakeSideStream:
+    """The side stream (78) and its events: each wait must follow a record of the same event."""
+
+    def __init__(self, device: int = 0, events: int = 2) -> None:
+        self.stream, self.recorded, self.waits, self.closed = 78, [False] * events, 0, False
+
+    def record(self, i: int) -> None:
+        self.recorded[i] = True
+
+    def wait(self, i: int, stream: int) -> None:
+        assert stream == 77 and self.recorded[i]
+        self.recorded[i] = False  # (the next batch of this parity records again before its wait)
+        self.waits += 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
 def side_buffers(monkeypatch, jpeg, be) -> list[tuple[int, int]]:
-    """Stand-ins for the side buffers (host memory) and the copies out of them; the (decode-buffer offset, bytes)
-    of each copy."""
+    """Stand-ins for the side buffers (host memory), the side stream and the copies out of the buffers; the
+    (decode-buffer offset, bytes) of each copy."""
     made: list[np.ndarray] = []
     d2d: list[tuple[int, int]] = []
 
@@ -94,6 +112,7 @@ def side_buffers(monkeypatch, jpeg, be) -> list[tuple[int, int]]:
 
     monkeypatch.setattr(jpeg, "device_buffer", device_buffer)
     monkeypatch.setattr(jpeg, "d2d_async", copy)
+    monkeypatch.setattr(jpeg, "SideStream", FakeSideStream)
     return d2d
 
 
@@ -177,6 +196,8 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
         assert feeder.device_decoded == sum(FakeDecoder.calls[calls_before:]) + feeder.hybrid_decoded
     assert seen == 2 * len(split) and be.synchronous_writes == 0
     assert len(d2d) == sum(FakeDecoder.side_calls)  # a copy a region out of the side buffer
+    if refused == "nvjpeg":  # the transfer stream waited for the side stream before each batch's copies
+        assert feeder._side_stream.waits == len(FakeDecoder.side_calls)
     cpu_rows = 2 * int(progressive.sum()) * (refused == "cpu") + shared
     # (a copy a CPU-decoded region, packed, without a share; with one, a copy a run of them)
     assert len(copies) == cpu_rows if share == 0.0 else len(copies) <= cpu_rows
@@ -193,6 +214,7 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
         # libjpeg-turbo the other 6 in 10 ms each; balanced: 8 * 10 - 30 = 20 * h, h = 2.5 rows for nvJPEG
         feeder.calibration["row_s"] = 0.010
         feeder.hybrid_decoded = 0
+        feeder._probe.state = "done"  # (as when the probe kept the model's share: the model alone from here)
         feeder.times.update(decode_call_s=0.5, cpu_decode_s=0.6, refused_decode_s=0.0)
         feeder._batches, feeder._calls, feeder.device_decoded = 10, 10, 20
         feeder.cpu_decoded, feeder.cpu_shared = 15, 45
@@ -216,6 +238,16 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
         feeder.cpu_decoded, feeder.cpu_shared = 0, 76
         feeder._rebalance(8)
         assert feeder.calibration["wait_s"] == pytest.approx(0.03) and feeder.cpu_share == 0.6875
+        # the probe found libjpeg-turbo alone faster: the share stays 1 whatever the model says; while it runs,
+        # the share is the probe's
+        feeder._probe.choice = 1.0
+        feeder._rebalance(9)
+        assert feeder.cpu_share == 1.0 and feeder.calibration["epochs"][-1]["share"] == 0.6875
+        feeder._probe.state = "cpu"
+        feeder._set_share(1.0, 9, "probe")
+        feeder._probe.state, feeder._probe.choice = "model", None
+        feeder._rebalance(10)
+        assert feeder.cpu_share == 1.0
     feeder.close()
 
 

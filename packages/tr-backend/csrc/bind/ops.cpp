@@ -133,6 +133,10 @@ void bind_conv_plans(nb::module_& m) {
 
 }  // namespace
 
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail(ErrorKind::Backend, std::string(what) + " failed: " + cudaGetErrorString(e));
+}
+
 void bind_jpeg(nb::module_& m) {
   using cuda::JpegDecoder;
   nb::class_<JpegDecoder>(m, "JpegDecoder",
@@ -193,6 +197,50 @@ void bind_jpeg(nb::module_& m) {
       },
       "dst"_a, "src"_a, "nbytes"_a, "stream"_a,
       "Copy nbytes from device address src to device address dst on `stream` (a cudaStream_t as an integer).");
+  // a stream and events of their own, for work beside the transfer stream (the feeder's side decodes): the transfer
+  // stream waits on an event instead of queueing that work behind its own dependencies on the step
+  m.def(
+      "stream_create",
+      [](int device, bool greatest) {
+        cuda_ok(cudaSetDevice(device), "cudaSetDevice");
+        int least = 0, most = 0;
+        cuda_ok(cudaDeviceGetStreamPriorityRange(&least, &most), "cudaDeviceGetStreamPriorityRange");
+        cudaStream_t s = nullptr;
+        cuda_ok(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest ? most : least),
+                "cudaStreamCreateWithPriority");
+        return reinterpret_cast<std::uintptr_t>(s);
+      },
+      "device"_a, "greatest"_a = true, "A non-blocking stream at the device's greatest (or least) priority.");
+  m.def(
+      "stream_destroy",
+      [](std::uintptr_t s) { cuda_ok(cudaStreamDestroy(reinterpret_cast<cudaStream_t>(s)), "cudaStreamDestroy"); },
+      "stream"_a);
+  m.def(
+      "event_create",
+      [] {
+        cudaEvent_t e = nullptr;
+        cuda_ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+        return reinterpret_cast<std::uintptr_t>(e);
+      },
+      "An event without timing (for ordering streams).");
+  m.def(
+      "event_destroy",
+      [](std::uintptr_t e) { cuda_ok(cudaEventDestroy(reinterpret_cast<cudaEvent_t>(e)), "cudaEventDestroy"); },
+      "event"_a);
+  m.def(
+      "event_record",
+      [](std::uintptr_t e, std::uintptr_t s) {
+        cuda_ok(cudaEventRecord(reinterpret_cast<cudaEvent_t>(e), reinterpret_cast<cudaStream_t>(s)),
+                "cudaEventRecord");
+      },
+      "event"_a, "stream"_a, "Record `event` on `stream` (cudaEvent_t and cudaStream_t as integers).");
+  m.def(
+      "stream_wait_event",
+      [](std::uintptr_t s, std::uintptr_t e) {
+        cuda_ok(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(s), reinterpret_cast<cudaEvent_t>(e), 0),
+                "cudaStreamWaitEvent");
+      },
+      "stream"_a, "event"_a, "Work queued on `stream` after this waits until `event` (its last record) is reached.");
   m.def("load_nvjpeg", &cuda::load_nvjpeg,
         "Load nvJPEG now: (path, version major*1000 + minor*10 + patch). Raises DeviceUnavailableError.");
   m.def("nvjpeg_candidates", &cuda::nvjpeg_candidates, "The paths load_nvjpeg tries, in order.");

@@ -56,6 +56,7 @@ from tr.data.settings import PreprocessorSettings
 from tr.data.transforms import RandomErasing
 from tr.graph.jpeg_input import JPEG_SRC, JpegInput
 from tr.task.feeder import DeviceSideFeeder
+from tr.task.share_probe import ShareProbe
 
 log = get_logger(__name__)
 
@@ -117,7 +118,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         self.cpu_share_setting = cpu_share
         self.cpu_share: float | None = None  # the share in use (upload: "auto" measured then)
         self.cpu_threads = int(cpu_threads or max(1, (os.cpu_count() or 2) - 2))
-        self.calibration: dict[str, float] = {}  # "auto": what upload measured
+        self.calibration: dict[str, Any] = {}  # "auto": what upload measured, each re-balance, the probe
+        self._probe = ShareProbe()  # "auto": the model's share against libjpeg-turbo alone, timed in training
         self.cpu_decoded = 0  # images of the last pass nvJPEG does not take, decoded by libjpeg-turbo on CUDA
         self.cpu_shared = 0  # images of the last pass decoded by libjpeg-turbo as the CPU's share
         self.device_decoded = 0  # images of the last pass decoded by nvJPEG
@@ -185,7 +187,15 @@ class DeviceJpegFeeder(DeviceSideFeeder):
                        for t, _ in splits)
             if side:
                 self._side = [jpeg.device_buffer(side, backend.device) for _ in range(2)]
+                # a decoder of its own: the preparing thread calls it while the loop's thread calls the engine's
+                self._side_decoder = jpeg.DeviceJpegDecoder(backend.device, self.nvjpeg_backend, self.batch,
+                                                            threads=self.cpu_threads,
+                                                            interpolate=self.interpolate_chroma)
                 self.side_bytes = 2 * side
+                # its device phases on a stream of their own: queued on the transfer stream they would wait behind
+                # the transfer graph's wait for the step, and the decoder's host threads behind them; the transfer
+                # stream waits on the side stream's event before copying the regions out
+                self._side_stream = jpeg.SideStream(backend.device)
         self._stream = backend.ctx.stream(int(StreamKind.TRANS))
         share = self._calibrate() if self.cpu_share_setting == "auto" else float(self.cpu_share_setting)
         self.cpu_share = share
@@ -257,6 +267,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         # yielded, and the task returns here only after batch k - 1's transfer (which read them) is done
         # (StepLauncher waits for each transfer on the host)
         pending = self._prep.submit(self._prepare, order, 0, epoch, train)
+        probing = train and self._auto()
+        self._probe.new_epoch()
         try:
             for k in range(steps):
                 t0 = time.perf_counter()
@@ -266,6 +278,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
                     pending = self._prep.submit(self._prepare, order, k + 1, epoch, train)
                 self._enqueue(ready, train)
                 self._batches += 1
+                if probing and (share := self._probe.tick(time.perf_counter())) is not None:
+                    self._set_share(share, epoch, "probe")
                 if self._batches == REBALANCE_AFTER and k + 1 < steps and train and self._auto():
                     self._rebalance(epoch)  # early: the first epoch runs at the share training needs
                 yield k, k % 2, ready.count
@@ -289,7 +303,10 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         both sides equal, or 1 when the CPU alone is done before the wait is: then nvJPEG is not called (its last
         ``wait`` is kept). The wait is a call's, over the batches that called nvJPEG (an epoch that moved to a
         share of 1 part of the way has batches without a call: averaged over those too, the wait would look
-        smaller than it is and the share would swing back)."""
+        smaller than it is and the share would swing back). A share below 1 is then checked against 1 by timing
+        both in training (tr.task.share_probe: the engine's call also delays the next step's launch, which this
+        model leaves out); while that probe runs the share stays as it sets it, and where it found libjpeg-turbo
+        alone faster the share stays 1."""
         # (the engine's refusals decoded by nvJPEG's decoupled decoder in the preparation count as its rows: its
         # time is the preparing thread's too)
         cpu_rows = self.cpu_decoded + self.cpu_shared + self.hybrid_decoded
@@ -303,14 +320,27 @@ class DeviceJpegFeeder(DeviceSideFeeder):
             cal["wait_s"] = max(0.0, self.times["decode_call_s"] / self._calls - rows * cal["row_s"])
         d, c, wait = cal["cpu_row_s"], cal["row_s"], cal.get("wait_s", 0.0)
         hw = min(float(self.batch), max(0.0, (self.batch * d - wait) / (c + d)))  # nvJPEG's rows that balance
-        share = round(64 * (1.0 - hw / self.batch)) / 64
-        if share != self.cpu_share:
+        model = round(64 * (1.0 - hw / self.batch)) / 64
+        cal.setdefault("epochs", []).append({"epoch": epoch + 1, "batches": self._batches, "wait_s": wait,
+                                             "cpu_row_s": d, "share": model})
+        if self._probe.active:  # the probe sets the share until it has chosen
+            return
+        if self._probe.state == "done" and self._probe.choice == 1.0:
+            model = 1.0
+        self._probe.start(model)
+        if model != self.cpu_share:
             log.info("epoch %d: nvJPEG %.2f ms a call + %.3f ms an image, libjpeg-turbo %.3f ms an image: the CPU's "
-                     "share %.3f -> %.3f", epoch + 1, 1e3 * wait, 1e3 * c, 1e3 * d, self.cpu_share, share)
+                     "share %.3f -> %.3f", epoch + 1, 1e3 * wait, 1e3 * c, 1e3 * d, self.cpu_share, model)
+        self._set_share(model, epoch, "model")
+
+    def _set_share(self, share: float, epoch: int, by: str) -> None:
+        if by == "probe":
+            self.calibration["probe"] = self._probe.record()
+            log.info("epoch %d: the share probe %s; the CPU's share %.3f -> %.3f", epoch + 1,
+                     "times libjpeg-turbo alone" if self._probe.active else "keeps the faster share",
+                     self.cpu_share, share)
         self.cpu_share = share
         self._hw_rows = self.batch - int(round(share * self.batch))
-        cal.setdefault("epochs", []).append({"epoch": epoch + 1, "batches": self._batches, "wait_s": wait,
-                                             "cpu_row_s": d, "share": share})
 
     def _prepare(self, order: np.ndarray, k: int, epoch: int, train: bool) -> _Prepared:
         """Plan batch k, fill staging buffer k % 2, and decode on the CPU what the device will not."""
@@ -350,7 +380,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         side_at = np.zeros(0, np.int64)
         if side.size:  # the engine's refusals: nvJPEG's decoupled decoder, into side buffer k % 2
             t1 = time.perf_counter()
-            side, side_at, cpu_too = self._decode_side(plan, side, self._side[k % 2], train)
+            side, side_at, cpu_too = self._decode_side(plan, side, k, train)
             cpu[cpu_too] = True
             self.times["refused_decode_s"] += time.perf_counter() - t1
         on_cpu = np.flatnonzero(cpu)
@@ -361,20 +391,23 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         n_refused = int(refused.sum()) - side.size  # of on_cpu, the engine's refusals
         return _Prepared(k, m, plan, staging, on_device, offs, on_cpu, at, n_refused, side, side_at)
 
-    def _decode_side(self, plan: JpegBatch, rows: np.ndarray, buf: Any,
+    def _decode_side(self, plan: JpegBatch, rows: np.ndarray, k: int,
                      train: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Decode ``rows`` (files the engine refuses) with nvJPEG's decoupled decoder into ``buf``, their regions
-        packed (SIDE_ALIGN apart), on the transfer stream: (the rows decoded, their offsets in ``buf``, the rows
-        it refuses too, for libjpeg-turbo). Buffer k % 2 is free: its last batch's copies out of it were queued
-        on the transfer stream before that batch's transfer, which the task waited for before this preparation
-        began. A damaged file is a DataError naming it."""
+        """Decode ``rows`` (files the engine refuses) of batch k with nvJPEG's decoupled decoder into side buffer
+        k % 2, their regions packed (SIDE_ALIGN apart), on the side stream, whose event k % 2 is recorded after
+        them: (the rows decoded, their offsets in the buffer, the rows it refuses too, for libjpeg-turbo). The
+        buffer is free: its last batch's copies out of it were queued on the transfer stream before that batch's
+        transfer, which the task waited for before this preparation began. A damaged file is a DataError naming
+        it."""
         sizes = -(-region_bytes(plan, rows).astype(np.int64) // SIDE_ALIGN) * SIDE_ALIGN
         at = _packed(sizes)
+        buf = self._side[k % 2]
         geom = plan.geom[rows].copy()
         geom[:, COL["slot"]] = at
         images = self._splits[train].images
-        status = self._decoder.decode(images, plan.offsets[rows], plan.sizes[rows], geom, buf.ptr, self._stream,
-                                      False, "regions_decoupled")
+        status = self._side_decoder.decode(images, plan.offsets[rows], plan.sizes[rows], geom, buf.ptr,
+                                           self._side_stream.stream, False, "regions_decoupled")
+        self._side_stream.record(k % 2)
         damaged = rows[status == DAMAGED]
         if damaged.size:
             i = int(plan.indices[damaged[0]])
@@ -396,7 +429,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         t0 = time.perf_counter()
         for at, pos, n in _copy_runs(plan, ready.on_cpu, ready.cpu_at, self._by_slot):
             self._h2d(dst + at, fallback.ctypes.data + pos, n, self._stream)
-        if len(ready.on_side):  # the decoupled decoder's regions, out of the side buffer
+        if len(ready.on_side):  # the decoupled decoder's regions, out of the side buffer once decoded there
+            self._side_stream.wait(ready.k % 2, self._stream)
             side = self._side[ready.k % 2].ptr
             for slot, at, n in zip(plan.geom[ready.on_side, COL["slot"]], ready.side_at,
                                    region_bytes(plan, ready.on_side), strict=True):
@@ -443,6 +477,9 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         pool = getattr(self, "_prep", None)
         if pool is not None:
             pool.shutdown(wait=True)
+        side = getattr(self, "_side_stream", None)
+        if side is not None:
+            side.close()
 
 
 @dataclass

@@ -82,6 +82,37 @@ def device_buffer(nbytes: int, device: int = 0) -> Any:
     return require_native().DeviceArena(int(nbytes), int(device))
 
 
+class SideStream:
+    """A stream of its own at the device's greatest priority, and ``events`` events to order other streams after
+    work queued on it (``record(i)`` there, ``wait(i, stream)``: what ``stream`` queues next waits for that
+    record). ``close()`` (or the object's end) destroys them."""
+
+    def __init__(self, device: int = 0, events: int = 2) -> None:
+        n = _native()
+        self._n = n
+        self.stream = int(n.stream_create(int(device), True))
+        self.events = [int(n.event_create()) for _ in range(int(events))]
+
+    def record(self, i: int) -> None:
+        self._n.event_record(self.events[i], self.stream)
+
+    def wait(self, i: int, stream: int) -> None:
+        self._n.stream_wait_event(int(stream), self.events[i])
+
+    def close(self) -> None:
+        for e in self.events:
+            self._n.event_destroy(e)
+        if self.events:
+            self._n.stream_destroy(self.stream)  # (cudaStreamDestroy lets queued work finish first)
+        self.events = []
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # (interpreter shutdown)
+            pass
+
+
 class DeviceJpegDecoder:
     """Decodes batches of at most ``max_batch`` JPEGs on CUDA device ``device`` (see the module docstring)."""
 

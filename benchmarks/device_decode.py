@@ -6,10 +6,11 @@ Rows, in one run, over the same JPEG files (tools/make_image_folder.py: scikit-i
 * ``tr device decode``: PREPROCESSOR_SETTING.device_decode(True) feeding a DeepLearningTask whose model is one fc
   on the input (its step is a small GEMM, timed alone too, so the epoch is the pipeline's time):
   per batch the host plans the geometry and stages the compressed bytes, nvJPEG decodes each crop's region on
-  the transfer stream (the hardware engine; the hybrid backend and libjpeg-turbo for what it refuses), and the
-  transfer graph's image_resample resizes, flips and normalises to FP16 NHWC with 4 channels. From the folder,
-  the DTS pack and the DTS pack made with --baseline (progressive files re-coded: the hardware engine takes
-  them). The CPU's share of each batch (libjpeg-turbo on all cores but two, alongside nvJPEG) is measured at
+  the transfer stream (the hardware engine; libjpeg-turbo for what it refuses, or in the "refused to nvJPEG's
+  decoupled decoder" rows nvJPEG's CPU-Huffman decoder), and the transfer graph's image_resample resizes, flips
+  and normalises to FP16 NHWC with 4 channels. From the folder, the DTS pack and the DTS pack made with
+  --baseline (progressive files re-coded: the hardware engine takes them); the "GPU-hybrid backend" row forces
+  the backend a GPU without a JPEG engine gets (nvJPEG's decoupled API for every file). The CPU's share of each batch (libjpeg-turbo on all cores but two, alongside nvJPEG) is measured at
   compile ("auto") except in the baseline pack's --shares rows: 0 (nvJPEG alone), 1 (libjpeg-turbo alone, the
   CPU pipeline's pixels). The first epoch (capture, caches) untimed; images/s = samples / epoch seconds.
   Chroma replicated (device_decode's default, nvJPEG's engine at full speed) except in the "interpolated
@@ -44,7 +45,7 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend: str, jitter: bool = False,
-                   share: float | str = "auto", interpolate: bool = False, refused: str = "nvjpeg") -> dict:
+                   share: float | str = "auto", interpolate: bool = False, refused: str = "cpu") -> dict:
     from tr.algo.optimizer import SGD
     from tr.algo.scheduler import ConstantLR
     from tr.core.norm import NormMode
@@ -173,20 +174,20 @@ def main(argv: list[str] | None = None) -> None:
     rows: dict[str, dict] = {}
     shares = [s if s == "auto" else float(s) for s in a.shares.split(",")]
     # (name, data set, ColorJitter, CPU share, interpolated chroma, who decodes the engine's refusals, backend)
-    runs = [("tr device decode, folder", ImageFolder(a.images), False, "auto", False, "nvjpeg", a.nvjpeg),
-            ("tr device decode, folder, refused to libjpeg-turbo", ImageFolder(a.images), False, "auto", False, "cpu",
-             a.nvjpeg),
-            ("tr device decode, DTS", DtsImages(packed), False, "auto", False, "nvjpeg", a.nvjpeg),
-            ("tr device decode, DTS, refused to libjpeg-turbo", DtsImages(packed), False, "auto", False, "cpu",
-             a.nvjpeg)]
+    # (name, data set, ColorJitter, CPU share, interpolated chroma, who decodes the engine's refusals, backend)
+    nv = ", refused to nvJPEG's decoupled decoder"
+    runs = [("tr device decode, folder", ImageFolder(a.images), False, "auto", False, "cpu", a.nvjpeg),
+            (f"tr device decode, folder{nv}", ImageFolder(a.images), False, "auto", False, "nvjpeg", a.nvjpeg),
+            ("tr device decode, DTS", DtsImages(packed), False, "auto", False, "cpu", a.nvjpeg),
+            (f"tr device decode, DTS{nv}", DtsImages(packed), False, "auto", False, "nvjpeg", a.nvjpeg)]
     if a.device == "cuda":  # what a GPU without a JPEG engine gets
         runs += [("tr device decode, folder, GPU-hybrid backend", ImageFolder(a.images), False, "auto", False,
-                  "nvjpeg", "gpu")]
-    runs += [(f"tr device decode, DTS baseline, CPU share {s}", DtsImages(based), False, s, False, "nvjpeg",
-              a.nvjpeg) for s in shares]
-    runs += [("tr device decode, DTS baseline, interpolated chroma", DtsImages(based), False, "auto", True, "nvjpeg",
+                  "cpu", "gpu")]
+    runs += [(f"tr device decode, DTS baseline, CPU share {s}", DtsImages(based), False, s, False, "cpu", a.nvjpeg)
+             for s in shares]
+    runs += [("tr device decode, DTS baseline, interpolated chroma", DtsImages(based), False, "auto", True, "cpu",
               a.nvjpeg),
-             ("tr device decode, DTS baseline, ColorJitter", DtsImages(based), True, "auto", False, "nvjpeg", a.nvjpeg)]
+             ("tr device decode, DTS baseline, ColorJitter", DtsImages(based), True, "auto", False, "cpu", a.nvjpeg)]
     for name, ds, jit, share, interp, refused, backend in runs:
         rows[name] = tr_device_rate(ds, a.device, a.batch, a.epochs, a.size, backend, jit, share, interp, refused)
         r = rows[name]

@@ -59,7 +59,7 @@ def make_pack(images: Path, make: int, level: int, workers: int, baseline: bool 
 
 
 def chain(s, workers: int, device_decode: bool = False, interpolate_chroma: bool = False,
-          cpu_share: float | str = "auto", seed: int = 0, refused: str = "nvjpeg"):
+          cpu_share: float | str = "auto", seed: int = 0, refused: str = "cpu"):
     from tr.core.norm import NormMode
     from tr.data import RandomHorizontalFlip, RandomResizedCrop
 
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="with --device-decode: both decoders interpolate chroma (the CPU pipeline's pixels)")
     ap.add_argument("--baseline", action="store_true",
                     help="pack with --baseline (progressive files re-coded losslessly: the engine takes all)")
-    ap.add_argument("--refused", choices=("nvjpeg", "cpu"), default="nvjpeg",
+    ap.add_argument("--refused", choices=("nvjpeg", "cpu"), default="cpu",
                     help="with --device-decode: who decodes the files the JPEG engine refuses (progressive)")
     ap.add_argument("--cpu-share", default="auto", help="with --device-decode: the CPU's share, 0..1 or auto")
     ap.add_argument("--json", help="write the figures here, or 'auto' (benchmarks/results/)")
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.json:
         tag = ("_baseline" if a.baseline else "") + (
             ("_device_decode" + ("_interpolated" if a.interpolate_chroma else "")
-             + ("_refused_cpu" if a.refused == "cpu" else "")) if a.device_decode else "")
+             + ("_refused_nvjpeg" if a.refused == "nvjpeg" else "")) if a.device_decode else "")
         out = (HERE / "results" / f"imagenet_train_{a.model}_dts{a.level}{tag}_{date.today()}.json"
                if a.json == "auto" else Path(a.json))
         out.parent.mkdir(parents=True, exist_ok=True)

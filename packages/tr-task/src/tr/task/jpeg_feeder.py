@@ -10,7 +10,7 @@ Who decodes: on CUDA, two decoders share each batch. nvJPEG (tr.backend.cuda.jpe
 GPU has one, else the GPU-assisted hybrid backend) decodes its rows on the transfer stream, so batch k+1 is
 decoded while step k computes; libjpeg-turbo decodes the others on ``cpu_threads`` native threads while the
 next batch is prepared, and their regions are copied up asynchronously: the files the engine does not take
-(progressive, arithmetic-coded; counted, ``cpu_decoded``), unless ``refused`` is "nvjpeg", and a share of the
+(progressive, arithmetic-coded; counted, ``cpu_decoded``; unless ``refused`` is "nvjpeg") and a share of the
 rest, ``cpu_share`` of the batch
 (fixed, or "auto": measured at upload, then re-balanced early in every training epoch and at its end from a
 model of its timings, so that both decoders take as long for a batch: the CPU's cores and the JPEG engines
@@ -19,11 +19,13 @@ the whole device, so beside a long training step "auto" ends at 1, see _rebalanc
 where depends on the share alone, so a fixed share gives the same batches every run; "auto"'s share depends on
 timings, so the pixels of a few rows may differ by nvJPEG's difference from libjpeg-turbo (at most a grey level on
 the H200) from run to run.
-With ``refused="nvjpeg"`` (the default) the files the hardware engine refuses are decoded in the preparation of
-their batch by nvJPEG's decoupled decoder instead (Huffman on ``cpu_threads`` host threads, 1.5x libjpeg-turbo's
-rate on progressive files; the rest on the GPU, on the transfer stream) into a side buffer of the feeder's own
-(two batches' worth, outside the arena: ``side_bytes``), and their regions are copied into the decode buffer
-with the batch (counted, ``hybrid_decoded``); a file that decoder refuses too goes to libjpeg-turbo.
+With ``refused="nvjpeg"`` the files the hardware engine refuses are decoded in the preparation of their batch
+by nvJPEG's decoupled decoder instead (Huffman on ``cpu_threads`` host threads, the rest on the GPU on a side
+stream of its own) into a side buffer of the feeder's own (two batches' worth, outside the arena:
+``side_bytes``), and their regions are copied into the decode buffer with the batch, the transfer stream
+waiting on the side stream's event (counted, ``hybrid_decoded``); a file that decoder refuses too goes to
+libjpeg-turbo. Faster where the pipeline is the limit, slower beside a step that keeps the GPU busy (its GPU
+phase waits for the step): hence "cpu" by default (PreprocessorSettings.device_decode).
 The compressed bytes are staged in pinned memory, two batches' worth. On the CPU backend (and with a share of
 1) libjpeg-turbo decodes every region: the same pixels as the CPU pipeline, the batches then the CPU
 pipeline's byte for byte (tests-integration/test_jpeg_device_training.py).
@@ -77,7 +79,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
 
     def __init__(self, pre_settings: PreprocessorSettings, batch: int, seed: int | None = None, fp16: bool = False,
                  backend: str = "auto", cpu_share: float | str = "auto", cpu_threads: int | None = None,
-                 interpolate_chroma: bool = False, refused: str = "nvjpeg") -> None:
+                 interpolate_chroma: bool = False, refused: str = "cpu") -> None:
         if cpu_share != "auto" and (isinstance(cpu_share, bool) or not isinstance(cpu_share, (int, float))
                                     or not 0.0 <= float(cpu_share) <= 1.0):
             raise ConfigError(f"DeviceJpegFeeder: cpu_share must be a number in [0, 1] or 'auto', got {cpu_share!r}")

@@ -3,19 +3,19 @@
 Rows, in one run, over the same JPEG files (tools/make_image_folder.py: scikit-image's photographs, short sides
 --min-side..--max-side, some progressive, some 4:4:4):
 
-* ``tr device decode``: PREPROCESSOR_SETTING.device_decode(True) feeding a DeepLearningTask whose model is one fc
-  on the input (its step is a small GEMM, timed alone too, so the epoch is the pipeline's time):
-  per batch the host plans the geometry and stages the compressed bytes, nvJPEG decodes each crop's region on
-  the transfer stream (the hardware engine; libjpeg-turbo for what it refuses, or in the "refused to nvJPEG's
-  decoupled decoder" rows nvJPEG's CPU-Huffman decoder), and the transfer graph's image_resample resizes, flips
-  and normalises to FP16 NHWC with 4 channels. From the folder, the DTS pack and the DTS pack made with
-  --baseline (progressive files re-coded: the hardware engine takes them); the "GPU-hybrid backend" row forces
-  the backend a GPU without a JPEG engine gets (nvJPEG's decoupled API for every file). The CPU's share of each batch (libjpeg-turbo on all cores but two, alongside nvJPEG) is measured at
-  compile ("auto") except in the baseline pack's --shares rows: 0 (nvJPEG alone), 1 (libjpeg-turbo alone, the
-  CPU pipeline's pixels). The first epoch (capture, caches) untimed; images/s = samples / epoch seconds.
-  Chroma replicated (device_decode's default, nvJPEG's engine at full speed) except in the "interpolated
-  chroma" row (both decoders interpolate, as the CPU pipeline). The last tr row adds ColorJitter(0.4, 0.4,
-  0.4, 0.1) after the crop (image_jitter in the transfer graph).
+* ``tr device decode``: PREPROCESSOR_SETTING.device_decode(True) feeding a DeepLearningTask whose model is one fc on
+  the input (its step is a small GEMM, timed alone too, so the epoch is the pipeline's time): per batch the host
+  plans the geometry and stages the compressed bytes, nvJPEG decodes each crop's region on the transfer stream (the
+  hardware engine; libjpeg-turbo for what it refuses, or in the "refused to nvJPEG's decoupled decoder" rows
+  nvJPEG's CPU-Huffman decoder), and the transfer graph's image_resample resizes, flips and normalises to FP16 NHWC
+  with 4 channels. From the folder, the DTS pack and the DTS pack made with --baseline (progressive files re-coded:
+  the hardware engine takes them); the "GPU-hybrid backend" row forces the backend a GPU without a JPEG engine gets
+  (nvJPEG's decoupled API for every file). The CPU's share of each batch (libjpeg-turbo on all cores but two,
+  alongside nvJPEG) is measured at compile ("auto") except in the baseline pack's --shares rows: 0 (nvJPEG alone), 1
+  (libjpeg-turbo alone, the CPU pipeline's pixels). The first epoch (capture, caches) untimed; images/s = samples /
+  epoch seconds. Chroma replicated (device_decode's default, nvJPEG's engine at full speed) except in the
+  "interpolated chroma" row (both decoders interpolate, as the CPU pipeline). The last tr row adds ColorJitter(0.4,
+  0.4, 0.4, 0.1) after the crop (image_jitter in the transfer graph).
 * ``torchvision nvJPEG``: torchvision.io.decode_jpeg of batches of files on the GPU (nvJPEG), whole images, then
   per image torchvision.transforms.v2 RandomResizedCrop(224, antialias) and RandomHorizontalFlip on the GPU,
   stacked and normalised to FP16: what a PyTorch user who decodes on the GPU runs; and the decode alone. From

@@ -142,7 +142,8 @@ def end_to_end(a: argparse.Namespace, ds, classes: int) -> dict:
     mean = samples * len(epochs) / sum(e["seconds"] for e in epochs)
     out = {"compile_s": compile_s, "first_epoch_s": first.seconds, "first_epoch_loss": first.train_loss,
            "first_epoch_skipped_steps": first.skipped_steps, "samples_per_epoch": samples,
-           "epochs": epochs, "end_to_end_images_per_s": mean, "end_to_end_best_epoch_images_per_s": best}
+           "epochs": epochs, "end_to_end_images_per_s": mean, "end_to_end_best_epoch_images_per_s": best,
+           "calibration": getattr(feeder, "calibration", None)}  # (device decode: "auto"'s measurements, the probe)
     if a.quick:
         return out
     step_s = task.time_train_step(a.steps, 5)

@@ -63,6 +63,22 @@ def _packed(sizes: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)[:len(sizes)]
 
 
+def packed_split(images: Path, make: int, baseline: bool):
+    """The train split of a DTS pack of ``images`` (made with tools/make_image_folder.py first where missing:
+    ``make`` JPEGs, short sides 300-500), packed with --baseline (no progressive file) or plainly."""
+    from tr.data import DtsImages
+    from tr.data.dts import pack
+
+    if not images.exists():
+        from make_image_folder import make_image_folder
+
+        make_image_folder(images, classes=10, per_class=make // 10, min_side=300, max_side=500, seed=0)
+    packed = images.parent / (images.name + ("_dts_baseline" if baseline else "_dts_plain"))
+    if not (packed / "train.dts").exists():
+        pack(images, packed, baseline=baseline)
+    return DtsImages(packed).load("train")
+
+
 def under_load(rows: dict[str, float], decodes: dict[str, object], reps: int) -> None:
     """``load_alone``: ~30 ms of FP16 GEMMs on a torch stream; ``{name}_under_load``: the same load enqueued, then
     the decode ``decodes[name]()``, both waited for: about the larger of the two where the decode runs beside the
@@ -110,19 +126,11 @@ def main(argv: list[str] | None = None) -> None:
     from tr.backend.cuda.jpeg import DeviceJpegDecoder
     from tr.backend.rules.image import COL, GEOM_COLS
     from tr.core.norm import NormMode
-    from tr.data import DtsImages, RandomHorizontalFlip, RandomResizedCrop
-    from tr.data.dts import pack
+    from tr.data import RandomHorizontalFlip, RandomResizedCrop
     from tr.data.jpeg_plan import JpegPlanner, decode_regions_at, region_bytes
     from tr.data.transforms import Compose
 
-    if not a.images.exists():
-        from make_image_folder import make_image_folder
-
-        make_image_folder(a.images, classes=10, per_class=a.make // 10, min_side=300, max_side=500, seed=0)
-    packed = a.images.parent / (a.images.name + "_dts_baseline")
-    if not (packed / "train.dts").exists():
-        pack(a.images, packed, baseline=True)
-    split = DtsImages(packed).load("train")
+    split = packed_split(a.images, a.make, baseline=True)
     comp = Compose([RandomResizedCrop(224), RandomHorizontalFlip()], NormMode.IMAGENET, "float16", 4)
     planner = JpegPlanner(split, comp)
     B = a.batch

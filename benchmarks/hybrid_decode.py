@@ -35,21 +35,6 @@ sys.path.insert(0, str(HERE.parent / "packages" / "tr-backend" / "tests"))
 sys.path.insert(0, str(HERE))
 
 
-def _timed(fn, reps: int) -> float:
-    """Median seconds of ``reps`` calls after a warm one."""
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
-
-
-def _packed(sizes: np.ndarray) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)[:len(sizes)]
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=Path, default=Path("/tmp/tr_bench_images_2k"))
@@ -61,23 +46,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     from backend_testkit import SimpleArena
+    from device_decode_stages import _packed, _timed, packed_split
 
     from tr.backend.cuda import CudaBackend
     from tr.backend.cuda.jpeg import DeviceJpegDecoder
     from tr.core.norm import NormMode
-    from tr.data import DtsImages, RandomHorizontalFlip, RandomResizedCrop
-    from tr.data.dts import pack
+    from tr.data import RandomHorizontalFlip, RandomResizedCrop
     from tr.data.jpeg_plan import JpegPlanner, decode_regions_at, region_bytes
     from tr.data.transforms import Compose
 
-    if not a.images.exists():
-        from make_image_folder import make_image_folder
-
-        make_image_folder(a.images, classes=10, per_class=a.make // 10, min_side=300, max_side=500, seed=0)
-    packed = a.images.parent / (a.images.name + "_dts_plain")
-    if not (packed / "train.dts").exists():
-        pack(a.images, packed)
-    split = DtsImages(packed).load("train")
+    split = packed_split(a.images, a.make, baseline=False)
     comp = Compose([RandomResizedCrop(224), RandomHorizontalFlip()], NormMode.IMAGENET, "float16", 4)
     planner = JpegPlanner(split, comp)
     B = a.batch

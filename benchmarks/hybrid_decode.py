@@ -6,8 +6,9 @@ synchronised:
 
 * ``hw_baseline``: the hardware engine's batched call (the feeder's) on the batch's baseline files;
 * ``hybrid_t{T}``: the GPU-hybrid decoder (tr.backend.cuda.jpeg, backend "gpu": nvJPEG's decoupled API, Huffman on
-  T host threads, or on the GPU for large baseline regions) on every file of the batch; ``..._cpu_huffman``: never
-  the GPU's Huffman decoder;
+  T host threads, or on the GPU for baseline regions of 1,000,000 pixels or more) on every file of the batch;
+  ``..._cpu_huffman``: never the GPU's Huffman decoder (on these 300-500 px files no region reaches the threshold,
+  so the two rows time the same decode, twice);
 * ``hw_decoupled_progressive_t{T}``: the hardware decoder's "regions_decoupled" call on the progressive files alone
   (what the engine refuses, decoded by nvJPEG's CPU-Huffman decoder instead of libjpeg-turbo);
 * ``cpu_progressive_t{T}`` / ``cpu_all_t{T}``: libjpeg-turbo on T native threads (tr.data.jpeg_plan) on the same

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bind/bindings.hpp"
+#include "cuda/check.hpp"
 #include "cuda/context.hpp"
 #include "cuda/cublaslt.hpp"
 #include "cuda/cudnn.hpp"
@@ -133,10 +134,6 @@ void bind_conv_plans(nb::module_& m) {
 
 }  // namespace
 
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail(ErrorKind::Backend, std::string(what) + " failed: " + cudaGetErrorString(e));
-}
-
 void bind_jpeg(nb::module_& m) {
   using cuda::JpegDecoder;
   nb::class_<JpegDecoder>(m, "JpegDecoder",
@@ -189,11 +186,9 @@ void bind_jpeg(nb::module_& m) {
   m.def(
       "d2d_async",
       [](std::uintptr_t dst, std::uintptr_t src, std::size_t nbytes, std::uintptr_t stream) {
-        const cudaError_t e = cudaMemcpyAsync(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src),
-                                              nbytes, cudaMemcpyDeviceToDevice, reinterpret_cast<cudaStream_t>(stream));
-        if (e != cudaSuccess)
-          fail(ErrorKind::Backend, std::string("cudaMemcpyAsync of ") + std::to_string(nbytes) +
-                                       " bytes within the device failed: " + cudaGetErrorString(e));
+        cuda::check(cudaMemcpyAsync(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), nbytes,
+                                    cudaMemcpyDeviceToDevice, reinterpret_cast<cudaStream_t>(stream)),
+                    "cudaMemcpyAsync (device to device)");
       },
       "dst"_a, "src"_a, "nbytes"_a, "stream"_a,
       "Copy nbytes from device address src to device address dst on `stream` (a cudaStream_t as an integer).");
@@ -202,43 +197,43 @@ void bind_jpeg(nb::module_& m) {
   m.def(
       "stream_create",
       [](int device, bool greatest) {
-        cuda_ok(cudaSetDevice(device), "cudaSetDevice");
+        cuda::DeviceGuard guard(device);
         int least = 0, most = 0;
-        cuda_ok(cudaDeviceGetStreamPriorityRange(&least, &most), "cudaDeviceGetStreamPriorityRange");
+        cuda::check(cudaDeviceGetStreamPriorityRange(&least, &most), "cudaDeviceGetStreamPriorityRange");
         cudaStream_t s = nullptr;
-        cuda_ok(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest ? most : least),
-                "cudaStreamCreateWithPriority");
+        cuda::check(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest ? most : least),
+                    "cudaStreamCreateWithPriority");
         return reinterpret_cast<std::uintptr_t>(s);
       },
       "device"_a, "greatest"_a = true, "A non-blocking stream at the device's greatest (or least) priority.");
   m.def(
       "stream_destroy",
-      [](std::uintptr_t s) { cuda_ok(cudaStreamDestroy(reinterpret_cast<cudaStream_t>(s)), "cudaStreamDestroy"); },
+      [](std::uintptr_t s) { cuda::check(cudaStreamDestroy(reinterpret_cast<cudaStream_t>(s)), "cudaStreamDestroy"); },
       "stream"_a);
   m.def(
       "event_create",
       [] {
         cudaEvent_t e = nullptr;
-        cuda_ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+        cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
         return reinterpret_cast<std::uintptr_t>(e);
       },
       "An event without timing (for ordering streams).");
   m.def(
       "event_destroy",
-      [](std::uintptr_t e) { cuda_ok(cudaEventDestroy(reinterpret_cast<cudaEvent_t>(e)), "cudaEventDestroy"); },
+      [](std::uintptr_t e) { cuda::check(cudaEventDestroy(reinterpret_cast<cudaEvent_t>(e)), "cudaEventDestroy"); },
       "event"_a);
   m.def(
       "event_record",
       [](std::uintptr_t e, std::uintptr_t s) {
-        cuda_ok(cudaEventRecord(reinterpret_cast<cudaEvent_t>(e), reinterpret_cast<cudaStream_t>(s)),
-                "cudaEventRecord");
+        cuda::check(cudaEventRecord(reinterpret_cast<cudaEvent_t>(e), reinterpret_cast<cudaStream_t>(s)),
+                    "cudaEventRecord");
       },
       "event"_a, "stream"_a, "Record `event` on `stream` (cudaEvent_t and cudaStream_t as integers).");
   m.def(
       "stream_wait_event",
       [](std::uintptr_t s, std::uintptr_t e) {
-        cuda_ok(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(s), reinterpret_cast<cudaEvent_t>(e), 0),
-                "cudaStreamWaitEvent");
+        cuda::check(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(s), reinterpret_cast<cudaEvent_t>(e), 0),
+                    "cudaStreamWaitEvent");
       },
       "stream"_a, "event"_a, "Work queued on `stream` after this waits until `event` (its last record) is reached.");
   m.def("load_nvjpeg", &cuda::load_nvjpeg,

@@ -14,8 +14,8 @@
 // decoupled path's CPU-Huffman decoder (NVJPEG_BACKEND_HYBRID) is the one meant for progressive files (DALI sends
 // them there; nvjpegDecoderJpegSupported decides per file, a refusal being Unsupported), and it can be made on a
 // hardware handle too (as DALI does): JpegCall::RoiDecoupled sends a hardware decoder's batch through it, so a
-// caller may give the engine's refusals (progressive files) to the same decoder with that call instead of to
-// libjpeg-turbo. Not wired into the feeder; the GPU tests say whether progressive files decode there.
+// caller may give the engine's refusals (progressive files) to a decoder with that call instead of to
+// libjpeg-turbo (tr.task.jpeg_feeder does with refused="nvjpeg"; the H200 decodes them there, GPU tests).
 #pragma once
 
 #include <cuda_runtime_api.h>

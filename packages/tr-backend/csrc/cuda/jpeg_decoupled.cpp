@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda/check.hpp"
 #include "native/errors.hpp"
 
 #ifdef TR_HAVE_NVJPEG_H
@@ -28,11 +29,6 @@ namespace tr::native::cuda {
 namespace {
 
 constexpr int kCpu = 0, kGpu = 1;  // index of a decoder (and of its state in a slot)
-
-void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    fail(ErrorKind::Backend, std::string("JPEG decoder (decoupled): ") + what + " failed: " + cudaGetErrorString(e));
-}
 
 }  // namespace
 
@@ -109,7 +105,7 @@ JpegDecoupled::JpegDecoupled(nvj::Handle handle, int device, int threads, long l
         nvj::check(a_.attach_pinned(sl.state[d], sl.pinned), "nvjpegStateAttachPinnedBuffer");
         nvj::check(a_.attach_device(sl.state[d], sl.device), "nvjpegStateAttachDeviceBuffer");
       }
-      cuda_check(cudaEventCreateWithFlags(&sl.done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+      cuda::check(cudaEventCreateWithFlags(&sl.done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     }
   } catch (...) {
     release();
@@ -154,7 +150,7 @@ void JpegDecoupled::host_phase(Batch& b, int k) {
     if (b.abort) return;
   }
   // ... and the stream past it: its pinned buffer's copy and its device buffer's use are done
-  cuda_check(cudaEventSynchronize(sl.done), "cudaEventSynchronize");
+  cuda::check(cudaEventSynchronize(sl.done), "cudaEventSynchronize");
   const JpegImage& im = b.images[size_t(k)];
   int& status = b.status[size_t(k)];
   nvj::Status s = a_.stream_parse(handle_, im.data, im.length, 0, 0, sl.js);
@@ -225,7 +221,7 @@ void JpegDecoupled::device_phase(Batch& b, int k, cudaStream_t stream) {
     }
   }
   // recorded even where nothing was enqueued: the slot's next host phase waits on it
-  cuda_check(cudaEventRecord(sl.done, stream), "cudaEventRecord");
+  cuda::check(cudaEventRecord(sl.done, stream), "cudaEventRecord");
   if (s == nvj::kSuccess) return;
   if (nvj::damaged(s))
     b.status[size_t(k)] = int(JpegStatus::Bad);
@@ -241,7 +237,7 @@ std::vector<int> JpegDecoupled::decode(const std::vector<JpegImage>& images, cud
   if (n == 0) return b.status;
   auto worker = [this, &b, n] {
     try {
-      cuda_check(cudaSetDevice(device_), "cudaSetDevice");  // pinned allocations and event waits need it
+      cuda::check(cudaSetDevice(device_), "cudaSetDevice");  // pinned allocations and event waits need it
       for (;;) {
         const int k = b.next.fetch_add(1);
         if (k >= n) return;

@@ -133,6 +133,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         self._decoder: Any = None  # nvJPEG's, on CUDA (upload)
         self._by_slot = False  # the CPU's regions at their slots in the pinned buffer (upload)
         self._side: list[Any] = []  # refused="nvjpeg" on a hardware engine: the decoupled decoder's regions (upload)
+        self._side_decoder: Any = None  # ... that decoder, and the stream its device phases run on
+        self._side_stream: Any = None
         self._alloc()
 
     @property
@@ -479,9 +481,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         pool = getattr(self, "_prep", None)
         if pool is not None:
             pool.shutdown(wait=True)
-        side = getattr(self, "_side_stream", None)
-        if side is not None:
-            side.close()
+        if self._side_stream is not None:
+            self._side_stream.close()
 
 
 @dataclass

@@ -90,7 +90,7 @@ class SideStream:
     def __init__(self, device: int = 0, events: int = 2) -> None:
         n = _native()
         self._n = n
-        self.stream = int(n.stream_create(int(device), True))
+        self.stream = int(n.stream_create(int(device), True))  # 0 once closed
         self.events = [int(n.event_create()) for _ in range(int(events))]
 
     def record(self, i: int) -> None:
@@ -102,9 +102,10 @@ class SideStream:
     def close(self) -> None:
         for e in self.events:
             self._n.event_destroy(e)
-        if self.events:
-            self._n.stream_destroy(self.stream)  # (cudaStreamDestroy lets queued work finish first)
         self.events = []
+        if self.stream:
+            self._n.stream_destroy(self.stream)  # (cudaStreamDestroy lets queued work finish first)
+            self.stream = 0
 
     def __del__(self) -> None:
         try:

@@ -116,7 +116,8 @@ def test_epoch_times_account_for_every_sample(mnist_ds):
         run.close()
         t = run.times()
         assert t.workers == 3 and sum(t.items) == 1200
-        assert all(w > 0 for w in t.work_s) and all(w >= 0 for w in t.wait_s)
+        # workers claim items, so on a busy machine one may run none: only those that ran some have worked
+        assert all((w > 0) == (n > 0) for w, n in zip(t.work_s, t.items)) and all(w >= 0 for w in t.wait_s)
         assert len(t.consumer_wait_s) == 1 and t.consumer_wait_s[0] >= 0
         assert 0 < t.busy_fraction(sum(t.work_s)) <= 1
         pre.epoch(1).close()

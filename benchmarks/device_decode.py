@@ -20,6 +20,11 @@ Rows, in one run, over the same JPEG files (tools/make_image_folder.py: scikit-i
   per image torchvision.transforms.v2 RandomResizedCrop(224, antialias) and RandomHorizontalFlip on the GPU,
   stacked and normalised to FP16: what a PyTorch user who decodes on the GPU runs; and the decode alone. From
   the folder's files, and from the baseline pack's (no progressive file: the hardware engine takes each).
+* ``DALI``: NVIDIA DALI's ResNet-50 training pipeline (benchmarks/dali_twin.py: readers.file, the "mixed"
+  image_random_crop decoder with the hardware engine taking ``hw_decoder_load`` of each batch, antialiased resize,
+  crop_mirror_normalize to FP16 HWC with 4 channels), from the folder and from the baseline pack's files written
+  as a folder; at DALI's default load 0.65 and at 0.9 (with --device cpu: DALI's CPU decoder, a smoke test). Run
+  where DALI is installed (--no-dali to leave it out).
 * ``tr CPU pipeline``: tr.data's worker pipeline on every core (benchmarks/imagenet_pipeline.py's tr row, [10]),
   from the folder and from the baseline pack (the files each tr device row reads).
 
@@ -137,6 +142,33 @@ def torchvision_rate(root: Path | list[bytes], batch: int, epochs: int, size: in
     return {"images_per_s": n / dt, "images": n}
 
 
+def dali_rows(root: Path, based, a: argparse.Namespace) -> dict[str, dict]:
+    """DALI's pipeline over the folder and over the baseline pack's files (written as class folders)."""
+    from dali_twin import dali_rate, dali_version, write_files
+
+    version = dali_version()
+    if version is None:
+        print("DALI is not installed: no DALI rows", flush=True)
+        return {}
+    base = based.load("train")
+    files = [base.encoded_bytes(i) for i in range(len(base))]
+    labels = [int(c) for c in base.labels]
+    base_root = write_files(files, labels, a.images.parent / (a.images.name + "_baseline_files"))
+    rows = {}
+    for what, where in (("", root), (", baseline files", base_root)):
+        for load in (0.65, 0.9) if a.device == "cuda" else (0.0,):
+            name = (f"DALI {version} mixed decoder, hw_decoder_load {load}{what}" if a.device == "cuda" else
+                    f"DALI {version} CPU decoder{what}")
+            try:  # (an optional twin: its failure is recorded, the run goes on)
+                rows[name] = dali_rate(where, a.batch, a.epochs, a.size, a.device, load)
+            except Exception as e:  # noqa: BLE001
+                rows[name] = {"error": f"{type(e).__name__}: {e}"}
+                print(f"{name:<34} failed: {rows[name]['error'][:2000]}", flush=True)
+                continue
+            print(f"{name:<34} {rows[name]['images_per_s']:9.0f} images/s", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=Path, default=Path("/tmp/tr_bench_images"))
@@ -152,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
                     "1: libjpeg-turbo alone, auto: measured at compile)")
     ap.add_argument("--no-torchvision", action="store_true")
     ap.add_argument("--no-cpu-pipeline", action="store_true")
+    ap.add_argument("--no-dali", action="store_true")
     ap.add_argument("--json", help="write the figures here, or 'auto' (benchmarks/results/)")
     a = ap.parse_args(argv)
     if not a.images.exists():
@@ -207,6 +240,8 @@ def main(argv: list[str] | None = None) -> None:
                           ("torchvision nvJPEG decode alone, baseline files", False)):
             rows[name] = torchvision_rate(base_files, a.batch, a.epochs, a.size, aug)
             print(f"{name:<34} {rows[name]['images_per_s']:9.0f} images/s", flush=True)
+    if not a.no_dali:
+        rows.update(dali_rows(root, DtsImages(based), a))
     if not a.no_cpu_pipeline:
         from imagenet_pipeline import tr_rate
 

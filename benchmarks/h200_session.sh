@@ -30,7 +30,10 @@
 #   jpegtests          the JPEG-on-the-device GPU tests (issue [13]): test_cuda_image.py, test_gpu_jpeg_decode.py,
 #                      test_gpu_jpeg_feeder.py
 #   devdecode          benchmarks/imagenet_pipeline.py --device cuda (benchmarks/device_decode.py): decoded + augmented
-#                      images/s of tr's device decode (folder, DTS, DTS baseline), torchvision's nvJPEG, tr's CPU pipeline
+#                      images/s of tr's device decode (folder, DTS, DTS baseline), torchvision's nvJPEG, DALI (where
+#                      dali-unpack ran), tr's CPU pipeline
+#   dali-unpack        join the parts of DALI that tools/fetch_device_dali.sh made (.dali1/ .dali2/ ..., one carried a
+#                      call on one warm machine) into build/device/dali, then import it; later stages see it
 #   e2e-dev[-LEVEL]    benchmarks/imagenet_train.py --device-decode: ResNet-50 from a DTS pack decoded on the device
 #   stability          benchmarks/imagenet_train.py --quick at STAB_SEEDS (0 1 2), STAB_EPOCHS (4) epochs, fed by the
 #                      device decode at a fixed STAB_SHARE (0.5) and by the CPU pipeline (STAB_MODES: device cpu):
@@ -85,6 +88,11 @@ if [ -f "$ROOT/.devdata/jpeg/include/jpeglib.h" ]; then
   export LD_LIBRARY_PATH=$ROOT/.devdata/jpeg/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 export TR_IMAGES=${TR_IMAGES:-/tmp/tr_bench_images}
+if [ -d "$BUILD/dali/dali_site/nvidia/dali" ]; then  # (stage dali-unpack) after $SITE: its nvidia/ folders first
+  export PYTHONPATH=$PYTHONPATH:$BUILD/dali/dali_site
+  # the image codec's JPEG extension loads libnvjpeg.so.13: the nvidia-nvjpeg wheel of .whl, installed into $SITE
+  export LD_LIBRARY_PATH=$SITE/nvidia/nvjpeg/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 # torch.compile's caches (FX graphs, autotuning, Triton kernels) under build/device: a warm machine keeps them, so a
 # max-autotune compile cut off by one call's limit resumes in the next (cold compile times come from the first)
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$BUILD/inductor} TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$BUILD/triton}
@@ -325,6 +333,17 @@ stage_devdecode() {
     --json "$OUT/imagenet_device_decode.json"
 }
 
+stage_dali_unpack() {
+  local parts
+  mapfile -t parts < <(printf '%s\n' .dali[0-9]*/dali.tar.xz.[0-9]* | awk -F. '{print $NF" "$0}' | sort -n | cut -d' ' -f2)
+  [ -f "${parts[0]:-}" ] || { echo "[dali] no parts: carry .dali1, .dali2, ... (tools/fetch_device_dali.sh)"; return 1; }
+  echo "[dali] joining ${#parts[@]} parts: ${parts[*]}"
+  rm -rf "$BUILD/dali" && mkdir -p "$BUILD/dali"
+  cat "${parts[@]}" | "$PY" -c "import sys, tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz').extractall(sys.argv[1])" \
+    "$BUILD/dali" || { rm -rf "$BUILD/dali"; echo "[dali] the parts do not make a whole archive (one missing?)"; return 1; }
+  PYTHONPATH=$PYTHONPATH:$BUILD/dali/dali_site "$PY" -c "import nvidia.dali as d; print('[dali] DALI', d.__version__)"
+}
+
 stage_gputests() {  # GPUTESTS (default: every package and tests-integration): the paths / node ids to run
   # shellcheck disable=SC2086
   "$PY" -m pytest -m gpu -q -rfE -s -p no:cacheprovider --maxfail=25 ${GPUTESTS:-packages tests-integration}
@@ -440,6 +459,7 @@ for s in "${plan[@]}"; do
     restests) ensure_built "$s" && run restests gputests.log 240 restests ;;
     jpegtests) ensure_built "$s" && run jpegtests gputests.log 240 jpegtests ;;
     devdecode) ensure_built "$s" && run devdecode pipeline.log 400 devdecode ;;
+    dali-unpack) run dali-unpack pipeline.log 120 dali_unpack ;;
     decstages) ensure_built "$s" && run decstages pipeline.log 300 decstages ;;
     contexts) run contexts pipeline.log 200 contexts ;;
     stability) ensure_built "$s" && run stability e2e.log 500 stability ;;

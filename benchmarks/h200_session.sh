@@ -339,7 +339,7 @@ stage_dali_unpack() {
   [ -f "${parts[0]:-}" ] || { echo "[dali] no parts: carry .dali1, .dali2, ... (tools/fetch_device_dali.sh)"; return 1; }
   echo "[dali] joining ${#parts[@]} parts: ${parts[*]}"
   rm -rf "$BUILD/dali" && mkdir -p "$BUILD/dali"
-  cat "${parts[@]}" | "$PY" -c "import sys, tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz').extractall(sys.argv[1])" \
+  cat "${parts[@]}" | "$PY" -c "import sys, tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz').extractall(sys.argv[1], filter='data')" \
     "$BUILD/dali" || { rm -rf "$BUILD/dali"; echo "[dali] the parts do not make a whole archive (one missing?)"; return 1; }
   PYTHONPATH=$PYTHONPATH:$BUILD/dali/dali_site "$PY" -c "import nvidia.dali as d; print('[dali] DALI', d.__version__)"
 }

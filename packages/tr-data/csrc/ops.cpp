@@ -5,6 +5,7 @@
 
 #include "color.hpp"
 #include "pipeline.hpp"
+#include "rotate.hpp"
 
 namespace trd {
 

@@ -1,5 +1,5 @@
-// Geometric kernels on uint8 HWC images: border extension (pad / crop), antialiased bilinear
-// resampling with precomputed fixed-point weights, and bilinear rotation.
+// Geometric kernels on uint8 HWC images: border extension (pad / crop) and antialiased bilinear
+// resampling with precomputed fixed-point weights (rotation: rotate.hpp).
 #pragma once
 
 #include <vector>
@@ -45,9 +45,5 @@ struct ResampleScratch {
 // uint8 path do). `ay` and `ax` were built for this source.
 void resample(const ImgC& in, const Img& out, const Axis& ay, const Axis& ax, const uint8_t* fill,
               ResampleScratch& s);
-
-// Rotation by `angle_deg` (counter-clockwise) about the image centre ((w-1)/2, (h-1)/2 in pixel
-// indices), bilinear; taps outside the image read `fill` (per channel, 0..255 floats).
-void rotate_bilinear(const ImgC& in, const Img& out, double angle_deg, const float* fill);
 
 }  // namespace trd

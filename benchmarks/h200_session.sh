@@ -90,8 +90,8 @@ fi
 export TR_IMAGES=${TR_IMAGES:-/tmp/tr_bench_images}
 if [ -d "$BUILD/dali/dali_site/nvidia/dali" ]; then  # (stage dali-unpack) after $SITE: its nvidia/ folders first
   export PYTHONPATH=$PYTHONPATH:$BUILD/dali/dali_site
-  # the image codec's JPEG extension loads libnvjpeg.so.13: the nvidia-nvjpeg wheel of .whl, installed into $SITE
-  export LD_LIBRARY_PATH=$SITE/nvidia/nvjpeg/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # the image codec's JPEG extension loads libnvjpeg.so.13: the nvidia-nvjpeg wheel of .whl, in $SITE/nvidia/cu13
+  export LD_LIBRARY_PATH=$SITE/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 # torch.compile's caches (FX graphs, autotuning, Triton kernels) under build/device: a warm machine keeps them, so a
 # max-autotune compile cut off by one call's limit resumes in the next (cold compile times come from the first)

@@ -5,7 +5,8 @@
 #
 # DALI's CUDA 13 wheel is 185 MB, its image codec 32 MB: installed with pip --target for CPython 3.12, the other
 # Pythons' extension modules, the headers, the codec's non-JPEG extensions and nvCOMP (DALI loads it only for its
-# inflate op) dropped, the rest xz-compressed (about 130 MB) and split. nvidia-nvjpeg (the codec's JPEG library) comes with .whl/.
+# inflate op) dropped, the rest xz-compressed (139 MB) and split. nvidia-nvjpeg (the codec's JPEG library, in
+# nvidia/cu13/lib) comes with .whl/.
 #
 #   bash tools/fetch_device_dali.sh        # -> .dali1/dali.tar.xz.00, .dali2/dali.tar.xz.01, ...
 set -euo pipefail

@@ -301,10 +301,19 @@ class TcpStore:
         return missing
 
     def barrier(self, name: str) -> None:
-        """Every rank returns once all have called ``barrier(name)`` (a name is used once)."""
+        """Every rank returns once all have called ``barrier(name)`` (a name is used once). Rank 0, which hosts
+        the store, returns last, once every other rank has seen the barrier open: it may then close the store
+        (exit, or raise what the barrier guarded) without cutting off a rank still reading it, which would see
+        "lost the rendezvous store" instead of the error they all share."""
         if self.add(f"{name}/count", 1) == self.world_size:
             self.set(f"{name}/go", b"1")
         self.get(f"{name}/go")
+        if self.world_size == 1:
+            return
+        if self.rank == 0:
+            self.get(f"{name}/gone")
+        elif self.add(f"{name}/left", 1) == self.world_size - 1:
+            self.set(f"{name}/gone", b"1")
 
     def close(self) -> None:
         self.torch_store = None

@@ -4,12 +4,7 @@
 #include <climits>
 #include <cstring>
 
-#if defined(__GNUC__) && defined(__x86_64__)
-#include <immintrin.h>
-#define TRD_HAVE_AVX2 1
-#else
-#define TRD_HAVE_AVX2 0
-#endif
+#include "simd.hpp"
 
 namespace trd {
 

@@ -74,15 +74,10 @@ def result_view(b: Binder) -> tuple[np.ndarray, Step | None]:
     return r[:3], store
 
 
-@cpu_op("softmax_ce_fwd")
-def softmax_ce_fwd(b: Binder) -> Step:
-    n, k, ls = rules.softmax_ce_fwd(b)
-    z, load_z = b.load("logits", (n, k))
-    probs, store_p = b.store("probs", (n, k))
-    labels = b.view("labels", (n,))
-    result, store_r = result_view(b)
-    sm = _Softmax(b, n, k)
-    where = b.where
+def _forward(sm: _Softmax, z: np.ndarray, probs: np.ndarray, labels: np.ndarray, result: np.ndarray, k: int,
+             ls: float, where: str) -> Step:
+    """The forward's step (training and inference): the softmax into ``probs``, then the loss, top-1 and top-5
+    into ``result``."""
 
     def core() -> None:
         label_check(labels, k, where)
@@ -92,7 +87,18 @@ def softmax_ce_fwd(b: Binder) -> Step:
         result[1] = top1
         result[2] = top5
 
-    return seq(load_z, core, store_p, store_r)
+    return core
+
+
+@cpu_op("softmax_ce_fwd")
+def softmax_ce_fwd(b: Binder) -> Step:
+    n, k, ls = rules.softmax_ce_fwd(b)
+    z, load_z = b.load("logits", (n, k))
+    probs, store_p = b.store("probs", (n, k))
+    labels = b.view("labels", (n,))
+    result, store_r = result_view(b)
+    sm = _Softmax(b, n, k)
+    return seq(load_z, _forward(sm, z, probs, labels, result, k, ls, b.where), store_p, store_r)
 
 
 @cpu_op("softmax_ce_inf")
@@ -108,17 +114,7 @@ def softmax_ce_inf(b: Binder) -> Step:
         idx = b.scratch((n,), np.intp)  # argmax writes the platform index type only
         pred_step = seq(partial(np.argmax, z, axis=1, out=idx),
                         partial(np.copyto, b.view("pred", (n,)), idx, casting="unsafe"))
-    where = b.where
-
-    def core() -> None:
-        label_check(labels, k, where)
-        sm.run(z, probs)
-        top1, top5 = sm.accuracy(z, labels)
-        result[0] = sm.loss(labels, ls)
-        result[1] = top1
-        result[2] = top5
-
-    return seq(load_z, core, pred_step, store_r)
+    return seq(load_z, _forward(sm, z, probs, labels, result, k, ls, b.where), pred_step, store_r)
 
 
 @cpu_op("softmax_ce_bwd")

@@ -12,10 +12,11 @@ Rows, in one run, over the same JPEG files (tools/make_image_folder.py: scikit-i
   the hardware engine takes them); the "GPU-hybrid backend" row forces the backend a GPU without a JPEG engine gets
   (nvJPEG's decoupled API for every file). The CPU's share of each batch (libjpeg-turbo on all cores but two,
   alongside nvJPEG) is measured at compile ("auto") except in the baseline pack's --shares rows: 0 (nvJPEG alone), 1
-  (libjpeg-turbo alone, the CPU pipeline's pixels). The first epoch (capture, caches) untimed; images/s = samples /
-  epoch seconds. Chroma replicated (device_decode's default, nvJPEG's engine at full speed) except in the
-  "interpolated chroma" row (both decoders interpolate, as the CPU pipeline). The last tr row adds ColorJitter(0.4,
-  0.4, 0.4, 0.1) after the crop (image_jitter in the transfer graph).
+  (libjpeg-turbo alone, the CPU pipeline's pixels); the "refused auto" row times the decoupled decoder against
+  libjpeg-turbo for the refusals in its first batches and keeps the faster. The first epoch (capture, caches)
+  untimed; images/s = samples / epoch seconds. Chroma replicated (device_decode's default, nvJPEG's engine at full
+  speed) except in the "interpolated chroma" row (both decoders interpolate, as the CPU pipeline). The last tr row
+  adds ColorJitter(0.4, 0.4, 0.4, 0.1) after the crop (image_jitter in the transfer graph).
 * ``torchvision nvJPEG``: torchvision.io.decode_jpeg of batches of files on the GPU (nvJPEG), whole images, then
   per image torchvision.transforms.v2 RandomResizedCrop(224, antialias) and RandomHorizontalFlip on the GPU,
   stacked and normalised to FP16: what a PyTorch user who decodes on the GPU runs; and the decode alone. From
@@ -96,6 +97,7 @@ def tr_device_rate(ds, device: str, batch: int, epochs: int, size: int, backend:
             "decoders": decoders, "decoded_on_cpu_per_epoch": cpu, "cpu_share_per_epoch": shared,
             "cpu_share": feeder.cpu_share, "cpu_share_setting": share, "cpu_threads": feeder.cpu_threads,
             "interpolate_chroma": interpolate, "refused": refused, "refused_by_nvjpeg_per_epoch": hybrid,
+            "refused_probe": getattr(feeder, "calibration", {}).get("refused_probe"),
             "side_bytes": getattr(feeder, "side_bytes", 0),
             "calibration": feeder.calibration, "step_alone_ms": 1e3 * step_s, "times": times}
 
@@ -211,6 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     nv = ", refused to nvJPEG's decoupled decoder"
     runs = [("tr device decode, folder", ImageFolder(a.images), False, "auto", False, "cpu", a.nvjpeg),
             (f"tr device decode, folder{nv}", ImageFolder(a.images), False, "auto", False, "nvjpeg", a.nvjpeg),
+            ("tr device decode, folder, refusals' decoder timed (refused auto)", ImageFolder(a.images), False, "auto",
+             False, "auto", a.nvjpeg),
             ("tr device decode, DTS", DtsImages(packed), False, "auto", False, "cpu", a.nvjpeg),
             (f"tr device decode, DTS{nv}", DtsImages(packed), False, "auto", False, "nvjpeg", a.nvjpeg)]
     if a.device == "cuda":  # what a GPU without a JPEG engine gets

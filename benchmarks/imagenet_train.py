@@ -174,8 +174,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="with --device-decode: both decoders interpolate chroma (the CPU pipeline's pixels)")
     ap.add_argument("--baseline", action="store_true",
                     help="pack with --baseline (progressive files re-coded losslessly: the engine takes all)")
-    ap.add_argument("--refused", choices=("nvjpeg", "cpu"), default="cpu",
-                    help="with --device-decode: who decodes the files the JPEG engine refuses (progressive)")
+    ap.add_argument("--refused", choices=("nvjpeg", "cpu", "auto"), default="cpu",
+                    help="with --device-decode: who decodes the files the JPEG engine refuses (progressive); auto: "
+                         "both timed in training, the faster kept")
     ap.add_argument("--cpu-share", default="auto", help="with --device-decode: the CPU's share, 0..1 or auto")
     ap.add_argument("--json", help="write the figures here, or 'auto' (benchmarks/results/)")
     a = ap.parse_args(argv)
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.json:
         tag = ("_baseline" if a.baseline else "") + (
             ("_device_decode" + ("_interpolated" if a.interpolate_chroma else "")
-             + ("_refused_nvjpeg" if a.refused == "nvjpeg" else "")) if a.device_decode else "")
+             + (f"_refused_{a.refused}" if a.refused != "cpu" else "")) if a.device_decode else "")
         out = (HERE / "results" / f"imagenet_train_{a.model}_dts{a.level}{tag}_{date.today()}.json"
                if a.json == "auto" else Path(a.json))
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -269,7 +269,7 @@ def test_the_task_s_feeder_takes_the_cpu_share_threads_and_chroma_of_the_setting
         .interpolate_chroma
     with pytest.raises(Exception, match=r"cpu_share must be a number in \[0, 1\]"):
         type(feeder)(s, batch=4, cpu_share=2.0)
-    with pytest.raises(Exception, match=r"refused must be 'nvjpeg' or 'cpu', got 'gpu'"):
+    with pytest.raises(Exception, match=r"refused must be 'nvjpeg', 'cpu' or 'auto', got 'gpu'"):
         type(feeder)(s, batch=4, refused="gpu")
 
 
@@ -295,4 +295,61 @@ def test_auto_re_balances_early_in_the_epoch_and_at_its_end(tmp_path, monkeypatc
     for _ in feeder.epoch(0, True):
         pass
     assert [e["batches"] for e in feeder.calibration["epochs"]] == [REBALANCE_AFTER, 10]
+    feeder.close()
+
+
+@pytest.mark.parametrize("faster", ["nvjpeg", "cpu"])
+def test_refused_auto_times_both_decoders_and_keeps_the_faster(tmp_path, monkeypatch, faster):
+    """refused="auto": the first training batches run with the engine's refusals on the decoupled decoder, then on
+    libjpeg-turbo, timed by the loop's period (a stand-in clock here: a batch takes 10 ms with the faster one, 30 ms
+    with the other); the faster is kept for the run, and the CPU share's re-balance waits for that probe."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from make_image_folder import make_image_folder
+
+    import tr.backend.cuda.jpeg as jpeg
+    import tr.task.jpeg_feeder as jf
+    from tr.data import ImageFolder, PreprocessorSettings, RandomResizedCrop
+    from tr.graph.jpeg_input import JPEG_SRC
+    from tr.task.share_probe import PROBE, SETTLE
+
+    make_image_folder(tmp_path / "img", classes=2, per_class=20, min_side=40, max_side=60, seed=5)
+    s = PreprocessorSettings().dataset(ImageFolder(tmp_path / "img")).train_transforms(RandomResizedCrop(24))
+    feeder = jf.DeviceJpegFeeder(s.device_decode(True, refused="auto"), batch=2, cpu_share="auto", cpu_threads=2,
+                                 refused="auto")
+    progressive = int(feeder._planners[True].progressive.sum())
+    assert progressive > 0
+    monkeypatch.setattr(jpeg, "DeviceJpegDecoder", FakeDecoder)
+    monkeypatch.setattr(jpeg, "h2d_async", lambda dst, src, n, stream: ctypes.memmove(int(dst), int(src), int(n)))
+    src = SimpleNamespace(offset=1024, numel=feeder.capacity, shape=SimpleNamespace(dims=(1, 1, 1, feeder.capacity)))
+    be = FakeCuda(1024 + feeder.capacity)
+    side_buffers(monkeypatch, jpeg, be)
+    feeder.upload(be, SimpleNamespace(tensor=lambda name: src if name == JPEG_SRC else None))
+    assert feeder.side_bytes > 0 and feeder._side_on  # the decoupled decoder's buffers, and its arm first
+    clock = [0.0]
+    monkeypatch.setattr(jf, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    steps = feeder.steps(True)
+    assert steps == 20 >= 2 * (PROBE + 1)  # both arms timed within the first epoch
+    arms = []
+    for _k, _buf, _n in feeder.epoch(0, True):
+        arms.append("nvjpeg" if feeder._side_on else "cpu")
+        clock[0] += 0.010 if arms[-1] == faster else 0.030
+    probe = feeder._refused_probe
+    assert probe.state == "done" and probe.choice == faster and feeder._side_on == (faster == "nvjpeg")
+    # (the switch follows batch PROBE's tick: a first period, SETTLE settling ones, PROBE - SETTLE timed)
+    assert arms[:PROBE] == ["nvjpeg"] * PROBE and arms[PROBE] == "cpu"
+    rec = feeder.calibration["refused_probe"]
+    assert rec["choice"] == faster and len(probe.periods["nvjpeg"]) == len(probe.periods["cpu"]) == PROBE - SETTLE
+    assert rec[f"{faster}_period_s"] < rec[f"{'cpu' if faster == 'nvjpeg' else 'nvjpeg'}_period_s"]
+    # the share's early re-balance waited for the probe (none after 8 batches); the epoch's end re-balanced
+    assert [e["batches"] for e in feeder.calibration["epochs"]] == [steps]
+    side_calls = len(FakeDecoder.side_calls)
+    for _ in feeder.epoch(1, True):
+        clock[0] += 0.010
+    if faster == "nvjpeg":  # every refused file of the epoch by the decoupled decoder
+        assert feeder.hybrid_decoded == progressive and feeder.decoded_on_cpu() == 0
+        assert sum(FakeDecoder.side_calls[side_calls:]) == progressive
+    else:  # by libjpeg-turbo: the decoupled decoder no longer called
+        assert feeder.hybrid_decoded == 0 and feeder.decoded_on_cpu() == progressive
+        assert len(FakeDecoder.side_calls) == side_calls
+    assert feeder.calibration["epochs"][1]["batches"] == jf.REBALANCE_AFTER  # the share's own turn now
     feeder.close()

@@ -117,7 +117,7 @@ def test_global_instance_and_reset(rng):
     ({"cpu_threads": 2.5}, r"device_decode cpu_threads must be an integer"),
     ({"backend": "nvdec"}, r"backend must be 'auto', 'hardware' or 'gpu', got 'nvdec'"),
     ({"interpolate_chroma": 1}, r"device_decode interpolate_chroma must be True or False, got 1"),
-    ({"refused": "libjpeg"}, r"device_decode refused must be 'nvjpeg' or 'cpu', got 'libjpeg'"),
+    ({"refused": "libjpeg"}, r"device_decode refused must be 'nvjpeg', 'cpu' or 'auto', got 'libjpeg'"),
 ])
 def test_device_decode_refuses_settings_out_of_range(kwargs, match):
     s = PreprocessorSettings()

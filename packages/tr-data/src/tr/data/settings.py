@@ -193,7 +193,9 @@ class PreprocessorSettings:
         libjpeg-turbo). Measured on the H200 (benchmarks/RESULTS.md): "nvjpeg" where the pipeline is the limit,
         1.2-1.5x the images/s from a folder or pack with progressive files; beside a training step that keeps
         the GPU busy (ResNet-50) its GPU phase waits for the step and "cpu" is faster (95 % of the step rate
-        against 77-84 %)."""
+        against 77-84 %). "auto": both, timed in the first training batches (8 each, the decoupled decoder
+        first), the faster kept for the run (before the CPU share's own probe, with cpu_share="auto"; not yet
+        measured on the H200)."""
         if backend not in ("auto", "hardware", "gpu"):
             raise ConfigError(f"device_decode backend must be 'auto', 'hardware' or 'gpu', got {backend!r}")
         if cpu_share != "auto" and (isinstance(cpu_share, bool) or not isinstance(cpu_share, (int, float))
@@ -202,8 +204,8 @@ class PreprocessorSettings:
         if cpu_threads is not None:
             cpu_threads = _count("device_decode cpu_threads", cpu_threads, MAX_WORKERS)
         interpolate_chroma = _flag("device_decode interpolate_chroma", interpolate_chroma)
-        if refused not in ("nvjpeg", "cpu"):
-            raise ConfigError(f"device_decode refused must be 'nvjpeg' or 'cpu', got {refused!r}")
+        if refused not in ("nvjpeg", "cpu", "auto"):
+            raise ConfigError(f"device_decode refused must be 'nvjpeg', 'cpu' or 'auto', got {refused!r}")
         self._set("device_dec_backend", backend)
         self._set("device_dec_refused", refused)
         self._set("device_dec_cpu_share", cpu_share if cpu_share == "auto" else float(cpu_share))

@@ -25,7 +25,8 @@ stream of its own) into a side buffer of the feeder's own (two batches' worth, o
 ``side_bytes``), and their regions are copied into the decode buffer with the batch, the transfer stream
 waiting on the side stream's event (counted, ``hybrid_decoded``); a file that decoder refuses too goes to
 libjpeg-turbo. Faster where the pipeline is the limit, slower beside a step that keeps the GPU busy (its GPU
-phase waits for the step): hence "cpu" by default (PreprocessorSettings.device_decode).
+phase waits for the step): hence "cpu" by default (PreprocessorSettings.device_decode); ``refused="auto"`` times
+both in the first training batches and keeps the faster (tr.task.share_probe.RefusedProbe).
 The compressed bytes are staged in pinned memory, two batches' worth. On the CPU backend (and with a share of
 1) libjpeg-turbo decodes every region: the same pixels as the CPU pipeline, the batches then the CPU
 pipeline's byte for byte (tests-integration/test_jpeg_device_training.py).
@@ -58,7 +59,7 @@ from tr.data.settings import PreprocessorSettings
 from tr.data.transforms import RandomErasing
 from tr.graph.jpeg_input import JPEG_SRC, JpegInput
 from tr.task.feeder import DeviceSideFeeder
-from tr.task.share_probe import ShareProbe
+from tr.task.share_probe import RefusedProbe, ShareProbe
 
 log = get_logger(__name__)
 
@@ -73,7 +74,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
     the batch's share decoded by libjpeg-turbo on CUDA, in [0, 1], or "auto" (measured at upload, re-balanced
     in training: _rebalance); ``cpu_threads``: libjpeg-turbo's threads (default: all cores but two);
     ``interpolate_chroma``: both decoders' chroma upsampling; ``refused``: who decodes the files the hardware engine
-    refuses, "nvjpeg" (its decoupled decoder) or "cpu" (libjpeg-turbo) (PreprocessorSettings.device_decode)."""
+    refuses, "nvjpeg" (its decoupled decoder), "cpu" (libjpeg-turbo) or "auto" (both timed in training, the
+    faster kept: tr.task.share_probe.RefusedProbe) (PreprocessorSettings.device_decode)."""
 
     setting = "device_decode"
 
@@ -86,8 +88,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         if cpu_threads is not None and (isinstance(cpu_threads, bool) or not isinstance(cpu_threads, int)
                                         or cpu_threads < 1):
             raise ConfigError(f"DeviceJpegFeeder: cpu_threads must be a positive integer, got {cpu_threads!r}")
-        if refused not in ("nvjpeg", "cpu"):
-            raise ConfigError(f"DeviceJpegFeeder: refused must be 'nvjpeg' or 'cpu', got {refused!r}")
+        if refused not in ("nvjpeg", "cpu", "auto"):
+            raise ConfigError(f"DeviceJpegFeeder: refused must be 'nvjpeg', 'cpu' or 'auto', got {refused!r}")
         s = pre_settings if pre_settings.frozen else pre_settings.commit()
         self.pre_settings = s  # (a checkpoint records its chains)
         ds = s.open_dataset()
@@ -122,6 +124,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         self.cpu_threads = int(cpu_threads or max(1, (os.cpu_count() or 2) - 2))
         self.calibration: dict[str, Any] = {}  # "auto": what upload measured, each re-balance, the probe
         self._probe = ShareProbe()  # "auto": the model's share against libjpeg-turbo alone, timed in training
+        self._refused_probe = RefusedProbe()  # refused="auto": the decoupled decoder against libjpeg-turbo
         self.cpu_decoded = 0  # images of the last pass nvJPEG does not take, decoded by libjpeg-turbo on CUDA
         self.cpu_shared = 0  # images of the last pass decoded by libjpeg-turbo as the CPU's share
         self.device_decoded = 0  # images of the last pass decoded by nvJPEG
@@ -132,7 +135,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         self._backend: Any = None
         self._decoder: Any = None  # nvJPEG's, on CUDA (upload)
         self._by_slot = False  # the CPU's regions at their slots in the pinned buffer (upload)
-        self._side: list[Any] = []  # refused="nvjpeg" on a hardware engine: the decoupled decoder's regions (upload)
+        self._side: list[Any] = []  # refused="nvjpeg"/"auto" on a hardware engine: the decoupled decoder's regions
+        self._side_on = False  # whether the refusals go to the decoupled decoder now (upload; "auto": its probe)
         self._side_decoder: Any = None  # ... that decoder, and the stream its device phases run on
         self._side_stream: Any = None
         self._alloc()
@@ -186,7 +190,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         # one copy (a batch all on the CPU: one copy, not one a region); else packed
         self._by_slot = cpu_most >= self.capacity
         self._side, self.side_bytes = [], 0
-        if hardware and self.refused == "nvjpeg":  # two batches' worth of the refused files' regions, packed
+        if hardware and self.refused != "cpu":  # two batches' worth of the refused files' regions, packed
             side = max(_largest_sum(self._planners[t].image_bytes[self._cpu_only[t]] + SIDE_ALIGN, self.batch)
                        for t, _ in splits)
             if side:
@@ -200,6 +204,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
                 # the transfer graph's wait for the step, and the decoder's host threads behind them; the transfer
                 # stream waits on the side stream's event before copying the regions out
                 self._side_stream = jpeg.SideStream(backend.device)
+        self._side_on = bool(self._side)  # ("auto": the probe's first arm until training times both)
         self._stream = backend.ctx.stream(int(StreamKind.TRANS))
         share = self._calibrate() if self.cpu_share_setting == "auto" else float(self.cpu_share_setting)
         self.cpu_share = share
@@ -207,7 +212,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         log.info("decoding JPEGs with nvJPEG (%s) and libjpeg-turbo on %d threads: the CPU's share %.3f%s%s",
                  self._decoder.backend, self.cpu_threads, share,
                  " (measured)" if self.cpu_share_setting == "auto" else "",
-                 f"; the engine's refusals by nvJPEG's decoupled decoder ({self.side_bytes} bytes of side buffers)"
+                 f"; the engine's refusals by nvJPEG's decoupled decoder ({self.side_bytes} bytes of side buffers"
+                 f"{', against libjpeg-turbo timed in training' if self.refused == 'auto' else ''})"
                  if self._side else "")
 
     def _calibrate(self, reps: int = 2) -> float:
@@ -270,9 +276,13 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         # buffers (k + 1) % 2 are free when batch k + 1's preparation starts: it starts once batch k - 1 was
         # yielded, and the task returns here only after batch k - 1's transfer (which read them) is done
         # (StepLauncher waits for each transfer on the host)
+        if train and self.refused == "auto" and self._side and self._refused_probe.state == "idle":
+            self._refused_probe.start()  # the decoupled decoder first: _side_on is set from upload
         pending = self._prep.submit(self._prepare, order, 0, epoch, train)
         probing = train and self._auto()
+        refused_probing = train and self._refused_probe.active
         self._probe.new_epoch()
+        self._refused_probe.new_epoch()
         try:
             for k in range(steps):
                 t0 = time.perf_counter()
@@ -282,9 +292,13 @@ class DeviceJpegFeeder(DeviceSideFeeder):
                     pending = self._prep.submit(self._prepare, order, k + 1, epoch, train)
                 self._enqueue(ready, train)
                 self._batches += 1
-                if probing and (share := self._probe.tick(time.perf_counter())) is not None:
+                now = time.perf_counter()
+                if probing and (share := self._probe.tick(now)) is not None:
                     self._set_share(share, epoch, "probe")
-                if self._batches == REBALANCE_AFTER and k + 1 < steps and train and self._auto():
+                if refused_probing and (arm := self._refused_probe.tick(now)) is not None:
+                    self._set_refused(arm, epoch)
+                if (self._batches == REBALANCE_AFTER and k + 1 < steps and train and self._auto()
+                        and not self._refused_probe.active):  # (one probe at a time: the refusals' first)
                     self._rebalance(epoch)  # early: the first epoch runs at the share training needs
                 yield k, k % 2, ready.count
         finally:  # (an early stop: the preparation under way finishes before its buffers are used again)
@@ -292,7 +306,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         if self.cpu_decoded:
             log.info("epoch %d %s: %d images decoded on the CPU (files nvJPEG's %s decoder does not take)", epoch + 1,
                      "train" if train else "val", self.cpu_decoded, self._decoder.backend if self._decoder else "")
-        if train and self._auto():
+        if train and self._auto() and not self._refused_probe.active:
             self._rebalance(epoch)
 
     def _auto(self) -> bool:
@@ -337,6 +351,15 @@ class DeviceJpegFeeder(DeviceSideFeeder):
                      "share %.3f -> %.3f", epoch + 1, 1e3 * wait, 1e3 * c, 1e3 * d, self.cpu_share, model)
         self._set_share(model, epoch, "model")
 
+    def _set_refused(self, arm: str, epoch: int) -> None:
+        """refused="auto": the engine's refusals to nvJPEG's decoupled decoder ("nvjpeg") or libjpeg-turbo ("cpu")
+        from the next preparation on (the probe's next arm, or its choice)."""
+        self.calibration["refused_probe"] = self._refused_probe.record()
+        log.info("epoch %d: the refusals' probe %s: the engine's refusals to %s", epoch + 1,
+                 "times libjpeg-turbo" if self._refused_probe.active else "keeps the faster",
+                 "nvJPEG's decoupled decoder" if arm == "nvjpeg" else "libjpeg-turbo")
+        self._side_on = arm == "nvjpeg"
+
     def _set_share(self, share: float, epoch: int, by: str) -> None:
         if by == "probe":
             self.calibration["probe"] = self._probe.record()
@@ -375,8 +398,9 @@ class DeviceJpegFeeder(DeviceSideFeeder):
             return _Prepared(k, m, plan, src, np.arange(0), np.zeros(0, np.int64))
         staging, fallback = self._staging[k % 2]
         refused = self._cpu_only[train][plan.indices[:m]]
-        side = np.flatnonzero(refused) if self._side else np.zeros(0, np.int64)
-        cpu = refused.copy() if not self._side else np.zeros(m, bool)
+        side_on = self._side_on  # (read once: refused="auto"'s probe switches it from the loop's thread)
+        side = np.flatnonzero(refused) if side_on else np.zeros(0, np.int64)
+        cpu = refused.copy() if not side_on else np.zeros(m, bool)
         takes = np.flatnonzero(~refused)
         cpu[takes[self._hw_rows:]] = True  # the CPU's share: the rows after the first _hw_rows nvJPEG takes
         on_device = takes[:self._hw_rows]

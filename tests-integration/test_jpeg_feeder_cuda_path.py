@@ -116,6 +116,20 @@ def side_buffers(monkeypatch, jpeg, be) -> list[tuple[int, int]]:
     return d2d
 
 
+def upload_on_stand_ins(feeder, monkeypatch) -> FakeCuda:
+    """Upload ``feeder`` onto the stand-ins: the decoder, host memory for the device's, plain copies."""
+    import tr.backend.cuda.jpeg as jpeg
+    from tr.graph.jpeg_input import JPEG_SRC
+
+    monkeypatch.setattr(jpeg, "DeviceJpegDecoder", FakeDecoder)
+    monkeypatch.setattr(jpeg, "h2d_async", lambda dst, src, n, stream: ctypes.memmove(int(dst), int(src), int(n)))
+    src = SimpleNamespace(offset=1024, numel=feeder.capacity, shape=SimpleNamespace(dims=(1, 1, 1, feeder.capacity)))
+    be = FakeCuda(1024 + feeder.capacity)
+    side_buffers(monkeypatch, jpeg, be)
+    feeder.upload(be, SimpleNamespace(tensor=lambda name: src if name == JPEG_SRC else None))
+    return be
+
+
 @pytest.mark.parametrize("share, interpolate, refused", [
     (0.0, False, "cpu"), (0.5, False, "cpu"), (0.5, True, "cpu"), (1.0, False, "cpu"), (1.0, True, "cpu"),
     ("auto", False, "cpu"), (0.0, False, "nvjpeg"), (0.5, True, "nvjpeg"), (1.0, False, "nvjpeg"),
@@ -277,20 +291,13 @@ def test_auto_re_balances_early_in_the_epoch_and_at_its_end(tmp_path, monkeypatc
     sys.path.insert(0, str(ROOT / "tools"))
     from make_image_folder import make_image_folder
 
-    import tr.backend.cuda.jpeg as jpeg
     from tr.data import ImageFolder, PreprocessorSettings, RandomResizedCrop
-    from tr.graph.jpeg_input import JPEG_SRC
     from tr.task.jpeg_feeder import REBALANCE_AFTER, DeviceJpegFeeder
 
     make_image_folder(tmp_path / "img", classes=2, per_class=10, min_side=40, max_side=60, seed=3)
     s = PreprocessorSettings().dataset(ImageFolder(tmp_path / "img")).train_transforms(RandomResizedCrop(24))
     feeder = DeviceJpegFeeder(s.device_decode(True), batch=2, cpu_share="auto", cpu_threads=2)
-    monkeypatch.setattr(jpeg, "DeviceJpegDecoder", FakeDecoder)
-    monkeypatch.setattr(jpeg, "h2d_async", lambda dst, src, n, stream: ctypes.memmove(int(dst), int(src), int(n)))
-    src = SimpleNamespace(offset=1024, numel=feeder.capacity, shape=SimpleNamespace(dims=(1, 1, 1, feeder.capacity)))
-    be = FakeCuda(1024 + feeder.capacity)
-    side_buffers(monkeypatch, jpeg, be)
-    feeder.upload(be, SimpleNamespace(tensor=lambda name: src if name == JPEG_SRC else None))
+    upload_on_stand_ins(feeder, monkeypatch)
     assert feeder.steps(True) == 10 > REBALANCE_AFTER
     for _ in feeder.epoch(0, True):
         pass
@@ -306,10 +313,8 @@ def test_refused_auto_times_both_decoders_and_keeps_the_faster(tmp_path, monkeyp
     sys.path.insert(0, str(ROOT / "tools"))
     from make_image_folder import make_image_folder
 
-    import tr.backend.cuda.jpeg as jpeg
     import tr.task.jpeg_feeder as jf
     from tr.data import ImageFolder, PreprocessorSettings, RandomResizedCrop
-    from tr.graph.jpeg_input import JPEG_SRC
     from tr.task.share_probe import PROBE, SETTLE
 
     make_image_folder(tmp_path / "img", classes=2, per_class=20, min_side=40, max_side=60, seed=5)
@@ -318,12 +323,7 @@ def test_refused_auto_times_both_decoders_and_keeps_the_faster(tmp_path, monkeyp
                                  refused="auto")
     progressive = int(feeder._planners[True].progressive.sum())
     assert progressive > 0
-    monkeypatch.setattr(jpeg, "DeviceJpegDecoder", FakeDecoder)
-    monkeypatch.setattr(jpeg, "h2d_async", lambda dst, src, n, stream: ctypes.memmove(int(dst), int(src), int(n)))
-    src = SimpleNamespace(offset=1024, numel=feeder.capacity, shape=SimpleNamespace(dims=(1, 1, 1, feeder.capacity)))
-    be = FakeCuda(1024 + feeder.capacity)
-    side_buffers(monkeypatch, jpeg, be)
-    feeder.upload(be, SimpleNamespace(tensor=lambda name: src if name == JPEG_SRC else None))
+    upload_on_stand_ins(feeder, monkeypatch)
     assert feeder.side_bytes > 0 and feeder._side_on  # the decoupled decoder's buffers, and its arm first
     clock = [0.0]
     monkeypatch.setattr(jf, "time", SimpleNamespace(perf_counter=lambda: clock[0]))

@@ -79,6 +79,18 @@ def packed_split(images: Path, make: int, baseline: bool):
     return DtsImages(packed).load("train")
 
 
+def train_planner(split):
+    """The ImageNet training chain (RandomResizedCrop(224), flip, FP16 with 4 channels) and its planner over
+    ``split``."""
+    from tr.core.norm import NormMode
+    from tr.data import RandomHorizontalFlip, RandomResizedCrop
+    from tr.data.jpeg_plan import JpegPlanner
+    from tr.data.transforms import Compose
+
+    comp = Compose([RandomResizedCrop(224), RandomHorizontalFlip()], NormMode.IMAGENET, "float16", 4)
+    return comp, JpegPlanner(split, comp)
+
+
 def under_load(rows: dict[str, float], decodes: dict[str, object], reps: int) -> None:
     """``load_alone``: ~30 ms of FP16 GEMMs on a torch stream; ``{name}_under_load``: the same load enqueued, then
     the decode ``decodes[name]()``, both waited for: about the larger of the two where the decode runs beside the
@@ -125,14 +137,10 @@ def main(argv: list[str] | None = None) -> None:
     from tr.backend.cuda import CudaBackend
     from tr.backend.cuda.jpeg import DeviceJpegDecoder
     from tr.backend.rules.image import COL, GEOM_COLS
-    from tr.core.norm import NormMode
-    from tr.data import RandomHorizontalFlip, RandomResizedCrop
-    from tr.data.jpeg_plan import JpegPlanner, decode_regions_at, region_bytes
-    from tr.data.transforms import Compose
+    from tr.data.jpeg_plan import decode_regions_at, region_bytes
 
     split = packed_split(a.images, a.make, baseline=True)
-    comp = Compose([RandomResizedCrop(224), RandomHorizontalFlip()], NormMode.IMAGENET, "float16", 4)
-    planner = JpegPlanner(split, comp)
+    comp, planner = train_planner(split)
     B = a.batch
     big = min(len(split), 2 * B)
     idx = np.random.default_rng(0).permutation(len(split))[:big]

@@ -47,18 +47,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     from backend_testkit import SimpleArena
-    from device_decode_stages import _packed, _timed, packed_split
+    from device_decode_stages import _packed, _timed, packed_split, train_planner
 
     from tr.backend.cuda import CudaBackend
     from tr.backend.cuda.jpeg import DeviceJpegDecoder
-    from tr.core.norm import NormMode
-    from tr.data import RandomHorizontalFlip, RandomResizedCrop
-    from tr.data.jpeg_plan import JpegPlanner, decode_regions_at, region_bytes
-    from tr.data.transforms import Compose
+    from tr.data.jpeg_plan import decode_regions_at, region_bytes
 
     split = packed_split(a.images, a.make, baseline=False)
-    comp = Compose([RandomResizedCrop(224), RandomHorizontalFlip()], NormMode.IMAGENET, "float16", 4)
-    planner = JpegPlanner(split, comp)
+    _, planner = train_planner(split)
     B = a.batch
     plan = planner.plan(np.random.default_rng(0).permutation(len(split))[:B], 1, 0)
     progressive = planner.progressive[plan.indices]

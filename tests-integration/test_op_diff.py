@@ -1,0 +1,82 @@
+"""tools/testkit/op_diff.py on the CPU: two CPU backends agree op by op, and a backend whose one op is wrong by 2 %
+is named at that op and no earlier (the GPU test runs the same comparison against CUDA)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tr.graph.blueprint import BluePrint, cbr, dropout, fc, flatten, maxpool, relu, seq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "testkit"))
+from op_diff import build_task, compare, fill_batch, first_over, step_calls, table  # noqa: E402
+
+CLASSES = 10
+
+
+def _net() -> BluePrint:
+    """Every fused kind VGG16-BN has: cbr, cbr + 2x2 pool, fc + relu, dropout, fc."""
+    return BluePrint(seq(cbr(8, 3, s=1, p=1), cbr(8, 3, s=1, p=1), maxpool(2, 2), cbr(16, 3, s=1, p=1),
+                         maxpool(2, 2), flatten(), fc(32), relu(), dropout(0.5), fc(CLASSES)),
+                     name="small_vgg", num_classes=CLASSES)
+
+
+class _Wrong:
+    """A backend that runs every op as the wrapped one does, but scales one output of the ``nth`` call of ``op``."""
+
+    def __init__(self, inner, op: str, nth: int, out: str, factor: float) -> None:
+        self.inner, self.op, self.nth, self.out, self.factor = inner, op, nth, out, factor
+        self.seen = 0
+
+    def capture(self, name, calls):
+        return self.inner.capture(name, calls), tuple(calls)
+
+    def launch(self, graph, stream=None) -> None:
+        g, calls = graph
+        self.inner.launch(g)
+        for c in calls:
+            if c.op == self.op:
+                if self.seen == self.nth:
+                    t = c.args[self.out]
+                    self.inner.write(t, self.inner.read(t) * np.float32(self.factor))
+                self.seen += 1
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    a = build_task(_net(), "cpu", False, 16, 4, CLASSES)
+    b = build_task(_net(), "cpu", False, 16, 4, CLASSES)
+    fill_batch(a, CLASSES)
+    return a, b
+
+
+def test_two_cpu_backends_agree_on_every_op(tasks):
+    a, b = tasks
+    calls = step_calls(a.program)
+    diffs = compare(a, b, calls)
+    assert len(diffs) == len(calls) and len(calls) > 20
+    assert first_over(diffs) is None, table(diffs)
+    assert all(o.rel == 0.0 for d in diffs for o in d.outputs)
+    ops = {d.op for d in diffs}
+    assert {"bn_maxpool_bwd", "bn_bwd", "conv_bwd", "fc_bwd", "dropout_bwd", "range_optimizer"} <= ops
+
+
+@pytest.mark.parametrize("op,nth,out", [("bn_maxpool_bwd", 1, "dgamma"), ("dropout_bwd", 0, "dx"),
+                                        ("conv_fwd", 2, "y")])
+def test_a_wrong_op_is_named_where_it_is_wrong(tasks, op, nth, out):
+    a, b = tasks
+    fill_batch(a, CLASSES)  # the reference's arena advanced through a step in the test before: start again
+    wrong = SimpleNamespace(program=b.program, backend=_Wrong(b.backend, op, nth, out, 1.02))
+    diffs = compare(a, wrong, step_calls(a.program))
+    bad = first_over(diffs)
+    assert bad is not None, table(diffs)
+    assert bad.op == op and [o.arg for o in bad.over()] == [out], table(diffs)
+    assert sum(1 for d in diffs if d.op == op and d.index < bad.index) == nth
+    assert bad.worst.rel == pytest.approx(0.02, rel=1e-3)  # the op's own error, not one compounded by later ops

@@ -463,7 +463,8 @@ for _cls in (R.SGD, R.LARS, R.Adam, R.AdamW):
 
 # schedulers: every setter changes the table of learning rates the device reads
 _SCHED_BASE = {R.MultiStepLR: lambda: R.MultiStepLR(0.1).milestones([2]), R.StepLR: lambda: R.StepLR(0.1).step_size(2),
-               R.CosineAnnealingWithWarmRestartsLR: lambda: R.CosineAnnealingWithWarmRestartsLR(0.1).t_0(2)}
+               R.CosineAnnealingWithWarmRestartsLR: lambda: R.CosineAnnealingWithWarmRestartsLR(0.1).t_0(2),
+               R.WSDLR: lambda: R.WSDLR(0.1).decay_start(0.3)}
 _SCHED_CHANGES = {"base_lr": (0.5,), "warmup": (2,),
                   "step_size": (3,), "gamma": (0.5,), "milestones": ([3],), "power": (1.0,), "end_lr": (0.05,),
                   "eta_min": (0.05,), "t_0": (3,), "t_mult": (2,), "decay_start": (0.5,)}
@@ -479,10 +480,12 @@ for _cls in (R.ConstantLR, R.StepLR, R.MultiStepLR, R.ExponentialLR, R.Polynomia
         lambda b=_base: sched_differs(b().warmup(2), b().warmup(2).warmup_start_factor(0.5)))
     EFFECTS[f"{_cls.__name__}.warmup_start_lr"] = (
         lambda b=_base: sched_differs(b().warmup(2), b().warmup(2).warmup_start_lr(0.01)))
+    # the warm-up ramps per batch in both modes: the step mode shows on a seed-style warm-up held per epoch
     EFFECTS[f"{_cls.__name__}.step_by_batch"] = (
-        lambda b=_base: sched_differs(b().warmup(2), b().warmup(2).step_by_batch()))
+        lambda b=_base: sched_differs(b().warmup(2).step_by_epoch(warmup_by_epoch=True), b().warmup(2).step_by_batch()))
     EFFECTS[f"{_cls.__name__}.step_by_epoch"] = (
-        lambda b=_base: sched_differs(b().warmup(2).step_by_batch(), b().warmup(2).step_by_batch().step_by_epoch()))
+        lambda b=_base: sched_differs(b().warmup(2).step_by_batch(),
+                                      b().warmup(2).step_by_batch().step_by_epoch(warmup_by_epoch=True)))
 
 # the initializer policy: every setter changes the initial weights
 for _name, _init in {"conv": lambda i: i.conv(R.InitKind.XAVIER_NORMAL), "fc": lambda i: i.fc(R.InitKind.ONES),

@@ -8,14 +8,46 @@ The formula (the seed's, SEED_SYSTEM.md §7): total = E*S, W = warmup_epochs*S, 
     curve(s) = start + (base - start) * s / W          if W > 0 and s <= W
              = decay(d = s - W, D = total - W)         otherwise
 and a negative or NaN value becomes 0. start = warmup_start_lr if given, else base * warmup_start_factor
-(default 0). In epoch mode (the default) every batch of epoch e uses curve(e*S); in batch mode
-(``step_by_batch()``) step e*S + b uses curve(e*S + b). ``lr(step)`` applies the mode; ``curve`` does not.
+(default 0). ``lr(step)`` applies the step mode to the global step (= epoch * S + batch); ``curve`` does not:
+- batch mode (``step_by_batch()``): step s uses curve(s);
+- epoch mode (the default): the warm-up steps per batch, step s < W uses curve(s), and the decay steps per
+  epoch, every batch of epoch e >= warmup_epochs uses curve(e*S). So the ramp of both modes is the same, the
+  table reaches base at step W (the first step after the warm-up) and the decays are the seed's;
+- the seed's epoch mode (``step_by_epoch(warmup_by_epoch=True)``): every batch of epoch e uses curve(e*S), the
+  ramp included.
+
+Why the warm-up steps per batch in epoch mode. The seed holds the ramp per epoch too, so with its default
+start (0) ``CosineAnnealingLR(1e-3).warmup(5)`` trains its whole first epoch at LR 0 (the model after it is its
+initialisation). torch's LinearLR + SequentialLR step the warm-up and the decay with the same step() calls
+(both per epoch or both per batch) and refuse a start factor of 0 (default 1/3): stepped per epoch, the first
+epoch runs at base/3. timm counts its warm-up in the scheduler's unit (epochs by default, updates with
+``step_on_epochs=False``) from ``warmup_lr_init`` (0 in its classes, a tiny LR in its train.py): stepped per
+epoch, its first epoch hardly trains either. Warm-up exists for the first updates (Goyal et al. 2017 ramp per
+iteration), which is what torch and timm give when stepped per update; the decay keeps its epoch stepping, so
+epoch mode keeps its meaning after the warm-up (the seed's decays, one LR per epoch). The ramp follows torch
+LinearLR's convention: step 0 runs at start and step W at base (batch mode equals torch's
+SequentialLR(LinearLR, ...) stepped per batch). With the default start 0 only the run's first step updates
+nothing (an AdamW step still takes its gradient into the moments); ``warmup_start_factor`` or
+``warmup_start_lr`` start higher. Only the LR table changes: the device still reads it per step, and the log
+still shows each epoch's batch-0 LR.
+
+StepLR, MultiStepLR, ExponentialLR and ConstantLR change only at epoch boundaries after the warm-up (their
+parameters are epochs), so for them the step mode matters only with the seed's epoch warm-up.
+
+prepare() refuses a parameter that certainly never takes effect in the prepared run (a ConfigError naming it and
+total_epochs): a MultiStepLR milestone >= total_epochs, a StepLR step_size that puts the first decay past the
+last epoch, a WSDLR decay_start whose decay starts after the last step the table holds, a t_mult > 1 whose
+second cycle never starts, a warm-up start or an epoch-held ramp without a warm-up. It does not refuse a run
+too short for any value to act (a warm-up over the whole run, one epoch after it in epoch mode: a smoke run
+decays nothing whatever the parameters), nor a parameter that acts only in part (a cosine's T_0 longer than the
+run). tests/test_scheduler.py checks both ways against the tables: refused exactly where the value changes
+nothing and another value would change something.
 
 Setters follow the seed's names; fields are named apart where a setter would clash: base_lr() -> base,
 warmup() -> warmup_epochs, warmup_start_lr() -> warmup_start, warmup_start_factor() -> warmup_factor,
-step_by_batch()/step_by_epoch() -> by_batch, eta_min() -> min_lr, power() -> exponent, end_lr() -> final_lr,
-step_size() -> step_epochs, gamma() -> factor, milestones() -> milestone_epochs, decay_start() -> decay_from,
-t_0() -> cycle_epochs, t_mult() -> cycle_mult.
+step_by_batch()/step_by_epoch() -> by_batch (and warmup_by_epoch), eta_min() -> min_lr, power() -> exponent,
+end_lr() -> final_lr, step_size() -> step_epochs, gamma() -> factor, milestones() -> milestone_epochs,
+decay_start() -> decay_from, t_0() -> cycle_epochs, t_mult() -> cycle_mult.
 """
 
 from __future__ import annotations
@@ -46,6 +78,7 @@ class Scheduler:
     warmup_start: float | None = None
     warmup_factor: float = 0.0
     by_batch: bool = False
+    warmup_by_epoch: bool = False  # the seed's epoch-mode ramp, held per epoch (epoch mode only)
     total_epochs: int | None = None
     steps_per_epoch: int | None = None
 
@@ -56,6 +89,10 @@ class Scheduler:
             object.__setattr__(self, "warmup_start", v.non_negative("warmup_start_lr", self.warmup_start))
         object.__setattr__(self, "warmup_factor", v.unit_closed("warmup_start_factor", self.warmup_factor))
         object.__setattr__(self, "by_batch", v.boolean("by_batch", self.by_batch))
+        object.__setattr__(self, "warmup_by_epoch", v.boolean("warmup_by_epoch", self.warmup_by_epoch))
+        if self.by_batch and self.warmup_by_epoch:
+            raise ConfigError("warmup_by_epoch is the seed's epoch mode (step_by_epoch(warmup_by_epoch=True)); "
+                              "in batch mode the warm-up steps per batch")
         if (self.total_epochs is None) != (self.steps_per_epoch is None):
             raise ConfigError("total_epochs and steps_per_epoch are set together by prepare()")
         if self.total_epochs is not None:
@@ -66,16 +103,47 @@ class Scheduler:
                     f"warmup epochs ({self.warmup_epochs}) must not exceed total_epochs ({self.total_epochs})"
                 )
         self._validate()
+        if self.total_epochs is not None:
+            self._check_start()
+            if self.warmup_epochs < self.total_epochs:  # with no decay step in the run, no decay parameter acts
+                self._check_run(self.total_epochs, self.steps_per_epoch)
 
     def _validate(self) -> None:
         """Subclass checks of their own fields."""
+
+    def _check_start(self) -> None:
+        # The start is read only by a ramp; the factor only when no start LR is given. Checked once prepared,
+        # since the fluent setters may set them in any order.
+        if self.warmup_epochs == 0 and (self.warmup_start is not None or self.warmup_factor != 0.0):
+            what = (f"warmup_start_lr {self.warmup_start}" if self.warmup_start is not None
+                    else f"warmup_start_factor {self.warmup_factor}")
+            raise ConfigError(f"{what} never takes effect: there is no warm-up (warmup epochs 0 of total_epochs "
+                              f"{self.total_epochs}); set warmup(epochs) or drop it")
+        if self.warmup_epochs == 0 and self.warmup_by_epoch:
+            raise ConfigError(f"warmup_by_epoch never takes effect: there is no warm-up (warmup epochs 0 of "
+                              f"total_epochs {self.total_epochs}); set warmup(epochs) or use step_by_epoch()")
+        if self.warmup_start is not None and self.warmup_factor != 0.0:
+            raise ConfigError(f"warmup_start_factor {self.warmup_factor} never takes effect: warmup_start_lr "
+                              f"{self.warmup_start} gives the start; set one of them")
+
+    def _check_run(self, epochs: int, spe: int) -> None:
+        """Subclass checks that a parameter takes effect in a run of ``epochs`` x ``spe`` steps with at least
+        one decay step (ConfigError naming the parameter and total_epochs otherwise)."""
+
+    def _last_decay_offset(self) -> int:
+        """The largest d = s - W the table reads (its last step in batch mode, the last epoch's first in epoch
+        mode): a decay that starts changing the LR after it never shows."""
+        e, spe = self._need_prepared()
+        span = (e - self.warmup_epochs) * spe
+        return span - 1 if self.by_batch else span - spe
 
     # --- fluent setters ----------------------------------------------------------------------
     def base_lr(self: _S, lr: float) -> _S:
         return replace(self, base=lr)
 
     def warmup(self: _S, epochs: int) -> _S:
-        """Linear warmup over the first ``epochs`` epochs (0: none)."""
+        """Linear warmup over the first ``epochs`` epochs (0: none): per step from the start LR (step 0) to base_lr
+        (the first step after it), in both step modes unless ``step_by_epoch(warmup_by_epoch=True)``."""
         return replace(self, warmup_epochs=epochs)
 
     def warmup_start_lr(self: _S, lr: float) -> _S:
@@ -86,10 +154,14 @@ class Scheduler:
         return replace(self, warmup_factor=factor)
 
     def step_by_batch(self: _S) -> _S:
-        return replace(self, by_batch=True)
+        """Every step's LR follows the curve (the decay changes per batch too)."""
+        return replace(self, by_batch=True, warmup_by_epoch=False)
 
-    def step_by_epoch(self: _S) -> _S:
-        return replace(self, by_batch=False)
+    def step_by_epoch(self: _S, warmup_by_epoch: bool = False) -> _S:
+        """The decay changes once per epoch (the default); the warm-up still ramps per batch, unless
+        ``warmup_by_epoch=True``: the seed's epoch mode, where epoch e of the warm-up runs at curve(e*S) (the first
+        epoch at the start LR, 0 by default)."""
+        return replace(self, by_batch=False, warmup_by_epoch=warmup_by_epoch)
 
     def prepare(self: _S, total_epochs: int, steps_per_epoch: int) -> _S:
         """The same schedule bound to a run of ``total_epochs`` x ``steps_per_epoch`` steps."""
@@ -150,7 +222,8 @@ class Scheduler:
             raise ConfigError(f"step must be >= 0, got {step!r}")
         st = st.astype(np.int64)
         if not self.by_batch:
-            st = (st // spe) * spe
+            held = (st // spe) * spe  # the epoch's first step: >= W wherever st >= W (W is a whole epoch)
+            st = held if self.warmup_by_epoch else np.where(st < self.warmup_steps, st, held)
         return self.curve(st)
 
     def lr_at(self, epoch: int, batch: int = 0) -> float:
@@ -186,6 +259,17 @@ class StepLR(Scheduler):
         object.__setattr__(self, "step_epochs", v.integer("step_size", self.step_epochs, 1))
         object.__setattr__(self, "factor", v.positive("gamma", self.factor))
 
+    def _check_run(self, epochs: int, spe: int) -> None:
+        # The first decay is at epoch W + step_size. With two or more epochs after the warm-up a shorter
+        # step_size would decay, so one past the last epoch is a mistake (a run shortened for a test, epochs
+        # counted from 1); with fewer, no step_size can decay: a run too short to decay, allowed.
+        first, after = self.warmup_epochs + self.step_epochs, epochs - self.warmup_epochs
+        if after >= 2 and first >= epochs:
+            raise ConfigError(
+                f"StepLR step_size {self.step_epochs} never decays: the first decay would be at epoch {first} "
+                f"(warmup {self.warmup_epochs} + step_size {self.step_epochs}, epochs counted from 0), past the "
+                f"last epoch {epochs - 1} of total_epochs {epochs}; use step_size <= {after - 1} or more epochs")
+
     def step_size(self, epochs: int) -> StepLR:
         return replace(self, step_epochs=epochs)
 
@@ -216,6 +300,17 @@ class MultiStepLR(Scheduler):
         object.__setattr__(self, "milestone_epochs", ms)
         object.__setattr__(self, "factor", v.positive("gamma", self.factor))
 
+    def _check_run(self, epochs: int, spe: int) -> None:
+        # Milestone m applies from epoch m (0-based, torch's MultiStepLR stepped per epoch); one <= W from the
+        # first step after the ramp's end (step W*S is base), so it acts where the table reads such a step.
+        # One >= total_epochs never acts, and is refused where milestone total_epochs - 1 (>= 1) would.
+        late = [m for m in self.milestone_epochs if m >= epochs]
+        if late and epochs >= 2 and self._last_decay_offset() >= 1:
+            raise ConfigError(
+                f"MultiStepLR milestone {late[0]} never takes effect: milestones are epochs counted from 0 and "
+                f"the last epoch of total_epochs {epochs} is {epochs - 1}; use milestones < {epochs} "
+                "or more epochs")
+
     def milestones(self, epochs: Sequence[int]) -> MultiStepLR:
         return replace(self, milestone_epochs=tuple(epochs) if isinstance(epochs, Sequence) else epochs)
 
@@ -237,6 +332,9 @@ class ExponentialLR(Scheduler):
     def _validate(self) -> None:
         object.__setattr__(self, "factor", v.positive("gamma", self.factor))
 
+    # No run check: gamma first acts at epoch W + 1, placed by no parameter of its own; a run with one epoch
+    # after the warm-up is too short for any decay (like a one-epoch cosine), not a misplaced gamma.
+
     def gamma(self, gamma: float) -> ExponentialLR:
         return replace(self, factor=gamma)
 
@@ -254,6 +352,9 @@ class PolynomialLR(Scheduler):
     def _validate(self) -> None:
         object.__setattr__(self, "exponent", v.positive("power", self.exponent))
         object.__setattr__(self, "final_lr", v.non_negative("end_lr", self.final_lr))
+
+    # No run check: power and end_lr shape every decay step after the first, so they act whenever the run has
+    # two decay steps; with fewer no value of them could act (a run too short to decay).
 
     def power(self, p: float) -> PolynomialLR:
         return replace(self, exponent=p)
@@ -279,6 +380,8 @@ class CosineAnnealingLR(Scheduler):
     def _validate(self) -> None:
         object.__setattr__(self, "min_lr", v.non_negative("eta_min", self.min_lr))
 
+    # No run check: eta_min acts on every decay step after the first (see PolynomialLR).
+
     def eta_min(self, lr: float) -> CosineAnnealingLR:
         return replace(self, min_lr=lr)
 
@@ -300,6 +403,19 @@ class CosineAnnealingWithWarmRestartsLR(Scheduler):
         object.__setattr__(self, "cycle_epochs", v.integer("t_0", self.cycle_epochs, 1))
         object.__setattr__(self, "cycle_mult", v.integer("t_mult", self.cycle_mult, 1))
         object.__setattr__(self, "min_lr", v.non_negative("eta_min", self.min_lr))
+
+    def _check_run(self, epochs: int, spe: int) -> None:
+        # A T_0 longer than the run is a legitimate choice (the run follows part of one cosine), and eta_min
+        # acts on every step. t_mult only lengthens the cycles after the first: at the second cycle's first
+        # step the LR is base whatever t_mult, so t_mult acts only if the table reads a step after that one.
+        # Refused where a t_0 of one epoch would let it act; a shorter run is too short for any second cycle.
+        first, last = self.cycle_epochs * spe, self._last_decay_offset()
+        if self.cycle_mult > 1 and spe < last <= first:
+            raise ConfigError(
+                f"CosineAnnealingWithWarmRestartsLR t_mult {self.cycle_mult} never takes effect: it lengthens the "
+                f"cycles after the first, and the first (t_0 {self.cycle_epochs} epochs) outlasts the "
+                f"{epochs - self.warmup_epochs} epochs after the warm-up of total_epochs {epochs}; "
+                "use t_mult(1), a shorter t_0 or more epochs")
 
     def t_0(self, epochs: int) -> CosineAnnealingWithWarmRestartsLR:
         return replace(self, cycle_epochs=epochs)
@@ -339,6 +455,19 @@ class WSDLR(Scheduler):
     def _validate(self) -> None:
         object.__setattr__(self, "decay_from", v.unit_closed("decay_start", self.decay_from))
         object.__setattr__(self, "final_lr", v.non_negative("end_lr", self.final_lr))
+
+    def _check_run(self, epochs: int, spe: int) -> None:
+        # The LR leaves base at the first read step d > K (at d = K the line starts at base). When no read step
+        # lies past K, a smaller decay_start would decay if any read step lies past 0; otherwise the run is too
+        # short for any decay (one epoch after the warm-up in epoch mode), allowed. end_lr then acts as well.
+        span = (epochs - self.warmup_epochs) * spe
+        k, last = math.floor(span * self.decay_from), self._last_decay_offset()
+        if last > 0 and k >= last:
+            mode = "" if self.by_batch else ", or step_by_batch() (epoch mode holds each epoch at its first step's LR)"
+            raise ConfigError(
+                f"WSDLR decay_start {self.decay_from} never decays: the stable phase lasts {k} of the {span} steps "
+                f"after the warm-up, and the table's last step after it is at {last} (total_epochs {epochs}, "
+                f"warmup {self.warmup_epochs}, {spe} steps per epoch); use decay_start < {last / span:.4g}{mode}")
 
     def decay_start(self, fraction: float) -> WSDLR:
         return replace(self, decay_from=fraction)

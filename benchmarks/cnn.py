@@ -18,6 +18,11 @@ pipeline delivers them, else FP32) and random labels from a fixed seed.
   ``DeepLearningTask.time_train_step``: launches of the captured full-batch step graph on buffer A. Its
   compile time is split into tr.graph's compile_program, the weight initialisation, the capture of every
   step graph (on CUDA this holds the cuDNN plan building and autotuning) and the rest (backend, arena).
+  ``--conv-choice`` picks how tr's convolutions choose their cuDNN engines: ``heuristic`` (default: the
+  deterministic rule, the same engines on every machine of one GPU model), ``autotune`` (the opt-in: the
+  fastest of the first candidates, timed at capture; row ``tr_autotune``) or ``both`` (two tr rows, each in
+  its own process, and the autotuned row's speed against the rule's: what the rule costs). Each tr row
+  reports how many plans each source chose (``conv_sources``).
 * PyTorch (benchmarks/cnn_torch.py): ``torchvision.models.vgg16_bn`` / ``resnet50`` as is, channels_last,
   autocast FP16 + GradScaler, fused SGD, cudnn.benchmark; rows: eager, the whole step captured as one CUDA
   graph (``--torch-cuda-graph``, on by default on CUDA; if that capture fails, forward + backward captured
@@ -35,6 +40,7 @@ for non-default runs; json-dir defaults to benchmarks/results) is rewritten afte
 
     python benchmarks/cnn.py --model vgg16_bn --json auto                   # H200: batch 256, AMP, 224
     python benchmarks/cnn.py --model resnet50 --compile-mode default,max-autotune --json auto
+    python benchmarks/cnn.py --model resnet50 --skip-torch --conv-choice both --json auto  # the rule's cost
     python benchmarks/cnn.py --model resnet50 --device cpu --resolution 32 --batch 4 --steps 2 --warmup 1 \\
         --classes 10 --no-compile --json auto --json-dir /tmp                # CPU smoke test
 """
@@ -66,7 +72,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 MODELS = ("vgg16_bn", "resnet50", "mobilenet_v2", "efficientnet_b0")
 MOMENTUM, WD, LS, SEED = 0.9, 1e-4, 0.1, 123
-NAMES = {"tr": "tr", "pytorch_eager": "pytorch eager", "pytorch_cuda_graph": "pytorch cuda graph (step)",
+NAMES = {"tr": "tr", "tr_autotune": "tr (cuDNN autotuned)", "pytorch_eager": "pytorch eager",
+         "pytorch_cuda_graph": "pytorch cuda graph (step)",
          "pytorch_cuda_graph_fwd_bwd": "pytorch cuda graph (fwd+bwd)"}
 
 
@@ -131,6 +138,16 @@ def engines(graph: Any) -> dict[str, int]:
     return dict(Counter(" ".join(i.split()[:2]) for i in infos if i))
 
 
+def conv_sources(task: Any) -> dict[str, int]:
+    """How many convolution plans each source chose (heuristic, timed, cache, pinned, direct): tr.task.engines."""
+    from tr.task import engines as task_engines
+
+    counts: dict[str, int] = {}
+    for c in task_engines.used(task)["convolutions"]:
+        counts[c["source"]] = counts.get(c["source"], 0) + 1
+    return counts
+
+
 def run_tr(a: argparse.Namespace) -> dict:
     from tr.algo.loss import CrossEntropyLoss
     from tr.algo.optimizer import SGD
@@ -174,6 +191,7 @@ def run_tr(a: argparse.Namespace) -> dict:
     steps = getattr(task, "_steps", None)
     if steps is not None and steps.train:
         out["engines"] = engines(steps.train[0])
+    out["conv_sources"] = conv_sources(task)
     if a.host_steps > 0:
         out["host_us_per_step"] = task.host_us_per_step(a.host_steps)
     del task, be, prog
@@ -186,7 +204,8 @@ def run_tr(a: argparse.Namespace) -> dict:
 def run_row(a: argparse.Namespace, key: str) -> dict:
     """Run one row in this process; an exception becomes {"error": ...} (the traceback goes to stderr)."""
     try:
-        if key == "tr":
+        if key in ("tr", "tr_autotune"):  # read at every capture: set before the task compiles
+            os.environ["TR_CUDNN_AUTOTUNE"] = "1" if key == "tr_autotune" else "0"
             return run_tr(a)
         from cnn_torch import run_torch
 
@@ -218,7 +237,8 @@ def run_child(a: argparse.Namespace, argv: list[str], key: str, timeout: float) 
 
 
 def row_keys(a: argparse.Namespace) -> list[str]:
-    keys = [] if a.skip_tr else ["tr"]
+    keys = [] if a.skip_tr else [k for k, c in (("tr", "heuristic"), ("tr_autotune", "autotune"))
+                                 if a.conv_choice in (c, "both")]
     if not a.skip_torch:
         keys.append("pytorch_eager")
         if a.torch_cuda_graph:
@@ -269,6 +289,8 @@ def environment(a: argparse.Namespace) -> dict:
 def auto_json(a: argparse.Namespace) -> Path:
     """benchmarks/results naming: <model>_b<batch>_<UTC date>.json, tagged when the run is not the default."""
     tags = "" if a.amp else ("_tf32" if a.tf32 else "_fp32")
+    if a.conv_choice == "autotune":
+        tags += "_autotune"
     if a.resolution != 224:
         tags += f"_r{a.resolution}"
     if a.classes != 1000:
@@ -303,6 +325,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                     help="the PyTorch step captured as one CUDA graph (default: on with --device cuda)")
     ap.add_argument("--no-torch-fused", dest="torch_fused", action="store_false",
                     help="PyTorch: foreach SGD instead of the fused one (CUDA; no CUDA-graph row then)")
+    ap.add_argument("--conv-choice", choices=("heuristic", "autotune", "both"), default="heuristic",
+                    help="tr's cuDNN engines: the deterministic rule, autotuned (row tr_autotune), or both rows")
     ap.add_argument("--skip-tr", action="store_true")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
@@ -375,8 +399,13 @@ def report(a: argparse.Namespace, results: dict[str, dict]) -> None:
         if best:
             print(f"tr vs strongest PyTorch ({label(best)}): "
                   f"{(t['images_per_s'] / torch_rows[best]['images_per_s'] - 1) * 100:+.1f} %")
+    tuned = results.get("tr_autotune", {})
+    if "images_per_s" in t and "images_per_s" in tuned:
+        print(f"tr autotuned {tuned['images_per_s']:.1f} images/s vs the deterministic rule {t['images_per_s']:.1f}: "
+              f"{(tuned['images_per_s'] / t['images_per_s'] - 1) * 100:+.2f} % (plans by source: autotuned "
+              f"{tuned.get('conv_sources')}, rule {t.get('conv_sources')})")
     for key, r in results.items():
-        if "compile_s" in r and key != "tr":
+        if "compile_s" in r and not key.startswith("tr"):
             print(f"{label(key)}: compile (first step) {r['compile_s']:.1f} s")
     notes = next((r["notes"] for r in results.values() if "notes" in r), [])
     for n in notes:
@@ -399,6 +428,8 @@ def write_json(a: argparse.Namespace, results: dict[str, dict], env: dict) -> No
         doc["strongest_pytorch"] = best
         if "images_per_s" in results.get("tr", {}):
             doc["tr_vs_strongest_pytorch"] = results["tr"]["images_per_s"] / torch_rows[best]
+    if all("images_per_s" in results.get(k, {}) for k in ("tr", "tr_autotune")):
+        doc["tr_autotune_vs_tr"] = results["tr_autotune"]["images_per_s"] / results["tr"]["images_per_s"]
     a.json_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = a.json_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
@@ -447,7 +478,7 @@ def run_rows(a: argparse.Namespace, argv: list[str], results: dict[str, dict], e
         results[key] = r
         if key == "pytorch_cuda_graph" and "error" in r:  # PyTorch's partial-capture recipe instead
             keys.insert(i, "pytorch_cuda_graph_fwd_bwd")
-        if not a.isolate and key != "tr":
+        if not a.isolate and not key.startswith("tr"):
             gc.collect()
             with contextlib.suppress(Exception):
                 import torch

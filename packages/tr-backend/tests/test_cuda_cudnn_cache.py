@@ -25,7 +25,8 @@ PLANS = 5  # two fprop, two wgrad, one dgrad (cudnn_cache_child.py)
 
 def _compile(cache_dir: Path, math: str = "fp32", **env: str) -> tuple[dict, str]:
     e = {k: v for k, v in os.environ.items() if k not in ("TR_CUDNN_CACHE", "TR_CUDNN_AUTOTUNE")}
-    e.update(TR_CACHE_DIR=str(cache_dir), TR_CONV="cudnn", **env)  # TR_CONV=cudnn: no silent direct kernels
+    # TR_CONV=cudnn: no silent direct kernels; the cache holds autotuned engines only (the default rule reads none)
+    e.update(TR_CACHE_DIR=str(cache_dir), TR_CONV="cudnn", TR_CUDNN_AUTOTUNE="1", **env)
     p = subprocess.run([sys.executable, str(CHILD), math], env=e, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, f"child failed:\n{p.stdout}\n{p.stderr}"
     return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr

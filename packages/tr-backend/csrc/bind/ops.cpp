@@ -83,8 +83,64 @@ void bind_nccl(nb::module_& m) {
         "Library paths the NCCL loader tries first after TR_NCCL_PATH.");
 }
 
+nb::dict record_dict(const ConvPlanRecord& r) {
+  nb::dict d;
+  d["key"] = r.key;
+  d["direction"] = r.direction;
+  d["engine"] = r.engine;
+  d["source"] = r.source;
+  d["rank"] = r.rank;
+  d["workspace"] = r.workspace;
+  d["timed"] = r.timed;
+  return d;
+}
+
+nb::list record_list(const std::vector<ConvPlanRecord>& records) {
+  nb::list out;
+  for (const auto& r : records) out.append(record_dict(r));
+  return out;
+}
+
+// Which engines the convolutions chose (and pinning them), with what the choice depends on.
+void bind_conv_engines(nb::module_& m) {
+  m.def(
+      "cudnn_conv_op_plans",
+      [](int device, const std::string& op, const std::map<std::string, std::int64_t>& ints, bool has_dx) {
+        std::map<std::string, std::uintptr_t> ptrs;
+        if (has_dx) ptrs["dx"] = 1;  // only its presence is read
+        return record_list(conv_op_plans(device, OpArgs{op, ptrs, ints, {}}));
+      },
+      "device"_a, "op"_a, "ints"_a, "has_dx"_a,
+      "The plans a conv_fwd / conv_bwd op made on `device` with these integer arguments (make_op's) uses, fprop or "
+      "(wgrad, dgrad): dicts of key, direction, engine ('direct': the direct kernels), source ('heuristic', "
+      "'timed', 'cache', 'pinned', 'direct'), rank (in the heuristics' list; -1 when not from it), workspace "
+      "(bytes), timed (candidates). Needs no GPU.");
+  m.def("cudnn_conv_plans", [] { return record_list(cudnn_conv_plans()); },
+        "Every cuDNN convolution plan this process made (any device), as cudnn_conv_op_plans describes them.");
+  m.def("set_cudnn_conv_pins", &set_conv_pins, "pins"_a,
+        "Pin engines by plan key ({key: engine name or 'direct'}; replaces earlier pins, {} unpins): plans made "
+        "later build exactly these or fail naming the convolution. ConfigError for a malformed key or name.");
+  m.def("cudnn_conv_pins", &conv_pins, "The engines pinned now, by plan key.");
+  m.def(
+      "cudnn_conv_settings",
+      [] {
+        const CudnnConvSettings s = cudnn_conv_settings();
+        nb::dict d;
+        d["frontend"] = s.frontend;
+        d["workspace_cap_mb"] = s.workspace_cap_mb;
+        d["candidates"] = s.candidates;
+        return d;
+      },
+      "What the engine choice depends on besides the GPU, cuDNN and the plan: the cuDNN frontend version compiled "
+      "in (0: none), the workspace cap in MiB (TR_CUDNN_WORKSPACE_MB) and the candidates autotuning times.");
+  m.def(
+      "cublaslt_version", [] { return cuda::lt().get_version(); },
+      "cublasLtGetVersion() of the loaded cuBLASLt (its heuristic picks the GEMM algorithms). Loads it.");
+}
+
 // cuDNN convolution planning: its cost, its cache file, and hooks that test the file format without a GPU.
 void bind_conv_plans(nb::module_& m) {
+  bind_conv_engines(m);
   m.def(
       "cudnn_plan_stats",
       [] {
@@ -96,6 +152,7 @@ void bind_conv_plans(nb::module_& m) {
         d["cache_hits"] = s.cache_hits;
         d["cache_misses"] = s.cache_misses;
         d["cache_stale"] = s.cache_stale;
+        d["pinned"] = s.pinned;
         d["seconds"] = s.seconds;
         d["build_seconds"] = s.build_seconds;
         d["tune_seconds"] = s.tune_seconds;

@@ -4,10 +4,10 @@
 // dy (two passes, fixed order: deterministic) runs before the convolution's gradients.
 //
 // cuDNN first (conv_cudnn.cpp: the frontend's fprop/dgrad/wgrad graphs, deterministic engines), unless the
-// call asks for the direct kernels (engine = 2) or cuDNN cannot take it (engine = 0 then falls back; 1 makes
-// that an error). The direct kernels are correct and deterministic but slow: forward and dgrad give each
-// output element one thread that sums its window in a fixed order; wgrad gives each weight one block that
-// reduces over N*P*Q with a fixed tree.
+// call asks for the direct kernels (engine = 2), a pin names them (set_conv_pins: "direct"), or cuDNN cannot
+// take it (engine = 0 then falls back; 1, or a pinned cuDNN engine, makes that an error). The direct kernels
+// are correct and deterministic but slow: forward and dgrad give each output element one thread that sums its
+// window in a fixed order; wgrad gives each weight one block that reduces over N*P*Q with a fixed tree.
 #include "cuda/context.hpp"
 #include "ops/conv_cudnn.hpp"
 #include "ops/kernels.cuh"
@@ -214,13 +214,50 @@ int engine_of(const OpArgs& args) {
   return e;
 }
 
-ConvChoice choice_of(const OpArgs& args) { return {args.i("tf32", 0) != 0, args.i("autotune", 1) != 0}; }
+ConvChoice choice_of(const OpArgs& args) { return {args.i("tf32", 0) != 0, args.i("autotune", 0) != 0}; }
+
+// One direction of an op: its plan's key and dtypes (a, b, out as conv_cudnn.cpp's plans take them).
+struct DirCall {
+  ConvDir dir;
+  DT a, b, out;
+};
+
+std::vector<DirCall> directions(const OpArgs& args) {
+  if (args.op == "conv_fwd") return {{ConvDir::Fwd, args.dt("x"), args.dt("x"), args.dt("y")}};
+  if (args.op != "conv_bwd") args.bad("not a convolution op");
+  std::vector<DirCall> out{{ConvDir::Wgrad, args.dt("dy"), args.dt("x"), args.dt("dw")}};
+  if (args.has("dx")) out.push_back({ConvDir::Dgrad, args.dt("dy"), args.dt("x"), args.dt("dx")});
+  return out;
+}
+
+// The pins of an op's plans: none, the direct kernels, or cuDNN engines (an op runs one or the other, so a mix
+// is refused); a pin contradicting TR_CONV is refused too.
+enum class Pin { None, Direct, Cudnn };
+
+Pin pin_of(const OpArgs& args, const Geo& g, int engine) {
+  Pin pin = Pin::None;
+  const bool tf32 = choice_of(args).tf32;
+  for (const DirCall& d : directions(args)) {
+    const std::string key = conv_plan_key(d.dir, g, d.a, d.b, d.out, tf32);
+    const std::string p = conv_pin(key);
+    if (p.empty()) continue;
+    const Pin here = p == "direct" ? Pin::Direct : Pin::Cudnn;
+    if (pin != Pin::None && pin != here) {
+      args.bad("the pins of one op's plans mix the direct kernels and cuDNN (" + key + " is pinned to '" + p + "')");
+    }
+    pin = here;
+    if (here == Pin::Direct && engine == 1) args.bad(key + " is pinned to the direct kernels but TR_CONV=cudnn");
+    if (here == Pin::Cudnn && engine == 2) args.bad(key + " is pinned to cuDNN engine '" + p + "' but TR_CONV=direct");
+  }
+  return pin;
+}
 
 // The cuDNN op, or nullptr to take the direct kernels (engine 0: `why` goes into their op info).
-std::unique_ptr<Op> cudnn_or_fallback(const OpArgs& args, int engine, std::unique_ptr<Op> op, const std::string& why,
-                                      std::string& fallback_note) {
+std::unique_ptr<Op> cudnn_or_fallback(const OpArgs& args, int engine, Pin pin, std::unique_ptr<Op> op,
+                                      const std::string& why, std::string& fallback_note) {
   if (op != nullptr) return op;
   if (engine == 1) args.bad("cuDNN cannot run this convolution: " + why);
+  if (pin == Pin::Cudnn) args.bad("cuDNN cannot run this convolution, whose engine is pinned: " + why);
   fallback_note = " (cuDNN: " + why + ")";
   return nullptr;
 }
@@ -233,11 +270,12 @@ std::unique_ptr<Op> conv_fwd(Context& ctx, const OpArgs& args) {
   const void* w = args.ptr("w");
   void* y = args.ptr("y");
   const int engine = engine_of(args);
-  std::string note;
-  if (engine != 2) {
+  const Pin pin = pin_of(args, g, engine);
+  std::string note = pin == Pin::Direct ? " (pinned)" : "";
+  if (engine != 2 && pin != Pin::Direct) {
     std::string why;
     auto op = cudnn_conv_fwd(ctx, g, xdt, ydt, x, w, y, choice_of(args), why);
-    if (auto done = cudnn_or_fallback(args, engine, std::move(op), why, note)) {
+    if (auto done = cudnn_or_fallback(args, engine, pin, std::move(op), why, note)) {
       return with_bias_add(std::move(done), args, g, ydt, y);
     }
   }
@@ -269,11 +307,12 @@ std::unique_ptr<Op> conv_bwd(Context& ctx, const OpArgs& args) {
   void* dx = has_dx ? args.ptr("dx") : nullptr;
   for (DT dt : {xdt, ddt, wdt, odt}) kern::dispatch_float(dt, args, "x, dy, dw, dx", [](auto) {});
   const int engine = engine_of(args);
-  std::string note;
-  if (engine != 2) {
+  const Pin pin = pin_of(args, g, engine);
+  std::string note = pin == Pin::Direct ? " (pinned)" : "";
+  if (engine != 2 && pin != Pin::Direct) {
     std::string why;
     auto op = cudnn_conv_bwd(ctx, g, xdt, ddt, wdt, odt, x, w, dy, dw, dx, choice_of(args), why);
-    if (auto done = cudnn_or_fallback(args, engine, std::move(op), why, note)) {
+    if (auto done = cudnn_or_fallback(args, engine, pin, std::move(op), why, note)) {
       return with_bias_grad(std::move(done), args, g, ddt, dy);
     }
   }
@@ -303,6 +342,24 @@ std::unique_ptr<Op> conv_bwd(Context& ctx, const OpArgs& args) {
 }
 
 }  // namespace
+
+std::vector<ConvPlanRecord> conv_op_plans(int device, const OpArgs& args) {
+  const Geo g = geo_of(args);
+  const ConvChoice choice = choice_of(args);
+  const int engine = engine_of(args);
+  const bool direct = pin_of(args, g, engine) == Pin::Direct || engine == 2;  // pin_of refuses what make_op does
+  std::vector<ConvPlanRecord> out;
+  for (const DirCall& d : directions(args)) {
+    ConvPlanRecord r;
+    if (direct || !cudnn_plan_record(device, d.dir, g, d.a, d.b, d.out, choice, r)) {
+      r.key = conv_plan_key(d.dir, g, d.a, d.b, d.out, choice.tf32);
+      r.direction = conv_dir_name(d.dir);
+      r.engine = r.source = "direct";
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
 
 void register_conv_ops() {
   register_factory("conv_fwd", &conv_fwd);

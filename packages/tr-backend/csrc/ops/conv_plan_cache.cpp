@@ -1,4 +1,5 @@
-// The cuDNN plan cache's file format and its atomic, merged writes (see conv_plan_cache.hpp).
+// The cuDNN plans' identity, without CUDA or cuDNN (see conv_plan_cache.hpp): plan keys, engine names and pins
+// (declared in conv_cudnn.hpp), and the plan cache's file format with its atomic, merged writes.
 #include "ops/conv_plan_cache.hpp"
 
 #include <fcntl.h>
@@ -13,6 +14,62 @@
 #include <deque>
 #include <system_error>
 #include <thread>
+#include <utility>
+
+#include "native/errors.hpp"
+#include "ops/conv_cudnn.hpp"
+
+namespace tr::native {
+
+namespace {
+
+std::mutex g_pin_mutex;
+std::map<std::string, std::string> g_pins;  // plan key -> engine name or "direct"
+
+}  // namespace
+
+const char* conv_dir_name(ConvDir d) { return d == ConvDir::Fwd ? "fprop" : d == ConvDir::Dgrad ? "dgrad" : "wgrad"; }
+
+std::string conv_plan_key(ConvDir d, const ConvGeo& g, DT a, DT b, DT out, bool tf32) {
+  std::string k = conv_dir_name(d);
+  const char* names[] = {"n", "h", "w", "c", "k", "r", "s", "sh", "sw", "ph", "pw"};
+  const int values[] = {g.n, g.h, g.w, g.c, g.k, g.r, g.s, g.sh, g.sw, g.ph, g.pw};
+  for (int i = 0; i < 11; ++i) k += std::string(":") + names[i] + std::to_string(values[i]);
+  if (g.groups != 1) k += ":g" + std::to_string(g.groups);  // ungrouped keys as before: their entries stay valid
+  k += std::string(":") + dtype_name(a) + "," + dtype_name(b) + "," + dtype_name(out);
+  return k + (tf32 ? ":tf32=1" : ":tf32=0");
+}
+
+void set_conv_pins(std::map<std::string, std::string> pins) {
+  for (const auto& [key, engine] : pins) {
+    const bool key_ok = key.rfind("fprop:", 0) == 0 || key.rfind("dgrad:", 0) == 0 || key.rfind("wgrad:", 0) == 0;
+    if (!key_ok) {
+      fail(ErrorKind::BadArgument, "cuDNN engine pin: '" + key + "' is not a convolution plan key (expected "
+                                   "'fprop:...', 'dgrad:...' or 'wgrad:...', as conv_op_plans reports them)");
+    }
+    std::int64_t id = 0;
+    std::vector<std::pair<std::int64_t, std::int64_t>> knobs;
+    if (engine != "direct" && !plan_cache::parse_engine_name(engine, id, knobs)) {
+      fail(ErrorKind::BadArgument, "cuDNN engine pin for " + key + ": '" + engine + "' is neither 'direct' nor a "
+                                   "cuDNN frontend engine name ('eng<id>_k<knob>=<value>...')");
+    }
+  }
+  std::lock_guard<std::mutex> lock(g_pin_mutex);
+  g_pins = std::move(pins);
+}
+
+std::map<std::string, std::string> conv_pins() {
+  std::lock_guard<std::mutex> lock(g_pin_mutex);
+  return g_pins;
+}
+
+std::string conv_pin(const std::string& key) {
+  std::lock_guard<std::mutex> lock(g_pin_mutex);
+  auto it = g_pins.find(key);
+  return it == g_pins.end() ? std::string() : it->second;
+}
+
+}  // namespace tr::native
 
 namespace tr::native::plan_cache {
 
@@ -186,7 +243,36 @@ class FileLock {
   std::string why_;
 };
 
+// An unsigned (or, with `sign`, signed) decimal at `pos` of at most 18 digits; `pos` moves past it.
+bool read_int(const std::string& s, std::size_t& pos, bool sign, std::int64_t& value) {
+  const std::size_t start = pos;
+  if (sign && pos < s.size() && s[pos] == '-') ++pos;
+  const std::size_t first = pos;
+  while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') ++pos;
+  if (pos == first || pos - first > 18) return false;
+  value = std::stoll(s.substr(start, pos - start));
+  return true;
+}
+
 }  // namespace
+
+bool parse_engine_name(const std::string& name, std::int64_t& id,
+                       std::vector<std::pair<std::int64_t, std::int64_t>>& knobs) {
+  knobs.clear();
+  if (name.compare(0, 3, "eng") != 0) return false;
+  std::size_t pos = 3;
+  if (!read_int(name, pos, false, id)) return false;
+  while (pos < name.size()) {
+    std::int64_t type = 0, value = 0;
+    if (name.compare(pos, 2, "_k") != 0) return false;
+    pos += 2;
+    if (!read_int(name, pos, false, type) || pos >= name.size() || name[pos] != '=') return false;
+    ++pos;
+    if (!read_int(name, pos, true, value)) return false;
+    knobs.emplace_back(type, value);
+  }
+  return true;
+}
 
 std::string format(const std::string& ident, const Entries& entries) {
   std::string out = std::string(kMagic) + " (plan key<TAB>cuDNN engine; written by tr-backend, safe to delete)\n";

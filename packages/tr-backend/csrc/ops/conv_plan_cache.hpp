@@ -9,18 +9,27 @@
 // Writes are atomic (a temp file in the same directory, fsync, rename) and merge what other processes wrote
 // meanwhile, under an flock on `<file>.lock` (data-parallel ranks tune at the same time). A cache that cannot
 // be read, parsed or written is ignored with a warning (take_warnings(): the Python side logs them); nothing
-// here throws. No CUDA or cuDNN in this file, so its format is tested without a GPU (bind/ops.cpp hooks).
+// here throws. No CUDA or cuDNN in this file, so its format is tested without a GPU (bind/ops.cpp hooks); nor
+// in conv_plan_cache.cpp's other part, the plans' keys and engine pins declared in conv_cudnn.hpp.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tr::native::plan_cache {
 
 using Entries = std::map<std::string, std::string>;  // plan key -> engine name (the frontend's plan tag)
+
+// An engine name "eng<id>_k<knob type>=<value>..." (the frontend's get_engine_tag: the knob types as cuDNN's
+// backend numbers them, cudnnBackendKnobType_t, in increasing order) split into its id and knobs. False when
+// `name` is not of that form.
+bool parse_engine_name(const std::string& name, std::int64_t& id,
+                       std::vector<std::pair<std::int64_t, std::int64_t>>& knobs);
 
 // The text of a cache file for `ident` (one line naming the GPU, cuDNN and frontend versions).
 std::string format(const std::string& ident, const Entries& entries);

@@ -30,6 +30,7 @@ from tr.backend.binding import bind_call
 from tr.backend.checks import check_host_buffers
 from tr.backend.cpu.convert import converter
 from tr.backend.cuda.binder import CudaBinder
+from tr.backend.cuda.conv_engines import ConvEngine, used_by
 from tr.backend.cuda.device import require_cuda
 from tr.backend.cuda.native import require_native, wheel_libraries
 from tr.backend.cuda.nccl import NcclCollective
@@ -145,6 +146,7 @@ class CudaBackend:
         self.native = native
         self.device = device
         self.use_tf32 = bool(use_tf32)
+        self.conv_autotune: bool | None = None  # None: TR_CUDNN_AUTOTUNE decides (tr.backend.cuda.cudnn.autotune)
         self.collective = collective
         self.nccl = nccl
         native.add_cublaslt_candidates(_cublaslt_candidates())
@@ -158,10 +160,20 @@ class CudaBackend:
         self._registered: list[int] = []  # page-locked foreign host ranges (start addresses)
         self._sites: list[_HostSite] = []
 
-    def configure(self, tf32: bool | None = None) -> None:
-        """Settings read at capture: ``tf32`` lets FP32 GEMMs use TF32 tensor cores (graphs captured later)."""
+    def configure(self, tf32: bool | None = None, conv_autotune: bool | None = None) -> None:
+        """Settings read at capture (graphs captured later): ``tf32`` lets FP32 GEMMs use TF32 tensor cores;
+        ``conv_autotune`` times cuDNN's candidate engines and keeps the fastest (an opt-in: the choice may
+        differ between machines, and so may the bytes) instead of the deterministic rule; None leaves either
+        as it is (conv_autotune starts unset: TR_CUDNN_AUTOTUNE decides)."""
         if tf32 is not None:
             self.use_tf32 = bool(tf32)
+        if conv_autotune is not None:
+            self.conv_autotune = bool(conv_autotune)
+
+    def conv_engines(self) -> list[ConvEngine]:
+        """The cuDNN engines (or direct kernels) the convolutions captured so far use, by plan key
+        (tr.backend.cuda.conv_engines)."""
+        return used_by(self)
 
     def close(self) -> None:
         """Un-pin the host memory that bind_host_buffers page-locked (also done when the backend is deleted)."""

@@ -3,22 +3,29 @@
 Tried in order: ``TR_CUDNN_PATH``, NVIDIA's wheels in this interpreter (nvidia-cudnn-cu13: ``nvidia/cudnn/lib``,
 or ``nvidia/cu13/lib``), the library found at build time, then the system's loader. The convolutions use it
 through the cuDNN frontend when the extension was built with the frontend's headers
-(:func:`frontend_built`); otherwise, or where the library is missing, they run the direct kernels.
+(:func:`frontend_built`); otherwise they run the direct kernels. Where the library is missing a convolution's
+capture fails (DeviceUnavailableError naming every path tried) rather than switching kernels unseen.
 
 ``TR_CONV`` picks the engine: ``auto`` (default: cuDNN, else the direct kernels), ``cudnn`` (cuDNN or an
-error naming why not), ``direct``. ``TR_CUDNN_AUTOTUNE=0`` keeps the heuristics' first deterministic engine
-instead of timing the first few at capture.
+error naming why not), ``direct``.
 
-Autotuning results are cached on disk (``$TR_CACHE_DIR``, default ``~/.cache/tr``; one file per GPU model,
-cuDNN and frontend version; ``TR_CUDNN_CACHE=0`` turns it off): a later compile of the same convolution
-shape builds only the engine that won, untimed, if cuDNN's heuristics still offer it, and searches again
-otherwise. :func:`cudnn_plan_stats` says what planning cost (csrc/ops/conv_plan_cache.hpp has the details).
+Which cuDNN engine (csrc/ops/conv_cudnn.cpp): by default a rule of the GPU model, the cuDNN and frontend
+versions and the convolution's shape alone, the heuristics' first deterministic engine that passes tr's
+filters, untimed, so two machines of one model choose alike and train to the same bytes. Autotuning is an
+opt-in (``TR_CUDNN_AUTOTUNE=1``, or ``CudaBackend.configure(conv_autotune=True)``, which wins): the first
+few candidates are timed at capture and the fastest kept, which may differ between machines. Its results are
+cached on disk (``$TR_CACHE_DIR``, default ``~/.cache/tr``; one file per GPU model, cuDNN and frontend
+version; ``TR_CUDNN_CACHE=0`` turns it off): a later autotuned compile of the same convolution shape builds
+only the engine that won, untimed, if cuDNN's heuristics still offer it, and searches again otherwise. The
+default rule never reads the file. Which engines a backend's convolutions use, and pinning them on a later
+compile: tr.backend.cuda.conv_engines. :func:`cudnn_plan_stats` says what planning cost.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
+from typing import Any
 
 from tr.backend.cuda.native import native_module, require_native, wheel_libraries
 from tr.core.errors import ConfigError
@@ -66,8 +73,24 @@ def conv_engine() -> int:
     return ENGINES[raw]
 
 
-def autotune() -> bool:
-    return os.environ.get("TR_CUDNN_AUTOTUNE", "1").strip() not in ("0", "false", "no")
+_ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def env_autotune() -> bool:
+    """TR_CUDNN_AUTOTUNE: on ("1", "true", "yes", "on") times cuDNN's candidates; off (the default) keeps the
+    deterministic rule."""
+    raw = os.environ.get("TR_CUDNN_AUTOTUNE", "0").strip().lower()
+    if raw not in _ON + _OFF:
+        raise ConfigError(f"TR_CUDNN_AUTOTUNE={raw!r}: expected 1 (time cuDNN's candidates: fastest, may differ "
+                          "between machines) or 0 (the deterministic rule, the default)")
+    return raw in _ON
+
+
+def autotune(backend: Any = None) -> bool:
+    """Whether convolutions captured on ``backend`` time their cuDNN candidates: its ``conv_autotune`` when set
+    (CudaBackend.configure), else TR_CUDNN_AUTOTUNE."""
+    explicit = getattr(backend, "conv_autotune", None)  # a stand-in backend (tests) may lack the setting
+    return env_autotune() if explicit is None else bool(explicit)
 
 
 @dataclass(frozen=True)
@@ -82,6 +105,7 @@ class CudnnPlanStats:
     cache_hits: int = 0  # plans built straight from the cache's engine, untimed
     cache_misses: int = 0  # plans with no cache entry: searched, then stored
     cache_stale: int = 0  # cache entries whose engine cuDNN no longer offers or builds: searched again
+    pinned: int = 0  # plans built from a pinned engine (tr.backend.cuda.conv_engines.pin)
     seconds: float = 0.0
     build_seconds: float = 0.0
     tune_seconds: float = 0.0

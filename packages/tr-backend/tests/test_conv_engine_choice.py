@@ -1,0 +1,227 @@
+"""How the CUDA convolutions choose their cuDNN engines, without a GPU: the deterministic rule by default and
+autotuning only when asked (TR_CUDNN_AUTOTUNE or the backend's setting), the builders' records of which engines
+each op's plans use (tr.backend.cuda.conv_engines), and the native side's plan keys and pins, which need no
+device. What the engines are on a GPU, and that two fresh processes choose alike, is
+tests-integration/test_gpu_determinism.py's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from backend_testkit import SimpleArena, op
+
+from tr.backend.cuda import conv_engines
+from tr.backend.cuda.binder import DTYPE_CODES, CudaBinder
+from tr.backend.cuda.conv_engines import ConvEngine, pins_of
+from tr.backend.cuda.cudnn import autotune, env_autotune
+from tr.backend.cuda.native import native_module
+from tr.backend.registry import op_impls
+from tr.core.dtype import DType
+from tr.core.errors import ConfigError
+from tr.core.ops import CATALOGUE
+
+native = native_module()
+needs_pins = pytest.mark.skipif(native is None or not hasattr(native, "cudnn_conv_op_plans"),
+                                reason="tr.backend._native without engine records and pins (an older build)")
+FWD_KEY = "fprop:n2:h6:w6:c4:k8:r3:s3:sh2:sw2:ph1:pw1:FP16,FP16,FP16:tf32=0"
+
+
+class _Native:
+    """make_op and the plan lookup of the extension, recorded."""
+
+    def __init__(self, info: str = "cudnn fprop eng0", plans: list[dict] | None = None) -> None:
+        self.info, self.plans, self.asked = info, plans, []
+
+    def make_op(self, ctx: Any, name: str, ptrs: dict, ints: dict, floats: dict) -> Any:
+        return type("Op", (), {"info": self.info})()
+
+    def cudnn_conv_op_plans(self, device: int, name: str, ints: dict, has_dx: bool) -> list[dict]:
+        self.asked.append((device, name, dict(ints), has_dx))
+        return list(self.plans or [])
+
+
+class _Backend:
+    arena_ptr = 1 << 40
+    use_tf32 = False
+    ctx = None
+    device = 3
+
+    def __init__(self, layout: Any, native_: Any, conv_autotune: bool | None = None) -> None:
+        self.layout, self.native, self.conv_autotune = layout, native_, conv_autotune
+
+
+def _arena() -> SimpleArena:
+    a = SimpleArena()
+    for name, shape in (("x", (2, 6, 6, 4)), ("w", (8, 3, 3, 4)), ("y", (2, 3, 3, 8)), ("dy", (2, 3, 3, 8)),
+                        ("dw", (8, 3, 3, 4)), ("dx", (2, 6, 6, 4))):
+        a.add(name, shape, "fp16")
+    return a
+
+
+def _build(backend: _Backend, call) -> Any:
+    return op_impls("cuda")[call.op](CudaBinder(backend, "g", 0, call, CATALOGUE[call.op]))
+
+
+def _fwd(a: SimpleArena):
+    return op("conv_fwd", x=a["x"], w=a["w"], y=a["y"], stride=2, padding=1)
+
+
+def _bwd(a: SimpleArena):
+    return op("conv_bwd", x=a["x"], w=a["w"], dy=a["dy"], dw=a["dw"], dx=a["dx"], stride=2, padding=1)
+
+
+def test_autotuning_is_an_opt_in(monkeypatch):
+    monkeypatch.delenv("TR_CUDNN_AUTOTUNE", raising=False)
+    assert env_autotune() is False  # the deterministic rule unless asked
+    for on in ("1", " ON ", "true", "yes"):
+        monkeypatch.setenv("TR_CUDNN_AUTOTUNE", on)
+        assert env_autotune() is True
+    for off in ("0", "off", "", "no"):
+        monkeypatch.setenv("TR_CUDNN_AUTOTUNE", off)
+        assert env_autotune() is False
+    monkeypatch.setenv("TR_CUDNN_AUTOTUNE", "fastest")
+    with pytest.raises(ConfigError, match="TR_CUDNN_AUTOTUNE='fastest'"):
+        env_autotune()
+
+
+def test_the_backend_setting_wins_over_the_environment(monkeypatch):
+    a = _arena()
+    monkeypatch.setenv("TR_CUDNN_AUTOTUNE", "1")
+    assert autotune(_Backend(a.layout(), None, conv_autotune=False)) is False
+    assert autotune(_Backend(a.layout(), None)) is True  # unset: the environment decides
+    monkeypatch.delenv("TR_CUDNN_AUTOTUNE")
+    assert autotune(_Backend(a.layout(), None, conv_autotune=True)) is True
+    assert autotune(object()) is False  # a stand-in without the setting
+
+
+@pytest.mark.parametrize("setting,want", [(None, 0), (True, 1), (False, 0)])
+def test_conv_builders_pass_the_choice_to_the_native_op(monkeypatch, setting, want):
+    monkeypatch.delenv("TR_CUDNN_AUTOTUNE", raising=False)
+    a = _arena()
+    seen: list[dict] = []
+
+    class Recording(_Native):
+        def make_op(self, ctx, name, ptrs, ints, floats):
+            seen.append(ints)
+            return super().make_op(ctx, name, ptrs, ints, floats)
+
+    be = _Backend(a.layout(), Recording(), conv_autotune=setting)
+    _build(be, _fwd(a))
+    _build(be, _bwd(a))
+    assert [s["autotune"] for s in seen] == [want, want]
+
+
+def test_each_op_s_plans_are_recorded_on_its_backend():
+    a = _arena()
+    plan = {"key": FWD_KEY, "direction": "fprop", "engine": "eng12_k2=1", "source": "heuristic", "rank": 0,
+            "workspace": 256, "timed": 0}
+    n = _Native(plans=[plan])
+    be = _Backend(a.layout(), n)
+    _build(be, _fwd(a))
+    _build(be, _fwd(a))  # a second op of the shape: one record
+    (device, name, ints, has_dx), _ = n.asked
+    assert (device, name, has_dx) == (3, "conv_fwd", False)
+    f16 = DTYPE_CODES[DType.FP16]
+    assert (ints["x_dt"], ints["w_dt"], ints["y_dt"], ints["kh"], ints["sh"], ints["autotune"]) == (f16, f16, f16,
+                                                                                                      3, 2, 0)
+    assert conv_engines.used_by(be) == [ConvEngine(**plan, op="conv_fwd")]
+    _build(be, _bwd(a))
+    assert n.asked[-1][1] == "conv_bwd" and n.asked[-1][3] is True and n.asked[-1][2]["dx_dt"] == f16
+    assert conv_engines.used_by(_Backend(a.layout(), n)) == []  # records are per backend
+
+
+def test_an_op_that_ran_the_direct_kernels_is_recorded_as_direct():
+    """A backward whose dgrad cuDNN could not plan falls back whole: its wgrad plan exists but did not run."""
+    a = _arena()
+    plans = [{"key": "wgrad:k", "direction": "wgrad", "engine": "eng3", "source": "heuristic", "rank": 0,
+              "workspace": 0, "timed": 0},
+             {"key": "dgrad:k", "direction": "dgrad", "engine": "direct", "source": "direct", "rank": -1,
+              "workspace": 0, "timed": 0}]
+    info = "direct conv wgrad, dgrad (cuDNN: no deterministic engine)"
+    be = _Backend(a.layout(), _Native(info=info, plans=plans))
+    _build(be, _bwd(a))
+    assert [(e.key, e.engine, e.source, e.note) for e in conv_engines.used_by(be)] == [
+        ("dgrad:k", "direct", "direct", info), ("wgrad:k", "direct", "direct", info)]
+
+
+def test_an_extension_without_records_records_nothing():
+    a = _arena()
+
+    class Old:
+        def make_op(self, *args):
+            return ("op",)
+
+    be = _Backend(a.layout(), Old())
+    assert _build(be, _fwd(a)) == ("op",) and conv_engines.used_by(be) == []
+
+
+def test_pins_come_from_records_with_one_engine_a_key():
+    recs = [ConvEngine("fprop:a", "fprop", "eng1", "timed"), {"key": "wgrad:b", "engine": "direct"}]
+    assert pins_of(recs) == {"fprop:a": "eng1", "wgrad:b": "direct"}
+    assert pins_of(recs + [{"key": "fprop:a", "engine": "eng1"}]) == pins_of(recs)  # the same engine twice
+    with pytest.raises(ConfigError, match="two engines for convolution fprop:a: 'eng1' and 'eng2'"):
+        pins_of(recs + [{"key": "fprop:a", "engine": "eng2"}])
+    with pytest.raises(ConfigError, match="recorded convolution 1"):
+        pins_of([recs[1], {"key": "fprop:a"}])
+
+
+@pytest.fixture
+def no_pins():
+    yield
+    if native is not None and hasattr(native, "set_cudnn_conv_pins"):
+        native.set_cudnn_conv_pins({})
+
+
+GEO = dict(n=2, h=6, w=6, c=4, k=8, kh=3, kw=3, sh=2, sw=2, ph=1, pw=1, p=3, q=3)
+F16 = DTYPE_CODES[DType.FP16]
+
+
+@needs_pins
+def test_plan_keys_are_machine_independent_and_the_cache_s(no_pins):
+    """The key names direction, geometry, dtypes and TF32, nothing of the machine, as the autotuning cache's
+    entries did (their keys are this plus the workspace cap): existing caches stay valid."""
+    fwd = native.cudnn_conv_op_plans(0, "conv_fwd", {**GEO, "x_dt": F16, "y_dt": F16}, False)
+    assert [(r["key"], r["engine"], r["source"]) for r in fwd] == [(FWD_KEY, "direct", "direct")]  # no plan here
+    ints = {**GEO, "x_dt": F16, "dy_dt": F16, "dw_dt": DTYPE_CODES[DType.FP32], "dx_dt": F16, "tf32": 1,
+            "groups": 2}
+    bwd = native.cudnn_conv_op_plans(0, "conv_bwd", ints, True)
+    assert [r["key"] for r in bwd] == ["wgrad:n2:h6:w6:c4:k8:r3:s3:sh2:sw2:ph1:pw1:g2:FP16,FP16,FP32:tf32=1",
+                                       "dgrad:n2:h6:w6:c4:k8:r3:s3:sh2:sw2:ph1:pw1:g2:FP16,FP16,FP16:tf32=1"]
+    assert len(native.cudnn_conv_op_plans(0, "conv_bwd", ints, False)) == 1  # no dx: no dgrad
+
+
+@needs_pins
+def test_pins_are_checked_and_replace_each_other(no_pins):
+    conv_engines.pin({FWD_KEY: "eng12_k2=1_k3=-1_k14=0"})
+    assert conv_engines.pins() == {FWD_KEY: "eng12_k2=1_k3=-1_k14=0"}
+    conv_engines.pin({"wgrad:x": "direct"})
+    assert conv_engines.pins() == {"wgrad:x": "direct"}
+    with pytest.raises(ConfigError, match="'conv:x' is not a convolution plan key"):
+        conv_engines.pin({"conv:x": "direct"})
+    for bad in ("fastest", "eng", "eng12_k2", "eng12_k2=", "eng1x", "eng12_k2=1_"):
+        with pytest.raises(ConfigError, match=f"'{bad}' is neither 'direct' nor a cuDNN frontend engine name"):
+            conv_engines.pin({FWD_KEY: bad})
+    assert conv_engines.pins() == {"wgrad:x": "direct"}  # a refused pin changes nothing
+    conv_engines.unpin()
+    assert conv_engines.pins() == {}
+
+
+@needs_pins
+def test_a_pin_to_the_direct_kernels_is_what_the_op_reports(no_pins):
+    ints = {**GEO, "x_dt": F16, "y_dt": F16}
+    conv_engines.pin({FWD_KEY: "direct"})
+    assert native.cudnn_conv_op_plans(0, "conv_fwd", ints, False)[0]["source"] == "direct"
+    with pytest.raises(ConfigError, match="pinned to the direct kernels but TR_CONV=cudnn"):
+        native.cudnn_conv_op_plans(0, "conv_fwd", {**ints, "engine": 1}, False)
+    conv_engines.pin({FWD_KEY: "eng3"})
+    with pytest.raises(ConfigError, match="pinned to cuDNN engine 'eng3' but TR_CONV=direct"):
+        native.cudnn_conv_op_plans(0, "conv_fwd", {**ints, "engine": 2}, False)
+
+
+@needs_pins
+def test_the_choice_s_settings_are_reported(monkeypatch):
+    monkeypatch.setenv("TR_CUDNN_WORKSPACE_MB", "256")
+    s = native.cudnn_conv_settings()
+    assert s["workspace_cap_mb"] == 256 and s["candidates"] == 8
+    assert (s["frontend"] > 0) == bool(native.cudnn_frontend_built())

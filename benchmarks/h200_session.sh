@@ -5,6 +5,16 @@
 #   bash benchmarks/h200_session.sh build gputests profile          # call 1 (carry: .whl)
 #   bash benchmarks/h200_session.sh bench                           # call 2 (rebuilds only what changed)
 #
+# The whole GPU suite in calls that fit (tools/gpu_suite.py; a summary naming every failure, cut test and test not
+# run, printed last and written under $OUT). On one warm machine, call after call:
+#   bash benchmarks/h200_session.sh build gpusuite                              # call 1 (carry: .whl, .devdata)
+#   GPUSUITE_ARGS=--resume bash benchmarks/h200_session.sh gpusuite              # calls 2, 3...: what is left
+#   GPUSUITE_ARGS="--rerun-failed all" bash benchmarks/h200_session.sh gpusuite  # the round's failures again
+# (the printed summary ends with the round so far: every test's last outcome over this tree's calls). Across
+# machines, shards balanced by benchmarks/gpu_durations.json, the same in every call of a round:
+#   GPU_SHARD=1/3 bash benchmarks/h200_session.sh build gpusuite                # then 2/3, 3/3
+# then, on the development machine: python tools/gpu_suite.py --merge-durations <files_at>/gpu_suite_durations.json
+#
 # Stages (in the order given; default: build gputests profile bench):
 #   build              wheels of .whl the machine lacks -> $SITE, then tr-core tensor algo graph task (hatchling)
 #                      and the native tr-data and tr-backend (TR_BACKEND_CUDA=ON, TR_CUDA_ARCHS=90, cuDNN
@@ -12,6 +22,12 @@
 #                      (one install: pip --target replaces a whole top-level folder, and all of them share tr/).
 #                      CMake build folders persist under build/device/ (gitignored: kept on a warm machine).
 #   gputests           pytest -m gpu packages tests-integration
+#   gpusuite           tools/gpu_suite.py: GPU_SHARD (K/N, K1,K2/N, all/N or all; default all) of the GPU tests of
+#                      GPUSUITE_PATHS (packages tests-integration), GPUSUITE_ARGS (e.g. "--resume", "--rerun-failed
+#                      all --with-not-run", "--test-timeout 120"), within the stage's limit (TR_GPUSUITE_LIMIT_S,
+#                      540); its events and each call's summary kept in build/device/gpusuite (a warm machine keeps
+#                      them); files gpu_suite_summary.json, gpu_suite_failures.txt, gpu_suite_durations.json,
+#                      gpusuite.log
 #   profile[-MODEL]    benchmarks/step_profile.py, MODEL vgg16_bn | resnet50 | mobilenet_v2 | efficientnet_b0 |
 #                      mlp_mnist (profile: the first two)
 #   bench[-MODEL]      benchmarks/cnn.py --json auto, MODEL vgg16_bn | resnet50 | mobilenet_v2 | efficientnet_b0
@@ -53,6 +69,8 @@
 #                      (MNIST_RUNS, MNIST_EPOCHS, MNIST_SEEDS and TWIN_SEEDS (123), TWIN_EPOCHS (100), MNIST_EMA
 #                      (an EMA decay, validated, on both sides), MNIST_FC_GAIN (tr's FC init gain))
 #   restests           the device-augmentation GPU tests (test_gpu_resident.py, test_cuda_augment.py) alone
+#   convergence        benchmarks/convergence.py (issue [14]): tr and its PyTorch twins trained to convergence, CONV_ARGS
+#                      (e.g. "--precisions fp32", "--imagenet"); JSON convergence${CONV_TAG}.json, log convergence.log
 # libjpeg-turbo: the machine lacks its headers; carry the prefix tools/fetch_device_jpeg.sh makes at .devdata/jpeg
 # (include/ jpeglib.h, jconfig.h, jmorecfg.h, jerror.h; lib/ libjpeg.so and libjpeg.so.62, plain copies: links do
 # not travel): CMake finds it through CMAKE_PREFIX_PATH and the extension loads it through LD_LIBRARY_PATH.
@@ -60,11 +78,11 @@
 #
 # Environment: OUT (where logs and JSON go; default build/device/out), PYTHON (python3), TR_SITE (/tmp/site),
 # TR_SESSION_BUDGET_S (570: seconds this script may run; stages are cut to what is left and the summary still
-# prints), TR_BUILD_LIMIT_S (420), TR_GPUTESTS_LIMIT_S (300), TR_PROFILE_LIMIT_S (240: per model) (each
+# prints), TR_BUILD_LIMIT_S (420), TR_GPUTESTS_LIMIT_S (300), TR_GPUSUITE_LIMIT_S (540), TR_PROFILE_LIMIT_S (240: per model) (each
 # stage's own limit, cut to what is left of the budget), PROFILE_BATCH (256), PROFILE_ARGS, BENCH_ARGS (extra arguments, e.g. BENCH_ARGS="--compile-mode
 # default,max-autotune"), GPUTESTS (the test paths of stage gputests), TR_REQUIRE_GPU (1; 0 for a smoke test on a
 # machine without a GPU).
-# Files under $OUT (at most 8 come back): build.log gputests.log profile.log trace.log bench.log,
+# Files under $OUT (at most 8 come back): build.log gputests.log gpusuite.log profile.log trace.log bench.log, the gpu_suite_* files,
 # profile_<model>_b<N>.json per profiled model, trace_<model>_b<N>.json per traced model, <model>_b256_<date>.json per benchmarked model.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -109,6 +127,7 @@ export TR_TREE_HASH=${TR_TREE_HASH:-$(tree_hash packages benchmarks examples)}
 export TR_BUILD_HASH=${TR_BUILD_HASH:-$(tree_hash packages)}
 export TR_DATA_HASH=${TR_DATA_HASH:-$(tree_hash packages/tr-core packages/tr-data)}
 BUILD_LIMIT=${TR_BUILD_LIMIT_S:-420} TESTS_LIMIT=${TR_GPUTESTS_LIMIT_S:-300} PROFILE_LIMIT=${TR_PROFILE_LIMIT_S:-240}
+SUITE_LIMIT=${TR_GPUSUITE_LIMIT_S:-540}
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 
 # --- stages (each runs in its own bash: `bash h200_session.sh __stage NAME`) -------------------------------
@@ -266,6 +285,12 @@ stage_restests() {  # the device-augmentation GPU tests alone
     packages/tr-backend/tests/test_cuda_augment.py
 }
 
+stage_convergence() {  # benchmarks/convergence.py: starts no run it cannot finish 20 s before the stage's limit
+  # shellcheck disable=SC2086
+  "$PY" benchmarks/convergence.py ${CONV_ARGS:-} --deadline-s $(( ${TR_STAGE_LIMIT_S:-570} - 20 )) \
+    --json "$OUT/convergence${CONV_TAG:-}.json"
+}
+
 stage_scaling_mnist() {
   "$PY" benchmarks/pipeline_scaling.py --workload mnist --workers "1,$(nproc)" --schemes claimed \
     --json "$OUT/pipeline_scaling_mnist.json"
@@ -349,6 +374,12 @@ stage_gputests() {  # GPUTESTS (default: every package and tests-integration): t
   "$PY" -m pytest -m gpu -q -rfE -s -p no:cacheprovider --maxfail=25 ${GPUTESTS:-packages tests-integration}
 }
 
+stage_gpusuite() {  # tools/gpu_suite.py within the stage's limit (exec: the runner gets timeout's SIGTERM itself)
+  # shellcheck disable=SC2086
+  exec "$PY" tools/gpu_suite.py --shard "${GPU_SHARD:-all}" --budget $(( ${TR_STAGE_LIMIT_S:-$SUITE_LIMIT} - 5 )) \
+    --out "$OUT" --work "$BUILD/gpusuite" ${GPUSUITE_ARGS:-} ${GPUSUITE_PATHS:-packages tests-integration}
+}
+
 stage_profile() {  # $1: model
   local m=$1 b=${PROFILE_BATCH:-256}
   [ "$m" = mlp_mnist ] && b=${PROFILE_BATCH_MLP:-128}
@@ -382,7 +413,7 @@ stages=("$@")
 plan=()
 for s in "${stages[@]}"; do
   case $s in
-    build|gputests|build-data|datatests|breakdown|scaling-mnist|scaling|scaling-imagenet|scaling-probe|loaders|loaders-vs) plan+=("$s") ;;
+    build|gputests|gpusuite|build-data|datatests|breakdown|scaling-mnist|scaling|scaling-imagenet|scaling-probe|loaders|loaders-vs) plan+=("$s") ;;
     mnist-twin|mnist|restests|jpegtests|devdecode|decstages|contexts|stability|hybrid|e2e-refused) plan+=("$s") ;;
     e2e-dev) plan+=(e2e-dev-0) ;;
     e2e-dev-[0-3]) plan+=("$s") ;;
@@ -395,7 +426,8 @@ for s in "${stages[@]}"; do
     profile-vgg16_bn|profile-resnet50|profile-mobilenet_v2|profile-efficientnet_b0|profile-mlp_mnist) plan+=("$s") ;;
     bench-vgg16_bn|bench-resnet50|bench-mobilenet_v2|bench-efficientnet_b0) plan+=("$s") ;;
     trace-vgg16_bn|trace-resnet50|trace-mlp_mnist) plan+=("$s") ;;
-    *) echo "unknown stage $s (build build-data gputests datatests pipeline e2e[-LEVEL] profile[-MODEL]" \
+    convergence) plan+=("$s") ;;
+    *) echo "unknown stage $s (build build-data gputests gpusuite datatests pipeline e2e[-LEVEL] profile[-MODEL]" \
             "trace[-MODEL] bench[-MODEL])" >&2; exit 2 ;;
   esac
 done
@@ -413,7 +445,7 @@ run() {  # run STAGE LOG LIMIT ARGS...: one stage under a timeout cut to the ses
   fi
   echo "=== $stage (at most $limit s) ===" | tee -a "$OUT/$log"
   local t0=$SECONDS rc
-  timeout -k 15 "$limit" bash "$0" __stage "$@" 2>&1 | tee -a "$OUT/$log"
+  TR_STAGE_LIMIT_S=$limit timeout -k 15 "$limit" bash "$0" __stage "$@" 2>&1 | tee -a "$OUT/$log"
   rc=$?
   local why=""
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && why="timed out after $limit s"
@@ -445,6 +477,7 @@ for s in "${plan[@]}"; do
   case $s in
     build) run build build.log "$BUILD_LIMIT" build || build_failed=1 ;;
     gputests) ensure_built "$s" && run gputests gputests.log "$TESTS_LIMIT" gputests ;;
+    gpusuite) ensure_built "$s" && run gpusuite gpusuite.log "$SUITE_LIMIT" gpusuite ;;
     build-data) run build-data build.log 240 build_data ;;
     datatests) ensure_data "$s" && run datatests datatests.log 180 datatests ;;
     scaling) ensure_data "$s" && run scaling pipeline.log 300 scaling mnist,imagenet claimed,static ;;
@@ -465,6 +498,7 @@ for s in "${plan[@]}"; do
     stability) ensure_built "$s" && run stability e2e.log 500 stability ;;
     hybrid) ensure_built "$s" && run hybrid pipeline.log 200 hybrid ;;
     e2e-refused) ensure_built "$s" && run e2e-refused e2e.log 300 e2e_refused ;;
+    convergence) ensure_built "$s" && run convergence convergence.log 570 convergence ;;
     e2e-dev-*) ensure_built "$s" && run "$s" e2e.log 400 e2e_dev "${s#e2e-dev-}" ;;
     e2e-*) ensure_built "$s" && run "$s" e2e.log 300 e2e "${s#e2e-}" ;;
     profile-*) ensure_built "$s" && run "$s" profile.log "$PROFILE_LIMIT" profile "${s#profile-}" ;;
@@ -508,6 +542,7 @@ for r in "${results[@]}"; do
     datatests) note="$note $(grep -E '[0-9]+ (passed|failed|error)' "$OUT/datatests.log" 2>/dev/null | tail -n 1)" ;;
     restests) note="$note $(grep -E '[0-9]+ (passed|failed|error)' "$OUT/gputests.log" 2>/dev/null | tail -n 1)" ;;
     gputests) note="$note $(grep -E '[0-9]+ (passed|failed|error)' "$OUT/gputests.log" 2>/dev/null | tail -n 1)" ;;
+    gpusuite) note="$note $(grep -E '^[0-9]+ tests: ' "$OUT/gpusuite.log" 2>/dev/null | tail -n 1)" ;;
     build) note="$note $(grep -E '^\[build\] (tr-backend:|cuda_status)' "$OUT/build.log" 2>/dev/null | tail -n 2 | tr '\n' ' ')" ;;
   esac
   printf '  %-20s %-8s %6s  %s\n' "$st" "$rc" "$sec" "${note:0:150}"

@@ -31,6 +31,7 @@ from tr.data.seeds import epoch_order
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "tr-backend" / "tests"))
 from backend_testkit import SimpleArena  # noqa: E402
+from jpeg_feeder_scenario import PHOTOS, check_refused_auto, refused_auto_feeder  # noqa: E402
 from photos import make_photos  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -40,8 +41,7 @@ MEAN_ABS_LIMIT = 1.5  # grey levels over a region (test_gpu_jpeg_decode.py's bou
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> Path:
-    return make_photos(tmp_path_factory, "photos", classes=4, per_class=12, min_side=64, max_side=500, seed=9,
-                       val_per_class=1)
+    return make_photos(tmp_path_factory, "photos", **PHOTOS)
 
 
 @pytest.mark.parametrize("share, interpolate, refused_to, backend", [
@@ -71,35 +71,42 @@ def test_the_decode_buffer_holds_every_region_whoever_decoded_it(photos, share, 
     assert hardware == (backend == "auto") and (feeder.side_bytes > 0) == (hardware and refused_to == "nvjpeg")
     refused = feeder._planners[True].progressive & hardware  # the files the engine does not take
     diffs, exact, seen = [], 0, 0
+    worst = (0.0, "")  # the largest mean |diff| of an nvJPEG region, and where
     order = epoch_order(len(split), feeder.seed, 0, True, True)
-    for k, buf, m in feeder.epoch(0, True):
-        be.synchronize()  # the transfer stream has decoded batch k and copied its CPU regions
-        mem = be.read(src).reshape(-1)
-        geom = feeder._bufs[buf][1][:, 0, 0, :]
-        hw_rows = batch - round(feeder.cpu_share * batch)
-        for r in range(m):
-            i = int(order[k * batch + r])
-            y, x, h, w, slot = (int(geom[r, COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w", "slot"))
-            want = _native.decode_jpeg(split.encoded_bytes(i), False, 8, interpolate)[y:y + h, x:x + w]
-            want = want.astype(np.int16)
-            got = mem[slot:slot + h * w * 3].reshape(h, w, 3).astype(np.int16)
+    try:
+        for k, buf, m in feeder.epoch(0, True):
+            be.synchronize()  # the transfer stream has decoded batch k and copied its CPU regions
+            mem = be.read(src).reshape(-1)
+            geom = feeder._bufs[buf][1][:, 0, 0, :]
+            hw_rows = batch - round(feeder.cpu_share * batch)
             taken = np.flatnonzero(~refused[order[k * batch:k * batch + m]])
-            on_cpu = (refused_to == "cpu") if refused[i] else r not in taken[:hw_rows]
-            if on_cpu:  # libjpeg-turbo's region, exactly
-                np.testing.assert_array_equal(got, want, err_msg=f"batch {k} row {r} sample {i}")
-                exact += 1
-            else:
-                diffs.append(float(np.abs(got - want).mean()))
-        seen += m
-    feeder.close()
+            for r in range(m):
+                i = int(order[k * batch + r])
+                y, x, h, w, slot = (int(geom[r, COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w", "slot"))
+                want = _native.decode_jpeg(split.encoded_bytes(i), False, 8, interpolate)[y:y + h, x:x + w]
+                want = want.astype(np.int16)
+                got = mem[slot:slot + h * w * 3].reshape(h, w, 3).astype(np.int16)
+                on_cpu = (refused_to == "cpu") if refused[i] else r not in taken[:hw_rows]
+                who = ("libjpeg-turbo" if on_cpu else "decoupled" if refused[i] else "nvJPEG") + \
+                    (" (a refused file)" if refused[i] else "")
+                where = f"batch {k} row {r} sample {i}: {who}, region {h}x{w} at ({y}, {x}) slot {slot}"
+                if on_cpu:  # libjpeg-turbo's region, exactly
+                    np.testing.assert_array_equal(got, want, err_msg=where)
+                    exact += 1
+                else:
+                    diffs.append(float(np.abs(got - want).mean()))
+                    worst = max(worst, (diffs[-1], where))
+            seen += m
+    finally:
+        feeder.close()
     print(f"\nshare {share} -> {feeder.cpu_share}, {feeder._decoder.backend}: {exact} of {seen} regions from "
           f"libjpeg-turbo (exact), nvJPEG's "
-          f"mean |diff| {np.mean(diffs) if diffs else 0:.3f}, worst {max(diffs, default=0):.3f}; "
+          f"mean |diff| {np.mean(diffs) if diffs else 0:.3f}, worst {worst[0]:.3f} ({worst[1]}); "
           f"calibration {feeder.calibration}")
     assert seen == len(split) and exact == feeder.cpu_decoded + feeder.cpu_shared
     assert feeder.cpu_decoded == int(refused.sum()) * (refused_to == "cpu")
     assert feeder.hybrid_decoded == int(refused.sum()) * (refused_to == "nvjpeg")
-    assert max(diffs, default=0.0) <= MEAN_ABS_LIMIT
+    assert worst[0] <= MEAN_ABS_LIMIT, f"mean |diff| {worst[0]:.3f} > {MEAN_ABS_LIMIT}: {worst[1]}"
     if share == 1.0:
         assert not diffs and exact == seen
     if share == 0.0:
@@ -109,51 +116,30 @@ def test_the_decode_buffer_holds_every_region_whoever_decoded_it(photos, share, 
 def test_refused_auto_switches_decoders_between_batches(photos, monkeypatch):
     """refused="auto" on the real decoders: the probe moves the engine's refusals from nvJPEG's decoupled decoder
     to libjpeg-turbo part of the way through the epoch (a stand-in clock makes libjpeg-turbo's batches faster), and
-    every region is right across the switch: libjpeg-turbo's exactly, the decoupled decoder's within tolerance."""
-    import tr.task.jpeg_feeder as jf
+    every region is right across the switch and in the validation pass after it: libjpeg-turbo's exactly, the
+    engine's and the decoupled decoder's within tolerance (tests-integration/jpeg_feeder_scenario.py, which
+    test_jpeg_feeder_cuda_path.py runs on stand-ins; each batch prints its decoders and regions)."""
     from tr.backend.cuda import CudaBackend
     from tr.graph.jpeg_input import JPEG_SRC
-    from tr.task.share_probe import PROBE
 
-    batch = 2
-    s = (PreprocessorSettings().dataset(ImageFolder(photos)).normalization(NormMode.IMAGENET).seed(3)
-         .train_transforms(RandomResizedCrop(64)).device_decode(True, cpu_share=0.0, refused="auto"))
-    feeder = jf.DeviceJpegFeeder(s, batch, cpu_share=0.0, cpu_threads=4, refused="auto")
+    feeder = refused_auto_feeder(photos)
     arena = SimpleArena()
     src = arena.add(JPEG_SRC, (feeder.capacity,), "uint8")
     be = CudaBackend()
     be.allocate(arena.layout())
     feeder.upload(be, SimpleNamespace(tensor=lambda name: src))
+    print(f"\nnvJPEG {feeder._decoder.backend}; side decoder "
+          f"{feeder._side_decoder.backend if feeder._side_decoder else None}, {feeder.side_bytes} side bytes")
     if not feeder._decoder.backend.startswith("hardware"):
+        feeder.close()
         pytest.skip("no hardware JPEG engine: nothing is refused")
-    assert feeder.side_bytes > 0 and feeder._side_on
-    clock = [0.0]
-    monkeypatch.setattr(jf, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
-    split = feeder._splits[True]
-    refused = feeder._planners[True].progressive
-    order = epoch_order(len(split), feeder.seed, 0, True, True)
-    assert feeder.steps(True) >= 2 * (PROBE + 1) + 2
-    diffs, exact, seen = [], 0, 0
-    for k, buf, m in feeder.epoch(0, True):
-        clock[0] += 0.030 if feeder._side_on else 0.010
-        be.synchronize()
-        mem = be.read(src).reshape(-1)
-        geom = feeder._bufs[buf][1][:, 0, 0, :]
-        for r in range(m):
-            i = int(order[k * batch + r])
-            y, x, h, w, slot = (int(geom[r, COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w", "slot"))
-            want = _native.decode_jpeg(split.encoded_bytes(i), False, 8, False)[y:y + h, x:x + w].astype(np.int16)
-            got = mem[slot:slot + h * w * 3].reshape(h, w, 3).astype(np.int16)
-            if refused[i] and np.array_equal(got, want):
-                exact += 1
-            else:  # the engine's or the decoupled decoder's region
-                diffs.append(float(np.abs(got - want).mean()))
-        seen += m
-    feeder.close()
-    print(f"\nrefused auto: probe {feeder.calibration.get('refused_probe')}; {feeder.cpu_decoded} refusals by "
-          f"libjpeg-turbo, {feeder.hybrid_decoded} by the decoupled decoder; worst mean |diff| {max(diffs):.3f}")
-    assert feeder._refused_probe.choice == "cpu" and not feeder._side_on
-    assert seen == len(split) and max(diffs) <= MEAN_ABS_LIMIT
-    # (epoch counters: the refusals of this pass, split between the two decoders by the switch)
-    assert feeder.cpu_decoded + feeder.hybrid_decoded == int(refused[order[:seen]].sum())
-    assert feeder.hybrid_decoded > 0 and feeder.cpu_decoded > 0 and exact >= feeder.cpu_decoded
+
+    def read() -> np.ndarray:
+        be.synchronize()  # the transfer stream has decoded the batch and copied its other regions
+        return be.read(src).reshape(-1)
+
+    try:
+        check_refused_auto(feeder, read, monkeypatch, MEAN_ABS_LIMIT)
+    finally:
+        print(f"decoupled decoders: {feeder._side_decoder.decoupled if feeder._side_decoder else None}")
+        feeder.close()

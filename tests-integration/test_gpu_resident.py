@@ -35,9 +35,16 @@ def _run(amp: bool, epochs: int = 2):
     return t, r, seen, train.images, train.labels
 
 
+@pytest.fixture(scope="module")
+def amp_run():
+    """One AMP run checked by both tests below (against the CPU reference, and as the first of the two runs that
+    must be byte-identical): run once, not twice."""
+    return _run(True)
+
+
 @pytest.mark.parametrize("amp", [False, True])
-def test_the_captured_step_augments_like_the_cpu_reference(amp):
-    t, r, seen, images, labels = _run(amp)
+def test_the_captured_step_augments_like_the_cpu_reference(amp, request):
+    t, r, seen, images, labels = request.getfixturevalue("amp_run") if amp else _run(False)
     assert t.backend.name == "cuda" and len(seen) == 20
     tol = 1e-5 if not amp else 4e-3
     for k, (idx, lab, x) in enumerate(seen):
@@ -53,8 +60,8 @@ def test_the_captured_step_augments_like_the_cpu_reference(amp):
     assert r.best_top1 > 0.45  # 20 steps of heavily augmented digits (the CPU backend: about 0.6)
 
 
-def test_reruns_on_the_device_are_byte_identical():
-    (t1, r1, *_), (t2, r2, *_) = _run(True), _run(True)
+def test_reruns_on_the_device_are_byte_identical(amp_run):
+    (t1, r1, *_), (t2, r2, *_) = amp_run, _run(True)
     w1, w2 = t1.weights(), t2.weights()
     assert all(np.array_equal(w1[k], w2[k]) for k in w1)
     assert [e.train_loss for e in r1.history] == [e.train_loss for e in r2.history]

@@ -40,12 +40,23 @@ def _task(device, amp=False):
     return t, losses
 
 
+@pytest.fixture(scope="module")
+def cuda_amp_run():
+    """The AMP run on CUDA that both tests below check (against the CPU, and as the first of the two runs that
+    must be byte-identical): the task, its losses and its result, run once."""
+    gpu, lg = _task("cuda", True)
+    return gpu, lg, gpu.compile().run()
+
+
 @pytest.mark.parametrize("amp", [False, True], ids=["fp32", "amp"])
-def test_cuda_matches_cpu_over_50_steps(amp):
+def test_cuda_matches_cpu_over_50_steps(amp, request):
     cpu, lc = _task("cpu", amp)
-    gpu, lg = _task("cuda", amp)
     rc = cpu.compile().run()
-    rg = gpu.compile().run()
+    if amp:
+        gpu, lg, rg = request.getfixturevalue("cuda_amp_run")
+    else:
+        gpu, lg = _task("cuda", amp)
+        rg = gpu.compile().run()
     assert gpu.backend.name == "cuda" and len(lg) == len(lc) == STEPS
     rel = 2e-2 if amp else 1e-4
     np.testing.assert_allclose(lg, lc, rtol=rel, atol=1e-4)
@@ -54,10 +65,9 @@ def test_cuda_matches_cpu_over_50_steps(amp):
     assert abs(rg.best_top1 - rc.best_top1) <= 0.01
 
 
-def test_two_cuda_runs_are_byte_identical():
-    a, _ = _task("cuda", amp=True)
+def test_two_cuda_runs_are_byte_identical(cuda_amp_run):
+    a = cuda_amp_run[0]
     b, _ = _task("cuda", amp=True)
-    a.compile().run()
     b.compile().run()
     wa, wb = a.weights(), b.weights()
     assert all(wa[k].tobytes() == wb[k].tobytes() for k in wa)

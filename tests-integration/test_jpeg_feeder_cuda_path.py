@@ -353,3 +353,42 @@ def test_refused_auto_times_both_decoders_and_keeps_the_faster(tmp_path, monkeyp
         assert len(FakeDecoder.side_calls) == side_calls
     assert feeder.calibration["epochs"][1]["batches"] == jf.REBALANCE_AFTER  # the share's own turn now
     feeder.close()
+
+
+def test_the_gpu_test_s_refused_auto_scenario_runs_on_the_stand_ins(tmp_path_factory, monkeypatch):
+    """test_gpu_jpeg_feeder.py's refused="auto" scenario (jpeg_feeder_scenario.py) on the stand-ins, on the same
+    photos (a val split among them): its set-up, its expectations and the validation pass after the probe are
+    checked on every CPU run, not first on the H200 (where its first run failed building the feeder: no val
+    chain). The stand-in decodes with libjpeg-turbo, so every region must be exact."""
+    sys.path.insert(0, str(ROOT / "tests-integration"))
+    from jpeg_feeder_scenario import PHOTOS, check_refused_auto, refused_auto_feeder
+    from photos import make_photos
+
+    feeder = refused_auto_feeder(make_photos(tmp_path_factory, "photos", **PHOTOS))
+    be = upload_on_stand_ins(feeder, monkeypatch)
+    FakeDecoder.side_calls = []
+    try:
+        counts = check_refused_auto(feeder, lambda: be.mem[1024:], monkeypatch, 0.0)
+    finally:
+        feeder.close()
+    assert counts["exact"] == counts["seen"] == len(feeder._splits[True])
+    assert sum(FakeDecoder.side_calls) == counts["decoupled"] > 0 and counts["libjpeg_turbo"] > 0
+
+
+def test_a_split_whose_chain_the_device_cannot_run_is_named(tmp_path):
+    """A data set with a val split needs a val chain the device runs, even where training never validates: the
+    error names the split and its setting (it said only "got nothing", which the GPU test above once hit)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from make_image_folder import make_image_folder
+
+    from tr.core.errors import ConfigError
+    from tr.data import CenterCrop, ImageFolder, PreprocessorSettings, RandomResizedCrop
+    from tr.task.jpeg_feeder import DeviceJpegFeeder
+
+    make_image_folder(tmp_path / "img", classes=2, per_class=3, min_side=40, max_side=60, seed=1, val_per_class=1)
+    s = PreprocessorSettings().dataset(ImageFolder(tmp_path / "img")).train_transforms(RandomResizedCrop(24))
+    with pytest.raises(ConfigError, match=r"the val split's chain \(val_transforms\): .*got nothing"):
+        DeviceJpegFeeder(s.copy().device_decode(True), batch=2)
+    with pytest.raises(ConfigError, match=r"the train split's chain \(train_transforms\): .*got CenterCrop"):
+        DeviceJpegFeeder(s.copy().train_transforms(CenterCrop(24)).val_transforms(RandomResizedCrop(24))
+                         .device_decode(True), batch=2)

@@ -102,8 +102,8 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         val = ds.load("val") if has_val else None
         dtype = "float16" if fp16 else "float32"
         self._splits = {True: train, False: val}
-        self._planners = {True: JpegPlanner(train, s.chain(True, dtype)),
-                          False: None if val is None else JpegPlanner(val, s.chain(False, dtype))}
+        self._planners = {True: _planner(train, s, True, dtype),
+                          False: None if val is None else _planner(val, s, False, dtype)}
         hw = self._planners[True].out_hw
         if val is not None and self._planners[False].out_hw != hw:
             raise ConfigError(f"device_decode: the train chain makes {hw} samples and the val chain "
@@ -551,6 +551,16 @@ def _best_time(fn: Any, reps: int) -> float:
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def _planner(split: Any, s: PreprocessorSettings, train: bool, dtype: str) -> JpegPlanner:
+    """The split's planner; a chain the device cannot run is a ConfigError naming the split and its setting (a
+    data set with a val split needs val_transforms too, even where training never validates)."""
+    try:
+        return JpegPlanner(split, s.chain(train, dtype))
+    except ConfigError as e:
+        which = "train" if train else "val"
+        raise ConfigError(f"device_decode: the {which} split's chain ({which}_transforms): {e}") from None
 
 
 def _largest_sum(sizes: np.ndarray, n: int) -> int:

@@ -11,7 +11,12 @@ def test_fluent_chain():
 
 
 @pytest.mark.parametrize("spec,msg", [("0,,1", "empty entry"), ("x", "'x' is not a device number"),
-                                      ("0,0", "twice"), ("", "empty entry"), ("-1", "not a device")])
+                                      ("0,0", "twice"), ("", "empty entry"), ("-1", "not a device"),
+                                      # str.isdigit() took these: "²" then failed in int() with a ValueError,
+                                      # the Arabic-Indic "١" silently became device 1
+                                      ("0,\u00b2", "'\u00b2' is not a device number"),
+                                      ("\u0661", "'\u0661' is not a device number"),
+                                      ("1.0", "'1.0' is not a device number")])
 def test_malformed_gpu_list(spec, msg):
     with pytest.raises(ConfigError, match=msg):
         parse_gpu_list(spec)

@@ -58,6 +58,19 @@ def jpeg_folder(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
+def cifar_records(monkeypatch):
+    """``cifar_records(CIFAR10, train=3, val=2)``: the record count each file of the class must hold, for
+    tiny test files (the real ones hold 10000; tr.data.cifar refuses any other count)."""
+
+    def use(cls, train: int, val: int) -> None:
+        counts = {n: c for split, c in (("train", train), ("val", val))
+                  for n in (*cls.py_files[split], *cls.bin_files[split])}
+        monkeypatch.setattr(cls, "records", counts)
+
+    return use
+
+
+@pytest.fixture
 def pystream():
     return PyStream
 

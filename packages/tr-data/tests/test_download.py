@@ -56,7 +56,8 @@ def _cifar_archive(path, rng):
     path.write_bytes(buf.getvalue())
 
 
-def test_cifar_download_and_extract(tmp_path, rng):
+def test_cifar_download_and_extract(tmp_path, rng, cifar_records):
+    cifar_records(CIFAR10, train=4, val=4)
     arc = tmp_path / "cifar-10-python.tar.gz"
     _cifar_archive(arc, rng)
     root = tmp_path / "root"

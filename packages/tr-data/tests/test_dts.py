@@ -44,12 +44,13 @@ def test_mnist_packs_and_reads_back_the_same_bytes_and_labels(mnist_dir, tmp_pat
         np.testing.assert_array_equal(got.labels, want.labels)
 
 
-def test_cifar_packs_and_reads_back(tmp_path):
+def test_cifar_packs_and_reads_back(tmp_path, cifar_records):
     sys.path.insert(0, str(Path(__file__).parent))
     from test_cifar import write_py
 
     from tr.data import CIFAR10
 
+    cifar_records(CIFAR10, train=3, val=2)
     rng = np.random.default_rng(3)
     d = tmp_path / "src" / "cifar-10-batches-py"
     for i in range(1, 6):

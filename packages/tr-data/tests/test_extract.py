@@ -49,6 +49,11 @@ def _expected(batches):
     return np.concatenate([pickle.loads(batches[n])[b"data"] for n in NAMES[:5]])
 
 
+@pytest.fixture(autouse=True)
+def _four_records_a_batch(cifar_records):
+    cifar_records(CIFAR10, train=4, val=4)  # the archives below hold 4-record batches
+
+
 @pytest.fixture
 def setup(tmp_path):
     root = tmp_path / "root"

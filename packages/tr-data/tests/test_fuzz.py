@@ -60,7 +60,7 @@ def random_transform(r: np.random.Generator):
         return Resize(int(r.integers(1, 70)), square_crop=True)
     if k == 5:
         lo = float(r.uniform(0.01, 1.0))
-        return RandomResizedCrop(size(), scale=(lo, float(r.uniform(lo, 1.5))), ratio=(0.2, float(r.uniform(0.2, 5))))
+        return RandomResizedCrop(size(), scale=(lo, float(r.uniform(lo, 1.0))), ratio=(0.2, float(r.uniform(0.2, 5))))
     if k == 6:
         return RandomRotation(float(r.uniform(0, 360)), fill=int(r.integers(0, 256)))
     if k == 7:

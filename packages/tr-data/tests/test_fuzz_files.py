@@ -61,7 +61,8 @@ def _names(p):
     return (str(p), str(p.parent))
 
 
-def test_fuzz_cifar_python_batches(tmp_path, rng, fuzz):
+def test_fuzz_cifar_python_batches(tmp_path, rng, fuzz, cifar_records):
+    cifar_records(CIFAR10, train=2, val=2)
     d = tmp_path / "cifar-10-batches-py"
     d.mkdir()
     seeds = []
@@ -83,7 +84,8 @@ def test_fuzz_cifar_python_batches(tmp_path, rng, fuzz):
     (CIFAR10, "cifar-10-batches-bin", [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"], 1),
     (CIFAR100, "cifar-100-binary", ["train.bin", "test.bin"], 2),
 ])
-def test_fuzz_cifar_binary(tmp_path, rng, fuzz, cls, dirname, files, label_bytes):
+def test_fuzz_cifar_binary(tmp_path, rng, fuzz, cifar_records, cls, dirname, files, label_bytes):
+    cifar_records(cls, train=2, val=2)
     d = tmp_path / dirname
     d.mkdir()
     seeds = []

@@ -201,7 +201,7 @@ def test_two_devices_split_the_epoch(mnist_ds):
 def test_cpvs_replays_the_first_validation_pass(mnist_ds):
     images = mnist_ds.load("val").images.copy()
     ds = ArrayDataset((images[:100], np.zeros(100)), (images, np.zeros(300)))
-    s = settings(ds, MNIST_CHAIN, 2, val_transforms=(Pad(1), RandomCrop(28)))
+    s = settings(ds, MNIST_CHAIN, 2, val_transforms=(Pad(1), CenterCrop(28)))
     st = TransferStation(128, (28, 28, 1), "float32")
     with Preprocessor(s, st) as pre:
         first = collect(pre, 0, train=False)[0]
@@ -213,6 +213,21 @@ def test_cpvs_replays_the_first_validation_pass(mnist_ds):
     with Preprocessor(s2, TransferStation(128, (28, 28, 1), "float32")) as pre:
         collect(pre, 0, train=False)
         assert not pre.cpvs_ready
+
+
+def test_cpvs_never_freezes_random_val_transforms(mnist_ds):
+    """The default caches deterministic val chains only; cpvs(True) with a random one is refused at commit (it
+    used to cache the first pass's draws and log a warning)."""
+    images = mnist_ds.load("val").images[:64].copy()
+    ds = ArrayDataset((images, np.zeros(64)), (images, np.zeros(64)))
+    s = settings(ds, MNIST_CHAIN, 2, val_transforms=(Pad(1), RandomCrop(28)))
+    with Preprocessor(s, TransferStation(32, (28, 28, 1), "float32")) as pre:
+        first, again = collect(pre, 0, train=False)[0], collect(pre, 1, train=False)[0]
+        assert not pre.cpvs_ready and not np.array_equal(first, again)  # each pass draws its own crops
+    with pytest.raises(ConfigError, match=r"cpvs\(True\) replays the first validation pass, but the val transforms "
+                                          r"\['RandomCrop'\] are random"):
+        settings(ds, MNIST_CHAIN, 2, val_transforms=(Pad(1), RandomCrop(28)), cpvs=True).commit()
+    assert settings(ds, MNIST_CHAIN, 2, val_transforms=(Pad(1), CenterCrop(28)), cpvs=True).commit().frozen
 
 
 @pytest.mark.parametrize("kind", ["bytearray", "mmap", "arrays"])

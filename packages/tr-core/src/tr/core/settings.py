@@ -32,7 +32,7 @@ def parse_gpu_list(spec: str | int | list[int] | tuple[int, ...]) -> tuple[int, 
             t = p.strip()
             if not t:
                 raise ConfigError(f"malformed GPU list {spec!r}: empty entry")
-            if not t.isdigit():
+            if not (t.isascii() and t.isdigit()):  # str.isdigit alone takes "²" (int() fails) and "١" (1)
                 raise ConfigError(f"malformed GPU list {spec!r}: {t!r} is not a device number")
             ids.append(int(t))
     elif isinstance(spec, (list, tuple)):
@@ -92,7 +92,11 @@ class Settings:
 
     def use_gpu(self, spec: str | int | list[int] | tuple[int, ...] = "0") -> Settings:
         """Select GPUs: "0", "0,1", [0, 1]: one process trains on each (a plain script is started once per
-        device, see tr.task.devices), each on global batch / devices samples. ``use_cpu()`` undoes it."""
+        device, see tr.task.devices), each on global batch / devices samples. ``use_cpu()`` undoes it.
+
+        The settings describe a run; the devices are checked against this machine when a task compiles
+        (tr.task.devices.check_devices): no usable CUDA device, or an id past the device count, is a
+        ConfigError there, before any process, data or backend is started, never a run on the CPU."""
         ids = parse_gpu_list(spec)
         if self._batch_set and self.batch_size % len(ids):
             raise ConfigError(f"global batch size {self.batch_size} does not divide by the number of GPUs {len(ids)}")

@@ -43,6 +43,13 @@ def prob(owner: str, p: Any) -> float:
     return p
 
 
+def flag(owner: str, name: str, v: Any) -> bool:
+    """A real bool: ``shuffle="no"`` or ``1`` would otherwise be taken for True."""
+    if not isinstance(v, bool):
+        raise ConfigError(f"{owner}: {name} must be True or False, got {v!r}")
+    return v
+
+
 def integer(owner: str, name: str, v: Any, lo: int = 1, hi: int = MAX_SIDE) -> int:
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise ConfigError(f"{owner}: {name} must be an integer, got {v!r}")
@@ -81,14 +88,20 @@ def num_range(
     return a, b
 
 
-def fill_values(owner: str, fill: Any) -> tuple[float, ...]:
+def fill_values(owner: str, fill: Any, whole: bool = True) -> tuple[float, ...]:
+    """Pixel values in [0, 255]. ``whole``: the fill is written as a pixel (padding), so 1.5 is refused: the
+    native core would round it where torchvision truncates. A rotation blends the fill into its bilinear taps,
+    where a fraction is honoured (``whole=False``)."""
     vals = tuple(fill) if isinstance(fill, Sequence) and not isinstance(fill, str) else (fill,)
     if not 1 <= len(vals) <= 16:
         raise ConfigError(f"{owner}: fill needs 1 to 16 values, got {fill!r}")
     out = tuple(num(owner, "fill", v) for v in vals)
-    for v in out:
+    for raw, v in zip(vals, out):
         if not 0 <= v <= 255:
-            raise ConfigError(f"{owner}: fill values are pixel values in [0, 255], got {v}")
+            raise ConfigError(f"{owner}: fill values are pixel values in [0, 255], got {raw!r}")
+        if whole and v != int(v):
+            raise ConfigError(f"{owner}: fill values are whole pixel values (the padding is written as pixels), "
+                              f"got {raw!r}")
     return out
 
 
@@ -114,3 +127,48 @@ def out_size(owner: str, h: int, w: int, c: int, shape: Shape) -> Shape:
             f"(sides <= {MAX_SIDE}, at most {MAX_IMAGE_BYTES} bytes)"
         )
     return h, w, c
+
+
+def padding4(owner: str, padding: Any) -> tuple[int, int, int, int]:
+    """(left, top, right, bottom) of an int, a (left/right, top/bottom) or a 4-tuple."""
+    if isinstance(padding, Sequence) and not isinstance(padding, str):
+        vals = [integer(owner, "padding", p, 0) for p in padding]
+        if len(vals) == 2:
+            vals = [vals[0], vals[1], vals[0], vals[1]]
+        elif len(vals) == 1:
+            vals = vals * 4
+        elif len(vals) != 4:
+            raise ConfigError(f"{owner}: padding must have 1, 2 or 4 values, got {padding!r}")
+        return vals[0], vals[1], vals[2], vals[3]
+    v = integer(owner, "padding", padding, 0)
+    return v, v, v, v
+
+
+def jitter_range(name: str, v: Any, center: float = 1.0, lo: float = 0.0,
+                 hi: float | None = None) -> tuple[float, float] | None:
+    """ColorJitter's factor range of a strength v ([max(lo, center - v), center + v]) or a (min, max) pair;
+    None when it leaves the image unchanged."""
+    o = "ColorJitter"
+    if is_num(v):
+        v = num(o, name, v)
+        if v < 0:
+            raise ConfigError(f"{o}: {name} must be >= 0, got {v}")
+        if v == 0:
+            return None
+        r = (max(center - v, lo), center + v)
+    else:
+        r = num_range(o, name, v)
+    if r[0] < lo or (hi is not None and r[1] > hi):
+        raise ConfigError(f"{o}: {name} must lie in [{lo}, {hi if hi is not None else 'inf'}], got {r}")
+    return None if r == (center, center) else r
+
+
+def check_channels(owner: str, allowed: tuple[int, ...] | None, shape: Shape, error: type[Exception] = ConfigError,
+                   what: str = "images") -> None:
+    """``error`` unless the image's channel count is one ``allowed`` (None: any). The colour transforms know
+    grey and RGB only (torchvision's rule): on 2 or 4 channels the native core would leave RandomGrayscale's
+    images unchanged and stop ColorJitter at the first sample."""
+    if allowed is not None and shape[2] not in allowed:
+        names = {1: "1 (grey)", 3: "3 (RGB)"}
+        want = " or ".join(names.get(c, str(c)) for c in allowed)
+        raise error(f"{owner} needs {want} channels, got {what} of shape {tuple(shape)}")

@@ -5,6 +5,11 @@ Python version: cifar-10-batches-py/{data_batch_1..5, test_batch}, cifar-100-pyt
 Binary version: cifar-10-batches-bin/{data_batch_1..5, test_batch}.bin (1 label byte + 3072 pixel
 bytes per record), cifar-100-binary/{train, test}.bin (coarse byte, fine byte, 3072 pixel bytes).
 Pixels are stored planar (1024 R, 1024 G, 1024 B); they are returned NHWC.
+
+Neither format stores a record count, so each file must hold the count the dataset defines (CIFAR-10: 10000 a
+batch; CIFAR-100: 50000 train, 10000 test): a file cut at a record boundary, or another data set's file
+under the same name, is a DataError, not a smaller training set. Every per-record list of a python batch
+(labels, filenames, coarse labels) must have one entry a record; labels are integers, never cast.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from tr.core.errors import DataError
+from tr.core.errors import ConfigError, DataError
 from tr.core.log import get_logger
+from tr.data.checks import MAX_WORKERS, flag, integer
 from tr.data.dataset import Split, check_split
 from tr.data.download import DownloadFailed, fetch, md5sum
 from tr.data.extract import archive_sizes, extract_tar, read_manifest, size_problems, write_manifest
@@ -100,14 +106,18 @@ class _CIFAR:
     label_key = ""
     label_bytes = 1  # bytes before the pixels in a binary record
     label_byte = 0  # which of them is the label
+    records: dict[str, int] = {}  # file name -> the records it holds
+    coarse_classes = 0  # CIFAR-100: the coarse labels' class count (checked, not returned)
     url = ""
     md5 = ""
 
     def __init__(self, root: str | Path, download: bool = False, url: str | None = None, load_workers: int = 1):
         self.root = Path(root)
-        self.download = download
+        self.download = flag(type(self).__name__, "download", download)
+        if url is not None and (not isinstance(url, str) or not url):
+            raise ConfigError(f"{type(self).__name__}: url must be a URL string, got {url!r}")
         self.url = url or self.url
-        self.load_workers = max(1, int(load_workers))
+        self.load_workers = integer(type(self).__name__, "load_workers", load_workers, 1, MAX_WORKERS)
 
     # ---- locating files ----------------------------------------------------------------------
     def expected_files(self) -> list[str]:
@@ -198,19 +208,39 @@ class _CIFAR:
             self.files(split)
 
     # ---- reading -----------------------------------------------------------------------------
+    def _check_count(self, path: Path, n: int) -> None:
+        want = self.records.get(path.name)
+        if want is not None and n != want:
+            raise DataError(f"{path}: {n} records, but a {self.name.upper()} {path.name!r} file holds {want} "
+                            f"(a truncated or foreign file; an ArrayDataset takes a subset)")
+
+    def _labels(self, path: Path, d: dict, key: str, n: int, classes: int) -> np.ndarray:
+        """A per-record label list of a python batch: n integers in [0, classes)."""
+        labels = np.asarray(d[key]) if isinstance(d[key], (list, tuple, np.ndarray)) else None
+        if labels is None or labels.ndim != 1 or labels.dtype == np.bool_ or labels.dtype.kind not in "iu":
+            what = type(d[key]).__name__ if labels is None else f"{labels.dtype} of shape {labels.shape}"
+            raise DataError(f"{path}: {key!r} must be a flat list of integer class indices, got {what}")
+        if len(labels) != n:
+            raise DataError(f"{path}: {n} images but {len(labels)} {key!r}")
+        bad = np.flatnonzero((labels < 0) | (labels >= classes))
+        if bad.size:
+            raise DataError(f"{path}: {key!r}[{int(bad[0])}] is {labels[bad[0]].item()}, outside [0, {classes})")
+        return labels.astype(np.int64)
+
     def _read_py(self, path: Path) -> tuple[np.ndarray, np.ndarray]:
         d = _unpickle(path)
         if "data" not in d or self.label_key not in d:
             raise DataError(f"{path}: a CIFAR batch needs 'data' and '{self.label_key}', found {sorted(d)}")
         images = _planar_to_nhwc(d["data"], path)
-        try:
-            labels = np.asarray(d[self.label_key], dtype=np.int64)
-        except (TypeError, ValueError, OverflowError) as e:
-            raise DataError(f"{path}: '{self.label_key}' must be a list of class indices ({e})") from None
-        if labels.ndim != 1:
-            raise DataError(f"{path}: '{self.label_key}' must be a flat list, got shape {labels.shape}")
-        if len(labels) != len(images):
-            raise DataError(f"{path}: {len(images)} images but {len(labels)} labels")
+        n = len(images)
+        self._check_count(path, n)
+        labels = self._labels(path, d, self.label_key, n, self.num_classes)
+        if self.coarse_classes and "coarse_labels" in d:
+            self._labels(path, d, "coarse_labels", n, self.coarse_classes)
+        names = d.get("filenames")
+        if names is not None and (not isinstance(names, (list, tuple)) or len(names) != n):
+            got = len(names) if isinstance(names, (list, tuple)) else type(names).__name__
+            raise DataError(f"{path}: {n} images but {got} 'filenames'")
         return images, labels
 
     def _read_bin(self, path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -225,6 +255,10 @@ class _CIFAR:
                 f"{rec}-byte records (expected {rec} x n, e.g. {rec * 10000})"
             )
         recs = raw.reshape(-1, rec)
+        self._check_count(path, len(recs))
+        if self.coarse_classes and (bad := np.flatnonzero(recs[:, 0] >= self.coarse_classes)).size:
+            raise DataError(f"{path}: record {int(bad[0])} has coarse label {int(recs[bad[0], 0])}, outside "
+                            f"[0, {self.coarse_classes}): not a {self.name.upper()} binary file")
         return _planar_to_nhwc(recs[:, self.label_bytes :], path), recs[:, self.label_byte].astype(np.int64)
 
     def load(self, split: str) -> Split:
@@ -252,6 +286,7 @@ class CIFAR10(_CIFAR):
     bin_files = {"train": tuple(f"data_batch_{i}.bin" for i in range(1, 6)), "val": ("test_batch.bin",)}
     label_key = "labels"
     label_bytes, label_byte = 1, 0
+    records = dict.fromkeys([*py_files["train"], *py_files["val"], *bin_files["train"], *bin_files["val"]], 10000)
     url = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
     md5 = "c58f30108f718f92721af3b95e74349a"
 
@@ -267,5 +302,7 @@ class CIFAR100(_CIFAR):
     bin_files = {"train": ("train.bin",), "val": ("test.bin",)}
     label_key = "fine_labels"
     label_bytes, label_byte = 2, 1
+    records = {"train": 50000, "train.bin": 50000, "test": 10000, "test.bin": 10000}
+    coarse_classes = 20
     url = "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"
     md5 = "eb9058c3a382ffc7106e4002c42a8d85"

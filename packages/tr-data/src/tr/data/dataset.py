@@ -14,10 +14,21 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from tr.core.errors import ConfigError, DataError, ShapeError
+from tr.core.errors import ConfigError, DataError, DTypeError, ShapeError
 from tr.data.labels import check_labels
 
 SPLITS = ("train", "val")
+
+
+def _ints(name: str, v: Any, dtype: type) -> np.ndarray:
+    """An index array as ``dtype``: integers only (2.5 is no byte offset; a cast would truncate it)."""
+    a = np.asarray(v)
+    if a.dtype == np.bool_ or (a.size and a.dtype.kind not in "iu"):
+        raise DTypeError(f"{name} must be integers, got {a.dtype}")
+    info = np.iinfo(dtype)
+    if a.size and (int(a.min()) < info.min or int(a.max()) > info.max):  # never wrapped into range
+        raise ShapeError(f"{name} must fit {np.dtype(dtype).name}, got values from {int(a.min())} to {int(a.max())}")
+    return np.ascontiguousarray(a, dtype=dtype)
 
 
 @dataclass(frozen=True)
@@ -38,12 +49,14 @@ class Split:
         object.__setattr__(self, "labels", labels)
         imgs = self.images
         if not isinstance(imgs, np.ndarray) or imgs.dtype != np.uint8:
-            raise DataError(f"images must be a uint8 numpy array, got {getattr(imgs, 'dtype', type(imgs))}")
+            # never cast: float images in [0, 1] would become 0s and 1s, int ones wrap at 256
+            raise DTypeError(f"images must be a uint8 numpy array (pixels 0..255; normalisation is the pipeline's "
+                             f"normalization setting), got {getattr(imgs, 'dtype', type(imgs).__name__)}")
         if not imgs.flags.c_contiguous:
             object.__setattr__(self, "images", np.ascontiguousarray(imgs))
         if self.sizes is not None:  # encoded: JPEG files' bytes, decoded by the pipeline's workers
-            offs = np.ascontiguousarray(self.offsets, dtype=np.int64)
-            siz = np.ascontiguousarray(self.sizes, dtype=np.int64)
+            offs = _ints("offsets", self.offsets, np.int64)
+            siz = _ints("sizes", self.sizes, np.int64)
             object.__setattr__(self, "offsets", offs)
             object.__setattr__(self, "sizes", siz)
             n = len(offs)
@@ -60,8 +73,8 @@ class Split:
             if min(self.images.shape[1:]) < 1:
                 raise ShapeError(f"images must have a positive (h, w, c), got {self.images.shape}")
         else:
-            offs = np.ascontiguousarray(self.offsets, dtype=np.int64)
-            shp = np.ascontiguousarray(self.shapes, dtype=np.int32)
+            offs = _ints("offsets", self.offsets, np.int64)
+            shp = _ints("shapes", self.shapes, np.int32)
             object.__setattr__(self, "offsets", offs)
             object.__setattr__(self, "shapes", shp)
             n = len(offs)
@@ -83,8 +96,10 @@ class Split:
             a = np.asarray(a)
             if a.ndim == 2:
                 a = a[:, :, None]
-            if a.dtype != np.uint8 or a.ndim != 3:
-                raise ShapeError(f"image {i} must be uint8 (h, w, c), got {a.dtype} {a.shape}")
+            if a.dtype != np.uint8:
+                raise DTypeError(f"image {i} must be uint8 (pixels 0..255), got {a.dtype}")
+            if a.ndim != 3 or min(a.shape) < 1:
+                raise ShapeError(f"image {i} must be a non-empty (h, w, c) or (h, w) array, got shape {a.shape}")
             arrs.append(np.ascontiguousarray(a))
         sizes = np.array([a.size for a in arrs], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if arrs else np.zeros(0, np.int64)
@@ -154,6 +169,9 @@ class ArrayDataset:
     """
 
     def __init__(self, train: Any, val: Any = None, name: str = "arrays", num_classes: int | None = None):
+        if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
+                                        or num_classes < 2):
+            raise ConfigError(f"ArrayDataset num_classes must be an integer >= 2, got {num_classes!r}")
         self.name = name
         self.num_classes = num_classes
         self._splits = {"train": self._as_split(train, "train")}

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
 from tr.core.log import get_logger
+from tr.data.tempfiles import new_file
 
 log = get_logger(__name__)
 
@@ -49,8 +49,7 @@ def fetch(urls: Sequence[str], dest: Path, md5: str | None = None, timeout: floa
     dest.parent.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     for url in urls:
-        fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
-        tmp = Path(tmp_name)
+        fd, tmp = new_file(dest.parent, dest.name + ".", ".part")  # the umask's mode, kept by the rename
         try:
             log.info("downloading %s", url)
             with os.fdopen(fd, "wb") as f, urllib.request.urlopen(url, timeout=timeout) as r:

@@ -15,12 +15,12 @@ import json
 import os
 import shutil
 import tarfile
-import tempfile
 import zlib
 from pathlib import Path
 
 from tr.core.errors import DataError
 from tr.core.log import get_logger
+from tr.data.tempfiles import new_dir, new_file
 
 log = get_logger(__name__)
 
@@ -91,7 +91,7 @@ def extract_tar(archive: Path, dest: Path) -> dict[str, dict]:
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
     _remove_stale_staging(dest)
-    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}.", dir=dest))
+    staging = new_dir(dest, f"{STAGING_PREFIX}{os.getpid()}.")
     try:
         files: dict[str, dict] = {}
         try:
@@ -118,7 +118,7 @@ def extract_tar(archive: Path, dest: Path) -> dict[str, dict]:
 
 def write_manifest(dest: Path, archive_name: str, files: dict[str, dict]) -> None:
     path = manifest_path(dest, archive_name)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=dest)
+    fd, tmp = new_file(dest, f".{path.name}.", ".tmp")
     try:
         with os.fdopen(fd, "w") as f:
             json.dump({"archive": archive_name, "files": files}, f, indent=1, sort_keys=True)
@@ -126,7 +126,7 @@ def write_manifest(dest: Path, archive_name: str, files: dict[str, dict]) -> Non
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

@@ -11,24 +11,63 @@ import numpy as np
 from tr.core.errors import ConfigError, ShapeError
 from tr.core.norm import NormMode
 from tr.data import _native
-from tr.data.checks import integer, num
+from tr.data.checks import integer, is_num, num
+
+MAX_NORM_CHANNELS = 64  # as pad_channels_to: no image the pipeline takes has more
+
+
+def _per_channel(name: str, v: Any) -> tuple[float, ...]:
+    """A number, or one number per channel (a sequence or a 1-D array), each finite."""
+    if isinstance(v, np.ndarray):
+        if v.ndim > 1:
+            raise ConfigError(f"normalization {name} must be a number or one number per channel, got an array of "
+                              f"shape {v.shape}")
+        v = v.reshape(-1).tolist()
+    if isinstance(v, str) or not (is_num(v) or isinstance(v, Sequence)):
+        raise ConfigError(f"normalization {name} must be a number or one number per channel, got {v!r}")
+    vals = (v,) if is_num(v) else tuple(v)
+    if not 1 <= len(vals) <= MAX_NORM_CHANNELS:
+        raise ConfigError(f"normalization {name} needs 1 to {MAX_NORM_CHANNELS} values, got {v!r}")
+    return tuple(num("normalization", name, x) for x in vals)
 
 
 def norm_constants(normalization: Any) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(mean, std) of a NormMode or of an explicit (mean, std) pair (values for x / 255)."""
     if isinstance(normalization, NormMode):
         return tuple(normalization.mean), tuple(normalization.std)
-    if isinstance(normalization, Sequence) and len(normalization) == 2:
-        mean = normalization[0] if isinstance(normalization[0], Sequence) else (normalization[0],)
-        std = normalization[1] if isinstance(normalization[1], Sequence) else (normalization[1],)
-        mean = tuple(num("normalization", "mean", m) for m in mean)
-        std = tuple(num("normalization", "std", s) for s in std)
-        if len(mean) != len(std) or not mean:
+    if isinstance(normalization, Sequence) and not isinstance(normalization, str) and len(normalization) == 2:
+        mean, std = _per_channel("mean", normalization[0]), _per_channel("std", normalization[1])
+        if len(mean) != len(std):
             raise ConfigError(f"normalization needs as many std as mean values, got mean={mean}, std={std}")
         if any(s <= 0 for s in std):
             raise ConfigError(f"normalization std must be > 0, got {std}")
+        norm_range(mean, std, "float32")  # the widest output: a std that overflows even float32 is refused now
         return mean, std
     raise ConfigError(f"normalization must be a NormMode or a (mean, std) pair, got {normalization!r}")
+
+
+def norm_range(mean: Sequence[float], std: Sequence[float], dtype: str) -> float:
+    """The largest |(x / 255 - mean) / std| over x in [0, 255]; ConfigError when it is not finite in ``dtype``
+    (a tiny std would make every sample inf, and the erased or padded zeros NaN, in the training step)."""
+    top = max(max(abs(-m / s), abs((1.0 - m) / s)) for m, s in zip(mean, std))
+    limit = float(np.finfo(dtype).max)
+    if not top <= limit:
+        raise ConfigError(f"normalization mean={tuple(mean)}, std={tuple(std)} maps pixels to values up to {top:.4g}, "
+                          f"beyond {dtype}'s largest finite value {limit:.6g}: the samples would be inf")
+    return top
+
+
+def check_erase_value(owner: str, value: Sequence[float], dtype: str) -> tuple[float, ...]:
+    """Erase values (normalised space) that are finite numbers within ``dtype``'s range."""
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        value = value.tolist()
+    vals = tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else (value,)
+    out = tuple(num(owner, "erase value", v) for v in vals)
+    limit = float(np.finfo(dtype).max)
+    for v in out:
+        if abs(v) > limit:
+            raise ConfigError(f"{owner}: erase value {v:g} is beyond {dtype}'s largest finite value {limit:.6g}")
+    return out
 
 
 def out_dtype(dtype: Any) -> str:
@@ -54,6 +93,7 @@ class FusedNormalization:
     ):
         self.mean, self.std = norm_constants(normalization)
         self.dtype = out_dtype(dtype)
+        norm_range(self.mean, self.std, self.dtype)
         self.pad_channels_to = (
             0 if pad_channels_to is None else integer("FusedNormalization", "pad_channels_to", pad_channels_to, 1, 64)
         )
@@ -75,6 +115,8 @@ class FusedNormalization:
         n, h, w, c = a.shape
         if len(self.mean) not in (1, c):
             raise ShapeError(f"normalization has {len(self.mean)} channels but the images have {c}")
+        if self.pad_channels_to and self.pad_channels_to < c:
+            raise ShapeError(f"pad_channels_to={self.pad_channels_to} is fewer than the images' {c} channels")
         oc = max(c, self.pad_channels_to)
         if out is None:
             out = np.empty((n, h, w, oc), dtype=self.dtype)
@@ -82,13 +124,24 @@ class FusedNormalization:
             out = out[None]
         if out.dtype != np.dtype(self.dtype):
             raise ConfigError(f"out must be {self.dtype}, got {out.dtype}")
-        ev = list(erase_value) if isinstance(erase_value, Sequence) else [float(erase_value)]
+        ev = list(check_erase_value("FusedNormalization", erase_value, self.dtype))
+        if flip is not None:
+            flip = _flip_flags(flip, n)
         if erase is not None:
             erase = _erase_rects(erase, n)
         _native.fused_normalize(
             np.ascontiguousarray(a), out, list(self.mean), list(self.std), self.pad_channels_to, flip, erase, ev
         )
         return out[0] if single else out
+
+
+def _flip_flags(flip: Any, n: int) -> np.ndarray:
+    """(n,) bool flags: True/False or 0/1 per image (a 2 or 0.5 is a caller's mistake, not a True)."""
+    f = np.asarray(flip)
+    if f.shape != (n,) or not (f.dtype == np.bool_ or (f.dtype.kind in "iu" and np.isin(f, (0, 1)).all())):
+        raise ShapeError(f"flip needs one True/False (or 0/1) flag per image ({n}), got {f.dtype} {f.shape}: "
+                         f"{flip!r}"[:300])
+    return f.astype(np.bool_)
 
 
 def _erase_rects(erase: Any, n: int) -> np.ndarray:

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from tr.core.errors import ConfigError, DataError
+from tr.data.checks import MAX_WORKERS, flag, integer
 from tr.data.dataset import Split, check_split
 from tr.data.image_folder import ImageFolderIndex, scan_image_folder
 
@@ -31,7 +32,7 @@ class ImageFolder:
         if not self.root.is_dir():
             raise DataError(f"{self.root}: no such image folder")
         self.on_bad = on_bad
-        self.load_workers = max(1, int(load_workers))
+        self.load_workers = integer("ImageFolder", "load_workers", load_workers, 1, MAX_WORKERS)
         self._roots = _folder_roots(self.root)
         self._index: dict[str, ImageFolderIndex] = {}
         train = self.index("train")
@@ -83,7 +84,7 @@ class DtsImages:
         from tr.data.dts.reader import DtsFile
 
         self.root = Path(root)
-        self.verify = verify
+        self.verify = flag("DtsImages", "verify", verify)
         if mode not in ("fully", "partial"):
             raise ConfigError(f"DtsImages mode must be 'fully' or 'partial', got {mode!r}")
         if isinstance(buffer_blocks, bool) or not isinstance(buffer_blocks, int) or buffer_blocks < 1:
@@ -113,14 +114,19 @@ class DtsImages:
         from tr.data.dts.reader import DtsFile
 
         f = DtsFile(self.root / f"{check_split(split)}.dts")
+        if f.header.split != check_split(split):  # a renamed pack: the other split's samples
+            raise DataError(f"{f.path}: the header says it holds the {f.header.split} split")
         if tuple(f.header.classes) != self.classes:
             raise DataError(f"{f.path}: its classes differ from train.dts's")
+        if f.header.num_classes != self.num_classes:
+            raise DataError(f"{f.path}: {f.header.num_classes} classes, train.dts has {self.num_classes}")
         offsets, sizes, labels = [], [], []
         for b in f.blocks(check=self.verify):
             start = f.header.header_bytes + b.index * f.header.block_bytes
             offsets.append(b.offsets.astype(np.int64) + start)
             sizes.append(b.sizes.astype(np.int64))
             labels.append(b.labels)
+        f.check_count(sum(len(x) for x in labels))
         self._files.append(f)
         self._dts[check_split(split)] = f
         self._block_sizes[check_split(split)] = np.array([len(x) for x in labels], np.int64)

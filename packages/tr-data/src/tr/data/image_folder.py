@@ -203,6 +203,8 @@ def scan_image_folder(
     """
     if on_bad not in ON_BAD:
         raise ConfigError(f"scan_image_folder: on_bad must be one of {', '.join(ON_BAD)}, got {on_bad!r}")
+    if not isinstance(check, bool):  # check="no" would be taken for True
+        raise ConfigError(f"scan_image_folder: check must be True or False, got {check!r}")
     exts = _check_extensions(extensions)
     root = Path(root)
     if not root.exists():

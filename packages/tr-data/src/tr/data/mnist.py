@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tr.core.errors import DataError
+from tr.core.errors import ConfigError, DataError
+from tr.data.checks import MAX_WORKERS, flag, integer
 from tr.data.dataset import Split, check_split
 from tr.data.download import DownloadFailed, fetch
 from tr.data.idx import read_idx
@@ -35,9 +36,11 @@ class MNIST:
         self, root: str | Path, download: bool = False, mirrors: tuple[str, ...] = MNIST_MIRRORS, load_workers: int = 1
     ):
         self.root = Path(root)
-        self.download = download
-        self.mirrors = tuple(mirrors)
-        self.load_workers = max(1, int(load_workers))
+        self.download = flag("MNIST", "download", download)
+        self.mirrors = (mirrors,) if isinstance(mirrors, str) else tuple(mirrors)
+        if not self.mirrors or not all(isinstance(m, str) and m for m in self.mirrors):
+            raise ConfigError(f"MNIST: mirrors must be URLs, got {mirrors!r}")
+        self.load_workers = integer("MNIST", "load_workers", load_workers, 1, MAX_WORKERS)
 
     def expected_files(self) -> list[str]:
         return [f"{n}[.gz]" for split in ("train", "val") for n in MNIST_FILES[split]]
@@ -97,8 +100,13 @@ class MNIST:
             raise DataError(
                 f"{ipath}, {lpath}: MNIST idx files must hold uint8 data, got {images.dtype}, {labels.dtype}"
             )
+        if images.shape[1:] != self.image_shape[:2]:  # what the chain, the station and the model are sized for
+            raise DataError(f"{ipath}: the header gives {images.shape[1]}x{images.shape[2]} images; MNIST's are "
+                            f"{self.image_shape[0]}x{self.image_shape[1]}")
         if len(images) != len(labels):
             raise DataError(f"{ipath} holds {len(images)} images but {lpath} holds {len(labels)} labels")
+        if len(images) == 0:
+            raise DataError(f"{ipath}: the header gives 0 images: an empty {split} split")
         if labels.size and labels.max() >= self.num_classes:
             raise DataError(f"{lpath}: label {int(labels.max())} is out of range for {self.num_classes} classes")
         return Split(np.ascontiguousarray(images[..., None]), labels.astype(np.int32))

@@ -45,6 +45,13 @@ from tr.data.station import Batch, TransferStation
 log = get_logger(__name__)
 
 
+def _train(train: object) -> bool:
+    """The split flag: train="val" would be truthy, so a training epoch."""
+    if not isinstance(train, (bool, np.bool_)):
+        raise ConfigError(f"train must be True (training) or False (validation), got {train!r}")
+    return bool(train)
+
+
 @dataclass(frozen=True)
 class EpochPlan:
     """How an epoch of ``num_samples`` splits over ``world_size`` stations and batches of ``batch_size``."""
@@ -120,6 +127,9 @@ class EpochRun:
 
     def batches(self, rank: int = 0, timeout: float | None = None) -> Iterator[Batch]:
         """Acquire batch 0, 1, ... of one station, releasing each when the loop moves on."""
+        n = len(self._pre.stations)
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < n:  # -1 is not the last one
+            raise ConfigError(f"rank must be an integer in [0, {n}) (one per station), got {rank!r}")
         st = self._pre.stations[rank]
         for k in range(self.plan.num_batches):
             b = st.acquire(k, timeout)
@@ -204,8 +214,9 @@ class Preprocessor:
         self._sdmp_filled: np.ndarray | None = None
         self._sdmp_slots: dict[int, int] = {}  # epoch -> its slot
         self.rank, self.world_size = 0, 1  # the data-parallel shard this process delivers (see shard())
-        if s.cpvs_enabled and not self.chains["val"].deterministic:
-            log.warning("CPVS caches the first validation pass, but the val transforms are random")
+        # The default CPVS caches deterministic val chains only (an explicit cpvs(True) with random ones is
+        # refused by commit()): a cache would freeze the random draws of the first pass.
+        self._cpvs = s.cpvs_enabled and self.chains["val"].deterministic
         # FULLY mode: both splits in memory now, so a bad file or a shape mismatch surfaces here.
         self.split(True)
         has_val = getattr(self.dataset, "has_split", None)
@@ -258,7 +269,7 @@ class Preprocessor:
 
     # ---- data -----------------------------------------------------------------------------------
     def split(self, train: bool) -> Split:
-        key = "train" if train else "val"
+        key = "train" if _train(train) else "val"
         sp = self._splits[key]
         if sp is None:
             sp = self.dataset.load(key)
@@ -273,11 +284,15 @@ class Preprocessor:
             shape = tuple(_native.jpeg_shape(sp.encoded_bytes(0))) if len(sp) else None
             if shape is None:
                 return
+            self.chains[key].check_channels(shape, ConfigError, f"the {key} split's decoded images")
             got = self.chains[key]._native.out_shape(shape, 0)
         elif shape is None:
             shape = tuple(int(x) for x in sp.shapes[0]) if len(sp) else None
             if shape is None:
                 return
+            for c in np.unique(sp.shapes[:, 2]):  # images of any channel count: each must suit the chain now
+                first = tuple(int(x) for x in sp.shapes[int(np.argmax(sp.shapes[:, 2] == c))])
+                self.chains[key].check_channels(first, ConfigError, f"the {key} split's images")
             got = self.chains[key]._native.out_shape(shape, 0)
         else:
             got = self.chains[key].out_shape(shape)
@@ -297,6 +312,7 @@ class Preprocessor:
 
     def plan(self, train: bool = True) -> EpochPlan:
         """The epoch's split over the stations; with a shard, of this rank's samples only."""
+        _train(train)
         n = shard_size(len(self.split(train)), self.rank, self.world_size, pad=train)
         drop = self.settings.drop_last_enabled and train
         return EpochPlan.make(n, len(self.stations), self.stations[0].batch_size, drop)
@@ -318,6 +334,7 @@ class Preprocessor:
         """Start epoch ``epoch`` (training or validation) and return its EpochRun."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ConfigError(f"epoch must be an integer >= 0, got {epoch!r}")
+        _train(train)
         if self._engine is None:
             raise PhaseError("the Preprocessor is closed")
         if self._run is not None and not self._run.closed:
@@ -330,7 +347,7 @@ class Preprocessor:
             # its first per_rank (<= len(order)) entries, so any valid index fills the rest.
             order = np.concatenate([order, np.zeros(len(sp) - len(order), np.int64)])
         cache, mode = None, 0
-        if not train and self.settings.cpvs_enabled:
+        if not train and self._cpvs:
             cache, mode = self._cache_for(sp)
         chain = self.chains["train" if train else "val"]
         sdmp = self._sdmp_args(epoch, sp) if train and self.settings.sdmp > 1 else {}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tr.core.errors import ConfigError
 from tr.core.philox import derive_seed
 from tr.core.settings import GLOBAL_SETTING
 from tr.data._native import shuffle_indices  # tr.core.philox.shuffle_indices, the same permutation, natively
@@ -37,7 +38,14 @@ def seed_prefix(seed: int, epoch: int, train: bool = True) -> int:
 
 
 def sample_seed(seed: int, epoch: int, index: int, train: bool = True) -> int:
-    """The Philox key of sample ``index`` in epoch ``epoch``."""
+    """The Philox key of sample ``index`` in epoch ``epoch`` (derive_seed would wrap -1 and truncate 1.5:
+    the arguments are checked, as the Preprocessor checks its own)."""
+    check_seed(seed)
+    for name, v in (("epoch", epoch), ("index", index)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ConfigError(f"{name} must be an integer >= 0, got {v!r}")
+    if not isinstance(train, (bool, np.bool_)):
+        raise ConfigError(f"train must be True (training) or False (validation), got {train!r}")
     return derive_seed(seed, split_tag(train), epoch, index)
 
 
@@ -46,10 +54,19 @@ def shuffle_order(n: int, seed: int, epoch: int) -> np.ndarray:
     return shuffle_indices(n, derive_seed(seed, TAG_SHUFFLE, epoch))
 
 
+def check_seed(seed: object, what: str = "seed") -> int:
+    """A seed is an integer in [0, 2**64): 1.5 is not truncated to 1, nor -1 wrapped to 2**64 - 1."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**64:
+        raise ConfigError(f"{what} must be an integer in [0, 2**64), got {seed!r}")
+    return int(seed)
+
+
 def data_seed(explicit: int | None, configured: int | None) -> int:
     """The augmentation and shuffle seed: an explicit one, else the preprocessor settings', else
     GLOBAL_SETTING's."""
-    return int(explicit if explicit is not None else configured if configured is not None else GLOBAL_SETTING.seed)
+    if explicit is not None:
+        return check_seed(explicit)
+    return int(configured if configured is not None else GLOBAL_SETTING.seed)
 
 
 def epoch_order(n: int, seed: int, epoch: int, train: bool, shuffle: bool, rank: int = 0, world_size: int = 1,

@@ -56,6 +56,7 @@ class PreprocessorSettings:
     shuffle_train: bool = True
     drop_last_enabled: bool = False
     cpvs_enabled: bool = True
+    cpvs_requested: bool = False  # cpvs(True) was called: a val chain it cannot cache is then refused
     sdmp: int = 1
     dct_scaling: bool = False
     pad_channels: int | None = None
@@ -92,6 +93,9 @@ class PreprocessorSettings:
             return self._set("dataset_name", key)
         if not (hasattr(name, "load") and hasattr(name, "image_shape")):
             raise ConfigError(f"dataset must be a name or an object with load() and image_shape, got {name!r}")
+        if path is not None:  # the object knows its files: a path here would be silently ignored
+            raise ConfigError(f"dataset({type(name).__name__}, {str(path)!r}): a Dataset object takes no path "
+                              f"(give the path to the object itself)")
         self._set("dataset_object", name)
         self._set("dataset_path", None)
         return self._set("dataset_name", getattr(name, "name", type(name).__name__))
@@ -128,8 +132,11 @@ class PreprocessorSettings:
         return self._set("drop_last_enabled", _flag("drop_last", enabled))
 
     def cpvs(self, enabled: bool = True) -> PreprocessorSettings:
-        """Cache the preprocessed validation set after its first pass and replay it later."""
-        return self._set("cpvs_enabled", _flag("cpvs", enabled))
+        """Cache the preprocessed validation set after its first pass and replay it later. By default on where
+        the val transforms are deterministic (random ones would be frozen at their first draws: then not
+        cached); cpvs(True) with random val transforms is refused at commit()."""
+        self._set("cpvs_requested", _flag("cpvs", enabled))
+        return self._set("cpvs_enabled", enabled)
 
     using_cpvs = cpvs
 
@@ -264,6 +271,11 @@ class PreprocessorSettings:
             return self
         if self.dataset_name is None:
             raise ConfigError("no dataset configured: call dataset(name, path) first")
+        if self.cpvs_requested and not self.chain(False).deterministic:
+            random = [type(t).__name__ for t in self.val if not t.deterministic]
+            raise ConfigError(f"cpvs(True) replays the first validation pass, but the val transforms {random} are "
+                              f"random: their later draws would never be used. Use cpvs(False) or deterministic "
+                              f"val transforms")
         ds = self.open_dataset()
         check = getattr(ds, "check", None)
         if callable(check):  # files present (or downloaded when allowed), else DataError now

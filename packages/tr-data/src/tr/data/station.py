@@ -12,6 +12,7 @@ pinned host memory from a backend) as any writable buffer.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +29,12 @@ from tr.data.checks import MAX_IMAGE_BYTES, MAX_SIDE
 MAX_BATCH = 1 << 20  # samples per batch (a zone of MAX_BATCH 224x224x3 FP32 samples is already 600 GiB)
 
 EpochCancelled = _native.EpochCancelled
+
+
+def _batch_index(k: object) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:  # 1.5 is not batch 1
+        raise ConfigError(f"a batch index is an integer >= 0, got {k!r}")
+    return int(k)
 
 
 def _np_dtype(dtype: Any) -> np.dtype:
@@ -102,7 +109,10 @@ class TransferStation:
             raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if batch_size > MAX_BATCH:
             raise ConfigError(f"batch_size must be <= {MAX_BATCH}, got {batch_size}")
-        shape = tuple(int(s) for s in sample_shape)
+        raw = tuple(sample_shape) if isinstance(sample_shape, (Sequence, np.ndarray)) else (sample_shape,)
+        if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in raw):  # 2.7 is not 2
+            raise ShapeError(f"sample_shape must be three integers (height, width, channels), got {raw}")
+        shape = tuple(int(s) for s in raw)
         if len(shape) != 3 or min(shape) < 1:
             raise ShapeError(f"sample_shape must be a positive (height, width, channels), got {tuple(sample_shape)}")
         h, w, c = shape
@@ -214,7 +224,12 @@ class TransferStation:
     def acquire(self, k: int, timeout: float | None = None) -> Batch:
         """Wait until batch k is complete and take it (DataError / ShapeError if a worker failed,
         TimeoutError after ``timeout`` seconds, EpochCancelled if the epoch was stopped)."""
-        n = self._native.acquire(int(k), timeout)
+        k = _batch_index(k)
+        # the native core reads a negative timeout as "wait forever": -5 must not mean that
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not 0 <= timeout < math.inf):
+            raise ConfigError(f"timeout must be None (wait) or a finite number of seconds >= 0, got {timeout!r}")
+        n = self._native.acquire(k, timeout)
         if n < 0:
             raise TimeoutError(f"batch {k} was not ready within {timeout} s")
         labels, data = self._zones[k & 1]
@@ -222,7 +237,7 @@ class TransferStation:
 
     def release(self, k: int) -> None:
         """Give batch k's zone back to the workers (it will hold batch k + 2)."""
-        self._native.release(int(k))
+        self._native.release(_batch_index(k))
 
     @contextmanager
     def batch(self, k: int, timeout: float | None = None) -> Iterator[Batch]:

@@ -13,25 +13,34 @@ from typing import Any
 
 import numpy as np
 
-from tr.core.errors import ConfigError, ShapeError
+from tr.core.errors import ConfigError, DataError, ShapeError
 from tr.core.norm import NormMode
 from tr.data import _native
 from tr.data.checks import (
     MAX_KERNEL,
     MAX_SCALE,
     Shape,
+    check_channels,
     check_shape,
     fill_fits,
     fill_values,
     integer,
     is_num,
+    jitter_range,
     num,
     num_range,
     out_size,
+    padding4,
     prob,
     size2,
 )
-from tr.data.fused import FusedNormalization, norm_constants, out_dtype  # noqa: F401 (FusedNormalization: re-export)
+from tr.data.fused import (  # noqa: F401 (FusedNormalization: re-export)
+    FusedNormalization,
+    check_erase_value,
+    norm_constants,
+    norm_range,
+    out_dtype,
+)
 from tr.data.seeds import sample_seed
 
 PAD_MODES = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 3}
@@ -50,13 +59,16 @@ class Transform:
 
     record = False
     deterministic = False
+    channels: tuple[int, ...] | None = None  # the channel counts it takes (None: any)
 
     def native(self, slot: int) -> tuple:
         raise NotImplementedError
 
     def out_shape(self, shape: Shape) -> Shape:
         """Output shape for an input shape; raises ConfigError when the input cannot work."""
-        return check_shape(shape)
+        s = check_shape(shape)
+        check_channels(type(self).__name__, self.channels, s)
+        return s
 
     def _spec(self, kind: int, slot: int, f=(), i=(), fill=(0.0,)) -> tuple:
         return (kind, slot, [float(x) for x in f], [int(x) for x in i], [float(x) for x in fill], repr(self))
@@ -72,21 +84,6 @@ class Transform:
         return hash((type(self).__name__, repr(self)))
 
 
-def _padding(owner: str, padding: Any) -> tuple[int, int, int, int]:
-    """(left, top, right, bottom) of an int, a (left/right, top/bottom) or a 4-tuple."""
-    if isinstance(padding, Sequence) and not isinstance(padding, str):
-        vals = [integer(owner, "padding", p, 0) for p in padding]
-        if len(vals) == 2:
-            vals = [vals[0], vals[1], vals[0], vals[1]]
-        elif len(vals) == 1:
-            vals = vals * 4
-        elif len(vals) != 4:
-            raise ConfigError(f"{owner}: padding must have 1, 2 or 4 values, got {padding!r}")
-        return vals[0], vals[1], vals[2], vals[3]
-    v = integer(owner, "padding", padding, 0)
-    return v, v, v, v
-
-
 class Pad(Transform):
     """Pad by ``padding``: int (all sides), (left/right, top/bottom) or (left, top, right, bottom)."""
 
@@ -96,7 +93,7 @@ class Pad(Transform):
         o = "Pad"
         if padding_mode not in PAD_MODES:
             raise ConfigError(f"Pad: padding_mode must be one of {sorted(PAD_MODES)}, got {padding_mode!r}")
-        self.padding = _padding(o, padding)  # left, top, right, bottom
+        self.padding = padding4(o, padding)  # left, top, right, bottom
         self.fill = fill_values(o, fill)
         self.padding_mode = padding_mode
 
@@ -122,7 +119,7 @@ class RandomCrop(Transform):
         padding_mode: str = "constant",
     ):
         self.size = size2("RandomCrop", size)
-        self.padding = None if padding is None else _padding("RandomCrop", padding)
+        self.padding = None if padding is None else padding4("RandomCrop", padding)
         if not isinstance(pad_if_needed, bool):
             raise ConfigError(f"RandomCrop: pad_if_needed must be True or False, got {pad_if_needed!r}")
         self.pad_if_needed = pad_if_needed
@@ -237,7 +234,8 @@ class RandomResizedCrop(Transform):
     ):
         o = "RandomResizedCrop"
         self.size = size2(o, size)
-        self.scale = num_range(o, "scale", scale, lo=0.0, limit=MAX_SCALE)
+        # a fraction of the image's area: a draw over 1 never fits, so its attempts would silently fail
+        self.scale = num_range(o, "scale", scale, lo=0.0, hi=1.0)
         if self.scale[1] <= 0:
             raise ConfigError(f"{o}: scale must allow a positive area, got {tuple(scale)}")
         self.ratio = num_range(o, "ratio", ratio, limit=MAX_SCALE)
@@ -265,7 +263,7 @@ class RandomRotation(Transform):
             self.degrees = (-d, d)
         else:
             self.degrees = num_range(o, "degrees", degrees)
-        self.fill = fill_values(o, fill)
+        self.fill = fill_values(o, fill, whole=False)
 
     def out_shape(self, shape: Shape) -> Shape:
         s = check_shape(shape)
@@ -326,6 +324,8 @@ class RandomErasing(Transform):
         o = "RandomErasing"
         self.p = prob(o, p)
         self.scale = num_range(o, "scale", scale, lo=0.0, hi=1.0)
+        if self.scale[1] <= 0:  # every rectangle would be empty: p would never take effect
+            raise ConfigError(f"{o}: scale must allow a positive area, got {tuple(scale)}")
         self.ratio = num_range(o, "ratio", ratio, limit=MAX_SCALE)
         if self.ratio[0] < 1 / MAX_SCALE:
             raise ConfigError(f"{o}: ratio must be >= {1 / MAX_SCALE:g}, got {tuple(ratio)}")
@@ -341,31 +341,17 @@ class RandomErasing(Transform):
         return s
 
 
-def _jitter_range(name: str, v: Any, center: float = 1.0, lo: float = 0.0, hi: float | None = None):
-    o = "ColorJitter"
-    if is_num(v):
-        v = num(o, name, v)
-        if v < 0:
-            raise ConfigError(f"{o}: {name} must be >= 0, got {v}")
-        if v == 0:
-            return None
-        r = (max(center - v, lo), center + v)
-    else:
-        r = num_range(o, name, v)
-    if r[0] < lo or (hi is not None and r[1] > hi):
-        raise ConfigError(f"{o}: {name} must lie in [{lo}, {hi if hi is not None else 'inf'}], got {r}")
-    return None if r == (center, center) else r
-
-
 class ColorJitter(Transform):
     """torchvision's ColorJitter on uint8: brightness, contrast, saturation and hue factors drawn
     uniformly (number v: [max(0, 1 - v), 1 + v]; hue h: [-h, h], h <= 0.5) and applied in a random order."""
 
+    channels = (1, 3)
+
     def __init__(self, brightness: Any = 0, contrast: Any = 0, saturation: Any = 0, hue: Any = 0):
-        self.brightness = _jitter_range("brightness", brightness)
-        self.contrast = _jitter_range("contrast", contrast)
-        self.saturation = _jitter_range("saturation", saturation)
-        self.hue = _jitter_range("hue", hue, center=0.0, lo=-0.5, hi=0.5)
+        self.brightness = jitter_range("brightness", brightness)
+        self.contrast = jitter_range("contrast", contrast)
+        self.saturation = jitter_range("saturation", saturation)
+        self.hue = jitter_range("hue", hue, center=0.0, lo=-0.5, hi=0.5)
 
     def native(self, slot: int) -> tuple:
         parts = (self.brightness, self.contrast, self.saturation, self.hue)
@@ -419,6 +405,8 @@ class GaussianNoise(Transform):
 
 class RandomGrayscale(Transform):
     """With probability p, RGB -> luma (0.2989 R + 0.587 G + 0.114 B, truncated) on all 3 channels."""
+
+    channels = (1, 3)
 
     def __init__(self, p: float = 0.1):
         self.p = prob("RandomGrayscale", p)
@@ -476,6 +464,10 @@ class Compose:
         self.transforms = check_transforms("Compose", transforms)
         self.mean, self.std = norm_constants(normalization)
         self.dtype = out_dtype(dtype)
+        norm_range(self.mean, self.std, self.dtype)
+        for t in self.transforms:
+            if isinstance(t, RandomErasing):  # written in normalised space, so in the output dtype
+                check_erase_value("RandomErasing", t.value, self.dtype)
         if pad_channels_to is not None:
             integer("Compose", "pad_channels_to", pad_channels_to, 1, 64)
         self.pad_channels_to = pad_channels_to
@@ -529,17 +521,26 @@ class Compose:
         h, w, c = self.uint8_shape(shape)
         if len(self.mean) not in (1, c):
             raise ConfigError(f"normalization has {len(self.mean)} channels but the images have {c}")
+        if self.pad_channels_to is not None and self.pad_channels_to < c:
+            raise ConfigError(f"pad_channels_to={self.pad_channels_to} is fewer than the {c} channels of the "
+                              f"images: nothing to pad them to")
         return h, w, max(c, self.pad_channels_to or 0)
 
     # ---- running -------------------------------------------------------------------------------
-    @staticmethod
-    def _image(image: Any) -> np.ndarray:
+    def _image(self, image: Any) -> np.ndarray:
         a = np.asarray(image)
         if a.ndim == 2:
             a = a[:, :, None]
         if a.ndim != 3 or a.dtype != np.uint8:
             raise ShapeError(f"an image must be a uint8 (height, width, channels) array, got {a.dtype} {a.shape}")
+        self.check_channels(a.shape, DataError, "an image")
         return np.ascontiguousarray(a)
+
+    def check_channels(self, shape: Shape, error: type[Exception] = ConfigError, what: str = "images") -> None:
+        """``error`` when a transform of the chain does not take ``shape``'s channel count (the native core
+        would not refuse every such case, see checks.check_channels)."""
+        for t in self.transforms:
+            check_channels(type(t).__name__, t.channels, shape, error, what)
 
     def __call__(self, image: Any, *, seed: int = 0, epoch: int = 0, index: int = 0, train: bool = True) -> np.ndarray:
         """The normalised sample (h, w, c_out) float32/float16."""
@@ -554,7 +555,9 @@ class Compose:
 
     def params(self, shape: Shape, *, seed: int = 0, epoch: int = 0, index: int = 0, train: bool = True) -> list[dict]:
         """The random parameters each transform draws for this sample (one dict per native step)."""
-        recs = self._native.describe(check_shape(shape), sample_seed(seed, epoch, index, train))
+        shape = check_shape(shape)
+        self.check_channels(shape, DataError, "an image")
+        recs = self._native.describe(shape, sample_seed(seed, epoch, index, train))
         for r in recs:  # integral quantities as ints
             r["params"] = {k: (v if k in _FLOAT_PARAMS else int(v)) for k, v in r["params"].items()}
         return recs

@@ -6,10 +6,15 @@ processes exist already: ``use_gpu`` then names the devices of this machine, ind
 runs tr-run's launcher (tr.task.launch) on the same script, one child per device, waits for them and ends
 this process with their exit code. The children run the script from its start, so what it does before
 compile() happens once per device; the parent only launches.
+
+``use_gpu`` ids must name usable CUDA devices of this machine (:func:`check_devices`, the first thing a
+compile does): on a machine without one, or with fewer, the task refuses to compile rather than train
+somewhere else than the settings say (on the CPU, or on other devices).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -33,8 +38,37 @@ def local_batch(s: Settings, env: DistEnv | None) -> int:
     return s.batch_size // world
 
 
+def cuda_devices() -> tuple[int, str]:
+    """(usable CUDA devices of this process, the backend's reason when there are none)."""
+    try:
+        from tr.backend.cuda import cuda_status, device_count
+    except ImportError as e:  # tr-backend missing or broken: no device can be used either
+        return 0, f"tr.backend.cuda cannot be imported: {e}"
+    ok, reason = cuda_status()
+    return (device_count() if ok else 0), reason
+
+
+def check_devices(s: Settings) -> None:
+    """ConfigError unless every id of use_gpu is a usable CUDA device here: a setting that cannot take effect
+    is refused, not replaced by a run on the CPU (or on another device) with an INFO line."""
+    if not s.gpu_ids:
+        return
+    spec = ",".join(map(str, s.gpu_ids))
+    count, reason = cuda_devices()
+    if count == 0:
+        raise ConfigError(f"use_gpu({spec!r}) names CUDA device(s) {list(s.gpu_ids)}, but no CUDA device is usable "
+                          f"here ({reason}); use_cpu() trains on the CPU")
+    missing = [i for i in s.gpu_ids if i >= count]
+    if missing:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        note = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+        raise ConfigError(f"use_gpu({spec!r}) names device(s) {missing}, but this machine has {count} usable CUDA "
+                          f"device(s){note}: ids 0 to {count - 1}")
+
+
 def backend_kind(device: str, s: Settings) -> str:
-    """The task's device() ("cpu", "cuda", "auto") reconciled with use_cpu()/use_gpu() of the settings."""
+    """The task's device() ("cpu", "cuda", "auto") reconciled with use_cpu()/use_gpu() of the settings, whose
+    devices must exist here (check_devices)."""
     if s.cpu_only:
         if device == "cuda":
             raise ConfigError("the settings say use_cpu() but the task says device('cuda'); choose one")
@@ -42,6 +76,7 @@ def backend_kind(device: str, s: Settings) -> str:
     if s.gpu_ids and device == "cpu":
         raise ConfigError(f"the settings say use_gpu({','.join(map(str, s.gpu_ids))!r}) but the task says "
                           f"device('cpu'); choose one")
+    check_devices(s)
     return device
 
 

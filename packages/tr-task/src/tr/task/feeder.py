@@ -21,9 +21,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from tr.core import philox
-from tr.core.errors import ConfigError, DataError
+from tr.core.errors import ConfigError, DataError, DTypeError, ShapeError
 from tr.data.labels import check_labels
-from tr.data.seeds import data_seed
+from tr.data.seeds import check_seed, data_seed
 from tr.data.sharding import check_shard, shard_positions, shard_size
 
 __all__ = ["ArrayFeeder", "DeviceSideFeeder", "Feeder", "FeederDefaults", "InMemoryFeeder", "check_labels",
@@ -132,6 +132,19 @@ def complete_feeder(feeder: Any) -> Feeder:
     return feeder if isinstance(feeder, FeederDefaults) else _Completed(feeder)  # type: ignore[return-value]
 
 
+def check_batch(owner: str, batch: Any) -> int:
+    """A batch size is an integer >= 1 (2.5 is not truncated to 2)."""
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise ConfigError(f"{owner} batch must be an integer >= 1, got {batch!r}")
+    return int(batch)
+
+
+def _flag(owner: str, name: str, v: Any) -> bool:
+    if not isinstance(v, (bool, np.bool_)):  # shuffle="no" would be taken for True
+        raise ConfigError(f"{owner} {name} must be True or False, got {v!r}")
+    return bool(v)
+
+
 def steps_for(samples: int, batch: int, drop_last: bool) -> tuple[int, int]:
     """(steps per epoch, size of the last batch)."""
     if samples <= 0:
@@ -222,7 +235,7 @@ class DeviceSideFeeder(InMemoryFeeder):
         self.num_classes = getattr(ds, "num_classes", None)
         self.shuffle_train, self.drop_last = s.shuffle_train, s.drop_last_enabled
         self.seed = data_seed(seed, s.seed_value)
-        self.batch = self.global_batch = int(batch)
+        self.batch = self.global_batch = check_batch(type(self).__name__, batch)
         self.rank, self.world_size = 0, 1
 
     def shard(self, rank: int, world_size: int) -> None:
@@ -244,24 +257,40 @@ class DeviceSideFeeder(InMemoryFeeder):
         return None if labels is None else len(labels)
 
 
+_FEED_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+_CHECK_ROWS = 1 << 14  # images checked at a time: the range check's temporaries stay small
+
+
 class ArrayFeeder(InMemoryFeeder):
-    """Feeds normalised in-memory arrays: x [N, H, W, C] float32, y [N] int labels."""
+    """Feeds normalised in-memory arrays: x [N, H, W, C] floats, y [N] int labels, to the model as they are.
+
+    The images are what the model sees, so they must already be normalised floats: integer images (raw uint8
+    pixels 0..255) are refused, not cast (tr.data's pipeline takes those, with its normalization setting), and
+    so is a finite value that the staging ``dtype`` (float32 or float16) cannot hold (a float32 70000 would
+    become inf in float16), naming the image and the value. NaN and inf given as such reach the model as they
+    are (the task skips a non-finite step and reports it)."""
 
     def __init__(self, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray] | None,
                  batch: int, seed: int = 0, shuffle: bool = True, drop_last: bool = False,
                  dtype: np.dtype = np.float32, num_classes: int | None = None) -> None:
-        if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
-            raise ConfigError(f"ArrayFeeder batch must be an integer >= 1, got {batch!r}")
+        self.batch = self.global_batch = check_batch("ArrayFeeder", batch)
         if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
                                         or num_classes < 2):
             raise ConfigError(f"ArrayFeeder num_classes must be an integer >= 2, got {num_classes!r}")
-        self.batch = self.global_batch = int(batch)
+        try:
+            self._dtype = np.dtype(dtype)
+        except TypeError:
+            raise ConfigError(f"ArrayFeeder dtype must be float32 or float16, got {dtype!r}") from None
+        if self._dtype not in _FEED_DTYPES:
+            raise ConfigError(f"ArrayFeeder dtype must be float32 or float16 (the staging buffers the model reads), "
+                              f"got {self._dtype}")
         self.rank, self.world_size = 0, 1
-        self.seed, self.shuffle, self.drop_last = seed, shuffle, drop_last
-        self._dtype = dtype
+        self.seed = check_seed(seed, "ArrayFeeder seed")
+        self.shuffle = _flag("ArrayFeeder", "shuffle", shuffle)
+        self.drop_last = _flag("ArrayFeeder", "drop_last", drop_last)
         self.num_classes = num_classes
-        self._sets = {True: self._check(*train, "train", num_classes),
-                      False: self._check(*val, "val", num_classes) if val else None}
+        self._sets = {True: self._check(train, "train", num_classes, self._dtype),
+                      False: self._check(val, "val", num_classes, self._dtype) if val is not None else None}
         self.sample_shape = tuple(self._sets[True][0].shape[1:])
         if self._sets[False] is not None and tuple(self._sets[False][0].shape[1:]) != self.sample_shape:
             raise DataError(f"val images are {tuple(self._sets[False][0].shape[1:])} (H, W, C) but train images "
@@ -288,15 +317,21 @@ class ArrayFeeder(InMemoryFeeder):
         super().shard(rank, world_size)
 
     @staticmethod
-    def _check(x: np.ndarray, y: np.ndarray, name: str,
-               num_classes: int | None) -> tuple[np.ndarray, np.ndarray]:
-        x = np.asarray(x)
+    def _check(split: Any, name: str, num_classes: int | None, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+        if not (isinstance(split, (tuple, list)) and len(split) == 2):
+            raise ConfigError(f"ArrayFeeder {name} must be an (images, labels) pair, got {type(split).__name__}")
+        x, y = np.asarray(split[0]), np.asarray(split[1])
         if x.ndim != 4:
-            raise DataError(f"{name} images must be [N, H, W, C], got shape {x.shape}")
-        if len(x) == 0:
-            raise DataError(f"{name} has no images")
-        if len(x) != len(y):
+            raise ShapeError(f"{name} images must be [N, H, W, C], got shape {x.shape}")
+        if len(x) == 0 or min(x.shape[1:]) < 1:
+            raise ShapeError(f"{name} has no images (shape {x.shape})")
+        if x.dtype.kind != "f":
+            raise DTypeError(f"{name} images are {x.dtype}, but ArrayFeeder gives the model its images as they are: "
+                             f"normalise them to floats first ((x / 255 - mean) / std), or let tr.data's pipeline "
+                             f"do it (PREPROCESSOR_SETTING.dataset(ArrayDataset(...)).normalization(...))")
+        if y.ndim == 1 and len(x) != len(y):
             raise DataError(f"{name} has {len(x)} images but {len(y)} labels")
+        _check_fits(x, name, dtype)
         return x, check_labels(y, name, num_classes)
 
     @property
@@ -322,3 +357,19 @@ class ArrayFeeder(InMemoryFeeder):
             labels[:m] = y[idx]
             np.copyto(data[:m], x[idx], casting="same_kind")
             yield k, k % 2, m
+
+
+def _check_fits(x: np.ndarray, name: str, dtype: np.dtype) -> None:
+    """DataError naming the first image and value that is finite but not once cast to the staging ``dtype``
+    (a float64 or float32 beyond float16's range would silently become inf); nothing to check without a
+    narrowing cast."""
+    if np.finfo(x.dtype).max <= np.finfo(dtype).max:
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in range(0, len(x), _CHECK_ROWS):
+            block = x[start:start + _CHECK_ROWS]
+            bad = np.isfinite(block) & ~np.isfinite(block.astype(dtype))
+            if bad.any():
+                at = np.unravel_index(int(np.flatnonzero(bad)[0]), bad.shape)
+                raise DataError(f"{name} image {start + int(at[0])} has value {block[at].item()!r} at (h, w, c) "
+                                f"{tuple(int(i) for i in at[1:])}, which overflows the {dtype} staging buffers")

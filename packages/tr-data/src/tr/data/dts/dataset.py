@@ -25,6 +25,7 @@ class DtsDataset:
             raise DataError(f"{path}: a JPEG DTS; DtsDataset loads RAW packs (MNIST, CIFAR)")
         self.name = str(h.meta.get("dataset", h.dataset)).lower()
         self.num_classes = h.num_classes
+        self.classes = tuple(h.classes)
         self._shape = (h.height, h.width, h.channels)
 
     def _path(self, split: str) -> Path:
@@ -40,8 +41,13 @@ class DtsDataset:
     def load(self, split: str) -> Split:
         path = self._path(split)
         with DtsFile(path) as f:
+            if f.header.split != check_split(split):  # a renamed pack: the other split's samples
+                raise DataError(f"{path}: the header says it holds the {f.header.split} split")
             if (f.header.height, f.header.width, f.header.channels) != self._shape:
                 raise DataError(f"{path}: samples of {f.header.height}x{f.header.width}x{f.header.channels}, the "
                                 f"train pack's are {self._shape}")
+            if (f.header.num_classes, tuple(f.header.classes)) != (self.num_classes, self.classes):
+                raise DataError(f"{path}: {f.header.num_classes} classes {f.header.classes[:5]}..., the train "
+                                f"pack's are {self.num_classes} {list(self.classes[:5])}...")
             images, labels = f.arrays()
         return Split(images, labels)

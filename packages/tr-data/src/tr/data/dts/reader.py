@@ -74,6 +74,12 @@ class DtsFile:
         if h.total_blocks and h.header_bytes + (h.total_blocks - 1) * h.block_bytes >= size:
             raise DataError(f"{where}: the header says {h.total_blocks} blocks; the file ends inside block "
                             f"{(size - h.header_bytes) // h.block_bytes}")
+        if h.num_classes < 1:  # no label bound: every label would pass the block check
+            raise DataError(f"{where}: the header says {h.num_classes} classes")
+        if h.kind == KIND_RAW and min(h.height, h.width, h.channels) < 1:
+            raise DataError(f"{where}: a RAW DTS header with samples of {h.height}x{h.width}x{h.channels}")
+        if h.num_samples < 1 or h.total_blocks < 1:
+            raise DataError(f"{where}: the header says {h.num_samples} samples in {h.total_blocks} blocks")
         self._starts: list[int] | None = None  # file-wide index of each block's first sample (from a scan)
 
     # --- blocks ----------------------------------------------------------------------------------------
@@ -135,16 +141,27 @@ class DtsFile:
             first += len(b)
             yield b
 
+    def check_count(self, n: int) -> None:
+        """DataError unless the blocks' ``n`` samples are the header's count (a pack whose index lost or
+        gained samples is damaged, whatever its checksums say)."""
+        if n != self.header.num_samples:
+            raise DataError(f"{self.path}: the blocks hold {n} samples, the header says {self.header.num_samples}")
+
     # --- samples ---------------------------------------------------------------------------------------
     def samples(self, check: bool = True) -> Iterator[tuple[memoryview, int]]:
-        """Every (sample bytes, label) in file order."""
+        """Every (sample bytes, label) in file order; DataError after the last block when the blocks' count
+        is not the header's."""
+        n = 0
         for b in self.blocks(check):
             for j in range(len(b)):
                 yield b.sample(j), int(b.labels[j])
+            n += len(b)
+        self.check_count(n)
 
     def labels(self) -> np.ndarray:
         """Every label in file order (from the block indexes; payloads not read)."""
         out = [b.labels for b in self.blocks(check=False)]
+        self.check_count(sum(len(x) for x in out))
         return np.concatenate(out) if out else np.zeros(0, np.int32)
 
     def arrays(self, check: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -169,8 +186,7 @@ class DtsFile:
                     images[k + j] = np.frombuffer(b.sample(j), np.uint8).reshape(h.height, h.width, h.channels)
             labels[k:k + n] = b.labels
             k += n
-        if k != h.num_samples:
-            raise DataError(f"{self.path}: the blocks hold {k} samples, the header says {h.num_samples}")
+        self.check_count(k)
         return images, labels
 
     def verify(self) -> VerifyReport:

@@ -6,14 +6,17 @@
 
 Every block's checksums are checked as it is read, so a damaged pack stops with the block named. The files
 are written under a temporary sibling of OUT and renamed into place at the end: an unpack that fails leaves
-no OUT at all. OUT must not exist (or be an empty directory).
+no OUT at all. OUT must not exist (or be an empty directory): the user's files are never replaced or deleted,
+even when some appear in OUT while the unpack runs. A new OUT gets the mode ``mkdir`` gives (the umask's); an
+empty OUT that existed keeps its own.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
-import tempfile
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +24,7 @@ import numpy as np
 from tr.core.errors import DataError
 from tr.data.dts.format import KIND_RAW
 from tr.data.dts.reader import DtsFile
+from tr.data.tempfiles import new_dir
 
 
 def _class_dirs(classes: list[str], num_classes: int, where: Path) -> list[str]:
@@ -34,10 +38,10 @@ def _class_dirs(classes: list[str], num_classes: int, where: Path) -> list[str]:
 def unpack(path: str | Path, out: str | Path) -> int:
     """Write the samples of the DTS file ``path`` under ``out``; returns the number of samples written."""
     path, out = Path(path), Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if os.path.lexists(out) and (out.is_symlink() or not out.is_dir() or any(out.iterdir())):
         raise DataError(f"{out}: exists and is not an empty directory (unpack writes a new one)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.unpack-", dir=out.parent))
+    tmp = new_dir(out.parent, f".{out.name}.unpack-")  # not tempfile.mkdtemp: its 0700 would become OUT's mode
     try:
         with DtsFile(path) as f:
             h = f.header
@@ -55,9 +59,15 @@ def unpack(path: str | Path, out: str | Path) -> int:
                         raise DataError(f"{path}: sample {n} has label {label}, the pack has {len(names)} classes")
                     (tmp / names[label] / f"{h.split}_{n:08d}.JPEG").write_bytes(data)
                     n += 1
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        os.replace(tmp, out)
+        if out.is_dir():  # the user's empty folder: the rename replaces it, so it keeps its mode
+            os.chmod(tmp, stat.S_IMODE(out.stat().st_mode))
+        try:
+            os.replace(tmp, out)  # atomic; onto a directory only while it is empty, never over files
+        except OSError as e:
+            if e.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                raise DataError(f"{out}: something was written there during the unpack; left as it is "
+                                f"(unpack writes a new directory)") from None
+            raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -44,6 +44,9 @@ class DtsWriter:
             raise ConfigError(f"DTS block size {header.block_bytes} must be a multiple of {PAGE} and >= {2 * PAGE}")
         if header.alignment < 1 or header.alignment & (header.alignment - 1):
             raise ConfigError(f"DTS sample alignment {header.alignment} must be a power of two")
+        if isinstance(header.num_classes, bool) or not isinstance(header.num_classes, int) or header.num_classes < 1:
+            raise ConfigError(f"a DTS needs a class count >= 1 (its labels are checked against it), got "
+                              f"{header.num_classes!r}")
         self.h = header
         h = header
         if h.kind == KIND_RAW:
@@ -106,13 +109,18 @@ class DtsWriter:
     def add(self, sample: bytes | memoryview | np.ndarray, label: int, where: str = "") -> None:
         """Append one sample (RAW: its u8 pixels, JPEG: the file's bytes) with its class label."""
         h = self.h
-        data = memoryview(np.ascontiguousarray(sample).view(np.uint8).reshape(-1)) if isinstance(
+        where_ = f"sample {self._samples}{' (' + where + ')' if where else ''}"
+        if isinstance(sample, np.ndarray) and sample.dtype != np.uint8:  # its bytes are not pixels
+            raise DataError(f"{where_}: a sample array must be uint8, got {sample.dtype}")
+        if isinstance(label, bool) or not isinstance(label, (int, np.integer)):  # 2.7 is not class 2
+            raise DataError(f"{where_}: a label is an integer class index, got {label!r}")
+        data = memoryview(np.ascontiguousarray(sample).reshape(-1)) if isinstance(
             sample, np.ndarray) else memoryview(sample)
         n = data.nbytes
         if h.kind == KIND_RAW and n != h.sample_bytes:
             raise DataError(f"sample {self._samples}{' (' + where + ')' if where else ''}: {n} bytes, the RAW "
                             f"DTS holds samples of {h.sample_bytes} ({h.height}x{h.width}x{h.channels})")
-        if not 0 <= int(label) < max(1, h.num_classes):
+        if not 0 <= int(label) < h.num_classes:
             raise DataError(f"sample {self._samples}{' (' + where + ')' if where else ''}: label {label} is outside "
                             f"[0, {h.num_classes})")
         if h.block_header_bytes + n > h.block_bytes:

@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         task.log_to(args.log_dir)
     task.compile()
     result = task.run()
-    print(json.dumps({"best_top1": round(result.best_top1, 4), "best_epoch": result.best_epoch,
+    best = None if result.best_top1 is None else round(result.best_top1, 4)  # None: nothing was validated
+    print(json.dumps({"best_top1": best, "best_epoch": result.best_epoch,
                       "epochs": result.epochs, "seconds": round(result.seconds, 2),
                       "device": task.backend.name}))
     return 0

@@ -1,11 +1,17 @@
 """One rank of test_distributed_resume.py's runs: an MLP with dropout trained data-parallel on the CPU.
 
-    python dist_resume_worker.py straight OUT      train all EPOCHS, write OUT/rank<r>.npz
-    python dist_resume_worker.py first CKPT        train HALF epochs, save CKPT (every rank calls save)
-    python dist_resume_worker.py resume CKPT OUT   resume CKPT, train the rest, write OUT/rank<r>.npz
+    python dist_resume_worker.py straight OUT CKDIR CKPT  train all EPOCHS with checkpoint_every(1, CKDIR,
+                                                       keep_last=EPOCHS, keep_best="val_loss") (every rank takes
+                                                       part, rank 0 writes), saving CKPT after HALF epochs (every
+                                                       rank calls save); write OUT/rank<r>.npz
+    python dist_resume_worker.py resume OUT CKPT...    for each CKPT: resume it in a new task, train the rest,
+                                                       write OUT/<i>/rank<r>.npz (i: the CKPT's position)
+    python dist_resume_worker.py rank0_saves CKPT      train one epoch, then only rank 0 calls save (a bug in a
+                                                       user's script): rank 0 must fail naming rank 1
 
-Each .npz holds every state tensor of the checkpoint (``s:<name>``), this rank's dropout stream and the epoch
-metrics. The ranks' dropout streams differ (each draws its own masks), which is what a resume must restore.
+Each .npz holds every state tensor of the checkpoint (``s:<name>``), this rank's dropout stream, the epoch
+metrics and the best value its checkpoint policy holds. The ranks' dropout streams differ (each draws its own
+masks), which is what a resume must restore.
 """
 
 from __future__ import annotations
@@ -44,21 +50,32 @@ def dump(task, result, out: str) -> None:
 
     rank = int(os.environ["RANK"])
     metrics = np.array([[r.epoch, r.train_loss, r.lr, r.val_loss, r.top1, r.top5] for r in result.history])
-    np.savez(os.path.join(out, f"rank{rank}.npz"), metrics=metrics, epochs_done=task._epochs_done,
+    best = np.nan if task._checkpoints is None else task._checkpoints._best
+    np.savez(os.path.join(out, f"rank{rank}.npz"), metrics=metrics, epochs_done=task._epochs_done, best=best,
              **{f"s:{t.name}": task.backend.read(t) for t in state_tensors(task.program)})
 
 
 def main(argv: list[str]) -> int:
     mode = argv[0]
-    task = make_task()
     if mode == "straight":
-        dump(task, task.compile().run(), argv[1])
-    elif mode == "first":
-        task.compile().run(HALF)
-        task.save(argv[1])
+        out, every, ckpt = argv[1:4]
+        task = make_task().checkpoint_every(1, every, keep_last=EPOCHS, keep_best="val_loss").compile()
+        first = task.run(HALF)
+        task.save(ckpt)  # a save between epochs changes nothing: the run goes on as an unbroken one
+        rest = task.run()
+        first.history += rest.history
+        dump(task, first, out)
+    elif mode == "rank0_saves":
+        task = make_task().compile()
+        task.run(1)
+        if os.environ["RANK"] == "0":
+            task.save(argv[1])
     else:
-        task.resume(argv[1])
-        dump(task, task.run(), argv[2])
+        for i, ckpt in enumerate(argv[2:]):
+            out = os.path.join(argv[1], str(i))
+            os.makedirs(out, exist_ok=True)
+            task = make_task().resume(ckpt)
+            dump(task, task.run(), out)
     return 0
 
 

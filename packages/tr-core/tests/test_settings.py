@@ -67,3 +67,29 @@ def test_loss_scaling():
         Settings().loss_scaling(growth_interval=0)
     with pytest.raises(FrozenError, match="cannot change loss_scale_rule"):
         Settings().freeze().loss_scaling("static")
+
+
+def test_a_frozen_setting_takes_the_value_it_already_has_and_refuses_any_other():
+    """A second task built by the same script re-applies its settings after the first task's compile froze them:
+    an unchanged value is no change; a different one (or one of another type) still raises."""
+    s = Settings().manual_seed(7).global_batch_size(64).freeze()
+    assert s.manual_seed(7) is s and s.global_batch_size(64) is s
+    with pytest.raises(FrozenError, match="cannot change seed to 8"):
+        s.manual_seed(8)
+    with pytest.raises(FrozenError, match="cannot change amp_enabled to True"):
+        s.amp(True)
+
+
+def test_same_value_compares_arrays_by_content_and_never_raises():
+    import numpy as np
+
+    from tr.core.settings import same_value
+
+    a = np.arange(3.0)
+    assert same_value(a, a.copy()) and not same_value(a, a + 1) and not same_value(a, a.astype(np.float32))
+
+    class Ambiguous:
+        def __eq__(self, other):
+            raise ValueError("no")
+
+    assert not same_value(Ambiguous(), Ambiguous())

@@ -108,3 +108,76 @@ def test_a_save_onto_a_file_is_refused(tmp_path):
     with pytest.raises(DataError, match="it is a file, not a checkpoint directory"):
         checkpoint_files.write(tmp_path / "ck", _w(1), {"epoch": 1})
     assert (tmp_path / "ck").read_text() == "mine"
+
+
+# --- a save never deletes what it did not write ------------------------------------------------------------
+
+def _user_folder(path):
+    """What log_to leaves: a user's folder a save must not replace."""
+    (path / "tensorboard").mkdir(parents=True)
+    (path / "metrics.csv").write_text("epoch,train_loss\n1,0.5\n")
+    (path / "tensorboard" / "events.out").write_bytes(b"\x00\x01")
+    return path
+
+
+@pytest.mark.parametrize("make, why", [
+    (_user_folder, "holds metrics.csv, tensorboard, which a checkpoint does not"),
+    (lambda p: (p.mkdir(), (p / ".keep").write_text(""))[0], "holds .keep"),
+    (lambda p: (p.mkdir(), (p / "manifest.json").write_text('{"format": "mine"}'))[0],
+     "manifest.json is not a tr checkpoint manifest"),
+    (lambda p: (p.mkdir(), (p / "state.safetensors").write_bytes(b"x"))[0], "no manifest.json"),
+])
+def test_a_save_onto_a_folder_that_is_not_a_checkpoint_is_refused_and_leaves_it_whole(make, why, tmp_path):
+    target = tmp_path / "logs"
+    make(target)
+    before = {p.relative_to(target): p.read_bytes() if p.is_file() else None for p in target.rglob("*")}
+    with pytest.raises(DataError, match=f"{target}: cannot save a checkpoint there: .*{why}"):
+        checkpoint_files.write(target, _w(1), {"epoch": 1})
+    assert {p.relative_to(target): p.read_bytes() if p.is_file() else None for p in target.rglob("*")} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs"]  # no temporary left either
+
+
+def test_a_checkpoint_a_user_added_files_to_is_not_replaced(tmp_path):
+    checkpoint_files.write(tmp_path / "ck", _w(1), {"epoch": 1})
+    (tmp_path / "ck" / "notes.txt").write_text("mine")
+    with pytest.raises(DataError, match="holds notes.txt"):
+        checkpoint_files.write(tmp_path / "ck", _w(2), {"epoch": 2})
+    assert (tmp_path / "ck" / "notes.txt").read_text() == "mine"
+    assert not checkpoint_files.is_checkpoint(tmp_path / "ck")
+
+
+def test_a_save_through_a_symbolic_link_is_refused(tmp_path):
+    checkpoint_files.write(tmp_path / "real", _w(1), {"epoch": 1})
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(DataError, match="link: cannot save a checkpoint there: it is a symbolic link"):
+        checkpoint_files.write(tmp_path / "link", _w(2), {"epoch": 2})
+    assert checkpoint_files.read(tmp_path / "real")[0]["epoch"] == 1
+
+
+def test_an_empty_folder_takes_a_checkpoint_and_missing_parents_are_made(tmp_path):
+    (tmp_path / "empty").mkdir()
+    checkpoint_files.write(tmp_path / "empty", _w(1), {"epoch": 1})
+    checkpoint_files.write(tmp_path / "runs" / "mlp" / "ck", _w(2), {"epoch": 2})  # was: No such file or directory
+    assert checkpoint_files.read(tmp_path / "empty")[0]["epoch"] == 1
+    assert checkpoint_files.read(tmp_path / "runs" / "mlp" / "ck")[0]["epoch"] == 2
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DataError, match="cannot make"):
+        checkpoint_files.write(tmp_path / "file" / "ck", _w(1), {"epoch": 1})
+
+
+def test_only_checkpoint_leftovers_are_tidied_up(tmp_path):
+    checkpoint_files.write(tmp_path / "ck", _w(1), {"epoch": 1})
+    dead = tmp_path / ".ck.tmp-999999999-dead"  # a writer that died mid-save: only checkpoint files
+    dead.mkdir()
+    (dead / "state.safetensors").write_bytes(b"partial")
+    users = tmp_path / ".ck.tmp-999999998-mine"  # the same name pattern, a user's files
+    users.mkdir()
+    (users / "data.bin").write_bytes(b"keep")
+    live = tmp_path / f".ck.tmp-{os.getppid()}-live"  # a writer that still runs (here: our parent process)
+    live.mkdir()
+    old = tmp_path / ".ck.old"
+    old.mkdir()
+    (old / "diary.txt").write_text("keep")
+    checkpoint_files.write(tmp_path / "ck", _w(2), {"epoch": 2})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ck", users.name, live.name, old.name])
+    assert (users / "data.bin").read_bytes() == b"keep" and (old / "diary.txt").read_text() == "keep"

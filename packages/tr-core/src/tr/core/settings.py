@@ -12,6 +12,8 @@ import copy
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+import numpy as np
+
 from tr.core.errors import ConfigError, FrozenError
 from tr.core.log import configure_logging
 from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_RULES
@@ -53,6 +55,22 @@ def parse_gpu_list(spec: str | int | list[int] | tuple[int, ...]) -> tuple[int, 
     return tuple(ids)
 
 
+def same_value(current: Any, value: Any) -> bool:
+    """Whether setting ``value`` where ``current`` is would change nothing: the same type and an equal value (numpy
+    arrays element by element; a value whose comparison fails counts as different)."""
+    if current is value:
+        return True
+    if type(current) is not type(value):
+        return False
+    try:
+        if isinstance(current, np.ndarray):
+            return (current.shape == value.shape and current.dtype == value.dtype
+                    and bool(np.array_equal(current, value)))
+        return bool(current == value)
+    except Exception:  # an object whose == raises or is ambiguous: not provably the same
+        return False
+
+
 def _positive_int(name: str, v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ConfigError(f"{name} must be an integer, got {v!r}")
@@ -83,6 +101,8 @@ class Settings:
     # --- the fluent builder -------------------------------------------------------------------
     def _set(self, name: str, value: Any) -> Settings:
         if self._frozen:
+            if same_value(getattr(self, name), value):  # re-applying a value changes nothing (a second task)
+                return self
             raise FrozenError(
                 f"settings are frozen (a task has compiled); cannot change {name} to {value!r}. "
                 "Create a new task and set it before compile()"

@@ -17,6 +17,7 @@ from typing import Any
 
 from tr.core.errors import ConfigError, FrozenError
 from tr.core.norm import NormMode
+from tr.core.settings import same_value
 from tr.data.checks import MAX_WORKERS
 from tr.data.dataset import DATASET_NAMES, ArrayDataset, Dataset, open_dataset
 from tr.data.transforms import Compose, Transform, check_transforms, norm_constants
@@ -73,6 +74,8 @@ class PreprocessorSettings:
     # ---- the fluent builder -------------------------------------------------------------------
     def _set(self, name: str, value: Any) -> PreprocessorSettings:
         if self._frozen:
+            if same_value(getattr(self, name), value):  # re-applying a value changes nothing (a second task)
+                return self
             raise FrozenError(
                 f"preprocessor settings are committed; cannot change {name} to {value!r}. "
                 "Use .copy() for an editable copy"

@@ -1,4 +1,4 @@
-"""Checkpoints of a DeepLearningTask: save, exact resume, and periodic checkpoints (last k, best by a metric).
+"""Checkpoints of a DeepLearningTask: save, exact resume, and periodic checkpoints (tr.task.checkpoint_policy).
 
 A checkpoint (the directory format of tr.task.checkpoint_files) holds everything that decides the next
 step, so a resumed run gives the bytes of an uninterrupted one:
@@ -12,13 +12,22 @@ step, so a resumed run gives the bytes of an uninterrupted one:
   draws its own dropout stream: the checkpoint then also holds every rank's (``dropout_seed@ranks``, gathered
   to rank 0 at the save), and each rank resumes its own.
 - ``epoch``: the completed epochs. The data pipeline's order and augmentation are keyed by (seed, epoch,
-  sample), so the epoch number is the whole position of the data RNG.
+  sample), so the epoch number is the whole position of the data RNG; a save is therefore refused inside an
+  epoch and after a cancelled one until an epoch completes (tr.task.epoch_state). ``steps_outside_epochs``
+  and ``lr_history_sha256`` let a resume check the epoch against the step counter and a longer schedule
+  against the rates already trained (tr.task.checkpoint_checks).
 - ``config``: a canonical description of what the plan was compiled from (settings, BluePrint, CompileSpec,
   loss, optimizer, schedule with a hash of its LR table, the data) and ``tensors``, the state tensors'
-  (name, region, shape, dtype). Loading into a task that differs is refused naming the first difference.
+  (name, region, shape, dtype). Loading into a task that differs is refused naming the first difference;
+  the one change allowed is a larger total_epochs whose schedule keeps the past rates.
+- ``data_fingerprint``: the training and validation data's fingerprints (tr.task.data_fingerprint); a resume
+  on other data is refused unless ``allow_data_change``.
 - ``metrics``: the epoch's record (what keep_best compares).
 
-``load`` reads and verifies every file and every difference before it writes one byte to the arena.
+``load`` reads and verifies every file and every difference before it writes one byte to the arena. In
+data-parallel training a save is one exchange every rank takes part in (:func:`save_to`): the ranks hand rank 0
+their descriptions and dropout streams, rank 0 writes and tells every rank the outcome, so a failed save fails
+on every rank, and a rank that does not arrive is a BackendError naming it within the operation timeout.
 """
 
 from __future__ import annotations
@@ -26,17 +35,21 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
-import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tr.core.errors import ConfigError, DataError
+from tr.core import errors
+from tr.core.errors import BackendError, ConfigError, DataError
+from tr.core.log import get_logger
 from tr.core.region import Region
-from tr.task import checkpoint_files
+from tr.task import checkpoint_checks, checkpoint_files, engines
+from tr.task.data_fingerprint import fingerprints
 from tr.tensor.dtensor import DTensor
+
+log = get_logger(__name__)
 
 # regions whose bytes outlive a step; the rest (I, F, G, T, S_MASK, the step result) are rewritten first
 _STATE_GROUPS = frozenset("BWEAMVNS")
@@ -46,8 +59,6 @@ _NOT_STATE = frozenset({Region.S_MASK})
 _CONFIG_TENSORS = frozenset({"lr_table", "batch_train", "batch_train_last", "batch_val", "batch_val_last"})
 _SETTINGS_KEYS = ("amp_enabled", "seed", "batch_size", "input_res", "train_res_begin", "train_res_end", "val_res",
                   "tf32", "loss_scale_rule", "loss_scale_init", "loss_scale_growth_interval")
-# keep_best metric -> whether larger is better
-METRICS = {"top1": True, "top5": True, "val_loss": False, "train_loss": False}
 
 
 def state_tensors(program) -> list[DTensor]:
@@ -139,47 +150,104 @@ def _world(task) -> int:
     return task.group.world_size if task.group is not None else 1
 
 
-def _rank_streams(task) -> np.ndarray | None:
-    """Every rank's dropout stream stacked in rank order on rank 0 (None on the others, and where the run is
-    one process or has no dropout). Every rank calls it: it is a gather."""
-    if _world(task) == 1 or not _has_dropout(task.program):
-        return None
-    task.backend.synchronize()
-    mine = task.backend.read(task.program.named["dropout_seed"])
-    got = task.group.gather("checkpoint/dropout_seed", np.ascontiguousarray(mine).tobytes())
-    if got is None:
-        return None
-    return np.stack([np.frombuffer(b, mine.dtype).reshape(mine.shape) for b in got])
+def _mine(task) -> dict[str, Any]:
+    """What this rank hands rank 0 at a save: its description (a rank's shards and last batches are its own)
+    and, in data-parallel training with dropout, its dropout stream."""
+    out: dict[str, Any] = {"config": describe(task)}
+    if _world(task) > 1 and _has_dropout(task.program):
+        task.backend.synchronize()
+        out["stream"] = np.ascontiguousarray(task.backend.read(task.program.named["dropout_seed"])).tobytes().hex()
+    return out
 
 
 def save(task, path: str | Path, record=None) -> Path:
-    """Write ``task``'s state to the checkpoint directory ``path`` (atomically; see checkpoint_files). In
-    data-parallel training every rank calls it and only rank 0 writes (every rank holds the same weights; with
-    dropout the others first hand rank 0 their dropout streams)."""
-    path = Path(path)
-    streams = _rank_streams(task)
-    configs = None  # data-parallel: every rank's description (a rank's shards and last batches are its own)
-    if _world(task) > 1:
-        configs = task.group.gather("checkpoint/config", json.dumps(describe(task), sort_keys=True).encode())
-    if task.group is not None and not task.group.is_main:
-        return path
+    """Write ``task``'s state to the checkpoint directory ``path`` (atomically, never over anything but a tr
+    checkpoint; see checkpoint_files). In data-parallel training every rank calls it and only rank 0 writes."""
+    return save_to(task, [Path(path)], record)[0]
+
+
+def save_to(task, paths: Sequence[Path], record=None, after: Callable[[], None] | None = None) -> list[Path]:
+    """Save the same state to every path of ``paths`` and then run ``after`` (rank 0's tidying up, e.g. the
+    pruning of old checkpoints). Every rank calls it; rank 0 writes (see :func:`together`)."""
+    task._epoch_state.check("save()")
+    mine = _mine(task)
+
+    def gather_and_write() -> None:
+        contributions = [mine]
+        if _world(task) > 1:
+            got = task.group.gather("the checkpoint save", json.dumps(mine).encode())
+            if got is None:  # not rank 0, which writes
+                return
+            contributions = [json.loads(g) for g in got]
+        _write(task, paths, record, contributions)
+        if after is not None:
+            after()
+
+    together(task, gather_and_write)
+    return list(paths)
+
+
+def together(task, fn: Callable[[], None]) -> None:
+    """Run ``fn`` on every rank (its rank-0 part writes) and make its outcome every rank's: rank 0 shares
+    whether it succeeded, so an error there (a refused path, a full disk, a rank that never arrived at a
+    gather) is raised on every rank, not a hang of the others until a collective times out."""
+    group = task.group
+    if group is None or group.world_size == 1:
+        fn()
+        return
+    try:
+        fn()
+    except BaseException as e:
+        if group.is_main:  # the other ranks wait for the outcome: they fail with this error, not a timeout
+            _share_outcome(group, {"error": str(e), "type": type(e).__name__})
+        raise
+    outcome = json.loads(_share_outcome(group, {"ok": True} if group.is_main else None))
+    if "error" in outcome:
+        kind = getattr(errors, str(outcome.get("type")), None)
+        kind = kind if isinstance(kind, type) and issubclass(kind, errors.TrError) else BackendError
+        raise kind(f"rank {group.rank}: rank 0 failed: {outcome['error']}")
+
+
+def _share_outcome(group, outcome: dict[str, Any] | None) -> bytes:
+    what = "the checkpoint's outcome on rank 0"
+    if outcome is None or "ok" in outcome:
+        return group.share(what, None if outcome is None else json.dumps(outcome).encode())
+    try:  # rank 0 failed: a short wait for the others to read why (they may have died too)
+        return group.share(what, json.dumps(outcome).encode(), timeout_s=5.0)
+    except Exception:  # noqa: BLE001 - the save's own error is the one to raise
+        return b"{}"
+
+
+def _write(task, paths: Sequence[Path], record, contributions: list[dict[str, Any]]) -> None:
+    """Rank 0: write the checkpoint to each of ``paths`` from every rank's ``contributions``."""
+    for path in paths:  # before anything is read: a refused target costs nothing
+        checkpoint_files.check_target(path)
     task.backend.synchronize()
     tensors = state_tensors(task.program)
     arrays = {k: (task.backend.read(t), t.dtype) for k, t in zip(_keys(tensors), tensors)}
-    body = {"epoch": task._epochs_done, "tensors": _tensor_list(tensors), "config": describe(task),
+    epoch, step = task._epochs_done, checkpoint_checks.device_step(arrays)
+    body = {"epoch": epoch, **checkpoint_checks.position(task, epoch, step), "tensors": _tensor_list(tensors),
+            "config": describe(task), "data_fingerprint": fingerprints(task.feeder), "engines": engines.used(task),
             "metrics": _record(record)}
-    if configs is not None:
-        body["config_ranks"] = [json.loads(c) for c in configs]
-    if streams is not None:
-        arrays[RANK_STREAMS] = (streams, task.program.named["dropout_seed"].dtype)
-        body["dropout_ranks"] = int(streams.shape[0])
-    return checkpoint_files.write(path, arrays, body)
+    if len(contributions) > 1:
+        body["config_ranks"] = [c["config"] for c in contributions]
+        if all("stream" in c for c in contributions):
+            seed = task.program.named["dropout_seed"]
+            dt = seed.dtype.np_dtype
+            streams = np.stack([np.frombuffer(bytes.fromhex(c["stream"]), dt).reshape(seed.shape.dims)
+                                for c in contributions])
+            arrays[RANK_STREAMS] = (streams, seed.dtype)
+            body["dropout_ranks"] = int(streams.shape[0])
+    for path in paths:
+        checkpoint_files.write(path, arrays, body)
 
 
-def load(task, path: str | Path) -> dict[str, Any]:
+def load(task, path: str | Path, allow_data_change: bool = False) -> dict[str, Any]:
     """Verify the checkpoint at ``path`` against ``task`` and, only when all is right, load its state.
-    Returns the manifest. Damage is a DataError, a checkpoint of another model/settings a ConfigError;
-    both name the file and the difference, and leave the task as it was."""
+    Returns the manifest. Damage (an edited epoch too) is a DataError, a checkpoint of another model, settings
+    or data a ConfigError; both name the file and the difference, and leave the task as it was. Other
+    training or validation data is accepted only with ``allow_data_change`` (a warning names it)."""
+    task._epoch_state.check("resume()", cancelled_too=False)
     path = Path(path)
     rank = getattr(task.group, "rank", 0) if task.group is not None else 0
     manifest, arrays = checkpoint_files.read(path)
@@ -211,7 +279,8 @@ def load(task, path: str | Path) -> dict[str, Any]:
     per_rank = manifest.get("config_ranks")
     if isinstance(per_rank, list) and len(per_rank) == world and world > 1:  # this rank's own description
         saved_config = per_rank[rank]
-    diff = first_difference(saved_config, describe(task))
+    a, b, grows = checkpoint_checks.growth(saved_config, describe(task))
+    diff = first_difference(a, b)
     if diff is not None:
         raise ConfigError(f"{mpath}: a checkpoint of another configuration (nothing loaded): {diff}")
     for key, t in zip(_keys(tensors), tensors):
@@ -222,53 +291,61 @@ def load(task, path: str | Path) -> dict[str, Any]:
     if set(arrays) != set(_keys(tensors)):
         raise DataError(f"{where}: tensors {sorted(set(arrays) - set(_keys(tensors)))} are not in the manifest "
                         "(nothing loaded)")
-    epoch = manifest.get("epoch")
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-        raise DataError(f"{mpath}: epoch {epoch!r} is not a count of epochs (nothing loaded)")
+    step = checkpoint_checks.device_step(arrays)
+    epoch = checkpoint_checks.check_position(task, manifest, step, mpath)
+    if grows:
+        checkpoint_checks.check_growth(task, manifest, saved_config, step, mpath)
+    checkpoint_checks.check_data(task, manifest, mpath, allow_data_change)
+    _report_engines(task, _recorded_engines(manifest, mpath), mpath)
     task.backend.synchronize()
     for key, t in zip(_keys(tensors), tensors):
         task.backend.write(t, arrays[key][0])
     if world > 1 and streams is not None and _has_dropout(task.program):  # this rank's own dropout stream
         task.backend.write(task.program.named["dropout_seed"], np.ascontiguousarray(streams[0][rank]))
     task._epochs_done = epoch
+    task._epoch_state.loaded()
     return manifest
 
 
-class CheckpointPolicy:
-    """checkpoint_every(): after every ``every``-th epoch save ``directory``/epoch-NNNN, keep the newest
-    ``keep_last`` of them, and with ``keep_best`` also ``directory``/best, the best epoch by that metric."""
+def compile_for(task, path: str | Path) -> None:
+    """Compile ``task`` to resume the checkpoint at ``path``. Where timing chose the saved run's convolution
+    engines (TR_CUDNN_AUTOTUNE=1), the same engines are pinned (tr.task.engines), so the resumed run computes
+    what the unbroken one would have, on this machine too; an engine that cannot run here (another GPU model or
+    cuDNN) is a warning, and the task compiles with this machine's choice."""
+    recorded = _recorded_engines(checkpoint_files.read_manifest(path), Path(path) / checkpoint_files.MANIFEST)
+    if recorded is not None and engines.autotuned(recorded):
+        try:
+            with engines.pinned(task, recorded):
+                task.compile()
+            return
+        except ConfigError as e:  # a failed compile leaves the task as it was: compile again without the pins
+            why = e
+        task.compile()
+        log.warning("%s: the saved run's autotuned convolution engines cannot all run here (%s); resuming with "
+                    "this machine's engines, so the run continues with other bytes than an unbroken one",
+                    path, why)
+        return
+    task.compile()
 
-    def __init__(self, every: int, directory: str | Path, keep_last: int = 1, keep_best: str | None = None) -> None:
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ConfigError(f"checkpoint_every epochs must be an integer >= 1, got {every!r}")
-        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
-            raise ConfigError(f"checkpoint_every keep_last must be an integer >= 1, got {keep_last!r}")
-        if keep_best is not None and keep_best not in METRICS:
-            raise ConfigError(f"checkpoint_every keep_best must be one of {sorted(METRICS)} or None, got {keep_best!r}")
-        self.every, self.directory, self.keep_last, self.keep_best = every, Path(directory), keep_last, keep_best
-        self._best: float | None = None
-        if self.directory.exists() and not self.directory.is_dir():
-            raise ConfigError(f"checkpoint directory {self.directory} is a file")
 
-    def after_epoch(self, task, rec) -> None:
-        epoch = rec.epoch
-        self.directory.mkdir(parents=True, exist_ok=True)
-        if epoch % self.every == 0:
-            save(task, self.directory / f"epoch-{epoch:04d}", rec)
-            for old in sorted(self.directory.glob("epoch-[0-9]*"))[:-self.keep_last]:
-                shutil.rmtree(old, ignore_errors=True)
-        value = getattr(rec, self.keep_best) if self.keep_best else None
-        if value is not None and math.isfinite(value) and self._better(value):
-            save(task, self.directory / "best", rec)
+def _recorded_engines(manifest: dict[str, Any], mpath: Path) -> dict[str, Any] | None:
+    """The manifest's engine description (None: a checkpoint of a tr before engines were recorded); a malformed
+    one is a DataError."""
+    if "engines" not in manifest:
+        return None
+    why = engines.malformed(manifest["engines"])
+    if why is not None:
+        raise DataError(f"{mpath}: the manifest's engines are {why} (nothing loaded)")
+    return manifest["engines"]
 
-    def _better(self, value: float) -> bool:
-        if self._best is None:  # once per run: the best so far survives a resume in best/manifest.json
-            try:
-                m = json.loads((self.directory / "best" / checkpoint_files.MANIFEST).read_bytes())
-                self._best = float((m.get("metrics") or {})[self.keep_best])
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):  # none yet, or unreadable
-                self._best = -math.inf if METRICS[self.keep_best] else math.inf
-        if value > self._best if METRICS[self.keep_best] else value < self._best:
-            self._best = value
-            return True
-        return False
+
+def _report_engines(task, recorded: dict[str, Any] | None, where: Path) -> None:
+    """A warning when this task's convolution engines are not the saved run's: the resumed run then computes
+    other bytes than the unbroken one would have (another GPU model, cuDNN, or autotuned engines not pinned)."""
+    if recorded is None:
+        return
+    diff = engines.differences(recorded, engines.used(task))
+    if diff:
+        log.warning("%s: this task's convolution engines differ from the saved run's (%s%s): the resumed run will "
+                    "not give the bytes of an unbroken one", where, "; ".join(diff[:3]),
+                    f"; {len(diff) - 3} more" if len(diff) > 3 else "")

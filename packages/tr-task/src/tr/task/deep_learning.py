@@ -16,7 +16,7 @@ from tr.core.errors import CompileError, ConfigError, PhaseError
 from tr.core.log import get_logger
 from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
-from tr.task import checkpoint, devices, ema, plan_inputs
+from tr.task import checkpoint, checkpoint_policy, devices, ema, epoch_state, plan_inputs
 from tr.task.base import TaskBase
 from tr.task.devices import relaunch_per_device
 from tr.task.distributed import (
@@ -60,7 +60,8 @@ class DeepLearningTask(TaskBase):
         self._on_step = None
         self._log: MetricsLog | None = None  # log_to(): CSV, JSON lines, plots, TensorBoard
         self._sinks: MetricsLog | None = None  # the log while run() runs (rank 0 only)
-        self._checkpoints: checkpoint.CheckpointPolicy | None = None  # checkpoint_every()
+        self._checkpoints: checkpoint_policy.CheckpointPolicy | None = None  # checkpoint_every()
+        self._epoch_state = epoch_state.EpochState()  # inside an epoch, or after a cancelled one: no save
         self._ema: ema.EmaConfig | None = None  # ema() / sema()
         self._ema_steps: ema.EmaSteps | None = None
         self._dist: tuple[DistEnv, float | None] | None = None
@@ -210,29 +211,27 @@ class DeepLearningTask(TaskBase):
 
     def checkpoint_every(self, epochs: int, directory, keep_last: int = 1,
                          keep_best: str | None = None) -> DeepLearningTask:
-        """After every ``epochs``-th epoch save a checkpoint ``directory``/epoch-NNNN (the newest
-        ``keep_last`` are kept); with ``keep_best`` ("top1", "top5", "val_loss" or "train_loss") also keep
-        ``directory``/best, the best epoch by that metric. Only rank 0 writes. See tr.task.checkpoint."""
-        self._checkpoints = checkpoint.CheckpointPolicy(epochs, directory, keep_last, keep_best)
+        """Every ``epochs`` epochs save ``directory``/epoch-NNNN, keep the newest ``keep_last``; ``keep_best``
+        ("top1", "top5", "val_loss": need validation data; "train_loss"): also best/. tr.task.checkpoint_policy."""
+        self._checkpoints = checkpoint_policy.CheckpointPolicy(epochs, directory, keep_last, keep_best, self._feeder)
         return self
 
     def save(self, path) -> DeepLearningTask:
-        """Write a checkpoint directory at ``path`` (atomically: a crash leaves the previous one whole; only
-        rank 0 writes in data-parallel training)."""
+        """Write a checkpoint directory at ``path`` (atomically, only over a tr checkpoint), between epochs only
+        (tr.task.epoch_state). Data-parallel: every rank calls it, rank 0 writes. See tr.task.checkpoint."""
         self._require(Phase.COMPILED, "save()")
         checkpoint.save(self, path)
         return self
 
-    def resume(self, path) -> DeepLearningTask:
-        """Continue from the checkpoint at ``path``: configure the task as for the run that saved it (same
-        settings, model, optimizer, schedule, data), then ``task.resume(path).run()`` trains the remaining
-        epochs with the bytes of an uninterrupted run. Compiles the task first when it is not compiled. A
-        damaged checkpoint (DataError) or one of another model or configuration (ConfigError, naming the first
-        difference) is refused before anything is loaded."""
+    def resume(self, path, allow_data_change: bool = False) -> DeepLearningTask:
+        """Continue from the checkpoint at ``path`` in a task configured as the run that saved it (total_epochs
+        may grow if the schedule's past stays): ``resume(path).run()`` gives the bytes of an unbroken run. Damage
+        (DataError), another model, configuration or data (ConfigError naming it) are refused before anything
+        loads; ``allow_data_change=True`` resumes on other data on purpose. Compiles the task if needed."""
         if self._phase is Phase.PLANNING:
-            self.compile()
+            checkpoint.compile_for(self, path)  # (autotuned engines pinned as the saved run chose them)
         self._require(Phase.COMPILED, "resume()")
-        checkpoint.load(self, path)
+        checkpoint.load(self, path, allow_data_change)
         return self
 
     def quiet(self, quiet: bool = True) -> DeepLearningTask:
@@ -354,8 +353,9 @@ class DeepLearningTask(TaskBase):
     # --- run --------------------------------------------------------------------------------------
     def run(self, epochs: int | None = None) -> TrainingResult:
         """Train ``epochs`` more epochs (default: those of total_epochs not done yet, or total_epochs again
-        when all are). Epoch numbers and the schedule continue from earlier runs; an exception inside an
-        epoch cancels that epoch (the feeder is reset) and a later run() starts it again."""
+        when all are); epoch numbers and the schedule continue. An exception cancels the epoch but not the steps
+        it applied: a later run() starts that epoch again from the weights, optimizer state and step counter they
+        left (unlike an unbroken run), and save() is refused until an epoch completes (tr.task.epoch_state)."""
         if self._phase is not Phase.COMPILED:
             raise PhaseError(f"run() needs a compiled task; the task is in {self._phase.name}: call compile() first")
         if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
@@ -390,17 +390,6 @@ class DeepLearningTask(TaskBase):
         step = int(scalar(self.backend, self.program, "step")[0])
         return float(self._lr_table[min(step, len(self._lr_table) - 1)])
 
-    def _cancel_epoch(self, epoch: int, exc: BaseException) -> None:
-        """After an exception inside epoch ``epoch``: let launched work finish, so the arena is quiet and the
-        next run() can start the epoch again (the feeder's epoch generator is already closed)."""
-        try:
-            self._launch.synchronize()
-        except Exception as e:  # the device error is the one to report; the original exception follows
-            log.error("after the interrupted epoch %d the device reports: %s", epoch + 1, e)
-        if self._launch.watchdog is not None:
-            self._launch.watchdog.disarm()
-        log.warning("epoch %d cancelled by %s; run() starts it again", epoch + 1, type(exc).__name__)
-
     def _train(self, n_epochs: int) -> TrainingResult:
         feeder, be, prog = self._feeder, self.backend, self.program
         wd = self._launch.watchdog
@@ -413,16 +402,15 @@ class DeepLearningTask(TaskBase):
         t_all = time.perf_counter()
         skipped_before = int(scalar(be, prog, "skipped")[0])
         first = self._epochs_done
+        if self._checkpoints is not None:  # keep_best's metric, the targets: before the first epoch trains
+            self._checkpoints.begin(self, first + n_epochs)
         if self._ema is not None and first == 0:  # the EMA starts from the weights training starts from
             be.launch(self._ema_steps.start)
         for epoch in range(first, first + n_epochs):
             t0 = time.perf_counter()
             validate = has_val and (epoch + 1 - offset) >= 0 and (epoch + 1 - offset) % interval == 0
-            try:
+            with self._epoch_state.epoch(self, epoch):  # an exception cancels the epoch (tr.task.epoch_state)
                 rec = self._epoch(epoch, main, validate)
-            except BaseException as e:  # KeyboardInterrupt too: the task must stay usable
-                self._cancel_epoch(epoch, e)
-                raise
             self._epochs_done = epoch + 1
             skipped_total = int(scalar(be, prog, "skipped")[0])  # counted on the device, read once an epoch
             rec.skipped_steps, skipped_before = skipped_total - skipped_before, skipped_total
@@ -436,7 +424,7 @@ class DeepLearningTask(TaskBase):
             rec.seconds = time.perf_counter() - t0
             result.history.append(rec)
             result.epochs = epoch + 1
-            if self._checkpoints is not None and main:
+            if self._checkpoints is not None:  # every rank takes part in a save; rank 0 writes
                 self._checkpoints.after_epoch(self, rec)
             if table:
                 table.row(rec)
@@ -539,11 +527,15 @@ class DeepLearningTask(TaskBase):
         return out
 
     # --- models out and in (tr.task.predict, tr.task.torch_io) ------------------------------------
-    def predict(self, batch: np.ndarray, output: str = "logits") -> np.ndarray:
-        """The inference graph on an NHWC batch: logits [n, classes], or ``"probs"`` / ``"argmax"``."""
+    def predict(self, batch: Any, output: str = "logits", *, input: str = "normalized",
+                nonfinite: str = "raise") -> np.ndarray:
+        """The validation forward on n >= 1 samples: logits [n, classes], or ``"probs"`` / ``"argmax"``.
+        ``input="normalized"``: NHWC float samples as validation is fed them (normalised); ``"raw"``: uint8
+        images as the data set stores them, normalised by the task's validation chain. ``nonfinite``: "raise"
+        or "flag" (NaN rows, class -1). See tr.task.predict.predict."""
         from tr.task.predict import predict
 
-        return predict(self, batch, output)
+        return predict(self, batch, output, input=input, nonfinite=nonfinite)
 
     def load_torch(self, source) -> DeepLearningTask:
         """Load a torch model's (or its state_dict's) weights and BN statistics; run() then fine-tunes them."""

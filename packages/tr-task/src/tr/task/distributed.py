@@ -17,6 +17,10 @@ timeout runs out, instead of hanging. Then the host collective (gloo, through to
 through the same store, as the CUDA backend's NCCL communicator will: what ranks exchange to bootstrap goes
 through the :class:`tr.backend.base.Store` interface, never through files. :func:`init_group` makes the
 group once per process; every task of the process shares it.
+
+Exchanges between the ranks after the bootstrap (a checkpoint save's ``Group.gather`` and ``Group.share``) wait
+up to the operation timeout (TR_DIST_OP_TIMEOUT) for the slowest rank and then raise a BackendError naming the
+exchange and the ranks that did not arrive.
 """
 
 from __future__ import annotations
@@ -368,9 +372,16 @@ class Group:
                 raise ConfigError(f"the ranks disagree on {what} {key} ({per_rank}); every rank must run the "
                                   f"same configuration")
 
+    @property
+    def op_timeout_s(self) -> float:
+        """How long one exchange waits for the slowest rank: the collective's operation timeout
+        (TR_DIST_OP_TIMEOUT, see :func:`op_timeout`)."""
+        return float(getattr(self.collective, "timeout_s", None) or op_timeout())
+
     def gather(self, what: str, value: bytes) -> list[bytes] | None:
         """Every rank's ``value`` in rank order on rank 0, None on the others; every rank calls it, in the same
-        order as its other group calls (small values: they go through the store)."""
+        order as its other group calls (small values: they go through the store). Rank 0 waits up to the
+        operation timeout for the others, then raises a BackendError naming ``what`` and the missing ranks."""
         if self.store is None:
             return [value]
         self._seq += 1
@@ -378,7 +389,45 @@ class Group:
         self.store.set(f"{base}/{self.rank}", value)
         if not self.is_main:
             return None
-        return [self.store.get(f"{base}/{r}") for r in range(self.world_size)]  # rank 0 hosts: it reads last
+        keys = [f"{base}/{r}" for r in range(self.world_size)]
+        timeout = self.op_timeout_s
+        missing = self.store.missing(keys, timeout)
+        if missing:
+            raise BackendError(f"rank 0: {what}: rank(s) {missing} of {self.world_size} did not arrive within "
+                               f"{timeout:g} s (TR_DIST_OP_TIMEOUT): every rank must call it at the same point, "
+                               f"and these died, hang or took another path")
+        return [self.store.get(k) for k in keys]  # rank 0 hosts: it reads last
+
+    def share(self, what: str, value: bytes | None, timeout_s: float | None = None) -> bytes:
+        """Rank 0's ``value`` on every rank (the others pass None); every rank calls it, in the same order as
+        its other group calls. Each rank waits up to ``timeout_s`` (default: the operation timeout): the others
+        for rank 0's value, rank 0 until every other rank has read it (it hosts the store, and must not close it
+        under a reader); then a BackendError names ``what`` and the missing ranks."""
+        if self.store is None:
+            if value is None:
+                raise ConfigError(f"share({what!r}): rank 0 must pass the value, got None")
+            return value
+        self._seq += 1
+        key = f"tr/share/{self._seq}/{what}"
+        timeout = self.op_timeout_s if timeout_s is None else timeout_s
+        if self.is_main:
+            if value is None:
+                raise ConfigError(f"share({what!r}): rank 0 must pass the value, got None")
+            self.store.set(key, value)
+            missing = self.store.missing([f"{key}/read/{r}" for r in range(1, self.world_size)], timeout)
+            if missing:
+                raise BackendError(f"rank 0: {what}: rank(s) {[r + 1 for r in missing]} of {self.world_size} did "
+                                   f"not take rank 0's answer within {timeout:g} s (TR_DIST_OP_TIMEOUT): they "
+                                   f"died, hang or took another path")
+            return value
+        try:
+            got = self.store.get(key, timeout)
+        except BackendError as e:
+            raise BackendError(f"rank {self.rank}: {what}: no answer from rank 0 (waited up to {timeout:g} s, "
+                               f"TR_DIST_OP_TIMEOUT; missing ranks: [0]): it died, hangs or took another path "
+                               f"({e})") from e
+        self.store.set(f"{key}/read/{self.rank}", b"1")
+        return got
 
     def close(self) -> None:
         """Release the collective, then the store (rank 0: stops hosting it)."""

@@ -52,6 +52,21 @@ def used(task: Any) -> dict[str, Any]:
     return {"backend": "cuda", **facts(backend), "convolutions": [e.as_dict() for e in backend.conv_engines()]}
 
 
+def malformed(recorded: Any) -> str | None:
+    """Why ``recorded`` is not a description :func:`used` makes (a checkpoint's may be damaged), or None: a dict
+    with a 'backend' string and a 'convolutions' list of records with 'key' and 'engine' strings."""
+    if not isinstance(recorded, Mapping) or not isinstance(recorded.get("backend"), str):
+        return f"{type(recorded).__name__} without a 'backend' string"
+    convs = recorded.get("convolutions")
+    if not isinstance(convs, list):
+        return f"'convolutions' is {type(convs).__name__}, not a list"
+    for i, c in enumerate(convs):
+        if not (isinstance(c, Mapping) and isinstance(c.get("key"), str) and isinstance(c.get("engine"), str)
+                and isinstance(c.get("source", ""), str)):
+            return f"convolution {i} is {repr(c)[:60]}, not a record with 'key', 'engine' and 'source' strings"
+    return None
+
+
 def recorded_pins(recorded: Mapping[str, Any]) -> dict[str, str]:
     """{plan key: engine} of a description made by :func:`used`; ConfigError naming what is malformed."""
     if not isinstance(recorded, Mapping) or not isinstance(recorded.get("convolutions"), list):

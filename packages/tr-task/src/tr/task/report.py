@@ -30,9 +30,12 @@ class EpochRecord:
 
 @dataclass
 class TrainingResult:
-    best_top1: float = 0.0
-    best_top5: float = 0.0
-    best_epoch: int = -1  # 1-based; -1 when never validated
+    """What run() did. The bests are over the epochs it validated: None when it validated none (no validation
+    data, or validate_every skipped them all), never a score of 0."""
+
+    best_top1: float | None = None
+    best_top5: float | None = None
+    best_epoch: int | None = None  # 1-based
     epochs: int = 0
     seconds: float = 0.0
     history: list[EpochRecord] = field(default_factory=list)
@@ -42,15 +45,17 @@ class TrainingResult:
     best_ema_top5: float | None = None
 
     def as_dict(self) -> dict:
-        out = {"best_top1": self.best_top1, "best_top5": self.best_top5, "best_epoch": self.best_epoch,
-               "epochs": self.epochs, "seconds": round(self.seconds, 3), "skipped_steps": self.skipped_steps}
+        """The summary; the best_* keys only when an epoch was validated."""
+        out = {"epochs": self.epochs, "seconds": round(self.seconds, 3), "skipped_steps": self.skipped_steps}
+        if self.best_epoch is not None:
+            out = {"best_top1": self.best_top1, "best_top5": self.best_top5, "best_epoch": self.best_epoch, **out}
         if self.best_ema_top1 is not None:
             out.update(best_ema_top1=self.best_ema_top1, best_ema_top5=self.best_ema_top5)
         return out
 
     def add(self, rec: EpochRecord) -> None:
         """Count a validated epoch's accuracies into the bests."""
-        if rec.top1 is not None and rec.top1 > self.best_top1:
+        if rec.top1 is not None and (self.best_top1 is None or rec.top1 > self.best_top1):
             self.best_top1, self.best_top5, self.best_epoch = rec.top1, rec.top5, rec.epoch
         if rec.ema_top1 is not None and (self.best_ema_top1 is None or rec.ema_top1 > self.best_ema_top1):
             self.best_ema_top1, self.best_ema_top5 = rec.ema_top1, rec.ema_top5

@@ -1,0 +1,107 @@
+"""Checkpoints record the convolution engines the run used (tr.task.engines), and a resume into an uncompiled task
+pins the saved run's autotuned engines before compiling; where they cannot run (another GPU model), or where the
+engines differ, the resume goes on with a warning that the bytes will differ from an unbroken run's."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from tr.algo.optimizer import Adam
+from tr.algo.scheduler import ConstantLR
+from tr.core.errors import ConfigError
+from tr.core.settings import Settings
+from tr.graph.blueprint import cbr, fc, flatten, seq
+from tr.task import checkpoint_files, engines
+from tr.task.deep_learning import DeepLearningTask
+from tr.task.feeder import ArrayFeeder
+
+_rng = np.random.default_rng(3)
+X = _rng.standard_normal((16, 6, 6, 3)).astype(np.float32)
+Y = (np.arange(16) % 3).astype(np.int32)
+TIMED = {"backend": "cuda", "gpu": "NVIDIA H200", "cudnn": 91900,
+         "convolutions": [{"key": "fprop:n4:h6:w6:c3:k4:r3:s3:sh1:sw1:ph1:pw1:FP32,FP32,FP32:tf32=0",
+                           "direction": "fprop", "engine": "eng0_k2=1", "source": "timed", "rank": 1}]}
+
+
+def _task() -> DeepLearningTask:
+    feeder = ArrayFeeder((X, Y), None, 4, seed=2, num_classes=3)
+    return (DeepLearningTask(Settings().manual_seed(1).global_batch_size(4)).device("cpu").quiet()
+            .model(seq(cbr(4, 3, s=1, p=1), flatten(), fc(3))).optimizer(Adam()).scheduler(ConstantLR(0.01))
+            .data(feeder).total_epochs(2))
+
+
+def _with_engines(path, recorded) -> None:
+    """The checkpoint at ``path`` as if a run with engines ``recorded`` had saved it (its checksum recomputed)."""
+    mpath = path / checkpoint_files.MANIFEST
+    m = json.loads(mpath.read_text())
+    m["engines"] = recorded
+    body = {k: v for k, v in m.items() if k != "sha256"}
+    m["sha256"] = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    mpath.write_text(json.dumps(m))
+
+
+@pytest.fixture
+def saved(tmp_path):
+    t = _task().compile()
+    t.run(1)
+    t.save(tmp_path / "ck")
+    return tmp_path / "ck", {k: t.backend.read(v).tobytes() for k, v in t.program.named.items()}
+
+
+def test_the_manifest_records_the_engines_and_a_resume_on_the_same_backend_is_silent(saved, caplog):
+    path, _ = saved
+    assert checkpoint_files.read_manifest(path)["engines"] == {"backend": "cpu", "convolutions": []}
+    with caplog.at_level(logging.WARNING, logger="tr.task.checkpoint"):
+        t = _task().resume(path)
+    assert t._epochs_done == 1 and not caplog.records
+
+
+def test_autotuned_engines_are_pinned_for_the_resumed_compile(saved, monkeypatch):
+    path, _ = saved
+    _with_engines(path, TIMED)
+    seen = []
+
+    @contextlib.contextmanager
+    def pinned(task, recorded):
+        seen.append((task.phase.name, recorded))
+        yield {}
+
+    monkeypatch.setattr(engines, "pinned", pinned)
+    t = _task().resume(path)
+    assert seen == [("PLANNING", TIMED)] and t._epochs_done == 1
+
+
+def test_engines_that_cannot_run_here_are_a_warning_not_a_failed_resume(saved, monkeypatch, caplog):
+    path, _ = saved
+    _with_engines(path, TIMED)
+
+    @contextlib.contextmanager
+    def pinned(task, recorded):
+        raise ConfigError("cuDNN conv fprop:...: the pinned engine 'eng0_k2=1' cannot run here")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(engines, "pinned", pinned)
+    with caplog.at_level(logging.WARNING, logger="tr.task.checkpoint"):
+        t = _task().resume(path)
+    assert t._epochs_done == 1 and t.phase.name == "COMPILED"
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert "cannot all run here" in text and "eng0_k2=1" in text
+    assert "engines differ from the saved run's" in text and "backend: 'cuda' / 'cpu'" in text
+
+
+def test_a_checkpoint_without_engines_resumes_as_before(saved, caplog):
+    path, _ = saved
+    m = json.loads((path / checkpoint_files.MANIFEST).read_text())
+    del m["engines"]
+    body = {k: v for k, v in m.items() if k != "sha256"}
+    m["sha256"] = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    (path / checkpoint_files.MANIFEST).write_text(json.dumps(m))
+    with caplog.at_level(logging.WARNING, logger="tr.task.checkpoint"):
+        assert _task().resume(path)._epochs_done == 1
+    assert not caplog.records

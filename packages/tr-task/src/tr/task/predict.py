@@ -1,21 +1,37 @@
-"""Inference on the compiled plan: the validation forward (INF_MAIN_A) on a user's batch.
+"""Inference on the compiled plan: the validation forward (INF_MAIN_A) on a user's samples.
 
 It runs the same ops as validation (BN with the running statistics folded into scale/bias, no dropout)
-in the same arena: the batch is written into input buffer A, which the next training or validation step's
-transfer overwrites anyway, so predict() may be called between run()s.
+in the same arena: each chunk of the compiled validation batch is written into input buffer A, which the next
+training or validation step's transfer overwrites anyway, so predict() may be called between run()s. Each
+sample is inferred alone (BN reads running statistics; the last chunk's padding rows are zeros), so n samples
+give exactly what chunk-by-chunk calls give, whatever n (a sample at another row of a chunk may differ in the
+last bits: the GEMMs' blocking).
+
+What it takes (``input=``) is tr.task.predict_input's: normalised float samples (the default) or raw uint8
+images that predict normalises exactly as validation does.
+
+Non-finite samples (``nonfinite=``): a sample whose input, or whose logits, hold NaN or Inf gets no class
+silently (argmax over NaN is class 0). ``"raise"`` (default): DataError naming the samples, for inputs before
+anything runs. ``"flag"``: the other samples' results as usual, that sample's row NaN in "logits" and "probs"
+and its class -1 in "argmax" (its input is fed as zeros, so it cannot reach the others).
 """
 
 from __future__ import annotations
 
 import weakref
+from typing import Any
 
 import numpy as np
 
-from tr.core.errors import ConfigError, DTypeError, PhaseError, ShapeError
+from tr.core.errors import ConfigError, DataError, PhaseError
 from tr.core.graph_id import GraphId
 from tr.core.phase import Phase
+from tr.task.predict_input import INPUTS, normalize_raw, samples, which
+
+__all__ = ["INPUTS", "NONFINITE", "OUTPUTS", "input_tensor", "normalize_raw", "predict"]
 
 OUTPUTS = ("logits", "probs", "argmax")
+NONFINITE = ("raise", "flag")
 _graphs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # task -> (graph, input, logits, loss kind)
 
 
@@ -37,43 +53,89 @@ def _plan(task):
     return _graphs[task]
 
 
-def predict(task, batch: np.ndarray, output: str = "logits") -> np.ndarray:
-    """The model's output for ``batch`` (NHWC, [n, H, W, C] of the compiled input, 1 <= n <= the compiled
-    validation batch; float32, or the plan's input dtype): ``"logits"`` [n, classes] float32 (default),
-    ``"probs"`` (the loss's probabilities: the softmax of the logits, or each class's sigmoid under
-    BCEWithLogitsLoss; an MSELoss plan has none) or ``"argmax"`` [n] int64."""
+def _compiled(task, what: str) -> None:
     if task.phase is not Phase.COMPILED:
-        raise PhaseError(f"predict() needs a compiled task; the task is in {task.phase.name} (call compile())")
+        raise PhaseError(f"{what} needs a compiled task; the task is in {task.phase.name} (call compile())")
+
+
+def input_tensor(task):
+    """The plan tensor predict() writes: [B, H, W, C] of the compiled validation batch and sample shape."""
+    _compiled(task, "predict()")
+    return _plan(task)[1]
+
+
+def predict(task, batch: Any, output: str = "logits", *, input: str = "normalized",
+            nonfinite: str = "raise") -> np.ndarray:
+    """The model's output for ``batch``: the validation forward, any number n >= 1 of samples (split into
+    chunks of the compiled validation batch).
+
+    ``input="normalized"`` (default): ``batch`` is NHWC [n, H, W, C] of the compiled sample shape, float32 (or
+    the plan's input dtype: float16 under AMP), holding what the task's data pipeline feeds validation: the
+    val transforms' output normalised as (x / 255 - mean) / std (then channel padding). uint8 is refused
+    (DTypeError), and float values far outside what the normalisation gives pixels 0..255 too (DataError).
+    ``input="raw"``: ``batch`` is uint8 images as the data set stores them, [n, h, w, c] or a sequence of
+    [h, w, c] arrays; predict runs the task's validation chain on them (val transforms, FusedNormalization with
+    the task's mean/std), so the result is what validation computes for those images. Needs a task fed from
+    tr.data's preprocessor settings (ConfigError for an ArrayFeeder, which holds normalised arrays).
+
+    ``output``: ``"logits"`` [n, classes] float32 (default), ``"probs"`` (the loss's probabilities: the softmax
+    of the logits, or each class's sigmoid under BCEWithLogitsLoss; an MSELoss plan has none) or ``"argmax"``
+    [n] int64. ``nonfinite``: ``"raise"`` (default) a DataError naming the samples whose input or logits hold
+    NaN/Inf; ``"flag"`` gives those samples NaN rows ("logits", "probs") or class -1 ("argmax")."""
+    _compiled(task, "predict()")
     if output not in OUTPUTS:
         raise ConfigError(f"predict(output={output!r}): expected one of {OUTPUTS}")
+    if nonfinite not in NONFINITE:
+        raise ConfigError(f"predict(nonfinite={nonfinite!r}): expected one of {NONFINITE}")
     graph, data, logits, kind = _plan(task)
     if output == "probs" and kind == "mse":
         raise ConfigError("predict(output='probs'): a plan trained with MSELoss gives scores, not probabilities; "
                           "ask for 'logits' or 'argmax'")
-    full = data.shape.dims
-    if not isinstance(batch, np.ndarray):
-        raise DTypeError(f"predict() takes a numpy array, got {type(batch).__name__}")
-    if batch.ndim != 4 or tuple(batch.shape[1:]) != tuple(full[1:]) or not 1 <= batch.shape[0] <= full[0]:
-        raise ShapeError(f"predict(): batch of shape {tuple(batch.shape)}; the plan takes [n, {full[1]}, {full[2]}, "
-                         f"{full[3]}] (NHWC) with 1 <= n <= {full[0]}")
-    allowed = {np.dtype(np.float32), np.dtype(data.dtype.np_dtype)}
-    if batch.dtype not in allowed:
-        raise DTypeError(f"predict(): batch dtype {batch.dtype}; expected {' or '.join(sorted(map(str, allowed)))}")
-    n = batch.shape[0]
-    x = np.zeros(full, data.dtype.np_dtype)  # padding rows: each sample is inferred alone (BN uses running stats)
-    x[:n] = batch
+    s = samples(task, batch, input, data)
+    if len(s.nonfinite) and nonfinite == "raise":
+        raise DataError(f"predict(): sample {which(s.nonfinite)} holds NaN or Inf, which has no class; fix the "
+                        "input, or pass nonfinite='flag' to get NaN rows / class -1 for such samples")
+    out = _forward(task, graph, data, logits, s)
+    bad = ~np.isfinite(out).all(axis=1)
+    if bad.any() and nonfinite == "raise":
+        raise DataError(f"predict(): the logits of sample {which(np.flatnonzero(bad))} are not finite, though the "
+                        "input is: the weights or BN statistics hold NaN/Inf, or the forward overflowed (FP16)")
+    bad[s.nonfinite] = True
+    result = _output(out, output, kind)
+    if bad.any():
+        result[bad] = -1 if output == "argmax" else np.nan
+    return result
+
+
+def _forward(task, graph, data, logits, s) -> np.ndarray:
+    full = tuple(data.shape.dims)
     be = task.backend
     be.launch(task._steps.epoch_begin)  # FP16 working weights (AMP) and folded BN scale/bias are current
     be.launch(task._steps.epoch_end)
-    be.write(data, x)
-    be.launch(graph)
-    be.synchronize()
-    out = be.read(logits).reshape(full[0], -1)[:n].astype(np.float32)
+    x = np.empty(full, data.dtype.np_dtype)
+    out: np.ndarray | None = None
+    for start in range(0, s.n, full[0]):
+        m = min(full[0], s.n - start)
+        x[m:] = 0  # padding rows
+        s.fill(x, start, m)
+        be.write(data, x)
+        be.launch(graph)
+        be.synchronize()
+        y = be.read(logits).reshape(full[0], -1)[:m]
+        if out is None:
+            out = np.empty((s.n, y.shape[1]), np.float32)
+        out[start:start + m] = y
+    assert out is not None  # (n >= 1: checked with the input)
+    return out
+
+
+def _output(out: np.ndarray, output: str, kind: str) -> np.ndarray:
     if output == "argmax":
         return out.argmax(axis=1)
-    if output == "probs" and kind == "bce_logits":
-        return (0.5 * (1.0 + np.tanh(0.5 * out))).astype(np.float32)
-    if output == "probs":
-        e = np.exp(out - out.max(axis=1, keepdims=True))
-        return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):  # (non-finite rows: flagged by the caller)
+        if output == "probs" and kind == "bce_logits":
+            return (0.5 * (1.0 + np.tanh(0.5 * out))).astype(np.float32)
+        if output == "probs":
+            e = np.exp(out - out.max(axis=1, keepdims=True))
+            return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
     return out

@@ -17,6 +17,14 @@ are zeros, and an imported conv bias is folded into the following BN's running m
 mean m is bn(x) with mean m - b, and in training the batch mean absorbs b). num_batches_tracked is exported as
 the applied training steps (step - skipped) and ignored on import (tr keeps no per-BN counter).
 
+Beyond shapes: given an ``nn.Module``, its layers are compared with tr's, in the order its forward runs them
+(tr.task.torch_layers: module types, activation kinds included, and the conv, pool and BN hyper-parameters); the
+first difference is a ConfigError naming the torch module, tr's layer and both values. A bare state_dict has
+no layers: only its names and shapes are checked. Non-finite values are refused both ways (DataError naming the
+tensor): a NaN/Inf or a negative BN running variance in the torch tensors on import, a NaN/Inf in tr's tensors on
+export. A value that is not a tensor (or ndarray) of real numbers is a DTypeError naming it; bfloat16 loads
+through float32. Every check runs before the first byte is written.
+
 torch is optional (``pip install 'tr-task[torch]'``): imported only when a function here needs it.
 """
 
@@ -28,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from tr.core.errors import ConfigError, PhaseError, ShapeError
+from tr.core.errors import ConfigError, DataError, DTypeError, PhaseError, ShapeError
 from tr.core.phase import Phase
 from tr.tensor.dtensor import DTensor
 
@@ -102,10 +110,27 @@ def tr_modules(program) -> list[_TrModule]:
     return [mods[k] for k in sorted(mods)]
 
 
-def _numpy(v: Any) -> np.ndarray:
+def _shape(key: str, v: Any) -> tuple[int, ...]:
+    """The shape of state_dict value ``v``: a tensor or an ndarray of real numbers (DTypeError otherwise)."""
+    if hasattr(v, "detach") and hasattr(v, "is_complex"):  # a torch tensor
+        if v.is_complex() or str(v.dtype) == "torch.bool":
+            raise DTypeError(f"torch parameter {key!r} is a {v.dtype} tensor; expected real numbers")
+        return tuple(int(d) for d in v.shape)
+    if isinstance(v, np.ndarray):
+        if v.dtype.kind not in "fiu":
+            raise DTypeError(f"torch parameter {key!r} is a {v.dtype} array; expected real numbers")
+        return v.shape
+    raise DTypeError(f"torch parameter {key!r} is a {type(v).__name__}, not a tensor")
+
+
+def _numpy(key: str, v: Any) -> np.ndarray:
+    """State_dict value ``v`` as an ndarray (bfloat16, which numpy lacks, through float32)."""
+    _shape(key, v)
     if hasattr(v, "detach"):
-        v = v.detach().cpu().numpy()
-    return np.asarray(v)
+        v = v.detach().cpu()
+        v = v.float() if v.is_floating_point() and str(v.dtype) == "torch.bfloat16" else v
+        return v.numpy()
+    return v
 
 
 def torch_modules(state: Mapping[str, Any]) -> list[_TorchModule]:
@@ -113,7 +138,7 @@ def torch_modules(state: Mapping[str, Any]) -> list[_TorchModule]:
     groups: dict[str, dict[str, tuple[int, ...]]] = {}
     for key, v in state.items():
         prefix, _, suffix = key.rpartition(".")
-        groups.setdefault(prefix, {})[suffix] = tuple(np.shape(_numpy(v)))
+        groups.setdefault(prefix, {})[suffix] = _shape(key, v)
     mods: list[_TorchModule] = []
     for prefix, shapes in groups.items():
         if "running_mean" in shapes:
@@ -173,6 +198,10 @@ def pair(program, state: Mapping[str, Any], pools: set[int] | None = None) -> li
             if got != shape:
                 raise ShapeError(f"torch parameter '{b.prefix}.{suffix}' has shape {got}, tr's {a.name()} "
                                  f"needs {shape}: the state_dict is of another architecture or size")
+        folded = b.shapes.get("bias") if a.kind == "conv" and "bias" not in want else None
+        if folded is not None and folded != want["weight"][:1]:  # a bias tr folds into the next BN: one per channel
+            raise ShapeError(f"torch parameter '{b.prefix}.bias' has shape {folded}, tr's {a.name()} folds a conv "
+                             f"bias of shape {want['weight'][:1]} into the batch norm after it")
         extra = set(b.shapes) - set(want) - {"num_batches_tracked"} - ({"bias"} if a.kind == "conv" else set())
         if a.kind == "fc" and "bias" not in want and "bias" in b.shapes:
             extra.add("bias")
@@ -227,6 +256,29 @@ def _template(target: Any) -> Mapping[str, Any]:
     return target.state_dict() if hasattr(target, "state_dict") else target
 
 
+def _is_module(x: Any) -> bool:
+    """An nn.Module (whose layers can be compared), not a bare state_dict."""
+    return hasattr(x, "state_dict") and hasattr(x, "named_modules")
+
+
+def _paired(task, target: Any, state: Mapping[str, Any]) -> list[tuple[_TrModule, _TorchModule]]:
+    """pair()'s weight pairing, then, for an nn.Module, the layer comparison (tr.task.torch_layers)."""
+    pairs = pair(task.program, state, _pools(target))
+    if _is_module(target):
+        from tr.task.torch_layers import check_layers
+
+        check_layers(task, target, pairs)
+    return pairs
+
+
+def _check_finite(v: np.ndarray, what: str) -> None:
+    bad = ~np.isfinite(v)
+    if bad.any():
+        i = tuple(int(k) for k in np.unravel_index(int(np.argmax(bad)), v.shape))
+        raise DataError(f"{what} holds {int(bad.sum())} non-finite value(s) (the first, {v[i]}, at index {i}): "
+                        "refused, a NaN or Inf weight or statistic makes every prediction NaN")
+
+
 def _pools(target: Any) -> set[int] | None:
     """The square output sizes of the model's AdaptiveAvgPool2d modules; None for a state_dict."""
     if not hasattr(target, "modules"):
@@ -252,8 +304,8 @@ def to_torch_state_dict(task, target: Any) -> dict[str, Any]:
         steps = int(be.read(prog.named["step"]).reshape(-1)[0])
         if "skipped" in prog.named:
             steps -= int(be.read(prog.named["skipped"]).reshape(-1)[0])
-    out: dict[str, Any] = {}
-    for a, b in pair(prog, state, _pools(target)):
+    staged: list[tuple[str, np.ndarray]] = []
+    for a, b in _paired(task, target, state):
         arrays = {s: be.read(t).astype(np.float32) for s, t in a.tensors.items()}
         if a.kind == "conv":
             vals = {"weight": arrays["weight"].transpose(0, 3, 1, 2)}
@@ -268,10 +320,12 @@ def to_torch_state_dict(task, target: Any) -> dict[str, Any]:
         else:
             vals = {s: arrays[s].reshape(-1) for s in ("weight", "bias", "running_mean", "running_var")}
         for s, v in vals.items():
-            out[f"{b.prefix}.{s}"] = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32))
+            source = f"tr's {a.name()} tensor {a.tensors[s].name!r}" if s in a.tensors else "a zero bias"
+            _check_finite(v, f"{source} (for torch's '{b.prefix}.{s}')")
+            staged.append((f"{b.prefix}.{s}", np.ascontiguousarray(v, dtype=np.float32)))
         if "num_batches_tracked" in b.shapes:
-            out[f"{b.prefix}.num_batches_tracked"] = torch.tensor(steps, dtype=torch.long)
-    return out
+            staged.append((f"{b.prefix}.num_batches_tracked", np.array(steps, np.int64)))
+    return {k: torch.from_numpy(v) for k, v in staged}
 
 
 def save_torch(task, target: Any, path: str) -> None:
@@ -285,11 +339,18 @@ def load_torch(task, source: Any) -> None:
     first byte is written: a state_dict of another architecture raises and leaves the task unchanged."""
     _compiled(task, "load_torch()")
     state = _template(source)
-    pairs = pair(task.program, state, _pools(source))
+    pairs = _paired(task, source, state)
     writes: list[tuple[DTensor, np.ndarray]] = []
     pending_bias: np.ndarray | None = None  # a conv's bias, folded into the BN after it
     for k, (a, b) in enumerate(pairs):
-        get = {s: _numpy(state[f"{b.prefix}.{s}"]).astype(np.float32) for s in b.shapes if s != "num_batches_tracked"}
+        with np.errstate(over="ignore"):  # a float64 value past float32's range is an Inf: refused just below
+            get = {s: _numpy(f"{b.prefix}.{s}", state[f"{b.prefix}.{s}"]).astype(np.float32) for s in b.shapes
+                   if s != "num_batches_tracked"}
+        for s, v in get.items():
+            _check_finite(v, f"torch tensor '{b.prefix}.{s}'")
+        if "running_var" in get and (get["running_var"] < 0).any():
+            raise DataError(f"torch tensor '{b.prefix}.running_var' holds a negative variance "
+                            f"({float(get['running_var'].min()):g}): refused, the BN would compute NaN")
         if a.kind == "conv":
             writes.append((a.tensors["weight"], get["weight"].transpose(0, 2, 3, 1)))
             if "bias" in a.tensors:  # (pair() checked torch has it)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tr.core.log import get_logger
-from tr.data.tempfiles import new_file
+from tr.core.tempfiles import new_file
 
 log = get_logger(__name__)
 

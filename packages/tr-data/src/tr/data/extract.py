@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tr.core.errors import DataError
 from tr.core.log import get_logger
-from tr.data.tempfiles import new_dir, new_file
+from tr.core.tempfiles import new_dir, new_file
 
 log = get_logger(__name__)
 

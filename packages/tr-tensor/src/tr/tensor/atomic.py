@@ -8,12 +8,12 @@ after the rename so the new name survives a power loss too. A failed save remove
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 from tr.core.errors import DataError
+from tr.core.tempfiles import new_file
 
 TMP_SUFFIX = ".tmp"
 
@@ -42,10 +42,9 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
     """
     path = Path(path)
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
+        fd, tmp = new_file(path.parent, f".{path.name}.", TMP_SUFFIX)  # the umask's mode (mkstemp's 0600 would stay)
     except OSError as e:
         raise DataError(f"{path}: cannot save ({e.strerror or e})") from e
-    tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from tr.core.errors import DataError
+from tr.core.tempfiles import new_dir
 from tr.data.dts.format import KIND_RAW
 from tr.data.dts.reader import DtsFile
-from tr.data.tempfiles import new_dir
 
 
 def _class_dirs(classes: list[str], num_classes: int, where: Path) -> list[str]:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build tr.data's native extension with AddressSanitizer + UndefinedBehaviorSanitizer into a temporary
 # directory and run the native-heavy tests against it (Python itself is not instrumented, so libasan is
-# preloaded). Usage: packages/tr-data/tools/asan_test.sh [extra pytest args]
+# preloaded). Usage: packages/tr-data/tools/asan_test.sh [pytest args]: test files among them (paths relative
+# to packages/tr-data, e.g. tests/test_fuzz_dts.py, or with ::test) run instead of the default list below.
 # Env: PYTHON (default: the repo's .venv python), KEEP=1 keeps the temp dir.
 set -euo pipefail
 PKG=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,17 +45,25 @@ PY
 LIBASAN=$(${CXX:-g++} -print-file-name=libasan.so)
 LIBSTDCXX=$(${CXX:-g++} -print-file-name=libstdc++.so)
 export LD_PRELOAD="$LIBASAN $LIBSTDCXX"
-export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
+# allocator_may_return_null: an absurd size (a fuzzed header's count) is numpy's MemoryError, as without ASan,
+# not an abort; every memory error ASan detects still aborts.
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export PYTHONMALLOC=malloc
-export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+# tools/testkit: the fuzzer, loaded as a plugin (-p parser_fuzz) so the run ends with every suite's case count
+export PYTHONPATH="$WORK/site:$ROOT/tools/testkit${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" - <<'PY'
 import tr.data, tr.data._native as n
 assert "tr-data-asan" in tr.data.__file__, tr.data.__file__
 print("[asan] using", n.__file__)
 PY
 cd "$PKG"
-"$PY" -m pytest -q -s -p no:cacheprovider tests/test_fuzz.py tests/test_fuzz_params.py tests/test_fuzz_files.py \
-  tests/test_checks.py tests/test_engine.py tests/test_preprocessor.py tests/test_station.py \
-  tests/test_fused_normalization.py tests/test_seeds.py tests/test_jpeg_pipeline.py tests/test_jpeg_baseline.py tests/test_dts.py "$@"
+TESTS=(tests/test_fuzz.py tests/test_fuzz_params.py tests/test_fuzz_files.py tests/test_fuzz_dts.py
+  tests/test_checks.py tests/test_engine.py tests/test_preprocessor.py tests/test_station.py
+  tests/test_fused_normalization.py tests/test_seeds.py tests/test_jpeg_pipeline.py tests/test_jpeg_baseline.py
+  tests/test_dts.py)
+for a in "$@"; do
+  if [[ "$a" != -* && -e "${a%%::*}" ]]; then TESTS=(); break; fi  # the caller names the tests
+done
+"$PY" -m pytest -q -s -p no:cacheprovider -p parser_fuzz ${TESTS[@]+"${TESTS[@]}"} "$@"
 echo "[asan] clean"

@@ -1,9 +1,11 @@
 """DTS packs: round trips (MNIST, CIFAR, JPEG folders at every level), damage named at the file, block and
-sample, atomic writes, the tr-dts command line, and a fuzzed reader."""
+sample, header fields and metadata no writer writes, atomic writes, the tr-dts command line, and a fuzzed
+reader."""
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -13,7 +15,7 @@ import numpy as np
 import pytest
 
 from tr.core.errors import ConfigError, DataError
-from tr.data.dts import DtsDataset, DtsFile, DtsWriter, pack, raw_header
+from tr.data.dts import DtsDataset, DtsFile, DtsWriter, jpeg_header, pack, raw_header
 from tr.data.dts.cli import main as cli
 from tr.data.dts.format import HEADER, VERSION, crc32
 
@@ -197,6 +199,137 @@ def test_missing_paths_and_bad_settings_are_clear(tmp_path):
         pack(tmp_path, tmp_path / "out", level=4)
     with pytest.raises(DataError, match="train.dts: no such DTS file"):
         DtsDataset(tmp_path)
+
+
+# --- header, metadata and index checks (cases of test_fuzz_dts.py) ---------------------------------------------
+
+def _edited(tmp_path: Path, edit, make=None) -> Path:
+    """tmp_path/p/train.dts (``make``, default a RAW pack of 300 samples), edited through a
+    dts_mutations.Pack, its checksums recomputed as a writer would."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from dts_mutations import Pack
+
+    path = tmp_path / "p" / "train.dts"
+    path.parent.mkdir()
+    (make or _raw_pack)(path)
+    p = Pack(path.read_bytes())
+    edit(p)
+    p.fix_all(payload=True)
+    path.write_bytes(bytes(p.b))
+    return path
+
+
+def _fake_jpegs(path: Path, n: int = 5, size: int = 104, block: int = 1 << 16) -> None:
+    """A JPEG pack of ``n`` byte strings framed as JPEGs (the reader checks blocks, not JPEG structure)."""
+    h = jpeg_header("TEST", "train", 0, 3, " RGB", {"classes": ["c0", "c1", "c2"]}, block)
+    with DtsWriter(path, h) as w:
+        for i in range(n):
+            w.add(b"\xff\xd8" + bytes([i]) * (size - 4) + b"\xff\xd9", i % 3)
+
+
+@pytest.mark.parametrize("meta, why", [
+    ({"classes": list("abc")}, r"'classes' names 3 classes, the header says 4"),
+    ({"classes": list("abcde")}, r"'classes' names 5 classes, the header says 4"),  # tr-dts info: IndexError
+    ({"classes": list("abad")}, r"'classes' names 'a' more than once"),
+    ({"classes": ["a", "", "c", "d"]}, r"'classes' item 1 is '', expected a class name \(a non-empty string\)"),
+    ({"classes": list("abcd"), "skipped": 3}, r"'skipped' is an integer \(3\), expected an array"),  # info: TypeError
+    ({"classes": list("abcd"), "level": True}, r"'level' is a boolean \(True\), expected an integer"),
+    ({"dataset": ["mnist"]}, r"'dataset' is an array \(\['mnist'\]\), expected a string"),
+])
+def test_metadata_must_be_what_the_readers_take_it_for(tmp_path, meta, why):
+    path = _edited(tmp_path, lambda p: p.set_meta(json.dumps(meta).encode()))
+    with pytest.raises(DataError, match=rf"p/train\.dts: the header's metadata {why}"):
+        DtsFile(path)
+    assert cli(["info", str(path)]) == 1
+    with pytest.raises(ConfigError, match=rf"a DTS header's metadata {why}"):  # what no reader takes, no writer writes
+        DtsWriter(tmp_path / "w.dts", raw_header("TEST", "train", (5, 7, 3), 4, meta))
+    assert not (tmp_path / "w.dts").exists()
+
+
+def test_metadata_that_json_reads_but_python_refuses_is_a_data_error(tmp_path):
+    # a 5000-digit integer: json.loads raises a plain ValueError (Python's digit limit), which used to escape
+    path = _edited(tmp_path, lambda p: p.set_meta(b'{"n": ' + b"7" * 5000 + b"}"))
+    with pytest.raises(DataError, match=r"train\.dts: the header's metadata is not JSON: Exceeds the limit"):
+        DtsFile(path)
+
+
+def test_the_writer_takes_metadata_as_json_will_read_it(tmp_path):
+    with DtsWriter(tmp_path / "t.dts", raw_header("T", "train", (2, 2, 1), 2, {"classes": ("a", "b")})) as w:
+        w.add(bytes(4), 1)
+    assert DtsFile(tmp_path / "t.dts").header.classes == ["a", "b"]
+    with pytest.raises(ConfigError, match=r"a DTS header's metadata is not JSON: .*set is not JSON serializable"):
+        DtsWriter(tmp_path / "u.dts", raw_header("T", "train", (2, 2, 1), 2, {"classes": {"a", "b"}}))
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 65), (1, 2**20 + 1, 1), (0, 2, 1)])
+def test_the_writer_refuses_a_raw_shape_the_reader_would(tmp_path, shape):
+    with pytest.raises(ConfigError, match=r"a RAW DTS needs the sample shape \(sides in \[1, 1048576\], channels in "
+                                          rf"\[1, 64\]\), got {shape[0]}x{shape[1]}x{shape[2]}"):
+        DtsWriter(tmp_path / "t.dts", raw_header("T", "train", shape, 2, block_bytes=4 << 20))
+
+
+@pytest.mark.parametrize("field, value, why", [
+    ("alignment", 24, r"sample alignment 24 is not a power of two"),
+    ("max_pics", 0, r"max_pics_per_block is 0: a block holds at least one sample"),
+    ("block_header_bytes", 24 + 12 * 97, r"block_header_bytes 1188 cannot hold a block's fields and the index of "
+                                         r"max_pics_per_block 98 samples \(24 \+ 12 x 98 bytes\)"),
+    ("block_bytes", 4096, r"block_bytes 4096 leave no room for samples after the block_header_bytes 4096"),
+    ("channels", 65, r"RAW sample channels 65 is outside \[1, 64\]"),
+    ("width", 0, r"RAW sample width 0 is outside \[1, 1048576\]"),
+    ("width", 4000, r"RAW samples of 5x4000x3 \(60000 bytes\) do not fit a block \(12288 bytes after its header\)"),
+    ("total_blocks", 1, r"num_samples 300 is more than its 1 blocks of at most 98 samples hold"),
+    ("height", 6, r"num_samples 300 samples of at least 126 bytes need 37800, the file holds \d+ besides its headers"),
+])
+def test_header_fields_no_writer_writes_are_refused_naming_field_and_value(tmp_path, field, value, why):
+    path = _edited(tmp_path, lambda p: p.set(field, value))
+    with pytest.raises(DataError, match=rf"p/train\.dts: the header's {why}"):
+        DtsFile(path)
+
+
+def test_a_jpeg_count_past_the_file_s_bytes_is_refused_at_open(tmp_path):
+    path = _edited(tmp_path, lambda p: p.set("num_samples", 1000), _fake_jpegs)
+    with pytest.raises(DataError, match=r"train\.dts: the header's num_samples 1000 samples of at least 1 bytes "
+                                        r"need 1000, the file holds \d+ besides its headers"):
+        DtsFile(path)
+
+
+@pytest.mark.parametrize("row, value, why", [
+    (2, 9, r"label 9: its label is outside \[0, 4\)"),
+    (1, 104, r"size 104, label \d: a RAW sample is 105 bytes"),
+    (1, 0, r"size 0, label \d: it is empty \(0 bytes\)"),
+    (0, 4100, r"offset 4100, .*: its offset is not a multiple of the alignment 16"),
+    (0, 16000, r"offset 16000, .*: it lies outside the block's samples \(bytes 4096-\d+\)"),
+])
+def test_a_bad_index_entry_is_named_by_block_and_sample(tmp_path, row, value, why):
+    def edit(p):
+        idx = p.index(2)
+        idx[row, 5] = value
+        p.set_index(2, idx)
+
+    path = _edited(tmp_path, edit)
+    with DtsFile(path) as f:
+        first = len(f.block(0)) + len(f.block(1))
+        want = (rf"train\.dts: block 2 \(bytes \d+-\d+\): sample 5 of the block \(sample {first + 5} of the file\) "
+                rf".*{why}")
+        with pytest.raises(DataError, match=want):
+            f.arrays()
+        assert re.search(want, f.verify().errors[0]) and len(f.verify().errors) == 1
+        with pytest.raises(DataError, match=r"block 2 \(bytes \d+-\d+\): sample 5 of the block has"):
+            f.block(2)  # alone: its place in the file is not known
+
+
+def test_a_dts_pack_and_its_folder_say_where_a_sample_lies(jpeg_folder, tmp_path):
+    from tr.data import DtsImages, ImageFolder
+
+    _fake_jpegs(tmp_path / "train.dts", n=10, size=10000)  # 4 samples a block
+    ds = DtsImages(tmp_path)
+    ds.load("train")
+    assert [ds.describe_sample("train", i).split(": ", 1)[1] for i in (0, 3, 4, 9)] == [
+        "block 0, sample 0 of the block", "block 0, sample 3 of the block", "block 1, sample 0 of the block",
+        "block 2, sample 1 of the block"]
+    assert ds.describe_sample("train", 4).startswith(f"{tmp_path / 'train.dts'}: ")
+    folder = ImageFolder(jpeg_folder)
+    assert folder.describe_sample("val", 1) == str(folder.index("val").samples[1][0])
 
 
 # --- atomic writes ----------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from parser_fuzz import record
 
 from tr.core.errors import ConfigError, DataError, ShapeError
 from tr.core.norm import NormMode
@@ -128,7 +129,8 @@ def test_random_chains_never_crash():
             assert u8.shape[:2] == out.shape[:2] and u8.dtype == np.uint8
             assert np.isfinite(out.astype(np.float32)).all()
             np.testing.assert_array_equal(out, comp(img, seed=case, index=index))  # deterministic
-    print(f"{ok} ok, {failed} clean failures")
+    print(f"[fuzz] random transform chains: {ok + failed} cases, {ok} ok, {failed} clean failures")
+    record("random transform chains", ok + failed)
     assert ok > 300 and failed > 10
 
 

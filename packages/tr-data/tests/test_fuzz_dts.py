@@ -23,14 +23,13 @@ import importlib.util
 import io
 import os
 import re
-import struct
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from parser_fuzz import KnownBug, replace_file, run_cases, scratch
+from parser_fuzz import replace_file, run_cases, scratch
 
 from tr.core.errors import DataError
 from tr.data import (
@@ -186,21 +185,6 @@ def _jpeg_pack(path: Path) -> None:
             w.add(buf.getvalue(), k % 3)
 
 
-# Bugs the fuzzing found in the DTS readers (not fixed here): each case that meets one is counted, not failed;
-# the xfail(strict=True) reproducers below keep them visible and fail once a bug is fixed (then both go).
-KNOWN = [
-    KnownBug("arrays() sizes its buffer from unchecked header counts", (MemoryError, ValueError),
-             r"Unable to allocate|Maximum allowed dimension exceeded|array is too big"),
-    KnownBug("metadata that is not an object with a list of classes", (AttributeError, TypeError),
-             r"object has no attribute 'get'|object is not iterable"),
-    KnownBug("deeply nested metadata", RecursionError, r"while decoding a JSON"),
-    KnownBug("a block header smaller than its fixed fields", struct.error, r"requires a buffer of at least 24 bytes"),
-    KnownBug("a JPEG sample of 0 bytes", AssertionError, r"does not name .*encoded samples must lie inside"),
-    KnownBug("the Preprocessor's shape check of a corrupt first JPEG", AssertionError,
-             r"names no sample: corrupt JPEG"),
-]
-
-
 def _fuzz(label: str, make: Callable[[Path], None], seed: int) -> None:
     with scratch() as d:
         src = d / "seed" / "train.dts"
@@ -218,7 +202,7 @@ def _fuzz(label: str, make: Callable[[Path], None], seed: int) -> None:
                 decode = i % PREPROCESS_EVERY == 0 or " bytes: " in how  # edited samples: decoded
                 yield how, (lambda i=i, data=data, decode=decode: check(path, data, i, decode)), (str(path),)
 
-        out = run_cases(label, cases(), known=KNOWN)
+        out = run_cases(label, cases())
     assert out.loaded > 0.05 * out.cases and out.rejected > 0.3 * out.cases, out
     _counts[label] = out.cases
 
@@ -232,7 +216,7 @@ def test_fuzz_jpeg_dts_headers_and_index_blocks():
     _fuzz("dts jpeg pack", _jpeg_pack, seed=102)
 
 
-# ---- reproducers of the bugs found (KNOWN) ---------------------------------------------------------------
+# ---- regressions: the bugs this fuzzing found, each a case of the suites above once --------------------------
 
 def _edited(tmp_path: Path, make: Callable[[Path], None], edit: Callable[[Pack], object]) -> Path:
     """A pack written by ``make``, edited, its checksums recomputed."""
@@ -246,66 +230,72 @@ def _edited(tmp_path: Path, make: Callable[[Path], None], edit: Callable[[Pack],
     return path
 
 
-@pytest.mark.xfail(strict=True, reason="bug: DtsFile.arrays() allocates (num_samples, height, width, channels) from "
-                                       "header fields it has not checked against the blocks: MemoryError/ValueError")
-@pytest.mark.parametrize("field, value", [("num_samples", 2**64 - 1), ("height", 2**32 - 1)])
-def test_bug_arrays_trusts_the_header_s_counts(tmp_path, field, value):
+@pytest.mark.parametrize("field, value, why", [
+    ("num_samples", 2**64 - 1, r"num_samples 18446744073709551615 is more than its 3 blocks of at most \d+ samples"),
+    ("height", 2**32 - 1, r"RAW sample height 4294967295 is outside \[1, 1048576\]"),
+])
+def test_the_header_s_counts_are_checked_before_arrays_allocates(tmp_path, field, value, why):
+    # arrays() used to allocate (num_samples, height, width, channels) from them: ValueError / MemoryError
     path = _edited(tmp_path, _raw_pack, lambda p: p.set(field, value))
-    with pytest.raises(DataError, match=re.escape(str(path))), DtsFile(path) as f:
+    with pytest.raises(DataError, match=f"{re.escape(str(path))}: the header's {why}"), DtsFile(path) as f:
         f.arrays()
 
 
-@pytest.mark.xfail(strict=True, reason="bug: parse_header takes metadata that is not a JSON object with a list of "
-                                       "classes; Header.classes and DtsDataset then raise AttributeError/TypeError")
-@pytest.mark.parametrize("meta", [b"[1, 2]", b"null", b'{"classes": 5}'])
-def test_bug_metadata_of_another_shape(tmp_path, meta):
+@pytest.mark.parametrize("meta, why", [
+    (b"[1, 2]", "is an array, expected an object"),
+    (b"null", "is null, expected an object"),
+    (b'{"classes": 5}', r"'classes' is an integer \(5\), expected an array"),
+])
+def test_metadata_of_another_shape_is_refused_where_it_is_parsed(tmp_path, meta, why):
+    # DtsDataset used to raise AttributeError / TypeError on them
     path = _edited(tmp_path, _raw_pack, lambda p: p.set_meta(meta))
-    with pytest.raises(DataError, match=re.escape(str(path))):
+    with pytest.raises(DataError, match=f"{re.escape(str(path))}: the header's metadata {why}"):
         DtsDataset(path.parent)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: parse_header lets json.loads' RecursionError out for deeply nested "
-                                       "metadata (it catches UnicodeDecodeError and JSONDecodeError only)")
-def test_bug_deeply_nested_metadata(tmp_path):
+def test_deeply_nested_metadata_is_a_data_error(tmp_path):
+    # json.loads' RecursionError used to escape
     path = _edited(tmp_path, _raw_pack, lambda p: p.set_meta(b'{"classes": ' + b"[" * 1900 + b"]" * 1900 + b"}"))
-    with pytest.raises(DataError, match=re.escape(str(path))):
+    with pytest.raises(DataError, match=f"{re.escape(str(path))}: the header's metadata is nested too deeply"):
         DtsFile(path)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: DtsFile.block() takes a header's block_header_bytes below the 24 bytes "
-                                       "of a block's fixed fields: struct.error")
-def test_bug_block_header_smaller_than_its_fields(tmp_path):
+def test_a_block_header_smaller_than_its_index_is_refused(tmp_path):
+    # DtsFile.block() used to unpack a block's 24 bytes of fields from a 1-byte header: struct.error
     path = _edited(tmp_path, _raw_pack, lambda p: p.set("block_header_bytes", 1))
-    with pytest.raises(DataError, match=re.escape(str(path))), DtsFile(path) as f:
-        f.verify()
-        f.arrays()
+    with pytest.raises(DataError, match=f"{re.escape(str(path))}: the header's block_header_bytes 1 cannot hold"):
+        DtsFile(path)
 
 
 @pytest.mark.skipif(not JPEG, reason="tr-data built without libjpeg-turbo, or no Pillow")
-@pytest.mark.xfail(strict=True, reason="bug: a JPEG pack's sample of 0 bytes passes the block checks; DtsImages.load "
-                                       "then fails in Split with a DataError that does not name the file")
-def test_bug_a_jpeg_sample_of_0_bytes(tmp_path):
+def test_a_jpeg_sample_of_0_bytes_is_refused_by_the_block_check(tmp_path):
+    # it used to pass the block checks and fail in Split without the file's name
     def empty(p: Pack) -> None:
-        idx = p.index(0)
-        idx[1, 0] = 0
-        p.set_index(0, idx)
+        idx = p.index(1)
+        idx[1, 2] = 0
+        p.set_index(1, idx)
 
     path = _edited(tmp_path, _jpeg_pack, empty)
-    with pytest.raises(DataError, match=re.escape(str(path))):
+    with DtsFile(path) as f:
+        first = len(f.block(0))
+    want = (rf"{re.escape(str(path))}: block 1 \(bytes .*\): sample 2 of the block \(sample {first + 2} of the "
+            rf"file\) has offset \d+, size 0, label \d: it is empty \(0 bytes\)")
+    with pytest.raises(DataError, match=want):
         DtsImages(path.parent).load("train")
+    with DtsFile(path) as f:
+        assert re.search(want, " ".join(f.verify().errors))
 
 
 @pytest.mark.skipif(not JPEG, reason="tr-data built without libjpeg-turbo, or no Pillow")
-@pytest.mark.xfail(strict=True, reason="bug: the Preprocessor reads the first JPEG's header for its shape check "
-                                       "(_check_shape) and lets 'corrupt JPEG: ...' out naming neither the sample "
-                                       "nor the split (the engine's decode errors name the sample)")
-def test_bug_a_corrupt_first_jpeg_is_not_named(tmp_path):
+def test_a_corrupt_first_jpeg_is_named_by_the_shape_check(tmp_path):
+    # the Preprocessor's shape check used to let "corrupt JPEG: ..." out naming neither the sample nor the pack
     def corrupt(p: Pack) -> None:
         o = int(p.index(0)[0, 0])
         p.b[p.start(0) + o + 2:p.start(0) + o + 40] = bytes(38)  # the JFIF/quantisation segments zeroed
 
     path = _edited(tmp_path, _jpeg_pack, corrupt)
-    with pytest.raises(DataError, match="sample 0"):
+    want = rf"the train split's sample 0 \({re.escape(str(path))}: block 0, sample 0 of the block\): corrupt JPEG"
+    with pytest.raises(DataError, match=want):
         _epoch(DtsImages(path.parent), (8, 8, 3), [Resize(8), CenterCrop(8)])
 
 

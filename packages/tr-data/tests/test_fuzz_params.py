@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from parser_fuzz import record
 
 from tr.core.errors import ConfigError, DataError, ShapeError
 from tr.data import (
@@ -132,6 +133,7 @@ def test_integer_extremes_in_every_parameter():
             assert dt < SLOW_CASE_S, f"{label}, v={v}: {dt:.1f} s"
             n += 1
     print(f"[fuzz] parameter extremes: {n} cases, {rejected} ConfigError")
+    record("parameter extremes", n)
     assert n >= PLANNED_PY and rejected > n // 2
     counts["python"] = n
 
@@ -205,6 +207,7 @@ def test_integer_and_float_extremes_in_every_native_spec_slot():
             assert time.perf_counter() - t0 < SLOW_CASE_S, spec
             n += 1
     print(f"[fuzz] native spec extremes: {n} cases, {accepted} accepted and run")
+    record("native spec extremes", n)
     assert n >= PLANNED_NATIVE
     counts["native"] = n
 
@@ -225,6 +228,7 @@ def test_erase_rectangle_extremes():
                 assert "erase" in str(err)
             n += 1
     print(f"[fuzz] erase rectangle extremes: {n} cases")
+    record("erase rectangle extremes", n)
     counts["erase"] = n
     assert n >= 4 * len(FIXED)
 

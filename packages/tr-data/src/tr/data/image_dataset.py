@@ -55,6 +55,11 @@ class ImageFolder:
     def has_split(self, split: str) -> bool:
         return check_split(split) in self._roots
 
+    def describe_sample(self, split: str, i: int) -> str:
+        """Where sample ``i`` of a loaded split comes from (its file), for errors about it."""
+        samples = self.index(split).samples
+        return str(samples[i][0]) if 0 <= i < len(samples) else f"{self._roots[check_split(split)]}: sample {i}"
+
     def load(self, split: str) -> Split:
         idx = self.index(split)
         if split != "train" and idx.classes != self.classes:
@@ -132,6 +137,15 @@ class DtsImages:
         self._block_sizes[check_split(split)] = np.array([len(x) for x in labels], np.int64)
         data = np.frombuffer(f._map, np.uint8)
         return Split(data, np.concatenate(labels), offsets=np.concatenate(offsets), sizes=np.concatenate(sizes))
+
+    def describe_sample(self, split: str, i: int) -> str:
+        """Where sample ``i`` of a loaded split lies (its file, block and place in the block), for errors
+        about it."""
+        sizes = self._block_sizes.get(check_split(split))
+        if sizes is None or not 0 <= i < int(sizes.sum()):
+            return f"{self.root / f'{check_split(split)}.dts'}: sample {i}"
+        b = int(np.searchsorted(np.cumsum(sizes), i, side="right"))
+        return f"{self._dts[check_split(split)].path}: block {b}, sample {i - int(sizes[:b].sum())} of the block"
 
     def epoch_order(self, split: str, seed: int, epoch: int) -> np.ndarray | None:
         """The training order the Preprocessor uses: "partial" the block-buffer shuffle, "fully" its own."""

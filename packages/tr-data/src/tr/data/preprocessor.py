@@ -281,9 +281,12 @@ class Preprocessor:
         want = self.stations[0].sample_shape
         shape = sp.image_shape
         if shape is None and sp.encoded:  # the first sample's decoded shape, from its JPEG header
-            shape = tuple(_native.jpeg_shape(sp.encoded_bytes(0))) if len(sp) else None
-            if shape is None:
+            if not len(sp):
                 return
+            try:
+                shape = tuple(_native.jpeg_shape(sp.encoded_bytes(0)))
+            except DataError as e:  # the decoder knows bytes only: name the sample and where it lies
+                raise DataError(f"the {key} split's sample 0 ({self._describe_sample(key, 0)}): {e}") from None
             self.chains[key].check_channels(shape, ConfigError, f"the {key} split's decoded images")
             got = self.chains[key]._native.out_shape(shape, 0)
         elif shape is None:
@@ -301,6 +304,14 @@ class Preprocessor:
                 f"the {key} transforms turn {shape} images into {tuple(got)} samples, but the TransferStation "
                 f"holds {tuple(want)} samples"
             )
+
+    def _describe_sample(self, key: str, i: int) -> str:
+        """The dataset's words for where sample ``i`` of a split lies (its optional ``describe_sample(split, i)``:
+        a file, a DTS block), else the dataset's class and name."""
+        describe = getattr(self.dataset, "describe_sample", None)
+        if callable(describe):
+            return str(describe(key, i))
+        return f"{type(self.dataset).__name__} {getattr(self.dataset, 'name', '')!r}"
 
     @property
     def sample_shape(self) -> tuple[int, int, int]:

@@ -9,7 +9,8 @@ Layout (little-endian):
 
 * header region, ``header_bytes`` (a multiple of 4 KiB): the 256-byte fixed header (``HEADER``), then the
   metadata as UTF-8 JSON (class names, source, packing parameters), zero-padded. ``header_crc`` (the last
-  field) is the CRC-32 of the whole region with that field zeroed.
+  field) is the CRC-32 of the whole region with that field zeroed. The metadata is an object whose keys in
+  META_TYPES have those types; its "classes", where given, are the header's ``num_classes`` distinct names.
 * blocks: block i starts at ``header_bytes + i * block_bytes``; the last block is cut after its last
   sample. A block is its header (``block_header_bytes``: ``BLOCK`` then offsets[n], sizes[n], labels[n] as
   u32, zero-padded), then the samples, each starting at a multiple of ``alignment`` from the block start.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,7 @@ SPLITS = ("train", "val")
 PAGE = 4096
 DEFAULT_BLOCK_BYTES = 16 << 20
 DEFAULT_ALIGNMENT = 64
+MAX_CHANNELS = 64  # a RAW sample's channels: the native pipeline's limit (csrc/common.hpp kMaxChannels)
 MAX_PICS_PER_BLOCK = 2000  # JPEG blocks: the index is sized for this many samples (the seed's safe limit: 1000)
 
 # the fixed header: 256 bytes, header_crc last
@@ -141,16 +144,68 @@ def parse_header(region: bytes, where: str) -> Header:
     if split >= len(SPLITS) or kind not in KINDS or layout != b"NHWC" or not 0 <= level <= 3:
         raise DataError(f"{where}: header fields out of range (split {split}, kind {kind}, layout {layout!r}, "
                         f"level {level})")
-    if meta_len > header_bytes - HEADER.size or block_bytes <= bh_bytes or alignment < 1:
-        raise DataError(f"{where}: inconsistent header (metadata {meta_len} bytes, block {block_bytes}, block header "
-                        f"{bh_bytes}, alignment {alignment})")
+    if meta_len > header_bytes - HEADER.size:
+        raise DataError(f"{where}: the header's meta_len {meta_len} is more than its region's {header_bytes} bytes "
+                        f"hold after the fixed {HEADER.size}")
+    if max_pics < 1:
+        raise DataError(f"{where}: the header's max_pics_per_block is {max_pics}: a block holds at least one sample")
+    # a block header holds the fixed fields and an index of up to max_pics_per_block samples (12 bytes each)
+    if bh_bytes < BLOCK.size + 12 * max_pics:
+        raise DataError(f"{where}: the header's block_header_bytes {bh_bytes} cannot hold a block's fields and the "
+                        f"index of max_pics_per_block {max_pics} samples ({BLOCK.size} + 12 x {max_pics} bytes)")
+    if block_bytes <= bh_bytes:
+        raise DataError(f"{where}: the header's block_bytes {block_bytes} leave no room for samples after the "
+                        f"block_header_bytes {bh_bytes}")
+    if alignment < 1 or alignment & (alignment - 1):
+        raise DataError(f"{where}: the header's sample alignment {alignment} is not a power of two")
+    if classes < 1:  # no label bound: every label would pass the block check
+        raise DataError(f"{where}: the header says {classes} classes")
     try:
         meta = json.loads(bytes(region[HEADER.size:HEADER.size + meta_len]).decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except ValueError as e:  # not UTF-8, not JSON, or an integer past Python's digit limit
         raise DataError(f"{where}: the header's metadata is not JSON: {e}") from None
+    except RecursionError:
+        raise DataError(f"{where}: the header's metadata is nested too deeply to read") from None
+    problem = meta_problem(meta, classes)
+    if problem:
+        raise DataError(f"{where}: the header's metadata {problem}")
     return Header(dataset.decode("ascii", "replace").strip(), SPLITS[split], kind, level, classes, width, height,
                   channels, color.decode("ascii", "replace"), num, blocks, header_bytes, block_bytes, bh_bytes,
                   alignment, max_pics, total, meta, version)  # type: ignore[arg-type]
+
+
+# the metadata's keys that tr reads, and the JSON type each must have
+META_TYPES: dict[str, type] = {"classes": list, "dataset": str, "source": str, "level": int, "baseline": bool,
+                               "skipped": list}
+_JSON_NAMES = ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"), (list, "an array"),
+               (dict, "an object"), (type(None), "null"))
+
+
+def _json_type(v: Any) -> str:
+    return next((name for t, name in _JSON_NAMES if isinstance(v, t)), type(v).__name__)
+
+
+def meta_problem(meta: Any, num_classes: int) -> str | None:
+    """What is wrong with a header's (decoded) metadata, or None: it is a JSON object, its keys in META_TYPES
+    have their types, and "classes", where given, names the header's ``num_classes`` classes, each once by a
+    non-empty string (readers index the names by label, tr-dts unpack makes a folder of each)."""
+    if not isinstance(meta, dict):
+        return f"is {_json_type(meta)}, expected an object"
+    for key, want in META_TYPES.items():
+        if key in meta and _json_type(meta[key]) != _json_type(want()):  # exact: True is no level, 1.5 neither
+            return f"{key!r} is {_json_type(meta[key])} ({str(meta[key])[:40]}), expected {_json_type(want())}"
+    classes = meta.get("classes")
+    if classes is None:
+        return None
+    bad = [i for i, c in enumerate(classes) if not isinstance(c, str) or not c]
+    if bad:
+        return f"'classes' item {bad[0]} is {classes[bad[0]]!r}, expected a class name (a non-empty string)"
+    if len(classes) != num_classes:
+        return f"'classes' names {len(classes)} classes, the header says {num_classes}"
+    twice = [c for c, k in Counter(classes).items() if k > 1]
+    if twice:
+        return f"'classes' names {twice[0]!r} more than once"
+    return None
 
 
 def block_header_bytes(max_pics: int) -> int:

@@ -1,8 +1,9 @@
 """Reading a DTS file (tr.data.dts.format): header, blocks and samples, every checksum checked.
 
 ``DtsFile`` maps the file read-only. The header is checked when the file is opened (magic, version, CRC,
-fields, the file's size); a block's header CRC, index bounds and payload CRC when the block is read, so
-damage is a DataError naming the file, the block and the samples it holds. ``verify()`` reads every block.
+fields, metadata, the file's size, and its counts and sample shape against that size, before anything is
+sized from them); a block's header CRC, index entries and payload CRC when the block is read, so damage is
+a DataError naming the file, the block and the sample. ``verify()`` reads every block.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from tr.core.errors import DataError
-from tr.data.dts.format import BLOCK, KIND_RAW, Header, align, block_magic, crc32, parse_header
+from tr.data.checks import MAX_SIDE
+from tr.data.dts.format import BLOCK, KIND_RAW, MAX_CHANNELS, Header, align, block_magic, crc32, parse_header
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,34 @@ class VerifyReport:
         return not self.errors
 
 
+def _check_counts(h: Header, where: str) -> None:
+    """The header's counts and sample shape against its file's size (``total_bytes``, checked) and the
+    pipeline's bounds, before anything is sized from them (``arrays()`` allocates num_samples samples)."""
+    if h.num_samples < 1 or h.total_blocks < 1:
+        raise DataError(f"{where}: the header says {h.num_samples} samples in {h.total_blocks} blocks")
+    if h.header_bytes + (h.total_blocks - 1) * h.block_bytes + h.block_header_bytes > h.total_bytes:
+        raise DataError(f"{where}: the header says {h.total_blocks} blocks; the file ends inside block "
+                        f"{(h.total_bytes - h.header_bytes) // h.block_bytes}")
+    sample = 1  # the fewest bytes a sample takes in the file (a JPEG's: at least one)
+    if h.kind == KIND_RAW:
+        for name, v, top in (("height", h.height, MAX_SIDE), ("width", h.width, MAX_SIDE),
+                             ("channels", h.channels, MAX_CHANNELS)):
+            if not 1 <= v <= top:
+                raise DataError(f"{where}: the header's RAW sample {name} {v} is outside [1, {top}]")
+        sample = h.sample_bytes
+        room = h.block_bytes - h.block_header_bytes
+        if sample > room:
+            raise DataError(f"{where}: the header's RAW samples of {h.height}x{h.width}x{h.channels} "
+                            f"({sample} bytes) do not fit a block ({room} bytes after its header)")
+    if h.num_samples > h.total_blocks * h.max_pics_per_block:
+        raise DataError(f"{where}: the header's num_samples {h.num_samples} is more than its {h.total_blocks} "
+                        f"blocks of at most {h.max_pics_per_block} samples hold")
+    room = h.total_bytes - h.header_bytes - h.total_blocks * h.block_header_bytes
+    if h.num_samples * sample > room:
+        raise DataError(f"{where}: the header's num_samples {h.num_samples} samples of at least {sample} bytes "
+                        f"need {h.num_samples * sample}, the file holds {room} besides its headers")
+
+
 class DtsFile:
     """A DTS file opened for reading: ``header``, ``num_blocks``, ``block(i)``, ``samples()``, ``arrays()``."""
 
@@ -71,15 +101,7 @@ class DtsFile:
         if size != h.total_bytes:
             raise DataError(f"{where}: {size} bytes, the header says {h.total_bytes}: "
                             f"{'truncated' if size < h.total_bytes else 'bytes appended'}")
-        if h.total_blocks and h.header_bytes + (h.total_blocks - 1) * h.block_bytes >= size:
-            raise DataError(f"{where}: the header says {h.total_blocks} blocks; the file ends inside block "
-                            f"{(size - h.header_bytes) // h.block_bytes}")
-        if h.num_classes < 1:  # no label bound: every label would pass the block check
-            raise DataError(f"{where}: the header says {h.num_classes} classes")
-        if h.kind == KIND_RAW and min(h.height, h.width, h.channels) < 1:
-            raise DataError(f"{where}: a RAW DTS header with samples of {h.height}x{h.width}x{h.channels}")
-        if h.num_samples < 1 or h.total_blocks < 1:
-            raise DataError(f"{where}: the header says {h.num_samples} samples in {h.total_blocks} blocks")
+        _check_counts(h, where)
         self._starts: list[int] | None = None  # file-wide index of each block's first sample (from a scan)
 
     # --- blocks ----------------------------------------------------------------------------------------
@@ -115,16 +137,8 @@ class DtsFile:
                             f"bytes in {len(data)})")
         index = np.frombuffer(data, "<u4", 3 * n, BLOCK.size).reshape(3, n)
         offsets, sizes, labels = index[0], index[1], index[2]
-        ends = offsets.astype(np.int64) + sizes
         lo, hi = h.block_header_bytes, h.block_header_bytes + payload
-        bad = np.flatnonzero((offsets < lo) | (ends > hi) | (offsets % h.alignment != 0) |
-                             ((labels >= h.num_classes) if h.num_classes else False))
-        if bad.size:
-            j = int(bad[0])
-            raise DataError(f"{where}: sample {j} of the block has offset {offsets[j]}, size {sizes[j]}, label "
-                            f"{labels[j]}: outside the block's samples or classes")
-        if h.kind == KIND_RAW and np.any(sizes != h.sample_bytes):
-            raise DataError(f"{where}: a RAW sample is not {h.sample_bytes} bytes")
+        self._check_index(where, offsets, sizes, labels, lo, hi, first_sample)
         if check:
             got = crc32(data[lo:hi])
             if got != payload_crc:
@@ -133,6 +147,25 @@ class DtsFile:
                                 f"{f' ({first_sample}-{first_sample + n - 1})' if first_sample >= 0 else ''} is "
                                 f"damaged")
         return Block(i, first_sample, data, offsets, sizes, labels.astype(np.int32))
+
+    def _check_index(self, where: str, offsets: np.ndarray, sizes: np.ndarray, labels: np.ndarray, lo: int, hi: int,
+                     first_sample: int) -> None:
+        """DataError naming the first sample of the block whose index entry is not a sample of it: empty (a
+        JPEG of 0 bytes would reach the decoder), not of the RAW size, outside the samples' bytes [lo, hi),
+        off the alignment, or with a label outside the classes."""
+        h = self.header
+        ends = offsets.astype(np.int64) + sizes
+        whys = [(sizes == 0, "it is empty (0 bytes)"),
+                (sizes != h.sample_bytes if h.kind == KIND_RAW else None, f"a RAW sample is {h.sample_bytes} bytes"),
+                ((offsets < lo) | (ends > hi), f"it lies outside the block's samples (bytes {lo}-{hi})"),
+                (offsets % h.alignment != 0, f"its offset is not a multiple of the alignment {h.alignment}"),
+                (labels >= h.num_classes, f"its label is outside [0, {h.num_classes})")]
+        bad = [(int(np.argmax(m)), why) for m, why in whys if m is not None and m.any()]
+        if bad:
+            j, why = min(bad, key=lambda b: b[0])  # the first bad sample; its first reason
+            file_wide = f" (sample {first_sample + j} of the file)" if first_sample >= 0 else ""
+            raise DataError(f"{where}: sample {j} of the block{file_wide} has offset {offsets[j]}, size {sizes[j]}, "
+                            f"label {labels[j]}: {why}")
 
     def blocks(self, check: bool = True) -> Iterator[Block]:
         first = 0

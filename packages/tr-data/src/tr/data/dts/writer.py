@@ -7,6 +7,7 @@ file that was there stays whole until the new one replaces it.
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 from collections.abc import Iterable
@@ -16,12 +17,14 @@ from typing import Any
 import numpy as np
 
 from tr.core.errors import ConfigError, DataError
+from tr.data.checks import MAX_SIDE
 from tr.data.dts.format import (
     BLOCK,
     DEFAULT_ALIGNMENT,
     DEFAULT_BLOCK_BYTES,
     KIND_JPEG,
     KIND_RAW,
+    MAX_CHANNELS,
     MAX_PICS_PER_BLOCK,
     PAGE,
     Header,
@@ -29,6 +32,7 @@ from tr.data.dts.format import (
     block_header_bytes,
     block_magic,
     crc32,
+    meta_problem,
 )
 
 
@@ -47,11 +51,20 @@ class DtsWriter:
         if isinstance(header.num_classes, bool) or not isinstance(header.num_classes, int) or header.num_classes < 1:
             raise ConfigError(f"a DTS needs a class count >= 1 (its labels are checked against it), got "
                               f"{header.num_classes!r}")
+        # the metadata as a reader will decode it (tuples become lists), checked as it will check it
+        try:
+            meta = json.loads(json.dumps(header.meta))
+        except (TypeError, ValueError) as e:  # a value JSON has no form for, or a circular reference
+            raise ConfigError(f"a DTS header's metadata is not JSON: {e}") from None
+        problem = meta_problem(meta, header.num_classes)
+        if problem:
+            raise ConfigError(f"a DTS header's metadata {problem}")
         self.h = header
         h = header
         if h.kind == KIND_RAW:
-            if h.sample_bytes <= 0:
-                raise ConfigError(f"a RAW DTS needs the sample shape, got {h.height}x{h.width}x{h.channels}")
+            if not (1 <= h.height <= MAX_SIDE and 1 <= h.width <= MAX_SIDE and 1 <= h.channels <= MAX_CHANNELS):
+                raise ConfigError(f"a RAW DTS needs the sample shape (sides in [1, {MAX_SIDE}], channels in [1, "
+                                  f"{MAX_CHANNELS}]), got {h.height}x{h.width}x{h.channels}")
             # as many samples as fit beside an index sized for them (12 bytes of index a sample)
             step = align(h.sample_bytes, h.alignment)
             per = max(0, (h.block_bytes - BLOCK.size - PAGE) // (step + 12))

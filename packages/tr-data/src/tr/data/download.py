@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from tr.core import env as tr_env
 from tr.core.log import get_logger
 from tr.core.tempfiles import new_file
 
@@ -31,7 +32,7 @@ class DownloadFailed(Exception):
 
 
 def offline() -> bool:
-    return os.environ.get("TR_DATA_OFFLINE", "") not in ("", "0")
+    return tr_env.get("TR_DATA_OFFLINE")
 
 
 def md5sum(path: Path) -> str:

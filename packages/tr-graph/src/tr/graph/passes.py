@@ -22,11 +22,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from tr.core import env as tr_env
 from tr.core.errors import CompileError
 from tr.core.shape import Shape
 from tr.graph.archplan import DATA, ArchLayer, layer_error, params
@@ -349,7 +349,7 @@ def fuse_drelu(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
     Off unless TR_FC_DRELU=1: on the H200 the MNIST MLP's step measured 119 us with it and 115 us without
     (benchmarks/RESULTS.md, issue [11]): cuBLASLt's DRELU GEMMs are slower than its plain ones plus tr's
     relu-backward kernels there."""
-    if os.environ.get("TR_FC_DRELU", "0") != "1":
+    if not tr_env.get("TR_FC_DRELU"):
         return list(layers)
     by_uid = {L.uid: L for L in layers}
     n_readers = _readers(layers)

@@ -16,10 +16,12 @@ step, so a resumed run gives the bytes of an uninterrupted one:
   epoch and after a cancelled one until an epoch completes (tr.task.epoch_state). ``steps_outside_epochs``
   and ``lr_history_sha256`` let a resume check the epoch against the step counter and a longer schedule
   against the rates already trained (tr.task.checkpoint_checks).
-- ``config``: a canonical description of what the plan was compiled from (settings, BluePrint, CompileSpec,
-  loss, optimizer, schedule with a hash of its LR table, the data) and ``tensors``, the state tensors'
-  (name, region, shape, dtype). Loading into a task that differs is refused naming the first difference;
-  the one change allowed is a larger total_epochs whose schedule keeps the past rates.
+- ``config``: a canonical description of what the plan was compiled from (settings, the environment variables
+  that change the plan or the numbers as the compile read them (tr.core.env.recorded), BluePrint,
+  CompileSpec, loss, optimizer, schedule with a hash of its LR table, the data) and ``tensors``, the state
+  tensors' (name, region, shape, dtype). Loading into a task that differs is refused naming the first
+  difference; the one change allowed is a larger total_epochs whose schedule keeps the past rates. A
+  checkpoint without a recorded variable (written before tr recorded it) is taken to have had its default.
 - ``data_fingerprint``: the training and validation data's fingerprints (tr.task.data_fingerprint); a resume
   on other data is refused unless ``allow_data_change``.
 - ``metrics``: the epoch's record (what keep_best compares).
@@ -41,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from tr.core import env as tr_env
 from tr.core import errors
 from tr.core.errors import BackendError, ConfigError, DataError
 from tr.core.log import get_logger
@@ -84,12 +87,19 @@ def _transforms(feeder) -> list[str] | None:
     return None if s is None or not hasattr(s, "chain") else [repr(s.chain(True)), repr(s.chain(False))]
 
 
+def capture_env(task) -> None:
+    """At compile, before the plan is built: the values of the variables that change the plan or the numbers,
+    for :func:`describe`. Taken then, not at a save, since they are what the plan was compiled with."""
+    task._recorded_env = tr_env.recorded()
+
+
 def describe(task) -> dict[str, Any]:
     """The canonical description of what ``task``'s plan and run were built from (JSON values)."""
     s, f = task.settings, task.feeder  # (a user's own feeder, not its completed wrapper)
     table = np.ascontiguousarray(task._lr_table, dtype=np.float32)
     return _jsonable({
         "settings": {k: getattr(s, k) for k in _SETTINGS_KEYS},
+        "env": task._recorded_env,  # second: a variable changes the plan unseen, so name it before its effects
         "blueprint": repr(task._blueprint),
         "loss": repr(task._loss),
         "optimizer": repr(task._optimizer),
@@ -133,6 +143,22 @@ def first_difference(saved: dict[str, Any], here: dict[str, Any]) -> str | None:
         if a.get(k, "<absent>") != b.get(k, "<absent>"):
             return f"{k}: the checkpoint has {a.get(k, '<absent>')!r}, this task has {b.get(k, '<absent>')!r}"
     return None
+
+
+def _env_defaults(saved: Any) -> tuple[Any, list[str]]:
+    """A saved description with the default of every recorded variable it lacks (a checkpoint written before
+    tr recorded it), and the names filled in."""
+    env = saved.get("env", {}) if isinstance(saved, dict) else None
+    if not isinstance(env, dict):
+        return saved, []  # malformed: compared as it is
+    missing = {k: v for k, v in tr_env.recorded_defaults().items() if k not in env}
+    return ({**saved, "env": {**missing, **env}}, list(missing)) if missing else (saved, [])
+
+
+def _env_note(diff: str, assumed: list[str]) -> str:
+    name = next((k for k in assumed if diff.startswith(f"env.{k}:")), None)
+    return "" if name is None else (f" (the checkpoint does not record {name}: it was written before tr recorded "
+                                    f"it, and its default is assumed)")
 
 
 def _record(rec) -> dict[str, Any] | None:
@@ -279,10 +305,12 @@ def load(task, path: str | Path, allow_data_change: bool = False) -> dict[str, A
     per_rank = manifest.get("config_ranks")
     if isinstance(per_rank, list) and len(per_rank) == world and world > 1:  # this rank's own description
         saved_config = per_rank[rank]
+    saved_config, assumed = _env_defaults(saved_config)
     a, b, grows = checkpoint_checks.growth(saved_config, describe(task))
     diff = first_difference(a, b)
     if diff is not None:
-        raise ConfigError(f"{mpath}: a checkpoint of another configuration (nothing loaded): {diff}")
+        raise ConfigError(f"{mpath}: a checkpoint of another configuration (nothing loaded): {diff}"
+                          f"{_env_note(diff, assumed)}")
     for key, t in zip(_keys(tensors), tensors):
         got = arrays.get(key)
         if got is None or got[1] is not t.dtype or tuple(got[0].shape) != tuple(t.shape.dims):

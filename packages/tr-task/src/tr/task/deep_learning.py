@@ -16,7 +16,7 @@ from tr.core.errors import CompileError, ConfigError, PhaseError
 from tr.core.log import get_logger
 from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
-from tr.task import checkpoint, checkpoint_policy, devices, ema, epoch_state, plan_inputs
+from tr.task import checkpoint, checkpoint_policy, devices, ema, epoch_state, plan_inputs, step_timing
 from tr.task.base import TaskBase
 from tr.task.devices import relaunch_per_device
 from tr.task.distributed import (
@@ -259,6 +259,7 @@ class DeepLearningTask(TaskBase):
 
     def _compile(self, s: Settings) -> DeepLearningTask:
         self.settings = s
+        checkpoint.capture_env(self)  # TR_FC_DRELU & co. as this compile reads them, for checkpoints
         env, timeout = self._dist or (auto_env(), None)
         env = env if env is not None and env.distributed else None
         kind = devices.backend_kind(self._device, s)
@@ -308,7 +309,8 @@ class DeepLearningTask(TaskBase):
             self.group.agree("the plan", {
                 "global batch": s.batch_size, "seed": s.seed, "data seed": getattr(feeder, "seed", None),
                 "steps per epoch": steps, "epochs": self._epochs, "validates": has_val, "amp": s.amp_enabled,
-                "optimizer": spec.optimizer, "parameters": [list(i.tensor.shape.dims) for i in self.program.inits]})
+                "optimizer": spec.optimizer, "parameters": [list(i.tensor.shape.dims) for i in self.program.inits],
+                "environment": self._recorded_env})  # TR_FC_DRELU & co.: one plan on every rank
         kind, options = backend_options(kind, self.group, cuda_device)
         self.backend = get_backend(kind, **options)
         if self._device == "auto" and self.backend.name != "cuda":
@@ -562,38 +564,16 @@ class DeepLearningTask(TaskBase):
         return self._steps.launches_per_step
 
     def host_us_per_step(self, n: int = 200) -> float:
-        """Host time to queue one training step (transfer + step launches and their event bookkeeping),
-        in microseconds, not counting the wait for the copy: what the loop costs besides waiting for data
-        and the device. Trains n more steps on the batches in the device buffers (a benchmark helper:
-        call it after run())."""
+        """Host microseconds to queue one training step (a benchmark helper: trains n more steps after run());
+        see tr.task.step_timing."""
         self._require(Phase.COMPILED, "host_us_per_step()")
-        st, launch = self._steps, StepLauncher(self.backend)
-        self.backend.synchronize()
-        total = 0.0
-        for k in range(n):
-            t0 = time.perf_counter()
-            launch(st.transfer[k % 2], st.train[k % 2], k % 2, wait=False)
-            total += time.perf_counter() - t0
-            launch.wait(k % 2)
-        self.backend.synchronize()
-        return total / n * 1e6
+        return step_timing.host_us_per_step(self.backend, self._steps, n)
 
     def time_train_step(self, n: int = 100, warmup: int = 10) -> float:
-        """Seconds per launch of the captured full-batch training step (data already on the device).
-
-        A benchmark helper: it trains ``warmup + n`` more steps on the batch in buffer A, so call it after
-        run(), never between compile() and run() of a measured training.
-        """
+        """Seconds per launch of the captured full-batch training step (a benchmark helper: trains warmup + n
+        more steps on buffer A's batch, so call it after run()); see tr.task.step_timing."""
         self._require(Phase.COMPILED, "time_train_step()")
-        be, g = self.backend, self._steps.train[0]
-        for _ in range(warmup):
-            be.launch(g)
-        be.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            be.launch(g)
-        be.synchronize()
-        return (time.perf_counter() - t0) / n
+        return step_timing.time_train_step(self.backend, self._steps, n, warmup)
 
     def describe(self) -> dict[str, Any]:
         return {"backend": getattr(self.backend, "name", None), "ops": self.program.num_ops if self.program else 0}

@@ -40,14 +40,17 @@ import numpy as np
 
 from tr.backend.base import Collective
 from tr.backend.cpu.collective import LOOPBACK_HOSTS, GlooCollective
+from tr.core import env as tr_env
 from tr.core.errors import BackendError, ConfigError
 from tr.core.log import get_logger
 
 log = get_logger(__name__)
 
 DEFAULT_PORT = 29500
-DEFAULT_TIMEOUT_S = 300.0  # bootstrap; TR_DIST_TIMEOUT overrides it
-DEFAULT_OP_TIMEOUT_S = 1800.0  # one collective (a slow rank, e.g. one writing a checkpoint); TR_DIST_OP_TIMEOUT
+# the defaults of TR_DIST_TIMEOUT (the bootstrap: 300 s) and TR_DIST_OP_TIMEOUT (one collective, e.g. waiting for
+# a slow rank writing a checkpoint: 1800 s), declared in tr.core.env
+DEFAULT_TIMEOUT_S = tr_env.variable("TR_DIST_TIMEOUT").default
+DEFAULT_OP_TIMEOUT_S = tr_env.variable("TR_DIST_OP_TIMEOUT").default
 
 # (launcher, rank, world size, local rank, variables that tell "all ranks on one machine": local size, nodes)
 _FAMILIES = (
@@ -151,13 +154,9 @@ def auto_env(environ: Mapping[str, str] | None = None) -> DistEnv | None:
     return None
 
 
-def _seconds(timeout_s: float | None, variable: str, default: float, what: str) -> float:
+def _seconds(timeout_s: float | None, variable: str, what: str) -> float:
     if timeout_s is None:
-        raw = os.environ.get(variable, "").strip()
-        try:
-            timeout_s = float(raw) if raw else default
-        except ValueError:
-            raise ConfigError(f"environment variable {variable}={raw!r} is not a number of seconds") from None
+        timeout_s = tr_env.get(variable)  # its default when unset; a ConfigError naming a bad value
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
         raise ConfigError(f"the {what} must be > 0 seconds, got {timeout_s!r}")
     return float(timeout_s)
@@ -165,13 +164,13 @@ def _seconds(timeout_s: float | None, variable: str, default: float, what: str) 
 
 def bootstrap_timeout(timeout_s: float | None = None) -> float:
     """``timeout_s``, else TR_DIST_TIMEOUT, else DEFAULT_TIMEOUT_S; must be > 0."""
-    return _seconds(timeout_s, "TR_DIST_TIMEOUT", DEFAULT_TIMEOUT_S, "bootstrap timeout")
+    return _seconds(timeout_s, "TR_DIST_TIMEOUT", "bootstrap timeout")
 
 
 def op_timeout(timeout_s: float | None = None) -> float:
     """How long one collective may wait for the slowest rank before the run fails (gloo's operation timeout,
     the NCCL watchdog's): ``timeout_s``, else TR_DIST_OP_TIMEOUT, else DEFAULT_OP_TIMEOUT_S; must be > 0."""
-    return _seconds(timeout_s, "TR_DIST_OP_TIMEOUT", DEFAULT_OP_TIMEOUT_S, "collective operation timeout")
+    return _seconds(timeout_s, "TR_DIST_OP_TIMEOUT", "collective operation timeout")
 
 
 # --- the rendezvous store -----------------------------------------------------------------------------------
@@ -519,7 +518,7 @@ FORCE_NCCL_ENV = "TR_FORCE_NCCL"
 
 def force_nccl(environ: Mapping[str, str] | None = None) -> bool:
     """TR_FORCE_NCCL=1: the CUDA backend runs its all-reduce through NCCL even with one rank (for tests)."""
-    return (os.environ if environ is None else environ).get(FORCE_NCCL_ENV, "").strip() not in ("", "0")
+    return tr_env.get(FORCE_NCCL_ENV, environ)
 
 
 def backend_options(device: str, group: Group | None, cuda_device: int | None = None) -> tuple[str, dict[str, Any]]:

@@ -23,12 +23,11 @@ compile: tr.backend.cuda.conv_engines. :func:`cudnn_plan_stats` says what planni
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, fields
 from typing import Any
 
 from tr.backend.cuda.native import native_module, require_native, wheel_libraries
-from tr.core.errors import ConfigError
+from tr.core import env as tr_env
 from tr.core.log import get_logger
 
 log = get_logger(__name__)
@@ -65,25 +64,16 @@ def load_cudnn() -> tuple[str, int]:
 
 def conv_engine() -> int:
     """The engine code TR_CONV asks for (0 auto, 1 cuDNN, 2 direct); makes cuDNN findable first."""
-    raw = os.environ.get("TR_CONV", "auto").strip().lower() or "auto"
-    if raw not in ENGINES:
-        raise ConfigError(f"TR_CONV={raw!r}: expected one of {sorted(ENGINES)}")
+    raw = tr_env.get("TR_CONV")  # one of ENGINES, or a ConfigError naming the value
     if raw != "direct":
         _add_candidates(require_native())
     return ENGINES[raw]
 
 
-_ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
-
-
 def env_autotune() -> bool:
     """TR_CUDNN_AUTOTUNE: on ("1", "true", "yes", "on") times cuDNN's candidates; off (the default) keeps the
     deterministic rule."""
-    raw = os.environ.get("TR_CUDNN_AUTOTUNE", "0").strip().lower()
-    if raw not in _ON + _OFF:
-        raise ConfigError(f"TR_CUDNN_AUTOTUNE={raw!r}: expected 1 (time cuDNN's candidates: fastest, may differ "
-                          "between machines) or 0 (the deterministic rule, the default)")
-    return raw in _ON
+    return tr_env.get("TR_CUDNN_AUTOTUNE")
 
 
 def autotune(backend: Any = None) -> bool:

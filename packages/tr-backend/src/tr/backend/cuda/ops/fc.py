@@ -11,16 +11,16 @@ TR_CUBLASLT_EPILOGUES=0 turns the fused epilogues off (the kernels run instead: 
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
 from tr.backend.rules import fc as fc_rules
+from tr.core import env as tr_env
 
 
 def _epilogues() -> int:
-    return int(os.environ.get("TR_CUBLASLT_EPILOGUES", "1") != "0")
+    return int(tr_env.get("TR_CUBLASLT_EPILOGUES"))
 
 
 @cuda_op("fc_fwd")

@@ -18,8 +18,20 @@ A fixed AMP bound cannot tell a kernel's error from AMP's own rounding, so the A
 gradients to the CPU's AMP distance from FP32 gradients. The FP32 bounds sit above those figures. Over 20 SGD
 steps the trajectories part further (VGG FP32: 1e-6 at step 1, 5e-3 at step 3; VGG AMP 2026-12-02: 0.1 %,
 0.3 %, 4.8 % at steps 1-3, and cuDNN's engines, autotuned by timing, may differ between machines): the first
-loss is held tightly, VGG's first three within the step tolerance (AMP 6 %), every loss must be finite, and
-the spread is printed.
+loss is held tightly, every loss must be finite, and the spread is printed.
+
+Why VGG16-BN's FP32 bound moved from 1e-3 to 5e-2 (2026-12-04): the H200 gave 0.025 on L1.beta.grad, every
+tensor near 0.022, on two machines; no kernel differs (tools/testkit/op_diff.py feeds each CUDA op the CPU's inputs;
+the kernels' SASS and the builders' arguments equal 58f8ceb's, which measured 1.5e-5). The CPU reproduces the
+figure with every op right: layer 8's relu pre-activation at [0, 2, 2, 123] lies 1.1e-6 of its rms from zero, within
+the 2e-6 that two valid FP32 summation orders move that conv output; taken the other way it moves every gradient
+from layer 8 down by 2.2 % (0.02338 on L1.beta), with a second such flip in layer 1 0.025125
+(tests-integration/test_forward_flips.py). Noise of 3e-7 on the conv outputs gives 0.009-0.030 in 4 of 6 draws. The
+end-to-end bound so holds rounding-tipped decisions, not kernels: those are held by
+test_cnn_backward_from_one_forward_matches_cpu (both backwards from the GPU's forward, 1e-3), test_gpu_op_by_op.py
+(each op, 1e-4) and test_gpu_forward_flips.py (every decision the forwards take differently lies within rounding
+of its threshold). VGG's losses after the first step part by the same flips, so, as ResNet's, only the first is
+held.
 """
 
 import sys
@@ -106,7 +118,7 @@ def _norms(want, names):
 
 
 # (model, resolution, batch, bound on the worst tensor's relative FP32 gradient error): see the docstring
-FIRST_STEP = [("vgg16_bn", 32, 4, 1e-3), ("resnet50", 64, 8, 5e-2), ("mobilenet_v2", 64, 8, 2e-2),
+FIRST_STEP = [("vgg16_bn", 32, 4, 5e-2), ("resnet50", 64, 8, 5e-2), ("mobilenet_v2", 64, 8, 2e-2),
               ("efficientnet_b0", 64, 8, 2e-2)]
 
 
@@ -158,8 +170,6 @@ def test_cnn_cuda_matches_cpu_over_20_steps(name, amp):
         assert abs(lg[0] - ref) <= 2 * abs(lc[0] - ref) + 1e-2 * abs(ref), (lg[0], lc[0], ref)
     else:
         assert lg[0] == pytest.approx(lc[0], rel=1e-3 if name == "resnet50" else 1e-4)
-    if name == "vgg16_bn":
-        np.testing.assert_allclose(lg[:3], lc[:3], rtol=6e-2 if amp else 1e-3, atol=1e-4)
     print(f"{name} {'AMP' if amp else 'FP32'}: relative loss differences by step",
           np.round(np.abs(np.array(lg) - lc) / np.abs(lc), 4).tolist())
 
@@ -173,3 +183,25 @@ def test_two_cuda_runs_are_byte_identical(name):
     assert la == lb
     wa, wb = a.weights(), b.weights()
     assert all(wa[k].tobytes() == wb[k].tobytes() for k in wa)
+
+
+@pytest.mark.parametrize("name,res,batch", [(m, r, b) for m, r, b, _ in FIRST_STEP],
+                         ids=[f"{m}-fp32-{r}px" for m, r, _, _ in FIRST_STEP])
+def test_cnn_backward_from_one_forward_matches_cpu(name, res, batch):
+    """The first step's gradients, both backends' backwards run from the GPU's forward (the CPU's arena takes the
+    GPU's after the forward: tools/testkit/op_diff.backward_from_test_forward), so a relu or pool decision that
+    rounding tipped the other way in one forward cannot part them: every gradient within 1e-3 of the CPU's
+    (_errors), what the end-to-end test held VGG16-BN to before such a flip was found."""
+    if str(ROOT / "tools" / "testkit") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tools" / "testkit"))
+    from op_diff import backward_from_test_forward, build_task, epoch_calls, example, fill_batch
+
+    cpu = build_task(example(name, CLASSES), "cpu", False, res, batch, CLASSES)
+    gpu = build_task(example(name, CLASSES), "cuda", False, res, batch, CLASSES)
+    fill_batch(gpu, CLASSES)
+    grads = backward_from_test_forward(cpu, gpu, epoch_calls(gpu.program))
+    want = {k: r.astype(np.float64) for k, (r, _) in grads.items()}
+    got = {k: t.astype(np.float64) for k, (_, t) in grads.items()}
+    worst = _errors(got, want)[:8]
+    print(name, f"FP32 {res}px, backwards from the GPU's forward: worst relative gradient errors", worst)
+    assert worst[0][1] <= 1e-3, f"worst relative gradient errors: {worst}"

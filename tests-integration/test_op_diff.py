@@ -13,7 +13,16 @@ import pytest
 from tr.graph.blueprint import BluePrint, cbr, dropout, fc, flatten, maxpool, relu, seq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "testkit"))
-from op_diff import build_task, compare, fill_batch, first_over, step_calls, table  # noqa: E402
+from op_diff import (  # noqa: E402
+    backward_from_test_forward,
+    build_task,
+    compare,
+    epoch_calls,
+    fill_batch,
+    first_over,
+    step_calls,
+    table,
+)
 
 CLASSES = 10
 
@@ -80,3 +89,29 @@ def test_a_wrong_op_is_named_where_it_is_wrong(tasks, op, nth, out):
     assert bad.op == op and [o.arg for o in bad.over()] == [out], table(diffs)
     assert sum(1 for d in diffs if d.op == op and d.index < bad.index) == nth
     assert bad.worst.rel == pytest.approx(0.02, rel=1e-3)  # the op's own error, not one compounded by later ops
+
+
+def test_under_amp_the_epoch_casts_the_working_weights_first():
+    """Without the epoch's FP32 -> FP16 cast the working weights are zero and every convolution compares zeros."""
+    a = build_task(_net(), "cpu", True, 16, 4, CLASSES)
+    b = build_task(_net(), "cpu", True, 16, 4, CLASSES)
+    fill_batch(a, CLASSES)
+    calls = epoch_calls(a.program)
+    assert calls[0].op == "range_cast" and len(calls) == len(step_calls(a.program)) + 1
+    diffs = compare(a, b, calls)
+    assert first_over(diffs) is None, table(diffs)
+    conv = next(d for d in diffs if d.op == "conv_fwd")
+    assert conv.outputs[0].ref_norm > 0  # a real convolution, not zeros against zeros
+
+
+def test_backwards_from_one_forward_agree_where_the_forwards_decided_otherwise(tasks):
+    """The test backend's forward differs (one convolution's output scaled, as a rounding difference would move
+    it, only larger): both backwards, run from the test's forward, agree to the bit, so what they compare is the
+    backward's own arithmetic."""
+    a, b = tasks
+    fill_batch(a, CLASSES)
+    calls = step_calls(a.program)
+    nudged = SimpleNamespace(program=b.program, backend=_Wrong(b.backend, "conv_fwd", 1, "y", 1.0 + 1e-3))
+    grads = backward_from_test_forward(a, nudged, calls)
+    assert grads and all(np.array_equal(r, t) for r, t in grads.values())
+    assert any(float(np.abs(r).max()) > 0 for r, _ in grads.values())

@@ -75,6 +75,42 @@ def step_calls(program, variant: str = "train_last", buffer: int = 0, last: bool
     return serial_calls(branches(program, variant, train_step_branches(buffer, last)))
 
 
+def epoch_calls(program, variant: str = "train_last") -> list[OpCall]:
+    """A training epoch's first step as the loop runs it: the epoch's cast of the FP16 working weights (AMP;
+    without it they are zero and every convolution compares zeros), then the step."""
+    from tr.core.graph_id import GraphId
+
+    return list(program.calls("train", GraphId.CAST_MAIN_FP32_TO_FP16)) + step_calls(program, variant)
+
+
+def first_backward(calls: Sequence[OpCall]) -> int:
+    """The index of the first backward op (the loss's): the forward is everything before it."""
+    return next((i for i, c in enumerate(calls) if c.op.endswith("_bwd")), len(calls))
+
+
+def backward_from_test_forward(ref_task, test_task, calls: Sequence[OpCall]) -> dict[str, tuple[np.ndarray, ...]]:
+    """The calls' forward on the test backend, its whole arena then copied into the reference's, then the backward
+    on both, each on its own results: {gradient tensor name: (reference's, test's)}. Both backwards see the same
+    forward, so a relu or pool decision that rounding tipped the other way in one forward (a pre-activation
+    within 1e-6 of zero) no longer parts them; what differs is the backward's own arithmetic."""
+    check_same_plan(ref_task.program, test_task.program)
+    rb, tb, prog = ref_task.backend, test_task.backend, ref_task.program
+    k = first_backward(calls)
+    for i, call in enumerate(calls[:k]):
+        tb.launch(tb.capture(f"fwd_{i}", [call]))
+    tb.synchronize()
+    for t in prog.tensors:
+        if t.allocated:
+            rb.write(t, tb.read(t))
+    for i, call in enumerate(calls[k:]):
+        rb.launch(rb.capture(f"bwd_{i}_ref", [call]))
+        tb.launch(tb.capture(f"bwd_{i}_test", [call]))
+    rb.synchronize()
+    tb.synchronize()
+    return {t.name: (rb.read(t), tb.read(t)) for t in prog.tensors
+            if t.allocated and t.region.name.startswith("G_")}
+
+
 def _span_tensor(program, span: RegionSpan) -> DTensor:
     """All bytes of a region span as one UINT8 tensor (to copy a range op's input whole)."""
     lo, hi = program.layout.span(span)
@@ -235,7 +271,7 @@ def run(blueprint, resolution: int, batch: int, amp: bool, classes: int = 10, re
     a = build_task(blueprint, ref, amp, resolution, batch, classes)
     b = build_task(blueprint, test, amp, resolution, batch, classes)
     fill_batch(a, classes)
-    return compare(a, b, step_calls(a.program))
+    return compare(a, b, epoch_calls(a.program))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -291,6 +291,18 @@ def _tr_train(task: Any, feeder: Any, recipe: Recipe, table: np.ndarray, amp: bo
             "loss_scale": scale, "backend": task.backend.name}
 
 
+def _tr_run(arch: Arch, recipe: Recipe, amp: bool, seed: int, pre: Any, device: str, table: np.ndarray,
+            log: Any) -> dict:
+    """One tr run on the data ``pre`` describes: its record. The task and its feeder are dropped and collected
+    before the next run builds its own."""
+    task, feeder = _tr_task(arch, recipe, amp, seed, pre, device)
+    try:
+        return _tr_train(task, feeder, recipe, table, amp, log)
+    finally:
+        del task, feeder
+        gc.collect()
+
+
 _DATASETS: dict[int, Any] = {}
 
 
@@ -308,12 +320,7 @@ def run_tr_mnist(arch: Arch, recipe: Recipe, amp: bool, seed: int, data: MnistDa
                                            name="mnist32", num_classes=10)
     pre = (PreprocessorSettings().dataset(_DATASETS[id(data)]).normalization(NormMode.MNIST)
            .train_transforms(RandomCrop(data.side, padding=data.pad)).drop_last(True).device_augment(True))
-    task, feeder = _tr_task(arch, recipe, amp, seed, pre, device)
-    try:
-        return _tr_train(task, feeder, recipe, table, amp, log)
-    finally:
-        del task, feeder
-        gc.collect()
+    return _tr_run(arch, recipe, amp, seed, pre, device, table, log)
 
 
 def run_tr_folder(arch: Arch, recipe: Recipe, amp: bool, seed: int, folder: Folder, table: np.ndarray,
@@ -330,12 +337,7 @@ def run_tr_folder(arch: Arch, recipe: Recipe, amp: bool, seed: int, folder: Fold
            .train_transforms(RandomResizedCrop(folder.resolution), RandomHorizontalFlip())
            .val_transforms(Resize(folder.val_resize), CenterCrop(folder.resolution)).drop_last(True)
            .pad_channels_to(c if c != arch.in_channels else None))
-    task, feeder = _tr_task(arch, recipe, amp, seed, pre, device)
-    try:
-        return _tr_train(task, feeder, recipe, table, amp, log)
-    finally:
-        del task, feeder
-        gc.collect()
+    return _tr_run(arch, recipe, amp, seed, pre, device, table, log)
 
 
 # --- the runs ------------------------------------------------------------------------------------------

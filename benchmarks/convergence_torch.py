@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -220,6 +221,24 @@ class Trainer:
         self.model.train()
         return float(correct) / n, float(total) / n
 
+    def run_epoch(self, epoch: int, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+                  val: tuple[list[torch.Tensor], list[torch.Tensor]]) -> dict:
+        """Train epoch ``epoch`` (from 0) on ``batches`` ((x, y) on the device), then validate: the epoch's record
+        (tr's history fields: the train loss averaged over the applied steps, val top-1 and loss, seconds, the
+        steps AMP skipped, the LR the epoch began with)."""
+        t0 = time.perf_counter()
+        loss_sum = torch.zeros((), device=self.device)
+        skipped_before, steps = len(self.skipped_at), 0
+        for x, y in batches:
+            self.train_step(self.batch(x), y, loss_sum)
+            steps += 1
+        skipped = len(self.skipped_at) - skipped_before
+        top1, val_loss = self.evaluate(*val)
+        applied = steps - skipped
+        return {"epoch": epoch + 1, "train_loss": float(loss_sum) / applied if applied else math.nan,
+                "val_top1": top1, "val_loss": val_loss, "seconds": time.perf_counter() - t0,
+                "skipped_steps": skipped, "lr": float(self.table[min(epoch * steps, len(self.table) - 1)])}
+
 
 def make_trainer(arch: Any, recipe: Any, amp: bool, table: np.ndarray, device: torch.device,
                  first_conv_channels: int | None = None) -> Trainer:
@@ -294,24 +313,20 @@ def run_mnist(arch: Any, recipe: Any, amp: bool, seed: int, data: Any, table: np
     params = count_params(t.model)
     _sync(dev)
     setup_s = time.perf_counter() - t_setup
-    epochs = []
-    for e in range(recipe.epochs):
-        t0 = time.perf_counter()
-        loss_sum = torch.zeros((), device=dev)
+
+    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """An epoch: a new order, then each batch RandomCrop'ed and normalised."""
         perm = torch.randperm(n, device=dev, generator=gen)
-        skipped_before = len(t.skipped_at)
         for k in range(steps):
             idx = perm[k * b:(k + 1) * b]
-            x = ((random_crop(xp[idx], side, gen).float() / 255.0 - data.mean) / data.std)[:, None]
-            t.train_step(t.batch(x), y[idx], loss_sum)
-        skipped = len(t.skipped_at) - skipped_before
-        top1, val_loss = t.evaluate(xv, yv)
-        applied = steps - skipped
-        epochs.append({"epoch": e + 1, "train_loss": float(loss_sum) / applied if applied else math.nan,
-                       "val_top1": top1, "val_loss": val_loss, "seconds": time.perf_counter() - t0,
-                       "skipped_steps": skipped, "lr": float(table[min(e * steps, len(table) - 1)])})
-        log(f"  pytorch epoch {e + 1}: loss {epochs[-1]['train_loss']:.4f}, top-1 {100 * top1:.2f} %, "
-            f"{epochs[-1]['seconds']:.1f} s, {skipped} skipped")
+            yield ((random_crop(xp[idx], side, gen).float() / 255.0 - data.mean) / data.std)[:, None], y[idx]
+
+    epochs = []
+    for e in range(recipe.epochs):
+        rec = t.run_epoch(e, batches(), (xv, yv))
+        epochs.append(rec)
+        log(f"  pytorch epoch {e + 1}: loss {rec['train_loss']:.4f}, top-1 {100 * rec['val_top1']:.2f} %, "
+            f"{rec['seconds']:.1f} s, {rec['skipped_steps']} skipped")
     return {"params": params, "steps_per_epoch": steps, "setup_s": setup_s, "epochs": epochs,
             "skipped_at": t.skipped_at[:64], "loss_scale": t.scaler.get_scale() if amp else None}
 
@@ -364,20 +379,11 @@ def run_folder(arch: Any, recipe: Any, amp: bool, seed: int, folder: Any, table:
     setup_s = time.perf_counter() - t_setup
     epochs = []
     for e in range(recipe.epochs):
-        t0 = time.perf_counter()
-        loss_sum = torch.zeros((), device=dev)
-        skipped_before, steps = len(t.skipped_at), 0
-        for x, y in loader:
-            t.train_step(t.batch(x.to(dev, non_blocking=True)), y.to(dev, non_blocking=True), loss_sum)
-            steps += 1
-        skipped = len(t.skipped_at) - skipped_before
-        top1, val_loss = t.evaluate(xv, yv)
-        applied = steps - skipped
-        epochs.append({"epoch": e + 1, "train_loss": float(loss_sum) / applied if applied else math.nan,
-                       "val_top1": top1, "val_loss": val_loss, "seconds": time.perf_counter() - t0,
-                       "skipped_steps": skipped, "lr": float(table[min(e * steps, len(table) - 1)])})
-        log(f"  pytorch epoch {e + 1}: loss {epochs[-1]['train_loss']:.4f}, val top-1 {100 * top1:.2f} %, "
-            f"{epochs[-1]['seconds']:.1f} s, {skipped} skipped")
+        on_device = ((x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)) for x, y in loader)
+        rec = t.run_epoch(e, on_device, (xv, yv))
+        epochs.append(rec)
+        log(f"  pytorch epoch {e + 1}: loss {rec['train_loss']:.4f}, val top-1 {100 * rec['val_top1']:.2f} %, "
+            f"{rec['seconds']:.1f} s, {rec['skipped_steps']} skipped")
     del loader  # stops the persistent workers
     return {"params": params, "steps_per_epoch": len(train) // recipe.batch, "setup_s": setup_s, "epochs": epochs,
             "skipped_at": t.skipped_at[:64], "loss_scale": t.scaler.get_scale() if amp else None}

@@ -16,9 +16,4 @@ import parser_fuzz  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    parser_fuzz.install(config)
-
-
-@pytest.fixture
-def fuzz():
-    return parser_fuzz.run_fuzz
+    parser_fuzz.install(config)  # the fixture ``fuzz`` and the per-suite summary

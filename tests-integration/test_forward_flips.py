@@ -12,31 +12,24 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from forward_flips import ROUNDING_MARGIN, build_task, example, fill_batch, forward_calls, forward_flips, report
-from op_diff import step_calls
+from forward_flips import ROUNDING_MARGIN, example, forward_calls, forward_flips, report
+from op_diff import build_task, fill_batch, step_calls, task_pair
 from test_gpu_cnn_training import _errors, _gradients
 from test_op_diff import CLASSES, _net
+from wrapped_backend import AfterEachCall
 
 
-class _After:
+class _After(AfterEachCall):
     """A backend that runs every op as the wrapped one does, then ``fix(inner, call)`` on each call of ``op`` in
     ``layer`` (graphs of one call: the fix lands before the next op reads)."""
 
     def __init__(self, inner, op: str, layer: int, fix) -> None:
-        self.inner, self.op, self.layer, self.fix = inner, op, layer, fix
+        super().__init__(inner)
+        self.op, self.layer, self.fix = op, layer, fix
 
-    def capture(self, name, calls):
-        return self.inner.capture(name, calls), tuple(calls)
-
-    def launch(self, graph, stream=None) -> None:
-        g, calls = graph
-        self.inner.launch(g)
-        for c in calls:
-            if c.op == self.op and c.layer == self.layer:
-                self.fix(self.inner, c)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+    def after(self, call) -> None:
+        if call.op == self.op and call.layer == self.layer:
+            self.fix(self.inner, call)
 
 
 def _nudge(at: tuple[int, ...], delta: float):
@@ -68,9 +61,7 @@ def _closest_relu(task, layer: int) -> tuple[tuple[int, ...], float, float]:
 
 @pytest.fixture(scope="module")
 def small():
-    a = build_task(_net(), "cpu", False, 16, 4, CLASSES)
-    b = build_task(_net(), "cpu", False, 16, 4, CLASSES)
-    return a, b
+    return task_pair(_net(), 16, 4, False, CLASSES, test="cpu")
 
 
 def test_two_cpu_backends_decide_alike(small):

@@ -12,13 +12,12 @@ Non-finite values are a suite of their own (test_fuzz_non_finite_values). One co
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
-from parser_fuzz import run_cases
+from parser_fuzz import one_process, print_total, run_cases
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -251,15 +250,20 @@ def _arena(task) -> bytes:
     return task.backend.arena.tobytes()
 
 
-def attempt(model: Model, source: Any, same_layout: bool, case: int) -> None:
-    """load_torch(source): checked as loaded, or refused with the arena as it was."""
-    task = model.task
+def _load(task, source: Any) -> None:
+    """load_torch(task, source); a refusal (one of ACCEPT, raised on) must leave tr's arena as it was."""
     before = _arena(task)
     try:
         load_torch(task, source)
     except ACCEPT:
         assert _arena(task) == before, "a refused load changed tr's arena"
         raise
+
+
+def attempt(model: Model, source: Any, same_layout: bool, case: int) -> None:
+    """load_torch(source): checked as loaded, or refused with the arena as it was."""
+    task = model.task
+    _load(task, source)
     check_exported(task, source)
     if same_layout and hasattr(source, "forward") and case % FORWARD_EVERY == 0:
         with torch.no_grad():
@@ -308,12 +312,7 @@ def test_fuzz_non_finite_values(models):
 
     def case(model: Model, source: Any, how: str) -> None:
         task = model.task
-        before = _arena(task)
-        try:
-            load_torch(task, source)
-        except ACCEPT:
-            assert _arena(task) == before, "a refused load changed tr's arena"
-            raise
+        _load(task, source)
         if not all(np.isfinite(w).all() for w in task.weights().values()):
             silent.append(how)
         load_torch(task, model.base)  # finite weights again for the next case
@@ -371,9 +370,7 @@ def test_a_folded_conv_bias_of_another_shape_is_refused(models, value):
     _refused_naming(model, dict(model.base.state_dict(), **{"0.bias": value}), "0.bias")
 
 
-@pytest.mark.skipif(bool(os.environ.get("PYTEST_XDIST_WORKER")),
-                    reason="under pytest-xdist the suites above ran in other processes: their counts are not here")
+@one_process
 def test_fuzz_torch_io_ran_every_planned_case():
-    total = sum(_counts.values())
-    print(f"[fuzz] torch interop: {total} cases in all ({_counts})")
+    print_total("torch interop", _counts)
     assert _counts == PLANNED

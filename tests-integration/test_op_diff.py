@@ -15,14 +15,15 @@ from tr.graph.blueprint import BluePrint, cbr, dropout, fc, flatten, maxpool, re
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "testkit"))
 from op_diff import (  # noqa: E402
     backward_from_test_forward,
-    build_task,
     compare,
     epoch_calls,
     fill_batch,
     first_over,
     step_calls,
     table,
+    task_pair,
 )
+from wrapped_backend import AfterEachCall  # noqa: E402
 
 CLASSES = 10
 
@@ -34,36 +35,25 @@ def _net() -> BluePrint:
                      name="small_vgg", num_classes=CLASSES)
 
 
-class _Wrong:
+class _Wrong(AfterEachCall):
     """A backend that runs every op as the wrapped one does, but scales one output of the ``nth`` call of ``op``."""
 
     def __init__(self, inner, op: str, nth: int, out: str, factor: float) -> None:
-        self.inner, self.op, self.nth, self.out, self.factor = inner, op, nth, out, factor
+        super().__init__(inner)
+        self.op, self.nth, self.out, self.factor = op, nth, out, factor
         self.seen = 0
 
-    def capture(self, name, calls):
-        return self.inner.capture(name, calls), tuple(calls)
-
-    def launch(self, graph, stream=None) -> None:
-        g, calls = graph
-        self.inner.launch(g)
-        for c in calls:
-            if c.op == self.op:
-                if self.seen == self.nth:
-                    t = c.args[self.out]
-                    self.inner.write(t, self.inner.read(t) * np.float32(self.factor))
-                self.seen += 1
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+    def after(self, call) -> None:
+        if call.op == self.op:
+            if self.seen == self.nth:
+                t = call.args[self.out]
+                self.inner.write(t, self.inner.read(t) * np.float32(self.factor))
+            self.seen += 1
 
 
 @pytest.fixture(scope="module")
 def tasks():
-    a = build_task(_net(), "cpu", False, 16, 4, CLASSES)
-    b = build_task(_net(), "cpu", False, 16, 4, CLASSES)
-    fill_batch(a, CLASSES)
-    return a, b
+    return task_pair(_net(), 16, 4, False, CLASSES, test="cpu")
 
 
 def test_two_cpu_backends_agree_on_every_op(tasks):
@@ -93,9 +83,7 @@ def test_a_wrong_op_is_named_where_it_is_wrong(tasks, op, nth, out):
 
 def test_under_amp_the_epoch_casts_the_working_weights_first():
     """Without the epoch's FP32 -> FP16 cast the working weights are zero and every convolution compares zeros."""
-    a = build_task(_net(), "cpu", True, 16, 4, CLASSES)
-    b = build_task(_net(), "cpu", True, 16, 4, CLASSES)
-    fill_batch(a, CLASSES)
+    a, b = task_pair(_net(), 16, 4, True, CLASSES, test="cpu")
     calls = epoch_calls(a.program)
     assert calls[0].op == "range_cast" and len(calls) == len(step_calls(a.program)) + 1
     diffs = compare(a, b, calls)

@@ -23,14 +23,13 @@ Only numpy and tr: tests import it (tests-integration's conftest puts tools/test
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from op_diff import _args, build_task, check_same_plan, epoch_calls, example, fill_batch, first_backward
+from op_diff import _args, arguments, check_same_plan, epoch_calls, example, first_backward, task_pair
 
 from tr.core.ops import OpCall, RegionSpan
 
@@ -229,10 +228,7 @@ def forward_flips(ref_task, test_task, calls: Sequence[OpCall] | None = None) ->
 def run(blueprint, resolution: int, batch: int, amp: bool, classes: int = 10, ref: str = "cpu",
         test: str = "cuda") -> list[Flip]:
     """Compile ``blueprint`` on both devices, fill a batch, and compare the forwards' decisions."""
-    a = build_task(blueprint, ref, amp, resolution, batch, classes)
-    b = build_task(blueprint, test, amp, resolution, batch, classes)
-    fill_batch(a, classes)
-    return forward_flips(a, b)
+    return forward_flips(*task_pair(blueprint, resolution, batch, amp, classes, ref, test))
 
 
 def report(flips: Sequence[Flip], limit: int = 40) -> str:
@@ -245,13 +241,7 @@ def report(flips: Sequence[Flip], limit: int = 40) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="vgg16_bn")
-    p.add_argument("--resolution", type=int, default=32)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--amp", action="store_true")
-    p.add_argument("--ref", default="cpu")
-    p.add_argument("--test", default="cuda")
+    p = arguments(__doc__.split("\n\n")[0])
     p.add_argument("--bound", type=float, default=ROUNDING_MARGIN, help="FP32: the largest margin rounding explains")
     a = p.parse_args(argv)
     flips = run(example(a.model), a.resolution, a.batch, a.amp, ref=a.ref, test=a.test)

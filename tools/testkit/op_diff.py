@@ -265,23 +265,37 @@ def build_task(blueprint, device: str, amp: bool, resolution: int, batch: int, c
     return task
 
 
-def run(blueprint, resolution: int, batch: int, amp: bool, classes: int = 10, ref: str = "cpu",
-        test: str = "cuda") -> list[OpDiff]:
-    """Compile ``blueprint`` on both devices, fill a batch, and compare its training step op by op."""
+def task_pair(blueprint, resolution: int, batch: int, amp: bool, classes: int = 10, ref: str = "cpu",
+              test: str = "cuda") -> tuple:
+    """``blueprint`` compiled alike on the ``ref`` and the ``test`` device, the reference's batch filled."""
     a = build_task(blueprint, ref, amp, resolution, batch, classes)
     b = build_task(blueprint, test, amp, resolution, batch, classes)
     fill_batch(a, classes)
+    return a, b
+
+
+def run(blueprint, resolution: int, batch: int, amp: bool, classes: int = 10, ref: str = "cpu",
+        test: str = "cuda") -> list[OpDiff]:
+    """Compile ``blueprint`` on both devices, fill a batch, and compare its training step op by op."""
+    a, b = task_pair(blueprint, resolution, batch, amp, classes, ref, test)
     return compare(a, b, epoch_calls(a.program))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(description: str) -> argparse.ArgumentParser:
+    """The command line of this tool and forward_flips.py: the example network, its input, AMP and the devices
+    (``run``'s arguments)."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--model", default="vgg16_bn")
     p.add_argument("--resolution", type=int, default=32)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--amp", action="store_true")
     p.add_argument("--ref", default="cpu")
     p.add_argument("--test", default="cuda")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = arguments(__doc__.split("\n\n")[0])
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     diffs = run(example(a.model), a.resolution, a.batch, a.amp, ref=a.ref, test=a.test)

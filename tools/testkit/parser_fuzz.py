@@ -14,9 +14,10 @@ Two drivers:
 
 For both, anything else, or a case slower than SLOW_CASE_S, fails with the case's recipe. The mutation
 helpers (``mutate``, ``mutate_at``, ``near``, ``mutate_json``) are pure functions of the Generator. Every
-suite's count is recorded; the run ends with a per-suite count and a total when this module is a pytest
-plugin (``install(config)`` from a conftest, or ``-p parser_fuzz``). Only numpy, pytest and tr.core: it
-runs where tr-data is installed alone.
+suite's count is recorded; a test file's last test checks its suites' counts against its plan (``print_total``,
+``one_process``). As a pytest plugin (``install(config)`` from a conftest's pytest_configure, or ``-p
+parser_fuzz``) the module gives the ``fuzz`` fixture (``run_fuzz``) and ends the run with a per-suite count and
+a total. Only numpy, pytest and tr.core: it runs where tr-data is installed alone.
 """
 
 from __future__ import annotations
@@ -29,13 +30,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tr.core.errors import DataError
 
@@ -354,7 +356,29 @@ def run_cases(
     return runner.done("refused" + (f" {dict(runner.out.errors)}" if runner.out.errors else ""))
 
 
-# ---- the run's summary (a pytest plugin) ----------------------------------------------------------------
+# ---- a test file's closing check ------------------------------------------------------------------------
+
+# The mark of a file's last test, which reads the counts its suites left in this process.
+one_process = pytest.mark.skipif(bool(os.environ.get("PYTEST_XDIST_WORKER")),
+                                 reason="under pytest-xdist the suites above ran in other processes: their counts are "
+                                        "not here")
+
+
+def print_total(what: str, counts: Mapping[str, int]) -> int:
+    """Print the cases a test file's suites ran (``counts``: suite label -> cases) and return their total, for
+    the file's last test to check against its plan."""
+    total = sum(counts.values())
+    print(f"[fuzz] {what}: {total} cases in all ({counts})")
+    return total
+
+
+# ---- the plugin: the ``fuzz`` fixture and the run's summary ---------------------------------------------
+
+@pytest.fixture
+def fuzz() -> Callable[..., Outcome]:
+    """``run_fuzz``."""
+    return run_fuzz
+
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not RAN:
@@ -366,7 +390,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 def install(config: Any) -> None:
-    """Make this module a plugin of the pytest run (once), so the run ends with the fuzz summary."""
+    """Make this module a plugin of the pytest run (once): its ``fuzz`` fixture, and the fuzz summary that ends
+    the run. Each conftest whose tests fuzz calls it from its pytest_configure."""
     me = sys.modules[__name__]
     if not config.pluginmanager.is_registered(me):
         config.pluginmanager.register(me, "tr-parser-fuzz")

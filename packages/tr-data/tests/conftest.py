@@ -120,9 +120,4 @@ from parser_fuzz import EXTREME_U32, SLOW_CASE_S, Outcome, mutate, run_fuzz  # n
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    parser_fuzz.install(config)  # the per-suite case counts and their total at the end of the run
-
-
-@pytest.fixture
-def fuzz():
-    return run_fuzz
+    parser_fuzz.install(config)  # the fixture ``fuzz``, and the per-suite case counts and their total at the end

@@ -5,11 +5,11 @@ exception, a crash or a hang. tools/asan_test.sh runs this file too."""
 from __future__ import annotations
 
 import gzip
-import os
 import pickle
 
 import numpy as np
 import pytest
+from parser_fuzz import one_process, print_total
 
 from tr.data import CIFAR10, CIFAR100, MNIST, read_idx
 
@@ -106,10 +106,8 @@ def test_fuzz_cifar_binary(tmp_path, rng, fuzz, cifar_records, cls, dirname, fil
     _counts[label] = out.cases
 
 
-@pytest.mark.skipif(bool(os.environ.get("PYTEST_XDIST_WORKER")),
-                    reason="under pytest-xdist the suites above ran in other processes: their counts are not here")
+@one_process
 def test_fuzz_files_ran_every_planned_case():
     # after the suites above (pytest runs a file's tests in order)
-    total = sum(_counts.values())
-    print(f"[fuzz] tr.data file parsers: {total} cases in all ({_counts})")
+    total = print_total("tr.data file parsers", _counts)
     assert _counts == PLANNED and total >= TOTAL

@@ -36,16 +36,6 @@ def _task() -> DeepLearningTask:
             .data(feeder).total_epochs(2))
 
 
-def _with_engines(path, recorded) -> None:
-    """The checkpoint at ``path`` as if a run with engines ``recorded`` had saved it (its checksum recomputed)."""
-    mpath = path / checkpoint_files.MANIFEST
-    m = json.loads(mpath.read_text())
-    m["engines"] = recorded
-    body = {k: v for k, v in m.items() if k != "sha256"}
-    m["sha256"] = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    mpath.write_text(json.dumps(m))
-
-
 @pytest.fixture
 def saved(tmp_path):
     t = _task().compile()
@@ -62,9 +52,9 @@ def test_the_manifest_records_the_engines_and_a_resume_on_the_same_backend_is_si
     assert t._epochs_done == 1 and not caplog.records
 
 
-def test_autotuned_engines_are_pinned_for_the_resumed_compile(saved, monkeypatch):
+def test_autotuned_engines_are_pinned_for_the_resumed_compile(saved, monkeypatch, resign):
     path, _ = saved
-    _with_engines(path, TIMED)
+    resign(path, engines=TIMED)
     seen = []
 
     @contextlib.contextmanager
@@ -77,9 +67,9 @@ def test_autotuned_engines_are_pinned_for_the_resumed_compile(saved, monkeypatch
     assert seen == [("PLANNING", TIMED)] and t._epochs_done == 1
 
 
-def test_engines_that_cannot_run_here_are_a_warning_not_a_failed_resume(saved, monkeypatch, caplog):
+def test_engines_that_cannot_run_here_are_a_warning_not_a_failed_resume(saved, monkeypatch, caplog, resign):
     path, _ = saved
-    _with_engines(path, TIMED)
+    resign(path, engines=TIMED)
 
     @contextlib.contextmanager
     def pinned(task, recorded):

@@ -5,8 +5,6 @@ state_tensors takes EMA regions whenever the plan allocates them."""
 from __future__ import annotations
 
 import errno
-import hashlib
-import json
 import os
 from types import SimpleNamespace
 
@@ -68,22 +66,14 @@ def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     assert checkpoint_files.read(tmp_path / "ck")[0]["epoch"] == 1 and os.listdir(tmp_path) == ["ck"]
 
 
-def _resign(path, **changes) -> None:
-    m = json.loads((path / "manifest.json").read_text())
-    m.update(changes)
-    body = {k: v for k, v in m.items() if k != "sha256"}
-    m["sha256"] = hashlib.sha256(checkpoint_files._canonical(body)).hexdigest()
-    (path / "manifest.json").write_text(json.dumps(m))
-
-
 @pytest.mark.parametrize("changes, msg", [
     ({"version": 99}, "format version 99"),
     ({"format": "other"}, "not a tr checkpoint manifest"),
     ({"files": {}}, "lists files"),
 ])
-def test_refused_manifests_name_the_file(changes, msg, tmp_path):
+def test_refused_manifests_name_the_file(changes, msg, tmp_path, resign):
     checkpoint_files.write(tmp_path / "ck", _w(1), {"epoch": 1})
-    _resign(tmp_path / "ck", **changes)
+    resign(tmp_path / "ck", **changes)
     with pytest.raises(DataError, match=msg) as e:
         checkpoint_files.read(tmp_path / "ck")
     assert str(tmp_path / "ck" / "manifest.json") in str(e.value)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from parser_fuzz import dumps, mutate, mutate_json, run_cases, scratch
+from parser_fuzz import dumps, mutate, mutate_json, one_process, print_total, run_cases, scratch
 
 from tr.algo.optimizer import SGD, Adam
 from tr.algo.scheduler import ConstantLR
@@ -300,9 +299,7 @@ def test_fuzz_checkpoints(label):
     _counts[label] = out.cases
 
 
-@pytest.mark.skipif(bool(os.environ.get("PYTEST_XDIST_WORKER")),
-                    reason="under pytest-xdist the suites above ran in other processes: their counts are not here")
+@one_process
 def test_fuzz_checkpoints_ran_every_planned_case():
-    total = sum(_counts.values())
-    print(f"[fuzz] checkpoints: {total} cases in all ({_counts})")
+    print_total("checkpoints", _counts)
     assert _counts == PLANNED

@@ -1,4 +1,5 @@
-"""Fixtures of the tr.tensor tests: the parser fuzzer of tools/testkit/parser_fuzz.py (fixture ``fuzz``)."""
+"""Fixtures of the tr.tensor tests: the parser fuzzer of tools/testkit/parser_fuzz.py (fixture ``fuzz``) and its
+per-suite summary at the end of the run."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ import pytest
 
 # ---- parser fuzzing: tools/testkit/parser_fuzz.py, shared with the other package's tests ------------------
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools" / "testkit"))
-from parser_fuzz import EXTREME_U32, SLOW_CASE_S, Outcome, mutate, run_fuzz  # noqa: E402,F401
+import parser_fuzz  # noqa: E402
 
 
-@pytest.fixture
-def fuzz():
-    return run_fuzz
+def pytest_configure(config: pytest.Config) -> None:
+    parser_fuzz.install(config)  # the fixture ``fuzz`` and the per-suite summary

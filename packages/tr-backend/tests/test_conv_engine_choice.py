@@ -25,6 +25,7 @@ native = native_module()
 needs_pins = pytest.mark.skipif(native is None or not hasattr(native, "cudnn_conv_op_plans"),
                                 reason="tr.backend._native without engine records and pins (an older build)")
 FWD_KEY = "fprop:n2:h6:w6:c4:k8:r3:s3:sh2:sw2:ph1:pw1:FP16,FP16,FP16:tf32=0"
+WGRAD_KEY = "wgrad:n2:h6:w6:c4:k8:r3:s3:sh2:sw2:ph1:pw1:g2:FP16,FP16,FP32:tf32=1"
 
 
 class _Native:
@@ -131,14 +132,16 @@ def test_each_op_s_plans_are_recorded_on_its_backend():
     assert conv_engines.used_by(_Backend(a.layout(), n)) == []  # records are per backend
 
 
-def test_an_op_that_ran_the_direct_kernels_is_recorded_as_direct():
-    """A backward whose dgrad cuDNN could not plan falls back whole: its wgrad plan exists but did not run."""
+@pytest.mark.parametrize("info", ["direct conv wgrad, dgrad (cuDNN: no deterministic engine)",
+                                  "bias gradient kernels, direct conv wgrad, dgrad (cuDNN: no deterministic engine)"])
+def test_an_op_that_ran_the_direct_kernels_is_recorded_as_direct(info):
+    """A backward whose dgrad cuDNN could not plan falls back whole: its wgrad plan exists but did not run (with a
+    bias too, whose kernels come first in the op's description)."""
     a = _arena()
     plans = [{"key": "wgrad:k", "direction": "wgrad", "engine": "eng3", "source": "heuristic", "rank": 0,
               "workspace": 0, "timed": 0},
              {"key": "dgrad:k", "direction": "dgrad", "engine": "direct", "source": "direct", "rank": -1,
               "workspace": 0, "timed": 0}]
-    info = "direct conv wgrad, dgrad (cuDNN: no deterministic engine)"
     be = _Backend(a.layout(), _Native(info=info, plans=plans))
     _build(be, _bwd(a))
     assert [(e.key, e.engine, e.source, e.note) for e in conv_engines.used_by(be)] == [
@@ -195,14 +198,20 @@ def test_plan_keys_are_machine_independent_and_the_cache_s(no_pins):
 def test_pins_are_checked_and_replace_each_other(no_pins):
     conv_engines.pin({FWD_KEY: "eng12_k2=1_k3=-1_k14=0"})
     assert conv_engines.pins() == {FWD_KEY: "eng12_k2=1_k3=-1_k14=0"}
-    conv_engines.pin({"wgrad:x": "direct"})
-    assert conv_engines.pins() == {"wgrad:x": "direct"}
-    with pytest.raises(ConfigError, match="'conv:x' is not a convolution plan key"):
-        conv_engines.pin({"conv:x": "direct"})
-    for bad in ("fastest", "eng", "eng12_k2", "eng12_k2=", "eng1x", "eng12_k2=1_"):
+    wgrad = WGRAD_KEY
+    conv_engines.pin({wgrad: "direct"})
+    assert conv_engines.pins() == {wgrad: "direct"}
+    # a key that is not conv_plan_key's form would never match a plan: refused, not kept silently
+    for key in ("conv:x", "wgrad:x", FWD_KEY.replace(":n2:", ":n02:"), FWD_KEY.replace(":tf32=0", ":tf32=2"),
+                FWD_KEY.replace(":h6:", ":h:"), FWD_KEY + ":extra"):
+        with pytest.raises(ConfigError, match=f"'{key}' is not a convolution plan key"):
+            conv_engines.pin({key: "direct"})
+    # the frontend's own spelling only (no leading zeros, knobs sorted by type, each once): else it never matches
+    for bad in ("fastest", "eng", "eng12_k2", "eng12_k2=", "eng1x", "eng12_k2=1_", "eng00012_k2=1", "eng12_k02=1",
+                "eng12_k2=01", "eng12_k3=1_k2=1", "eng1_k2=1_k2=3", "eng12_k2=-0"):
         with pytest.raises(ConfigError, match=f"'{bad}' is neither 'direct' nor a cuDNN frontend engine name"):
             conv_engines.pin({FWD_KEY: bad})
-    assert conv_engines.pins() == {"wgrad:x": "direct"}  # a refused pin changes nothing
+    assert conv_engines.pins() == {wgrad: "direct"}  # a refused pin changes nothing
     conv_engines.unpin()
     assert conv_engines.pins() == {}
 

@@ -139,3 +139,12 @@ def test_show_writes_values_as_one_would_set_them():
     assert [v.accepts() for v in (FLAG, INT, FLOAT, CHOICE, PATH, TEXT)] == [
         "a flag", "a whole number of MiB > 0", "a number of seconds > 0", "one of auto, cudnn, direct", "a path",
         "text"]
+
+
+def test_the_variables_native_code_reads_are_parsed_strictly_before_it_does():
+    """C's atol reads TR_CUDNN_WORKSPACE_MB=2G as 2 MiB (and 'abc' as the default): check_native refuses such a
+    value naming the variable (the CUDA backend calls it first: packages/tr-backend/tests/test_cuda_env.py)."""
+    env.check_native({"TR_CUDNN_WORKSPACE_MB": "256", "TR_CUDNN_CACHE": "0"})
+    for name, value in (("TR_CUDNN_WORKSPACE_MB", "2G"), ("TR_CUDNN_WORKSPACE_MB", "0"), ("TR_CUDNN_CACHE", "maybe")):
+        with pytest.raises(ConfigError, match=name):
+            env.check_native({name: value})

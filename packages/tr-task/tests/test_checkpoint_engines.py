@@ -17,7 +17,7 @@ from tr.algo.scheduler import ConstantLR
 from tr.core.errors import ConfigError
 from tr.core.settings import Settings
 from tr.graph.blueprint import cbr, fc, flatten, seq
-from tr.task import checkpoint_files, engines
+from tr.task import checkpoint_files, deep_learning, engines
 from tr.task.deep_learning import DeepLearningTask
 from tr.task.feeder import ArrayFeeder
 
@@ -68,21 +68,50 @@ def test_autotuned_engines_are_pinned_for_the_resumed_compile(saved, monkeypatch
 
 
 def test_engines_that_cannot_run_here_are_a_warning_not_a_failed_resume(saved, monkeypatch, caplog, resign):
+    """As on a GPU where a pinned engine cannot run: the compile under the pins fails part-way (when its graphs are
+    captured, after the plan is made), the task is back in PLANNING, and compiles again with this machine's
+    choice."""
     path, _ = saved
     resign(path, engines=TIMED)
+    pins = []
 
     @contextlib.contextmanager
     def pinned(task, recorded):
-        raise ConfigError("cuDNN conv fprop:...: the pinned engine 'eng0_k2=1' cannot run here")
-        yield  # pragma: no cover
+        pins.append(True)
+        try:
+            yield {}
+        finally:
+            pins.pop()
+
+    real = deep_learning.capture_steps
+
+    def capture(*args, **kwargs):
+        if pins:  # the pinned engine fails where the native op is built
+            raise ConfigError("cuDNN conv fprop:...: the pinned engine 'eng0_k2=1' cannot run here")
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(engines, "pinned", pinned)
+    monkeypatch.setattr(deep_learning, "capture_steps", capture)
     with caplog.at_level(logging.WARNING, logger="tr.task.checkpoint"):
         t = _task().resume(path)
     assert t._epochs_done == 1 and t.phase.name == "COMPILED"
     text = " ".join(r.getMessage() for r in caplog.records)
     assert "cannot all run here" in text and "eng0_k2=1" in text
     assert "engines differ from the saved run's" in text and "backend: 'cuda' / 'cpu'" in text
+
+
+def test_a_compile_that_fails_part_way_leaves_the_task_in_planning(monkeypatch):
+    """A failure after the plan is made (here while the graphs are captured) drops the plan, the backend and its
+    arena: the task is in PLANNING and compiles again."""
+    t = _task()
+    real = deep_learning.capture_steps
+    monkeypatch.setattr(deep_learning, "capture_steps", lambda *a, **k: (_ for _ in ()).throw(ConfigError("no")))
+    with pytest.raises(ConfigError, match="no"):
+        t.compile()
+    assert t.phase.name == "PLANNING" and t.program is None and t.backend is None
+    monkeypatch.setattr(deep_learning, "capture_steps", real)
+    t.compile().run(1)
+    assert t._epochs_done == 1
 
 
 def test_a_checkpoint_without_engines_resumes_as_before(saved, caplog):

@@ -76,6 +76,15 @@ def test_other_data_of_the_same_count_and_shape_is_refused_naming_split_and_fing
     assert [r.epoch for r in t.run().history] == [2, 3]
 
 
+def test_a_data_set_of_another_size_is_named_by_its_size_even_when_other_data_is_allowed(saved):
+    """Its size changes the steps per epoch (the LR table, the epoch's position): refused as another configuration,
+    and named by the sample counts rather than by the LR table they change."""
+    bigger = ArrayFeeder((np.concatenate([X[:32], X[:8]]), np.concatenate([Y[:32], Y[:8]])), (X[32:], Y[32:]), BATCH,
+                         seed=2, num_classes=3)
+    with pytest.raises(ConfigError, match=r"data\.train_samples: the checkpoint has 32, this task has 40"):
+        _task(bigger).resume(saved, allow_data_change=True)
+
+
 def test_every_rank_fingerprints_the_whole_data_set_once(monkeypatch):
     whole = data_fingerprint.fingerprint(_feeder(), True)
     shards = []

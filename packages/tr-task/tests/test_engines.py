@@ -136,11 +136,12 @@ def test_differences_name_the_facts_then_the_engines(on_cuda):
                     reason="tr.backend._native without engine pins (an older build)")
 def test_pins_reach_the_extension_and_the_scoped_form_restores(on_cuda):
     recorded = engines.used(on_cuda)
-    conv_engines.pin({"dgrad:before": "eng1"})
+    before = "dgrad:n4:h8:w8:c3:k4:r3:s3:sh1:sw1:ph1:pw1:FP32,FP32,FP32:tf32=0"
+    conv_engines.pin({before: "eng1"})
     try:
         with engines.pinned(_task("cuda"), recorded) as pins:
             assert conv_engines.pins() == pins == {r.key: r.engine for r in RECORDS}
-        assert conv_engines.pins() == {"dgrad:before": "eng1"}
+        assert conv_engines.pins() == {before: "eng1"}
         engines.unpin()
         assert conv_engines.pins() == {}
     finally:

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -26,6 +27,39 @@ namespace {
 std::mutex g_pin_mutex;
 std::map<std::string, std::string> g_pins;  // plan key -> engine name or "direct"
 
+// Whether `key` has conv_plan_key's form (a pin under any other key would silently never match a plan).
+bool valid_plan_key(const std::string& key) {
+  std::vector<std::string> parts;
+  for (std::size_t start = 0;;) {
+    const std::size_t end = key.find(':', start);
+    parts.push_back(key.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  if (parts.size() != 14 && parts.size() != 15) return false;
+  if (parts[0] != "fprop" && parts[0] != "dgrad" && parts[0] != "wgrad") return false;
+  const char* names[] = {"n", "h", "w", "c", "k", "r", "s", "sh", "sw", "ph", "pw"};
+  std::size_t i = 1;
+  auto field = [&](const std::string& name) {
+    const std::string& p = parts[i++];
+    if (p.compare(0, name.size(), name) != 0 || p.size() == name.size()) return false;
+    for (std::size_t j = name.size(); j < p.size(); ++j) {
+      if (p[j] < '0' || p[j] > '9') return false;
+    }
+    return p[name.size()] != '0' || p.size() == name.size() + 1;  // as std::to_string prints it
+  };
+  for (const char* n : names) {
+    if (!field(n)) return false;
+  }
+  if (parts.size() == 15 && !field("g")) return false;
+  const std::string& types = parts[i++];
+  if (std::count(types.begin(), types.end(), ',') != 2 || types.front() == ',' || types.back() == ',' ||
+      types.find(",,") != std::string::npos) {
+    return false;
+  }
+  return parts[i] == "tf32=0" || parts[i] == "tf32=1";
+}
+
 }  // namespace
 
 const char* conv_dir_name(ConvDir d) { return d == ConvDir::Fwd ? "fprop" : d == ConvDir::Dgrad ? "dgrad" : "wgrad"; }
@@ -42,10 +76,10 @@ std::string conv_plan_key(ConvDir d, const ConvGeo& g, DT a, DT b, DT out, bool 
 
 void set_conv_pins(std::map<std::string, std::string> pins) {
   for (const auto& [key, engine] : pins) {
-    const bool key_ok = key.rfind("fprop:", 0) == 0 || key.rfind("dgrad:", 0) == 0 || key.rfind("wgrad:", 0) == 0;
-    if (!key_ok) {
+    if (!valid_plan_key(key)) {
       fail(ErrorKind::BadArgument, "cuDNN engine pin: '" + key + "' is not a convolution plan key (expected "
-                                   "'fprop:...', 'dgrad:...' or 'wgrad:...', as conv_op_plans reports them)");
+                                   "'fprop|dgrad|wgrad:n<N>:h<H>:w<W>:c<C>:k<K>:r<R>:s<S>:sh<>:sw<>:ph<>:pw<>[:g<G>]:"
+                                   "<dtype>,<dtype>,<dtype>:tf32=0|1', as conv_op_plans reports them)");
     }
     std::int64_t id = 0;
     std::vector<std::pair<std::int64_t, std::int64_t>> knobs;
@@ -269,9 +303,14 @@ bool parse_engine_name(const std::string& name, std::int64_t& id,
     if (!read_int(name, pos, false, type) || pos >= name.size() || name[pos] != '=') return false;
     ++pos;
     if (!read_int(name, pos, true, value)) return false;
+    if (!knobs.empty() && type <= knobs.back().first) return false;  // the frontend's names sort knobs by type
     knobs.emplace_back(type, value);
   }
-  return true;
+  // canonical only (no leading zeros, no "-0"): the name must be the one the frontend would print for the plan,
+  // else a pin that parses would never match the plan it builds
+  std::string again = "eng" + std::to_string(id);
+  for (const auto& [type, value] : knobs) again += "_k" + std::to_string(type) + "=" + std::to_string(value);
+  return again == name;
 }
 
 std::string format(const std::string& ident, const Entries& entries) {

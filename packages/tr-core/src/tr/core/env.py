@@ -164,6 +164,14 @@ def get(name: str, environ: Mapping[str, str] | None = None) -> Any:
     return var.default if raw is None else var.parse(raw)
 
 
+def check_native(environ: Mapping[str, str] | None = None) -> None:
+    """Parse every variable native code reads (its own parsing is lenient: C's atol reads TR_CUDNN_WORKSPACE_MB=2G
+    as 2): a value of the wrong type is a ConfigError naming it before the native code sees it."""
+    for name, var in _REGISTRY.items():
+        if var.read == "native":
+            get(name, environ)
+
+
 def recorded(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """{name: value} of every variable that changes the plan or the numbers, by name: what a compile records
     (tr.task.checkpoint.describe) so a resume under other values is refused naming the first that differs."""

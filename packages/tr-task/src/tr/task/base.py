@@ -1,8 +1,9 @@
 """TaskBase: the three-phase life of every task, enforced.
 
 PLANNING (configure, allocate descriptors) -> MEMORY_LOCKED (layout fixed, graphs added) -> COMPILED
-(arena allocated, graphs captured, run). The phase only moves forward; a call in the wrong phase raises
-PhaseError naming the call and both phases, before anything is changed.
+(arena allocated, graphs captured, run). The phase only moves forward, but for a compile that fails part-way,
+which leaves the task in PLANNING again; a call in the wrong phase raises PhaseError naming the call and both
+phases, before anything is changed.
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ class TaskBase:
     def _advance(self, target: Phase) -> None:
         self._phase = self._phase.advance_to(target)
         log.debug("%s -> %s", type(self).__name__, target.name)
+
+    def _back_to_planning(self) -> None:
+        """After a compile that failed part-way (MEMORY_LOCKED): PLANNING again, the one move backwards, so the task
+        can be configured and compiled again (the caller drops what the failed compile built)."""
+        if self._phase is Phase.COMPILED:
+            raise PhaseError("a compiled task cannot go back to PLANNING")
+        self._phase = Phase.PLANNING
 
     @property
     def compiled(self) -> bool:

@@ -100,16 +100,18 @@ def describe(task) -> dict[str, Any]:
     return _jsonable({
         "settings": {k: getattr(s, k) for k in _SETTINGS_KEYS},
         "env": task._recorded_env,  # second: a variable changes the plan unseen, so name it before its effects
+        # then the data: its sizes decide the steps per epoch, so a data set of another size is named as such,
+        # not by the LR table it changes (other data of the same sizes: the fingerprint, allow_data_change)
+        "data": {"feeder": type(f).__name__, "seed": getattr(f, "seed", None), "batch": f.batch,
+                 "sample_shape": list(f.sample_shape), "dtype": str(np.dtype(f.dtype)),
+                 "train_samples": f.num_samples(True), "val_samples": f.num_samples(False),
+                 "world_size": getattr(f, "world_size", 1), "transforms": _transforms(f)},
         "blueprint": repr(task._blueprint),
         "loss": repr(task._loss),
         "optimizer": repr(task._optimizer),
         "schedule": {"scheduler": repr(task._scheduler), "total_epochs": task._epochs,
                      "lr_table_sha256": hashlib.sha256(table.tobytes()).hexdigest()},
         "grad_clip": task._grad_clip,
-        "data": {"feeder": type(f).__name__, "seed": getattr(f, "seed", None), "batch": f.batch,
-                 "sample_shape": list(f.sample_shape), "dtype": str(np.dtype(f.dtype)),
-                 "train_samples": f.num_samples(True), "val_samples": f.num_samples(False),
-                 "world_size": getattr(f, "world_size", 1), "transforms": _transforms(f)},
         **({"ema": dataclasses.asdict(task._ema)} if task._ema is not None else {}),
         "spec": dataclasses.asdict(task.spec),  # last: derived from the above, named only when they agree
     })
@@ -238,8 +240,10 @@ def _share_outcome(group, outcome: dict[str, Any] | None) -> bytes:
     what = "the checkpoint's outcome on rank 0"
     if outcome is None or "ok" in outcome:
         return group.share(what, None if outcome is None else json.dumps(outcome).encode())
-    try:  # rank 0 failed: a short wait for the others to read why (they may have died too)
-        return group.share(what, json.dumps(outcome).encode(), timeout_s=5.0)
+    # rank 0 failed: it waits for the others to read why before it raises (and, exiting, closes the store it
+    # hosts), up to a minute: ranks reach a save seconds apart, not minutes, and a dead one must not hold it long
+    try:
+        return group.share(what, json.dumps(outcome).encode(), timeout_s=min(group.op_timeout_s, 60.0))
     except Exception:  # noqa: BLE001 - the save's own error is the one to raise
         return b"{}"
 

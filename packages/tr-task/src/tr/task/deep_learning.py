@@ -255,6 +255,9 @@ class DeepLearningTask(TaskBase):
             if not was_frozen:
                 source.thaw()
             self._feeder = user_feeder
+            if self._phase is Phase.MEMORY_LOCKED:  # failed after the plan: drop it, its arena and graphs
+                self.program = self.backend = self._steps = self._ema_steps = self.group = None
+                self._back_to_planning()
             raise
 
     def _compile(self, s: Settings) -> DeepLearningTask:

@@ -35,6 +35,7 @@ from tr.backend.cuda.device import require_cuda
 from tr.backend.cuda.native import require_native, wheel_libraries
 from tr.backend.cuda.nccl import NcclCollective
 from tr.backend.registry import op_impls
+from tr.core import env as tr_env
 from tr.core.dtype import DType
 from tr.core.errors import (
     BackendError,
@@ -131,6 +132,7 @@ class CudaBackend:
         """``collective``: the host collective of the ranks (the task's gloo group); ``nccl``: the device
         communicator that range_allreduce_mean runs on (an NcclCollective on this device; None: one rank
         only)."""
+        tr_env.check_native()  # the variables the native code reads, parsed strictly first (C's atol is not)
         require_cuda(device)
         if nccl is not None:
             if not isinstance(nccl, NcclCollective):

@@ -31,7 +31,6 @@ from tr.backend.cuda.cudnn import autotune, conv_engine, load_cudnn
 from tr.backend.cuda.native import native_module, require_native
 from tr.core.errors import ConfigError, DeviceUnavailableError, TrError
 
-SOURCES = ("heuristic", "timed", "cache", "pinned", "direct")
 _CONV_OPS = {"conv_fwd": ("x", "w", "y"), "conv_bwd": ("x", "w", "dy", "dw", "dx")}
 
 
@@ -67,7 +66,8 @@ def note(b: Any, op: str, ints: Mapping[str, int], made: Any) -> None:
     full = {k: int(v) for k, v in ints.items()}  # as b.native passed them (tf32 is a bool there)
     full.update({f"{n}_dt": DTYPE_CODES[b.dtype(n)] for n in _CONV_OPS[op] if b.has(n)})
     info = str(getattr(made, "info", ""))
-    direct = info.startswith("direct")  # the direct kernels ran, whatever plans exist for these keys
+    # the direct kernels ran, whatever plans exist for these keys ("bias gradient kernels, direct conv ..." too)
+    direct = "direct conv" in info
     records = _USED.setdefault(b.backend, {})
     for r in lookup(int(b.backend.device), op, full, b.has("dx")):
         e = ConvEngine(**r, op=op)

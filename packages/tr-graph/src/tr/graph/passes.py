@@ -451,16 +451,21 @@ def renumber(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
     return [replace(L, uid=i, inputs=tuple(index[u] for u in L.inputs)) for i, L in enumerate(layers)]
 
 
-def build_layers(blueprint: Any, x: Shape, num_classes: int, amp: bool,
-                 loss: str = "softmax_ce") -> tuple[list[ArchLayer], list[Shape]]:
-    """All passes; returns the final layers and their per-sample output shapes."""
-    layers = expand(blueprint, x.c)
+def unfused(blueprint: Any, channels: int) -> list[ArchLayer]:
+    """The passes before the loss and fusion: the BluePrint's layers expanded, checked, wired and named (what the
+    model computes layer by layer, cbr as conv, bn and its activation: tr.task.torch_layers compares this)."""
+    layers = expand(blueprint, channels)
     check_params(layers)
     layers = wire(layers)
     layers = remove_identity(layers)
     check_flatten(layers)
-    layers = name_bn(layers)
-    layers = append_loss(layers, num_classes, loss)
+    return name_bn(layers)
+
+
+def build_layers(blueprint: Any, x: Shape, num_classes: int, amp: bool,
+                 loss: str = "softmax_ce") -> tuple[list[ArchLayer], list[Shape]]:
+    """All passes; returns the final layers and their per-sample output shapes."""
+    layers = append_loss(unfused(blueprint, x.c), num_classes, loss)
     shapes = infer_shapes(layers, x)
     layers = place_flatten(layers, shapes, amp)
     layers = fuse(layers, amp)

@@ -51,3 +51,10 @@ class TaskBase:
     def _no_backwards(self, action: str) -> None:
         if self._phase is Phase.COMPILED:
             raise PhaseError(f"{action}: the task is already COMPILED and cannot be compiled again")
+
+
+def require_compiled(task, what: str) -> None:
+    """PhaseError naming ``what`` unless ``task`` is compiled (the helpers outside the task class: predict, torch
+    interop, engine records)."""
+    if task.phase is not Phase.COMPILED:
+        raise PhaseError(f"{what} needs a compiled task; the task is in {task.phase.name}: call compile() first")

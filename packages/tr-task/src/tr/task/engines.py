@@ -29,6 +29,7 @@ from typing import Any
 from tr.core.errors import ConfigError, PhaseError
 from tr.core.log import get_logger
 from tr.core.phase import Phase
+from tr.task.base import require_compiled
 
 log = get_logger(__name__)
 
@@ -41,9 +42,7 @@ def used(task: Any) -> dict[str, Any]:
     """The engines ``task``'s convolutions run, by plan key, with what the choice depended on (JSON values):
     ``{"backend": "cuda", "gpu": ..., "cudnn": ..., ..., "convolutions": [{"key", "direction", "engine",
     "source", "rank", "workspace", "timed", "op", "note"}, ...]}`` (see tr.backend.cuda.conv_engines)."""
-    if task.phase is not Phase.COMPILED:
-        raise PhaseError(f"engines.used() needs a compiled task; the task is in {task.phase.name}: call compile() "
-                         "first")
+    require_compiled(task, "engines.used()")
     backend = task.backend
     if backend.name != "cuda":
         return {"backend": backend.name, "convolutions": []}

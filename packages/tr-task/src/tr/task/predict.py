@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from tr.core.errors import ConfigError, DataError, PhaseError
+from tr.core.errors import ConfigError, DataError
 from tr.core.graph_id import GraphId
-from tr.core.phase import Phase
+from tr.task.base import require_compiled
 from tr.task.predict_input import INPUTS, normalize_raw, samples, which
 
 __all__ = ["INPUTS", "NONFINITE", "OUTPUTS", "input_tensor", "normalize_raw", "predict"]
@@ -53,14 +53,9 @@ def _plan(task):
     return _graphs[task]
 
 
-def _compiled(task, what: str) -> None:
-    if task.phase is not Phase.COMPILED:
-        raise PhaseError(f"{what} needs a compiled task; the task is in {task.phase.name} (call compile())")
-
-
 def input_tensor(task):
     """The plan tensor predict() writes: [B, H, W, C] of the compiled validation batch and sample shape."""
-    _compiled(task, "predict()")
+    require_compiled(task, "predict()")
     return _plan(task)[1]
 
 
@@ -82,7 +77,7 @@ def predict(task, batch: Any, output: str = "logits", *, input: str = "normalize
     of the logits, or each class's sigmoid under BCEWithLogitsLoss; an MSELoss plan has none) or ``"argmax"``
     [n] int64. ``nonfinite``: ``"raise"`` (default) a DataError naming the samples whose input or logits hold
     NaN/Inf; ``"flag"`` gives those samples NaN rows ("logits", "probs") or class -1 ("argmax")."""
-    _compiled(task, "predict()")
+    require_compiled(task, "predict()")
     if output not in OUTPUTS:
         raise ConfigError(f"predict(output={output!r}): expected one of {OUTPUTS}")
     if nonfinite not in NONFINITE:

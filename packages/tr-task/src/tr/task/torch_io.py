@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from tr.core.errors import ConfigError, DataError, DTypeError, PhaseError, ShapeError
-from tr.core.phase import Phase
+from tr.core.errors import ConfigError, DataError, DTypeError, ShapeError
+from tr.task.base import require_compiled
 from tr.tensor.dtensor import DTensor
 
 _CONV_REGIONS = ("W_FIRST_CONV", "W_DEEP_CONV")
@@ -70,11 +70,6 @@ class _TorchModule:
     kind: str  # "conv" | "bn" | "fc"
     shapes: dict[str, tuple[int, ...]]
     pool: int | None = None  # s: an AdaptiveAvgPool2d((s, s)) sits between tr's feature map and this Linear
-
-
-def _compiled(task, action: str) -> None:
-    if task.phase is not Phase.COMPILED:
-        raise PhaseError(f"{action} needs a compiled task (call compile() first)")
 
 
 def _fc_inputs(program) -> dict[int, tuple[int, int, int]]:
@@ -295,7 +290,7 @@ def _pools(target: Any) -> set[int] | None:
 def to_torch_state_dict(task, target: Any) -> dict[str, Any]:
     """A state_dict for ``target`` (an nn.Module or a state_dict giving names, order and shapes) holding the
     task's trained weights and BN running statistics; ``target.load_state_dict(result)`` then loads it."""
-    _compiled(task, "to_torch_state_dict()")
+    require_compiled(task, "to_torch_state_dict()")
     torch = require_torch()
     state = _template(target)
     be, prog = task.backend, task.program
@@ -337,7 +332,7 @@ def load_torch(task, source: Any) -> None:
     """Load a torch model's weights (an nn.Module or its state_dict) into the compiled task: parameters and
     BN running statistics (see the module docstring for the conversions). Every shape is checked before the
     first byte is written: a state_dict of another architecture raises and leaves the task unchanged."""
-    _compiled(task, "load_torch()")
+    require_compiled(task, "load_torch()")
     state = _template(source)
     pairs = _paired(task, source, state)
     writes: list[tuple[DTensor, np.ndarray]] = []

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tr.core.errors import ConfigError
+from tr.graph.blueprint import ACT_KINDS
 
 _WEIGHTED = ("conv", "bn", "fc")
 
@@ -71,7 +72,7 @@ def tr_ops(task: Any) -> list[Op]:
 
     spec = task.spec
     h, w, c = spec.input_shape
-    layers = passes.name_bn(passes.remove_identity(passes.wire(passes.expand(task._blueprint, c))))
+    layers = passes.unfused(task._blueprint, c)
     shapes = passes.infer_shapes(layers, Shape(1, h, w, c))
     ops: list[Op] = []
     for L in layers:
@@ -125,7 +126,6 @@ _SIGS: dict[str, tuple[Any, ...]] = {  # torch's parameter names and defaults, t
     "clamp": ("input", ("min", None), ("max", None)),
     "mean": ("input", ("dim", None), ("keepdim", False)),
 }
-_TR_ACTS = ("relu", "relu6", "sigmoid", "tanh", "silu", "hardswish", "elu", "gelu", "leaky_relu")
 _OTHER_ACTS = ("hardsigmoid", "selu", "celu", "mish", "softplus", "softsign", "softmax", "log_softmax", "logsigmoid",
                "prelu", "rrelu", "glu", "tanhshrink", "softshrink", "hardshrink", "threshold", "hardtanh")
 
@@ -134,7 +134,7 @@ def _functions(torch: Any) -> dict[Any, str]:
     """The functions whose outermost calls are layers, by object: F.x, torch.x, Tensor.x and their in-place forms."""
     F = torch.nn.functional
     table: dict[Any, str] = {}
-    for name in (*_TR_ACTS, *_OTHER_ACTS, "conv2d", "batch_norm", "linear", "max_pool2d", "avg_pool2d",
+    for name in (*ACT_KINDS, *_OTHER_ACTS, "conv2d", "batch_norm", "linear", "max_pool2d", "avg_pool2d",
                  "adaptive_avg_pool2d", "adaptive_max_pool2d", "mean", "clamp", "clamp_min"):
         # (torch.batch_norm takes its arguments in another order than F.batch_norm, which calls it)
         owners = (F,) if name == "batch_norm" else (F, torch, torch.Tensor, torch._C.TensorBase)

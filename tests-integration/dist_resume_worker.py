@@ -4,6 +4,8 @@
                                                        keep_last=EPOCHS, keep_best="val_loss") (every rank takes
                                                        part, rank 0 writes), saving CKPT after HALF epochs (every
                                                        rank calls save); write OUT/rank<r>.npz
+    python dist_resume_worker.py plain OUT             train all EPOCHS in one run(), no checkpoint and no save
+                                                       (what "straight" must equal); write OUT/rank<r>.npz
     python dist_resume_worker.py resume OUT CKPT...    for each CKPT: resume it in a new task, train the rest,
                                                        write OUT/<i>/rank<r>.npz (i: the CKPT's position)
     python dist_resume_worker.py rank0_saves CKPT      train one epoch, then only rank 0 calls save (a bug in a
@@ -65,6 +67,9 @@ def main(argv: list[str]) -> int:
         rest = task.run()
         first.history += rest.history
         dump(task, first, out)
+    elif mode == "plain":
+        task = make_task().compile()
+        dump(task, task.run(), argv[1])
     elif mode == "rank0_saves":
         task = make_task().compile()
         task.run(1)

@@ -2,7 +2,8 @@
 
 - exact resume: 4 epochs straight == 2 epochs, save (every rank hands rank 0 its dropout stream), new processes
   resume and train 2 more: on every rank every state tensor byte-identical, its own dropout stream included,
-  and the metrics equal;
+  and the metrics equal; and the saving run itself equals 4 epochs with no checkpoint and no save (a save that
+  changed the training state would otherwise be in both the reference and the checkpoint);
 - checkpoint_every under tr-run (was: rank 0 waited at the save for rank 1, which never called it, until both
   died after 300 s naming an internal key): every rank takes part, rank 0 writes epoch-NNNN and best/, the ranks
   agree on the best epoch, and resuming a periodic checkpoint reproduces the unbroken run;
@@ -69,6 +70,10 @@ def test_data_parallel_checkpoints_resume_to_the_bytes_of_an_unbroken_run(tmp_pa
     _tr_run("resume", str(resumed), str(ck), str(every / "epoch-0002"), str(every / "epoch-0003"))
     for i, first in enumerate((2, 2, 3)):
         _same_run(_load(resumed / str(i)), want, first)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    _tr_run("plain", str(plain))  # one run(), no checkpoint_every and no save
+    _same_run(want, _load(plain), 0)  # the saves and checkpoints left the training as it was
 
 
 def test_a_rank_that_never_arrives_at_a_save_is_named_within_the_op_timeout(tmp_path):

@@ -26,9 +26,11 @@ def pytest_configure(config: pytest.Config) -> None:
     parser_fuzz.install(config)  # the fixture ``fuzz`` and the per-suite summary
 
 
-def _resign(path: Path, **changes: Any) -> None:
+def _resign(path: Path, edit: Callable[[dict[str, Any]], None] | None = None, **changes: Any) -> None:
     m = json.loads((path / checkpoint_files.MANIFEST).read_text())
     m.update(changes)
+    if edit is not None:
+        edit(m)
     body = {k: v for k, v in m.items() if k != "sha256"}
     m["sha256"] = hashlib.sha256(checkpoint_files._canonical(body)).hexdigest()
     (path / checkpoint_files.MANIFEST).write_text(json.dumps(m))
@@ -36,6 +38,7 @@ def _resign(path: Path, **changes: Any) -> None:
 
 @pytest.fixture
 def resign() -> Callable[..., None]:
-    """``resign(path, epoch=3)``: the checkpoint at ``path`` with these manifest keys changed and the manifest's
+    """``resign(path, epoch=3)``: the checkpoint at ``path`` with these manifest keys changed (then ``edit``, a
+    function given the manifest, e.g. ``edit=lambda m: m["config"].pop("env")``, run on it) and the manifest's
     checksum recomputed, as a hand edit that knows the format would make it (so the semantic checks decide)."""
     return _resign

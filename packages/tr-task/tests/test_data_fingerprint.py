@@ -17,7 +17,7 @@ import pytest
 
 from tr.algo.optimizer import SGD
 from tr.algo.scheduler import ConstantLR
-from tr.core.errors import ConfigError
+from tr.core.errors import ConfigError, DataError
 from tr.core.norm import NormMode
 from tr.core.settings import Settings
 from tr.data import ArrayDataset, PreprocessorSettings
@@ -162,6 +162,22 @@ def test_a_dts_pack_is_fingerprinted_by_its_checksums(tmp_path):
         assert data_fingerprint.fingerprints(f)["train"] == here
     finally:
         f.close()
+
+
+@pytest.mark.parametrize("field", [0, 8])  # the block's magic; its sample count (the header CRC then fails)
+def test_a_damaged_dts_block_header_is_a_data_error_naming_the_block(tmp_path, field):
+    from tr.data.dts.reader import DtsFile
+
+    _dts(tmp_path / "a", np.zeros((40, 4, 4, 1), np.uint8), Y, "/data/a")
+    path = tmp_path / "a" / "train.dts"
+    with DtsFile(path) as f:
+        last = f.num_blocks - 1
+        start = f.header.header_bytes + last * f.header.block_bytes
+    raw = bytearray(path.read_bytes())
+    raw[start + field] ^= 1
+    path.write_bytes(bytes(raw))
+    with pytest.raises(DataError, match=rf"train\.dts: block {last} .*damaged block header"):
+        data_fingerprint._dts(path)
 
 
 def test_an_image_folder_is_fingerprinted_by_names_labels_and_sizes(tmp_path):

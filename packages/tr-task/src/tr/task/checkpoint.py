@@ -87,12 +87,6 @@ def _transforms(feeder) -> list[str] | None:
     return None if s is None or not hasattr(s, "chain") else [repr(s.chain(True)), repr(s.chain(False))]
 
 
-def capture_env(task) -> None:
-    """At compile, before the plan is built: the values of the variables that change the plan or the numbers,
-    for :func:`describe`. Taken then, not at a save, since they are what the plan was compiled with."""
-    task._recorded_env = tr_env.recorded()
-
-
 def describe(task) -> dict[str, Any]:
     """The canonical description of what ``task``'s plan and run were built from (JSON values)."""
     s, f = task.settings, task.feeder  # (a user's own feeder, not its completed wrapper)
@@ -249,7 +243,8 @@ def _share_outcome(group, outcome: dict[str, Any] | None) -> bytes:
 
 
 def _write(task, paths: Sequence[Path], record, contributions: list[dict[str, Any]]) -> None:
-    """Rank 0: write the checkpoint to each of ``paths`` from every rank's ``contributions``."""
+    """Rank 0: write the checkpoint to each of ``paths`` from every rank's ``contributions`` (in rank order:
+    the first, rank 0's own, gives the manifest's description)."""
     for path in paths:  # before anything is read: a refused target costs nothing
         checkpoint_files.check_target(path)
     task.backend.synchronize()
@@ -257,8 +252,8 @@ def _write(task, paths: Sequence[Path], record, contributions: list[dict[str, An
     arrays = {k: (task.backend.read(t), t.dtype) for k, t in zip(_keys(tensors), tensors)}
     epoch, step = task._epochs_done, checkpoint_checks.device_step(arrays)
     body = {"epoch": epoch, **checkpoint_checks.position(task, epoch, step), "tensors": _tensor_list(tensors),
-            "config": describe(task), "data_fingerprint": fingerprints(task.feeder), "engines": engines.used(task),
-            "metrics": _record(record)}
+            "config": contributions[0]["config"], "data_fingerprint": fingerprints(task.feeder),
+            "engines": engines.used(task), "metrics": _record(record)}
     if len(contributions) > 1:
         body["config_ranks"] = [c["config"] for c in contributions]
         if all("stream" in c for c in contributions):

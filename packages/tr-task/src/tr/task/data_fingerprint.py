@@ -5,7 +5,8 @@ rank of a data-parallel run computes the same), or None where the feeder's data 
 
 - ``dts-crc``: a DTS pack (tr.data.dts; RAW ``DtsDataset`` or JPEG ``DtsImages``): the pack's shape fields
   and every block's header and payload CRC-32 (what the packer wrote; the reader verifies the bytes against
-  them), so only the block headers are read, a page per 16 MiB block. The metadata (the source folder's
+  them), so only the block headers and sample indexes are read, a few pages per 16 MiB block; they are checked
+  as the reader checks them (a damaged block header is a DataError). The metadata (the source folder's
   path) is left out: packing the same samples elsewhere gives the same fingerprint.
 - ``folder-files``: an image folder (tr.data.ImageFolder): every file's path below the split's folder, its
   label and its size in bytes. Not the contents: hashing them would read the whole folder again at every
@@ -77,9 +78,8 @@ def _dts(path: Path) -> str:
         hd = f.header
         h.update(repr((hd.kind, hd.level, hd.num_classes, hd.width, hd.height, hd.channels, hd.num_samples,
                        hd.total_blocks, hd.classes)).encode())
-        for i in range(hd.total_blocks):
-            start = hd.header_bytes + i * hd.block_bytes
-            _magic, _id, n, payload, payload_crc, head_crc = BLOCK.unpack_from(f._map, start)
+        for i in range(f.num_blocks):  # block() checks each header's magic, CRC and index (not the payload)
+            _magic, _id, n, payload, payload_crc, head_crc = BLOCK.unpack_from(f.block(i, check=False).data)
             h.update(struct.pack("<IIII", n, payload, payload_crc, head_crc))
     return "dts-crc:" + h.hexdigest()
 

@@ -12,6 +12,7 @@ import numpy as np
 from tr.algo.loss import CrossEntropyLoss
 from tr.algo.onehot_loss import BCEWithLogitsLoss, MSELoss
 from tr.algo.scheduler import ConstantLR, Scheduler
+from tr.core import env as tr_env
 from tr.core.errors import CompileError, ConfigError, PhaseError
 from tr.core.log import get_logger
 from tr.core.phase import Phase
@@ -73,6 +74,7 @@ class DeepLearningTask(TaskBase):
         self._steps = None
         self._epochs_done = 0  # completed epochs over every run(): numbering and the schedule continue
         self._lr_table: np.ndarray | None = None
+        self._recorded_env: dict[str, Any] | None = None  # compile's recorded variables (checkpoint.describe)
         self.settings: Settings | None = None
 
     # --- the chain API (PLANNING only) ------------------------------------------------------------
@@ -262,7 +264,8 @@ class DeepLearningTask(TaskBase):
 
     def _compile(self, s: Settings) -> DeepLearningTask:
         self.settings = s
-        checkpoint.capture_env(self)  # TR_FC_DRELU & co. as this compile reads them, for checkpoints
+        # TR_FC_DRELU & co. as this compile reads them (what the plan is built with, not their values at a save)
+        self._recorded_env = tr_env.recorded()
         env, timeout = self._dist or (auto_env(), None)
         env = env if env is not None and env.distributed else None
         kind = devices.backend_kind(self._device, s)

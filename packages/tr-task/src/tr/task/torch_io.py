@@ -118,9 +118,9 @@ def _shape(key: str, v: Any) -> tuple[int, ...]:
     raise DTypeError(f"torch parameter {key!r} is a {type(v).__name__}, not a tensor")
 
 
-def _numpy(key: str, v: Any) -> np.ndarray:
-    """State_dict value ``v`` as an ndarray (bfloat16, which numpy lacks, through float32)."""
-    _shape(key, v)
+def _numpy(v: Any) -> np.ndarray:
+    """State_dict value ``v`` as an ndarray (bfloat16, which numpy lacks, through float32); ``v`` is one that
+    torch_modules() took (a tensor or an ndarray of real numbers: :func:`_shape` refused any other)."""
     if hasattr(v, "detach"):
         v = v.detach().cpu()
         v = v.float() if v.is_floating_point() and str(v.dtype) == "torch.bfloat16" else v
@@ -339,7 +339,7 @@ def load_torch(task, source: Any) -> None:
     pending_bias: np.ndarray | None = None  # a conv's bias, folded into the BN after it
     for k, (a, b) in enumerate(pairs):
         with np.errstate(over="ignore"):  # a float64 value past float32's range is an Inf: refused just below
-            get = {s: _numpy(f"{b.prefix}.{s}", state[f"{b.prefix}.{s}"]).astype(np.float32) for s in b.shapes
+            get = {s: _numpy(state[f"{b.prefix}.{s}"]).astype(np.float32) for s in b.shapes
                    if s != "num_batches_tracked"}
         for s, v in get.items():
             _check_finite(v, f"torch tensor '{b.prefix}.{s}'")

@@ -22,7 +22,7 @@ pipeline delivers them, else FP32) and random labels from a fixed seed.
   deterministic rule, the same engines on every machine of one GPU model), ``autotune`` (the opt-in: the
   fastest of the first candidates, timed at capture; row ``tr_autotune``) or ``both`` (two tr rows, each in
   its own process, and the autotuned row's speed against the rule's: what the rule costs). Each tr row
-  reports how many plans each source chose (``conv_sources``).
+  reports how many plans each source chose (``conv_sources``: tr.task.engines.sources).
 * PyTorch (benchmarks/cnn_torch.py): ``torchvision.models.vgg16_bn`` / ``resnet50`` as is, channels_last,
   autocast FP16 + GradScaler, fused SGD, cudnn.benchmark; rows: eager, the whole step captured as one CUDA
   graph (``--torch-cuda-graph``, on by default on CUDA; if that capture fails, forward + backward captured
@@ -138,21 +138,12 @@ def engines(graph: Any) -> dict[str, int]:
     return dict(Counter(" ".join(i.split()[:2]) for i in infos if i))
 
 
-def conv_sources(task: Any) -> dict[str, int]:
-    """How many convolution plans each source chose (heuristic, timed, cache, pinned, direct): tr.task.engines."""
-    from tr.task import engines as task_engines
-
-    counts: dict[str, int] = {}
-    for c in task_engines.used(task)["convolutions"]:
-        counts[c["source"]] = counts.get(c["source"], 0) + 1
-    return counts
-
-
 def run_tr(a: argparse.Namespace) -> dict:
     from tr.algo.loss import CrossEntropyLoss
     from tr.algo.optimizer import SGD
     from tr.algo.scheduler import ConstantLR
     from tr.core.settings import Settings
+    from tr.task import engines as task_engines
     from tr.task.deep_learning import DeepLearningTask
     from tr.task.executor import scalar
     from tr.task.feeder import ArrayFeeder
@@ -191,7 +182,7 @@ def run_tr(a: argparse.Namespace) -> dict:
     steps = getattr(task, "_steps", None)
     if steps is not None and steps.train:
         out["engines"] = engines(steps.train[0])
-    out["conv_sources"] = conv_sources(task)
+    out["conv_sources"] = task_engines.sources(task_engines.used(task))  # plans by source: heuristic, timed, ...
     if a.host_steps > 0:
         out["host_us_per_step"] = task.host_us_per_step(a.host_steps)
     del task, be, prog

@@ -165,12 +165,16 @@ def check_params(arch: Arch, amp: bool) -> dict:
     return {"tr": n_tr, "tr_padding_weights": pad, "pytorch": n_torch}
 
 
-def lr_table(recipe: Recipe, steps: int) -> np.ndarray:
-    """tr's LR of every step (float32): the schedule the task compiles, prepared for this run's length."""
+def scheduler(recipe: Recipe) -> Any:
+    """The recipe's schedule as tr runs it: cosine annealing after a linear warm-up, stepped every batch."""
     from tr.algo.scheduler import CosineAnnealingLR
 
-    sched = CosineAnnealingLR(recipe.lr).warmup(recipe.warmup_epochs).eta_min(recipe.eta_min).step_by_batch()
-    return sched.prepare(recipe.epochs, steps).table()
+    return CosineAnnealingLR(recipe.lr).warmup(recipe.warmup_epochs).eta_min(recipe.eta_min).step_by_batch()
+
+
+def lr_table(recipe: Recipe, steps: int) -> np.ndarray:
+    """tr's LR of every step (float32): the schedule the task compiles, prepared for this run's length."""
+    return scheduler(recipe).prepare(recipe.epochs, steps).table()
 
 
 def table_id(t: np.ndarray) -> str:
@@ -253,18 +257,16 @@ def ensure_folder(a: argparse.Namespace) -> Folder:
 def _tr_task(arch: Arch, recipe: Recipe, amp: bool, seed: int, pre: Any, device: str) -> tuple[Any, Any]:
     from tr.algo.loss import CrossEntropyLoss
     from tr.algo.optimizer import SGD
-    from tr.algo.scheduler import CosineAnnealingLR
     from tr.core.settings import Settings
     from tr.task.deep_learning import DeepLearningTask
     from tr.task.pipeline import feeder_from_preprocessor
 
     s = Settings().manual_seed(seed).global_batch_size(recipe.batch).amp(amp).use_tf32(False)
     feeder = feeder_from_preprocessor(s, pre=pre)
-    sched = CosineAnnealingLR(recipe.lr).warmup(recipe.warmup_epochs).eta_min(recipe.eta_min).step_by_batch()
     task = (DeepLearningTask(s).device(device).quiet().model(blueprint(arch)).data(feeder)
             .loss(CrossEntropyLoss().label_smoothing(recipe.label_smoothing))
             .optimizer(SGD().momentum(recipe.momentum).nesterov(recipe.nesterov).weight_decay(recipe.weight_decay))
-            .scheduler(sched).total_epochs(recipe.epochs))
+            .scheduler(scheduler(recipe)).total_epochs(recipe.epochs))
     return task, feeder
 
 

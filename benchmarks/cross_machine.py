@@ -16,8 +16,9 @@ pinned on the other they give its bytes:
     python benchmarks/cross_machine.py --autotune --json $OUT/tuned_a.json                 # machine A
     python benchmarks/cross_machine.py --autotune --pin-from tuned_a.json --json tuned_b.json  # machine B
 
-The configuration is tests-integration/test_gpu_cnn_training.py's: batch 4, 32x32 inputs (``--resolution``),
-10 classes, SGD with Nesterov momentum at a constant 1e-4, seed 11; ``--precision amp,fp32`` (default both).
+The configuration is tests-integration/test_gpu_cnn_training.py's (tools/testkit/op_diff.py's example and
+build_task): batch 4, 32x32 inputs (``--resolution``), 10 classes, SGD with Nesterov momentum at a constant 1e-4,
+seed 11; ``--precision amp,fp32`` (default both).
 tests-integration/test_gpu_determinism.py runs this script in fresh processes.
 """
 
@@ -37,39 +38,17 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-CLASSES, SEED, LR, LOSS_SCALE = 10, 11, 1e-4, 1024.0
+CLASSES = 10
 MODELS = ("vgg16_bn", "resnet50")
 
 
-def model(name: str) -> Any:
-    """examples/models.py's ``name`` with a 10-class head."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from examples.models import MODELS as EXAMPLES
-    from tr.graph.blueprint import FC, BluePrint, fc, seq
-
-    layers = EXAMPLES[name].root.layers
-    if not isinstance(layers[-1], FC):
-        raise SystemExit(f"examples/models.py's {name} no longer ends in an fc: {layers[-1]!r}")
-    return BluePrint(seq(*layers[:-1], fc(CLASSES)), name=name, num_classes=CLASSES)
-
-
 def task(name: str, amp: bool, steps: int, batch: int, res: int) -> tuple[Any, list[float]]:
-    from tr.algo.optimizer import SGD
-    from tr.algo.scheduler import ConstantLR
-    from tr.core.settings import Settings
-    from tr.task.deep_learning import DeepLearningTask
-    from tr.task.feeder import ArrayFeeder
+    """The uncompiled CUDA task of ``name`` and the list its step losses go to."""
+    if str(ROOT / "tools" / "testkit") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tools" / "testkit"))
+    from op_diff import build_task, example
 
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((steps * batch, res, res, 3)).astype(np.float32)
-    y = rng.integers(0, CLASSES, steps * batch).astype(np.int32)
-    dt = np.float16 if amp else np.float32
-    feeder = ArrayFeeder((x.astype(dt), y), None, batch, shuffle=False, num_classes=CLASSES, dtype=dt)
-    s = Settings().manual_seed(SEED).global_batch_size(batch).amp(amp).loss_scaling("dynamic", init=LOSS_SCALE)
-    t = (DeepLearningTask(s).device("cuda").quiet().model(model(name))
-         .optimizer(SGD().momentum(0.9).nesterov(True).weight_decay(1e-4))
-         .scheduler(ConstantLR().base_lr(LR)).total_epochs(1).data(feeder))
+    t = build_task(example(name, CLASSES), "cuda", amp, res, batch, CLASSES, steps=steps, compiled=False)
     losses: list[float] = []
     t.on_step(lambda k, r: losses.append(float(r[0])))
     return t, losses
@@ -102,11 +81,8 @@ def run(name: str, amp: bool, a: argparse.Namespace, pins: dict[str, Any] | None
     state = {f"{x.name}#{x.id}": t.backend.read(x) for x in checkpoint.state_tensors(t.program)}
     state_sha, tensors = digest(state)
     used = engines.used(t)
-    sources: dict[str, int] = {}
-    for c in used["convolutions"]:
-        sources[c["source"]] = sources.get(c["source"], 0) + 1
     return {"weights_sha256": weights_sha, "state_sha256": state_sha, "losses": losses, "steps": len(losses),
-            "compile_s": compile_s, "sources": sources, "engines": used, "state_tensors": tensors}
+            "compile_s": compile_s, "sources": engines.sources(used), "engines": used, "state_tensors": tensors}
 
 
 def environment() -> dict[str, Any]:

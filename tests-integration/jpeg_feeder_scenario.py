@@ -14,7 +14,8 @@ H200 is diagnosable from the test's output alone; a failure lists every wrong re
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,6 +25,45 @@ import numpy as np
 PHOTOS = {"classes": 4, "per_class": 12, "min_side": 64, "max_side": 500, "seed": 9, "val_per_class": 1}
 BATCH = 2
 PERIOD_S = {"decoupled": 0.030, "libjpeg-turbo": 0.010}  # the stand-in clock's batch period on either arm
+
+
+@dataclass(frozen=True)
+class Region:
+    """One row of a prepared batch: its sample, its box's place in the decode buffer, what the buffer holds there
+    and tr.data's decode of the box (uint8 [h, w, 3] both)."""
+
+    row: int
+    sample: int
+    y: int
+    x: int
+    h: int
+    w: int
+    slot: int
+    got: np.ndarray
+    want: np.ndarray
+
+    @property
+    def where(self) -> str:
+        return f"region {self.h}x{self.w} at ({self.y}, {self.x}) slot {self.slot}"
+
+    def mean_abs_diff(self) -> float:
+        return float(np.abs(self.got.astype(np.int16) - self.want.astype(np.int16)).mean())
+
+
+def regions(feeder: Any, train: bool, buf: int, samples: Sequence[int], mem: np.ndarray,
+            interpolate: bool) -> Iterator[Region]:
+    """Each row of the batch the feeder prepared in its buffer ``buf`` (``samples``: the sample of each row, in
+    row order): its region as the decode buffer ``mem`` (its bytes, from the buffer's start) holds it, and
+    tr.data's decode of the sample's box with ``interpolate``d chroma or not."""
+    from tr.data import _native
+    from tr.data.jpeg_plan import COL
+
+    split = feeder._splits[train]
+    geom = feeder._bufs[buf][1][:, 0, 0, :]
+    for r, i in enumerate(int(s) for s in samples):
+        y, x, h, w, slot = (int(geom[r, COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w", "slot"))
+        want = _native.decode_jpeg(split.encoded_bytes(i), False, 8, interpolate)[y:y + h, x:x + w]
+        yield Region(r, i, y, x, h, w, slot, mem[slot:slot + h * w * 3].reshape(h, w, 3), want)
 
 
 def refused_auto_feeder(photos: Path) -> Any:
@@ -79,8 +119,6 @@ def check_refused_auto(feeder: Any, read: Callable[[], np.ndarray], monkeypatch:
 def _pass(feeder: Any, train: bool, read: Callable[[], np.ndarray], clock: list[float], limit: float,
           bad: list[str]) -> dict:
     """One pass over a split, every region checked; problems appended to ``bad``."""
-    from tr.data import _native
-    from tr.data.jpeg_plan import COL
     from tr.data.seeds import epoch_order
 
     split = feeder._splits[train]
@@ -101,25 +139,19 @@ def _pass(feeder: Any, train: bool, read: Callable[[], np.ndarray], clock: list[
                 "decoupled" if hybrid == n_refused else "decoupled+libjpeg-turbo"
             if hybrid + cpu != n_refused:
                 bad.append(f"{name} batch {k}: {n_refused} refusals but {hybrid} decoupled + {cpu} libjpeg-turbo")
-            mem = read()
-            geom = feeder._bufs[buf][1][:, 0, 0, :]
             rows = []
-            for r in range(m):
-                i = int(order[k * BATCH + r])
-                y, x, h, w, slot = (int(geom[r, COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w", "slot"))
-                want = _native.decode_jpeg(split.encoded_bytes(i), False, 8, feeder.interpolate_chroma)
-                want = want[y:y + h, x:x + w].astype(np.int16)
-                got = mem[slot:slot + h * w * 3].reshape(h, w, 3).astype(np.int16)
+            for g in regions(feeder, train, buf, order[k * BATCH:k * BATCH + m], read(), feeder.interpolate_chroma):
+                i = g.sample
                 who = arm if refused[i] else "engine"
-                diff = float(np.abs(got - want).mean())
+                diff = g.mean_abs_diff()
                 counts["exact"] += diff == 0.0
                 counts["worst_diff"] = max(counts["worst_diff"], diff)
-                where = (f"{name} batch {k} row {r} sample {i} ({Path(paths[i]).name if paths else '-'}), {who}, "
-                         f"region {h}x{w} at ({y}, {x}) slot {slot}")
-                rows.append(f"s{i} {who} {h}x{w}@{slot} |d| {diff:.3f}")
+                where = (f"{name} batch {k} row {g.row} sample {i} ({Path(paths[i]).name if paths else '-'}), "
+                         f"{who}, {g.where}")
+                rows.append(f"s{i} {who} {g.h}x{g.w}@{g.slot} |d| {diff:.3f}")
                 if who == "libjpeg-turbo" and diff != 0.0:
                     bad.append(f"{where}: libjpeg-turbo's region differs (mean |diff| {diff:.3f}, "
-                               f"{int((got != want).any(axis=2).sum())} of {h * w} pixels)")
+                               f"{int((g.got != g.want).any(axis=2).sum())} of {g.h * g.w} pixels)")
                 elif diff > limit:
                     bad.append(f"{where}: mean |diff| {diff:.3f} > {limit}")
             print(f"{name} batch {k}: probe {feeder._refused_probe.state}, refusals {arm} "

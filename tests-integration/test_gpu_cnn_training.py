@@ -35,34 +35,20 @@ explanation on the GPU; written on 2026-12-04 without a GPU, they first run on t
 after the first step part by the same flips, so, as ResNet's, only the first is held.
 """
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from op_diff import backward_from_test_forward, build_task, epoch_calls, example, fill_batch
 
 from tr.algo.optimizer import SGD
 from tr.algo.scheduler import ConstantLR
 from tr.core.settings import Settings
-from tr.graph.blueprint import FC, BluePrint, fc, seq
 from tr.task.deep_learning import DeepLearningTask
 from tr.task.feeder import ArrayFeeder
 
 pytestmark = pytest.mark.gpu
-ROOT = Path(__file__).resolve().parents[1]
 STEPS, BATCH, RES, CLASSES = 20, 4, 32, 10
 LOSS_SCALE = 1024.0  # AMP's first loss scale (the default 65536 overflows these nets' first step)
 LR = 1e-4  # small: 20 steps of a deep net on random labels stay near-linear, so rounding does not grow chaotically
-
-
-def _model(name):
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from examples.models import MODELS
-
-    layers = MODELS[name].root.layers
-    assert isinstance(layers[-1], FC)
-    return BluePrint(seq(*layers[:-1], fc(CLASSES)), name=name, num_classes=CLASSES)
 
 
 def _task(name, device, amp, steps=STEPS, res=RES, batch=BATCH, fp16_inputs=False):
@@ -75,7 +61,7 @@ def _task(name, device, amp, steps=STEPS, res=RES, batch=BATCH, fp16_inputs=Fals
     feeder = ArrayFeeder((x.astype(dt), y), None, batch, shuffle=False, num_classes=CLASSES, dtype=dt)
     # a first loss scale that does not overflow the first AMP step (the default 65536 does, for these nets)
     s = Settings().manual_seed(11).global_batch_size(batch).amp(amp).loss_scaling("dynamic", init=LOSS_SCALE)
-    t = (DeepLearningTask(s).device(device).quiet().model(_model(name))
+    t = (DeepLearningTask(s).device(device).quiet().model(example(name, CLASSES))
          .optimizer(SGD().momentum(0.9).nesterov(True).weight_decay(1e-4))
          .scheduler(ConstantLR().base_lr(LR)).total_epochs(1).data(feeder))
     losses = []
@@ -193,10 +179,6 @@ def test_cnn_backward_from_one_forward_matches_cpu(name, res, batch):
     GPU's after the forward: tools/testkit/op_diff.backward_from_test_forward), so a relu or pool decision that
     rounding tipped the other way in one forward cannot part them: every gradient within 1e-3 of the CPU's
     (_errors), what the end-to-end test held VGG16-BN to before such a flip was found."""
-    if str(ROOT / "tools" / "testkit") not in sys.path:
-        sys.path.insert(0, str(ROOT / "tools" / "testkit"))
-    from op_diff import backward_from_test_forward, build_task, epoch_calls, example, fill_batch
-
     cpu = build_task(example(name, CLASSES), "cpu", False, res, batch, CLASSES)
     gpu = build_task(example(name, CLASSES), "cuda", False, res, batch, CLASSES)
     fill_batch(gpu, CLASSES)

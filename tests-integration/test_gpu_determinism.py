@@ -100,6 +100,8 @@ def _small_task() -> DeepLearningTask:
 
 
 def test_a_pinned_engine_that_cannot_run_names_the_convolution(monkeypatch):
+    from tr.backend.cuda import conv_engines
+
     monkeypatch.setenv("TR_CONV", "cudnn")
     monkeypatch.delenv("TR_CUDNN_AUTOTUNE", raising=False)
     recorded = engines.used(_small_task().compile())
@@ -116,3 +118,4 @@ def test_a_pinned_engine_that_cannot_run_names_the_convolution(monkeypatch):
         t.compile()
     assert {c["source"] for c in engines.used(t)["convolutions"]} == {"pinned"}
     assert engines.differences(engines.used(t), recorded) == []
+    assert conv_engines.pins() == {}

@@ -24,14 +24,12 @@ from tr.data import (
     RandomHorizontalFlip,
     RandomResizedCrop,
     Resize,
-    _native,
 )
-from tr.data.jpeg_plan import COL
 from tr.data.seeds import epoch_order
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "tr-backend" / "tests"))
 from backend_testkit import SimpleArena  # noqa: E402
-from jpeg_feeder_scenario import PHOTOS, check_refused_auto, refused_auto_feeder  # noqa: E402
+from jpeg_feeder_scenario import PHOTOS, check_refused_auto, refused_auto_feeder, regions  # noqa: E402
 from photos import make_photos  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -77,24 +75,19 @@ def test_the_decode_buffer_holds_every_region_whoever_decoded_it(photos, share, 
         for k, buf, m in feeder.epoch(0, True):
             be.synchronize()  # the transfer stream has decoded batch k and copied its CPU regions
             mem = be.read(src).reshape(-1)
-            geom = feeder._bufs[buf][1][:, 0, 0, :]
             hw_rows = batch - round(feeder.cpu_share * batch)
             taken = np.flatnonzero(~refused[order[k * batch:k * batch + m]])
-            for r in range(m):
-                i = int(order[k * batch + r])
-                y, x, h, w, slot = (int(geom[r, COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w", "slot"))
-                want = _native.decode_jpeg(split.encoded_bytes(i), False, 8, interpolate)[y:y + h, x:x + w]
-                want = want.astype(np.int16)
-                got = mem[slot:slot + h * w * 3].reshape(h, w, 3).astype(np.int16)
-                on_cpu = (refused_to == "cpu") if refused[i] else r not in taken[:hw_rows]
+            for g in regions(feeder, True, buf, order[k * batch:k * batch + m], mem, interpolate):
+                i = g.sample
+                on_cpu = (refused_to == "cpu") if refused[i] else g.row not in taken[:hw_rows]
                 who = ("libjpeg-turbo" if on_cpu else "decoupled" if refused[i] else "nvJPEG") + \
                     (" (a refused file)" if refused[i] else "")
-                where = f"batch {k} row {r} sample {i}: {who}, region {h}x{w} at ({y}, {x}) slot {slot}"
+                where = f"batch {k} row {g.row} sample {i}: {who}, {g.where}"
                 if on_cpu:  # libjpeg-turbo's region, exactly
-                    np.testing.assert_array_equal(got, want, err_msg=where)
+                    np.testing.assert_array_equal(g.got, g.want, err_msg=where)
                     exact += 1
                 else:
-                    diffs.append(float(np.abs(got - want).mean()))
+                    diffs.append(g.mean_abs_diff())
                     worst = max(worst, (diffs[-1], where))
             seen += m
     finally:

@@ -10,13 +10,8 @@ the first op that parts and where.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "testkit"))
-from op_diff import example, first_over, run, table  # noqa: E402
+from op_diff import example, first_over, run, table
 
 pytestmark = pytest.mark.gpu
 

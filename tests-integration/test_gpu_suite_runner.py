@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 from gpu_suite import estimate, merge_durations, plan_hash, plan_shards, rerun_ids, resume_ids  # noqa: E402
-from gpu_suite_report import format_summary  # noqa: E402
+from gpu_suite_report import STATUSES, format_summary  # noqa: E402
 
 FAKE = {
     "pytest.ini": "[pytest]\nmarkers =\n    gpu: fake\n",
@@ -230,8 +230,7 @@ def test_the_printed_summary_fits_what_a_device_call_returns():
                  "msg": "AssertionError: " + "x" * 1000} for k in range(300)]
     s = {"plan": "p", "tree": "t", "complete": True, "shards": [{"shard": "1/1", "tests": 900, "processes": 1,
                                                                    "wall_s": 500.0, "cut": ""}],
-         "counts": {k: 0 for k in ("passed", "failed", "error", "crashed", "timed_out", "cut", "not_run",
-                                   "not_collected", "skipped", "xfailed", "xpassed")},
+         "counts": dict.fromkeys(STATUSES, 0),
          "tests": 900, "collect_errors": 0, "failures": failures, "cut_detail": [], "cut": [],
          "not_run": [f"tests-integration/test_y.py::test_{k}" for k in range(300)], "skipped_by_reason": {},
          "slowest": [], "wall_s": 500.0, "budget_s": 535.0, "estimated_s": 400.0}

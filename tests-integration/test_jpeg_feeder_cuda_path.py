@@ -137,12 +137,12 @@ def upload_on_stand_ins(feeder, monkeypatch) -> FakeCuda:
 def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, monkeypatch, share, interpolate,
                                                                       refused):
     sys.path.insert(0, str(ROOT / "tools"))
+    from jpeg_feeder_scenario import regions
     from make_image_folder import make_image_folder
 
     import tr.backend.cuda.jpeg as jpeg
     from tr.core.norm import NormMode
-    from tr.data import ImageFolder, PreprocessorSettings, RandomHorizontalFlip, RandomResizedCrop, _native
-    from tr.data.jpeg_plan import COL
+    from tr.data import ImageFolder, PreprocessorSettings, RandomHorizontalFlip, RandomResizedCrop
     from tr.data.seeds import epoch_order
     from tr.graph.jpeg_input import JPEG_SRC
     from tr.task.jpeg_feeder import DeviceJpegFeeder
@@ -192,13 +192,10 @@ def test_the_cuda_path_fills_the_decode_buffer_with_tr_data_s_regions(tmp_path, 
                 assert all(o + n <= s0 or s0 + z <= o for s0, z in side), (o, n, side)
             if share == 1.0:  # every row on the CPU, at its slot: one copy a run between the side buffer's rows
                 assert len(mine) <= 1 + len(side) and (refused == "nvjpeg" or len(mine) == 1)
-            geom = feeder._bufs[buf][1][:, 0, 0, :]
-            for r in range(m):  # each row's region holds tr.data's decode of its sample's box
-                i = int(order[k * 8 + r])
-                y, x, h, w, slot = (int(geom[r, COL[c]]) for c in ("roi_y", "roi_x", "roi_h", "roi_w", "slot"))
-                want = _native.decode_jpeg(split.encoded_bytes(i), False, 8, interpolate)[y:y + h, x:x + w]
-                got = be.mem[1024 + slot:1024 + slot + h * w * 3].reshape(h, w, 3)
-                np.testing.assert_array_equal(got, want, err_msg=f"epoch {epoch} batch {k} row {r} sample {i}")
+            for g in regions(feeder, True, buf, order[k * 8:k * 8 + m], be.mem[1024:], interpolate):
+                # each row's region holds tr.data's decode of its sample's box
+                np.testing.assert_array_equal(g.got, g.want, err_msg=f"epoch {epoch} batch {k} row {g.row} sample "
+                                              f"{g.sample}")
             np.testing.assert_array_equal(feeder._bufs[buf][0][:m], split.labels[order[k * 8:k * 8 + m]])
             seen += m
         # every progressive file, decoded on the CPU or by the decoupled decoder (one call a batch that has any)
@@ -360,7 +357,6 @@ def test_the_gpu_test_s_refused_auto_scenario_runs_on_the_stand_ins(tmp_path_fac
     photos (a val split among them): its set-up, its expectations and the validation pass after the probe are
     checked on every CPU run, not first on the H200 (where its first run failed building the feeder: no val
     chain). The stand-in decodes with libjpeg-turbo, so every region must be exact."""
-    sys.path.insert(0, str(ROOT / "tests-integration"))
     from jpeg_feeder_scenario import PHOTOS, check_refused_auto, refused_auto_feeder
     from photos import make_photos
 

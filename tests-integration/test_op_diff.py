@@ -3,17 +3,11 @@ is named at that op and no earlier (the GPU test runs the same comparison agains
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
-from tr.graph.blueprint import BluePrint, cbr, dropout, fc, flatten, maxpool, relu, seq
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "testkit"))
-from op_diff import (  # noqa: E402
+from op_diff import (
     backward_from_test_forward,
     compare,
     epoch_calls,
@@ -23,7 +17,9 @@ from op_diff import (  # noqa: E402
     table,
     task_pair,
 )
-from wrapped_backend import AfterEachCall  # noqa: E402
+from wrapped_backend import AfterEachCall
+
+from tr.graph.blueprint import BluePrint, cbr, dropout, fc, flatten, maxpool, relu, seq
 
 CLASSES = 10
 
@@ -92,14 +88,32 @@ def test_under_amp_the_epoch_casts_the_working_weights_first():
     assert conv.outputs[0].ref_norm > 0  # a real convolution, not zeros against zeros
 
 
+def _arena(task) -> list[tuple]:
+    """Every allocated tensor of ``task`` and its bytes now (to put them back with _restore)."""
+    return [(t, task.backend.read(t)) for t in task.program.tensors if t.allocated]
+
+
+def _restore(task, saved: list[tuple]) -> None:
+    for t, value in saved:
+        task.backend.write(t, value)
+
+
 def test_backwards_from_one_forward_agree_where_the_forwards_decided_otherwise(tasks):
     """The test backend's forward differs (one convolution's output scaled, as a rounding difference would move
     it, only larger): both backwards, run from the test's forward, agree to the bit, so what they compare is the
-    backward's own arithmetic."""
+    backward's own arithmetic. From the same arenas without the nudge the gradients are others: the backwards ran
+    from the test's forward, not the reference's (a copy the other way would make the nudge invisible)."""
     a, b = tasks
     fill_batch(a, CLASSES)
+    fill_batch(b, CLASSES)  # the test's forward reads its own batch: without one it scales zeros
     calls = step_calls(a.program)
+    before = _arena(a), _arena(b)
+    plain = backward_from_test_forward(a, b, calls)
+    _restore(a, before[0])  # the step's optimizer moved both arenas' weights
+    _restore(b, before[1])
     nudged = SimpleNamespace(program=b.program, backend=_Wrong(b.backend, "conv_fwd", 1, "y", 1.0 + 1e-3))
     grads = backward_from_test_forward(a, nudged, calls)
     assert grads and all(np.array_equal(r, t) for r, t in grads.values())
     assert any(float(np.abs(r).max()) > 0 for r, _ in grads.values())
+    assert grads.keys() == plain.keys()
+    assert any(not np.array_equal(grads[k][0], plain[k][0]) for k in grads), "the nudge reached no gradient"

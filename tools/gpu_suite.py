@@ -92,9 +92,14 @@ def _stop_signal(signum: int, frame: Any) -> None:
 
 
 # --- durations and shards -------------------------------------------------------------------------------------
+def no_durations() -> dict:
+    """A durations file with nothing measured: every test the default second (a new dict: callers fill it)."""
+    return {"default_s": 1.0, "modules": {}, "tests": {}}
+
+
 def load_durations(path: Path) -> dict:
     if not path.is_file():
-        return {"default_s": 1.0, "modules": {}, "tests": {}}
+        return no_durations()
     d = json.loads(path.read_text())
     return {"default_s": float(d.get("default_s", 1.0)), "modules": d.get("modules", {}), "tests": d.get("tests", {})}
 
@@ -343,7 +348,7 @@ def _read_events(path: Path) -> list[dict]:
 def merge_durations(target: Path, runs: list[Path], root: Path) -> int:
     """Measured seconds of ``runs`` (gpu_suite_durations.json files) into ``target``; entries of test files that
     no longer exist are dropped. The count of tests updated."""
-    data = json.loads(target.read_text()) if target.is_file() else {"default_s": 1.0, "modules": {}, "tests": {}}
+    data = json.loads(target.read_text()) if target.is_file() else no_durations()
     tests = data.setdefault("tests", {})
     n = 0
     for run in runs:

@@ -128,15 +128,19 @@ def latest(summaries: list[dict]) -> dict[str, tuple[str, str]]:
     return out
 
 
+def _count_line(counts: dict[str, int]) -> str:
+    """'3 passed, 1 failed, 0 not run': every status with a count, and passed, failed and not run always."""
+    return ", ".join(f"{counts[k]} {k.replace('_', ' ')}" for k in STATUSES
+                     if counts[k] or k in ("passed", "failed", "not_run"))
+
+
 def format_summary(s: dict) -> str:
-    c = s["counts"]
     lines = [f"\n========== GPU suite summary: plan {s['plan']}, tree {s['tree'] or '-'}"
              f"{'' if s['complete'] else ' (INCOMPLETE)'} =========="]
     for i in s["shards"]:
         lines.append(f"shard {i['shard']}: {i['tests']} tests, {i['processes']} pytest process(es), {i['wall_s']} s"
                      + (f"; CUT by {i['cut']}" if i["cut"] else ""))
-    parts = [f"{c[k]} {k.replace('_', ' ')}" for k in STATUSES if c[k] or k in ("passed", "failed", "not_run")]
-    lines.append(f"{s['tests']} tests: {', '.join(parts)}; {s['collect_errors']} collection errors; "
+    lines.append(f"{s['tests']} tests: {_count_line(s['counts'])}; {s['collect_errors']} collection errors; "
                  f"wall {s['wall_s']:.0f} s of {s['budget_s']:.0f} s (estimated {s['estimated_s']:.0f} s)")
     listed = s["failures"] + s["cut_detail"]
     used = 0
@@ -160,9 +164,8 @@ def format_summary(s: dict) -> str:
         rc = {k: 0 for k in STATUSES}
         for status, _ in rnd["latest"].values():
             rc[status] += 1
-        parts = [f"{rc[k]} {k.replace('_', ' ')}" for k in STATUSES if rc[k] or k in ("passed", "failed", "not_run")]
         lines.append(f"ROUND (this tree, {rnd['runs']} runs kept here; each test's last outcome): "
-                     f"{len(rnd['latest'])} tests: {', '.join(parts)}")
+                     f"{len(rnd['latest'])} tests: {_count_line(rc)}")
         here = {f["id"] for f in s["failures"]}
         for t, (status, msg) in rnd["latest"].items():
             if status in BAD and t not in here:

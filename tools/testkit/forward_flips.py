@@ -31,7 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 from op_diff import _args, arguments, check_same_plan, epoch_calls, example, first_backward, task_pair
 
-from tr.core.ops import OpCall, RegionSpan
+from tr.backend.binding import CallBinder, window_geometry
+from tr.backend.cpu.ops._window import Window
+from tr.core.ops import OpCall, RegionSpan, op_def
 
 # The margin above which a flipped FP32 decision of VGG16-BN (32x32, batch 4) is not rounding's doing. Measured on
 # the CPU: forwards computed in float64 or in another FP32 summation order part from the CPU's by 2e-6 of layer
@@ -69,20 +71,13 @@ def _f32(a: np.ndarray) -> np.ndarray:
     return np.asarray(a, dtype=np.float32)
 
 
-def _pair(v) -> tuple[int, int]:
-    return (int(v[0]), int(v[1])) if isinstance(v, (tuple, list)) else (int(v), int(v))
-
-
-def _windows(x: np.ndarray, call: OpCall) -> np.ndarray:
-    """x [N, H, W, C] as [N, P, Q, C, kh*kw] windows in tap order (the mask's codes), padding -inf."""
-    kh, kw = _pair(call.attrs["kernel"])
-    sh, sw = _pair(call.attrs.get("stride", 1))
-    ph, pw = _pair(call.attrs.get("padding", 0))
-    n, h, w, c = x.shape
-    p, q = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
-    xp = np.pad(x, ((0, 0), (ph, ph), (pw, pw), (0, 0)), constant_values=-np.inf)
-    taps = [xp[:, i:i + sh * (p - 1) + 1:sh, j:j + sw * (q - 1) + 1:sw, :] for i in range(kh) for j in range(kw)]
-    return np.stack(taps, axis=-1)
+def _windows(x: np.ndarray, index: int, call: OpCall) -> np.ndarray:
+    """x (the pool's input x [N, H, W, C], or values of its shape) as [N, P, Q, C, kh*kw] windows in the CPU
+    kernels' tap order (Window.tap_views: the order the mask's codes count), padding -inf."""
+    g = Window.of(window_geometry(CallBinder(None, "forward", index, call, op_def(call.op)), "x", "y"))
+    xp = np.pad(x.reshape(g.n, g.h, g.w, g.c), ((0, 0), (g.ph, g.ph), (g.pw, g.pw), (0, 0)),
+                constant_values=-np.inf)
+    return np.stack(g.tap_views(xp), axis=-1)
 
 
 def _rms(a: np.ndarray) -> float:
@@ -135,7 +130,7 @@ def _bn_fwd(c: _Call) -> list[Flip]:
 def _argmax_flips(c: _Call, values: np.ndarray, consider: np.ndarray) -> list[Flip]:
     """The mask's window positions where they differ (only where ``consider``), the margin being how far below
     the reference's maximum the test's pick lies."""
-    win = _windows(values, c.call)
+    win = _windows(values, c.index, c.call)
     rcode = np.asarray(c.ref_out["mask"]).reshape(win.shape[:-1]).astype(np.int64)
     tcode = np.asarray(c.test_out["mask"]).reshape(win.shape[:-1]).astype(np.int64)
     pick = np.clip(tcode, 0, win.shape[-1] - 1)[..., None]
@@ -146,7 +141,7 @@ def _argmax_flips(c: _Call, values: np.ndarray, consider: np.ndarray) -> list[Fl
 
 def _bn_maxpool_fwd(c: _Call) -> list[Flip]:
     pre = _bn_pre(c)
-    win_pre = _windows(pre, c.call).max(axis=-1)  # the pooled pre-activation: the relu decides on it
+    win_pre = _windows(pre, c.index, c.call).max(axis=-1)  # the pooled pre-activation: the relu decides on it
     out = _relu_flips(c, "y", "relu", win_pre)
     ry, ty = _f32(c.ref_out["y"]).reshape(win_pre.shape), _f32(c.test_out["y"]).reshape(win_pre.shape)
     # where the pooled value is 0 on both sides the argmax routes nothing (the relu blocks every position)
@@ -155,7 +150,7 @@ def _bn_maxpool_fwd(c: _Call) -> list[Flip]:
 
 def _maxpool_fwd(c: _Call) -> list[Flip]:
     x = _f32(c.ref_in["x"])
-    return _argmax_flips(c, x, np.ones(_windows(x, c.call).shape[:-1], bool))
+    return _argmax_flips(c, x, np.ones(_windows(x, c.index, c.call).shape[:-1], bool))
 
 
 def _fc_fwd(c: _Call) -> list[Flip]:

@@ -236,16 +236,22 @@ def example(model: str, classes: int = 10):
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     from examples.models import MODELS
+    from tr.core.errors import ConfigError
     from tr.graph.blueprint import FC, BluePrint, fc, seq
 
     layers = MODELS[model].root.layers
-    assert isinstance(layers[-1], FC)
+    if not isinstance(layers[-1], FC):
+        raise ConfigError(f"examples/models.py's {model} no longer ends in an fc: {layers[-1]!r}; expected an fc "
+                          f"head to replace with one of {classes} outputs")
     return BluePrint(seq(*layers[:-1], fc(classes)), name=model, num_classes=classes)
 
 
-def build_task(blueprint, device: str, amp: bool, resolution: int, batch: int, classes: int = 10):
-    """A compiled one-batch task of ``blueprint`` on ``device`` (SGD with Nesterov momentum and weight decay, AMP's
-    dynamic loss scale from 1024, the settings test_gpu_cnn_training.py uses)."""
+def build_task(blueprint, device: str, amp: bool, resolution: int, batch: int, classes: int = 10,
+               steps: int = 1, compiled: bool = True):
+    """A one-epoch task of ``blueprint`` on ``device`` over ``steps`` seeded batches (SGD with Nesterov momentum
+    and weight decay at a constant 1e-4, seed 11, AMP's dynamic loss scale from 1024: the settings
+    test_gpu_cnn_training.py and benchmarks/cross_machine.py use), compiled unless ``compiled`` is False (to
+    compile it under engine pins)."""
     from tr.algo.optimizer import SGD
     from tr.algo.scheduler import ConstantLR
     from tr.core.settings import Settings
@@ -254,14 +260,15 @@ def build_task(blueprint, device: str, amp: bool, resolution: int, batch: int, c
 
     dt = np.float16 if amp else np.float32
     rng = np.random.default_rng(5)
-    x = rng.standard_normal((batch, resolution, resolution, 3)).astype(dt)
-    y = rng.integers(0, classes, batch).astype(np.int32)
-    feeder = ArrayFeeder((x, y), None, batch, shuffle=False, num_classes=classes, dtype=dt)
+    x = rng.standard_normal((steps * batch, resolution, resolution, 3)).astype(np.float32)
+    y = rng.integers(0, classes, steps * batch).astype(np.int32)
+    feeder = ArrayFeeder((x.astype(dt), y), None, batch, shuffle=False, num_classes=classes, dtype=dt)
     s = Settings().manual_seed(11).global_batch_size(batch).amp(amp).loss_scaling("dynamic", init=1024.0)
     task = (DeepLearningTask(s).device(device).quiet().model(blueprint)
             .optimizer(SGD().momentum(0.9).nesterov(True).weight_decay(1e-4))
             .scheduler(ConstantLR().base_lr(1e-4)).total_epochs(1).data(feeder))
-    task.compile()
+    if compiled:
+        task.compile()
     return task
 
 

@@ -9,8 +9,7 @@ Two drivers:
 * ``run_cases``: the general form for structure-aware suites, which build their own cases (a field edited
   and its checksums recomputed, a JSON value of another type, a state_dict with a tensor renamed) and check
   a load with their own oracle: each case loads (its oracle's asserts hold) or raises one of the accepted
-  tr errors naming what it read. ``KnownBug`` lets a suite count, rather than fail, a reported bug that an
-  xfail(strict=True) reproducer keeps visible.
+  tr errors naming what it read.
 
 For both, anything else, or a case slower than SLOW_CASE_S, fails with the case's recipe. The mutation
 helpers (``mutate``, ``mutate_at``, ``near``, ``mutate_json``) are pure functions of the Generator. Every
@@ -25,7 +24,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -247,21 +245,6 @@ class Outcome:
     unchanged: int = 0  # mutations that gave back the same bytes (e.g. a zero written over a zero)
     slowest_s: float = 0.0
     errors: Counter = field(default_factory=Counter)  # refusals by error class
-    known: Counter = field(default_factory=Counter)  # cases that met a KnownBug, by its name
-
-
-@dataclass(frozen=True)
-class KnownBug:
-    """A reported bug a suite still meets: a case whose exception is an ``error`` (a class or a tuple of them)
-    whose "Type: message" matches the regex ``pattern`` is counted under ``name`` instead of failing. Each has
-    a reproducer marked xfail(strict=True), which fails once the bug is fixed: then both go."""
-
-    name: str
-    error: type[BaseException] | tuple[type[BaseException], ...]
-    pattern: str
-
-    def matches(self, e: BaseException) -> bool:
-        return isinstance(e, self.error) and re.search(self.pattern, f"{type(e).__name__}: {e}") is not None
 
 
 RAN: dict[str, int] = {}  # label -> cases run in this process (the terminal summary)
@@ -276,9 +259,8 @@ Case = tuple[str, Callable[[], object], Sequence[str]]  # (recipe, run the load 
 
 
 class _Runner:
-    def __init__(self, label: str, accept: tuple[type[BaseException], ...], known: Sequence[KnownBug],
-                 slow_s: float) -> None:
-        self.label, self.accept, self.known, self.slow_s = label, accept, tuple(known), slow_s
+    def __init__(self, label: str, accept: tuple[type[BaseException], ...], slow_s: float) -> None:
+        self.label, self.accept, self.slow_s = label, accept, slow_s
         self.out = Outcome()
 
     def one(self, i: int, how: str, run: Callable[[], object], names: Sequence[str]) -> None:
@@ -294,10 +276,7 @@ class _Runner:
             out.rejected += 1
             out.errors[type(e).__name__] += 1
         except Exception as e:  # noqa: BLE001 - the point: nothing but the accepted errors may escape
-            bug = next((b for b in self.known if b.matches(e)), None)
-            if bug is None:
-                raise AssertionError(f"{self.label} case {i} ({how}): {type(e).__name__}: {e}") from e
-            out.known[bug.name] += 1
+            raise AssertionError(f"{self.label} case {i} ({how}): {type(e).__name__}: {e}") from e
         dt = time.perf_counter() - t0
         out.slowest_s = max(out.slowest_s, dt)
         assert dt < self.slow_s, f"{self.label} case {i} ({how}) took {dt:.1f} s"
@@ -306,8 +285,7 @@ class _Runner:
     def done(self, refused: str) -> Outcome:
         out = self.out
         record(self.label, out.cases)
-        known = f", known bugs {dict(out.known)}" if out.known else ""
-        print(f"[fuzz] {self.label}: {out.cases} cases, {out.loaded} loaded, {out.rejected} {refused}{known}, "
+        print(f"[fuzz] {self.label}: {out.cases} cases, {out.loaded} loaded, {out.rejected} {refused}, "
               f"slowest {out.slowest_s * 1e3:.1f} ms")
         return out
 
@@ -324,7 +302,7 @@ def run_fuzz(
     """Run ``cases`` mutations of the ``seeds`` files (each seed file in turn, restored when done).
     ``names(path)``: strings of which the DataError must contain at least one."""
     r = np.random.default_rng(seed)
-    runner = _Runner(label, (DataError,), (), SLOW_CASE_S)
+    runner = _Runner(label, (DataError,), SLOW_CASE_S)
     dirty: tuple[Path, bytes] | None = None  # the seed file that holds a mutation (restored on a switch)
     for i in range(cases):
         path, raw = seeds[i * len(seeds) // cases]  # in blocks: one restore per seed, not per case
@@ -344,13 +322,12 @@ def run_cases(
     label: str,
     cases: Iterable[Case],
     accept: tuple[type[BaseException], ...] = (DataError,),
-    known: Sequence[KnownBug] = (),
     slow_s: float = SLOW_CASE_S,
 ) -> Outcome:
     """Run every (recipe, run, names) case: ``run()`` loads and checks the result itself (returning means
     "loaded correctly") or raises one of ``accept`` whose message contains one of ``names``. A case that
-    raises anything else fails the suite with its recipe, unless it matches one of the ``known`` bugs."""
-    runner = _Runner(label, accept, known, slow_s)
+    raises anything else fails the suite with its recipe."""
+    runner = _Runner(label, accept, slow_s)
     for i, (how, run, names) in enumerate(cases):
         runner.one(i, how, run, names)
     return runner.done("refused" + (f" {dict(runner.out.errors)}" if runner.out.errors else ""))

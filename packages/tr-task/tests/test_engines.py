@@ -146,3 +146,9 @@ def test_pins_reach_the_extension_and_the_scoped_form_restores(on_cuda):
         assert conv_engines.pins() == {}
     finally:
         conv_engines.unpin()
+
+
+def test_sources_counts_the_plans_by_how_their_engine_was_chosen():
+    recorded = {"convolutions": [{"source": "heuristic"}, {"source": "timed"}, {"source": "heuristic"}]}
+    assert engines.sources(recorded) == {"heuristic": 2, "timed": 1}
+    assert engines.sources({"backend": "cpu", "convolutions": []}) == {}

@@ -95,12 +95,6 @@ nb::dict record_dict(const ConvPlanRecord& r) {
   return d;
 }
 
-nb::list record_list(const std::vector<ConvPlanRecord>& records) {
-  nb::list out;
-  for (const auto& r : records) out.append(record_dict(r));
-  return out;
-}
-
 // Which engines the convolutions chose (and pinning them), with what the choice depends on.
 void bind_conv_engines(nb::module_& m) {
   m.def(
@@ -108,15 +102,15 @@ void bind_conv_engines(nb::module_& m) {
       [](int device, const std::string& op, const std::map<std::string, std::int64_t>& ints, bool has_dx) {
         std::map<std::string, std::uintptr_t> ptrs;
         if (has_dx) ptrs["dx"] = 1;  // only its presence is read
-        return record_list(conv_op_plans(device, OpArgs{op, ptrs, ints, {}}));
+        nb::list out;
+        for (const auto& r : conv_op_plans(device, OpArgs{op, ptrs, ints, {}})) out.append(record_dict(r));
+        return out;
       },
       "device"_a, "op"_a, "ints"_a, "has_dx"_a,
       "The plans a conv_fwd / conv_bwd op made on `device` with these integer arguments (make_op's) uses, fprop or "
       "(wgrad, dgrad): dicts of key, direction, engine ('direct': the direct kernels), source ('heuristic', "
       "'timed', 'cache', 'pinned', 'direct'), rank (in the heuristics' list; -1 when not from it), workspace "
       "(bytes), timed (candidates). Needs no GPU.");
-  m.def("cudnn_conv_plans", [] { return record_list(cudnn_conv_plans()); },
-        "Every cuDNN convolution plan this process made (any device), as cudnn_conv_op_plans describes them.");
   m.def("set_cudnn_conv_pins", &set_conv_pins, "pins"_a,
         "Pin engines by plan key ({key: engine name or 'direct'}; replaces earlier pins, {} unpins): plans made "
         "later build exactly these or fail naming the convolution. ConfigError for a malformed key or name.");

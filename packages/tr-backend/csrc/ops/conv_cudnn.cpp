@@ -462,13 +462,6 @@ CudnnPlanStats cudnn_plan_stats() {
 
 CudnnConvSettings cudnn_conv_settings() { return {CUDNN_FRONTEND_VERSION, workspace_cap_mb(), kCandidates}; }
 
-std::vector<ConvPlanRecord> cudnn_conv_plans() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  std::vector<ConvPlanRecord> out;
-  for (const auto& [key, plan] : g_plans) out.push_back(plan->record);
-  return out;
-}
-
 bool cudnn_plan_record(int device, ConvDir d, const ConvGeo& g, DT a, DT b, DT out, const ConvChoice& choice,
                        ConvPlanRecord& out_record) {
   const std::string pkey = conv_plan_key(d, g, a, b, out, choice.tf32);
@@ -531,8 +524,6 @@ namespace tr::native {
 CudnnPlanStats cudnn_plan_stats() { return {}; }
 
 CudnnConvSettings cudnn_conv_settings() { return {0, workspace_cap_mb(), kCandidates}; }
-
-std::vector<ConvPlanRecord> cudnn_conv_plans() { return {}; }
 
 bool cudnn_plan_record(int, ConvDir, const ConvGeo&, DT, DT, DT, const ConvChoice&, ConvPlanRecord&) { return false; }
 

@@ -66,9 +66,6 @@ struct ConvPlanRecord {
 // with no cuDNN plan (the direct kernels ran) has engine "direct". Needs no GPU (then every one is "direct").
 std::vector<ConvPlanRecord> conv_op_plans(int device, const OpArgs& args);
 
-// Every plan made in this process so far (on any device), in key order.
-std::vector<ConvPlanRecord> cudnn_conv_plans();
-
 // The plan of (device, direction, geometry, dtypes, choice) with the pins now, if one was made. Used by
 // conv_op_plans.
 bool cudnn_plan_record(int device, ConvDir d, const ConvGeo& g, DT a, DT b, DT out, const ConvChoice& choice,

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <deque>
+#include <iterator>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -27,6 +28,9 @@ namespace {
 std::mutex g_pin_mutex;
 std::map<std::string, std::string> g_pins;  // plan key -> engine name or "direct"
 
+// conv_plan_key's geometry fields, in key order: each "<name><value>" after the direction.
+constexpr const char* kGeoFields[] = {"n", "h", "w", "c", "k", "r", "s", "sh", "sw", "ph", "pw"};
+
 // Whether `key` has conv_plan_key's form (a pin under any other key would silently never match a plan).
 bool valid_plan_key(const std::string& key) {
   std::vector<std::string> parts;
@@ -36,9 +40,9 @@ bool valid_plan_key(const std::string& key) {
     if (end == std::string::npos) break;
     start = end + 1;
   }
-  if (parts.size() != 14 && parts.size() != 15) return false;
+  const std::size_t fields = 1 + std::size(kGeoFields) + 2;  // direction, geometry, dtypes, tf32
+  if (parts.size() != fields && parts.size() != fields + 1) return false;  // + 1: groups
   if (parts[0] != "fprop" && parts[0] != "dgrad" && parts[0] != "wgrad") return false;
-  const char* names[] = {"n", "h", "w", "c", "k", "r", "s", "sh", "sw", "ph", "pw"};
   std::size_t i = 1;
   auto field = [&](const std::string& name) {
     const std::string& p = parts[i++];
@@ -48,10 +52,10 @@ bool valid_plan_key(const std::string& key) {
     }
     return p[name.size()] != '0' || p.size() == name.size() + 1;  // as std::to_string prints it
   };
-  for (const char* n : names) {
+  for (const char* n : kGeoFields) {
     if (!field(n)) return false;
   }
-  if (parts.size() == 15 && !field("g")) return false;
+  if (parts.size() == fields + 1 && !field("g")) return false;
   const std::string& types = parts[i++];
   if (std::count(types.begin(), types.end(), ',') != 2 || types.front() == ',' || types.back() == ',' ||
       types.find(",,") != std::string::npos) {
@@ -66,9 +70,11 @@ const char* conv_dir_name(ConvDir d) { return d == ConvDir::Fwd ? "fprop" : d ==
 
 std::string conv_plan_key(ConvDir d, const ConvGeo& g, DT a, DT b, DT out, bool tf32) {
   std::string k = conv_dir_name(d);
-  const char* names[] = {"n", "h", "w", "c", "k", "r", "s", "sh", "sw", "ph", "pw"};
   const int values[] = {g.n, g.h, g.w, g.c, g.k, g.r, g.s, g.sh, g.sw, g.ph, g.pw};
-  for (int i = 0; i < 11; ++i) k += std::string(":") + names[i] + std::to_string(values[i]);
+  static_assert(sizeof(values) / sizeof(values[0]) == std::size(kGeoFields));
+  for (std::size_t i = 0; i < std::size(kGeoFields); ++i) {
+    k += std::string(":") + kGeoFields[i] + std::to_string(values[i]);
+  }
   if (g.groups != 1) k += ":g" + std::to_string(g.groups);  // ungrouped keys as before: their entries stay valid
   k += std::string(":") + dtype_name(a) + "," + dtype_name(b) + "," + dtype_name(out);
   return k + (tf32 ? ":tf32=1" : ":tf32=0");

@@ -14,7 +14,8 @@ them on the next compile reproduces the bytes anyway.
   convolution and this machine.
 - :func:`differences`: what differs between two descriptions, first the facts, then engine by engine (the
   two-machine check: benchmarks/cross_machine.py); :func:`autotuned`: whether timing chose any of a
-  description's engines (only those need pins to be reproduced on another machine of the model).
+  description's engines (only those need pins to be reproduced on another machine of the model);
+  :func:`sources`: how many plans each source chose.
 
 The CPU backend has no engine choice: its description is ``{"backend": "cpu", "convolutions": []}`` and
 pinning a CPU task changes nothing.
@@ -22,6 +23,7 @@ pinning a CPU task changes nothing.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -80,6 +82,12 @@ def autotuned(recorded: Mapping[str, Any]) -> bool:
     """Whether a :func:`used` description has engines that timing chose (now or in the plan cache's past): the
     ones another machine's rule would not reproduce, which a resume must pin to continue with the same bytes."""
     return any(c.get("source") in ("timed", "cache") for c in recorded.get("convolutions", []))
+
+
+def sources(recorded: Mapping[str, Any]) -> dict[str, int]:
+    """How many of a :func:`used` description's plans each source chose ({"heuristic": 12, "timed": 3, ...}; the
+    sources as tr.backend.cuda.conv_engines lists them), in the order they first appear."""
+    return dict(Counter(c["source"] for c in recorded.get("convolutions", [])))
 
 
 def _runs_on_cuda(task: Any) -> bool:

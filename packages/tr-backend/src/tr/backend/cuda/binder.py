@@ -45,16 +45,23 @@ class CudaBinder(CallBinder):
         return ptr, nbytes // itemsize
 
     # --- native ops ------------------------------------------------------------------------------------
-    def native(self, op: str, tensors: Iterable[str] = (), ptrs: Mapping[str, int] | None = None,
-               ints: Mapping[str, int] | None = None, floats: Mapping[str, float] | None = None) -> Any:
-        """The native op ``op``: ``tensors`` (argument names; absent optional ones are skipped) pass their
-        address and dtype code (``<name>_dt``); ``ptrs``, ``ints`` and ``floats`` pass the rest by name."""
+    def native_args(self, tensors: Iterable[str] = (), ptrs: Mapping[str, int] | None = None,
+                    ints: Mapping[str, int] | None = None) -> tuple[dict[str, int], dict[str, int]]:
+        """The (pointers, integers) ``native`` passes: ``tensors`` (argument names; absent optional ones are
+        skipped) add their address and dtype code (``<name>_dt``) to ``ptrs`` and ``ints``."""
         p: dict[str, int] = dict(ptrs or {})
         i: dict[str, int] = {k: int(v) for k, v in (ints or {}).items()}
         for name in tensors:
             if self.has(name):
                 p[name] = self.ptr(name)
                 i[f"{name}_dt"] = DTYPE_CODES[self.dtype(name)]
+        return p, i
+
+    def native(self, op: str, tensors: Iterable[str] = (), ptrs: Mapping[str, int] | None = None,
+               ints: Mapping[str, int] | None = None, floats: Mapping[str, float] | None = None) -> Any:
+        """The native op ``op``: ``tensors`` (argument names; absent optional ones are skipped) pass their
+        address and dtype code (``<name>_dt``); ``ptrs``, ``ints`` and ``floats`` pass the rest by name."""
+        p, i = self.native_args(tensors, ptrs, ints)
         f = {k: float(v) for k, v in (floats or {}).items()}
         try:
             return self.backend.native.make_op(self.backend.ctx, op, p, i, f)

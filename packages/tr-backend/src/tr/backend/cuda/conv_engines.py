@@ -26,12 +26,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tr.backend.cuda.binder import DTYPE_CODES
-from tr.backend.cuda.cudnn import autotune, conv_engine, load_cudnn
+from tr.backend.cuda.cudnn import autotune, load_cudnn
 from tr.backend.cuda.native import native_module, require_native
+from tr.core import env as tr_env
 from tr.core.errors import ConfigError, DeviceUnavailableError, TrError
-
-_CONV_OPS = {"conv_fwd": ("x", "w", "y"), "conv_bwd": ("x", "w", "dy", "dw", "dx")}
 
 
 @dataclass(frozen=True)
@@ -57,19 +55,17 @@ _USED: weakref.WeakKeyDictionary[Any, dict[tuple[str, str, str], ConvEngine]] = 
 
 
 def note(b: Any, op: str, ints: Mapping[str, int], made: Any) -> None:
-    """Record the plans of the conv op ``made`` for binder ``b`` (``ints``: the op's integer arguments, as
-    the builder passed them). Nothing is recorded when the extension cannot say (built before engines were
-    recorded, or a test's stand-in)."""
+    """Record the plans of the conv op ``made`` for binder ``b`` (``ints``: the op's integer arguments as the
+    native op got them, dtype codes included: CudaBinder.native_args). Nothing is recorded when the extension
+    cannot say (built before engines were recorded, or a test's stand-in)."""
     lookup = getattr(b.backend.native, "cudnn_conv_op_plans", None)
     if lookup is None:
         return
-    full = {k: int(v) for k, v in ints.items()}  # as b.native passed them (tf32 is a bool there)
-    full.update({f"{n}_dt": DTYPE_CODES[b.dtype(n)] for n in _CONV_OPS[op] if b.has(n)})
     info = str(getattr(made, "info", ""))
     # the direct kernels ran, whatever plans exist for these keys ("bias gradient kernels, direct conv ..." too)
     direct = "direct conv" in info
     records = _USED.setdefault(b.backend, {})
-    for r in lookup(int(b.backend.device), op, full, b.has("dx")):
+    for r in lookup(int(b.backend.device), op, dict(ints), b.has("dx")):
         e = ConvEngine(**r, op=op)
         if direct:
             e = ConvEngine(e.key, e.direction, "direct", "direct", op=op, note=info)
@@ -153,7 +149,7 @@ def facts(backend: Any) -> dict[str, Any]:
         "cublaslt": _or_none(lt_version) if lt_version is not None else None,
         "cudnn_workspace_cap_mb": settings.get("workspace_cap_mb"),
         "cublaslt_workspace_bytes": int(backend.ctx.workspace_bytes),
-        "conv": {0: "auto", 1: "cudnn", 2: "direct"}[conv_engine()],
+        "conv": tr_env.get("TR_CONV"),
         "choice": "autotune" if autotune(backend) else "heuristic",
         "pinned": len(pins()),
     }

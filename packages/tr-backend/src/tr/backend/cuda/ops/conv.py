@@ -25,11 +25,12 @@ def _ints(rule: tuple[Geometry, int, int], b: CudaBinder) -> dict[str, int]:
 
 
 def _build(b: CudaBinder, op: str, tensors: list[str], ints: dict[str, int]) -> Any:
+    ptrs, full = b.native_args(tensors, ints=ints)
     try:
-        made = b.native(op, tensors, ints=ints)
+        made = b.native(op, ptrs=ptrs, ints=full)
     finally:
         log_plan_cache_warnings()  # planning may have met a corrupt or stale autotuning cache
-    conv_engines.note(b, op, ints, made)
+    conv_engines.note(b, op, full, made)
     return made
 
 

@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 LANGUAGES = ("python", "bash", "text")
@@ -83,3 +85,18 @@ def reader_dir(dest: Path, photos: bool) -> Path:
 
 def needs_photos(block: Block) -> bool:
     return re.search(r"""["'\s]photos/?["'\s]""", block.text) is not None
+
+
+def require_photos(block: Block, decode: bool = False) -> bool:
+    """Whether ``block`` reads the photos folder; skips the test when that folder cannot be made here (Pillow and
+    scikit-image make it) or, with ``decode``, its JPEGs cannot be decoded (tr-data without libjpeg-turbo)."""
+    if not needs_photos(block):
+        return False
+    pytest.importorskip("PIL", reason="the image folder is made with Pillow (tr-data's images extra)")
+    pytest.importorskip("skimage", reason="the image folder is made from scikit-image's photographs")
+    if decode:
+        from tr.data import _native
+
+        if not _native.jpeg_available():
+            pytest.skip("tr-data built without libjpeg-turbo: JPEG folders cannot be decoded")
+    return True

@@ -468,6 +468,26 @@ _SCHED_BASE = {R.MultiStepLR: lambda: R.MultiStepLR(0.1).milestones([2]), R.Step
 _SCHED_CHANGES = {"base_lr": (0.5,), "warmup": (2,),
                   "step_size": (3,), "gamma": (0.5,), "milestones": ([3],), "power": (1.0,), "end_lr": (0.05,),
                   "eta_min": (0.05,), "t_0": (3,), "t_mult": (2,), "decay_start": (0.5,)}
+# the schedulers whose table the plain step mode changes (the others decay at epoch boundaries only)
+_STEP_MODE_ACTS = (R.MultiStepLR, R.PolynomialLR, R.CosineAnnealingLR, R.CosineAnnealingWithWarmRestartsLR, R.WSDLR)
+
+
+def _step_mode_effect(cls, base, setter: str) -> None:
+    """``setter`` (step_by_batch or step_by_epoch) changes the table against the other step mode. A scheduler that
+    decays at epoch boundaries only has one table in both plain modes (asserted): its step mode shows on the
+    seed's warm-up held per epoch."""
+    warm, held = base().warmup(2), {}
+    if cls not in _STEP_MODE_ACTS:
+        np.testing.assert_array_equal(table(warm.step_by_epoch()), table(warm.step_by_batch()))
+        held = {"warmup_by_epoch": True}
+    if setter == "step_by_batch":
+        sched_differs(warm.step_by_epoch(**held), warm.step_by_batch())
+    else:
+        sched_differs(warm.step_by_batch(), warm.step_by_batch().step_by_epoch(**held))
+
+
+# setter options (an argument that changes what its setter does): "<setter>(<argument>)" -> its effect
+OPTION_EFFECTS: dict[str, Callable[..., None]] = {}
 for _cls in (R.ConstantLR, R.StepLR, R.MultiStepLR, R.ExponentialLR, R.PolynomialLR, R.CosineAnnealingLR,
              R.CosineAnnealingWithWarmRestartsLR, R.WSDLR):
     _base = _SCHED_BASE.get(_cls, lambda c=_cls: c(0.1))
@@ -480,12 +500,11 @@ for _cls in (R.ConstantLR, R.StepLR, R.MultiStepLR, R.ExponentialLR, R.Polynomia
         lambda b=_base: sched_differs(b().warmup(2), b().warmup(2).warmup_start_factor(0.5)))
     EFFECTS[f"{_cls.__name__}.warmup_start_lr"] = (
         lambda b=_base: sched_differs(b().warmup(2), b().warmup(2).warmup_start_lr(0.01)))
-    # the warm-up ramps per batch in both modes: the step mode shows on a seed-style warm-up held per epoch
-    EFFECTS[f"{_cls.__name__}.step_by_batch"] = (
-        lambda b=_base: sched_differs(b().warmup(2).step_by_epoch(warmup_by_epoch=True), b().warmup(2).step_by_batch()))
-    EFFECTS[f"{_cls.__name__}.step_by_epoch"] = (
-        lambda b=_base: sched_differs(b().warmup(2).step_by_batch(),
-                                      b().warmup(2).step_by_batch().step_by_epoch(warmup_by_epoch=True)))
+    for _name in ("step_by_batch", "step_by_epoch"):
+        EFFECTS[f"{_cls.__name__}.{_name}"] = lambda c=_cls, b=_base, n=_name: _step_mode_effect(c, b, n)
+    # the option of a setter: the seed's epoch mode holds the warm-up per epoch too
+    OPTION_EFFECTS[f"{_cls.__name__}.step_by_epoch(warmup_by_epoch=True)"] = (
+        lambda b=_base: sched_differs(b().warmup(2).step_by_epoch(), b().warmup(2).step_by_epoch(warmup_by_epoch=True)))
 
 # the initializer policy: every setter changes the initial weights
 for _name, _init in {"conv": lambda i: i.conv(R.InitKind.XAVIER_NORMAL), "fc": lambda i: i.fc(R.InitKind.ONES),
@@ -535,11 +554,13 @@ def test_every_public_setter_is_in_the_table():
     have = public_setters()
     assert sorted(have - set(EFFECTS)) == [], "setters without a proven effect: add them to EFFECTS"
     assert sorted(set(EFFECTS) - have) == [], "EFFECTS names setters that no longer exist"
+    options = {k.split("(", 1)[0] for k in OPTION_EFFECTS}
+    assert sorted(options - have) == [], "OPTION_EFFECTS names setters that no longer exist"
 
 
-@pytest.mark.parametrize("key", sorted(EFFECTS))
+@pytest.mark.parametrize("key", sorted(EFFECTS) + sorted(OPTION_EFFECTS))
 def test_setter_has_its_effect(key, request):
-    fn = EFFECTS[key]
+    fn = EFFECTS.get(key) or OPTION_EFFECTS[key]
     fixtures = [n for n, p in inspect.signature(fn).parameters.items() if p.default is inspect.Parameter.empty]
     fn(**{n: request.getfixturevalue(n) for n in fixtures})  # capsys, tmp_path, monkeypatch
 

@@ -12,7 +12,15 @@ import re
 
 import numpy as np
 import pytest
-from readme_blocks import Block, blocks, fenced_blocks, indented_code_lines, needs_photos, reader_dir, readme_text
+from readme_blocks import (
+    Block,
+    blocks,
+    fenced_blocks,
+    indented_code_lines,
+    reader_dir,
+    readme_text,
+    require_photos,
+)
 
 from tr.core.settings import reset_global_settings
 from tr.data.dataset import Split
@@ -141,14 +149,7 @@ CHECKS = {"CosineAnnealingLR(1e-3).warmup(5)": check_flagship, "def build_task":
 def test_a_readme_example_runs_as_written(block, spy, monkeypatch, tmp_path, capsys):
     if block.skip_reason:
         pytest.skip(block.skip_reason)
-    if needs_photos(block):
-        pytest.importorskip("PIL", reason="the image folder is made with Pillow (tr-data's images extra)")
-        pytest.importorskip("skimage", reason="the image folder is made from scikit-image's photographs")
-        from tr.data import _native
-
-        if not _native.jpeg_available():
-            pytest.skip("tr-data built without libjpeg-turbo: JPEG folders cannot be decoded")
-    where = reader_dir(tmp_path / "reader", photos=needs_photos(block))
+    where = reader_dir(tmp_path / "reader", photos=require_photos(block, decode=True))
     monkeypatch.chdir(where)
     shrink(monkeypatch, spy, epochs_allowed(block))
     scope: dict = {"__name__": "__readme__"}

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from readme_blocks import ROOT, Block, blocks, needs_photos, reader_dir, readme_text
+from readme_blocks import ROOT, Block, blocks, reader_dir, readme_text, require_photos
 
 BLOCKS = blocks("bash")
 
@@ -68,10 +68,7 @@ def test_a_readme_command_block_runs_as_written(block, tmp_path):
         assert syntax.returncode == 0, syntax.stderr
         assert all((ROOT / s).is_file() for s in _scripts(block)), _scripts(block)
         pytest.skip(block.skip_reason)
-    if needs_photos(block):
-        pytest.importorskip("PIL", reason="the image folder is made with Pillow (tr-data's images extra)")
-        pytest.importorskip("skimage", reason="the image folder is made from scikit-image's photographs")
-    where = reader_dir(tmp_path / "reader", photos=needs_photos(block))
+    where = reader_dir(tmp_path / "reader", photos=require_photos(block))
     done = run_bash(block.text, where, tmp_path, "-e", "-o", "pipefail")
     assert done.returncode == 0, f"{block.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     if "tr-dts" in block.text:

@@ -115,8 +115,8 @@ def smooth():
 
 # ---- parser fuzzing: tools/testkit/parser_fuzz.py, shared with the other package's tests ------------------
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools" / "testkit"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # dts_mutations (--import-mode=importlib adds no path)
 import parser_fuzz  # noqa: E402
-from parser_fuzz import EXTREME_U32, SLOW_CASE_S, Outcome, mutate, run_fuzz  # noqa: E402,F401
 
 
 def pytest_configure(config: pytest.Config) -> None:

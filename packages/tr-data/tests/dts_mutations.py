@@ -1,17 +1,21 @@
-"""Structure-aware edits of DTS files for test_fuzz_dts.py: the format's fields by name (tr.data.dts.format's
+"""Structure-aware edits of DTS files for the DTS tests: the format's fields by name (tr.data.dts.format's
 HEADER and BLOCK structs), a Pack whose fields are read and written by name with the checksums recomputed as a
-writer would, and the mutations (each edits a Pack and says what it did), mixed by ``mutate_pack``."""
+writer would, the mutations of test_fuzz_dts.py (each edits a Pack and says what it did), mixed by
+``mutate_pack``, and the small packs and edits the regression tests share (``fake_jpeg_pack``, ``edited``)."""
 
 from __future__ import annotations
 
 import json
 import re
 import struct
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 from parser_fuzz import dumps as json_dumps
-from parser_fuzz import mutate, mutate_at, mutate_json, near
+from parser_fuzz import mutate, mutate_at, mutate_json, near, replace_file
 
+from tr.data.dts import DtsWriter, jpeg_header
 from tr.data.dts.format import BLOCK, HEADER, PAGE, crc32
 
 # ---- the format's fields by name (tr.data.dts.format: HEADER and BLOCK) ------------------------------------
@@ -325,3 +329,29 @@ def mutate_pack(raw: bytes, r: np.random.Generator) -> tuple[bytes, str]:
         p.fix_all(payload=True)
         hows.append("checksums recomputed")
     return bytes(p.b), "; ".join(hows)
+
+
+# ---- packs and edits of the regression tests ------------------------------------------------------------------
+
+def fake_jpeg_pack(path: Path, split: str = "train", n: int = 5, size: int = 104, classes: int = 3,
+                   block: int = 1 << 16) -> Path:
+    """A JPEG pack of ``n`` byte strings of ``size`` bytes framed as JPEGs (the readers check blocks, not JPEG
+    structure), labelled 0, 1, ... modulo ``classes``."""
+    h = jpeg_header("TEST", split, 0, classes, " RGB", {"classes": [f"c{i}" for i in range(classes)]}, block)
+    with DtsWriter(path, h) as w:
+        for i in range(n):
+            w.add(b"\xff\xd8" + bytes([i]) * (size - 4) + b"\xff\xd9", i % classes)
+    return path
+
+
+def edited(tmp_path: Path, make: Callable[[Path], object], edit: Callable[[Pack], object]) -> Path:
+    """tmp_path/p/train.dts written by ``make``, edited through a Pack, its checksums recomputed as a writer
+    would."""
+    path = tmp_path / "p" / "train.dts"
+    path.parent.mkdir()
+    make(path)
+    p = Pack(path.read_bytes())
+    edit(p)
+    p.fix_all(payload=True)
+    replace_file(path, bytes(p.b))
+    return path

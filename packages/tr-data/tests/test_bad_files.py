@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dts_mutations import fake_jpeg_pack
 
 from tr.core.errors import ConfigError, DataError
 from tr.data import CIFAR10, CIFAR100, MNIST, DtsImages
 from tr.data.dts import DtsDataset, DtsFile, DtsWriter, pack, raw_header, unpack
 from tr.data.dts.cli import main as cli
-from tr.data.dts.writer import jpeg_header
 
 PIXELS = 3072
 
@@ -108,15 +108,6 @@ def test_mnist_files_must_agree_with_their_header_and_each_other(tmp_path, image
 
 # --- DTS packs: the header's count, classes and split -------------------------------------------------------------
 
-def _jpeg_pack(root: Path, split: str = "train", n: int = 5, classes: int = 3) -> Path:
-    path = root / f"{split}.dts"
-    h = jpeg_header("TEST", split, 0, classes, " RGB", {"classes": [f"c{i}" for i in range(classes)]}, 1 << 16)
-    with DtsWriter(path, h) as w:
-        for i in range(n):
-            w.add(b"\xff\xd8" + bytes([i]) * 100 + b"\xff\xd9", i % classes)
-    return path
-
-
 def _rewrite_header(path: Path, **fields) -> None:
     """Change header fields and store the header with a matching checksum (a consistent, wrong header)."""
     with DtsFile(path) as f:
@@ -129,7 +120,7 @@ def _rewrite_header(path: Path, **fields) -> None:
 
 
 def test_a_jpeg_pack_whose_header_count_disagrees_with_its_blocks(tmp_path):
-    path = _jpeg_pack(tmp_path)
+    path = fake_jpeg_pack(tmp_path / "train.dts")
     _rewrite_header(path, num_samples=6)
     with pytest.raises(DataError, match=r"train\.dts: the blocks hold 5 samples, the header says 6"):
         DtsImages(tmp_path).load("train")  # used to load the 5 as the whole split
@@ -142,14 +133,14 @@ def test_a_jpeg_pack_whose_header_count_disagrees_with_its_blocks(tmp_path):
 
 
 def test_dts_headers_without_classes_or_of_the_other_split(tmp_path):
-    path = _jpeg_pack(tmp_path)
+    path = fake_jpeg_pack(tmp_path / "train.dts")
     _rewrite_header(path, num_classes=0)  # no label bound: every label used to pass
     with pytest.raises(DataError, match=r"train\.dts: the header says 0 classes"):
         DtsFile(path)
     with pytest.raises(ConfigError, match=r"a DTS needs a class count >= 1 .*got 0"):
         DtsWriter(tmp_path / "x.dts", raw_header("T", "train", (2, 2, 1), 0))
-    _jpeg_pack(tmp_path, "val", classes=3)
-    _jpeg_pack(tmp_path, "train")
+    fake_jpeg_pack(tmp_path / "val.dts", "val", classes=3)
+    fake_jpeg_pack(tmp_path / "train.dts")
     (tmp_path / "val.dts").rename(tmp_path / "train.dts")  # a renamed pack
     with pytest.raises(DataError, match=r"train\.dts: the header says it holds the val split"):
         DtsImages(tmp_path).load("train")
@@ -220,7 +211,7 @@ def _mode(p: Path) -> int:
 @pytest.mark.parametrize("mask", [0o022, 0o027])
 def test_unpack_creates_out_as_mkdir_would(tmp_path, umask, mask):
     # tempfile.mkdtemp's 0700 used to become OUT's mode through the rename
-    path = _jpeg_pack(tmp_path / "p")
+    path = fake_jpeg_pack(tmp_path / "p" / "train.dts")
     umask(mask)
     assert unpack(path, tmp_path / "out") == 5
     assert _mode(tmp_path / "out") == 0o777 & ~mask
@@ -232,7 +223,7 @@ def test_unpack_creates_out_as_mkdir_would(tmp_path, umask, mask):
 
 
 def test_unpack_into_an_existing_empty_folder_keeps_its_mode(tmp_path, umask):
-    path = _jpeg_pack(tmp_path / "p")
+    path = fake_jpeg_pack(tmp_path / "p" / "train.dts")
     (tmp_path / "mine").mkdir()
     os.chmod(tmp_path / "mine", 0o751)
     unpack(path, tmp_path / "mine")
@@ -240,7 +231,7 @@ def test_unpack_into_an_existing_empty_folder_keeps_its_mode(tmp_path, umask):
 
 
 def test_unpack_never_replaces_files_that_appear_in_out_meanwhile(tmp_path, monkeypatch):
-    path = _jpeg_pack(tmp_path / "p")
+    path = fake_jpeg_pack(tmp_path / "p" / "train.dts")
     out = tmp_path / "out"
     out.mkdir()
     real = os.replace
@@ -288,5 +279,8 @@ def test_pack_download_and_extract_write_with_the_umask(tmp_path, umask, rng):
     with tarfile.open(tmp_path / "a.tar", "w") as tf:
         tf.add(src, "d/src.bin")
     extract_tar(tmp_path / "a.tar", tmp_path / "x")
+    # the files are written with open() in a private staging folder (removed after) and renamed into place, so
+    # their mode holds whatever that folder's is; only the manifest's (a temporary renamed into place) guards
+    # against a mkstemp 0600
     assert _mode(tmp_path / "x" / "d" / "src.bin") == 0o644
     assert _mode(manifest_path(tmp_path / "x", "a.tar")) == 0o644

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dts_mutations import edited, fake_jpeg_pack
 
 from tr.core.errors import ConfigError, DataError
-from tr.data.dts import DtsDataset, DtsFile, DtsWriter, jpeg_header, pack, raw_header
+from tr.data.dts import DtsDataset, DtsFile, DtsWriter, pack, raw_header
 from tr.data.dts.cli import main as cli
 from tr.data.dts.format import HEADER, VERSION, crc32
 
@@ -203,30 +204,6 @@ def test_missing_paths_and_bad_settings_are_clear(tmp_path):
 
 # --- header, metadata and index checks (cases of test_fuzz_dts.py) ---------------------------------------------
 
-def _edited(tmp_path: Path, edit, make=None) -> Path:
-    """tmp_path/p/train.dts (``make``, default a RAW pack of 300 samples), edited through a
-    dts_mutations.Pack, its checksums recomputed as a writer would."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from dts_mutations import Pack
-
-    path = tmp_path / "p" / "train.dts"
-    path.parent.mkdir()
-    (make or _raw_pack)(path)
-    p = Pack(path.read_bytes())
-    edit(p)
-    p.fix_all(payload=True)
-    path.write_bytes(bytes(p.b))
-    return path
-
-
-def _fake_jpegs(path: Path, n: int = 5, size: int = 104, block: int = 1 << 16) -> None:
-    """A JPEG pack of ``n`` byte strings framed as JPEGs (the reader checks blocks, not JPEG structure)."""
-    h = jpeg_header("TEST", "train", 0, 3, " RGB", {"classes": ["c0", "c1", "c2"]}, block)
-    with DtsWriter(path, h) as w:
-        for i in range(n):
-            w.add(b"\xff\xd8" + bytes([i]) * (size - 4) + b"\xff\xd9", i % 3)
-
-
 @pytest.mark.parametrize("meta, why", [
     ({"classes": list("abc")}, r"'classes' names 3 classes, the header says 4"),
     ({"classes": list("abcde")}, r"'classes' names 5 classes, the header says 4"),  # tr-dts info: IndexError
@@ -237,7 +214,7 @@ def _fake_jpegs(path: Path, n: int = 5, size: int = 104, block: int = 1 << 16) -
     ({"dataset": ["mnist"]}, r"'dataset' is an array \(\['mnist'\]\), expected a string"),
 ])
 def test_metadata_must_be_what_the_readers_take_it_for(tmp_path, meta, why):
-    path = _edited(tmp_path, lambda p: p.set_meta(json.dumps(meta).encode()))
+    path = edited(tmp_path, _raw_pack, lambda p: p.set_meta(json.dumps(meta).encode()))
     with pytest.raises(DataError, match=rf"p/train\.dts: the header's metadata {why}"):
         DtsFile(path)
     assert cli(["info", str(path)]) == 1
@@ -248,7 +225,7 @@ def test_metadata_must_be_what_the_readers_take_it_for(tmp_path, meta, why):
 
 def test_metadata_that_json_reads_but_python_refuses_is_a_data_error(tmp_path):
     # a 5000-digit integer: json.loads raises a plain ValueError (Python's digit limit), which used to escape
-    path = _edited(tmp_path, lambda p: p.set_meta(b'{"n": ' + b"7" * 5000 + b"}"))
+    path = edited(tmp_path, _raw_pack, lambda p: p.set_meta(b'{"n": ' + b"7" * 5000 + b"}"))
     with pytest.raises(DataError, match=r"train\.dts: the header's metadata is not JSON: Exceeds the limit"):
         DtsFile(path)
 
@@ -281,13 +258,13 @@ def test_the_writer_refuses_a_raw_shape_the_reader_would(tmp_path, shape):
     ("height", 6, r"num_samples 300 samples of at least 126 bytes need 37800, the file holds \d+ besides its headers"),
 ])
 def test_header_fields_no_writer_writes_are_refused_naming_field_and_value(tmp_path, field, value, why):
-    path = _edited(tmp_path, lambda p: p.set(field, value))
+    path = edited(tmp_path, _raw_pack, lambda p: p.set(field, value))
     with pytest.raises(DataError, match=rf"p/train\.dts: the header's {why}"):
         DtsFile(path)
 
 
 def test_a_jpeg_count_past_the_file_s_bytes_is_refused_at_open(tmp_path):
-    path = _edited(tmp_path, lambda p: p.set("num_samples", 1000), _fake_jpegs)
+    path = edited(tmp_path, fake_jpeg_pack, lambda p: p.set("num_samples", 1000))
     with pytest.raises(DataError, match=r"train\.dts: the header's num_samples 1000 samples of at least 1 bytes "
                                         r"need 1000, the file holds \d+ besides its headers"):
         DtsFile(path)
@@ -306,7 +283,7 @@ def test_a_bad_index_entry_is_named_by_block_and_sample(tmp_path, row, value, wh
         idx[row, 5] = value
         p.set_index(2, idx)
 
-    path = _edited(tmp_path, edit)
+    path = edited(tmp_path, _raw_pack, edit)
     with DtsFile(path) as f:
         first = len(f.block(0)) + len(f.block(1))
         want = (rf"train\.dts: block 2 \(bytes \d+-\d+\): sample 5 of the block \(sample {first + 5} of the file\) "
@@ -321,7 +298,7 @@ def test_a_bad_index_entry_is_named_by_block_and_sample(tmp_path, row, value, wh
 def test_a_dts_pack_and_its_folder_say_where_a_sample_lies(jpeg_folder, tmp_path):
     from tr.data import DtsImages, ImageFolder
 
-    _fake_jpegs(tmp_path / "train.dts", n=10, size=10000)  # 4 samples a block
+    fake_jpeg_pack(tmp_path / "train.dts", n=10, size=10000)  # 4 samples a block
     ds = DtsImages(tmp_path)
     ds.load("train")
     assert [ds.describe_sample("train", i).split(": ", 1)[1] for i in (0, 3, 4, 9)] == [

@@ -21,15 +21,14 @@ import argparse
 import contextlib
 import importlib.util
 import io
-import os
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from parser_fuzz import replace_file, run_cases, scratch
+from dts_mutations import Pack, edited, mutate_pack
+from parser_fuzz import one_process, print_total, replace_file, run_cases, scratch
 
 from tr.core.errors import DataError
 from tr.data import (
@@ -46,9 +45,6 @@ from tr.data.dts import DtsDataset, DtsFile, DtsWriter, jpeg_header, raw_header
 from tr.data.dts.cli import cmd_verify
 from tr.data.dts.cli import main as cli
 from tr.data.dts.format import KIND_RAW, Header
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dts_mutations import Pack, mutate_pack  # noqa: E402
 
 PLANNED = {"dts raw pack": 2000, "dts jpeg pack": 1500}
 JPEG = _native.jpeg_available() and importlib.util.find_spec("PIL") is not None  # decoder, and Pillow to encode
@@ -218,25 +214,13 @@ def test_fuzz_jpeg_dts_headers_and_index_blocks():
 
 # ---- regressions: the bugs this fuzzing found, each a case of the suites above once --------------------------
 
-def _edited(tmp_path: Path, make: Callable[[Path], None], edit: Callable[[Pack], object]) -> Path:
-    """A pack written by ``make``, edited, its checksums recomputed."""
-    path = tmp_path / "p" / "train.dts"
-    path.parent.mkdir()
-    make(path)
-    p = Pack(path.read_bytes())
-    edit(p)
-    p.fix_all(payload=True)
-    replace_file(path, bytes(p.b))
-    return path
-
-
 @pytest.mark.parametrize("field, value, why", [
     ("num_samples", 2**64 - 1, r"num_samples 18446744073709551615 is more than its 3 blocks of at most \d+ samples"),
     ("height", 2**32 - 1, r"RAW sample height 4294967295 is outside \[1, 1048576\]"),
 ])
 def test_the_header_s_counts_are_checked_before_arrays_allocates(tmp_path, field, value, why):
     # arrays() used to allocate (num_samples, height, width, channels) from them: ValueError / MemoryError
-    path = _edited(tmp_path, _raw_pack, lambda p: p.set(field, value))
+    path = edited(tmp_path, _raw_pack, lambda p: p.set(field, value))
     with pytest.raises(DataError, match=f"{re.escape(str(path))}: the header's {why}"), DtsFile(path) as f:
         f.arrays()
 
@@ -248,21 +232,21 @@ def test_the_header_s_counts_are_checked_before_arrays_allocates(tmp_path, field
 ])
 def test_metadata_of_another_shape_is_refused_where_it_is_parsed(tmp_path, meta, why):
     # DtsDataset used to raise AttributeError / TypeError on them
-    path = _edited(tmp_path, _raw_pack, lambda p: p.set_meta(meta))
+    path = edited(tmp_path, _raw_pack, lambda p: p.set_meta(meta))
     with pytest.raises(DataError, match=f"{re.escape(str(path))}: the header's metadata {why}"):
         DtsDataset(path.parent)
 
 
 def test_deeply_nested_metadata_is_a_data_error(tmp_path):
     # json.loads' RecursionError used to escape
-    path = _edited(tmp_path, _raw_pack, lambda p: p.set_meta(b'{"classes": ' + b"[" * 1900 + b"]" * 1900 + b"}"))
+    path = edited(tmp_path, _raw_pack, lambda p: p.set_meta(b'{"classes": ' + b"[" * 1900 + b"]" * 1900 + b"}"))
     with pytest.raises(DataError, match=f"{re.escape(str(path))}: the header's metadata is nested too deeply"):
         DtsFile(path)
 
 
 def test_a_block_header_smaller_than_its_index_is_refused(tmp_path):
     # DtsFile.block() used to unpack a block's 24 bytes of fields from a 1-byte header: struct.error
-    path = _edited(tmp_path, _raw_pack, lambda p: p.set("block_header_bytes", 1))
+    path = edited(tmp_path, _raw_pack, lambda p: p.set("block_header_bytes", 1))
     with pytest.raises(DataError, match=f"{re.escape(str(path))}: the header's block_header_bytes 1 cannot hold"):
         DtsFile(path)
 
@@ -275,7 +259,7 @@ def test_a_jpeg_sample_of_0_bytes_is_refused_by_the_block_check(tmp_path):
         idx[1, 2] = 0
         p.set_index(1, idx)
 
-    path = _edited(tmp_path, _jpeg_pack, empty)
+    path = edited(tmp_path, _jpeg_pack, empty)
     with DtsFile(path) as f:
         first = len(f.block(0))
     want = (rf"{re.escape(str(path))}: block 1 \(bytes .*\): sample 2 of the block \(sample {first + 2} of the "
@@ -293,16 +277,14 @@ def test_a_corrupt_first_jpeg_is_named_by_the_shape_check(tmp_path):
         o = int(p.index(0)[0, 0])
         p.b[p.start(0) + o + 2:p.start(0) + o + 40] = bytes(38)  # the JFIF/quantisation segments zeroed
 
-    path = _edited(tmp_path, _jpeg_pack, corrupt)
+    path = edited(tmp_path, _jpeg_pack, corrupt)
     want = rf"the train split's sample 0 \({re.escape(str(path))}: block 0, sample 0 of the block\): corrupt JPEG"
     with pytest.raises(DataError, match=want):
         _epoch(DtsImages(path.parent), (8, 8, 3), [Resize(8), CenterCrop(8)])
 
 
-@pytest.mark.skipif(bool(os.environ.get("PYTEST_XDIST_WORKER")),
-                    reason="under pytest-xdist the suites above ran in other processes: their counts are not here")
+@one_process
 def test_fuzz_dts_ran_every_planned_case():
-    total = sum(_counts.values())
-    print(f"[fuzz] DTS packs: {total} cases in all ({_counts})")
+    print_total("DTS packs", _counts)
     want = PLANNED if JPEG else {"dts raw pack": PLANNED["dts raw pack"]}
     assert _counts == want

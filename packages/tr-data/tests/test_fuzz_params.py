@@ -6,12 +6,10 @@ tools/asan_test.sh runs this file under AddressSanitizer + UBSan."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
-import pytest
-from parser_fuzz import record
+from parser_fuzz import one_process, print_total, record
 
 from tr.core.errors import ConfigError, DataError, ShapeError
 from tr.data import (
@@ -233,10 +231,7 @@ def test_erase_rectangle_extremes():
     assert n >= 4 * len(FIXED)
 
 
-@pytest.mark.skipif(bool(os.environ.get("PYTEST_XDIST_WORKER")),
-                    reason="under pytest-xdist the suites above may have run in other processes")
-@pytest.mark.parametrize("dummy", [0])
-def test_fuzz_params_ran_every_planned_case(dummy):
-    total = sum(counts.values())
-    print(f"[fuzz] tr.data parameters: {total} cases in all ({counts})")
+@one_process
+def test_fuzz_params_ran_every_planned_case():
+    print_total("tr.data parameters", counts)
     assert counts.get("python", 0) >= PLANNED_PY and counts.get("native", 0) >= PLANNED_NATIVE

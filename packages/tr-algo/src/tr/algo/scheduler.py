@@ -130,12 +130,12 @@ class Scheduler:
         """Subclass checks that a parameter takes effect in a run of ``epochs`` x ``spe`` steps with at least
         one decay step (ConfigError naming the parameter and total_epochs otherwise)."""
 
-    def _last_decay_offset(self) -> int:
-        """The largest d = s - W the table reads (its last step in batch mode, the last epoch's first in epoch
-        mode): a decay that starts changing the LR after it never shows."""
-        e, spe = self._need_prepared()
-        span = (e - self.warmup_epochs) * spe
-        return span - 1 if self.by_batch else span - spe
+    def _decay_steps(self, epochs: int, spe: int) -> tuple[int, int]:
+        """(the steps after the warm-up, the largest d = s - W the table reads: its last step in batch mode, the
+        last epoch's first in epoch mode) of a run of ``epochs`` x ``spe``: a decay that starts changing the LR
+        after the latter never shows."""
+        span = (epochs - self.warmup_epochs) * spe
+        return span, span - 1 if self.by_batch else span - spe
 
     # --- fluent setters ----------------------------------------------------------------------
     def base_lr(self: _S, lr: float) -> _S:
@@ -305,7 +305,7 @@ class MultiStepLR(Scheduler):
         # first step after the ramp's end (step W*S is base), so it acts where the table reads such a step.
         # One >= total_epochs never acts, and is refused where milestone total_epochs - 1 (>= 1) would.
         late = [m for m in self.milestone_epochs if m >= epochs]
-        if late and epochs >= 2 and self._last_decay_offset() >= 1:
+        if late and epochs >= 2 and self._decay_steps(epochs, spe)[1] >= 1:
             raise ConfigError(
                 f"MultiStepLR milestone {late[0]} never takes effect: milestones are epochs counted from 0 and "
                 f"the last epoch of total_epochs {epochs} is {epochs - 1}; use milestones < {epochs} "
@@ -409,7 +409,7 @@ class CosineAnnealingWithWarmRestartsLR(Scheduler):
         # acts on every step. t_mult only lengthens the cycles after the first: at the second cycle's first
         # step the LR is base whatever t_mult, so t_mult acts only if the table reads a step after that one.
         # Refused where a t_0 of one epoch would let it act; a shorter run is too short for any second cycle.
-        first, last = self.cycle_epochs * spe, self._last_decay_offset()
+        first, (_, last) = self.cycle_epochs * spe, self._decay_steps(epochs, spe)
         if self.cycle_mult > 1 and spe < last <= first:
             raise ConfigError(
                 f"CosineAnnealingWithWarmRestartsLR t_mult {self.cycle_mult} never takes effect: it lengthens the "
@@ -460,8 +460,8 @@ class WSDLR(Scheduler):
         # The LR leaves base at the first read step d > K (at d = K the line starts at base). When no read step
         # lies past K, a smaller decay_start would decay if any read step lies past 0; otherwise the run is too
         # short for any decay (one epoch after the warm-up in epoch mode), allowed. end_lr then acts as well.
-        span = (epochs - self.warmup_epochs) * spe
-        k, last = math.floor(span * self.decay_from), self._last_decay_offset()
+        span, last = self._decay_steps(epochs, spe)
+        k = math.floor(span * self.decay_from)
         if last > 0 and k >= last:
             mode = "" if self.by_batch else ", or step_by_batch() (epoch mode holds each epoch at its first step's LR)"
             raise ConfigError(

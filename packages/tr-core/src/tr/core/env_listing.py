@@ -54,7 +54,8 @@ def table(environ: Mapping[str, str]) -> tuple[str, list[str]]:
     return "\n".join(line.rstrip() for line in lines), errors
 
 
-def details(var: env.Var, environ: Mapping[str, str]) -> str:
+def details(var: env.Var, environ: Mapping[str, str]) -> tuple[str, str | None]:
+    """(everything about one variable, the error of its value set now), as table() gives them for all."""
     now, error = _current(var, environ)
     when = {"python": "at run time (Python)", "native": "at run time (native code)", "build": "when it builds",
             "setup": "while setting up"}[var.read]
@@ -65,7 +66,7 @@ def details(var: env.Var, environ: Mapping[str, str]) -> str:
     lines.append(f"  {_text(var)}".replace("`", ""))
     if error is not None:
         lines.append(f"  error:    {error}")
-    return "\n".join(lines)
+    return "\n".join(lines), error
 
 
 def _text(var: env.Var) -> str:
@@ -139,9 +140,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if a.names:
             errors = []
             for name in a.names:
-                var = env.variable(name)
-                print(details(var, environ))
-                errors += [e for e in [_current(var, environ)[1]] if e]
+                text, error = details(env.variable(name), environ)
+                print(text)
+                errors += [error] if error else []
         else:
             text, errors = table(environ)
             print(text)

@@ -15,12 +15,13 @@ import json
 import os
 import shutil
 import tarfile
+import tempfile
 import zlib
 from pathlib import Path
 
 from tr.core.errors import DataError
 from tr.core.log import get_logger
-from tr.core.tempfiles import new_dir, new_file
+from tr.core.tempfiles import new_file
 
 log = get_logger(__name__)
 
@@ -91,7 +92,9 @@ def extract_tar(archive: Path, dest: Path) -> dict[str, dict]:
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
     _remove_stale_staging(dest)
-    staging = new_dir(dest, f"{STAGING_PREFIX}{os.getpid()}.")
+    # mkdtemp's 0700 is right here: the folder is never renamed into view, only the files written in it with
+    # open() (the umask's mode), and it is removed at the end
+    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}.", dir=dest))
     try:
         files: dict[str, dict] = {}
         try:

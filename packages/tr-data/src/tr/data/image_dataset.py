@@ -119,8 +119,7 @@ class DtsImages:
         from tr.data.dts.reader import DtsFile
 
         f = DtsFile(self.root / f"{check_split(split)}.dts")
-        if f.header.split != check_split(split):  # a renamed pack: the other split's samples
-            raise DataError(f"{f.path}: the header says it holds the {f.header.split} split")
+        f.check_split(check_split(split))
         if tuple(f.header.classes) != self.classes:
             raise DataError(f"{f.path}: its classes differ from train.dts's")
         if f.header.num_classes != self.num_classes:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tr.core.errors import ConfigError, DataError
+from tr.data.checks import flag
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg")  # compared case-insensitively (ImageNet's files end in .JPEG)
 ON_BAD = ("error", "skip")
@@ -203,8 +204,7 @@ def scan_image_folder(
     """
     if on_bad not in ON_BAD:
         raise ConfigError(f"scan_image_folder: on_bad must be one of {', '.join(ON_BAD)}, got {on_bad!r}")
-    if not isinstance(check, bool):  # check="no" would be taken for True
-        raise ConfigError(f"scan_image_folder: check must be True or False, got {check!r}")
+    flag("scan_image_folder", "check", check)  # check="no" would be taken for True
     exts = _check_extensions(extensions)
     root = Path(root)
     if not root.exists():

@@ -37,19 +37,12 @@ from tr.core.errors import ConfigError, DataError, PhaseError, ShapeError
 from tr.core.log import get_logger
 from tr.data import _native
 from tr.data.dataset import Split
-from tr.data.seeds import data_seed, epoch_order, seed_prefix
+from tr.data.seeds import check_index, check_train, data_seed, epoch_order, seed_prefix
 from tr.data.settings import PREPROCESSOR_SETTING, PreprocessorSettings
 from tr.data.sharding import check_shard, shard_size
 from tr.data.station import Batch, TransferStation
 
 log = get_logger(__name__)
-
-
-def _train(train: object) -> bool:
-    """The split flag: train="val" would be truthy, so a training epoch."""
-    if not isinstance(train, (bool, np.bool_)):
-        raise ConfigError(f"train must be True (training) or False (validation), got {train!r}")
-    return bool(train)
 
 
 @dataclass(frozen=True)
@@ -269,7 +262,7 @@ class Preprocessor:
 
     # ---- data -----------------------------------------------------------------------------------
     def split(self, train: bool) -> Split:
-        key = "train" if _train(train) else "val"
+        key = "train" if check_train(train) else "val"
         sp = self._splits[key]
         if sp is None:
             sp = self.dataset.load(key)
@@ -323,7 +316,6 @@ class Preprocessor:
 
     def plan(self, train: bool = True) -> EpochPlan:
         """The epoch's split over the stations; with a shard, of this rank's samples only."""
-        _train(train)
         n = shard_size(len(self.split(train)), self.rank, self.world_size, pad=train)
         drop = self.settings.drop_last_enabled and train
         return EpochPlan.make(n, len(self.stations), self.stations[0].batch_size, drop)
@@ -343,9 +335,8 @@ class Preprocessor:
     # ---- epochs ---------------------------------------------------------------------------------
     def epoch(self, epoch: int, train: bool = True) -> EpochRun:
         """Start epoch ``epoch`` (training or validation) and return its EpochRun."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ConfigError(f"epoch must be an integer >= 0, got {epoch!r}")
-        _train(train)
+        check_index("epoch", epoch, integers=(int,))
+        check_train(train)
         if self._engine is None:
             raise PhaseError("the Preprocessor is closed")
         if self._run is not None and not self._run.closed:

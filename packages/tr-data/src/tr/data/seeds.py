@@ -41,12 +41,9 @@ def sample_seed(seed: int, epoch: int, index: int, train: bool = True) -> int:
     """The Philox key of sample ``index`` in epoch ``epoch`` (derive_seed would wrap -1 and truncate 1.5:
     the arguments are checked, as the Preprocessor checks its own)."""
     check_seed(seed)
-    for name, v in (("epoch", epoch), ("index", index)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise ConfigError(f"{name} must be an integer >= 0, got {v!r}")
-    if not isinstance(train, (bool, np.bool_)):
-        raise ConfigError(f"train must be True (training) or False (validation), got {train!r}")
-    return derive_seed(seed, split_tag(train), epoch, index)
+    check_index("epoch", epoch)
+    check_index("index", index)
+    return derive_seed(seed, split_tag(check_train(train)), epoch, index)
 
 
 def shuffle_order(n: int, seed: int, epoch: int) -> np.ndarray:
@@ -54,11 +51,29 @@ def shuffle_order(n: int, seed: int, epoch: int) -> np.ndarray:
     return shuffle_indices(n, derive_seed(seed, TAG_SHUFFLE, epoch))
 
 
-def check_seed(seed: object, what: str = "seed") -> int:
-    """A seed is an integer in [0, 2**64): 1.5 is not truncated to 1, nor -1 wrapped to 2**64 - 1."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**64:
+_INTEGERS = (int, np.integer)
+
+
+def check_seed(seed: object, what: str = "seed", integers: tuple[type, ...] = _INTEGERS) -> int:
+    """A seed is an integer in [0, 2**64): 1.5 is not truncated to 1, nor -1 wrapped to 2**64 - 1.
+    ``integers``: the accepted types (the settings keep Python ints only)."""
+    if isinstance(seed, bool) or not isinstance(seed, integers) or not 0 <= int(seed) < 2**64:
         raise ConfigError(f"{what} must be an integer in [0, 2**64), got {seed!r}")
     return int(seed)
+
+
+def check_index(name: str, v: object, integers: tuple[type, ...] = _INTEGERS) -> int:
+    """An epoch or sample index: an integer >= 0 (``integers``: the accepted types)."""
+    if isinstance(v, bool) or not isinstance(v, integers) or v < 0:
+        raise ConfigError(f"{name} must be an integer >= 0, got {v!r}")
+    return int(v)
+
+
+def check_train(train: object) -> bool:
+    """The split flag: train="val" would be truthy, so a training epoch."""
+    if not isinstance(train, (bool, np.bool_)):
+        raise ConfigError(f"train must be True (training) or False (validation), got {train!r}")
+    return bool(train)
 
 
 def data_seed(explicit: int | None, configured: int | None) -> int:

@@ -20,6 +20,7 @@ from tr.core.norm import NormMode
 from tr.core.settings import same_value
 from tr.data.checks import MAX_WORKERS
 from tr.data.dataset import DATASET_NAMES, ArrayDataset, Dataset, open_dataset
+from tr.data.seeds import check_seed
 from tr.data.transforms import Compose, Transform, check_transforms, norm_constants
 
 
@@ -233,8 +234,8 @@ class PreprocessorSettings:
 
     def seed(self, s: int | None) -> PreprocessorSettings:
         """Augmentation and shuffle seed; None: GLOBAL_SETTING.seed at Preprocessor creation."""
-        if s is not None and (isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**64):
-            raise ConfigError(f"seed must be an integer in [0, 2**64), got {s!r}")
+        if s is not None:
+            check_seed(s, integers=(int,))  # kept as given: a Python int only
         return self._set("seed_value", s)
 
     # ---- lifecycle ----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from tr.data.checks import (
     check_shape,
     fill_fits,
     fill_values,
+    flag,
     integer,
     is_num,
     jitter_range,
@@ -120,9 +121,7 @@ class RandomCrop(Transform):
     ):
         self.size = size2("RandomCrop", size)
         self.padding = None if padding is None else padding4("RandomCrop", padding)
-        if not isinstance(pad_if_needed, bool):
-            raise ConfigError(f"RandomCrop: pad_if_needed must be True or False, got {pad_if_needed!r}")
-        self.pad_if_needed = pad_if_needed
+        self.pad_if_needed = flag("RandomCrop", "pad_if_needed", pad_if_needed)
         self.fill = fill_values("RandomCrop", fill)
         if padding_mode not in PAD_MODES:
             raise ConfigError(f"RandomCrop: padding_mode must be one of {sorted(PAD_MODES)}, got {padding_mode!r}")

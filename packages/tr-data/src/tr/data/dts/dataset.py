@@ -41,8 +41,7 @@ class DtsDataset:
     def load(self, split: str) -> Split:
         path = self._path(split)
         with DtsFile(path) as f:
-            if f.header.split != check_split(split):  # a renamed pack: the other split's samples
-                raise DataError(f"{path}: the header says it holds the {f.header.split} split")
+            f.check_split(check_split(split))
             if (f.header.height, f.header.width, f.header.channels) != self._shape:
                 raise DataError(f"{path}: samples of {f.header.height}x{f.header.width}x{f.header.channels}, the "
                                 f"train pack's are {self._shape}")

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tr.core.errors import DataError
+from tr.data.checks import MAX_SIDE
 
 MAGIC = b".DTS"
 VERSION = (4, 0, 0, 0)  # major, minor, patch, reserved: a reader refuses a newer major
@@ -39,6 +40,7 @@ KINDS = {KIND_RAW: "raw", KIND_JPEG: "jpeg"}
 SPLITS = ("train", "val")
 PAGE = 4096
 DEFAULT_BLOCK_BYTES = 16 << 20
+MAX_BLOCK_BYTES = 1 << 30  # tr-dts pack --block-mib 1024: the u32 offsets of a block index stay in range
 DEFAULT_ALIGNMENT = 64
 MAX_CHANNELS = 64  # a RAW sample's channels: the native pipeline's limit (csrc/common.hpp kMaxChannels)
 MAX_PICS_PER_BLOCK = 2000  # JPEG blocks: the index is sized for this many samples (the seed's safe limit: 1000)
@@ -214,3 +216,25 @@ def block_header_bytes(max_pics: int) -> int:
 
 def block_magic(level: int) -> bytes:
     return f"LV{level}B".encode()
+
+
+def block_bytes_problem(block_bytes: int, most: int | None = None) -> str | None:
+    """What breaks the block-size rule, or None: a whole number of pages, at least two (the index's and the
+    samples'), and at most ``most`` where the caller bounds it (tr-dts pack: MAX_BLOCK_BYTES)."""
+    if block_bytes % PAGE:
+        return f"{block_bytes} is not a multiple of {PAGE}"
+    if block_bytes < 2 * PAGE:
+        return f"{block_bytes} is under {2 * PAGE}"
+    if most is not None and block_bytes > most:
+        return f"{block_bytes} is over {most}"
+    return None
+
+
+def raw_shape_problem(height: int, width: int, channels: int) -> str | None:
+    """What breaks the RAW sample-shape rule, or None: sides in [1, MAX_SIDE] (the transforms' limit),
+    channels in [1, MAX_CHANNELS] (the native pipeline's)."""
+    for name, v, top in (("height", height, MAX_SIDE), ("width", width, MAX_SIDE),
+                         ("channels", channels, MAX_CHANNELS)):
+        if not 1 <= v <= top:
+            return f"{name} {v} is outside [1, {top}]"
+    return None

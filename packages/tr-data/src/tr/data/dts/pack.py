@@ -18,11 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from tr.core.errors import ConfigError, DataError
-from tr.data.dts.format import DEFAULT_BLOCK_BYTES, PAGE
+from tr.data.dts.format import DEFAULT_BLOCK_BYTES, MAX_BLOCK_BYTES, PAGE, block_bytes_problem
 from tr.data.dts.writer import DtsWriter, jpeg_header, raw_header
 
 PACK_SEED = 42  # the order JPEG samples are packed in
-MAX_BLOCK_BYTES = 1 << 30  # tr-dts pack --block-mib 1024: the u32 offsets of a block index stay in range
 Progress = Callable[[int, int, int], None]  # (samples done, of, bytes written)
 
 
@@ -152,8 +151,8 @@ def pack(src: str | Path, out: str | Path, level: int = 0, workers: int = 1, kin
         raise ConfigError(f"workers must be an integer >= 1, got {workers!r}")
     if not isinstance(baseline, bool):
         raise ConfigError(f"baseline must be True or False, got {baseline!r}")
-    if (isinstance(block_bytes, bool) or not isinstance(block_bytes, int) or block_bytes % PAGE
-            or not 2 * PAGE <= block_bytes <= MAX_BLOCK_BYTES):
+    if (isinstance(block_bytes, bool) or not isinstance(block_bytes, int)
+            or block_bytes_problem(block_bytes, MAX_BLOCK_BYTES)):
         raise ConfigError(f"DTS block size must be a multiple of {PAGE} in [{2 * PAGE}, {MAX_BLOCK_BYTES}] bytes, "
                           f"got {block_bytes!r}")  # now, not after the dataset is loaded
     if on_bad not in ("error", "skip"):

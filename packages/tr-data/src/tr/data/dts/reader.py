@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from tr.core.errors import DataError
-from tr.data.checks import MAX_SIDE
-from tr.data.dts.format import BLOCK, KIND_RAW, MAX_CHANNELS, Header, align, block_magic, crc32, parse_header
+from tr.data.dts.format import BLOCK, KIND_RAW, Header, align, block_magic, crc32, parse_header, raw_shape_problem
 
 
 @dataclass(frozen=True)
@@ -63,10 +62,9 @@ def _check_counts(h: Header, where: str) -> None:
                         f"{(h.total_bytes - h.header_bytes) // h.block_bytes}")
     sample = 1  # the fewest bytes a sample takes in the file (a JPEG's: at least one)
     if h.kind == KIND_RAW:
-        for name, v, top in (("height", h.height, MAX_SIDE), ("width", h.width, MAX_SIDE),
-                             ("channels", h.channels, MAX_CHANNELS)):
-            if not 1 <= v <= top:
-                raise DataError(f"{where}: the header's RAW sample {name} {v} is outside [1, {top}]")
+        problem = raw_shape_problem(h.height, h.width, h.channels)
+        if problem:
+            raise DataError(f"{where}: the header's RAW sample {problem}")
         sample = h.sample_bytes
         room = h.block_bytes - h.block_header_bytes
         if sample > room:
@@ -173,6 +171,11 @@ class DtsFile:
             b = self.block(i, check, first)
             first += len(b)
             yield b
+
+    def check_split(self, split: str) -> None:
+        """DataError unless the header names ``split``: a renamed pack holds the other split's samples."""
+        if self.header.split != split:
+            raise DataError(f"{self.path}: the header says it holds the {self.header.split} split")
 
     def check_count(self, n: int) -> None:
         """DataError unless the blocks' ``n`` samples are the header's count (a pack whose index lost or

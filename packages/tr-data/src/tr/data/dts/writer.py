@@ -29,10 +29,12 @@ from tr.data.dts.format import (
     PAGE,
     Header,
     align,
+    block_bytes_problem,
     block_header_bytes,
     block_magic,
     crc32,
     meta_problem,
+    raw_shape_problem,
 )
 
 
@@ -44,7 +46,7 @@ class DtsWriter:
         self.path = Path(path)
         if header.kind not in (KIND_RAW, KIND_JPEG):
             raise ConfigError(f"DTS kind {header.kind} is not RAW ({KIND_RAW}) or JPEG ({KIND_JPEG})")
-        if header.block_bytes % PAGE or header.block_bytes < 2 * PAGE:
+        if block_bytes_problem(header.block_bytes):
             raise ConfigError(f"DTS block size {header.block_bytes} must be a multiple of {PAGE} and >= {2 * PAGE}")
         if header.alignment < 1 or header.alignment & (header.alignment - 1):
             raise ConfigError(f"DTS sample alignment {header.alignment} must be a power of two")
@@ -62,7 +64,7 @@ class DtsWriter:
         self.h = header
         h = header
         if h.kind == KIND_RAW:
-            if not (1 <= h.height <= MAX_SIDE and 1 <= h.width <= MAX_SIDE and 1 <= h.channels <= MAX_CHANNELS):
+            if raw_shape_problem(h.height, h.width, h.channels):
                 raise ConfigError(f"a RAW DTS needs the sample shape (sides in [1, {MAX_SIDE}], channels in [1, "
                                   f"{MAX_CHANNELS}]), got {h.height}x{h.width}x{h.channels}")
             # as many samples as fit beside an index sized for them (12 bytes of index a sample)
@@ -122,20 +124,18 @@ class DtsWriter:
     def add(self, sample: bytes | memoryview | np.ndarray, label: int, where: str = "") -> None:
         """Append one sample (RAW: its u8 pixels, JPEG: the file's bytes) with its class label."""
         h = self.h
-        where_ = f"sample {self._samples}{' (' + where + ')' if where else ''}"
         if isinstance(sample, np.ndarray) and sample.dtype != np.uint8:  # its bytes are not pixels
-            raise DataError(f"{where_}: a sample array must be uint8, got {sample.dtype}")
+            raise DataError(f"{self._named(where)}: a sample array must be uint8, got {sample.dtype}")
         if isinstance(label, bool) or not isinstance(label, (int, np.integer)):  # 2.7 is not class 2
-            raise DataError(f"{where_}: a label is an integer class index, got {label!r}")
+            raise DataError(f"{self._named(where)}: a label is an integer class index, got {label!r}")
         data = memoryview(np.ascontiguousarray(sample).reshape(-1)) if isinstance(
             sample, np.ndarray) else memoryview(sample)
         n = data.nbytes
         if h.kind == KIND_RAW and n != h.sample_bytes:
-            raise DataError(f"sample {self._samples}{' (' + where + ')' if where else ''}: {n} bytes, the RAW "
-                            f"DTS holds samples of {h.sample_bytes} ({h.height}x{h.width}x{h.channels})")
+            raise DataError(f"{self._named(where)}: {n} bytes, the RAW DTS holds samples of {h.sample_bytes} "
+                            f"({h.height}x{h.width}x{h.channels})")
         if not 0 <= int(label) < h.num_classes:
-            raise DataError(f"sample {self._samples}{' (' + where + ')' if where else ''}: label {label} is outside "
-                            f"[0, {h.num_classes})")
+            raise DataError(f"{self._named(where)}: label {label} is outside [0, {h.num_classes})")
         if h.block_header_bytes + n > h.block_bytes:
             size = f"{h.block_bytes >> 20} MiB" if h.block_bytes >= 1 << 20 else f"{h.block_bytes >> 10} KiB"
             raise DataError(f"{where or f'sample {self._samples}'}: {n} bytes do not fit a {size} block with its "
@@ -150,6 +150,10 @@ class DtsWriter:
         self._labels.append(int(label))
         self._end = start + n
         self._samples += 1
+
+    def _named(self, where: str) -> str:
+        """The next sample in an error message: its index in the file, then the caller's ``where`` (a file)."""
+        return f"sample {self._samples}{' (' + where + ')' if where else ''}"
 
     def add_all(self, samples: Iterable[tuple[Any, int]]) -> None:
         for s, label in samples:

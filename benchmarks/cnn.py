@@ -143,6 +143,7 @@ def run_tr(a: argparse.Namespace) -> dict:
     from tr.algo.optimizer import SGD
     from tr.algo.scheduler import ConstantLR
     from tr.core.settings import Settings
+    from tr.graph.layers.groups import BN_B, BN_W
     from tr.task import engines as task_engines
     from tr.task.deep_learning import DeepLearningTask
     from tr.task.executor import scalar
@@ -172,7 +173,7 @@ def run_tr(a: argparse.Namespace) -> dict:
     skipped = int(scalar(be, prog, "skipped")[0]) - skipped0
     loss = float(scalar(be, prog, "result")[0])  # the last timed step's loss
     params = sum(int(np.prod(i.tensor.shape.dims)) for i in prog.inits
-                 if i.kind in ("weight", "bias") or i.tensor.region.name in ("W_BN_WEIGHT", "W_BN_BIAS"))
+                 if i.kind in ("weight", "bias") or i.tensor.region.group in (BN_W, BN_B))
     out = {"images_per_s": a.batch / step_s, "ms_per_step": step_s * 1e3, "compile_s": compile_s,
            "compile_split_s": phases, "first_epoch_s": epoch_s, "first_epoch_steps": a.tr_batches,
            "first_epoch_train_loss": epoch.history[-1].train_loss, "arena_bytes": int(prog.layout.total_bytes),

@@ -9,7 +9,7 @@ What each twin shares with its tr run (and how):
   distributions (each framework its own draws: the mean over seeds absorbs them);
 * the update rule: ``TrSGD`` applies tr.algo.update's SGD rule (decoupled weight decay, w <- w(1 - lr wd) - lr
   (b m + g) with Nesterov): torch.optim.SGD couples the decay into the momentum buffer, which decays ~1/(1 - b)
-  = 10x harder at the same setting; weights decayed, BN parameters and biases not (tr's regions);
+  = 10x harder at the same setting; weights decayed, BN parameters and biases not (tr's group traits);
 * the LR: tr's own table (the scheduler's ``prepare(...).table()``, what tr writes into its arena), one value
   a step, indexed by the global step as tr's lr_lookup is (skipped steps count);
 * AMP: torch.autocast(float16) + GradScaler with tr's defaults (init 65536, growth interval 2000); every
@@ -85,10 +85,9 @@ def tr_init_(model: nn.Module, first_conv_channels: int | None = None) -> None:
     """Fill ``model`` from tr's default initialisation policy. ``first_conv_channels``: the input channels tr's
     first conv has (tr pads RGB to 4 channels under AMP: its fan-in, hence its scale, counts them)."""
     from tr.algo.init import Initializer, InitKind, fans
-    from tr.core.region import Region
 
     policy = Initializer()
-    conv_spec, fc_spec = policy.spec_for(Region.W_DEEP_CONV), policy.spec_for(Region.W_FC_WEIGHT)
+    conv_spec, fc_spec = policy.spec_for("conv"), policy.spec_for("fc")
     first = True
     with torch.no_grad():
         for m in model.modules():
@@ -151,7 +150,7 @@ class TrSGD(torch.optim.Optimizer):
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """tr's split: conv and fc weights decayed; BN gamma/beta and biases (tr's bias-like regions) not."""
+    """tr's split: conv and fc weights decayed; BN gamma/beta and biases (tr's bias-like groups) not."""
     decay = [p for p in model.parameters() if p.ndim > 1]
     rest = [p for p in model.parameters() if p.ndim <= 1]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]

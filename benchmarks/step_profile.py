@@ -9,7 +9,7 @@ which ``step`` reports beside them.
 
 For every op the table gives what it must move and compute, from the op call in the compiled Program:
 * bytes: the sum of its tensor arguments' sizes on the device (channel padding included), inputs and outputs,
-  an ``inout`` argument counted twice (read and written), a region span (range ops) by its byte range; what
+  an ``inout`` argument counted twice (read and written), a span (range ops) by its byte range; what
   the op reads or writes more than once (a two-pass reduction, a conv re-reading its input) is not counted,
   so achieved GB/s is a lower bound of the traffic;
 * FLOPs, for convolutions and fully connected layers only: 2*N*P*Q*K*C*R*S per direction (conv_bwd: dgrad,
@@ -94,7 +94,8 @@ def tensor_bytes(t: Any) -> int:
 
 def call_bytes(call: Any, layout: Any) -> tuple[int, int]:
     """(bytes read, bytes written) of an op call, from its arguments' roles in the catalogue."""
-    from tr.core.ops import CATALOGUE, RegionSpan
+    from tr.core.memory import Span
+    from tr.core.ops import CATALOGUE
 
     opdef = CATALOGUE.get(call.op)
     roles = {arg.name: arg.role for arg in opdef.args} if opdef is not None else {}
@@ -102,7 +103,7 @@ def call_bytes(call: Any, layout: Any) -> tuple[int, int]:
     for name, v in call.args.items():
         if v is None:
             continue
-        if isinstance(v, RegionSpan):
+        if isinstance(v, Span):
             lo, hi = layout.span(v)
             size = hi - lo
         elif hasattr(v, "shape") and hasattr(v, "dtype"):
@@ -148,10 +149,10 @@ def empty(g: Any) -> bool:
 
 
 def time_graph(be: Any, g: Any, reps: int) -> float:
-    """Milliseconds per launch of ``g``: device events where the backend has them, else a wall clock."""
+    """Milliseconds per launch of ``g``: device events where the backend has streams, else a wall clock."""
     be.launch(g)
     be.synchronize()
-    if hasattr(be, "event"):
+    if be.streams:  # every backend has event(); the CPU's refuses (it launches synchronously)
         start, stop = be.event(), be.event()
         start.record(g.stream)
         for _ in range(reps):

@@ -87,7 +87,6 @@ def test_both_frameworks_build_the_same_architectures(monkeypatch):
 
 def test_twin_initialisation_draws_trs_distributions():
     from tr.algo.init import Initializer, fans, initialize
-    from tr.core.region import Region
 
     torch.manual_seed(0)
     m = twin.build_model(conv.Arch("vgg_bn"))
@@ -95,11 +94,11 @@ def test_twin_initialisation_draws_trs_distributions():
     convs = [x for x in m.modules() if isinstance(x, torch.nn.Conv2d)]
     big, fc = convs[-1], [x for x in m.modules() if isinstance(x, torch.nn.Linear)][0]
     policy = Initializer()
-    for layer, region in ((big, Region.W_DEEP_CONV), (fc, Region.W_FC_WEIGHT)):
+    for layer, family in ((big, "conv"), (fc, "fc")):
         w = layer.weight.detach().numpy()
         shape = (w.shape[0], w.shape[2], w.shape[3], w.shape[1]) if w.ndim == 4 else w.shape
         fi, fo = fans(shape)
-        spec = policy.spec_for(region)
+        spec = policy.spec_for(family)
         ref = initialize(spec, shape, fi, fo, seed=1, stream_id=0)
         assert np.abs(w).max() <= spec.bound(fi, fo) + 1e-7
         assert w.std() == pytest.approx(ref.std(), rel=0.03)

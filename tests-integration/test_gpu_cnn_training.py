@@ -41,6 +41,7 @@ from op_diff import backward_from_test_forward, build_task, epoch_calls, example
 
 from tr.algo.optimizer import SGD
 from tr.algo.scheduler import ConstantLR
+from tr.core.memory import Role
 from tr.core.settings import Settings
 from tr.task.deep_learning import DeepLearningTask
 from tr.task.feeder import ArrayFeeder
@@ -79,7 +80,7 @@ def _gradients(task, amp):
         scale = float(task.backend.read(t).ravel()[0])
         assert scale == LOSS_SCALE, f"the first AMP step was skipped (loss scale now {scale})"
     return {t.name: task.backend.read(t).astype(np.float64) / scale for t in task.program.tensors
-            if t.region.name.startswith("G_") and not t.region.name.endswith("_FP16") and t.allocated}
+            if t.region.role is Role.GRAD and t.allocated}
 
 
 def _first_step(name, device, amp, **size):

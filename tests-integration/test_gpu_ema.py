@@ -16,7 +16,7 @@ import pytest
 
 from tr.algo.optimizer import AdamW
 from tr.algo.scheduler import ConstantLR
-from tr.core.region import Region as R
+from tr.core.memory import Role
 from tr.core.settings import Settings
 from tr.graph.blueprint import bn, fc, relu, seq
 from tr.task.deep_learning import DeepLearningTask
@@ -43,7 +43,7 @@ def _task(device: str, amp: bool):
 
 
 def _pairs(task):
-    ws = [t for t in task.program.tensors if R.W_BN_BIAS <= t.region <= R.W_DEEP_CONV]
+    ws = [t for t in task.program.tensors if t.region.role is Role.PARAM]
     es = {t.name: t for t in task.program.tensors if t.name.endswith(".ema")}
     return ws, [es[w.name + ".ema"] for w in ws]
 

@@ -14,11 +14,11 @@ import pytest
 
 from tr.algo.optimizer import OptimizerKind, bias_rule
 from tr.algo.update import apply_rule, init_state
+from tr.core.memory import Region, Role, Span
 from tr.core.optim import BIAS_RULE, LARS, OPTIMIZERS, WEIGHT_RULE
-from tr.core.region import Region
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "tr-backend" / "tests"))
-from backend_testkit import SimpleArena, op, span  # noqa: E402
+from backend_testkit import FC_W, SCALAR_FP32, SCALAR_INT32, SimpleArena, op  # noqa: E402
 
 HP = {"momentum": 0.9, "beta1": 0.85, "beta2": 0.995, "eps": 1e-6, "weight_decay": 0.01, "trust_coefficient": 0.02,
       "trust_clip": 50.0}
@@ -27,11 +27,11 @@ STEPS = [(0.05, 1.0, False), (0.04, 8.0, False), (0.03, 8.0, True), (0.02, 2.0, 
 
 def _arena(n: int) -> SimpleArena:
     a = SimpleArena()
-    for name, region in (("w", Region.W_FC_WEIGHT), ("g", Region.G_FC_WEIGHT), ("m", Region.M_FC_WEIGHT),
-                         ("v", Region.V_FC_WEIGHT), ("ratio", Region.N_FC_WEIGHT)):
-        a.add(name, (1,) if name == "ratio" else (n,), "fp32", region)
-    for name, dt, region in (("lr", "fp32", Region.S_SCALAR_FP32), ("scale", "fp32", Region.S_SCALAR_FP32),
-                             ("flag", "int32", Region.S_SCALAR_INT32), ("step", "int32", Region.S_SCALAR_INT32)):
+    for name, role in (("w", Role.PARAM), ("g", Role.GRAD), ("m", Role.MOMENT1), ("v", Role.MOMENT2),
+                       ("ratio", Role.TRUST_RATIO)):
+        a.add(name, (1,) if name == "ratio" else (n,), "fp32", Region(role, FC_W))
+    for name, dt, region in (("lr", "fp32", SCALAR_FP32), ("scale", "fp32", SCALAR_FP32),
+                             ("flag", "int32", SCALAR_INT32), ("step", "int32", SCALAR_INT32)):
         a.add(name, (1,), dt, region)
     return a
 
@@ -64,10 +64,9 @@ def test_the_cpu_kernels_follow_the_reference(name, bias):
     be.write(a["w"], w0)
     ref_w, state = w0.copy(), init_state(kind, w0)
     if rule is not None:
-        call = op("range_optimizer", w=span(Region.W_FC_WEIGHT), g=span(Region.G_FC_WEIGHT),
-                  m=span(Region.M_FC_WEIGHT), v=span(Region.V_FC_WEIGHT), lr=a["lr"], flag=a["flag"],
-                  grad_scale=a["scale"], step=a["step"], rule=rule, beta1=hp["momentum"], beta2=hp["beta2"],
-                  eps=hp["eps"], weight_decay=hp["weight_decay"])
+        call = op("range_optimizer", w=Span.of(Role.PARAM), g=Span.of(Role.GRAD), m=Span.of(Role.MOMENT1),
+                  v=Span.of(Role.MOMENT2), lr=a["lr"], flag=a["flag"], grad_scale=a["scale"], step=a["step"],
+                  rule=rule, beta1=hp["momentum"], beta2=hp["beta2"], eps=hp["eps"], weight_decay=hp["weight_decay"])
     else:
         call = op("lars_update", w=a["w"], g=a["g"], m=a["m"], lr=a["lr"], flag=a["flag"], grad_scale=a["scale"],
                   ratio=a["ratio"], nesterov=name == "lars_nesterov", momentum=hp["momentum"],

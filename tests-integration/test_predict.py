@@ -169,7 +169,7 @@ def test_non_finite_samples_raise_or_are_flagged(cnn, output, bad):
 def test_non_finite_logits_from_finite_input(cnn):
     x = _x(5)
     before = cnn.weights()
-    fc_w = next(i.tensor for i in cnn.program.inits if i.tensor.region.name == "W_FC_WEIGHT")
+    fc_w = next(i.tensor for i in cnn.program.inits if i.tensor.region.name == "param/fc_w")
     w = cnn.backend.read(fc_w).copy()
     w2 = w.copy()
     w2.reshape(w.shape[0], -1)[3] = np.inf  # class 3's weights: every sample's logit 3 is +-inf or nan

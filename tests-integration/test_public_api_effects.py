@@ -291,7 +291,7 @@ def _checkpoint_every(tmp_path) -> None:
 
 
 def _ema(capsys) -> None:
-    plan_differs(ema=(0.9, False))  # the EMA update and the E regions
+    plan_differs(ema=(0.9, False))  # the EMA update and the EMA regions
     r = task(ema=(0.9,), quiet=(False,)).compile().run()
     assert "EMA Top1%" in capsys.readouterr().out and r.history[0].ema_top1 is not None
 
@@ -592,7 +592,8 @@ TRANSFORMS = {
 NOT_CONFIGURATION = {  # exported for users, configure nothing themselves (or are covered above)
     # errors and types
     "BackendError", "CompileError", "ConfigError", "DataError", "DeviceUnavailableError", "PhaseError", "TrError",
-    "DType", "GraphId", "NormMode", "Phase", "Region", "Shape", "InitKind", "FanMode", "OptimizerKind", "DTensor",
+    "DType", "GraphId", "NormMode", "Phase", "Region", "Role", "Group", "Shape", "InitKind", "FanMode", "OptimizerKind",
+    "DTensor",
     "Tensor", "TrainingResult", "DistEnv",  # DistEnv is distributed()'s argument
     # the configuration objects walked above
     "DeepLearningTask", "Settings", "GLOBAL_SETTING", "PREPROCESSOR_SETTING", "CrossEntropyLoss", "Initializer",

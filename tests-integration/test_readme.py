@@ -89,11 +89,13 @@ def test_every_snippet_is_a_fenced_block_a_test_runs():
 
 def test_the_packages_table_counts_what_tr_core_has():
     from tr.core.graph_id import GraphId
-    from tr.core.region import Region
+    from tr.core.memory import Role
 
     row = next(line for line in readme_text().splitlines() if line.startswith("| tr-core |"))
-    assert re.search(r"Region \((\d+)\)", row).group(1) == str(len(Region))
-    assert re.search(r"GraphId \((\d+)\)", row).group(1) == str(len(GraphId))
+    for name, count in (("Role", len(Role)), ("GraphId", len(GraphId))):
+        m = re.search(rf"\b{name} \((\d+)\)", row)
+        assert m is not None, f"the tr-core row does not count {name} (expected '{name} ({count})'): {row}"
+        assert int(m.group(1)) == count, f"the tr-core row counts {m.group(0)}, tr.core has {count}"
 
 
 def check_flagship(scope: dict, spy: Spy, out: str, where) -> None:

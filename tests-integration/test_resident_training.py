@@ -17,7 +17,7 @@ from renaissance import NormMode
 from tr.backend.cpu.ops.augment import augment
 from tr.backend.rules.augment import AugmentSpec
 from tr.core.errors import ConfigError
-from tr.core.region import Region
+from tr.core.memory import Role
 from tr.data import (
     ArrayDataset,
     ColorJitter,
@@ -193,7 +193,7 @@ def test_both_models_are_validated_on_the_resident_val_set(digits):
     assert last.ema_top1 is not None and last.ema_top1 != last.top1
     assert abs(top1() - last.top1) < 1e-6
     be = t.backend
-    masters = [w for w in t.program.tensors if Region.W_BN_BIAS <= w.region <= Region.W_DEEP_CONV]
+    masters = [w for w in t.program.tensors if w.region.role is Role.PARAM]
     assert masters
     for w in masters:
         (e,) = [x for x in t.program.tensors if x.name == w.name + ".ema"]

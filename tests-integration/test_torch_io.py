@@ -370,7 +370,8 @@ def test_non_finite_weights_are_refused_both_ways(gap_task, tmp_path):
     after = gap_task.weights()
     assert all(np.array_equal(before[k], after[k]) for k in before)
     # tr -> torch: an Inf in tr's conv weight
-    conv_w = next(i.tensor for i in gap_task.program.inits if i.tensor.region.name in ("W_FIRST_CONV", "W_DEEP_CONV"))
+    conv_w = next(i.tensor for i in gap_task.program.inits
+                  if i.tensor.region.name in ("param/first_conv", "param/deep_conv"))
     be = gap_task.backend
     saved = be.read(conv_w).copy()
     bad = saved.copy()

@@ -33,7 +33,8 @@ from op_diff import _args, arguments, check_same_plan, epoch_calls, example, fir
 
 from tr.backend.binding import CallBinder, window_geometry
 from tr.backend.cpu.ops._window import Window
-from tr.core.ops import OpCall, RegionSpan, op_def
+from tr.core.memory import Span
+from tr.core.ops import OpCall, op_def
 
 # The margin above which a flipped FP32 decision of VGG16-BN (32x32, batch 4) is not rounding's doing. Measured on
 # the CPU: forwards computed in float64 or in another FP32 summation order part from the CPU's by 2e-6 of layer
@@ -191,7 +192,7 @@ DECISIONS: dict[str, Callable[[_Call], list[Flip]]] = {
 def _read(backend, program, call: OpCall, roles: tuple[str, ...]) -> dict[str, np.ndarray]:
     """The call's tensor arguments of ``roles`` by argument name (spans left out: no decision reads one)."""
     return {name: backend.read(t) for name, t in _args(program, call, roles, expand=False)
-            if not isinstance(call.args[name], RegionSpan)}
+            if not isinstance(call.args[name], Span)}
 
 
 def forward_flips(ref_task, test_task, calls: Sequence[OpCall] | None = None) -> list[Flip]:

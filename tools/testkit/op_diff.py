@@ -29,7 +29,8 @@ import numpy as np
 
 from tr.backend.base import serial_calls
 from tr.core.dtype import DType
-from tr.core.ops import OpCall, RegionSpan, op_def
+from tr.core.memory import Role, Span
+from tr.core.ops import OpCall, op_def
 from tr.core.shape import Shape
 from tr.tensor.dtensor import DTensor
 
@@ -108,19 +109,20 @@ def backward_from_test_forward(ref_task, test_task, calls: Sequence[OpCall]) -> 
     rb.synchronize()
     tb.synchronize()
     return {t.name: (rb.read(t), tb.read(t)) for t in prog.tensors
-            if t.allocated and t.region.name.startswith("G_")}
+            if t.allocated and t.region.role in (Role.GRAD, Role.GRAD_FP16)}
 
 
-def _span_tensor(program, span: RegionSpan) -> DTensor:
-    """All bytes of a region span as one UINT8 tensor (to copy a range op's input whole)."""
+def _span_tensor(program, span: Span) -> DTensor | None:
+    """All bytes of a span as one UINT8 tensor (to copy a range op's input whole); None when it selects no bytes."""
     lo, hi = program.layout.span(span)
-    return DTensor(-1, f"<{span.first.name}..{span.last.name}>", span.first, Shape(1, 1, 1, max(1, hi - lo)),
-                   DType.UINT8, max(1, hi - lo), lo)
+    if hi == lo:
+        return None
+    first = next(r for r in program.layout.regions if span.matches(r))
+    return DTensor(-1, repr(span), first, Shape(1, 1, 1, hi - lo), DType.UINT8, hi - lo, lo)
 
 
-def _span_members(program, span: RegionSpan) -> list[DTensor]:
-    lo, hi = int(span.first), int(span.last)
-    return [t for t in program.tensors if t.allocated and lo <= int(t.region) <= hi]
+def _span_members(program, span: Span) -> list[DTensor]:
+    return [t for t in program.tensors if t.allocated and span.matches(t.region)]
 
 
 def _args(program, call: OpCall, roles: Sequence[str], expand: bool) -> list[tuple[str, DTensor]]:
@@ -129,11 +131,11 @@ def _args(program, call: OpCall, roles: Sequence[str], expand: bool) -> list[tup
         v = call.args.get(a.name)
         if v is None or a.role not in roles:
             continue
-        if isinstance(v, RegionSpan):
+        if isinstance(v, Span):
             if expand:
                 out.extend((a.name, t) for t in _span_members(program, v))
-            else:
-                out.append((a.name, _span_tensor(program, v)))
+            elif (whole := _span_tensor(program, v)) is not None:
+                out.append((a.name, whole))
         else:
             out.append((a.name, v))
     return out

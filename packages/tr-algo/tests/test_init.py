@@ -22,7 +22,6 @@ from tr.algo.init import (
 )
 from tr.core import philox
 from tr.core.errors import ConfigError, ShapeError
-from tr.core.region import Region
 
 CONV = (64, 3, 3, 32)  # KRSC: fan_in = 3*3*32 = 288, fan_out = 64*3*3 = 576
 FC = (100, 1, 1, 400)  # [out, 1, 1, in]
@@ -158,27 +157,23 @@ def test_constant_kinds():
     assert c.dtype == np.float32 and np.all(c == -0.25)
 
 
-def test_initializer_policy_defaults_and_regions():
+def test_initializer_policy_defaults_and_families():
     init = Initializer()
-    assert init.spec_for(Region.W_DEEP_CONV) == InitSpec(kind=InitKind.TRUNC_NORMAL)
-    assert init.spec_for(Region.W_FIRST_CONV).kind is InitKind.TRUNC_NORMAL
-    fc = init.spec_for(Region.W_FC_WEIGHT)
+    assert init.spec_for("conv") == InitSpec(kind=InitKind.TRUNC_NORMAL)
+    fc = init.spec_for("fc")
     assert fc.kind is InitKind.KAIMING_UNIFORM and fc.mode is FanMode.FAN_IN
     assert fc.effective_gain == pytest.approx(math.sqrt(2.0))
-    for r in (Region.W_FC_BIAS, Region.W_BN_BIAS, Region.B_PREV_MEAN, Region.M_DEEP_CONV, Region.V_FC_BIAS,
-              Region.N_FC_WEIGHT, Region.W_EQ_BIAS):
-        assert init.spec_for(r).kind is InitKind.ZEROS
-    for r in (Region.W_BN_WEIGHT, Region.B_NEXT_VAR, Region.W_EQ_SCALE):
-        assert init.spec_for(r).kind is InitKind.ONES
-    for r in (Region.E_FC_WEIGHT, Region.A_DEEP_CONV, Region.I_A_DATA, Region.G_FC_WEIGHT):
-        with pytest.raises(ConfigError, match=r.name):
-            init.spec_for(r)
+    # the policy draws weights only: zeros, ones and constants are filled by their InitSpec's kind
+    for family in ("bias", "bn", "", "FC", "W_FC_WEIGHT", None):
+        with pytest.raises(ConfigError, match=f"initializer family {family!r} is not one of .'conv', 'fc'."):
+            init.spec_for(family)
     # the seed's example: .conv(KAIMING_UNIFORM).fc(KAIMING_UNIFORM).fan(FAN_IN)
     custom = Initializer().conv(InitKind.KAIMING_UNIFORM).fc(InitKind.XAVIER_NORMAL).fan(FanMode.FAN_OUT).gain(1.0)
-    assert custom.spec_for(Region.W_DEEP_CONV) == kaiming_uniform(gain=1.0, mode=FanMode.FAN_OUT)
-    assert custom.spec_for(Region.W_FC_WEIGHT).kind is InitKind.XAVIER_NORMAL
-    assert Initializer().conv(InitKind.CONSTANT).constant(0.5).spec_for(Region.W_DEEP_CONV).fill_value == 0.5
-    assert Initializer().scale(1.0).spec_for(Region.W_DEEP_CONV).std(9, 9) == pytest.approx(1 / 3)
+    assert custom.spec_for("conv") == kaiming_uniform(gain=1.0, mode=FanMode.FAN_OUT)
+    assert custom.spec_for("fc").kind is InitKind.XAVIER_NORMAL
+    assert custom.spec_for("fc").mode is FanMode.FAN_OUT and custom.spec_for("fc").effective_gain == 1.0
+    assert Initializer().conv(InitKind.CONSTANT).constant(0.5).spec_for("conv").fill_value == 0.5
+    assert Initializer().scale(1.0).spec_for("conv").std(9, 9) == pytest.approx(1 / 3)
     assert init.conv_kind is InitKind.TRUNC_NORMAL  # setters returned new values
 
 

@@ -11,12 +11,9 @@ from tr.algo.optimizer import (
     OptimizerKind,
     Slot,
     bias_rule,
-    is_bias_like,
-    is_decayed,
     slots_for,
 )
 from tr.core.errors import ConfigError
-from tr.core.region import Region
 
 K = OptimizerKind
 
@@ -136,8 +133,6 @@ def test_ranges():
         SGD(wd=-1)
 
 
-def test_region_groups():
-    assert [r for r in Region if is_decayed(r)] == [Region.W_FC_WEIGHT, Region.W_FIRST_CONV, Region.W_DEEP_CONV]
-    assert [r for r in Region if is_bias_like(r)] == [Region.W_BN_BIAS, Region.W_BN_WEIGHT, Region.W_FC_BIAS]
-    assert not is_decayed(Region.E_FC_WEIGHT) and not is_bias_like(Region.W_EQ_BIAS)
+def test_momentum_sets_beta():
+    # (which parameters are decayed or bias-like is a trait of their memory group: tr.graph.layers.groups)
     assert math.isclose(SGD().momentum(0.25).beta, 0.25)

@@ -1,8 +1,12 @@
 """Test helpers for tr.backend: lay DTensors out in an arena without tr.graph, run op calls, compare.
 
 SimpleArena places tensors one after another at 256-byte aligned offsets (each takes its
-``slot_bytes_for`` slot), region by region in enum order, and builds the matching ArenaLayout (every region
-present; unused ones are empty), so span ops can be tested over real region ranges.
+``slot_bytes_for`` slot), region by region in layout order (tr.core.memory.Region's order), and builds the
+matching ArenaLayout (the regions that hold a tensor, as a memory plan's layout does), so span ops can be tested
+over real region ranges.
+
+The groups below restate the ones tr.graph declares (tr/graph/layers/groups.py and tr.graph.compiler's input and
+per-dtype groups): these tests stay below tr.graph, and a span selects by the traits, which are the same here.
 """
 
 from __future__ import annotations
@@ -14,11 +18,32 @@ import numpy as np
 
 from tr.backend.cpu import CpuBackend, CpuGraph
 from tr.core.dtype import DType
-from tr.core.ops import CATALOGUE, OpCall, RegionSpan
-from tr.core.region import Region
+from tr.core.memory import Group, Region, Role, dtype_group
+from tr.core.ops import CATALOGUE, OpCall
 from tr.core.shape import Shape
 from tr.tensor.dtensor import DTensor, slot_bytes_for
 from tr.tensor.layout import ArenaLayout
+
+# parameter groups (roles PARAM, EMA, EMA_FP16, AMP_COPY, GRAD, GRAD_FP16, MOMENT1, MOMENT2, TRUST_RATIO)
+FC_W = Group("fc_w", decayed=True, amp_copy=True)
+FC_B = Group("fc_b", amp_copy=True)
+FIRST_CONV = Group("first_conv", decayed=True, amp_copy=True, fp16_grad=True)
+DEEP_CONV = Group("deep_conv", decayed=True, amp_copy=True, fp16_grad=True, early=True)
+BN_W = Group("bn_w")
+BN_B = Group("bn_b")
+# running statistics (RUNNING, RUNNING_NEXT) and folded inference parameters (FOLDED)
+MEAN, VAR = Group("mean", order=0), Group("var", order=1)
+FOLDED_BIAS, FOLDED_SCALE = Group("bias", order=0), Group("scale", order=1)
+# the double-buffered batch (INPUT)
+A_LABEL, A_DATA = Group("a_label", order=0), Group("a_data", order=1)
+B_LABEL, B_DATA = Group("b_label", order=2), Group("b_data", order=3)
+# per-dtype groups (SCALAR, TEMP, ACTIVATION)
+FP32, FP16, INT32, INT8 = (dtype_group(d) for d in (DType.FP32, DType.FP16, DType.INT32, DType.INT8))
+
+SCALAR_FP32, SCALAR_INT32 = Region(Role.SCALAR, FP32), Region(Role.SCALAR, INT32)
+TEMP_FP32 = Region(Role.TEMP, FP32)
+ACTIVATION_FP32 = Region(Role.ACTIVATION, FP32)  # features and their gradients
+MASK, RESULT, RESULT_SUM = Region(Role.MASK), Region(Role.RESULT), Region(Role.RESULT_SUM)
 
 
 class SimpleArena:
@@ -26,14 +51,14 @@ class SimpleArena:
         self.tensors: dict[str, DTensor] = {}
         self._bounds: dict[Region, list[int]] = {}
         self._cursor = 0
-        self._last = Region(0)
+        self._last: Region | None = None
         self.backend: CpuBackend | None = None
 
     def add(self, name: str, shape: Iterable[int] | Shape, dtype: str | DType = "fp32",
-            region: Region = Region.T_TEMP_FP32) -> DTensor:
+            region: Region = TEMP_FP32) -> DTensor:
         if self.backend is not None:
             raise RuntimeError("the arena is already allocated")
-        if region < self._last:
+        if self._last is not None and region < self._last:
             raise ValueError(f"add tensors in region order: {region.name} after {self._last.name}")
         shp = shape if isinstance(shape, Shape) else Shape.of(*tuple(shape))
         dt = DType.parse(dtype)
@@ -46,14 +71,10 @@ class SimpleArena:
         return t
 
     def layout(self) -> ArenaLayout:
-        regions: dict[Region, tuple[int, int]] = {}
-        pos = 0
-        for r in Region:
-            lo, hi = self._bounds.get(r, (pos, pos))
-            assert lo == pos
-            regions[r] = (lo, hi)
-            pos = hi
-        return ArenaLayout(self._cursor, regions)
+        # add() keeps the regions in layout order, each a contiguous run of its tensors
+        layout = ArenaLayout(self._cursor, {r: (lo, hi) for r, (lo, hi) in self._bounds.items()})
+        layout.validate()
+        return layout
 
     def allocate(self, **options: Any) -> CpuBackend:
         self.backend = CpuBackend(**options)
@@ -76,10 +97,6 @@ def run(be: CpuBackend, *calls: OpCall, name: str = "test") -> CpuGraph:
     g = be.capture(name, calls)
     be.launch(g)
     return g
-
-
-def span(first: Region, last: Region | None = None) -> RegionSpan:
-    return RegionSpan(first, first if last is None else last)
 
 
 def assert_close(actual: Any, expected: Any, tol: float = 1e-5) -> None:

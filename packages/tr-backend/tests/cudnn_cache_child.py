@@ -15,41 +15,56 @@ import json
 import sys
 
 import numpy as np
-from backend_testkit import SimpleArena, op, span
+from backend_testkit import (
+    A_DATA,
+    A_LABEL,
+    ACTIVATION_FP32,
+    DEEP_CONV,
+    FC_B,
+    FC_W,
+    FIRST_CONV,
+    MASK,
+    RESULT,
+    SCALAR_FP32,
+    SCALAR_INT32,
+    SimpleArena,
+    op,
+)
 
 from tr.backend.cuda import CudaBackend, cudnn_plan_cache_path, cudnn_plan_stats
 from tr.core.log import configure_logging
-from tr.core.region import Region as R
+from tr.core.memory import Region, Role, Span
 
 N, H, C0, C1, C2, K = 8, 16, 8, 16, 32, 10
-PARAMS = [("fcb", (K,), "FC_BIAS"), ("fcw", (K, 1, 1, C2), "FC_WEIGHT"), ("w1", (C1, 3, 3, C0), "FIRST_CONV"),
-          ("w2", (C2, 3, 3, C1), "DEEP_CONV")]
+PARAMS = [("fcb", (K,), FC_B), ("fcw", (K, 1, 1, C2), FC_W), ("w1", (C1, 3, 3, C0), FIRST_CONV),
+          ("w2", (C2, 3, 3, C1), DEEP_CONV)]
 
 
 def build() -> tuple[SimpleArena, dict, list]:
     a = SimpleArena()
     t = {}
-    for group in ("W", "G", "R", "M"):  # region order: master weights, grads, the step result, momenta
-        if group == "R":
-            t["result"] = a.add("result", (3,), region=R.R_RESULT)
+    # layout order: master parameters, gradients, the step result, momenta
+    for prefix, role in (("W", Role.PARAM), ("G", Role.GRAD), ("R", Role.RESULT), ("M", Role.MOMENT1)):
+        if role is Role.RESULT:
+            t["result"] = a.add("result", (3,), region=RESULT)
             continue
-        for name, shape, region in PARAMS:
-            t[group + name] = a.add(group + name, shape, region=R[f"{group}_{region}"])
-    t["labels"] = a.add("labels", (N,), "int32", R.I_A_LABEL)
-    t["x"] = a.add("x", (N, H, H, C0), region=R.I_A_DATA)
+        for name, shape, group in PARAMS:
+            t[prefix + name] = a.add(prefix + name, shape, region=Region(role, group))
+    t["labels"] = a.add("labels", (N,), "int32", Region(Role.INPUT, A_LABEL))
+    t["x"] = a.add("x", (N, H, H, C0), region=Region(Role.INPUT, A_DATA))
     h2 = H // 2
     feat = {"c1": (N, H, H, C1), "r1": (N, H, H, C1), "c2": (N, h2, h2, C2), "r2": (N, h2, h2, C2),
             "g": (N, 1, 1, C2), "z": (N, 1, 1, K), "probs": (N, 1, 1, K)}
     for name, shape in feat.items():
-        t[name] = a.add(name, shape, region=R.F_FEATURE_FP32)
+        t[name] = a.add(name, shape, region=ACTIVATION_FP32)
     for name, shape in feat.items():
         if name != "probs":
-            t["d" + name] = a.add("d" + name, shape, region=R.F_GRAD_SLOT_FP32)
-    t["lr"] = a.add("lr", (1,), region=R.S_SCALAR_FP32)
-    t["one"] = a.add("one", (1,), region=R.S_SCALAR_FP32)
-    t["flag"] = a.add("flag", (1,), "int32", R.S_SCALAR_INT32)
-    t["mask1"] = a.add("mask1", (N, H, H, C1), "int8", R.S_MASK)
-    t["mask2"] = a.add("mask2", (N, h2, h2, C2), "int8", R.S_MASK)
+            t["d" + name] = a.add("d" + name, shape, region=ACTIVATION_FP32)
+    t["lr"] = a.add("lr", (1,), region=SCALAR_FP32)
+    t["one"] = a.add("one", (1,), region=SCALAR_FP32)
+    t["flag"] = a.add("flag", (1,), "int32", SCALAR_INT32)
+    t["mask1"] = a.add("mask1", (N, H, H, C1), "int8", MASK)
+    t["mask2"] = a.add("mask2", (N, h2, h2, C2), "int8", MASK)
     c1 = {"kernel": 3, "stride": 1, "padding": 1}
     c2 = {"kernel": 3, "stride": 2, "padding": 1}
     calls = [
@@ -66,9 +81,8 @@ def build() -> tuple[SimpleArena, dict, list]:
         op("conv_bwd", layer=1, x=t["r1"], w=t["Ww2"], dy=t["dc2"], dw=t["Gw2"], dx=t["dr1"], **c2),
         op("act_bwd", x=t["c1"], dy=t["dr1"], dx=t["dc1"], mask=t["mask1"], kind="relu"),
         op("conv_bwd", layer=0, x=t["x"], w=t["Ww1"], dy=t["dc1"], dw=t["Gw1"], **c1),
-        op("range_optimizer", w=span(R.W_FC_BIAS, R.W_DEEP_CONV), g=span(R.G_FC_BIAS, R.G_DEEP_CONV),
-           m=span(R.M_FC_BIAS, R.M_DEEP_CONV), lr=t["lr"], flag=t["flag"], grad_scale=t["one"], rule="momentum",
-           beta1=0.9),
+        op("range_optimizer", w=Span.of(Role.PARAM), g=Span.of(Role.GRAD), m=Span.of(Role.MOMENT1), lr=t["lr"],
+           flag=t["flag"], grad_scale=t["one"], rule="momentum", beta1=0.9),
     ]
     return a, t, calls
 

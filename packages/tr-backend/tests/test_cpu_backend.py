@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
-from backend_testkit import SimpleArena, op, run
+from backend_testkit import FC_W, TEMP_FP32, SimpleArena, op, run
 
 from tr.backend import Backend, CapturedGraph, CpuBackend, get_backend
 from tr.core.errors import BackendError, ConfigError, DeviceUnavailableError, DTypeError, ShapeError
+from tr.core.memory import Region, Role
 from tr.core.ops import OpCall
-from tr.core.region import Region
 from tr.core.shape import Shape
 from tr.tensor.dtensor import DTensor
 
@@ -60,7 +60,7 @@ def test_allocate_view_read_write():
 
 def test_use_before_allocate():
     be = CpuBackend()
-    t = DTensor(0, "x", Region.T_TEMP_FP32, Shape(1, 1, 1, 4), DType_fp32(), 256, offset=0)
+    t = DTensor(0, "x", TEMP_FP32, Shape(1, 1, 1, 4), DType_fp32(), 256, offset=0)
     with pytest.raises(BackendError, match="allocate"):
         be.view(t)
     with pytest.raises(BackendError, match="allocate"):
@@ -85,11 +85,20 @@ def test_capture_errors_name_graph_op_and_layer():
     bogus = OpCall("no_such_op", {}, layer=3)
     with pytest.raises(BackendError, match=r"graph 'DEEP', op #1 no_such_op \(layer 3\): .*not in the op catalogue"):
         be.capture("DEEP", [op("copy", x=x, y=y), bogus])
-    unplaced = DTensor(9, "u", Region.T_TEMP_FP32, Shape(2, 1, 1, 4), x.dtype, x.slot_bytes)
+    unplaced = DTensor(9, "u", TEMP_FP32, Shape(2, 1, 1, 4), x.dtype, x.slot_bytes)
     with pytest.raises(BackendError, match=r"op #0 copy \(layer 5, fc3\): argument 'x' = .* has no offset"):
         be.capture("g", [op("copy", layer=5, label="fc3", x=unplaced, y=y)])
-    stray = DTensor(9, "s", Region.W_FC_WEIGHT, Shape(2, 1, 1, 4), x.dtype, x.slot_bytes, offset=x.offset)
-    with pytest.raises(BackendError, match="region W_FC_WEIGHT is"):
+    unallocated = DTensor(9, "z", TEMP_FP32, Shape(2, 1, 1, 4), x.dtype, 0, offset=x.offset)
+    with pytest.raises(BackendError, match=r"op #0 copy \(no layer\): argument 'x' = .* is not allocated "
+                                           r"\(slot_bytes 0\)"):
+        be.capture("g", [op("copy", x=unallocated, y=y)])
+    big = DTensor(9, "b", TEMP_FP32, Shape(4, 1, 1, 64), x.dtype, 2048, offset=y.offset)
+    with pytest.raises(BackendError, match=rf"'x' = .* needs bytes \[{y.offset}, {y.offset + 1024}\) but region "
+                                           rf"temp/fp32 is \[0, {y.end}\)"):
+        be.capture("g", [op("copy", x=big, y=y)])
+    stray = DTensor(9, "s", Region(Role.PARAM, FC_W), Shape(2, 1, 1, 4), x.dtype, x.slot_bytes, offset=x.offset)
+    with pytest.raises(BackendError, match=r"'x' = .* lies in region param/fc_w, which the arena layout does not "
+                                           r"hold \(it has temp/fp32\)"):
         be.capture("g", [op("copy", x=stray, y=y)])
 
 

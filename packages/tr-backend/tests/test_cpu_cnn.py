@@ -2,7 +2,7 @@
 
 conv3x3 -> BN -> relu (mask) -> conv3x3 -> BN -> add(skip) + relu -> maxpool 2x2 -> GAP -> FC -> softmax-CE,
 with the whole backward (masks, accumulate at the branch point, first-layer conv without dgrad) and one
-momentum range_optimizer over all master weights (W_BN_BIAS..W_DEEP_CONV). Every op of the chain is
+momentum range_optimizer over all master parameters (role PARAM). Every op of the chain is
 checked where it matters: loss per step, BN running statistics, and all weights after three steps, within
 1e-5 of their scale (float64 reference).
 """
@@ -10,46 +10,67 @@ checked where it matters: loss per step, BN running statistics, and all weights 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from backend_testkit import SimpleArena, assert_close, nchw, op, span
+from backend_testkit import (
+    A_DATA,
+    A_LABEL,
+    ACTIVATION_FP32,
+    BN_B,
+    BN_W,
+    DEEP_CONV,
+    FC_B,
+    FC_W,
+    FIRST_CONV,
+    MASK,
+    MEAN,
+    RESULT,
+    SCALAR_FP32,
+    SCALAR_INT32,
+    VAR,
+    SimpleArena,
+    assert_close,
+    nchw,
+    op,
+)
 
-from tr.core.region import Region as R
+from tr.core.memory import Region, Role, Span
 
 N, H, C0, C, K = 4, 8, 3, 6, 5
-PARAMS = [("beta1", (C,), "BN_BIAS"), ("beta2", (C,), "BN_BIAS"), ("gamma1", (C,), "BN_WEIGHT"),
-          ("gamma2", (C,), "BN_WEIGHT"), ("fcb", (K,), "FC_BIAS"), ("fcw", (K, 1, 1, C), "FC_WEIGHT"),
-          ("w1", (C, 3, 3, C0), "FIRST_CONV"), ("w2", (C, 3, 3, C), "DEEP_CONV")]
+PARAMS = [("beta1", (C,), BN_B), ("beta2", (C,), BN_B), ("gamma1", (C,), BN_W), ("gamma2", (C,), BN_W),
+          ("fcb", (K,), FC_B), ("fcw", (K, 1, 1, C), FC_W), ("w1", (C, 3, 3, C0), FIRST_CONV),
+          ("w2", (C, 3, 3, C), DEEP_CONV)]
 
 
 def _build():
     a = SimpleArena()
     t = {}
-    for names, region in ((("rm1", "rm2"), R.B_PREV_MEAN), (("rv1", "rv2"), R.B_PREV_VAR),
-                          (("nm1", "nm2"), R.B_NEXT_MEAN), (("nv1", "nv2"), R.B_NEXT_VAR)):
-        for name in names:
-            t[name] = a.add(name, (C,), region=region)
-    for group in ("W", "G", "R", "M"):  # region order: master weights, grads, the step result, momenta
-        if group == "R":
-            t["result"] = a.add("result", (3,), region=R.R_RESULT)
+    for prefix, role in (("r", Role.RUNNING), ("n", Role.RUNNING_NEXT)):  # statistics read, then written
+        for stat, group in (("m", MEAN), ("v", VAR)):
+            for i in (1, 2):
+                t[f"{prefix}{stat}{i}"] = a.add(f"{prefix}{stat}{i}", (C,), region=Region(role, group))
+    # layout order: master parameters, gradients, the step result, momenta
+    for prefix, role in (("W", Role.PARAM), ("G", Role.GRAD), ("R", Role.RESULT), ("M", Role.MOMENT1)):
+        if role is Role.RESULT:
+            t["result"] = a.add("result", (3,), region=RESULT)
             continue
-        for name, shape, region in PARAMS:
-            t[group + name] = a.add(group + name, shape, region=R[f"{group}_{region}"])
-    t["labels"] = a.add("labels", (N,), "int32", R.I_A_LABEL)
-    t["x"] = a.add("x", (N, H, H, C0), region=R.I_A_DATA)
+        for name, shape, group in PARAMS:
+            t[prefix + name] = a.add(prefix + name, shape, region=Region(role, group))
+    t["labels"] = a.add("labels", (N,), "int32", Region(Role.INPUT, A_LABEL))
+    t["x"] = a.add("x", (N, H, H, C0), region=Region(Role.INPUT, A_DATA))
     feat = {"c1": (N, H, H, C), "b1": (N, H, H, C), "r1": (N, H, H, C), "c2": (N, H, H, C), "b2": (N, H, H, C),
             "s": (N, H, H, C), "p": (N, H // 2, H // 2, C), "g": (N, 1, 1, C), "z": (N, 1, 1, K),
             "probs": (N, 1, 1, K)}
     for name, shape in feat.items():
-        t[name] = a.add(name, shape, region=R.F_FEATURE_FP32)
+        t[name] = a.add(name, shape, region=ACTIVATION_FP32)
     for name, shape in feat.items():
         if name != "probs":
-            t["d" + name] = a.add("d" + name, shape, region=R.F_GRAD_SLOT_FP32)
+            t["d" + name] = a.add("d" + name, shape, region=ACTIVATION_FP32)
     for name in ("sm1", "si1", "sm2", "si2"):
-        t[name] = a.add(name, (C,), region=R.S_SCALAR_FP32)
-    t["lr"] = a.add("lr", (1,), region=R.S_SCALAR_FP32)
-    t["one"] = a.add("one", (1,), region=R.S_SCALAR_FP32)
-    t["flag"] = a.add("flag", (1,), "int32", R.S_SCALAR_INT32)
-    t["mask1"] = a.add("mask1", (N, H, H, C), "int8", R.S_MASK)
-    t["pmask"] = a.add("pmask", (N, H // 2, H // 2, C), "int8", R.S_MASK)
+        t[name] = a.add(name, (C,), region=SCALAR_FP32)
+    t["lr"] = a.add("lr", (1,), region=SCALAR_FP32)
+    t["one"] = a.add("one", (1,), region=SCALAR_FP32)
+    t["flag"] = a.add("flag", (1,), "int32", SCALAR_INT32)
+    t["mask1"] = a.add("mask1", (N, H, H, C), "int8", MASK)
+    t["pmask"] = a.add("pmask", (N, H // 2, H // 2, C), "int8", MASK)
     be = a.allocate()
 
     def bn(i, x, y):
@@ -80,10 +101,9 @@ def _build():
         op("act_bwd", x=t["b1"], dy=t["dr1"], dx=t["db1"], mask=t["mask1"], kind="relu"),
         bn_bwd(1, "c1", "db1", "dc1"),
         op("conv_bwd", layer=0, x=t["x"], w=t["Ww1"], dy=t["dc1"], dw=t["Gw1"], padding=1),
-        op("range_optimizer", w=span(R.W_BN_BIAS, R.W_DEEP_CONV), g=span(R.G_BN_BIAS, R.G_DEEP_CONV),
-           m=span(R.M_BN_BIAS, R.M_DEEP_CONV), lr=t["lr"], flag=t["flag"], grad_scale=t["one"], rule="momentum",
-           beta1=0.9),
-        op("range_copy", src=span(R.B_NEXT_MEAN, R.B_NEXT_VAR), dst=span(R.B_PREV_MEAN, R.B_PREV_VAR)),
+        op("range_optimizer", w=Span.of(Role.PARAM), g=Span.of(Role.GRAD), m=Span.of(Role.MOMENT1), lr=t["lr"],
+           flag=t["flag"], grad_scale=t["one"], rule="momentum", beta1=0.9),
+        op("range_copy", src=Span.of(Role.RUNNING_NEXT), dst=Span.of(Role.RUNNING)),
     ]
     return be, t, be.capture("step", calls)
 

@@ -11,12 +11,12 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
-from backend_testkit import SimpleArena, op, run, span
+from backend_testkit import DEEP_CONV, RESULT, SimpleArena, op, run
 
 from tr.backend.base import Collective
 from tr.backend.cpu.collective import GlooCollective
 from tr.core.errors import BackendError, ConfigError
-from tr.core.region import Region as R
+from tr.core.memory import Region, Role, Span
 
 
 def _ranks(world: int, body: Callable[[GlooCollective], object]) -> list[object]:
@@ -102,12 +102,12 @@ def test_range_allreduce_mean_through_cpu_backends():
     """The gradient bucket and the step result reach the mean on every rank; the one-rank graph runs nothing."""
     def body(c: GlooCollective):
         a = SimpleArena()
-        g = a.add("g", (2, 1, 1, 3), region=R.G_DEEP_CONV)
-        res = a.add("result", (1, 1, 1, 3), region=R.R_RESULT)
+        g = a.add("g", (2, 1, 1, 3), region=Region(Role.GRAD, DEEP_CONV))
+        res = a.add("result", (1, 1, 1, 3), region=RESULT)
         be = a.allocate(collective=c)
         be.write(g, np.arange(6, dtype=np.float32) + 6 * c.rank)
         be.write(res, [c.rank, 1.0, 2.0 * c.rank])
-        run(be, op("range_allreduce_mean", span=span(R.G_DEEP_CONV, R.R_RESULT)))
+        run(be, op("range_allreduce_mean", span=Span.of(Role.GRAD, early=True) + Span.of(Role.RESULT)))
         return be.read(g).ravel(), be.read(res).ravel()
 
     for g, res in _ranks(2, body):

@@ -2,16 +2,28 @@
 
 Built from catalogued ops as a compiled plan would be: h2d_copy, fc_fwd with the fused relu epilogue,
 softmax-CE forward/backward, fc_bwd + act_bwd (relu recomputed from the layer output, dx written over dy),
-one range_optimizer over the FC bias..weight regions. Checked against the same model in PyTorch over
+one range_optimizer over the FC bias and weight regions (role PARAM). Checked against the same model in PyTorch over
 three steps (loss within 1e-5 relative, weights within 1e-5 of their scale). Its speed against PyTorch
 eager is a benchmark's (benchmarks/mlp_mnist_cpu.py): a timed verdict here failed on a loaded 2-core machine.
 """
 
 import numpy as np
 import torch
-from backend_testkit import SimpleArena, assert_close, op, span
+from backend_testkit import (
+    A_DATA,
+    A_LABEL,
+    ACTIVATION_FP32,
+    FC_B,
+    FC_W,
+    RESULT,
+    SCALAR_FP32,
+    SCALAR_INT32,
+    SimpleArena,
+    assert_close,
+    op,
+)
 
-from tr.core.region import Region as R
+from tr.core.memory import Region, Role, Span
 
 SIZES = (784, 1024, 512, 256, 10)
 BATCH = 128
@@ -21,23 +33,22 @@ def _build():
     a = SimpleArena()
     t = {}
     pairs = list(zip(SIZES, SIZES[1:]))
-    for prefix, region in (("", R.W_FC_BIAS), ("d", R.G_FC_BIAS)):  # biases, then weights, per region
+    for prefix, role in (("", Role.PARAM), ("d", Role.GRAD)):  # biases, then weights, per role
         for i, (_, fout) in enumerate(pairs):
-            t[f"{prefix}b{i}"] = a.add(f"{prefix}b{i}", (fout,), region=region)
-        wregion = R.W_FC_WEIGHT if region is R.W_FC_BIAS else R.G_FC_WEIGHT
+            t[f"{prefix}b{i}"] = a.add(f"{prefix}b{i}", (fout,), region=Region(role, FC_B))
         for i, (fin, fout) in enumerate(pairs):
-            t[f"{prefix}w{i}"] = a.add(f"{prefix}w{i}", (fout, 1, 1, fin), region=wregion)
-    t["result"] = a.add("result", (3,), region=R.R_RESULT)
-    t["labels"] = a.add("labels", (BATCH, 1, 1, 1), "int32", R.I_A_LABEL)
-    t["x"] = a.add("x", (BATCH, 28, 28, 1), region=R.I_A_DATA)
+            t[f"{prefix}w{i}"] = a.add(f"{prefix}w{i}", (fout, 1, 1, fin), region=Region(role, FC_W))
+    t["result"] = a.add("result", (3,), region=RESULT)
+    t["labels"] = a.add("labels", (BATCH, 1, 1, 1), "int32", Region(Role.INPUT, A_LABEL))
+    t["x"] = a.add("x", (BATCH, 28, 28, 1), region=Region(Role.INPUT, A_DATA))
     for i, f in enumerate(SIZES[1:]):
-        t[f"h{i}"] = a.add(f"h{i}", (BATCH, 1, 1, f), region=R.F_FEATURE_FP32)
-    t["probs"] = a.add("probs", (BATCH, 1, 1, 10), region=R.F_FEATURE_FP32)
+        t[f"h{i}"] = a.add(f"h{i}", (BATCH, 1, 1, f), region=ACTIVATION_FP32)
+    t["probs"] = a.add("probs", (BATCH, 1, 1, 10), region=ACTIVATION_FP32)
     for i, f in enumerate(SIZES[1:]):
-        t[f"dh{i}"] = a.add(f"dh{i}", (BATCH, 1, 1, f), region=R.F_GRAD_SLOT_FP32)
-    t["lr"] = a.add("lr", (1,), region=R.S_SCALAR_FP32)
-    t["scale"] = a.add("scale", (1,), region=R.S_SCALAR_FP32)
-    t["flag"] = a.add("flag", (1,), "int32", R.S_SCALAR_INT32)
+        t[f"dh{i}"] = a.add(f"dh{i}", (BATCH, 1, 1, f), region=ACTIVATION_FP32)
+    t["lr"] = a.add("lr", (1,), region=SCALAR_FP32)
+    t["scale"] = a.add("scale", (1,), region=SCALAR_FP32)
+    t["flag"] = a.add("flag", (1,), "int32", SCALAR_INT32)
     be = a.allocate()
     layers = len(SIZES) - 1
     calls = [op("h2d_copy", labels=t["labels"], data=t["x"], buffer=0)]
@@ -56,7 +67,7 @@ def _build():
         if i:
             calls.append(op("act_bwd", layer=i - 1, x=t[f"h{i - 1}"], dy=t[f"dh{i - 1}"], dx=t[f"dh{i - 1}"],
                             kind="relu"))
-    calls.append(op("range_optimizer", w=span(R.W_FC_BIAS, R.W_FC_WEIGHT), g=span(R.G_FC_BIAS, R.G_FC_WEIGHT),
+    calls.append(op("range_optimizer", w=Span.of(Role.PARAM), g=Span.of(Role.GRAD),
                     lr=t["lr"], flag=t["flag"], grad_scale=t["scale"], rule="sgd"))
     return be, t, be.capture("step", calls)
 

@@ -10,29 +10,30 @@ the data's scale after 10 FP32 steps.
 import numpy as np
 import pytest
 import torch
-from backend_testkit import SimpleArena, assert_close, op, span
+from backend_testkit import BN_B, DEEP_CONV, FC_B, FC_W, SCALAR_FP32, SCALAR_INT32, SimpleArena, assert_close, op
 
-from tr.core.region import Region as R
+from tr.core.memory import Region, Role, Span
 
-SHAPES = [((7,), "BN_BIAS"), ((5,), "FC_BIAS"), ((5, 1, 1, 9), "FC_WEIGHT"), ((4, 3, 3, 2), "DEEP_CONV")]
+SHAPES = [((7,), BN_B), ((5,), FC_B), ((5, 1, 1, 9), FC_W), ((4, 3, 3, 2), DEEP_CONV)]  # (shape, group)
+ROLES = {"W": Role.PARAM, "G": Role.GRAD, "M": Role.MOMENT1, "V": Role.MOMENT2}
 STEPS, SCALE, SKIP = 10, 4.0, 4
 
 
 def _arena():
     a = SimpleArena()
     t = {}
-    for group in ("W", "G", "M", "V"):
-        for shape, name in SHAPES:
-            t[group, name] = a.add(f"{group}_{name}", shape, "fp32", R[f"{group}_{name}"])
-    t["lr"] = a.add("lr", (1,), region=R.S_SCALAR_FP32)
-    t["scale"] = a.add("scale", (1,), region=R.S_SCALAR_FP32)
-    t["flag"] = a.add("flag", (1,), "int32", R.S_SCALAR_INT32)
-    t["step"] = a.add("step", (1,), "int32", R.S_SCALAR_INT32)
+    for key, role in ROLES.items():
+        for shape, group in SHAPES:
+            t[key, group] = a.add(f"{key}_{group.name}", shape, "fp32", Region(role, group))
+    t["lr"] = a.add("lr", (1,), region=SCALAR_FP32)
+    t["scale"] = a.add("scale", (1,), region=SCALAR_FP32)
+    t["flag"] = a.add("flag", (1,), "int32", SCALAR_INT32)
+    t["step"] = a.add("step", (1,), "int32", SCALAR_INT32)
     return a, t
 
 
-def _span(group):
-    return span(R[f"{group}_BN_BIAS"], R[f"{group}_DEEP_CONV"])
+def _span(key):
+    return Span.of(ROLES[key])
 
 
 def _drive(rule, flag_step=SKIP, **attrs):
@@ -146,10 +147,11 @@ def test_optimizer_rule_needs_its_moments():
 
 def _lars_arena():
     a = SimpleArena()
-    t = {"w": a.add("w", (6, 3, 3, 4), region=R.W_DEEP_CONV), "g": a.add("g", (6, 3, 3, 4), region=R.G_DEEP_CONV),
-         "m": a.add("m", (6, 3, 3, 4), region=R.M_DEEP_CONV), "ratio": a.add("ratio", (1,), region=R.N_DEEP_CONV),
-         "lr": a.add("lr", (1,), region=R.S_SCALAR_FP32), "scale": a.add("scale", (1,), region=R.S_SCALAR_FP32),
-         "flag": a.add("flag", (1,), "int32", R.S_SCALAR_INT32)}
+    t = {name: a.add(name, shape, region=Region(role, DEEP_CONV))
+         for name, shape, role in (("w", (6, 3, 3, 4), Role.PARAM), ("g", (6, 3, 3, 4), Role.GRAD),
+                                   ("m", (6, 3, 3, 4), Role.MOMENT1), ("ratio", (1,), Role.TRUST_RATIO))}
+    t |= {"lr": a.add("lr", (1,), region=SCALAR_FP32), "scale": a.add("scale", (1,), region=SCALAR_FP32),
+          "flag": a.add("flag", (1,), "int32", SCALAR_INT32)}
     return a, t
 
 

@@ -3,10 +3,10 @@ single-block update bit for bit (every rule is element-wise)."""
 
 import numpy as np
 import pytest
-from backend_testkit import SimpleArena, op, span
+from backend_testkit import FC_W, SCALAR_FP32, SCALAR_INT32, SimpleArena, op
 
 import tr.backend.cpu.ops.range.optimizer as opt_mod
-from tr.core.region import Region as R
+from tr.core.memory import Region, Role, Span
 
 N = 3 * opt_mod._BLOCK + 1234  # several blocks and a ragged tail
 
@@ -16,19 +16,20 @@ def _run(rule, monkeypatch, single):
         monkeypatch.setattr(opt_mod, "_BLOCK", 1 << 30)
         monkeypatch.setattr(opt_mod, "_threads", lambda: 1)
     a = SimpleArena()
-    t = {g: a.add(g, (N,), "fp32", R[f"{g}_FC_WEIGHT"]) for g in ("W", "G", "M", "V")}
-    for name, region in (("lr", R.S_SCALAR_FP32), ("scale", R.S_SCALAR_FP32)):
+    roles = {"W": Role.PARAM, "G": Role.GRAD, "M": Role.MOMENT1, "V": Role.MOMENT2}
+    t = {k: a.add(k, (N,), "fp32", Region(role, FC_W)) for k, role in roles.items()}
+    for name, region in (("lr", SCALAR_FP32), ("scale", SCALAR_FP32)):
         t[name] = a.add(name, (1,), region=region)
-    t["flag"] = a.add("flag", (1,), "int32", R.S_SCALAR_INT32)
-    t["step"] = a.add("step", (1,), "int32", R.S_SCALAR_INT32)
+    t["flag"] = a.add("flag", (1,), "int32", SCALAR_INT32)
+    t["step"] = a.add("step", (1,), "int32", SCALAR_INT32)
     be = a.allocate()
     rng = np.random.default_rng(3)
     be.write(t["W"], rng.standard_normal(N))
     be.write(t["scale"], [2.0])
     be.write(t["lr"], [0.01])
     adam = rule in ("adam", "adamw")
-    call = op("range_optimizer", w=span(R.W_FC_WEIGHT), g=span(R.G_FC_WEIGHT),
-              m=span(R.M_FC_WEIGHT) if rule != "sgd" else None, v=span(R.V_FC_WEIGHT) if adam else None,
+    call = op("range_optimizer", w=Span.of(Role.PARAM), g=Span.of(Role.GRAD),
+              m=Span.of(Role.MOMENT1) if rule != "sgd" else None, v=Span.of(Role.MOMENT2) if adam else None,
               lr=t["lr"], flag=t["flag"], grad_scale=t["scale"], step=t["step"] if adam else None, rule=rule,
               weight_decay=0.01)
     g = be.capture("OPTIMIZER", [call, op("scalar_increment", x=t["step"])])

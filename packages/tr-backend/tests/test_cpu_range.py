@@ -6,9 +6,27 @@ __float2half); EMA over 10 steps within 1e-6 of the float64 closed form.
 
 import numpy as np
 import pytest
-from backend_testkit import SimpleArena, assert_close, op, run, span
+from backend_testkit import (
+    BN_B,
+    BN_W,
+    DEEP_CONV,
+    FC_B,
+    FC_W,
+    FIRST_CONV,
+    FOLDED_SCALE,
+    MEAN,
+    RESULT,
+    RESULT_SUM,
+    SCALAR_FP32,
+    SCALAR_INT32,
+    VAR,
+    SimpleArena,
+    assert_close,
+    op,
+    run,
+)
 
-from tr.core.region import Region as R
+from tr.core.memory import Region, Role, Span
 
 
 def _rand(be, t, rng, scale=1.0):
@@ -17,16 +35,15 @@ def _rand(be, t, rng, scale=1.0):
 
 def test_range_clear_touches_only_its_span():
     a = SimpleArena()
-    before = a.add("before", (3,), region=R.W_EQ_SCALE)
-    inside = [a.add("bn_b", (5,), region=R.W_BN_BIAS), a.add("bn_w", (5,), region=R.W_BN_WEIGHT),
-              a.add("fc_b", (4,), region=R.W_FC_BIAS)]
-    after = a.add("after", (2, 1, 1, 3), region=R.W_FC_WEIGHT)
+    before = a.add("before", (3,), region=Region(Role.FOLDED, FOLDED_SCALE))
+    inside = [a.add(g.name, (n,), region=Region(Role.PARAM, g)) for g, n in ((BN_B, 5), (BN_W, 5), (FC_B, 4))]
+    after = a.add("after", (2, 1, 1, 3), region=Region(Role.PARAM, FC_W))
     be = a.allocate()
     rng = np.random.default_rng(0)
     for t in (before, *inside, after):
         _rand(be, t, rng)
     keep = be.read(before), be.read(after)
-    g = run(be, op("range_clear", span=span(R.W_BN_BIAS, R.W_FC_BIAS)))
+    g = run(be, op("range_clear", span=Span.of(Role.PARAM, decayed=False)))
     assert g.num_ops == 1
     for t in inside:
         assert not be.read(t).any()
@@ -36,23 +53,24 @@ def test_range_clear_touches_only_its_span():
 
 def test_range_copy_next_stats_to_prev():
     a = SimpleArena()
-    prev = [a.add("pm", (6,), region=R.B_PREV_MEAN), a.add("pv", (6,), region=R.B_PREV_VAR)]
-    nxt = [a.add("nm", (6,), region=R.B_NEXT_MEAN), a.add("nv", (6,), region=R.B_NEXT_VAR)]
+    prev = [a.add("pm", (6,), region=Region(Role.RUNNING, MEAN)), a.add("pv", (6,), region=Region(Role.RUNNING, VAR))]
+    nxt = [a.add("nm", (6,), region=Region(Role.RUNNING_NEXT, MEAN)),
+           a.add("nv", (6,), region=Region(Role.RUNNING_NEXT, VAR))]
     be = a.allocate()
     rng = np.random.default_rng(1)
     for t in prev + nxt:
         _rand(be, t, rng)
-    run(be, op("range_copy", src=span(R.B_NEXT_MEAN, R.B_NEXT_VAR), dst=span(R.B_PREV_MEAN, R.B_PREV_VAR)))
+    run(be, op("range_copy", src=Span.of(Role.RUNNING_NEXT), dst=Span.of(Role.RUNNING)))
     for p, n in zip(prev, nxt):
         np.testing.assert_array_equal(be.read(p), be.read(n))
 
 
 def test_range_cast_both_directions():
     shapes = [(4, 1, 1, 9), (8, 3, 3, 3), (6, 3, 3, 8)]
-    regions32 = [R.W_FC_WEIGHT, R.W_FIRST_CONV, R.W_DEEP_CONV]
-    regions16 = [R.A_FC_WEIGHT, R.A_FIRST_CONV, R.A_DEEP_CONV]
-    grads32 = [R.G_FC_WEIGHT, R.G_FIRST_CONV, R.G_DEEP_CONV]
-    grads16 = [R.G_FC_WEIGHT_FP16, R.G_FIRST_CONV_FP16, R.G_DEEP_CONV_FP16]
+    regions32 = [Region(Role.PARAM, FC_W), Region(Role.PARAM, FIRST_CONV), Region(Role.PARAM, DEEP_CONV)]
+    regions16 = [Region(Role.AMP_COPY, FC_W), Region(Role.AMP_COPY, FIRST_CONV), Region(Role.AMP_COPY, DEEP_CONV)]
+    grads32 = [Region(Role.GRAD, FC_W), Region(Role.GRAD, FIRST_CONV), Region(Role.GRAD, DEEP_CONV)]
+    grads16 = [Region(Role.GRAD_FP16, FC_W), Region(Role.GRAD_FP16, FIRST_CONV), Region(Role.GRAD_FP16, DEEP_CONV)]
     a = SimpleArena()
     w32 = [a.add(f"w{i}", s, "fp32", r) for i, (s, r) in enumerate(zip(shapes, regions32))]
     w16 = [a.add(f"a{i}", s, "fp16", r) for i, (s, r) in enumerate(zip(shapes, regions16))]
@@ -65,9 +83,9 @@ def test_range_cast_both_directions():
     be.write(w32[0], np.full(w32[0].shape.dims, 1e6))  # overflows FP16: inf, like __float2half
     for t in g16:
         _rand(be, t, rng)
-    run(be, op("range_cast", src=span(R.W_FC_WEIGHT, R.W_DEEP_CONV), dst=span(R.A_FC_WEIGHT, R.A_DEEP_CONV),
+    run(be, op("range_cast", src=Span.of(Role.PARAM, decayed=True), dst=Span.of(Role.AMP_COPY, decayed=True),
                src_dtype="fp32", dst_dtype="fp16"),
-        op("range_cast", src=span(R.G_FC_WEIGHT_FP16, R.G_DEEP_CONV_FP16), dst=span(R.G_FC_WEIGHT, R.G_DEEP_CONV),
+        op("range_cast", src=Span.of(Role.GRAD_FP16), dst=Span.of(Role.GRAD, decayed=True),
            src_dtype="fp16", dst_dtype="fp32"))
     for s, d in zip(w32, w16):  # element k of the FP32 range lines up with element k of the FP16 range
         with np.errstate(over="ignore"):
@@ -79,14 +97,14 @@ def test_range_cast_both_directions():
 
 def test_range_cast_bf16():
     a = SimpleArena()
-    src = a.add("src", (1, 1, 1, 6), "fp32", R.W_FC_WEIGHT)
-    dst = a.add("dst", (1, 1, 1, 6), "bf16", R.A_FC_WEIGHT)
-    back = a.add("back", (1, 1, 1, 6), "fp32", R.G_FC_WEIGHT)
+    src = a.add("src", (1, 1, 1, 6), "fp32", Region(Role.PARAM, FC_W))
+    dst = a.add("dst", (1, 1, 1, 6), "bf16", Region(Role.AMP_COPY, FC_W))
+    back = a.add("back", (1, 1, 1, 6), "fp32", Region(Role.GRAD, FC_W))
     be = a.allocate()
     vals = np.array([1.0, -2.5, 1.00390625, 1.01171875, 3.0e38, np.nan], np.float32)
     be.write(src, vals)
-    run(be, op("range_cast", src=span(R.W_FC_WEIGHT), dst=span(R.A_FC_WEIGHT), src_dtype="fp32", dst_dtype="bf16"),
-        op("range_cast", src=span(R.A_FC_WEIGHT), dst=span(R.G_FC_WEIGHT), src_dtype="bf16", dst_dtype="fp32"))
+    run(be, op("range_cast", src=Span.of(Role.PARAM), dst=Span.of(Role.AMP_COPY), src_dtype="fp32", dst_dtype="bf16"),
+        op("range_cast", src=Span.of(Role.AMP_COPY), dst=Span.of(Role.GRAD), src_dtype="bf16", dst_dtype="fp32"))
     bits = be.read(dst).ravel()
     # 1.00390625 is halfway between bf16 1.0 and 1.0078125: ties go to even (1.0); 1.01171875 -> 1.015625
     np.testing.assert_array_equal(bits[:4], [0x3F80, 0xC020, 0x3F80, 0x3F82])
@@ -97,11 +115,11 @@ def test_range_cast_bf16():
 
 def test_range_check_finite_flag_and_clip():
     a = SimpleArena()
-    g = [a.add("g0", (10,), region=R.G_BN_BIAS), a.add("g1", (2, 1, 1, 5), region=R.G_FC_WEIGHT)]
-    flag = a.add("flag", (1,), "int32", R.S_SCALAR_INT32)
+    g = [a.add("g0", (10,), region=Region(Role.GRAD, BN_B)), a.add("g1", (2, 1, 1, 5), region=Region(Role.GRAD, FC_W))]
+    flag = a.add("flag", (1,), "int32", SCALAR_INT32)
     be = a.allocate()
     rng = np.random.default_rng(3)
-    s = span(R.G_BN_BIAS, R.G_DEEP_CONV)
+    s = Span.of(Role.GRAD)
     check = be.capture("check", [op("range_check_finite", span=s, flag=flag)])
     clip = be.capture("clip", [op("range_check_finite", span=s, flag=flag, clip=0.5)])
     for t in g:
@@ -126,13 +144,13 @@ def test_range_check_finite_flag_and_clip():
 
 def test_range_scale():
     a = SimpleArena()
-    g = a.add("g", (3, 1, 1, 4), region=R.G_FC_WEIGHT)
-    f = a.add("f", (1,), region=R.S_SCALAR_FP32)
+    g = a.add("g", (3, 1, 1, 4), region=Region(Role.GRAD, FC_W))
+    f = a.add("f", (1,), region=SCALAR_FP32)
     be = a.allocate()
     _rand(be, g, np.random.default_rng(4))
     be.write(f, [0.125])
     g0 = be.read(g)
-    run(be, op("range_scale", span=span(R.G_FC_WEIGHT), factor=f))
+    run(be, op("range_scale", span=Span.of(Role.GRAD), factor=f))
     np.testing.assert_array_equal(be.read(g), g0 * np.float32(0.125))
 
 
@@ -152,34 +170,33 @@ class _FakeCollective:
 
 def test_range_allreduce_mean_identity_and_hook():
     a = SimpleArena()
-    g = a.add("g", (4,), region=R.G_DEEP_CONV)
+    g = a.add("g", (4,), region=Region(Role.GRAD, DEEP_CONV))
     be = a.allocate()
     be.write(g, [1.0, 2.0, 3.0, 4.0])
-    graph = run(be, op("range_allreduce_mean", span=span(R.G_DEEP_CONV, R.R_RESULT)))
+    graph = run(be, op("range_allreduce_mean", span=Span.of(Role.GRAD, early=True) + Span.of(Role.RESULT)))
     assert graph.num_ops == 1 and len(graph.steps) == 0  # one rank: nothing to run
     np.testing.assert_array_equal(be.read(g).ravel(), [1, 2, 3, 4])
 
     coll = _FakeCollective(3.0)
     a2 = SimpleArena()
-    g2 = a2.add("g", (4,), region=R.G_DEEP_CONV)
+    g2 = a2.add("g", (4,), region=Region(Role.GRAD, DEEP_CONV))
     backend = a2.allocate(collective=coll)
     backend.write(g2, [1.0, 2.0, 3.0, 5.0])
-    run(backend, op("range_allreduce_mean", span=span(R.G_DEEP_CONV)))
+    run(backend, op("range_allreduce_mean", span=Span.of(Role.GRAD, early=True)))
     assert coll.calls == 1
     np.testing.assert_array_equal(backend.read(g2).ravel(), [2, 2.5, 3, 4])
 
 
 def test_range_ema_ten_steps():
     a = SimpleArena()
-    w = [a.add("w0", (6,), region=R.W_BN_BIAS), a.add("w1", (3, 1, 1, 4), region=R.W_FC_WEIGHT)]
-    e = [a.add("e0", (6,), region=R.E_BN_BIAS), a.add("e1", (3, 1, 1, 4), region=R.E_FC_WEIGHT)]
+    w = [a.add("w0", (6,), region=Region(Role.PARAM, BN_B)), a.add("w1", (3, 1, 1, 4), region=Region(Role.PARAM, FC_W))]
+    e = [a.add("e0", (6,), region=Region(Role.EMA, BN_B)), a.add("e1", (3, 1, 1, 4), region=Region(Role.EMA, FC_W))]
     be = a.allocate()
     rng = np.random.default_rng(5)
     for t in e:
         _rand(be, t, rng)
     ref = [be.read(t).astype(np.float64) for t in e]
-    g = be.capture("ema", [op("range_ema", src=span(R.W_BN_BIAS, R.W_FC_WEIGHT), dst=span(R.E_BN_BIAS, R.E_FC_WEIGHT),
-                              decay=0.9)])
+    g = be.capture("ema", [op("range_ema", src=Span.of(Role.PARAM), dst=Span.of(Role.EMA), decay=0.9)])
     for _ in range(10):
         for t in w:
             _rand(be, t, rng)
@@ -191,14 +208,14 @@ def test_range_ema_ten_steps():
 
 def test_range_ema_flag_skips():
     a = SimpleArena()
-    w = a.add("w0", (6,), region=R.W_BN_BIAS)
-    e = a.add("e0", (6,), region=R.E_BN_BIAS)
-    flag = a.add("flag", (1,), "int32", R.S_SCALAR_INT32)
+    w = a.add("w0", (6,), region=Region(Role.PARAM, BN_B))
+    e = a.add("e0", (6,), region=Region(Role.EMA, BN_B))
+    flag = a.add("flag", (1,), "int32", SCALAR_INT32)
     be = a.allocate()
     rng = np.random.default_rng(6)
     _rand(be, w, rng)
     _rand(be, e, rng)
-    g = be.capture("ema", [op("range_ema", src=span(R.W_BN_BIAS), dst=span(R.E_BN_BIAS), flag=flag, decay=0.5)])
+    g = be.capture("ema", [op("range_ema", src=Span.of(Role.PARAM), dst=Span.of(Role.EMA), flag=flag, decay=0.5)])
     before = be.read(e).copy()
     be.write(flag, [1])  # a skipped step: the EMA does not move
     be.launch(g)
@@ -210,9 +227,9 @@ def test_range_ema_flag_skips():
 
 def test_accum_metrics():
     a = SimpleArena()
-    result = a.add("result", (3,), region=R.R_RESULT)
-    batch = a.add("batch", (1,), region=R.S_SCALAR_FP32)
-    accum = a.add("acc", (3,), region=R.R_RESULT_ACCUMULATED)
+    result = a.add("result", (3,), region=RESULT)
+    batch = a.add("batch", (1,), region=SCALAR_FP32)
+    accum = a.add("acc", (3,), region=RESULT_SUM)
     be = a.allocate()
     g = be.capture("acc", [op("accum_metrics", result=result, accum=accum, batch=batch)])
     total = np.zeros(3)
@@ -226,22 +243,23 @@ def test_accum_metrics():
 
 def test_span_length_mismatch_is_a_capture_error():
     a = SimpleArena()
-    a.add("w", (6,), region=R.W_BN_BIAS)
-    a.add("e", (2, 1, 1, 600), region=R.E_BN_BIAS)
+    a.add("w", (6,), region=Region(Role.PARAM, BN_B))
+    a.add("e", (2, 1, 1, 600), region=Region(Role.EMA, BN_B))
     be = a.allocate()
     with pytest.raises(Exception, match=r"graph 'ema', op #0 range_ema \(no layer\): span src has"):
-        be.capture("ema", [op("range_ema", src=span(R.W_BN_BIAS), dst=span(R.E_BN_BIAS), decay=0.5)])
+        be.capture("ema", [op("range_ema", src=Span.of(Role.PARAM), dst=Span.of(Role.EMA), decay=0.5)])
 
 
 def test_range_check_finite_accumulate_ors_into_the_flag():
     # The BN running statistics join the gradients' flag: a second check must not clear it.
     a = SimpleArena()
-    stats = [a.add("nm", (4,), region=R.B_NEXT_MEAN), a.add("nv", (4,), region=R.B_NEXT_VAR)]
-    g = a.add("g", (8,), region=R.G_BN_BIAS)
-    flag = a.add("flag", (1,), "int32", R.S_SCALAR_INT32)
+    stats = [a.add("nm", (4,), region=Region(Role.RUNNING_NEXT, MEAN)),
+             a.add("nv", (4,), region=Region(Role.RUNNING_NEXT, VAR))]
+    g = a.add("g", (8,), region=Region(Role.GRAD, BN_B))
+    flag = a.add("flag", (1,), "int32", SCALAR_INT32)
     be = a.allocate()
-    both = be.capture("check", [op("range_check_finite", span=span(R.G_BN_BIAS), flag=flag),
-                                op("range_check_finite", span=span(R.B_NEXT_MEAN, R.B_NEXT_VAR), flag=flag,
+    both = be.capture("check", [op("range_check_finite", span=Span.of(Role.GRAD), flag=flag),
+                                op("range_check_finite", span=Span.of(Role.RUNNING_NEXT), flag=flag,
                                    accumulate=True)])
     be.write(g, np.ones(8))
     for t in stats:
@@ -262,11 +280,11 @@ def test_range_check_finite_accumulate_ors_into_the_flag():
 
 def test_accum_metrics_skips_flagged_steps_and_counts_samples():
     a = SimpleArena()
-    result = a.add("result", (3,), region=R.R_RESULT)
-    batch = a.add("batch", (1,), region=R.S_SCALAR_FP32)
-    flag = a.add("flag", (1,), "int32", R.S_SCALAR_INT32)
-    accum = a.add("acc", (3,), region=R.R_RESULT_ACCUMULATED)
-    samples = a.add("samples", (1,), region=R.R_RESULT_ACCUMULATED)
+    result = a.add("result", (3,), region=RESULT)
+    batch = a.add("batch", (1,), region=SCALAR_FP32)
+    flag = a.add("flag", (1,), "int32", SCALAR_INT32)
+    accum = a.add("acc", (3,), region=RESULT_SUM)
+    samples = a.add("samples", (1,), region=RESULT_SUM)
     be = a.allocate()
     g = be.capture("acc", [op("accum_metrics", result=result, accum=accum, batch=batch, flag=flag, samples=samples)])
     total, n_total = np.zeros(3), 0

@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
-from backend_testkit import SimpleArena, op
+from backend_testkit import A_DATA, A_LABEL, B_DATA, B_LABEL, SimpleArena, op
 
-from tr.core.region import Region
+from tr.core.memory import Region, Role
 
 
 def _buffers(b, shape, dtype=np.float32):
@@ -15,8 +15,10 @@ def _buffers(b, shape, dtype=np.float32):
 
 def test_h2d_copy_full_and_last_batch():
     a = SimpleArena()
-    la, da = a.add("la", (4, 1, 1, 1), "int32", Region.I_A_LABEL), a.add("da", (4, 3, 3, 2), "fp32", Region.I_A_DATA)
-    lb, db = a.add("lb", (3, 1, 1, 1), "int32", Region.I_B_LABEL), a.add("db", (3, 3, 3, 2), "fp32", Region.I_B_DATA)
+    la = a.add("la", (4, 1, 1, 1), "int32", Region(Role.INPUT, A_LABEL))
+    da = a.add("da", (4, 3, 3, 2), "fp32", Region(Role.INPUT, A_DATA))
+    lb = a.add("lb", (3, 1, 1, 1), "int32", Region(Role.INPUT, B_LABEL))
+    db = a.add("db", (3, 3, 3, 2), "fp32", Region(Role.INPUT, B_DATA))
     be = a.allocate()
     ga = be.capture("TRANSFER_A", [op("h2d_copy", labels=la, data=da, buffer=0)])
     gb = be.capture("TRANSFER_B", [op("h2d_copy", labels=lb, data=db, buffer=1)])

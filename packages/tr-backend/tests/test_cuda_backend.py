@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from backend_testkit import op, span
+from backend_testkit import A_DATA, A_LABEL, B_DATA, B_LABEL, SCALAR_FP32, TEMP_FP32, op
 from cuda_testkit import Twin, cuda_backend
 
 from tr.backend import registry
@@ -17,8 +17,8 @@ from tr.backend.cuda import cuda_status, is_available
 from tr.backend.cuda import ops as ops_package
 from tr.backend.cuda.native import load_native
 from tr.core.errors import BackendError, DeviceUnavailableError, OutOfMemoryError, ShapeError
+from tr.core.memory import Region, Role, Span
 from tr.core.ops import CATALOGUE
-from tr.core.region import Region as R
 from tr.tensor.layout import ArenaLayout
 
 native = load_native().module
@@ -84,7 +84,7 @@ def test_auto_backend_is_cuda_and_arena_round_trips():
 def test_plan_larger_than_free_memory_raises_before_allocating():
     be = cuda_backend()
     huge = 1 << 44  # 16 TiB
-    regions = {r: (0, huge) if r == R(0) else (huge, huge) for r in R}
+    regions = {TEMP_FP32: (0, huge)}
     free = be.native.free_memory(0)
     with pytest.raises(OutOfMemoryError) as info:
         be.allocate(ArenaLayout(huge, regions))
@@ -109,13 +109,13 @@ def test_binding_error_names_graph_op_and_layer():
 @pytest.mark.gpu
 def test_capture_failure_names_graph_op_and_layer(monkeypatch):
     tw = Twin()
-    tw.add("s", (4,), "fp32", R.S_SCALAR_FP32)
+    tw.add("s", (4,), "fp32", SCALAR_FP32)
     tw.add("x", (4,))
     tw.add("y", (4,))
     tw.allocate()
     table = registry._OPS["cuda"]
     monkeypatch.setitem(table, "copy", lambda b: b.native("debug_invalid_launch"))
-    calls = [op("range_clear", span=span(R.S_SCALAR_FP32)), op("copy", layer=7, label="skip", x=tw["x"], y=tw["y"])]
+    calls = [op("range_clear", span=Span.of(Role.SCALAR)), op("copy", layer=7, label="skip", x=tw["x"], y=tw["y"])]
     with pytest.raises(BackendError, match=r"graph 'deep', op #1 copy \(layer 7, skip\): capture failed: .*invalid"):
         tw.gpu.capture("deep", calls)
     monkeypatch.undo()
@@ -128,8 +128,8 @@ def test_capture_failure_names_graph_op_and_layer(monkeypatch):
 @pytest.mark.gpu
 def test_launch_without_host_buffers_fails_clearly():
     tw = Twin()
-    tw.add("labels", (4, 1, 1, 1), "int32", R.I_A_LABEL)
-    tw.add("x", (4, 2, 2, 1), "fp32", R.I_A_DATA)
+    tw.add("labels", (4, 1, 1, 1), "int32", Region(Role.INPUT, A_LABEL))
+    tw.add("x", (4, 2, 2, 1), "fp32", Region(Role.INPUT, A_DATA))
     tw.allocate()
     g = tw.gpu.capture("xfer", [op("h2d_copy", labels=tw["labels"], data=tw["x"], buffer=0)])
     with pytest.raises(BackendError, match="no host buffers are bound"):
@@ -138,10 +138,10 @@ def test_launch_without_host_buffers_fails_clearly():
 
 def _h2d_twin():
     tw = Twin()
-    tw.add("labels", (4, 1, 1, 1), "int32", R.I_A_LABEL)
-    tw.add("x", (4, 3, 2, 1), "fp32", R.I_A_DATA)
-    tw.add("labels_b", (3, 1, 1, 1), "int32", R.I_B_LABEL)
-    tw.add("x_b", (3, 3, 2, 1), "fp32", R.I_B_DATA)
+    tw.add("labels", (4, 1, 1, 1), "int32", Region(Role.INPUT, A_LABEL))
+    tw.add("x", (4, 3, 2, 1), "fp32", Region(Role.INPUT, A_DATA))
+    tw.add("labels_b", (3, 1, 1, 1), "int32", Region(Role.INPUT, B_LABEL))
+    tw.add("x_b", (3, 3, 2, 1), "fp32", Region(Role.INPUT, B_DATA))
     return tw.allocate()
 
 
@@ -204,13 +204,11 @@ def test_events_order_streams_and_launch_counters():
 @pytest.mark.gpu
 def test_cupy_view_is_zero_copy():
     cupy = pytest.importorskip("cupy")
-    from backend_testkit import SimpleArena
+    from backend_testkit import ACTIVATION_FP32, SimpleArena
 
     from tr.backend.cuda import CudaBackend
-    from tr.core.region import Region
-
     a = SimpleArena()
-    t = a.add("x", (2, 3, 4, 5), "fp32", Region.F_FEATURE_FP32)
+    t = a.add("x", (2, 3, 4, 5), "fp32", ACTIVATION_FP32)
     be = CudaBackend()
     be.allocate(a.layout())
     be.write(t, np.arange(120, dtype=np.float32))

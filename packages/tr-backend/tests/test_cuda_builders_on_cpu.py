@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from backend_testkit import SimpleArena, op, span
+from backend_testkit import FC_W, SCALAR_FP32, SCALAR_INT32, SimpleArena, op
 
 from tr.backend.checks import where
 from tr.backend.cuda.binder import DTYPE_CODES, CudaBinder
@@ -19,8 +19,8 @@ from tr.backend.registry import op_impls
 from tr.backend.rules.image import GEOM_COLS
 from tr.core.dtype import DType
 from tr.core.errors import TrError
+from tr.core.memory import Region, Role, Span
 from tr.core.ops import CATALOGUE
-from tr.core.region import Region
 
 
 class _Native:
@@ -146,32 +146,31 @@ def test_image_builder_passes_the_coefficients():
 
 def test_range_builders_size_their_spans_from_the_layout():
     a = SimpleArena()
-    R = Region
-    for name, n, dt, region in (("w", 300, "fp32", R.W_FC_WEIGHT), ("e", 300, "fp32", R.E_FC_WEIGHT),
-                                ("h", 300, "fp16", R.A_FC_WEIGHT), ("g", 300, "fp32", R.G_FC_WEIGHT),
-                                ("m", 300, "fp32", R.M_FC_WEIGHT), ("v", 300, "fp32", R.V_FC_WEIGHT),
-                                ("lr", 1, "fp32", R.S_SCALAR_FP32), ("scale", 1, "fp32", R.S_SCALAR_FP32),
-                                ("flag", 1, "int32", R.S_SCALAR_INT32), ("step", 1, "int32", R.S_SCALAR_INT32)):
+    for name, role, dt in (("w", Role.PARAM, "fp32"), ("e", Role.EMA, "fp32"), ("h", Role.AMP_COPY, "fp16"),
+                           ("g", Role.GRAD, "fp32"), ("m", Role.MOMENT1, "fp32"), ("v", Role.MOMENT2, "fp32")):
+        a.add(name, (300,), dt, Region(role, FC_W))
+    for name, n, dt, region in (("lr", 1, "fp32", SCALAR_FP32), ("scale", 1, "fp32", SCALAR_FP32),
+                                ("flag", 1, "int32", SCALAR_INT32), ("step", 1, "int32", SCALAR_INT32)):
         a.add(name, (n,), dt, region)
     lay = a.layout()
-    w, n = span(Region.W_FC_WEIGHT), lay.region_bytes(Region.W_FC_WEIGHT) // 4
-    opt = op("range_optimizer", w=w, g=span(Region.G_FC_WEIGHT), m=span(Region.M_FC_WEIGHT), v=span(Region.V_FC_WEIGHT),
+    w, n = Span.of(Role.PARAM), lay.region_bytes(Region(Role.PARAM, FC_W)) // 4
+    opt = op("range_optimizer", w=w, g=Span.of(Role.GRAD), m=Span.of(Role.MOMENT1), v=Span.of(Role.MOMENT2),
              lr=a["lr"], flag=a["flag"], grad_scale=a["scale"], step=a["step"], rule="adamw", weight_decay=0.01)
     name, ptrs, ints, floats = build(opt, lay)
     assert name == "range_optimizer" and set(ptrs) == {"w", "g", "m", "v", "lr", "flag", "grad_scale", "step"}
     assert ints["n"] == n and floats["weight_decay"] == pytest.approx(0.01)
-    _, _, ints, _ = build(op("range_cast", src=w, dst=span(Region.A_FC_WEIGHT), src_dtype=DType.FP32,
+    _, _, ints, _ = build(op("range_cast", src=w, dst=Span.of(Role.AMP_COPY), src_dtype=DType.FP32,
                              dst_dtype=DType.FP16), lay)
     assert ints["n"] == n
-    _, _, ints, floats = build(op("range_ema", src=w, dst=span(Region.E_FC_WEIGHT), flag=a["flag"], decay=0.9), lay)
+    _, _, ints, floats = build(op("range_ema", src=w, dst=Span.of(Role.EMA), flag=a["flag"], decay=0.9), lay)
     assert ints["n"] == n and floats["decay"] == pytest.approx(0.9)
-    _, _, ints, _ = build(op("range_copy", src=w, dst=span(Region.E_FC_WEIGHT)), lay)
+    _, _, ints, _ = build(op("range_copy", src=w, dst=Span.of(Role.EMA)), lay)
     assert ints["nbytes"] == 4 * n
     _ARENAS.append(a)
-    bad = op("range_optimizer", w=w, g=span(Region.G_FC_WEIGHT), lr=a["lr"], flag=a["flag"],
+    bad = op("range_optimizer", w=w, g=Span.of(Role.GRAD), lr=a["lr"], flag=a["flag"],
              grad_scale=a["scale"], rule="momentum")
     assert refusal("cuda", bad) == refusal("cpu", bad) == "rule 'momentum' needs argument 'm'"
-    short = op("range_ema", src=w, dst=span(Region.A_FC_WEIGHT), decay=0.5)
+    short = op("range_ema", src=w, dst=Span.of(Role.AMP_COPY), decay=0.5)
     assert refusal("cuda", short) == refusal("cpu", short)
 
 

@@ -13,10 +13,10 @@ import time
 
 import numpy as np
 import pytest
-from backend_testkit import op, span
+from backend_testkit import A_DATA, A_LABEL, ACTIVATION_FP32, FC_B, FC_W, RESULT, SCALAR_FP32, SCALAR_INT32, op
 from cuda_testkit import Twin, close
 
-from tr.core.region import Region as R
+from tr.core.memory import Region, Role, Span
 
 pytestmark = pytest.mark.gpu
 
@@ -29,24 +29,24 @@ def _build(tf32: bool = False) -> tuple[Twin, list]:
     tw = Twin(use_tf32=tf32)
     pairs = list(zip(SIZES, SIZES[1:]))
     for i, (_, fout) in enumerate(pairs):
-        tw.add(f"b{i}", (fout,), "fp32", R.W_FC_BIAS)
+        tw.add(f"b{i}", (fout,), "fp32", Region(Role.PARAM, FC_B))
     for i, (fin, fout) in enumerate(pairs):
-        tw.add(f"w{i}", (fout, 1, 1, fin), "fp32", R.W_FC_WEIGHT)
+        tw.add(f"w{i}", (fout, 1, 1, fin), "fp32", Region(Role.PARAM, FC_W))
     for i, (_, fout) in enumerate(pairs):
-        tw.add(f"db{i}", (fout,), "fp32", R.G_FC_BIAS)
+        tw.add(f"db{i}", (fout,), "fp32", Region(Role.GRAD, FC_B))
     for i, (fin, fout) in enumerate(pairs):
-        tw.add(f"dw{i}", (fout, 1, 1, fin), "fp32", R.G_FC_WEIGHT)
-    tw.add("result", (3,), "fp32", R.R_RESULT)
-    tw.add("labels", (BATCH, 1, 1, 1), "int32", R.I_A_LABEL)
-    tw.add("x", (BATCH, 28, 28, 1), "fp32", R.I_A_DATA)
+        tw.add(f"dw{i}", (fout, 1, 1, fin), "fp32", Region(Role.GRAD, FC_W))
+    tw.add("result", (3,), "fp32", RESULT)
+    tw.add("labels", (BATCH, 1, 1, 1), "int32", Region(Role.INPUT, A_LABEL))
+    tw.add("x", (BATCH, 28, 28, 1), "fp32", Region(Role.INPUT, A_DATA))
     for i, f in enumerate(SIZES[1:]):
-        tw.add(f"h{i}", (BATCH, 1, 1, f), "fp32", R.F_FEATURE_FP32)
-    tw.add("probs", (BATCH, 1, 1, 10), "fp32", R.F_FEATURE_FP32)
+        tw.add(f"h{i}", (BATCH, 1, 1, f), "fp32", ACTIVATION_FP32)
+    tw.add("probs", (BATCH, 1, 1, 10), "fp32", ACTIVATION_FP32)
     for i, f in enumerate(SIZES[1:]):
-        tw.add(f"dh{i}", (BATCH, 1, 1, f), "fp32", R.F_GRAD_SLOT_FP32)
-    tw.add("lr", (1,), "fp32", R.S_SCALAR_FP32)
-    tw.add("scale", (1,), "fp32", R.S_SCALAR_FP32)
-    tw.add("flag", (1,), "int32", R.S_SCALAR_INT32)
+        tw.add(f"dh{i}", (BATCH, 1, 1, f), "fp32", ACTIVATION_FP32)
+    tw.add("lr", (1,), "fp32", SCALAR_FP32)
+    tw.add("scale", (1,), "fp32", SCALAR_FP32)
+    tw.add("flag", (1,), "int32", SCALAR_INT32)
     tw.allocate()
     t = tw.arena.tensors
     calls = [op("h2d_copy", labels=t["labels"], data=t["x"], buffer=0)]
@@ -65,7 +65,7 @@ def _build(tf32: bool = False) -> tuple[Twin, list]:
         if i:
             calls.append(op("act_bwd", layer=i - 1, x=t[f"h{i - 1}"], dy=t[f"dh{i - 1}"], dx=t[f"dh{i - 1}"],
                             kind="relu"))
-    calls.append(op("range_optimizer", w=span(R.W_FC_BIAS, R.W_FC_WEIGHT), g=span(R.G_FC_BIAS, R.G_FC_WEIGHT),
+    calls.append(op("range_optimizer", w=Span.of(Role.PARAM), g=Span.of(Role.GRAD),
                     lr=t["lr"], flag=t["flag"], grad_scale=t["scale"], rule="sgd"))
     return tw, calls
 

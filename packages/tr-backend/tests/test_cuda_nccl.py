@@ -11,18 +11,18 @@ import sys
 
 import numpy as np
 import pytest
-from backend_testkit import op, span
+from backend_testkit import FC_B, FC_W, op
 from cuda_testkit import Twin
 
 from tr.backend.cuda.native import load_native
 from tr.backend.cuda.nccl import NcclCollective, nccl_candidates
 from tr.core.errors import BackendError, ConfigError, DeviceUnavailableError
-from tr.core.region import Region as R
+from tr.core.memory import Region, Role, Span
 
 native = load_native().module
 needs_nccl_build = pytest.mark.skipif(native is None or not hasattr(native, "NcclComm"),
                                       reason="extension built without the CUDA ops")
-G_SPAN = span(R.G_FC_BIAS, R.G_FC_WEIGHT)
+G_SPAN = Span.of(Role.GRAD)
 
 
 # --- no device needed ----------------------------------------------------------------------------------
@@ -89,8 +89,8 @@ def test_one_rank_allreduce_through_nccl_is_captured_and_bitwise_identity():
     nccl = NcclCollective.from_store(store, 0)
     assert len(store.data["tr/nccl/uid"]) == 128 and nccl.world_size == 1 and nccl.handle != 0
     tw = Twin(nccl=nccl)
-    tw.add("gb", (70,), "fp32", R.G_FC_BIAS)
-    tw.add("gw", (70, 1, 1, 50), "fp32", R.G_FC_WEIGHT)
+    tw.add("gb", (70,), "fp32", Region(Role.GRAD, FC_B))
+    tw.add("gw", (70, 1, 1, 50), "fp32", Region(Role.GRAD, FC_W))
     tw.allocate()
     before = {n: tw.fill(n) for n in ("gb", "gw")}
     assert tw.gpu.world_size == 1 and tw.gpu.nccl is nccl
@@ -110,7 +110,7 @@ def test_without_nccl_more_than_one_rank_fails_at_capture():
         rank, world_size = 0, 2
 
     tw = Twin(collective=TwoRanks())
-    tw.add("gb", (70,), "fp32", R.G_FC_BIAS)
+    tw.add("gb", (70,), "fp32", Region(Role.GRAD, FC_B))
     tw.allocate()
     with pytest.raises(BackendError, match="over 2 ranks needs an NCCL communicator"):
         tw.gpu.capture("comm", [op("range_allreduce_mean", span=G_SPAN)])

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from backend_testkit import op, span
+from backend_testkit import MEAN, RESULT, RESULT_SUM, SCALAR_FP32, SCALAR_INT32, VAR, op
 from cuda_testkit import Twin
 
-from tr.core.region import Region as R
+from tr.core.memory import Region, Role, Span
 
 pytestmark = pytest.mark.gpu
 
@@ -47,15 +47,15 @@ def test_softmax_ce_rows_with_nan_or_inf_are_misses(k):
 
 def _scalars() -> Twin:
     tw = Twin()
-    tw.add("nm", (6,), "fp32", R.B_NEXT_MEAN)
-    tw.add("nv", (6,), "fp32", R.B_NEXT_VAR)
-    tw.add("result", (3,), "fp32", R.R_RESULT)
-    tw.add("scale", (1,), "fp32", R.S_SCALAR_FP32)
-    tw.add("batch", (1,), "fp32", R.S_SCALAR_FP32)
-    tw.add("flag", (1,), "int32", R.S_SCALAR_INT32)
-    tw.add("tracker", (1,), "int32", R.S_SCALAR_INT32)
-    tw.add("accum", (3,), "fp32", R.R_RESULT_ACCUMULATED)
-    tw.add("samples", (1,), "fp32", R.R_RESULT_ACCUMULATED)
+    tw.add("nm", (6,), "fp32", Region(Role.RUNNING_NEXT, MEAN))
+    tw.add("nv", (6,), "fp32", Region(Role.RUNNING_NEXT, VAR))
+    tw.add("result", (3,), "fp32", RESULT)
+    tw.add("scale", (1,), "fp32", SCALAR_FP32)
+    tw.add("batch", (1,), "fp32", SCALAR_FP32)
+    tw.add("flag", (1,), "int32", SCALAR_INT32)
+    tw.add("tracker", (1,), "int32", SCALAR_INT32)
+    tw.add("accum", (3,), "fp32", RESULT_SUM)
+    tw.add("samples", (1,), "fp32", RESULT_SUM)
     tw.allocate()
     for name in ("nm", "result", "accum"):
         tw.fill(name)
@@ -74,7 +74,7 @@ def test_range_check_finite_accumulate(preset, poison):
         v[3] = poison
         tw.write("nv", v)
     tw.write("flag", [preset])
-    tw.run(op("range_check_finite", span=span(R.B_NEXT_MEAN, R.B_NEXT_VAR), flag=tw["flag"], accumulate=True))
+    tw.run(op("range_check_finite", span=Span.of(Role.RUNNING_NEXT), flag=tw["flag"], accumulate=True))
     _exact(tw, "flag")
     assert int(tw.gpu.read(tw["flag"]).ravel()[0]) == int(preset or poison is not None)
 

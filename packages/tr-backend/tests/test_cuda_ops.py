@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from backend_testkit import op, span
+from backend_testkit import FC_B, FC_W, RESULT, RESULT_SUM, SCALAR_FP32, SCALAR_INT32, op
 from cuda_testkit import Twin, close, rel_norm
 
+from tr.core.memory import Region, Role, Span
 from tr.core.ops import ACTIVATIONS, OPTIMIZER_RULES
-from tr.core.region import Region as R
 
 pytestmark = pytest.mark.gpu
 
@@ -253,26 +253,27 @@ def test_copy_accumulate_flatten_channel_pad_add():
 
 # --- range ops ---------------------------------------------------------------------------------------------
 def _ranges(sizes=((70,), (70, 1, 1, 50))):
-    """Bias-like and weight tensors in W, G, M, V regions (FP32), their FP16 twins in A, and scalars."""
+    """Bias-like and weight tensors in PARAM, GRAD, MOMENT1, MOMENT2 regions (FP32), the weights' FP16 twins in
+    AMP_COPY, and scalars."""
     tw = Twin()
-    tw.add("wb", sizes[0], "fp32", R.W_FC_BIAS)
-    tw.add("ww", sizes[1], "fp32", R.W_FC_WEIGHT)
-    tw.add("aw", sizes[1], "fp16", R.A_FC_WEIGHT)
-    tw.add("gb", sizes[0], "fp32", R.G_FC_BIAS)
-    tw.add("gw", sizes[1], "fp32", R.G_FC_WEIGHT)
-    tw.add("result", (3,), "fp32", R.R_RESULT)
-    tw.add("mb", sizes[0], "fp32", R.M_FC_BIAS)
-    tw.add("mw", sizes[1], "fp32", R.M_FC_WEIGHT)
-    tw.add("vb", sizes[0], "fp32", R.V_FC_BIAS)
-    tw.add("vw", sizes[1], "fp32", R.V_FC_WEIGHT)
-    tw.add("lr", (1,), "fp32", R.S_SCALAR_FP32)
-    tw.add("scale", (1,), "fp32", R.S_SCALAR_FP32)
-    tw.add("batch", (1,), "fp32", R.S_SCALAR_FP32)
-    tw.add("table", (5,), "fp32", R.S_SCALAR_FP32)
-    tw.add("flag", (1,), "int32", R.S_SCALAR_INT32)
-    tw.add("step", (1,), "int32", R.S_SCALAR_INT32)
-    tw.add("nbatch", (1,), "int32", R.S_SCALAR_INT32)
-    tw.add("accum", (3,), "fp32", R.R_RESULT_ACCUMULATED)
+    tw.add("wb", sizes[0], "fp32", Region(Role.PARAM, FC_B))
+    tw.add("ww", sizes[1], "fp32", Region(Role.PARAM, FC_W))
+    tw.add("aw", sizes[1], "fp16", Region(Role.AMP_COPY, FC_W))
+    tw.add("gb", sizes[0], "fp32", Region(Role.GRAD, FC_B))
+    tw.add("gw", sizes[1], "fp32", Region(Role.GRAD, FC_W))
+    tw.add("result", (3,), "fp32", RESULT)
+    tw.add("mb", sizes[0], "fp32", Region(Role.MOMENT1, FC_B))
+    tw.add("mw", sizes[1], "fp32", Region(Role.MOMENT1, FC_W))
+    tw.add("vb", sizes[0], "fp32", Region(Role.MOMENT2, FC_B))
+    tw.add("vw", sizes[1], "fp32", Region(Role.MOMENT2, FC_W))
+    tw.add("lr", (1,), "fp32", SCALAR_FP32)
+    tw.add("scale", (1,), "fp32", SCALAR_FP32)
+    tw.add("batch", (1,), "fp32", SCALAR_FP32)
+    tw.add("table", (5,), "fp32", SCALAR_FP32)
+    tw.add("flag", (1,), "int32", SCALAR_INT32)
+    tw.add("step", (1,), "int32", SCALAR_INT32)
+    tw.add("nbatch", (1,), "int32", SCALAR_INT32)
+    tw.add("accum", (3,), "fp32", RESULT_SUM)
     tw.allocate()
     for name in ("wb", "ww", "gb", "gw", "mb", "mw", "result", "accum"):
         tw.fill(name)
@@ -285,7 +286,7 @@ def _ranges(sizes=((70,), (70, 1, 1, 50))):
     return tw
 
 
-G_SPAN = span(R.G_FC_BIAS, R.G_FC_WEIGHT)
+G_SPAN = Span.of(Role.GRAD)
 
 
 def test_range_clear_copy_scale_ema_allreduce():
@@ -293,29 +294,29 @@ def test_range_clear_copy_scale_ema_allreduce():
     tw.write("scale", [0.125])
     tw.run(op("range_scale", span=G_SPAN, factor=tw["scale"]))
     exact(tw, "gb", "gw")
-    tw.run(op("range_ema", src=span(R.W_FC_BIAS, R.W_FC_WEIGHT), dst=span(R.M_FC_BIAS, R.M_FC_WEIGHT), decay=0.9))
+    tw.run(op("range_ema", src=Span.of(Role.PARAM), dst=Span.of(Role.MOMENT1), decay=0.9))
     exact(tw, "mb", "mw")
     tw.write("flag", [1])  # a skipped step keeps the EMA weights
-    tw.run(op("range_ema", src=span(R.W_FC_BIAS, R.W_FC_WEIGHT), dst=span(R.M_FC_BIAS, R.M_FC_WEIGHT), decay=0.9,
+    tw.run(op("range_ema", src=Span.of(Role.PARAM), dst=Span.of(Role.MOMENT1), decay=0.9,
               flag=tw["flag"]))
     exact(tw, "mb", "mw")
     tw.write("flag", [0])
-    tw.run(op("range_ema", src=span(R.W_FC_BIAS, R.W_FC_WEIGHT), dst=span(R.M_FC_BIAS, R.M_FC_WEIGHT), decay=0.9,
+    tw.run(op("range_ema", src=Span.of(Role.PARAM), dst=Span.of(Role.MOMENT1), decay=0.9,
               flag=tw["flag"]))
     exact(tw, "mb", "mw")
     tw.write("flag", [1])  # a skipped step keeps the destination
-    tw.run(op("range_copy", src=span(R.W_FC_BIAS, R.W_FC_WEIGHT), dst=span(R.V_FC_BIAS, R.V_FC_WEIGHT),
+    tw.run(op("range_copy", src=Span.of(Role.PARAM), dst=Span.of(Role.MOMENT2),
               flag=tw["flag"]))
     exact(tw, "vb", "vw")
     tw.write("flag", [0])
-    tw.run(op("range_copy", src=span(R.W_FC_BIAS, R.W_FC_WEIGHT), dst=span(R.V_FC_BIAS, R.V_FC_WEIGHT),
+    tw.run(op("range_copy", src=Span.of(Role.PARAM), dst=Span.of(Role.MOMENT2),
               flag=tw["flag"]))
     exact(tw, "vb", "vw")
-    tw.run(op("range_copy", src=span(R.G_FC_BIAS, R.G_FC_WEIGHT), dst=span(R.V_FC_BIAS, R.V_FC_WEIGHT)))
+    tw.run(op("range_copy", src=Span.of(Role.GRAD), dst=Span.of(Role.MOMENT2)))
     exact(tw, "vb", "vw")
     tw.run(op("range_allreduce_mean", span=G_SPAN))
     exact(tw, "gb", "gw")
-    tw.run(op("range_clear", span=span(R.G_FC_BIAS, R.R_RESULT)))
+    tw.run(op("range_clear", span=Span.of(Role.GRAD) + Span.of(Role.RESULT)))
     exact(tw, "gb", "gw", "result")
     assert not tw.gpu.read(tw["gw"]).any()
 
@@ -325,12 +326,12 @@ def test_range_cast_fp32_fp16_bf16():
     w = tw.cpu.read(tw["ww"]).ravel()
     w[:4] = [np.inf, -np.inf, np.nan, 70000.0]
     tw.write("ww", w)
-    tw.run(op("range_cast", src=span(R.W_FC_WEIGHT), dst=span(R.A_FC_WEIGHT), src_dtype="fp32", dst_dtype="fp16"),
-           poison=("aw",))
+    w32, w16, g32 = Span.of(Role.PARAM, decayed=True), Span.of(Role.AMP_COPY), Span.of(Role.GRAD, decayed=True)
+    tw.run(op("range_cast", src=w32, dst=w16, src_dtype="fp32", dst_dtype="fp16"), poison=("aw",))
     check(tw, 0.0, "aw")  # equal values, NaN where NaN (NaN payload bits may differ)
-    tw.run(op("range_cast", src=span(R.A_FC_WEIGHT), dst=span(R.G_FC_WEIGHT), src_dtype="fp16", dst_dtype="fp32"))
+    tw.run(op("range_cast", src=w16, dst=g32, src_dtype="fp16", dst_dtype="fp32"))
     check(tw, 0.0, "gw")
-    tw.run(op("range_cast", src=span(R.W_FC_WEIGHT), dst=span(R.A_FC_WEIGHT), src_dtype="fp32", dst_dtype="bf16"))
+    tw.run(op("range_cast", src=w32, dst=w16, src_dtype="fp32", dst_dtype="bf16"))
     exact(tw, "aw")
 
 
@@ -358,9 +359,9 @@ def test_accum_metrics(batch):
 
 def _opt_call(tw: Twin, rule: str, wd: float) -> object:
     adam = rule in ("adam", "adamw")
-    return op("range_optimizer", w=span(R.W_FC_BIAS, R.W_FC_WEIGHT), g=G_SPAN,
-              m=span(R.M_FC_BIAS, R.M_FC_WEIGHT) if rule != "sgd" else None,
-              v=span(R.V_FC_BIAS, R.V_FC_WEIGHT) if adam else None, lr=tw["lr"], flag=tw["flag"],
+    return op("range_optimizer", w=Span.of(Role.PARAM), g=G_SPAN,
+              m=Span.of(Role.MOMENT1) if rule != "sgd" else None,
+              v=Span.of(Role.MOMENT2) if adam else None, lr=tw["lr"], flag=tw["flag"],
               grad_scale=tw["scale"], step=tw["step"] if adam else None, rule=rule, beta1=0.9, beta2=0.999,
               eps=1e-8, weight_decay=wd)
 

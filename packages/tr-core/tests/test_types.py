@@ -1,10 +1,9 @@
 import numpy as np
 import pytest
 
-from tr.core import DType, GraphId, Phase, Region, RegionConditions, Shape, StreamKind, align_up_256, is_enabled
+from tr.core import DType, GraphId, Phase, Shape, StreamKind, align_up_256
 from tr.core.errors import DTypeError, PhaseError, ShapeError
 from tr.core.graph_id import NUM_GRAPH_IDS
-from tr.core.region import NUM_REGIONS
 
 
 def test_shape_right_aligns_and_counts():
@@ -48,28 +47,6 @@ def test_phase_only_moves_forward():
 
 def test_streams():
     assert [s.name for s in StreamKind] == ["TRANS", "COMP_1", "COMP_2", "COMP_3", "UPDATE"]
-
-
-def test_regions_in_seed_order():
-    """The seed's 68 in its order, with A_FC_BIAS (FP16 biases for the fused epilogues) before the A weights and
-    D_RESIDENT (device-resident data sets) last."""
-    assert NUM_REGIONS == 70
-    assert Region.B_PREV_MEAN == 0 and Region.W_DEEP_CONV == 11 and Region.R_RESULT == 31
-    assert Region.A_FC_BIAS + 1 == Region.A_FC_WEIGHT and Region.W_FC_BIAS + 1 == Region.W_FC_WEIGHT
-    assert Region.I_A_LABEL == 50 and Region.R_RESULT_ACCUMULATED == 68 and Region.D_RESIDENT == 69
-    seed = [r for r in Region if r not in (Region.A_FC_BIAS, Region.D_RESIDENT)]
-    assert len(seed) == 68 and seed == sorted(seed)
-    assert Region.G_DEEP_CONV_FP16.group == "G" and Region.S_MASK.group == "S"
-
-
-def test_region_enable_rules():
-    fp32 = RegionConditions(amp=False)
-    amp = RegionConditions(amp=True)
-    assert is_enabled(Region.F_FEATURE_FP32, fp32) and not is_enabled(Region.F_FEATURE_FP32, amp)
-    assert is_enabled(Region.A_FC_WEIGHT, amp) and not is_enabled(Region.A_FC_WEIGHT, fp32)
-    assert not is_enabled(Region.E_FC_WEIGHT, amp)
-    assert is_enabled(Region.E_FC_WEIGHT_FP16, RegionConditions(amp=True, has_ema=True))
-    assert not is_enabled(Region.W_EQ_BIAS, RegionConditions(bn_folded=False))
 
 
 def test_graph_ids():

@@ -8,13 +8,15 @@ from tr_graph_testlib import by_name, mlp_spec, relocate
 from tr.core.dtype import DType
 from tr.core.errors import CompileError
 from tr.core.graph_id import GraphId as G
+from tr.core.memory import Region, Role, dtype_group
 from tr.core.ops import OpCall
-from tr.core.region import Region
 from tr.core.shape import Shape
 from tr.graph.blueprint import bn, conv, fc, gap, relu, seq
 from tr.graph.checker import check_chain, check_program
-from tr.graph.compiler import compile_program
+from tr.graph.compiler import INPUT_REGIONS, compile_program
 from tr.tensor.dtensor import DTensor
+
+F32 = Region(Role.ACTIVATION, dtype_group(DType.FP32))
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +36,7 @@ def test_compiled_plans_pass(models, vgg, resnet):
     assert check_program(vgg) > 400
     assert check_program(resnet) > 2000
     # reuse is real: far fewer bytes than tensors
-    pooled = [t for t in resnet.tensors if t.region == Region.F_FEATURE_FP32]
+    pooled = [t for t in resnet.tensors if t.region == F32]
     assert len({t.offset for t in pooled}) < len(pooled) / 2.5
 
 
@@ -70,7 +72,7 @@ def test_catches_overwritten_saved_statistics(small):
 
 def test_catches_an_overwritten_mask(vgg):
     t = by_name(vgg)
-    masks = sorted((x for x in vgg.tensors if x.region == Region.S_MASK), key=lambda x: x.id)
+    masks = sorted((x for x in vgg.tensors if x.region == Region(Role.MASK)), key=lambda x: x.id)
     first, second = masks[0], masks[1]  # maxpool masks of stages 1 and 2
     bad = relocate(vgg, {second.id: first.offset})
     with pytest.raises(CompileError, match=rf"reads mask={first.name}, but {second.name} overwrote"):
@@ -106,13 +108,13 @@ def test_catches_uninitialised_read(models):
 
 def test_check_chain_on_hand_made_calls():
     def t(i, off, size=256):
-        return DTensor(i, f"t{i}", Region.F_FEATURE_FP32, Shape(1, 1, 1, 8), DType.FP32, size, off)
+        return DTensor(i, f"t{i}", F32, Shape(1, 1, 1, 8), DType.FP32, size, off)
 
     a, b, c = t(0, 0), t(1, 256), t(2, 0)
     fwd = OpCall.make("act_fwd", {"x": a, "y": b}, {"kind": "relu"})
     ok = OpCall.make("act_bwd", {"x": b, "dy": b, "dx": c}, {"kind": "relu"})
-    seed = OpCall.make("copy", {"x": DTensor(9, "in", Region.I_A_DATA, Shape(1, 1, 1, 8), DType.FP32, 256, 4096),
-                                "y": a})
+    batch = DTensor(9, "in", INPUT_REGIONS["a_data"], Shape(1, 1, 1, 8), DType.FP32, 256, 4096)
+    seed = OpCall.make("copy", {"x": batch, "y": a})
     check_chain([(G.DEEP_FWD_BWD, x) for x in (seed, fwd, ok)], {})
     clobber = OpCall.make("copy", {"x": b, "y": c})  # c shares a's bytes
     with pytest.raises(CompileError, match="reads x=t0, but t2 overwrote its bytes at op 2"):

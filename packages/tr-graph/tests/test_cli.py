@@ -22,7 +22,12 @@ def test_json(capsys):
 def test_text(capsys):
     assert main([f"{MODELS}:mlp_mnist", "--batch", "128", "--resolution", "28"]) == 0
     out = capsys.readouterr().out
-    assert "ArchPlan mlp_mnist" in out and "Memory plan" in out and "W_FC_WEIGHT" in out
+    assert "ArchPlan mlp_mnist" in out and "Memory plan" in out
+    rows = {tuple(line.split()[:3]) for line in out.splitlines() if line.startswith("  ")}
+    assert ("param", "fc_w", "decayed,amp_copy") in rows and ("grad", "fc_b", "amp_copy") in rows
+    assert ("moment1", "fc_w", "decayed,amp_copy") in rows and ("scalar", "int32", "-") in rows
+    assert "range_optimizer w=<param[decayed]> g=<grad[decayed]> m=<moment1[decayed]> lr=lr[1,1,1,1]" in out
+    assert "range_optimizer w=<param[not decayed]> g=<grad[not decayed]> m=<moment1[not decayed]>" in out
     assert "[any] DEEP_FWD_BWD (10 ops)" in out
     assert "fc_bwd x=L2.y[128,1,1,256] w=L3.w[10,1,1,256] dy=L4.dx[128,1,1,10]" in out
 

@@ -8,7 +8,7 @@ from tr_graph_testlib import by_name, mlp_spec
 from tr.core.dtype import DType
 from tr.core.errors import CompileError
 from tr.core.graph_id import GraphId as G
-from tr.core.region import Region as R
+from tr.core.memory import Region, Role, Span, dtype_group
 from tr.core.shape import Shape
 from tr.graph import memory_plan
 from tr.graph.blueprint import (
@@ -28,25 +28,30 @@ from tr.graph.blueprint import (
     repeat,
     seq,
 )
-from tr.graph.compiler import compile_program, compile_with_plan
+from tr.graph.compiler import INPUT_REGIONS, compile_program, compile_with_plan
+from tr.graph.layers.groups import DEEP_CONV, FC_B, FC_W, FIRST_CONV
 from tr.graph.seed_scheme import seed_arena_bytes
 from tr.graph.spec import CompileSpec
 from tr.tensor.program import Program
 
 N1 = Shape(128, 1, 1, 1)
+F32, F16 = Region(Role.ACTIVATION, dtype_group(DType.FP32)), Region(Role.ACTIVATION, dtype_group(DType.FP16))
+S_INT32, S_FP32 = Region(Role.SCALAR, dtype_group(DType.INT32)), Region(Role.SCALAR, dtype_group(DType.FP32))
+T_INT32, T_FP32 = Region(Role.TEMP, dtype_group(DType.INT32)), Region(Role.TEMP, dtype_group(DType.FP32))
+I = INPUT_REGIONS
 ROLES = {  # role: (region, dtype, shape or None)
-    "labels_a": (R.I_A_LABEL, DType.INT32, N1), "data_a": (R.I_A_DATA, DType.FP32, Shape(128, 28, 28, 1)),
-    "labels_b": (R.I_B_LABEL, DType.INT32, N1), "data_b": (R.I_B_DATA, DType.FP32, Shape(128, 28, 28, 1)),
-    "labels": (R.T_TEMP_INT32, DType.INT32, N1), "nan_flag": (R.S_SCALAR_INT32, DType.INT32, None),
-    "step": (R.S_SCALAR_INT32, DType.INT32, None), "lr": (R.S_SCALAR_FP32, DType.FP32, Shape(1, 1, 1, 1)),
-    "loss_scale": (R.S_SCALAR_FP32, DType.FP32, Shape(1, 1, 1, 1)),
-    "result": (R.R_RESULT, DType.FP32, Shape(1, 1, 1, 3)),
-    "accum": (R.R_RESULT_ACCUMULATED, DType.FP32, Shape(1, 1, 1, 3)),
-    "batch_train": (R.S_SCALAR_FP32, DType.FP32, None), "batch_train_last": (R.S_SCALAR_FP32, DType.FP32, None),
-    "batch_val": (R.S_SCALAR_FP32, DType.FP32, None), "batch_val_last": (R.S_SCALAR_FP32, DType.FP32, None),
-    "dropout_seed": (R.S_SCALAR_INT32, DType.INT32, Shape(1, 1, 1, 2)), "lr_table": (R.S_SCALAR_FP32, DType.FP32, None),
-    "logits": (R.F_FEATURE_FP32, DType.FP32, Shape(128, 1, 1, 10)),
-    "probs": (R.T_TEMP_FP32, DType.FP32, Shape(128, 1, 1, 10)), "pred": (R.R_PREDICTED_LABEL, DType.INT32, N1),
+    "labels_a": (I["a_label"], DType.INT32, N1), "data_a": (I["a_data"], DType.FP32, Shape(128, 28, 28, 1)),
+    "labels_b": (I["b_label"], DType.INT32, N1), "data_b": (I["b_data"], DType.FP32, Shape(128, 28, 28, 1)),
+    "labels": (T_INT32, DType.INT32, N1), "nan_flag": (S_INT32, DType.INT32, None),
+    "step": (S_INT32, DType.INT32, None), "lr": (S_FP32, DType.FP32, Shape(1, 1, 1, 1)),
+    "loss_scale": (S_FP32, DType.FP32, Shape(1, 1, 1, 1)),
+    "result": (Region(Role.RESULT), DType.FP32, Shape(1, 1, 1, 3)),
+    "accum": (Region(Role.RESULT_SUM), DType.FP32, Shape(1, 1, 1, 3)),
+    "batch_train": (S_FP32, DType.FP32, None), "batch_train_last": (S_FP32, DType.FP32, None),
+    "batch_val": (S_FP32, DType.FP32, None), "batch_val_last": (S_FP32, DType.FP32, None),
+    "dropout_seed": (S_INT32, DType.INT32, Shape(1, 1, 1, 2)), "lr_table": (S_FP32, DType.FP32, None),
+    "logits": (F32, DType.FP32, Shape(128, 1, 1, 10)),
+    "probs": (T_FP32, DType.FP32, Shape(128, 1, 1, 10)), "pred": (Region(Role.PREDICTED), DType.INT32, N1),
 }
 
 
@@ -61,7 +66,7 @@ def test_named_roles(models):
     assert "lr_table" not in compile_program(models.mlp_mnist, mlp_spec()).named
     amp = compile_program(models.mlp_mnist, mlp_spec(amp=True))
     assert amp.tensor("data_a").dtype == DType.FP16 and amp.tensor("data_a").pad_c == 4
-    assert amp.tensor("logits").region == R.F_FEATURE_FP16 and amp.tensor("probs").dtype == DType.FP32
+    assert amp.tensor("logits").region == F16 and amp.tensor("probs").dtype == DType.FP32
 
 
 def test_inits(models):
@@ -70,10 +75,12 @@ def test_inits(models):
     inits = {i.tensor.name: i for i in p.inits}
     w = inits["L0.w"]
     assert (w.kind, w.fan_in, w.fan_out, w.tensor.shape) == ("weight", 27, 72, Shape(8, 3, 3, 3))  # KRSC
-    assert w.tensor.region == R.W_FIRST_CONV and w.tensor.dtype == DType.FP32
+    assert w.tensor.region == Region(Role.PARAM, FIRST_CONV) and w.tensor.dtype == DType.FP32
+    assert w.family == "conv"
     f = inits["L2.w"]  # cbr, gap, fc
     assert (f.kind, f.fan_in, f.fan_out, f.tensor.shape, f.layer) == ("weight", 8, 5, Shape(5, 1, 1, 8), 2)
     assert (inits["L2.b"].kind, inits["L2.b"].fan_in) == ("bias", 8)
+    assert f.family == "fc" and {i.family for n, i in inits.items() if i.kind != "weight"} == {""}
     assert [inits[f"L0.{n}"].kind for n in ("gamma", "beta", "prev_mean", "prev_var", "next_mean", "next_var")] == [
         "ones", "zeros", "zeros", "ones", "zeros", "ones"]
     assert inits["L0.eq_scale"].kind == "const" and math.isclose(inits["L0.eq_scale"].value, 1 / math.sqrt(1.001))
@@ -85,10 +92,12 @@ def test_amp_placement():
     p = compile_program(seq(cbr(16, 3, p=1), conv(16, 3, p=1), bn(), gap(), fc(4)),
                         mlp_spec(input_shape=(8, 8, 3), num_classes=4, amp=True))
     t = by_name(p)
-    assert t["L0.w"].region == R.W_FIRST_CONV and t["L0.w.fp16"].region == R.A_FIRST_CONV
-    assert t["L1.w"].region == R.W_DEEP_CONV and t["L1.w.grad16"].region == R.G_DEEP_CONV_FP16
-    assert all(x.dtype == DType.FP16 for x in p.tensors if x.region in (R.F_FEATURE_FP16,))
-    assert not any(x.region in (R.F_FEATURE_FP32, R.F_GRAD_SLOT_FP32) for x in p.tensors)
+    assert t["L0.w"].region == Region(Role.PARAM, FIRST_CONV)
+    assert t["L0.w.fp16"].region == Region(Role.AMP_COPY, FIRST_CONV)
+    assert t["L1.w"].region == Region(Role.PARAM, DEEP_CONV)
+    assert t["L1.w.grad16"].region == Region(Role.GRAD_FP16, DEEP_CONV)
+    assert all(x.dtype == DType.FP16 for x in p.tensors if x.region in (F16,))
+    assert not any(x.region == F32 for x in p.tensors)
     first = p.calls("train", G.FIRST_LAYER_FWD_A)
     assert [c.op for c in first] == ["copy", "conv_fwd", "bn_fwd"]  # the CBR is the first layer, its relu in bn_fwd
     assert first[2].attrs["activation"] == "relu"
@@ -97,23 +106,33 @@ def test_amp_placement():
     assert [c.op for c in bwd] == ["bn_bwd", "conv_bwd"] and bwd[-1].args["dx"] is None
     # the relu mask is recomputed from the conv output: the layer's output is not read by its backward
     assert bwd[0].args["y"] is None and bwd[0].args["beta"].name == "L0.beta" and bwd[0].args["x"].name == "L0.conv_y"
-    assert bwd[-1].args["dw"].region == R.G_FIRST_CONV_FP16
+    assert bwd[-1].args["dw"].region == Region(Role.GRAD_FP16, FIRST_CONV)
     # the FC's weight gradient is FP32 from its GEMM: only the first conv's FP16 gradient is cast
-    assert t["L4.w.grad"].region == R.G_FC_WEIGHT and "L4.w.grad16" not in t
-    assert t["L4.b.fp16"].region == R.A_FC_BIAS and t["L4.b.fp16"].dtype == DType.FP16
-    for gid, src, dst in ((G.CAST_DEEP_GRAD_FP16_TO_FP32, R.G_DEEP_CONV_FP16, R.G_DEEP_CONV),
-                          (G.CAST_FIRST_GRAD_FP16_TO_FP32, R.G_FIRST_CONV_FP16, R.G_FIRST_CONV)):
+    assert t["L4.w.grad"].region == Region(Role.GRAD, FC_W) and "L4.w.grad16" not in t
+    assert t["L4.b.fp16"].region == Region(Role.AMP_COPY, FC_B) and t["L4.b.fp16"].dtype == DType.FP16
+    for gid, group, early in ((G.CAST_DEEP_GRAD_FP16_TO_FP32, DEEP_CONV, True),
+                              (G.CAST_FIRST_GRAD_FP16_TO_FP32, FIRST_CONV, False)):
         (c,) = p.calls("train", gid)
-        assert c.args["src"].first == src and c.args["dst"].first == dst
+        assert c.args["src"] == Span.of(Role.GRAD_FP16, early=early)
+        assert c.args["dst"] == Span.of(Role.GRAD, fp16_grad=True, early=early)
+        # each covers exactly its group's region
+        assert p.layout.span(c.args["src"]) == p.layout.regions[Region(Role.GRAD_FP16, group)]
+        assert p.layout.span(c.args["dst"]) == p.layout.regions[Region(Role.GRAD, group)]
         assert (c.attrs["src_dtype"], c.attrs["dst_dtype"]) == (DType.FP16, DType.FP32)
 
 
-def test_every_region_present_and_disabled_ones_empty(models):
+def test_only_regions_holding_tensors_exist(models):
     p = compile_program(models.mlp_mnist, mlp_spec())
-    assert list(p.layout.regions) == list(R)
-    for r in (R.A_FC_WEIGHT, R.G_FC_WEIGHT_FP16, R.F_FEATURE_FP16, R.E_FC_WEIGHT, R.S_SCALAR_FP16):
-        assert p.layout.region_bytes(r) == 0
-    assert p.layout.total_bytes == sum(p.layout.region_bytes(r) for r in R)
+    assert [r.name for r in p.layout.regions] == [
+        "param/fc_b", "param/fc_w", "grad/fc_b", "grad/fc_w", "result", "moment1/fc_b", "moment1/fc_w",
+        "input/a_label", "input/a_data", "input/b_label", "input/b_data", "activation/fp32", "scalar/fp32",
+        "scalar/int32", "temp/fp32", "temp/int32", "predicted", "result_sum"]
+    assert list(p.layout.regions) == sorted({t.region for t in p.tensors})
+    for r in (Region(Role.AMP_COPY, FC_W), Region(Role.GRAD_FP16, FC_W), F16, Region(Role.EMA, FC_W),
+              Region(Role.SCALAR, dtype_group(DType.FP16))):
+        assert p.layout.region_bytes(r) == 0 and r not in p.layout.regions
+    assert all(b > a for a, b in p.layout.regions.values())
+    assert p.layout.total_bytes == sum(p.layout.region_bytes(r) for r in p.layout.regions)
     assert all(t.offset % 256 == 0 and t.slot_bytes % 256 == 0 for t in p.tensors)
 
 

@@ -4,25 +4,25 @@ from tr_graph_testlib import mlp_spec
 
 from tr.core.dtype import DType
 from tr.core.graph_id import GraphId as G
-from tr.core.ops import RegionSpan
-from tr.core.region import Region as R
+from tr.core.memory import Region, Role, Span, dtype_group
 from tr.graph.archplan import ArchPlan
 from tr.graph.blueprint import add2, block, bn, cbr, conv, dropout, fc, flatten, gap, identity, maxpool, relu, seq
 from tr.graph.compiler import compile_program
 from tr.graph.graph import need_grad
+from tr.graph.layers.groups import FC_B, FC_W, FIRST_CONV, FOLDED_SCALE, MEAN, VAR
 
 
 def names(calls):
     """[(op, {arg: tensor name or span})] with None arguments dropped."""
     out = []
     for c in calls:
-        args = {k: (v if isinstance(v, RegionSpan) else v.name) for k, v in c.args.items() if v is not None}
+        args = {k: (v if isinstance(v, Span) else v.name) for k, v in c.args.items() if v is not None}
         out.append((c.op, args))
     return out
 
 
-def sp(a, b=None):
-    return RegionSpan(a, a if b is None else b)
+sp = Span.of
+GRAD, PARAM, M1 = Role.GRAD, Role.PARAM, Role.MOMENT1
 
 
 def test_mlp_graphs_exactly(models):
@@ -47,18 +47,18 @@ def test_mlp_graphs_exactly(models):
         ("act_bwd", {"x": "L0.y", "dy": "L1.dx", "dx": "L0.act_dx"}),
         ("fc_bwd", {"x": "data_a", "w": "L0.w", "dy": "L0.act_dx", "dw": "L0.w.grad", "db": "L0.b.grad"}),
     ]
-    assert g(G.ZERO_GRAD) == [("range_clear", {"span": sp(R.G_BN_BIAS, R.G_DEEP_CONV_FP16)})]
-    assert g(G.FIRST_COMM) == [("range_allreduce_mean", {"span": sp(R.G_BN_BIAS, R.G_FIRST_CONV)})]
-    assert g(G.DEEP_COMM) == [("range_allreduce_mean", {"span": sp(R.G_DEEP_CONV, R.R_RESULT)})]
-    assert g(G.NAN_CHECK_AND_GRAD_SCALING) == [("range_check_finite", {"span": sp(R.G_BN_BIAS, R.G_DEEP_CONV),
+    assert g(G.ZERO_GRAD) == [("range_clear", {"span": sp(GRAD) + sp(Role.RESULT) + sp(Role.GRAD_FP16)})]
+    assert g(G.FIRST_COMM) == [("range_allreduce_mean", {"span": sp(GRAD, early=False)})]
+    assert g(G.DEEP_COMM) == [("range_allreduce_mean", {"span": sp(GRAD, early=True) + sp(Role.RESULT)})]
+    assert g(G.NAN_CHECK_AND_GRAD_SCALING) == [("range_check_finite", {"span": sp(GRAD),
                                                                        "flag": "nan_flag"}),
                                                ("count_flag", {"flag": "nan_flag", "count": "skipped"})]
     common = {"lr": "lr", "flag": "nan_flag", "grad_scale": "loss_scale"}
     assert g(G.OPTIMIZER) == [
-        ("range_optimizer", {"w": sp(R.W_FC_WEIGHT, R.W_DEEP_CONV), "g": sp(R.G_FC_WEIGHT, R.G_DEEP_CONV),
-                             "m": sp(R.M_FC_WEIGHT, R.M_DEEP_CONV), **common}),
-        ("range_optimizer", {"w": sp(R.W_BN_BIAS, R.W_FC_BIAS), "g": sp(R.G_BN_BIAS, R.G_FC_BIAS),
-                             "m": sp(R.M_BN_BIAS, R.M_FC_BIAS), **common}),
+        ("range_optimizer", {"w": sp(PARAM, decayed=True), "g": sp(GRAD, decayed=True),
+                             "m": sp(M1, decayed=True), **common}),
+        ("range_optimizer", {"w": sp(PARAM, decayed=False), "g": sp(GRAD, decayed=False),
+                             "m": sp(M1, decayed=False), **common}),
         ("scalar_increment", {"x": "step"}),
     ]
     opt = p.calls("train", G.OPTIMIZER)
@@ -78,8 +78,8 @@ def test_mlp_graphs_exactly(models):
                                                                          "batch": "batch_val"})]  # no skip flag
     assert g(G.ACCUM_METRICS_TRAIN_LAST)[0][1]["batch"] == "batch_train_last"
     assert g(G.ACCUM_METRICS_VAL_LAST)[0][1]["batch"] == "batch_val_last"
-    assert g(G.CLEAR_METRICS) == [("range_clear", {"span": sp(R.R_RESULT_ACCUMULATED)})]
-    assert g(G.VAL_RESULT_COMM) == [("range_allreduce_mean", {"span": sp(R.R_RESULT_ACCUMULATED)})]
+    assert g(G.CLEAR_METRICS) == [("range_clear", {"span": sp(Role.RESULT_SUM)})]
+    assert g(G.VAL_RESULT_COMM) == [("range_allreduce_mean", {"span": sp(Role.RESULT_SUM)})]
     # nothing for AMP casts, BN statistics, EMA or LARS in an FP32 MLP with momentum SGD
     for gid in (G.CAST_DEEP_GRAD_FP16_TO_FP32, G.CAST_FIRST_GRAD_FP16_TO_FP32, G.CAST_MAIN_FP32_TO_FP16, G.STATS_COMM,
                 G.UPDATE_STATS, G.UPDATE_BN_INF_PARAMS, G.EMA_UPDATE, G.LARS_FC_OPT, G.INF_EMA_A):
@@ -93,17 +93,19 @@ def test_mlp_amp(models):
     assert p.calls("train", G.FIRST_LAYER_BWD_A) == ()  # a flatten has nothing to learn and no input gradient
     deep = p.calls("train", G.DEEP_FWD_BWD)
     assert deep[0].op == "fc_fwd" and deep[0].args["w"].name == "L1.w.fp16"
-    assert deep[0].args["w"].region == R.A_FC_WEIGHT
+    assert deep[0].args["w"].region == Region(Role.AMP_COPY, FC_W)
     last_bwd = deep[-1]
-    assert deep[0].args["b"].name == "L1.b.fp16" and deep[0].args["b"].region == R.A_FC_BIAS  # the epilogue's
+    assert deep[0].args["b"].name == "L1.b.fp16"
+    assert deep[0].args["b"].region == Region(Role.AMP_COPY, FC_B)  # the epilogue's
     # the FC GEMMs write FP32 weight gradients (the bias gradient fused in its type): nothing to cast
-    assert last_bwd.op == "fc_bwd" and last_bwd.args["dx"] is None and last_bwd.args["dw"].region == R.G_FC_WEIGHT
-    assert last_bwd.args["dw"].dtype == DType.FP32 and last_bwd.args["db"].region == R.G_FC_BIAS
+    assert last_bwd.op == "fc_bwd" and last_bwd.args["dx"] is None and last_bwd.args["dw"].region == Region(GRAD, FC_W)
+    assert last_bwd.args["dw"].dtype == DType.FP32 and last_bwd.args["db"].region == Region(GRAD, FC_B)
     assert last_bwd.args["dy"].dtype == DType.FP16
-    assert p.calls("train", G.CAST_FIRST_GRAD_FP16_TO_FP32) == () and p.layout.region_bytes(R.G_FC_WEIGHT_FP16) == 0
+    assert p.calls("train", G.CAST_FIRST_GRAD_FP16_TO_FP32) == ()
+    assert p.layout.region_bytes(Region(Role.GRAD_FP16, FC_W)) == 0
     assert p.calls("train", G.CAST_DEEP_GRAD_FP16_TO_FP32) == ()  # no conv
     assert names(p.calls("train", G.CAST_MAIN_FP32_TO_FP16)) == [
-        ("range_cast", {"src": sp(R.W_FC_BIAS, R.W_DEEP_CONV), "dst": sp(R.A_FC_BIAS, R.A_DEEP_CONV)})]
+        ("range_cast", {"src": sp(PARAM, amp_copy=True), "dst": sp(Role.AMP_COPY)})]
     assert [c.op for c in p.calls("train", G.NAN_CHECK_AND_GRAD_SCALING)] == ["range_check_finite", "count_flag",
                                                                                     "loss_scale_update"]
 
@@ -181,26 +183,28 @@ def test_add_of_the_same_value_twice():
 def test_batch_norm_graphs():
     m = seq(conv(8, 3, p=1), bn(momentum=0.05, eps=1e-3), relu(), maxpool(2), flatten(), fc(16), bn(), fc(4))
     p = compile_program(m, mlp_spec(input_shape=(4, 4, 2), num_classes=4))
-    assert names(p.calls("train", G.UPDATE_STATS)) == [("range_copy", {"src": sp(R.B_NEXT_MEAN, R.B_NEXT_VAR),
-                                                                       "dst": sp(R.B_PREV_MEAN, R.B_PREV_VAR),
+    assert names(p.calls("train", G.UPDATE_STATS)) == [("range_copy", {"src": sp(Role.RUNNING_NEXT),
+                                                                       "dst": sp(Role.RUNNING),
                                                                        "flag": "nan_flag"})]
     assert names(p.calls("train", G.STATS_COMM)) == [("range_allreduce_mean",
-                                                      {"span": sp(R.B_NEXT_MEAN, R.B_NEXT_VAR)})]
+                                                      {"span": sp(Role.RUNNING_NEXT)})]
     eq = p.calls("train", G.UPDATE_BN_INF_PARAMS)
     assert [(c.op, c.layer, c.attrs["eps"]) for c in eq] == [("bn_update_eq", 0, 1e-3), ("bn_update_eq", 2, 1e-5)]
-    assert eq[0].args["mean"].region == R.B_PREV_MEAN and eq[0].args["scale"].region == R.W_EQ_SCALE
+    assert eq[0].args["mean"].region == Region(Role.RUNNING, MEAN)
+    assert eq[0].args["scale"].region == Region(Role.FOLDED, FOLDED_SCALE)
     # conv+bn+relu+maxpool: one cbr whose BN kernels pool
     fwd = next(c for c in p.calls("train", G.FIRST_LAYER_FWD_A) if c.op == "bn_maxpool_fwd")
     assert fwd.attrs == {"momentum": 0.05, "eps": 1e-3, "kernel": 2, "stride": 2, "padding": 0}
-    assert fwd.args["mean_in"].region == R.B_PREV_MEAN and fwd.args["var_out"].region == R.B_NEXT_VAR
-    assert fwd.args["saved_mean"].region == R.T_TEMP_FP32
+    assert fwd.args["mean_in"].region == Region(Role.RUNNING, MEAN)
+    assert fwd.args["var_out"].region == Region(Role.RUNNING_NEXT, VAR)
+    assert fwd.args["saved_mean"].region == Region(Role.TEMP, dtype_group(DType.FP32))
     inf = [c.op for c in p.calls("val", G.INF_MAIN_A)]
     assert inf == ["conv_fwd", "bn_inf", "maxpool_inf", "fc_fwd", "bn_inf", "fc_fwd", "softmax_ce_inf"]
     bwd = [c.op for c in p.calls("train", G.FIRST_LAYER_BWD_A)]
     assert bwd == ["bn_maxpool_bwd", "conv_bwd"]
     # the flatten before the fc is gone (the fc reads [N,H,W,C]); the one feeding a BN1d would be kept
     assert all(c.op != "flatten_fwd" for c in p.calls("train", G.DEEP_FWD_BWD))
-    assert fwd.args["mask"].region == R.S_MASK and fwd.args["y"].shape.h == 2
+    assert fwd.args["mask"].region == Region(Role.MASK) and fwd.args["y"].shape.h == 2
 
 
 def test_dropout_train_only():
@@ -226,13 +230,14 @@ def test_optimizers():
     assert sgd[0].args["m"] is None and sgd[0].args["v"] is None
     adamw = _opt({"optimizer": "adamw", "momentum": 0.8, "beta2": 0.99})
     assert [c.attrs.get("rule") for c in adamw[:2]] == ["adamw", "adam"]
-    assert adamw[0].args["v"] == sp(R.V_FC_WEIGHT, R.V_DEEP_CONV) and adamw[0].args["step"].name == "step"
+    assert adamw[0].args["v"] == sp(Role.MOMENT2, decayed=True) and adamw[0].args["step"].name == "step"
     assert adamw[0].attrs["beta1"] == 0.8 and adamw[0].attrs["beta2"] == 0.99
     lars = _opt({"optimizer": "lars", "weight_decay": 1e-4, "lr_table_steps": 100, "trust_coefficient": 0.02})
     assert [c.op for c in lars] == ["lr_lookup", "range_optimizer", "lars_update", "lars_update", "scalar_increment"]
-    assert lars[1].attrs["rule"] == "momentum" and lars[1].args["w"] == sp(R.W_BN_BIAS, R.W_FC_BIAS)
+    assert lars[1].attrs["rule"] == "momentum" and lars[1].args["w"] == sp(PARAM, decayed=False)
     assert [c.args["w"].name for c in lars[2:4]] == ["L0.w", "L2.w"]
-    assert lars[2].args["ratio"].region == R.N_FIRST_CONV and lars[3].args["ratio"].region == R.N_FC_WEIGHT
+    assert lars[2].args["ratio"].region == Region(Role.TRUST_RATIO, FIRST_CONV)
+    assert lars[3].args["ratio"].region == Region(Role.TRUST_RATIO, FC_W)
     assert lars[2].attrs == {"nesterov": False, "momentum": 0.9, "weight_decay": 1e-4, "trust_coefficient": 0.02,
                              "eps": 1e-8, "trust_clip": 100.0}
     assert _opt({"optimizer": "lars", "trust_clip": 7.0})[2].attrs["trust_clip"] == 7.0
@@ -257,8 +262,8 @@ def test_bn_running_statistics_join_the_nan_flag():
     p = compile_program(m, mlp_spec(input_shape=(4, 4, 2), num_classes=4))
     nan = p.calls("train", G.NAN_CHECK_AND_GRAD_SCALING)
     assert [c.op for c in nan] == ["range_check_finite", "range_check_finite", "count_flag"]
-    assert names(nan[:2]) == [("range_check_finite", {"span": sp(R.G_BN_BIAS, R.G_DEEP_CONV), "flag": "nan_flag"}),
-                              ("range_check_finite", {"span": sp(R.B_NEXT_MEAN, R.B_NEXT_VAR), "flag": "nan_flag"})]
+    assert names(nan[:2]) == [("range_check_finite", {"span": sp(GRAD), "flag": "nan_flag"}),
+                              ("range_check_finite", {"span": sp(Role.RUNNING_NEXT), "flag": "nan_flag"})]
     assert nan[0].attrs == {"clip": 0.0} and nan[1].attrs == {"clip": 0.0, "accumulate": True}
     # without BN there is nothing more to check
     mlp = compile_program(seq(fc(8), relu(), fc(4)), mlp_spec(input_shape=(1, 1, 4), num_classes=4))
@@ -275,7 +280,8 @@ def test_loss_scale_rules_reach_the_plan():
     p, dyn = update()
     assert dyn.attrs == {"rule": "dynamic", "growth_interval": 2000}
     assert dyn.args["tracker"].name == "loss_scale_tracker"
-    assert dyn.args["tracker"].dtype == DType.INT32 and p.named["loss_scale_tracker"].region == R.S_SCALAR_INT32
+    assert dyn.args["tracker"].dtype == DType.INT32
+    assert p.named["loss_scale_tracker"].region == Region(Role.SCALAR, dtype_group(DType.INT32))
     assert {i.tensor.name: i.value for i in p.inits}["loss_scale"] == 65536.0
     p, dyn = update(loss_scale_growth_interval=7, loss_scale_init=1024.0)
     assert dyn.attrs["growth_interval"] == 7 and {i.tensor.name: i.value for i in p.inits}["loss_scale"] == 1024.0

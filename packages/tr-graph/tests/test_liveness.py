@@ -1,11 +1,13 @@
 import pytest
 
+from tr.core.dtype import DType
 from tr.core.errors import CompileError
-from tr.core.region import Region
+from tr.core.memory import Region, Role, dtype_group
 from tr.graph.graph import SymOp
 from tr.graph.liveness import Buffer, alias_inplace, live_ranges, lower_bound, place, plan_pools
 
-F = Region.F_FEATURE_FP32
+F = Region(Role.ACTIVATION, dtype_group(DType.FP32))
+MASK = Region(Role.MASK)
 
 
 def op(name, **args):
@@ -55,9 +57,9 @@ def test_plan_pools_reports_per_region():
     tl = [op("act_fwd", x="in", y="f1"), op("maxpool_fwd", x="f1", y="f2", mask="m"),
           op("maxpool_bwd", dy="f2", mask="m", dx="g1"), op("act_bwd", x="f1", dy="g1", dx="g0")]
     size = {"f1": 1024, "f2": 512, "m": 256, "g1": 1024, "g0": 1024}
-    reg = {k: (Region.S_MASK if k == "m" else F) for k in size}
+    reg = {k: (MASK if k == "m" else F) for k in size}
     plan = plan_pools(tl, size, reg)
-    assert plan.extents[Region.S_MASK] == 256
+    assert plan.extents[MASK] == 256
     # f1 is read by the last op, so g1 (written at op 2) cannot reuse it; g0 aliases g1 or f1 (in place)
     assert plan.offsets["g1"] != plan.offsets["f1"]
     assert plan.offsets["g0"] in (plan.offsets["g1"], plan.offsets["f1"])

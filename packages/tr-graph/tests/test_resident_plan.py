@@ -1,4 +1,4 @@
-"""A plan with a device-resident input (tr.graph.resident): the data sets in D_RESIDENT, indices in the input
+"""A plan with a device-resident input (tr.graph.resident): the data sets in role RESIDENT, indices in the input
 buffers, augment_affine at the head of the training and inference chains; inputs that cannot work refused."""
 
 import pytest
@@ -7,7 +7,7 @@ from tr_graph_testlib import mlp_spec
 from tr.core.dtype import DType
 from tr.core.errors import ConfigError
 from tr.core.graph_id import GraphId as G
-from tr.core.region import Region as R
+from tr.core.memory import Region, Role
 from tr.graph.blueprint import fc, relu, seq
 from tr.graph.compiler import compile_program
 from tr.graph.resident import ResidentInput
@@ -25,7 +25,7 @@ def resident(train=600, val=100, image=(28, 28, 1)) -> ResidentInput:
 def test_the_plan_gathers_its_batches_from_the_resident_sets(amp):
     p = compile_program(MODEL, mlp_spec(input_shape=(28, 28, 1), batch=50, amp=amp, resident=resident()))
     t = {x.name: x for x in p.tensors}
-    assert t["train_set"].region is R.D_RESIDENT and t["train_set"].dtype is DType.UINT8
+    assert t["train_set"].region == Region(Role.RESIDENT) and t["train_set"].dtype is DType.UINT8
     assert tuple(t["train_set"].shape.dims) == (600, 28, 28, 1) and tuple(t["val_set"].shape.dims) == (100, 28, 28, 1)
     assert t["data_a"].dtype is DType.INT32 and tuple(t["data_a"].shape.dims) == (50, 1, 1, 1)
     assert t["aug_x"].dtype is (DType.FP16 if amp else DType.FP32)
@@ -39,7 +39,7 @@ def test_the_plan_gathers_its_batches_from_the_resident_sets(amp):
     inf = p.calls("val", G.INF_MAIN_B)
     assert inf[0].op == "augment_affine" and inf[0].args["src"].name == "val_set"
     assert inf[0].args["index"].name == "data_b" and "degrees" not in inf[0].attrs
-    assert p.layout.region_bytes(R.D_RESIDENT) >= 700 * 784
+    assert p.layout.region_bytes(Region(Role.RESIDENT)) >= 700 * 784
 
 
 def test_without_a_val_set_inference_reads_the_train_set():
@@ -50,7 +50,8 @@ def test_without_a_val_set_inference_reads_the_train_set():
 
 def test_a_host_fed_plan_has_no_resident_region():
     p = compile_program(MODEL, mlp_spec(input_shape=(28, 28, 1), batch=50))
-    assert p.layout.region_bytes(R.D_RESIDENT) == 0
+    assert p.layout.region_bytes(Region(Role.RESIDENT)) == 0
+    assert not any(r.role is Role.RESIDENT for r in p.layout.regions)
     assert not any(c.op == "augment_affine" for c in p.calls("train", G.FIRST_LAYER_FWD_A))
 
 

@@ -112,6 +112,20 @@ def test_a_manifest_of_another_checkpoint_is_refused(saved, tmp_path):
     _refused(ck, DataError, str(ck / "state.safetensors"), "the manifest's")
 
 
+def test_a_checkpoint_of_the_seed_region_layout_is_refused_saying_so(saved, tmp_path, resign):
+    # what a checkpoint of a tr before memory roles looks like: format version 1, tensor rows in its region names
+    ck = _copy(saved[0], tmp_path / "ck")
+    rename = {"param/fc_w": "W_FC_WEIGHT", "param/fc_b": "W_FC_BIAS", "moment1/fc_w": "M_FC_WEIGHT",
+              "moment1/fc_b": "M_FC_BIAS", "moment2/fc_w": "V_FC_WEIGHT", "moment2/fc_b": "V_FC_BIAS",
+              "scalar/fp32": "S_SCALAR_FP32", "scalar/int32": "S_SCALAR_INT32", "result_sum": "R_RESULT_ACCUMULATED"}
+    resign(ck, version=1, edit=lambda m: [row.__setitem__(1, rename.get(row[1], row[1])) for row in m["tensors"]])
+    assert {row[1] for row in json.loads((ck / "manifest.json").read_text())["tensors"]} <= set(rename.values())
+    _refused(ck, DataError, str(ck / "manifest.json"), "checkpoint format version 1: it was written by an older tr "
+             "with the seed-region memory layout", "which this tr cannot read")
+    with pytest.raises(DataError, match="seed-region memory layout"):
+        _task().resume(ck)  # the resume of a fresh task, which compiles first
+
+
 def test_a_missing_checkpoint_is_refused(tmp_path):
     _refused(tmp_path / "none", DataError, str(tmp_path / "none" / "manifest.json"))
 
@@ -120,7 +134,7 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path):
     t = _task(width=12).compile()
     t.save(tmp_path / "wide")
     msg = _refused(tmp_path / "wide", ConfigError, str(tmp_path / "wide" / "manifest.json"), "another plan")
-    assert "L0.w (12, 1, 1, 16) FP32 in W_FC_WEIGHT in the checkpoint, L0.w (8, 1, 1, 16) FP32" in msg
+    assert "L0.w (12, 1, 1, 16) FP32 in param/fc_w in the checkpoint, L0.w (8, 1, 1, 16) FP32" in msg
 
 
 @pytest.mark.parametrize("other, named", [

@@ -1,6 +1,7 @@
 """The checkpoint directory format: round trip, the two-rename path's recovery where renameat2 cannot swap,
-a failed save leaving the previous checkpoint and no temporaries, and refused manifests (version, file list);
-state_tensors takes EMA regions whenever the plan allocates them."""
+a failed save leaving the previous checkpoint and no temporaries, and refused manifests (version, file list;
+version 1, the seed-region layout, saying why); state_tensors takes EMA regions whenever the plan allocates
+them."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 
 from tr.core.dtype import DType
 from tr.core.errors import DataError
-from tr.core.region import Region
+from tr.core.memory import Region, Role, dtype_group
 from tr.core.shape import Shape
+from tr.graph.layers.groups import FC_W
 from tr.task import checkpoint, checkpoint_files
 from tr.tensor.dtensor import DTensor, slot_bytes_for
 
@@ -67,7 +69,12 @@ def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("changes, msg", [
-    ({"version": 99}, "format version 99"),
+    ({"version": 99}, "format version 99, this tr reads 2"),
+    ({"version": 1}, "format version 1: it was written by an older tr with the seed-region memory layout .regions "
+                     "such as W_FC_WEIGHT., which this tr cannot read"),
+    ({"version": True}, "format version True, this tr reads 2"),  # JSON true equals 1 in Python: not version 1
+    ({"version": 1.0}, "format version 1.0, this tr reads 2"),
+    ({"version": [1]}, r"format version \[1\], this tr reads 2"),
     ({"format": "other"}, "not a tr checkpoint manifest"),
     ({"files": {}}, "lists files"),
 ])
@@ -85,10 +92,12 @@ def _t(i: int, name: str, region: Region, slot: bool = True) -> DTensor:
 
 
 def test_state_tensors_take_ema_weights_when_allocated_and_skip_transients():
-    tensors = (_t(0, "w", Region.W_FC_WEIGHT), _t(1, "w.ema", Region.E_FC_WEIGHT), _t(2, "w.m", Region.M_FC_WEIGHT),
-               _t(3, "g", Region.G_FC_WEIGHT), _t(4, "x", Region.F_FEATURE_FP32), _t(5, "mask", Region.S_MASK),
-               _t(6, "lr_table", Region.S_SCALAR_FP32), _t(7, "e16", Region.E_FC_WEIGHT_FP16, slot=False),
-               _t(8, "accum", Region.R_RESULT_ACCUMULATED), _t(9, "step", Region.S_SCALAR_INT32))
+    fp32, int32 = dtype_group(DType.FP32), dtype_group(DType.INT32)
+    tensors = (_t(0, "w", Region(Role.PARAM, FC_W)), _t(1, "w.ema", Region(Role.EMA, FC_W)),
+               _t(2, "w.m", Region(Role.MOMENT1, FC_W)), _t(3, "g", Region(Role.GRAD, FC_W)),
+               _t(4, "x", Region(Role.ACTIVATION, fp32)), _t(5, "mask", Region(Role.MASK)),
+               _t(6, "lr_table", Region(Role.SCALAR, fp32)), _t(7, "e16", Region(Role.EMA_FP16, FC_W), slot=False),
+               _t(8, "accum", Region(Role.RESULT_SUM)), _t(9, "step", Region(Role.SCALAR, int32)))
     names = [t.name for t in checkpoint.state_tensors(SimpleNamespace(tensors=tensors))]
     assert names == ["w", "w.ema", "w.m", "accum", "step"]
 

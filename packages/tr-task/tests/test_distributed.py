@@ -1,11 +1,13 @@
-"""Data parallelism without processes: launcher variables, sharding, the batch rule, and the bootstrap of real
-TCP stores and gloo groups on threads over 127.0.0.1 (including ranks that never arrive)."""
+"""Data parallelism without processes: launcher variables, sharding, the batch rule, the initial state every rank
+takes from rank 0, and the bootstrap of real TCP stores and gloo groups on threads over 127.0.0.1 (including ranks
+that never arrive)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,8 +15,9 @@ import pytest
 from tr.algo.optimizer import SGD
 from tr.backend.base import Store
 from tr.core.errors import BackendError, ConfigError
+from tr.core.memory import Role
 from tr.core.settings import Settings
-from tr.graph.blueprint import fc, seq
+from tr.graph.blueprint import bn, conv, fc, gap, relu, seq
 from tr.task import distributed as D
 from tr.task.deep_learning import DeepLearningTask
 from tr.task.distributed import DistEnv, auto_env, bootstrap, global_count, read_env
@@ -181,6 +184,32 @@ def test_one_rank_distributed_is_plain_training():
     t = _task(8, DistEnv()).compile()
     assert t.group is None and t.backend.world_size == 1
     t.run()
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_broadcast_parameters_makes_the_shared_roles_rank_0s_and_leaves_the_scalars(world):
+    x = np.random.default_rng(0).standard_normal((16, 4, 4, 1)).astype(np.float32)
+    t = (DeepLearningTask(Settings().global_batch_size(8)).device("cpu").quiet()
+         .model(seq(conv(4, 3, p=1), bn(), relu(), gap(), fc(3))).optimizer(SGD()).num_classes(3)
+         .data(ArrayFeeder((x, np.zeros(16, np.int32)), None, 8)).ema(0.9, validate=False).compile())
+    inits = [i.tensor for i in t.program.inits]
+    before = {u.name: t.backend.read(u).copy() for u in inits}
+    sent = []
+    rank0 = SimpleNamespace(world_size=world, broadcast=lambda buf: (sent.append(buf.size), buf.fill(0x3C)))
+    n = D.broadcast_parameters(t.backend, t.program, rank0)  # rank 0's bytes: 0x3C each
+    shared = [u for u in inits if u.region.role.shared]
+    assert {u.region.role for u in shared} == {Role.RUNNING, Role.RUNNING_NEXT, Role.FOLDED, Role.PARAM}
+    assert {u.name for u in inits if not u.region.role.shared} >= {"step", "loss_scale", "batch_train"}
+    if world == 1:  # one rank: nothing to agree on, nothing sent
+        assert n == 0 and sent == []
+    else:
+        assert n == sent[0] == sum(before[u.name].nbytes for u in shared)
+    for u in inits:
+        got = t.backend.read(u)
+        if world > 1 and u.region.role.shared:
+            assert (got.view(np.uint8) == 0x3C).all(), u.name
+        else:
+            np.testing.assert_array_equal(got, before[u.name], err_msg=u.name)
 
 
 def test_distributed_takes_a_dist_env():

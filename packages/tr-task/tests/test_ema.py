@@ -15,9 +15,10 @@ import pytest
 from tr.algo.optimizer import SGD
 from tr.algo.scheduler import ConstantLR
 from tr.core.errors import ConfigError
-from tr.core.region import Region as R
+from tr.core.memory import Region, Role
 from tr.core.settings import Settings
 from tr.graph.blueprint import bn, fc, relu, seq
+from tr.graph.layers.groups import BN_B, FC_W
 from tr.task import checkpoint
 from tr.task.deep_learning import DeepLearningTask
 from tr.task.feeder import ArrayFeeder
@@ -41,7 +42,7 @@ def _task(nan: bool = False, val: bool = True, amp: bool = False) -> DeepLearnin
 
 
 def _masters(task):
-    return [t for t in task.program.tensors if R.W_BN_BIAS <= t.region <= R.W_DEEP_CONV]
+    return [t for t in task.program.tensors if t.region.role is Role.PARAM]
 
 
 def _ema_of(task, t):
@@ -57,7 +58,7 @@ def test_ema_follows_the_rule_over_50_steps_and_a_skipped_step_leaves_it():
     task = _task(nan=True).ema(DECAY, validate=False).compile()
     ws = _masters(task)
     es = [_ema_of(task, t) for t in ws]
-    assert ws and all(e.region == R(w.region + 6) for w, e in zip(ws, es))
+    assert ws and all(e.region == Region(Role.EMA, w.region.group) for w, e in zip(ws, es))
     ref = _read(task, ws)  # the EMA starts as the weights training starts from
     prev = {"w": ref, "e": None}
     checked = []
@@ -83,7 +84,8 @@ def test_ema_follows_the_rule_over_50_steps_and_a_skipped_step_leaves_it():
 
 def test_without_ema_no_e_regions_and_no_ema_columns():
     task = _task().compile()
-    assert all(task.program.layout.region_bytes(r) == 0 for r in (R.E_BN_BIAS, R.E_FC_WEIGHT))
+    assert all(task.program.layout.region_bytes(Region(Role.EMA, g)) == 0 for g in (BN_B, FC_W))
+    assert not [r for r in task.program.layout.regions if r.role in (Role.EMA, Role.EMA_FP16)]
     out = io.StringIO()
     with redirect_stdout(out):
         task.quiet(False).run(1)

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from tr.core import DType, Region, Shape
+from tr.core import DType, Region, Role, Shape
 from tr.core.errors import DataError, DTypeError, ShapeError
+from tr.core.memory import dtype_group
 from tr.tensor import DTensor, Tensor, slot_bytes_for
 
 
@@ -56,11 +57,11 @@ def test_slot_bytes_fp32_is_twice_fp16():
 
 
 def test_dtensor_strides_and_checks():
-    t = DTensor(0, "x", Region.F_FEATURE_FP16, Shape(2, 3, 4, 5), DType.FP16,
+    t = DTensor(0, "x", Region(Role.ACTIVATION, dtype_group(DType.FP16)), Shape(2, 3, 4, 5), DType.FP16,
                 slot_bytes_for(Shape(2, 3, 4, 5), DType.FP16, 8), pad_c=8)
     assert t.cpu_strides == (60, 20, 5, 1) and t.device_strides == (96, 32, 8, 1)
     assert t.at(512).offset == 512 and not t.placed
     with pytest.raises(ShapeError, match="not 256-byte aligned"):
         t.at(100)
     with pytest.raises(ShapeError, match="cannot hold"):
-        DTensor(1, "y", Region.T_TEMP_FP32, Shape(1, 1, 1, 1000), DType.FP32, 256)
+        DTensor(1, "y", Region(Role.TEMP, dtype_group(DType.FP32)), Shape(1, 1, 1, 1000), DType.FP32, 256)

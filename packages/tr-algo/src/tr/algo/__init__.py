@@ -46,8 +46,6 @@ from tr.algo.optimizer import (
     OptimizerKind,
     Slot,
     bias_rule,
-    is_bias_like,
-    is_decayed,
     slots_for,
 )
 from tr.algo.scheduler import (
@@ -79,7 +77,7 @@ __all__ = [
     "top_k_correct", "ONEHOT_LOSSES", "BCEWithLogitsLoss", "MSELoss", "onehot_loss", "onehot_loss_grad",
     "onehot_target",
     "LARS", "RULE_HYPERPARAMS", "SGD", "Adam", "AdamW", "Optimizer", "OptimizerKind", "Slot", "bias_rule",
-    "is_bias_like", "is_decayed", "slots_for",
+    "slots_for",
     "SCHEDULERS", "WSDLR", "ConstantLR", "CosineAnnealingLR", "CosineAnnealingWithWarmRestartsLR", "ExponentialLR",
     "MultiStepLR", "PolynomialLR", "Scheduler", "StepLR",
     "OptimizerState", "adam_bias_correction", "apply_rule", "init_state", "lars_trust_ratio", "step_bias",

@@ -33,7 +33,6 @@ import numpy as np
 from tr.algo import _validate as v
 from tr.core import philox
 from tr.core.errors import ConfigError, ShapeError
-from tr.core.region import Region
 
 TRUNC_SIGMAS = 2.0
 TRUNC_MAX_ROUNDS = 64  # P(an element still rejected) = 0.0455^64: never, in practice; then it is clipped
@@ -264,11 +263,7 @@ def initialize(
     return _drawn(n, draw).reshape(dims)
 
 
-_ZERO_REGIONS = frozenset(
-    [Region.W_FC_BIAS, Region.W_BN_BIAS, Region.W_EQ_BIAS, Region.B_PREV_MEAN, Region.B_NEXT_MEAN]
-    + [r for r in Region if r.group in ("M", "V", "N")]
-)
-_ONE_REGIONS = frozenset([Region.W_BN_WEIGHT, Region.W_EQ_SCALE, Region.B_PREV_VAR, Region.B_NEXT_VAR])
+FAMILIES = ("conv", "fc")  # the weight families a policy sets (tr.tensor.program.InitSpec.family)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,7 +271,8 @@ class Initializer:
     """The task-level policy (the seed's ``Initializer().conv(...).fc(...).fan(...)``).
 
     Defaults as the seed: conv weights TRUNC_NORMAL, FC weights KAIMING_UNIFORM, FAN_IN, Kaiming gain
-    sqrt(2); biases, BN beta, running means and optimizer state 0; BN gamma and running variances 1.
+    sqrt(2). The policy draws weights only: biases, BN beta, running means and optimizer state (0), BN gamma
+    and running variances (1) are filled by the kind of their plan's InitSpec.
     Setters: conv() -> conv_kind, fc() -> fc_kind, fan() -> fan_mode, gain() -> gain_factor,
     scale() -> variance_scale, constant() -> constant_value (used by CONSTANT kinds).
     """
@@ -290,8 +286,8 @@ class Initializer:
 
     def __post_init__(self) -> None:
         # Building the two specs validates every field (and names the bad one).
-        self.spec_for(Region.W_DEEP_CONV)
-        self.spec_for(Region.W_FC_WEIGHT)
+        for family in FAMILIES:
+            self.spec_for(family)
 
     def conv(self, kind: InitKind) -> Initializer:
         return replace(self, conv_kind=kind)
@@ -311,17 +307,10 @@ class Initializer:
     def constant(self, value: float) -> Initializer:
         return replace(self, constant_value=value)
 
-    def spec_for(self, region: Region) -> InitSpec:
-        """The InitSpec of a tensor in ``region`` (weights, BN params and stats, optimizer state)."""
-        r = Region(region)
-        if r in (Region.W_FC_WEIGHT, Region.W_FIRST_CONV, Region.W_DEEP_CONV):
-            kind = self.fc_kind if r is Region.W_FC_WEIGHT else self.conv_kind
-            return InitSpec(kind=kind, mode=self.fan_mode, gain=self.gain_factor, scale=self.variance_scale,
-                            value=self.constant_value)
-        if r in _ZERO_REGIONS:
-            return zeros()
-        if r in _ONE_REGIONS:
-            return ones()
-        raise ConfigError(
-            f"region {r.name} is not filled by an initializer (it is a copy, a cast, an input or a temporary)"
-        )
+    def spec_for(self, family: str) -> InitSpec:
+        """The InitSpec of a weight of ``family``: "fc" (FC weights) or "conv" (convolution weights)."""
+        if family not in FAMILIES:
+            raise ConfigError(f"initializer family {family!r} is not one of {list(FAMILIES)} (the policy draws "
+                              f"fc and conv weights; other tensors are filled by their InitSpec's kind)")
+        return InitSpec(kind=self.fc_kind if family == "fc" else self.conv_kind, mode=self.fan_mode,
+                        gain=self.gain_factor, scale=self.variance_scale, value=self.constant_value)

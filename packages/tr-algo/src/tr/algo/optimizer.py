@@ -23,7 +23,6 @@ from enum import Enum, IntEnum
 from tr.algo import _validate as v
 from tr.core.errors import ConfigError
 from tr.core.optim import BIAS_RULE, OPTIMIZERS
-from tr.core.region import BIAS_LIKE_WEIGHTS, DECAYED_WEIGHTS, Region
 
 
 class OptimizerKind(IntEnum):
@@ -46,11 +45,11 @@ class OptimizerKind(IntEnum):
 
 
 class Slot(str, Enum):
-    """A per-parameter state buffer, named after the arena region group that holds it."""
+    """A per-parameter state buffer; the arena holds each in its own memory role (tr.core.memory.Role)."""
 
-    M = "m"  # momentum / first moment (M_* regions)
-    V = "v"  # second moment (V_* regions)
-    N = "n"  # LARS per-tensor trust ratio and norms (N_* regions)
+    M = "m"  # momentum / first moment (role MOMENT1)
+    V = "v"  # second moment (role MOMENT2)
+    N = "n"  # LARS per-tensor trust ratio and norms (role TRUST_RATIO)
 
 
 _SLOTS = {
@@ -82,18 +81,8 @@ def bias_rule(kind: OptimizerKind) -> OptimizerKind:
 
 
 def slots_for(kind: OptimizerKind) -> tuple[Slot, ...]:
-    """State buffers that rule ``kind`` reads and writes, in region order."""
+    """State buffers that rule ``kind`` reads and writes, in layout order."""
     return _SLOTS[OptimizerKind(kind)]
-
-
-def is_decayed(region: Region) -> bool:
-    """True for weight regions that get weight decay (FC weights, first conv, deep convs)."""
-    return DECAYED_WEIGHTS[0] <= Region(region) <= DECAYED_WEIGHTS[1]
-
-
-def is_bias_like(region: Region) -> bool:
-    """True for BN beta, BN gamma and FC bias: updated by ``bias_rule(kind)`` with weight decay 0."""
-    return BIAS_LIKE_WEIGHTS[0] <= Region(region) <= BIAS_LIKE_WEIGHTS[1]
 
 
 class _Base:

@@ -51,7 +51,7 @@ class OptimizerState:
 
 
 def init_state(kind: OptimizerKind, w: np.ndarray) -> OptimizerState:
-    """Zeroed state for rule ``kind`` and a parameter like ``w`` (what init does to the M and V regions)."""
+    """Zeroed state for rule ``kind`` and a parameter like ``w`` (what init does to the MOMENT1 and MOMENT2 regions)."""
     slots = slots_for(kind)
     w = np.asarray(w)
     return OptimizerState(

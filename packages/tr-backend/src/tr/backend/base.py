@@ -1,7 +1,7 @@
 """The Backend protocol: what tr.task asks of any device (CPU numpy arena, CUDA extension).
 
 A backend owns ONE arena laid out by an :class:`ArenaLayout`. Everything else is a view into it: a DTensor
-is (offset, shape, dtype), a :class:`RegionSpan` is a byte range. ``capture`` turns a sequence of
+is (offset, shape, dtype), a :class:`tr.core.memory.Span` is a byte range. ``capture`` turns a sequence of
 :class:`OpCall` into an executable graph once, validating every call (errors name the graph, the op and its
 layer); ``launch`` runs it with no per-op Python work beyond calling what capture prepared.
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from tr.core.errors import BackendError, ShapeError
-from tr.core.ops import CATALOGUE, OpCall, OpDef, RegionSpan
+from tr.core.memory import Span
+from tr.core.ops import CATALOGUE, OpCall, OpDef
 from tr.tensor.dtensor import DTensor
 from tr.tensor.layout import ArenaLayout
 
@@ -21,9 +22,9 @@ def where(graph: str, index: int, call: OpCall) -> str:
     return f"graph {graph!r}, op #{index} {call.op} ({layer}{label})"
 
 
-def byte_range(value: DTensor | RegionSpan, layout: ArenaLayout) -> tuple[int, int]:
+def byte_range(value: DTensor | Span, layout: ArenaLayout) -> tuple[int, int]:
     """[start, end) bytes an argument touches: a tensor's compact elements or a span's regions."""
-    if isinstance(value, RegionSpan):
+    if isinstance(value, Span):
         return layout.span(value)
     return value.offset, value.offset + value.nbytes
 
@@ -34,10 +35,14 @@ def _check_tensor(name: str, t: object, layout: ArenaLayout, at: str) -> None:
     if not t.placed:
         raise BackendError(f"{at}: argument {name!r} = {t!r} has no offset (the memory plan was not finalised)")
     if not t.allocated:
-        raise BackendError(f"{at}: argument {name!r} = {t!r} lies in a disabled region (slot_bytes 0)")
+        raise BackendError(f"{at}: argument {name!r} = {t!r} is not allocated (slot_bytes 0)")
     if t.offset % t.dtype.itemsize:
         raise BackendError(f"{at}: argument {name!r} = {t!r} offset is not a multiple of {t.dtype.itemsize}")
-    lo, hi = layout.regions[t.region]
+    bounds = layout.regions.get(t.region)
+    if bounds is None:
+        raise BackendError(f"{at}: argument {name!r} = {t!r} lies in region {t.region.name}, which the arena "
+                           f"layout does not hold (it has {', '.join(r.name for r in layout.regions)})")
+    lo, hi = bounds
     if t.offset < lo or t.offset + t.nbytes > hi:
         raise BackendError(
             f"{at}: argument {name!r} = {t!r} needs bytes [{t.offset}, {t.offset + t.nbytes}) but region "
@@ -46,8 +51,8 @@ def _check_tensor(name: str, t: object, layout: ArenaLayout, at: str) -> None:
 
 
 def _check_span(name: str, s: object, layout: ArenaLayout, at: str) -> None:
-    if not isinstance(s, RegionSpan):
-        raise BackendError(f"{at}: argument {name!r} must be a RegionSpan, got {type(s).__name__}")
+    if not isinstance(s, Span):
+        raise BackendError(f"{at}: argument {name!r} must be a Span, got {type(s).__name__}")
     lo, hi = layout.span(s)
     if hi < lo or hi > layout.total_bytes:
         raise BackendError(f"{at}: span {name!r} = {s!r} resolves to [{lo}, {hi}) outside the arena")

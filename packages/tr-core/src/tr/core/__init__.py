@@ -1,4 +1,4 @@
-"""tr.core: the vocabulary every other tr package shares (shapes, dtypes, regions, ops, settings, RNG)."""
+"""tr.core: the vocabulary every other tr package shares (shapes, dtypes, memory roles, ops, settings, RNG)."""
 
 from tr.core.align import align_up, align_up_256
 from tr.core.dtype import DType
@@ -16,17 +16,17 @@ from tr.core.errors import (
     TrError,
 )
 from tr.core.graph_id import GraphId
+from tr.core.memory import Group, Region, Role, Select, Span
 from tr.core.norm import NormMode
-from tr.core.ops import CATALOGUE, OpCall, OpDef, RegionSpan, op_def
+from tr.core.ops import CATALOGUE, OpCall, OpDef, op_def
 from tr.core.phase import Phase, StreamKind
-from tr.core.region import Region, RegionConditions, is_enabled
 from tr.core.settings import GLOBAL_SETTING, Settings, reset_global_settings
 from tr.core.shape import Shape
 
 __all__ = [
     "align_up", "align_up_256", "DType", "TrError", "ConfigError", "ShapeError", "DTypeError", "PhaseError",
     "FrozenError", "CompileError", "DataError", "BackendError", "DeviceUnavailableError", "OutOfMemoryError",
-    "GraphId", "NormMode", "CATALOGUE", "OpCall", "OpDef", "RegionSpan", "op_def", "Phase", "StreamKind",
-    "Region", "RegionConditions", "is_enabled", "GLOBAL_SETTING", "Settings", "reset_global_settings", "Shape",
+    "GraphId", "NormMode", "CATALOGUE", "OpCall", "OpDef", "op_def", "Phase", "StreamKind",
+    "Group", "Region", "Role", "Select", "Span", "GLOBAL_SETTING", "Settings", "reset_global_settings", "Shape",
 ]
 __version__ = "0.1.0"

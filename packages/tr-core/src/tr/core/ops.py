@@ -6,7 +6,7 @@ FP32 or FP16; the backend dispatches on the DTensors' dtypes.
 
 Argument kinds:
 - ``tensor``: a DTensor (region, offset, shape, dtype).
-- ``span``: a :class:`RegionSpan` -- every byte from the first region's base to the last region's end.
+- ``span``: a :class:`tr.core.memory.Span` -- the bytes of the regions it selects (one contiguous run).
 Roles: ``in`` (read), ``out`` (written), ``inout`` (read and written). ``optional`` arguments may be None.
 In-place is explicit: an ``out`` may alias an ``in`` only where the entry says ``inplace``.
 """
@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tr.core.errors import CompileError
-from tr.core.region import Region
+from tr.core.memory import Span
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,23 +44,6 @@ class OpDef:
             if a.name == name:
                 return a
         raise KeyError(name)
-
-
-@dataclass(frozen=True, slots=True)
-class RegionSpan:
-    """All bytes of regions ``first..last`` (inclusive) in layout order."""
-
-    first: Region
-    last: Region
-
-    def __post_init__(self) -> None:
-        if int(self.last) < int(self.first):
-            raise CompileError(f"region span {self.first.name}..{self.last.name} runs backwards")
-
-    def __repr__(self) -> str:
-        if self.first == self.last:
-            return f"<{self.first.name}>"
-        return f"<{self.first.name}..{self.last.name}>"
 
 
 def _t(name: str, role: str = "in", optional: bool = False) -> Arg:
@@ -272,7 +255,7 @@ _DEFS: list[OpDef] = [
     OpDef("range_clear", "range", (_s("span", "out"),), kind="range"),
     OpDef("range_copy", "range", (_s("src", "in"), _s("dst", "out"), _t("flag", "in", True)), kind="range",
           doc="dst = src; with a flag, nothing happens when flag != 0 (BN statistics of a skipped step are "
-              "discarded: B_NEXT is rewritten from B_PREV by the next forward)"),
+              "discarded: the next forward rewrites the statistics it writes from the ones it reads)"),
     OpDef("range_cast", "range", (_s("src", "in"), _s("dst", "out")), ("src_dtype", "dst_dtype"), kind="range",
           doc="element-wise cast; FP32 slots are twice their FP16 twins' so elements line up"),
     OpDef("range_check_finite", "range", (_s("span", "inout"), _t("flag", "inout")), ("clip", "accumulate"),
@@ -319,7 +302,7 @@ def op_def(name: str) -> OpDef:
 
 @dataclass(frozen=True)
 class OpCall:
-    """One call of a catalogued op: arguments by name (DTensor, RegionSpan or None) and attributes."""
+    """One call of a catalogued op: arguments by name (DTensor, Span or None) and attributes."""
 
     op: str
     args: MappingProxyType[str, Any]
@@ -341,8 +324,8 @@ class OpCall:
             v = args.get(a.name)
             if v is None and not a.optional:
                 raise CompileError(f"op {op}: required argument {a.name!r} is missing")
-            if v is not None and a.kind == "span" and not isinstance(v, RegionSpan):
-                raise CompileError(f"op {op}: argument {a.name!r} must be a RegionSpan, got {type(v).__name__}")
+            if v is not None and a.kind == "span" and not isinstance(v, Span):
+                raise CompileError(f"op {op}: argument {a.name!r} must be a Span, got {type(v).__name__}")
             full[a.name] = v
         for k in attrs:
             if k not in d.attrs:

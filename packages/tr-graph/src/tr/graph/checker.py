@@ -2,14 +2,14 @@
 
 For every variant it replays the chains that run back to back (training: FIRST_LAYER_FWD -> DEEP_FWD_BWD
 -> FIRST_LAYER_BWD, for buffer A and for B; validation: INF_MAIN_A, INF_MAIN_B) over a byte map of the
-scratch regions (features, gradient slots, masks, temporaries), which start out as garbage. Each op
+scratch roles (features and their gradients, masks, temporaries), which start out as garbage. Each op
 - may not write bytes it also reads through another argument unless the catalogue declares that pair
   in-place, nor write one range through two arguments;
 - reads only tensors whose whole slot was last written as that very tensor (so nothing overwrote it in
   between, and it was written at all);
 - then owns the slots it writes.
-Persistent regions (weights, gradients, moments, statistics, inputs, scalars) hold their own disjoint
-slots, which the layout check proves; range ops never touch scratch regions (tr.graph.memory_plan).
+Persistent roles (weights, gradients, moments, statistics, inputs, scalars) hold their own disjoint
+slots, which the layout check proves; range ops never touch scratch roles (tr.graph.memory_plan).
 """
 
 from __future__ import annotations
@@ -20,13 +20,11 @@ from itertools import combinations
 
 from tr.core.errors import CompileError
 from tr.core.graph_id import GraphId
-from tr.core.ops import OpCall, RegionSpan, op_def
-from tr.core.region import Region
+from tr.core.memory import Span
+from tr.core.ops import OpCall, op_def
 from tr.tensor.dtensor import DTensor
 from tr.tensor.program import Program
 
-SCRATCH = frozenset([Region.F_FEATURE_FP32, Region.F_GRAD_SLOT_FP32, Region.F_FEATURE_FP16, Region.F_GRAD_SLOT_FP16,
-                     Region.S_MASK, Region.T_TEMP_FP32, Region.T_TEMP_FP16, Region.T_TEMP_INT32, Region.T_TEMP_INT8])
 TRAIN_CHAINS = ((GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD, GraphId.FIRST_LAYER_BWD_A),
                 (GraphId.FIRST_LAYER_FWD_B, GraphId.DEEP_FWD_BWD, GraphId.FIRST_LAYER_BWD_B))
 INF_CHAINS = ((GraphId.INF_MAIN_A,), (GraphId.INF_MAIN_B,))
@@ -78,8 +76,7 @@ def check_chain(calls: Sequence[tuple[GraphId, OpCall]], names: dict[int, str], 
         args = [(a, c.args[a.name]) for a in d.args if c.args.get(a.name) is not None]
         tens = [(a, t) for a, t in args if a.kind == "tensor"]
         for a, s in args:
-            if a.kind == "span" and isinstance(s, RegionSpan) and any(
-                    Region(r) in SCRATCH for r in range(int(s.first), int(s.last) + 1)):
+            if a.kind == "span" and isinstance(s, Span) and any(p.role.scratch for p in s.parts):
                 raise CompileError(f"{at}: span {a.name}={s!r} covers scratch memory")
         inplace = set(d.inplace) | {(b, a) for a, b in d.inplace}
         for (a1, t1), (a2, t2) in combinations(tens, 2):
@@ -88,7 +85,7 @@ def check_chain(calls: Sequence[tuple[GraphId, OpCall]], names: dict[int, str], 
                 raise CompileError(f"{at}: {a1.name}={t1.name} and {a2.name}={t2.name} share bytes but the op "
                                    "does not allow them in place")
         for a, t in tens:
-            if a.role == "out" or t.region not in SCRATCH or not t.allocated:
+            if a.role == "out" or not t.region.role.scratch or not t.allocated:
                 continue
             bad = owners.others(t.offset, t.end, t.id)
             if bad:
@@ -98,7 +95,7 @@ def check_chain(calls: Sequence[tuple[GraphId, OpCall]], names: dict[int, str], 
                 raise CompileError(f"{at}: reads {a.name}={t.name}, but {names.get(culprit[0], culprit[0])} "
                                    f"overwrote its bytes at {culprit[1]}")
         for a, t in tens:
-            if a.role != "in" and t.region in SCRATCH and t.allocated:
+            if a.role != "in" and t.region.role.scratch and t.allocated:
                 owners.write(t.offset, t.end, (t.id, op_at))
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tr.core.errors import TrError
-from tr.core.ops import OpCall, RegionSpan
+from tr.core.memory import Region
+from tr.core.ops import OpCall
 from tr.graph.blueprint import BluePrint, Layer
 from tr.graph.compiler import Compiled, compile_with_plan
 from tr.graph.layers import LOSS_KINDS
@@ -56,8 +57,6 @@ def load_blueprint(target: str) -> Any:
 def _fmt_arg(v: Any) -> str:
     if isinstance(v, DTensor):
         return f"{v.name}{v.shape}"
-    if isinstance(v, RegionSpan):
-        return repr(v)
     return repr(v)
 
 
@@ -67,16 +66,23 @@ def format_call(c: OpCall) -> str:
     return f"{c.op} {args}" + (f" {{{attrs}}}" if attrs else "")
 
 
+def _traits(r: Region) -> str:
+    return ",".join(k for k, v in r.group.traits().items() if v)
+
+
 def format_memory(program: Program, seed_bytes: int) -> str:
-    """The memory plan, with the arena the seed's scheme would need (``seed_bytes``) beside ours."""
+    """The memory plan by role and group (with the group's traits), and the arena the seed's scheme would need
+    (``seed_bytes``) beside ours."""
     m = program.meta
-    lines = ["Memory plan (bytes per non-empty region):"]
+    lines = ["Memory plan (bytes per non-empty region, in layout order):",
+             f"  {'role':<12} {'group':<12} {'traits':<30} {'bytes':>15}  range"]
     for r, (a, b) in program.layout.regions.items():
         if b > a:
-            lines.append(f"  {r.name:<22} {b - a:>15,}  [{a:,} .. {b:,})")
+            lines.append(f"  {r.role.value:<12} {r.group.name or '-':<12} {_traits(r) or '-':<30} {b - a:>15,}  "
+                         f"[{a:,} .. {b:,})")
     for label, b in (("total (ours)", program.layout.total_bytes), ("seed scheme", seed_bytes),
                      ("no reuse", m["no_reuse_bytes"])):
-        lines.append(f"  {label:<22} {b:>15,}  ({b / 2**20:.1f} MiB)")
+        lines.append(f"  {label:<56} {b:>15,}  ({b / 2**20:.1f} MiB)")
     lines.append(f"  pooled: {m['pooled_tensors']} tensors in {m['pooled_buffers']} buffers, {m['pooled_bytes']:,} B "
                  f"(lower bound {m['pooled_lower_bound']:,} B)")
     return "\n".join(lines)

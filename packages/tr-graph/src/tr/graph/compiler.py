@@ -6,7 +6,7 @@ Stages:
 3. Tensor declarations per variant (baseline tensors, each kind's own tensors), then the symbolic
    ComputationGraph (training chain, inference chain); slots are the max over each tensor's variants.
 4. Memory: liveness over the step, in-place aliasing and packing of the pooled tensors; fixed slots for
-   the rest; regions in enum order (MemoryPlan).
+   the rest; regions in layout order, by role then group (MemoryPlan, tr.core.memory).
 5. The range-op graphs (transfers, clears, casts, collectives, NaN check, optimizer, statistics, metrics).
 6. GraphAtlas: bind every graph to the DTensors of each variant; checks (layout, range pairings, the
    reuse checker) unless ``verify=False``.
@@ -21,8 +21,8 @@ from typing import Any
 
 from tr.core.dtype import DType
 from tr.core.errors import CompileError
-from tr.core.ops import IMAGE_GEOM_COLS, RegionSpan
-from tr.core.region import Region, RegionConditions
+from tr.core.memory import Group, Region, Role, Span, dtype_group
+from tr.core.ops import IMAGE_GEOM_COLS
 from tr.core.shape import Shape
 from tr.graph.archplan import ArchPlan, params
 from tr.graph.atlas import GraphAtlas
@@ -30,7 +30,7 @@ from tr.graph.checker import check_program
 from tr.graph.ema import add_ema_graphs, ema_twins
 from tr.graph.graph import INF_CHAIN, TRAIN_CHAIN, ChainBuilder, add_update_graphs
 from tr.graph.layers import KINDS
-from tr.graph.layers.base import ANY, BASE, DECAYED_GROUPS, INF, TRAIN, DeclCtx, Init
+from tr.graph.layers.base import ANY, BASE, INF, TRAIN, DeclCtx, Init
 from tr.graph.liveness import PoolPlan, plan_pools
 from tr.graph.memory_plan import MemoryPlan, check_layout, check_range_ops
 from tr.graph.passes import infer_shapes
@@ -44,6 +44,14 @@ NAMED = ("labels_a", "data_a", "labels_b", "data_b", "labels", "nan_flag", "step
          "lr_table", "result", "accum", "accum_samples", "probs", "pred", "train_set", "val_set", "aug_key", "aug_x",
          "train_labels", "val_labels", "train_order", "train_pos", "val_pos", "order_key", "data_rank", "jpeg_src",
          "geom_a", "geom_b", "jpeg_u8")
+
+
+# the double-buffered batch: buffer a's labels and data, then buffer b's (one INPUT span)
+INPUT_REGIONS = {name: Region(Role.INPUT, Group(name, order=k))
+                 for k, name in enumerate(("a_label", "a_data", "b_label", "b_data"))}
+RESIDENT = Region(Role.RESIDENT)
+INT32_SCALAR, FP32_SCALAR = Region(Role.SCALAR, dtype_group(DType.INT32)), Region(Role.SCALAR, dtype_group(DType.FP32))
+INT32_TEMP, FP32_TEMP = Region(Role.TEMP, dtype_group(DType.INT32)), Region(Role.TEMP, dtype_group(DType.FP32))
 
 
 @dataclass(frozen=True)
@@ -117,7 +125,7 @@ class Compiler:
         pooled = [i for i in infos if i.pooled]
         timeline = cg.timeline(TRAIN_CHAIN) + cg.timeline(INF_CHAIN)
         pools = plan_pools(timeline, {i.key: i.slot for i in pooled}, {i.key: i.region for i in pooled})
-        mp = MemoryPlan(RegionConditions(amp=spec.amp, has_ema=ema))
+        mp = MemoryPlan()
         slots = {i.key: mp.alloc(i.key, i.region, i.slot) for i in infos if not i.pooled}
         for region, extent in pools.extents.items():
             mp.pool(region, extent, {i.key: pools.offsets[i.key] for i in pooled if i.region == region})
@@ -128,7 +136,7 @@ class Compiler:
                    for n, i in enumerate(infos)}
         region_bytes = mp.bytes_by_region()
         nonempty = {r for r, b in region_bytes.items() if b > 0}
-        lars = [(i.layer, i.key.split(".", 1)[1]) for i in infos if i.twin == "w" and i.group in DECAYED_GROUPS]
+        lars = [(i.layer, i.key.split(".", 1)[1]) for i in infos if i.twin == "w" and i.region.group.decayed]
         add_update_graphs(cg, arch, spec, nonempty, lars)
         if ema:
             add_ema_graphs(cg, arch, spec, ema_twins([(i.key, i.twin) for i in infos]))
@@ -138,7 +146,8 @@ class Compiler:
         named = {r: tensors[r] for r in NAMED if r in tensors}
         if cg.logits_inf in tensors:
             named["logits"] = tensors[cg.logits_inf]
-        inits = tuple(InitSpec(tensors[i.key], i.init.kind, i.init.fan_in, i.init.fan_out, i.init.value, i.layer)
+        inits = tuple(InitSpec(tensors[i.key], i.init.kind, i.init.fan_in, i.init.fan_out, i.init.value, i.layer,
+                               i.init.family)
                       for i in infos if i.init is not None)
         ordered = tuple(sorted(tensors.values(), key=lambda t: t.id))
         pooled_regions = set(pools.extents)
@@ -175,7 +184,8 @@ class Compiler:
                 table.add(key, v, shape, region, dtype, pad_c=pad, cls=BASE, phase=phase, init=init)
 
             res = spec.resident
-            for ab, lab, dat in (("a", Region.I_A_LABEL, Region.I_A_DATA), ("b", Region.I_B_LABEL, Region.I_B_DATA)):
+            for ab in ("a", "b"):
+                lab, dat = INPUT_REGIONS[f"{ab}_label"], INPUT_REGIONS[f"{ab}_data"]
                 add(f"labels_{ab}", Shape(n, 1, 1, 1), lab, DType.INT32)
                 if res is None:
                     add(f"data_{ab}", spec.variant_input(info), dat, data_dtype, pad=data_pad)
@@ -183,47 +193,47 @@ class Compiler:
                     add(f"data_{ab}", Shape(n, 1, 1, 1), dat, DType.INT32)
             jp = spec.jpeg
             if jp is not None:  # tr.graph.jpeg_input: the host sends each batch's geometry, the decode fills jpeg_src
-                add("geom_a", Shape(n, 1, 1, IMAGE_GEOM_COLS), Region.I_A_DATA, DType.INT32)
-                add("geom_b", Shape(n, 1, 1, IMAGE_GEOM_COLS), Region.I_B_DATA, DType.INT32)
-                add("jpeg_src", Shape(1, 1, 1, jp.capacity), Region.D_RESIDENT, DType.UINT8)
+                add("geom_a", Shape(n, 1, 1, IMAGE_GEOM_COLS), INPUT_REGIONS["a_data"], DType.INT32)
+                add("geom_b", Shape(n, 1, 1, IMAGE_GEOM_COLS), INPUT_REGIONS["b_data"], DType.INT32)
+                add("jpeg_src", Shape(1, 1, 1, jp.capacity), RESIDENT, DType.UINT8)
                 if jp.jitter:  # the resized pixels before the colour jitter
                     x = spec.variant_input(info)
-                    add("jpeg_u8", Shape(n, x.h, x.w, 3), Region.D_RESIDENT, DType.UINT8)
+                    add("jpeg_u8", Shape(n, x.h, x.w, 3), RESIDENT, DType.UINT8)
             if res is not None:  # tr.graph.resident
                 h, w, c = res.image
-                add("train_set", Shape(res.train_samples, h, w, c), Region.D_RESIDENT, DType.UINT8)
+                add("train_set", Shape(res.train_samples, h, w, c), RESIDENT, DType.UINT8)
                 if res.val_samples:
-                    add("val_set", Shape(res.val_samples, h, w, c), Region.D_RESIDENT, DType.UINT8)
-                add("aug_key", Shape(1, 1, 1, 2), Region.S_SCALAR_INT32, DType.INT32)
-                add("aug_x", spec.variant_input(info), Region.I_A_DATA, data_dtype, pad=data_pad)
+                    add("val_set", Shape(res.val_samples, h, w, c), RESIDENT, DType.UINT8)
+                add("aug_key", Shape(1, 1, 1, 2), INT32_SCALAR, DType.INT32)
+                add("aug_x", spec.variant_input(info), INPUT_REGIONS["a_data"], data_dtype, pad=data_pad)
                 # the labels, the epoch's order and the batch positions: batches are chosen on the device
-                add("train_labels", Shape(res.train_samples, 1, 1, 1), Region.D_RESIDENT, DType.INT32)
+                add("train_labels", Shape(res.train_samples, 1, 1, 1), RESIDENT, DType.INT32)
                 if res.val_samples:
-                    add("val_labels", Shape(res.val_samples, 1, 1, 1), Region.D_RESIDENT, DType.INT32)
-                add("train_order", Shape(res.train_samples, 1, 1, 1), Region.D_RESIDENT, DType.INT32)
-                add("order_key", Shape(1, 1, 1, 2), Region.S_SCALAR_INT32, DType.INT32)
-                add("train_pos", one, Region.S_SCALAR_INT32, DType.INT32)  # set by shuffle_order
-                add("val_pos", one, Region.S_SCALAR_INT32, DType.INT32)  # set by batch_restart
-                add("data_rank", one, Region.S_SCALAR_INT32, DType.INT32)  # the feeder's rank, written at upload
-            add("labels", Shape(n, 1, 1, 1), Region.T_TEMP_INT32, DType.INT32, TRAIN)
-            add("nan_flag", one, Region.S_SCALAR_INT32, DType.INT32)
-            add("step", one, Region.S_SCALAR_INT32, DType.INT32, init=Init("zeros"))
-            add("skipped", one, Region.S_SCALAR_INT32, DType.INT32, init=Init("zeros"))
-            add("dropout_seed", Shape(1, 1, 1, 2), Region.S_SCALAR_INT32, DType.INT32)
-            add("lr", one, Region.S_SCALAR_FP32, DType.FP32)
-            add("loss_scale", one, Region.S_SCALAR_FP32, DType.FP32, init=Init("const", value=spec.loss_scale))
+                    add("val_labels", Shape(res.val_samples, 1, 1, 1), RESIDENT, DType.INT32)
+                add("train_order", Shape(res.train_samples, 1, 1, 1), RESIDENT, DType.INT32)
+                add("order_key", Shape(1, 1, 1, 2), INT32_SCALAR, DType.INT32)
+                add("train_pos", one, INT32_SCALAR, DType.INT32)  # set by shuffle_order
+                add("val_pos", one, INT32_SCALAR, DType.INT32)  # set by batch_restart
+                add("data_rank", one, INT32_SCALAR, DType.INT32)  # the feeder's rank, written at upload
+            add("labels", Shape(n, 1, 1, 1), INT32_TEMP, DType.INT32, TRAIN)
+            add("nan_flag", one, INT32_SCALAR, DType.INT32)
+            add("step", one, INT32_SCALAR, DType.INT32, init=Init("zeros"))
+            add("skipped", one, INT32_SCALAR, DType.INT32, init=Init("zeros"))
+            add("dropout_seed", Shape(1, 1, 1, 2), INT32_SCALAR, DType.INT32)
+            add("lr", one, FP32_SCALAR, DType.FP32)
+            add("loss_scale", one, FP32_SCALAR, DType.FP32, init=Init("const", value=spec.loss_scale))
             if spec.amp and spec.loss_scale_rule == "dynamic":  # clean steps in a row (GradScaler's tracker)
-                add("loss_scale_tracker", one, Region.S_SCALAR_INT32, DType.INT32, init=Init("zeros"))
+                add("loss_scale_tracker", one, INT32_SCALAR, DType.INT32, init=Init("zeros"))
             for role, b in batch_of.items():
-                add(role, one, Region.S_SCALAR_FP32, DType.FP32, init=Init("const", value=float(b)))
+                add(role, one, FP32_SCALAR, DType.FP32, init=Init("const", value=float(b)))
             if spec.lr_table_steps:
-                add("lr_table", Shape(1, 1, 1, spec.lr_table_steps), Region.S_SCALAR_FP32, DType.FP32)
-            add("result", Shape(1, 1, 1, 3), Region.R_RESULT, DType.FP32)
-            add("accum", Shape(1, 1, 1, 3), Region.R_RESULT_ACCUMULATED, DType.FP32)
+                add("lr_table", Shape(1, 1, 1, spec.lr_table_steps), FP32_SCALAR, DType.FP32)
+            add("result", Shape(1, 1, 1, 3), Region(Role.RESULT), DType.FP32)
+            add("accum", Shape(1, 1, 1, 3), Region(Role.RESULT_SUM), DType.FP32)
             # samples of the applied (not skipped) training steps: the epoch's mean loss divides by them
-            add("accum_samples", one, Region.R_RESULT_ACCUMULATED, DType.FP32, TRAIN)
-            add("probs", Shape(n, 1, 1, spec.num_classes), Region.T_TEMP_FP32, DType.FP32, TRAIN)
-            add("pred", Shape(n, 1, 1, 1), Region.R_PREDICTED_LABEL, DType.INT32, INF)
+            add("accum_samples", one, Region(Role.RESULT_SUM), DType.FP32, TRAIN)
+            add("probs", Shape(n, 1, 1, spec.num_classes), FP32_TEMP, DType.FP32, TRAIN)
+            add("pred", Shape(n, 1, 1, 1), Region(Role.PREDICTED), DType.INT32, INF)
 
     def _meta(self, arch: ArchPlan, infos: list[TensorInfo], pools: PoolPlan, region_bytes: dict[Region, int],
               total: int, pooled_total: int) -> dict[str, Any]:
@@ -246,4 +256,4 @@ class Compiler:
 
 
 def _has_span(c: Any) -> bool:
-    return any(isinstance(v, RegionSpan) for v in c.args.values())
+    return any(isinstance(v, Span) for v in c.args.values())

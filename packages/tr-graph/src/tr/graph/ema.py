@@ -1,14 +1,14 @@
-"""EMA weights in the compiled plan: the E_* twins, the per-step update and the EMA inference graphs.
+"""EMA weights in the compiled plan: the EMA twins, the per-step update and the EMA inference graphs.
 
-Every master weight (W_*) has an E_* twin declared right after it (tr.graph.layers.base.DeclCtx.param), so
-the E regions mirror the W regions byte for byte and one range op covers all of them:
+Every master weight (role PARAM) has an EMA twin of its group (tr.graph.layers.base.DeclCtx.param), so the
+EMA regions mirror the PARAM regions byte for byte and one range op covers all of them:
 
 - EMA_UPDATE: E = decay*E + (1-decay)*W, after the optimizer, flagged: a skipped (non-finite) step leaves E
   as it was, as it leaves W.
 - CAST_EMA_FP32_TO_FP16: prepares the EMA model for inference, once before its validation: folds each BN's
-  EMA gamma/beta with the main model's running statistics (B_PREV) into the inference scale/bias (the EMA
+  EMA gamma/beta with the main model's running statistics (role RUNNING) into the inference scale/bias (the EMA
   model has no statistics of its own: it validates with the main model's, the seed's "BN stats copied"),
-  and under AMP casts the EMA weights to their E_*_FP16 twins. The fold overwrites the main model's W_EQ
+  and under AMP casts the EMA weights to their EMA_FP16 twins. The fold overwrites the main model's FOLDED
   scale/bias: the caller refolds them (UPDATE_BN_INF_PARAMS) after the EMA validation.
 - INF_EMA_A/B: INF_MAIN_A/B with every weight argument replaced by its E twin (same features, same order,
   so the pooled memory plan of INF_MAIN holds for them).
@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from tr.core.dtype import DType
 from tr.core.graph_id import GraphId
-from tr.core.region import MASTER_WEIGHTS, Region
+from tr.core.memory import Role, Span
 from tr.graph.archplan import ArchPlan
-from tr.graph.graph import ComputationGraph, SymOp, span
+from tr.graph.graph import ComputationGraph, SymOp
 from tr.graph.layers import KINDS
 from tr.graph.spec import CompileSpec
 
-EMA_WEIGHTS = (Region.E_BN_BIAS, Region.E_DEEP_CONV)
-EMA_DECAYED = (Region.E_FC_WEIGHT, Region.E_DEEP_CONV)
-EMA_FP16 = (Region.E_FC_WEIGHT_FP16, Region.E_DEEP_CONV_FP16)
+EMA_WEIGHTS = Span.of(Role.EMA)
+EMA_WITH_FP16 = Span.of(Role.EMA, decayed=True, amp_copy=True)  # the groups that have an EMA_FP16 twin
+EMA_FP16 = Span.of(Role.EMA_FP16)
 INF_EMA = {GraphId.INF_MAIN_A: GraphId.INF_EMA_A, GraphId.INF_MAIN_B: GraphId.INF_EMA_B}
 
 
@@ -53,7 +53,7 @@ def add_ema_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, twin
     key and every AMP working copy key -> the key of its EMA twin that inference reads instead."""
     assert spec.ema_decay is not None
     cg.graphs[GraphId.EMA_UPDATE] = [SymOp(
-        "range_ema", {"src": span(*MASTER_WEIGHTS), "dst": span(*EMA_WEIGHTS), "flag": "nan_flag"},
+        "range_ema", {"src": Span.of(Role.PARAM), "dst": EMA_WEIGHTS, "flag": "nan_flag"},
         {"decay": spec.ema_decay}, -1, "EMA weights (a skipped step leaves them)")]
     prep = []
     for i, L in enumerate(arch.layers):
@@ -64,7 +64,7 @@ def add_ema_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, twin
                 "var": p + "prev_var", "scale": p + "eq_scale", "bias": p + "eq_bias"},
                 {"eps": L.params["eps"]}, i, "EMA gamma/beta with the main model's statistics"))
     if spec.amp and any(k.endswith(".fp16") for k in twins):
-        prep.append(SymOp("range_cast", {"src": span(*EMA_DECAYED), "dst": span(*EMA_FP16)},
+        prep.append(SymOp("range_cast", {"src": EMA_WITH_FP16, "dst": EMA_FP16},
                           {"src_dtype": DType.FP32, "dst_dtype": DType.FP16}, -1, "EMA FP16 weights"))
     if prep:
         cg.graphs[GraphId.CAST_EMA_FP32_TO_FP16] = prep

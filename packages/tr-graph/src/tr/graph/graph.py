@@ -18,21 +18,8 @@ from typing import Any
 
 from tr.core.dtype import DType
 from tr.core.graph_id import GraphId
-from tr.core.ops import RegionSpan
+from tr.core.memory import Region, Role, Span
 from tr.core.optim import BIAS_RULE, WEIGHT_RULE
-from tr.core.region import (
-    ALL_GRADS,
-    AMP_CAST_SOURCE,
-    AMP_WEIGHTS,
-    BIAS_LIKE_WEIGHTS,
-    BN_NEXT_STATS,
-    DECAYED_WEIGHTS,
-    FP32_GRADS,
-    GRAD_BUCKET_1,
-    GRAD_BUCKET_2,
-    Region,
-    region_range,
-)
 from tr.graph.archplan import ArchPlan
 from tr.graph.jpeg_input import GEOM_A, GEOM_B, JPEG_SRC, JPEG_U8
 from tr.graph.layers import KINDS
@@ -65,14 +52,19 @@ INF_CHAIN_B = (GraphId.INF_MAIN_B,)
 @dataclass(slots=True)
 class SymOp:
     op: str
-    args: dict[str, Any]  # argument name -> tensor key, RegionSpan or None
+    args: dict[str, Any]  # argument name -> tensor key, Span or None
     attrs: dict[str, Any] = field(default_factory=dict)
     layer: int = -1
     label: str = ""
 
 
-def span(first: Region, last: Region | None = None) -> RegionSpan:
-    return RegionSpan(first, first if last is None else last)
+# the spans range ops cover (tr.core.memory: each must be contiguous in the layout, which the layout checks)
+GRADS = Span.of(Role.GRAD)
+ALL_GRADS = GRADS + Span.of(Role.RESULT) + Span.of(Role.GRAD_FP16)  # cleared before each step, one range
+EARLY_BUCKET = Span.of(Role.GRAD, early=True) + Span.of(Role.RESULT)  # reduced while the first layer's backward runs
+LATE_BUCKET = Span.of(Role.GRAD, early=False)
+RUNNING, RUNNING_NEXT = Span.of(Role.RUNNING), Span.of(Role.RUNNING_NEXT)
+RESULT_SUM = Span.of(Role.RESULT_SUM)
 
 
 class ComputationGraph:
@@ -232,8 +224,8 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
     """
     g = cg.graphs
 
-    def has(*regions: Region) -> bool:
-        return any(r in nonempty for r in regions)
+    def has(s: Span) -> bool:
+        return any(s.matches(r) for r in nonempty)
 
     res, jp = spec.resident, spec.jpeg
     for ab, buf, gid in ((A, 0, GraphId.TRANSFER_A), (B, 1, GraphId.TRANSFER_B)):
@@ -264,38 +256,36 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
         g[GraphId.RESIDENT_TRAIN_BEGIN] = [_op("shuffle_order", {"shuffle": res.shuffle}, "the epoch's order",
                                                key=ORDER_KEY, order=TRAIN_ORDER, pos=TRAIN_POS)]
         g[GraphId.RESIDENT_VAL_BEGIN] = [_op("batch_restart", label="validation from its first batch", pos=VAL_POS)]
-    g[GraphId.ZERO_GRAD] = [_op("range_clear", span=span(*ALL_GRADS), label="all gradients and the step result")]
+    g[GraphId.ZERO_GRAD] = [_op("range_clear", span=ALL_GRADS, label="all gradients and the step result")]
     fp16, fp32 = {"src_dtype": DType.FP16, "dst_dtype": DType.FP32}, {"src_dtype": DType.FP32, "dst_dtype": DType.FP16}
-    if spec.amp and has(Region.G_DEEP_CONV_FP16):
-        g[GraphId.CAST_DEEP_GRAD_FP16_TO_FP32] = [
-            _op("range_cast", fp16, src=span(Region.G_DEEP_CONV_FP16), dst=span(Region.G_DEEP_CONV))]
-    if spec.amp and has(Region.G_FIRST_CONV_FP16):  # (FC weight gradients are FP32 already: layers/base.py)
-        g[GraphId.CAST_FIRST_GRAD_FP16_TO_FP32] = [
-            _op("range_cast", fp16, src=span(Region.G_FIRST_CONV_FP16), dst=span(Region.G_FIRST_CONV))]
-    g[GraphId.FIRST_COMM] = [_op("range_allreduce_mean", span=span(*GRAD_BUCKET_2), label="gradient bucket 2")]
-    g[GraphId.DEEP_COMM] = [_op("range_allreduce_mean", span=span(*GRAD_BUCKET_1),
+    for early, gid in ((True, GraphId.CAST_DEEP_GRAD_FP16_TO_FP32), (False, GraphId.CAST_FIRST_GRAD_FP16_TO_FP32)):
+        src = Span.of(Role.GRAD_FP16, early=early)  # (groups without an FP16 gradient, the FCs', have none here)
+        if spec.amp and has(src):
+            g[gid] = [_op("range_cast", fp16, src=src, dst=Span.of(Role.GRAD, fp16_grad=True, early=early))]
+    g[GraphId.FIRST_COMM] = [_op("range_allreduce_mean", span=LATE_BUCKET, label="gradient bucket 2")]
+    g[GraphId.DEEP_COMM] = [_op("range_allreduce_mean", span=EARLY_BUCKET,
                                 label="gradient bucket 1 and the step result")]
-    nan = [_op("range_check_finite", {"clip": spec.grad_clip}, span=span(*FP32_GRADS), flag="nan_flag")]
-    if has(Region.B_NEXT_MEAN):  # an overflowed running statistic skips the step too (after STATS_COMM)
-        nan.append(_op("range_check_finite", {"clip": 0.0, "accumulate": True}, span=span(*BN_NEXT_STATS),
+    nan = [_op("range_check_finite", {"clip": spec.grad_clip}, span=GRADS, flag="nan_flag")]
+    if has(RUNNING_NEXT):  # an overflowed running statistic skips the step too (after STATS_COMM)
+        nan.append(_op("range_check_finite", {"clip": 0.0, "accumulate": True}, span=RUNNING_NEXT,
                        flag="nan_flag", label="BN running statistics"))
     nan.append(_op("count_flag", flag="nan_flag", count="skipped", label="skipped steps"))
     if spec.amp:
         nan.append(_loss_scale_update(spec))
     g[GraphId.NAN_CHECK_AND_GRAD_SCALING] = nan
-    if has(Region.B_NEXT_MEAN):
-        g[GraphId.STATS_COMM] = [_op("range_allreduce_mean", span=span(*BN_NEXT_STATS), label="BN statistics")]
+    if has(RUNNING_NEXT):
+        g[GraphId.STATS_COMM] = [_op("range_allreduce_mean", span=RUNNING_NEXT, label="BN statistics")]
         # Flagged: a skipped (non-finite) step keeps the previous statistics.
-        g[GraphId.UPDATE_STATS] = [_op("range_copy", src=span(*BN_NEXT_STATS),
-                                       dst=span(Region.B_PREV_MEAN, Region.B_PREV_VAR), flag="nan_flag")]
+        g[GraphId.UPDATE_STATS] = [_op("range_copy", src=RUNNING_NEXT, dst=RUNNING, flag="nan_flag")]
     g[GraphId.OPTIMIZER] = _optimizer(spec, has, lars_weights)
-    if spec.amp and has(*region_range(*AMP_WEIGHTS)):  # FC biases and every decayed weight, one range
-        g[GraphId.CAST_MAIN_FP32_TO_FP16] = [_op("range_cast", fp32, src=span(*AMP_CAST_SOURCE),
-                                                 dst=span(*AMP_WEIGHTS))]
+    amp_copies = Span.of(Role.AMP_COPY)
+    if spec.amp and has(amp_copies):  # every group with a working copy, one range
+        g[GraphId.CAST_MAIN_FP32_TO_FP16] = [_op("range_cast", fp32, src=Span.of(Role.PARAM, amp_copy=True),
+                                                 dst=amp_copies)]
     g[GraphId.ACCUM_METRICS_TRAIN_LAST] = accum_metrics("batch_train_last", train=True)
     g[GraphId.ACCUM_METRICS_VAL_LAST] = accum_metrics("batch_val_last", train=False)
-    g[GraphId.VAL_RESULT_COMM] = [_op("range_allreduce_mean", span=span(Region.R_RESULT_ACCUMULATED))]
-    g[GraphId.CLEAR_METRICS] = [_op("range_clear", span=span(Region.R_RESULT_ACCUMULATED))]
+    g[GraphId.VAL_RESULT_COMM] = [_op("range_allreduce_mean", span=RESULT_SUM)]
+    g[GraphId.CLEAR_METRICS] = [_op("range_clear", span=RESULT_SUM)]
     eq = []
     for i, L in enumerate(arch.layers):
         if KINDS[L.kind].bn_stats:
@@ -330,20 +320,17 @@ def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[t
     m, v = spec.momentum_slot, spec.second_moment_slot
     common = {"lr": "lr", "flag": "nan_flag", "grad_scale": "loss_scale", "step": "step" if v else None}
 
-    def rng(rule: str, wd: float, first: Region, last: Region, label: str) -> SymOp:
-        off_m = int(Region.M_BN_BIAS) - int(Region.W_BN_BIAS)
-        off_v = int(Region.V_BN_BIAS) - int(Region.W_BN_BIAS)
-        off_g = int(Region.G_BN_BIAS) - int(Region.W_BN_BIAS)
+    def rng(rule: str, wd: float, decayed: bool, label: str) -> SymOp:
         return _op("range_optimizer",
                    {"rule": rule, "beta1": spec.momentum, "beta2": spec.beta2, "eps": spec.eps, "weight_decay": wd},
-                   label=label, w=span(first, last), g=span(Region(first + off_g), Region(last + off_g)),
-                   m=span(Region(first + off_m), Region(last + off_m)) if m else None,
-                   v=span(Region(first + off_v), Region(last + off_v)) if v else None, **common)
+                   label=label, w=Span.of(Role.PARAM, decayed=decayed), g=Span.of(Role.GRAD, decayed=decayed),
+                   m=Span.of(Role.MOMENT1, decayed=decayed) if m else None,
+                   v=Span.of(Role.MOMENT2, decayed=decayed) if v else None, **common)
 
     if not spec.lars:
-        ops.append(rng(WEIGHT_RULE[spec.optimizer], spec.weight_decay, *DECAYED_WEIGHTS, "decayed weights"))
-    if has(*region_range(*BIAS_LIKE_WEIGHTS)):
-        ops.append(rng(BIAS_RULE[spec.optimizer], 0.0, *BIAS_LIKE_WEIGHTS, "bias-like parameters, no decay"))
+        ops.append(rng(WEIGHT_RULE[spec.optimizer], spec.weight_decay, True, "decayed weights"))
+    if has(Span.of(Role.PARAM, decayed=False)):
+        ops.append(rng(BIAS_RULE[spec.optimizer], 0.0, False, "bias-like parameters, no decay"))
     if spec.lars:
         attrs = {"nesterov": spec.optimizer == "lars_nesterov", "momentum": spec.momentum,
                  "weight_decay": spec.weight_decay, "trust_coefficient": spec.trust_coefficient, "eps": spec.eps,

@@ -3,7 +3,7 @@
 A plan compiled with ``CompileSpec.jpeg`` (a JpegInput) differs from a host-fed one only in what its transfer
 graphs do:
 
-* ``jpeg_src``: the decode buffer (UINT8, ``capacity`` bytes, region D_RESIDENT): each batch's decoded regions
+* ``jpeg_src``: the decode buffer (UINT8, ``capacity`` bytes, role RESIDENT): each batch's decoded regions
   (RGB u8 HWC at the slots of its geometry table), written before the batch's transfer graph runs, on the
   transfer stream (nvJPEG on CUDA; the feeder's CPU decode on the CPU backend: tr.task.jpeg_feeder);
 * ``geom_a`` / ``geom_b``: the batch's geometry table (INT32 [B, 1, 1, IMAGE_GEOM_COLS], tr.core.ops), which the
@@ -11,7 +11,7 @@ graphs do:
 * TRANSFER_A/B: ``h2d_copy`` of the labels and the geometry, then ``image_resample(jpeg_src, geom) -> data_a/b``:
   the crop, resize, flip, erasing and normalisation of tr.data's chain, so ``data_a/b`` hold the normalised
   batch as in a host-fed plan and the step graphs are the same. With a ColorJitter (``jitter``) the resize
-  writes the u8 pixels to ``jpeg_u8`` (UINT8 [B, H, W, 3], D_RESIDENT) and ``image_jitter`` does the rest. The
+  writes the u8 pixels to ``jpeg_u8`` (UINT8 [B, H, W, 3], role RESIDENT) and ``image_jitter`` does the rest. The
   same transfer graphs serve validation (its chain is in its geometry tables: Resize + CenterCrop; a validation
   sample's jitter has no op switched on).
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tr.core.errors import CompileError
+from tr.core.memory import Region
 from tr.core.ops import op_def
-from tr.core.region import Region
 
 
 @dataclass

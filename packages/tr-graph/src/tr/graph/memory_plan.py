@@ -1,15 +1,15 @@
-"""MemoryPlan: regions in enum order over one arena, 256-byte aligned, and the checks range ops rely on.
+"""MemoryPlan: regions in layout order (tr.core.memory: role, then group) over one arena, 256-byte aligned, and
+the checks range ops rely on.
 
 A region holds its fixed slots (in allocation order) followed by its pool (liveness-packed tensors, see
-tr.graph.liveness). Disabled regions (tr.core.region.is_enabled) hold no bytes: an allocation there is a
-placeholder with slot_bytes 0.
+tr.graph.liveness). Only regions that hold a tensor exist.
 
 Checks (``check_layout``):
-- the layout itself: every region present, contiguous, in enum order, 256-byte aligned;
+- the layout itself: regions contiguous, in layout order, 256-byte aligned;
 - every tensor inside its region, 256-byte aligned; fixed slots pairwise disjoint;
-- every range a range op spans: casts line up element by element (an FP32 slot is twice its FP16 twin's,
-  in the same order), the optimizer's weight / gradient / moment ranges hold the same tensors at the
-  same relative offsets, copies go between identical layouts.
+- every span a range op names is contiguous (ArenaLayout.span), and: casts line up element by element (an FP32
+  slot is twice its FP16 twin's, in the same order), the optimizer's weight / gradient / moment ranges hold the
+  same tensors at the same relative offsets, copies go between identical layouts.
 """
 
 from __future__ import annotations
@@ -19,37 +19,44 @@ from dataclasses import dataclass, field
 
 from tr.core.align import align_up_256
 from tr.core.errors import CompileError
-from tr.core.ops import OpCall, RegionSpan
-from tr.core.region import Region, RegionConditions, is_enabled
+from tr.core.memory import Region, Span
+from tr.core.ops import OpCall
 from tr.tensor.dtensor import DTensor
 from tr.tensor.layout import ArenaLayout
 
 
 @dataclass
 class MemoryPlan:
-    cond: RegionConditions
     fixed: dict[Region, list[tuple[str, int]]] = field(default_factory=dict)
     pools: dict[Region, tuple[int, dict[str, int]]] = field(default_factory=dict)
 
     def alloc(self, key: str, region: Region, slot: int) -> int:
-        """Reserve a slot; returns the slot size actually given (0 in a disabled region)."""
+        """Reserve a slot; returns its size."""
         if slot % 256:
             raise CompileError(f"slot of {key} ({slot} B) is not a multiple of 256")
-        s = slot if is_enabled(region, self.cond) else 0
-        self.fixed.setdefault(region, []).append((key, s))
-        return s
+        self.fixed.setdefault(region, []).append((key, slot))
+        return slot
 
     def pool(self, region: Region, extent: int, offsets: Mapping[str, int]) -> None:
-        if not is_enabled(region, self.cond):
-            raise CompileError(f"internal: pooled tensors placed in disabled region {region.name}")
         self.pools[region] = (align_up_256(extent), dict(offsets))
 
+    def regions(self) -> list[Region]:
+        """Every region holding a tensor, in layout order; two groups of one name must be one group."""
+        regions = sorted(set(self.fixed) | set(self.pools))
+        groups: dict[str, Region] = {}
+        for r in regions:
+            other = groups.setdefault(r.group.name, r)
+            if other.group != r.group:
+                raise CompileError(f"group {r.group.name!r} is declared with two sets of traits: "
+                                   f"{other.group} (region {other.name}) and {r.group} (region {r.name})")
+        return regions
+
     def finalize(self) -> tuple[ArenaLayout, dict[str, int]]:
-        """Lay regions out in enum order; returns the layout and every key's absolute offset."""
+        """Lay regions out in layout order; returns the layout and every key's absolute offset."""
         cursor = 0
         regions: dict[Region, tuple[int, int]] = {}
         offsets: dict[str, int] = {}
-        for r in Region:
+        for r in self.regions():
             base = cursor
             for key, s in self.fixed.get(r, []):
                 offsets[key] = cursor
@@ -65,7 +72,7 @@ class MemoryPlan:
         return layout, offsets
 
     def bytes_by_region(self) -> dict[Region, int]:
-        out = {r: sum(s for _, s in self.fixed.get(r, [])) for r in Region}
+        out = {r: sum(s for _, s in self.fixed.get(r, [])) for r in self.regions()}
         for r, (extent, _) in self.pools.items():
             out[r] += extent
         return out
@@ -73,7 +80,7 @@ class MemoryPlan:
 
 # --- checks -------------------------------------------------------------------------------------------
 
-def tensors_in(layout: ArenaLayout, tensors: Iterable[DTensor], s: RegionSpan) -> list[DTensor]:
+def tensors_in(layout: ArenaLayout, tensors: Iterable[DTensor], s: Span) -> list[DTensor]:
     """Allocated tensors inside the span, by offset (aliases of one slot appear once)."""
     a, b = layout.span(s)
     seen: dict[int, DTensor] = {}
@@ -101,7 +108,7 @@ def check_layout(layout: ArenaLayout, tensors: Sequence[DTensor], pooled: set[in
             raise CompileError(f"fixed slots overlap: {x.name} [{x.offset}, {x.end}) and {y.name} at {y.offset}")
 
 
-def check_twins(layout: ArenaLayout, tensors: Sequence[DTensor], src: RegionSpan, dst: RegionSpan,
+def check_twins(layout: ArenaLayout, tensors: Sequence[DTensor], src: Span, dst: Span,
                 ratio: float) -> None:
     """Element k of ``src`` lines up with element k of ``dst``; dst slots are ``ratio`` x src slots."""
     sa, sb = layout.span(src)
@@ -124,7 +131,7 @@ def check_range_ops(layout: ArenaLayout, tensors: Sequence[DTensor], calls: Iter
     """Every span of every range op: no pooled region inside, and the pairings each op relies on."""
     pooled_bytes = [layout.regions[r] for r in pooled]
     for c in calls:
-        spans = {k: v for k, v in c.args.items() if isinstance(v, RegionSpan)}
+        spans = {k: v for k, v in c.args.items() if isinstance(v, Span)}
         for name, s in spans.items():
             a, b = layout.span(s)
             for pa, pb in pooled_bytes:

@@ -2,7 +2,7 @@
 
 A plan compiled with ``CompileSpec.resident`` (a ResidentInput) differs from a host-fed one only at its head:
 
-* ``train_set`` / ``val_set``: the raw uint8 images (N, H, W, C) in region D_RESIDENT, written once after
+* ``train_set`` / ``val_set``: the raw uint8 images (N, H, W, C) in role RESIDENT, written once after
   allocation (the task does it);
 * ``train_labels`` / ``val_labels``: the labels (INT32), also resident;
 * ``data_a`` / ``data_b``: no longer images but the batch's dataset indices (INT32 [B]), with ``labels_a/b``

@@ -137,7 +137,7 @@ class CompileSpec:
 
     @property
     def momentum_slot(self) -> bool:
-        """A first-moment / momentum buffer per trained tensor (M regions)."""
+        """A first-moment / momentum buffer per trained tensor (role MOMENT1)."""
         return first_moment(self.optimizer)
 
     @property

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from tr.core.dtype import DType
 from tr.core.errors import CompileError
-from tr.core.region import Region
+from tr.core.memory import Region
 from tr.core.shape import Shape
 from tr.graph.layers.base import ANY, INF, PARAM, POOLED, STATE, TRAIN, Decl, Init
 from tr.tensor.dtensor import slot_bytes_for
@@ -29,7 +29,6 @@ class TensorInfo:
     order: int
     layer: int = -1
     init: Init | None = None
-    group: str = ""
     twin: str = ""
     shapes: dict[str, Shape] = field(default_factory=dict)
     slot: int = 0
@@ -63,11 +62,10 @@ class TensorTable:
         return self._phase_variants[phase]
 
     def add(self, key: str, variant: str, shape: Shape, region: Region, dtype: DType, *, pad_c: int = 1,
-            cls: str, phase: str, layer: int = -1, init: Init | None = None, group: str = "",
-            twin: str = "") -> None:
+            cls: str, phase: str, layer: int = -1, init: Init | None = None, twin: str = "") -> None:
         info = self.infos.get(key)
         if info is None:
-            info = TensorInfo(key, region, dtype, pad_c, cls, phase, len(self.infos), layer, init, group, twin)
+            info = TensorInfo(key, region, dtype, pad_c, cls, phase, len(self.infos), layer, init, twin)
             self.infos[key] = info
         elif (info.region, info.dtype, info.cls) != (region, dtype, cls):
             raise CompileError(f"tensor {key} is declared differently in variant {variant}: "
@@ -76,7 +74,7 @@ class TensorTable:
 
     def add_decl(self, prefix: str, d: Decl, variant: str, layer: int) -> None:
         self.add(prefix + d.local, variant, d.shape, d.region, d.dtype, pad_c=d.pad_c, cls=d.cls, phase=d.phase,
-                 layer=layer, init=d.init, group=d.group, twin=d.twin)
+                 layer=layer, init=d.init, twin=d.twin)
 
     def finish(self, used: set[str]) -> list[TensorInfo]:
         """Drop pooled tensors no op uses; compute slots; check that persistent tensors keep one shape."""

@@ -3,14 +3,16 @@
 A checkpoint (the directory format of tr.task.checkpoint_files) holds everything that decides the next
 step, so a resumed run gives the bytes of an uninterrupted one:
 
-- the arena's state tensors (:func:`state_tensors`): master weights (W_*), the AMP FP16 working copies
-  (A_*; also rebuilt from the masters at every epoch's start), EMA weights (E_*, whenever the plan
-  allocates them), BN running statistics (B_*), optimizer moments (M_*, V_*), LARS ratios (N_*) and the
-  scalars: step counter (the LR table is indexed by it), skip counter, loss scale and its tracker
-  (loss_scale_tracker), the dropout seed. Activations, gradients, inputs, masks and temporaries are not
-  state: every step rewrites them before reading them. In data-parallel training with dropout each rank
-  draws its own dropout stream: the checkpoint then also holds every rank's (``dropout_seed@ranks``, gathered
-  to rank 0 at the save), and each rank resumes its own.
+- the arena's state tensors (:func:`state_tensors`: those whose memory role is ``state``): master weights
+  (PARAM) and the inference parameters folded from the BN statistics (FOLDED), the AMP FP16 working copies
+  (AMP_COPY; also rebuilt from the masters at every epoch's start), EMA weights (EMA, EMA_FP16, whenever the
+  plan allocates them), BN running statistics (RUNNING, RUNNING_NEXT), optimizer moments (MOMENT1, MOMENT2),
+  LARS ratios (TRUST_RATIO), the epoch's accumulated results (RESULT_SUM) and the scalars (SCALAR): step
+  counter (the LR table is indexed by it), skip counter, loss scale and its tracker (loss_scale_tracker), the
+  dropout seed. Activations, gradients, inputs, masks and temporaries are not state: every step rewrites them
+  before reading them. In data-parallel training with dropout each rank draws its own dropout stream: the
+  checkpoint then also holds every rank's (``dropout_seed@ranks``, gathered to rank 0 at the save), and each
+  rank resumes its own.
 - ``epoch``: the completed epochs. The data pipeline's order and augmentation are keyed by (seed, epoch,
   sample), so the epoch number is the whole position of the data RNG; a save is therefore refused inside an
   epoch and after a cancelled one until an epoch completes (tr.task.epoch_state). ``steps_outside_epochs``
@@ -19,9 +21,10 @@ step, so a resumed run gives the bytes of an uninterrupted one:
 - ``config``: a canonical description of what the plan was compiled from (settings, the environment variables
   that change the plan or the numbers as the compile read them (tr.core.env.recorded), BluePrint,
   CompileSpec, loss, optimizer, schedule with a hash of its LR table, the data) and ``tensors``, the state
-  tensors' (name, region, shape, dtype). Loading into a task that differs is refused naming the first
-  difference; the one change allowed is a larger total_epochs whose schedule keeps the past rates. A
-  checkpoint without a recorded variable (written before tr recorded it) is taken to have had its default.
+  tensors' (name, region name such as "moment1/fc_w", shape, dtype). Loading into a task that differs is
+  refused naming the first difference; the one change allowed is a larger total_epochs whose schedule keeps
+  the past rates. A checkpoint without a recorded variable (written before tr recorded it) is taken to have had
+  its default.
 - ``data_fingerprint``: the training and validation data's fingerprints (tr.task.data_fingerprint); a resume
   on other data is refused unless ``allow_data_change``.
 - ``metrics``: the epoch's record (what keep_best compares).
@@ -47,16 +50,12 @@ from tr.core import env as tr_env
 from tr.core import errors
 from tr.core.errors import BackendError, ConfigError, DataError
 from tr.core.log import get_logger
-from tr.core.region import Region
 from tr.task import checkpoint_checks, checkpoint_files, engines
 from tr.task.data_fingerprint import fingerprints
 from tr.tensor.dtensor import DTensor
 
 log = get_logger(__name__)
 
-# regions whose bytes outlive a step; the rest (I, F, G, T, S_MASK, the step result) are rewritten first
-_STATE_GROUPS = frozenset("BWEAMVNS")
-_NOT_STATE = frozenset({Region.S_MASK})
 # compiled from the schedule and the data (the batch sizes are a rank's own in data-parallel training):
 # compared through config, not loaded
 _CONFIG_TENSORS = frozenset({"lr_table", "batch_train", "batch_train_last", "batch_val", "batch_val_last"})
@@ -65,11 +64,9 @@ _SETTINGS_KEYS = ("amp_enabled", "seed", "batch_size", "input_res", "train_res_b
 
 
 def state_tensors(program) -> list[DTensor]:
-    """The arena tensors a checkpoint holds, in plan order."""
-    return [t for t in program.tensors
-            if t.allocated and (t.region.group in _STATE_GROUPS and t.region not in _NOT_STATE
-                                or t.region is Region.R_RESULT_ACCUMULATED)
-            and t.name not in _CONFIG_TENSORS]
+    """The arena tensors a checkpoint holds, in plan order: those of a role whose bytes outlive a step (inputs,
+    activations, gradients, the step result, masks and temporaries are rewritten before they are read)."""
+    return [t for t in program.tensors if t.allocated and t.region.role.state and t.name not in _CONFIG_TENSORS]
 
 
 def _keys(tensors: list[DTensor]) -> list[str]:

@@ -1,13 +1,15 @@
 """A checkpoint on disk: one directory, written atomically, verified completely before anything is used.
 
-Layout (format ``tr.checkpoint``, version 1)::
+Layout (format ``tr.checkpoint``, version 2)::
 
     <path>/state.safetensors   every state tensor of the arena, by name (the safetensors package's format)
     <path>/manifest.json       {"format", "version", "files": {name: {"sha256", "bytes"}}, ..., "sha256"}
 
 The manifest's own ``sha256`` is the SHA-256 of its canonical JSON (sorted keys, no spaces) without that
 key, so a flipped bit in the manifest is caught like one in a tensor file. What else the manifest holds
-(epoch, tensor list, the configuration description, metrics) is the caller's (tr.task.checkpoint).
+(epoch, tensor list, the configuration description, metrics) is the caller's (tr.task.checkpoint). Version 2
+names a tensor's region by its memory role and group ("moment1/fc_w") and lays the arena out by them; a
+version 1 checkpoint (the seed's fixed region enum: "M_FC_WEIGHT") is refused, saying so.
 
 Writing: everything goes to ``.<name>.tmp-<pid>-<random>`` beside ``path`` (same file system), every file
 and that directory are fsynced, then the directory takes ``path``'s place: renameat2(RENAME_EXCHANGE) swaps
@@ -46,7 +48,10 @@ from tr.tensor.atomic import fsync_dir
 
 log = get_logger(__name__)
 
-FORMAT, VERSION = "tr.checkpoint", 1
+FORMAT, VERSION = "tr.checkpoint", 2
+# versions this tr refuses with an explanation rather than only the number
+_OLDER = {1: "it was written by an older tr with the seed-region memory layout (regions such as W_FC_WEIGHT), "
+             "which this tr cannot read: resume it with the tr that wrote it, or start the run again"}
 MANIFEST, STATE = "manifest.json", "state.safetensors"
 
 
@@ -239,8 +244,12 @@ def _manifest(path: str | Path) -> tuple[Path, dict[str, Any]]:
         raise DataError(f"{mpath}: not a checkpoint manifest (JSON nested too deep)") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise DataError(f"{mpath}: not a tr checkpoint manifest (format {FORMAT!r} expected)")
-    if manifest.get("version") != VERSION:
-        raise DataError(f"{mpath}: checkpoint format version {manifest.get('version')!r}, this tr reads {VERSION}")
+    version = manifest.get("version")
+    if type(version) is int and version in _OLDER:  # (a JSON true or 1.0 is no version this tr wrote)
+        raise DataError(f"{mpath}: checkpoint format version {version}: {_OLDER[version]} (this tr reads "
+                        f"version {VERSION})")
+    if version != VERSION:
+        raise DataError(f"{mpath}: checkpoint format version {version!r}, this tr reads {VERSION}")
     body = {k: v for k, v in manifest.items() if k != "sha256"}
     if hashlib.sha256(_canonical(body)).hexdigest() != manifest.get("sha256"):
         raise DataError(f"{mpath}: the manifest's checksum does not match its content (the manifest is damaged)")

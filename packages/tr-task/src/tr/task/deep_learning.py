@@ -15,8 +15,10 @@ from tr.algo.scheduler import ConstantLR, Scheduler
 from tr.core import env as tr_env
 from tr.core.errors import CompileError, ConfigError, PhaseError
 from tr.core.log import get_logger
+from tr.core.memory import Region, Role
 from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
+from tr.graph.layers.groups import BN_B, BN_W
 from tr.task import checkpoint, checkpoint_policy, devices, ema, epoch_state, plan_inputs, step_timing
 from tr.task.base import TaskBase
 from tr.task.devices import relaunch_per_device
@@ -521,16 +523,16 @@ class DeepLearningTask(TaskBase):
         BN as two entries, as the BluePrint declared them."""
         if self._phase is not Phase.COMPILED:
             raise PhaseError("parameters() needs a compiled task")
-        bn_regions = ("W_BN_WEIGHT", "W_BN_BIAS")
+        gamma, beta = Region(Role.PARAM, BN_W), Region(Role.PARAM, BN_B)
         by_module: dict[tuple[int, int], list] = {}
         for i in self.program.inits:
-            is_bn = i.tensor.region.name in bn_regions
+            is_bn = i.tensor.region in (gamma, beta)
             if i.kind in ("weight", "bias") or is_bn:
                 by_module.setdefault((i.layer, int(is_bn)), []).append(i)
         out = []
         for key in sorted(by_module):
             specs = sorted(by_module[key],
-                           key=lambda i: 0 if i.kind == "weight" or i.tensor.region.name == "W_BN_WEIGHT" else 1)
+                           key=lambda i: 0 if i.kind == "weight" or i.tensor.region == gamma else 1)
             out.append(tuple(self.backend.read(i.tensor).copy() for i in specs))
         return out
 

@@ -546,17 +546,13 @@ def backend_options(device: str, group: Group | None, cuda_device: int | None = 
     return kind, opts
 
 
-# Regions holding model state that must start equal on every rank: BN statistics, weights, EMA weights.
-# (Not the scalars: a rank's last-batch sizes are its own.)
-_SHARED_GROUPS = frozenset("BWE")
-
-
 def broadcast_parameters(backend: Any, program: Any, collective: Collective) -> int:
-    """Make every rank's initial model state (the InitSpec tensors of the B, W and E regions) rank 0's, in one
-    broadcast of their bytes; returns the bytes sent. Initialisation is a pure function of the seed, so this
-    only matters when ranks differ (a user initialiser with its own randomness), and then it is what keeps
-    data-parallel training correct."""
-    tensors = [i.tensor for i in program.inits if i.tensor.allocated and i.tensor.region.group in _SHARED_GROUPS]
+    """Make every rank's initial model state (the InitSpec tensors of the roles that are ``shared``: BN
+    statistics, parameters and those folded from them, EMA weights; not the scalars, as a rank's last-batch
+    sizes are its own) rank 0's, in one broadcast of their bytes; returns the bytes sent. Initialisation is a
+    pure function of the seed, so this only matters when ranks differ (a user initialiser with its own
+    randomness), and then it is what keeps data-parallel training correct."""
+    tensors = [i.tensor for i in program.inits if i.tensor.allocated and i.tensor.region.role.shared]
     if int(collective.world_size) == 1 or not tensors:
         return 0
     arrays = [backend.read(t) for t in tensors]

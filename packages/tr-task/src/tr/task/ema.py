@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 from tr.core.errors import ConfigError
 from tr.core.graph_id import GraphId
-from tr.core.ops import OpCall, RegionSpan
-from tr.core.region import MASTER_WEIGHTS, Region
+from tr.core.memory import Role, Span
+from tr.core.ops import OpCall
 from tr.task.executor import gather, val_step_order
 from tr.tensor.program import Program
 
-EMA_WEIGHTS = (Region.E_BN_BIAS, Region.E_DEEP_CONV)
+MASTER_WEIGHTS, EMA_WEIGHTS = Span.of(Role.PARAM), Span.of(Role.EMA)  # group for group, byte for byte
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,8 @@ class EmaSteps:
     val_last: list
 
 
-def _copy(src: tuple[Region, Region], dst: tuple[Region, Region], label: str) -> OpCall:
-    return OpCall.make("range_copy", {"src": RegionSpan(*src), "dst": RegionSpan(*dst)}, {}, -1, label)
+def _copy(src: Span, dst: Span, label: str) -> OpCall:
+    return OpCall.make("range_copy", {"src": src, "dst": dst}, {}, -1, label)
 
 
 def capture_ema(backend, program: Program, validate: bool) -> EmaSteps:

@@ -2,8 +2,8 @@
 
 PREPROCESSOR_SETTING.device_augment(True) makes the task use this feeder instead of tr.data's worker pipeline
 (tr.task.pipeline). At compile time it turns the training chain into augment_affine's attributes (or refuses
-it, naming the transform), the plan declares the raw train and val sets and their labels in region
-D_RESIDENT (tr.graph.resident) and ``upload`` copies them there once. Per epoch the host writes two seeds:
+it, naming the transform), the plan declares the raw train and val sets and their labels in role
+RESIDENT (tr.graph.resident) and ``upload`` copies them there once. Per epoch the host writes two seeds:
 the shuffle's (tr.data.seeds' TAG_SHUFFLE seed of the epoch) and the augmentation's prefix; the device then
 computes the epoch's order, the Fisher-Yates permutation tr.data's Preprocessor uses, and each step's
 transfer graph picks the next batch's indices and labels from it on the device (batch_select): nothing

@@ -7,7 +7,7 @@ layers in layer order (a cbr is its conv, then its BN). One rule reorders torch'
 ``downsample`` (torchvision ResNets register it last) comes first, as tr's residual blocks hold the
 projection first.
 
-Conversions: conv KRSC -> OIHW; BN (1,1,1,C) -> (C,) with running_mean/var from B_PREV_*; fc [out,1,1,in]
+Conversions: conv KRSC -> OIHW; BN (1,1,1,C) -> (C,) with running_mean/var from role RUNNING; fc [out,1,1,in]
 -> [out,in] with the columns of an NHWC-flattened (H,W,C) input put in NCHW flatten order. Where torch's
 Linear reads C*s*s features after an AdaptiveAvgPool2d((s, s)) (torchvision's VGG below 224x224; tr's
 flatten reads the small map itself), the pool's linear map is folded in, exactly both ways while H, W <= s
@@ -37,12 +37,16 @@ from typing import Any
 import numpy as np
 
 from tr.core.errors import ConfigError, DataError, DTypeError, ShapeError
+from tr.core.memory import Region, Role
+from tr.graph.layers.groups import BN_B, BN_W, DEEP_CONV, FC_B, FC_W, FIRST_CONV, MEAN, VAR
 from tr.task.base import require_compiled
 from tr.tensor.dtensor import DTensor
 
-_CONV_REGIONS = ("W_FIRST_CONV", "W_DEEP_CONV")
-_BN_ROLES = {"W_BN_WEIGHT": "weight", "W_BN_BIAS": "bias", "B_PREV_MEAN": "running_mean",
-             "B_PREV_VAR": "running_var", "B_NEXT_MEAN": "next_mean", "B_NEXT_VAR": "next_var"}
+_CONV_REGIONS = (Region(Role.PARAM, FIRST_CONV), Region(Role.PARAM, DEEP_CONV))
+_FC_WEIGHT, _BIAS = Region(Role.PARAM, FC_W), Region(Role.PARAM, FC_B)
+_BN_ROLES = {Region(Role.PARAM, BN_W): "weight", Region(Role.PARAM, BN_B): "bias",
+             Region(Role.RUNNING, MEAN): "running_mean", Region(Role.RUNNING, VAR): "running_var",
+             Region(Role.RUNNING_NEXT, MEAN): "next_mean", Region(Role.RUNNING_NEXT, VAR): "next_var"}
 
 
 def require_torch() -> Any:
@@ -87,18 +91,18 @@ def tr_modules(program) -> list[_TrModule]:
     """tr's weight-bearing modules in layer order, each with its DTensors by torch's parameter suffix."""
     fc_in = _fc_inputs(program)
     mods: dict[tuple[int, int], _TrModule] = {}
-    biases: dict[int, DTensor] = {}  # W_FC_BIAS holds every bias: an fc's or a conv's, by its layer
+    biases: dict[int, DTensor] = {}  # group FC_B holds every bias: an fc's or a conv's, by its layer
     for i in program.inits:
-        t, region = i.tensor, i.tensor.region.name
+        t, region = i.tensor, i.tensor.region
         if region in _BN_ROLES:
             mods.setdefault((i.layer, 1), _TrModule("bn", i.layer)).tensors[_BN_ROLES[region]] = t
         elif region in _CONV_REGIONS and i.kind == "weight":
             mods.setdefault((i.layer, 0), _TrModule("conv", i.layer)).tensors["weight"] = t
-        elif region == "W_FC_WEIGHT":
+        elif region == _FC_WEIGHT:
             m = mods.setdefault((i.layer, 0), _TrModule("fc", i.layer))
             m.tensors["weight"] = t
             m.fc_input = fc_in.get(i.layer, (1, 1, t.shape.dims[3]))
-        elif region == "W_FC_BIAS":
+        elif region == _BIAS:
             biases[i.layer] = t
     for layer, t in biases.items():
         mods[(layer, 0)].tensors["bias"] = t

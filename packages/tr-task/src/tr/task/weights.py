@@ -37,7 +37,7 @@ def initialize_program(backend, program: Program, settings: Settings, initialize
         if not t.allocated:
             continue
         if spec.kind == "weight":
-            arr = initialize(policy.spec_for(t.region), t.shape.dims, spec.fan_in, spec.fan_out,
+            arr = initialize(policy.spec_for(spec.family), t.shape.dims, spec.fan_in, spec.fan_out,
                              settings.seed, streams[t.id])
         elif spec.kind in ("bias", "zeros"):
             arr = np.zeros(t.shape.dims, np.float32)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from tr.core.align import align_up, align_up_256
 from tr.core.dtype import DType
 from tr.core.errors import ShapeError
-from tr.core.region import Region
+from tr.core.memory import Region
 from tr.core.shape import Shape
 
 SLOT_GUARD_BYTES = 16  # the seed's tail guard, kept so slots of equal shape compare equal with the seed
@@ -79,7 +79,7 @@ class DTensor:
 
     @property
     def allocated(self) -> bool:
-        """False for placeholders in disabled regions (slot_bytes 0)."""
+        """False for a tensor given no bytes (slot_bytes 0)."""
         return self.slot_bytes > 0
 
     @property

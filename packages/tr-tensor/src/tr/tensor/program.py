@@ -40,6 +40,7 @@ class InitSpec:
     fan_out: int = 0
     value: float = 0.0
     layer: int = -1
+    family: str = ""  # a weight's initializer family ("fc", "conv": tr.algo.init.Initializer.spec_for)
 
 
 @dataclass(frozen=True)

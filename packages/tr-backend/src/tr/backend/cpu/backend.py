@@ -23,7 +23,8 @@ from tr.backend.cpu.convert import converter
 from tr.backend.registry import op_impls
 from tr.core.dtype import DType
 from tr.core.errors import BackendError, DTypeError, OutOfMemoryError, ShapeError, TrError
-from tr.core.ops import OpCall, RegionSpan
+from tr.core.memory import Span
+from tr.core.ops import OpCall
 from tr.tensor.dtensor import DTensor
 from tr.tensor.layout import ArenaLayout
 
@@ -107,8 +108,8 @@ class CpuBackend:
         self._check_tensor(t)
         return self.arena[t.offset:t.offset + t.nbytes].view(t.dtype.np_dtype).reshape(t.shape.dims)
 
-    def span_view(self, s: RegionSpan) -> np.ndarray:
-        """The bytes of a region span (uint8, aliasing the arena)."""
+    def span_view(self, s: Span) -> np.ndarray:
+        """The bytes of the regions ``s`` selects (uint8, aliasing the arena; empty when it selects none)."""
         if self._layout is None:
             raise BackendError("the CPU backend has no arena yet; call allocate(layout) first")
         lo, hi = self._layout.span(s)

@@ -47,7 +47,8 @@ from tr.core.errors import (
     TrError,
 )
 from tr.core.log import get_logger
-from tr.core.ops import OpCall, RegionSpan
+from tr.core.memory import Span
+from tr.core.ops import OpCall
 from tr.core.phase import StreamKind
 from tr.tensor.dtensor import DTensor
 from tr.tensor.layout import ArenaLayout
@@ -285,8 +286,8 @@ class CudaBackend:
         self._arena.download(out, int(offset))
         return out
 
-    def read_span(self, s: RegionSpan) -> np.ndarray:
-        """The bytes of a region span (a host copy, uint8)."""
+    def read_span(self, s: Span) -> np.ndarray:
+        """The bytes of the regions ``s`` selects (a host copy, uint8; empty when it selects none)."""
         if self._layout is None:
             raise BackendError("the CUDA backend has no arena yet; call allocate(layout) first")
         lo, hi = self._layout.span(s)

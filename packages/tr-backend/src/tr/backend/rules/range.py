@@ -1,5 +1,5 @@
 """The rules of the range ops that both backends check alike: range_copy, range_cast, range_optimizer and
-lars_update. A span is a byte range over whole regions (tr.core.region); element counts are FP32 unless the
+lars_update. A span is a byte range over whole regions (tr.core.memory.Span); element counts are FP32 unless the
 op says otherwise."""
 
 from __future__ import annotations

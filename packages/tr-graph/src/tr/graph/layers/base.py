@@ -24,7 +24,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tr.core.dtype import DType
-from tr.core.region import Region
+from tr.core.memory import Group, Region, Role, dtype_group
 from tr.core.shape import Shape
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ class Init:
     fan_in: int = 0
     fan_out: int = 0
     value: float = 0.0
+    family: str = ""  # a weight's initializer family: "fc" or "conv" (tr.algo.init.Initializer.spec_for)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,29 +64,7 @@ class Decl:
     cls: str = PARAM
     phase: str = ANY
     init: Init | None = None
-    group: str = ""  # parameter group (fc_w, fc_b, first_conv, deep_conv, bn_w, bn_b) for masters
-    twin: str = ""  # role inside the group: w, g, g16, a, m, v, n
-
-
-# group -> (master, grad FP32, grad FP16, AMP copy, first moment, second moment, LARS ratio)
-PARAM_GROUPS: dict[str, tuple[Region, Region, Region | None, Region | None, Region, Region, Region | None]] = {
-    # An FC's GEMMs write FP32 weight gradients (FP16 inputs, FP32 output, so the bias gradient fuses into the dw
-    # GEMM: cuBLASLt's BGRADB epilogue writes the bias gradient in the output's type) and read FP16 biases (its
-    # BIAS epilogues take the output's type), so under AMP fc_w has no FP16 gradient and fc_b an FP16 copy.
-    "fc_w": (Region.W_FC_WEIGHT, Region.G_FC_WEIGHT, None, Region.A_FC_WEIGHT,
-             Region.M_FC_WEIGHT, Region.V_FC_WEIGHT, Region.N_FC_WEIGHT),
-    "fc_b": (Region.W_FC_BIAS, Region.G_FC_BIAS, None, Region.A_FC_BIAS, Region.M_FC_BIAS, Region.V_FC_BIAS, None),
-    "first_conv": (Region.W_FIRST_CONV, Region.G_FIRST_CONV, Region.G_FIRST_CONV_FP16, Region.A_FIRST_CONV,
-                   Region.M_FIRST_CONV, Region.V_FIRST_CONV, Region.N_FIRST_CONV),
-    "deep_conv": (Region.W_DEEP_CONV, Region.G_DEEP_CONV, Region.G_DEEP_CONV_FP16, Region.A_DEEP_CONV,
-                  Region.M_DEEP_CONV, Region.V_DEEP_CONV, Region.N_DEEP_CONV),
-    "bn_w": (Region.W_BN_WEIGHT, Region.G_BN_WEIGHT, None, None, Region.M_BN_WEIGHT, Region.V_BN_WEIGHT, None),
-    "bn_b": (Region.W_BN_BIAS, Region.G_BN_BIAS, None, None, Region.M_BN_BIAS, Region.V_BN_BIAS, None),
-}
-DECAYED_GROUPS = ("fc_w", "first_conv", "deep_conv")
-E_OFFSET = int(Region.E_BN_BIAS) - int(Region.W_BN_BIAS)  # W_x + E_OFFSET = E_x for every master region
-E_FP16 = {Region.W_FC_WEIGHT: Region.E_FC_WEIGHT_FP16, Region.W_FIRST_CONV: Region.E_FIRST_CONV_FP16,
-          Region.W_DEEP_CONV: Region.E_DEEP_CONV_FP16}
+    twin: str = ""  # a parameter's tensor: w (master), g, g16, a (AMP copy), m, v, n (trust ratio), e, e16 (EMA)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +75,7 @@ class DeclCtx:
     momentum_slot: bool
     second_moment_slot: bool
     lars: bool
-    ema: bool = False  # EMA twins (E_*) of every master weight, and under AMP of every FP16 working copy
+    ema: bool = False  # EMA twins of every master weight, and under AMP of every decayed FP16 working copy
 
     @property
     def feature_dtype(self) -> DType:
@@ -104,32 +83,34 @@ class DeclCtx:
 
     @property
     def feature_region(self) -> Region:
-        return Region.F_FEATURE_FP16 if self.amp else Region.F_FEATURE_FP32
+        return Region(Role.ACTIVATION, dtype_group(self.feature_dtype))
 
     @property
     def feature_pad(self) -> int:
         return 8 if self.amp else 1
 
     # --- declaration helpers --------------------------------------------------------------------
-    def param(self, local: str, group: str, shape: Shape, init: Init) -> list[Decl]:
-        """A trained tensor with its FP32 gradient, AMP twins and optimizer slots."""
-        w, g, g16, a, m, v, n = PARAM_GROUPS[group]
-        out = [Decl(local, w, DType.FP32, shape, init=init, group=group, twin="w"),
-               Decl(local + ".grad", g, DType.FP32, shape, group=group, twin="g")]
-        if self.amp and g16 is not None:
-            out.append(Decl(local + ".grad16", g16, DType.FP16, shape, group=group, twin="g16"))
-        if self.amp and a is not None:
-            out.append(Decl(local + ".fp16", a, DType.FP16, shape, group=group, twin="a"))
+    def param(self, local: str, group: Group, shape: Shape, init: Init) -> list[Decl]:
+        """A trained tensor with its FP32 gradient, AMP twins and optimizer slots, as its group's traits ask."""
+        def twin(suffix: str, role: Role, dtype: DType, name: str, s: Shape = shape) -> Decl:
+            return Decl(local + suffix, Region(role, group), dtype, s, twin=name)
+
+        out = [Decl(local, Region(Role.PARAM, group), DType.FP32, shape, init=init, twin="w"),
+               twin(".grad", Role.GRAD, DType.FP32, "g")]
+        if self.amp and group.fp16_grad:
+            out.append(twin(".grad16", Role.GRAD_FP16, DType.FP16, "g16"))
+        if self.amp and group.amp_copy:
+            out.append(twin(".fp16", Role.AMP_COPY, DType.FP16, "a"))
         if self.momentum_slot:
-            out.append(Decl(local + ".m", m, DType.FP32, shape, group=group, twin="m"))
+            out.append(twin(".m", Role.MOMENT1, DType.FP32, "m"))
         if self.second_moment_slot:
-            out.append(Decl(local + ".v", v, DType.FP32, shape, group=group, twin="v"))
-        if self.lars and n is not None:
-            out.append(Decl(local + ".ratio", n, DType.FP32, Shape(1, 1, 1, 1), group=group, twin="n"))
-        if self.ema:  # the E twin sits at its master's offset within the E regions (tr.graph.ema)
-            out.append(Decl(local + ".ema", Region(w + E_OFFSET), DType.FP32, shape, group=group, twin="e"))
-            if self.amp and w in E_FP16:  # (FP16 biases have no EMA twin: EMA inference reads the FP32 one)
-                out.append(Decl(local + ".ema16", E_FP16[w], DType.FP16, shape, group=group, twin="e16"))
+            out.append(twin(".v", Role.MOMENT2, DType.FP32, "v"))
+        if self.lars and group.decayed:
+            out.append(twin(".ratio", Role.TRUST_RATIO, DType.FP32, "n", Shape(1, 1, 1, 1)))
+        if self.ema:  # the EMA twin sits at its master's offset within the EMA role (tr.graph.ema)
+            out.append(twin(".ema", Role.EMA, DType.FP32, "e"))
+            if self.amp and group.amp_copy and group.decayed:  # (FP16 biases have no EMA twin: EMA inference
+                out.append(twin(".ema16", Role.EMA_FP16, DType.FP16, "e16"))  # reads the FP32 one)
         return out
 
     def state(self, local: str, region: Region, shape: Shape, init: Init) -> Decl:
@@ -143,10 +124,10 @@ class DeclCtx:
         return Decl(local, self.feature_region, self.feature_dtype, shape, self.feature_pad, GRAD, TRAIN)
 
     def mask(self, local: str, shape: Shape) -> Decl:
-        return Decl(local, Region.S_MASK, DType.INT8, shape, 8, MASK, TRAIN)
+        return Decl(local, Region(Role.MASK), DType.INT8, shape, 8, MASK, TRAIN)
 
     def stat(self, local: str, shape: Shape) -> Decl:
-        return Decl(local, Region.T_TEMP_FP32, DType.FP32, shape, 1, STAT, TRAIN)
+        return Decl(local, Region(Role.TEMP, dtype_group(DType.FP32)), DType.FP32, shape, 1, STAT, TRAIN)
 
 
 class IO:

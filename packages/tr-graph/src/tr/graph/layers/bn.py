@@ -1,10 +1,10 @@
 """Batch norm (BN2d over N*H*W per channel; BN1d is the same op on [N,1,1,C]).
 
-Tensors: gamma (W_BN_WEIGHT, ones) and beta (W_BN_BIAS, zeros) with their gradients and moments;
-running mean/var in B_PREV_* (read) and B_NEXT_* (written by the forward; UPDATE_STATS copies next to
+Tensors: gamma (group bn_w, ones) and beta (group bn_b, zeros) with their gradients and moments;
+running mean/var in role RUNNING (read) and RUNNING_NEXT (written by the forward; UPDATE_STATS copies next to
 prev once per step, so every BN's statistics move with one range copy); the folded inference scale and
-bias in W_EQ_SCALE / W_EQ_BIAS (UPDATE_BN_INF_PARAMS); the saved batch mean and inverse std for the
-backward in T_TEMP_FP32 (pooled: they only live from forward to backward).
+bias in role FOLDED (UPDATE_BN_INF_PARAMS); the saved batch mean and inverse std for the backward in the FP32
+temporaries (pooled: they only live from forward to backward).
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tr.core.region import Region
+from tr.core.memory import Region, Role
 from tr.core.shape import Shape
 from tr.graph.blueprint import BN
 from tr.graph.layers.base import IO, Decl, DeclCtx, Expansion, Init, LayerKind, LayerProblem
+from tr.graph.layers.groups import BN_B, BN_W, FOLDED_BIAS, FOLDED_SCALE, MEAN, VAR
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,14 +38,14 @@ def check_bn(momentum: object, eps: object) -> None:
 
 def bn_decls(c: int, eps: float, cx: DeclCtx) -> list[Decl]:
     s = Shape(1, 1, 1, c)
-    d = cx.param("gamma", "bn_w", s, Init("ones")) + cx.param("beta", "bn_b", s, Init("zeros"))
-    d += [cx.state("prev_mean", Region.B_PREV_MEAN, s, Init("zeros")),
-          cx.state("prev_var", Region.B_PREV_VAR, s, Init("ones")),
-          cx.state("next_mean", Region.B_NEXT_MEAN, s, Init("zeros")),
-          cx.state("next_var", Region.B_NEXT_VAR, s, Init("ones")),
+    d = cx.param("gamma", BN_W, s, Init("ones")) + cx.param("beta", BN_B, s, Init("zeros"))
+    d += [cx.state("prev_mean", Region(Role.RUNNING, MEAN), s, Init("zeros")),
+          cx.state("prev_var", Region(Role.RUNNING, VAR), s, Init("ones")),
+          cx.state("next_mean", Region(Role.RUNNING_NEXT, MEAN), s, Init("zeros")),
+          cx.state("next_var", Region(Role.RUNNING_NEXT, VAR), s, Init("ones")),
           # consistent with gamma = 1, beta = 0, mean = 0, var = 1 until the first UPDATE_BN_INF_PARAMS
-          cx.state("eq_scale", Region.W_EQ_SCALE, s, Init("const", value=1.0 / math.sqrt(1.0 + eps))),
-          cx.state("eq_bias", Region.W_EQ_BIAS, s, Init("zeros")),
+          cx.state("eq_scale", Region(Role.FOLDED, FOLDED_SCALE), s, Init("const", value=1.0 / math.sqrt(1.0 + eps))),
+          cx.state("eq_bias", Region(Role.FOLDED, FOLDED_BIAS), s, Init("zeros")),
           cx.stat("saved_mean", s), cx.stat("saved_inv_std", s)]
     return d
 

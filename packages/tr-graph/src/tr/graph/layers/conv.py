@@ -3,8 +3,8 @@ a bias b [out] (in the bias group, as an fc's: no weight decay), initialised as 
 With g groups (params "g", default 1) input channel group i (C / g of them) feeds only output channels
 i*out/g .. (i+1)*out/g - 1; g = C = out is the depthwise convolution.
 
-The first layer's weight lives in W_FIRST_CONV (its gradient is reduced in the first communication
-bucket and it has no input gradient); every other conv's in W_DEEP_CONV.
+The first layer's weight is in group first_conv (its gradient is reduced after the first layer's backward and
+it has no input gradient); every other conv's in group deep_conv (tr.graph.layers.groups).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from tr.graph.layers.base import (
     positive_int,
     spatial_out,
 )
+from tr.graph.layers.groups import DEEP_CONV, FC_B, FIRST_CONV
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,12 +73,12 @@ def conv_out_shape(layer, x: Shape) -> Shape:
 
 def conv_decls(layer, x: Shape, cx: DeclCtx, bias: bool = False) -> list[Decl]:
     k, out, cg = layer.params["k"], layer.params["out"], x.c // groups(layer)
-    group = "first_conv" if layer.first else "deep_conv"
+    group = FIRST_CONV if layer.first else DEEP_CONV
     # fans as torch's: fan_in the weights one output reads (C/g*k*k), fan_out out*k*k
     fan_in, fan_out = cg * k * k, out * k * k
-    decls = cx.param("w", group, Shape(out, k, k, cg), Init("weight", fan_in, fan_out))
+    decls = cx.param("w", group, Shape(out, k, k, cg), Init("weight", fan_in, fan_out, family="conv"))
     if bias:
-        decls += cx.param("b", "fc_b", Shape(1, 1, 1, out), Init("bias", fan_in, fan_out))
+        decls += cx.param("b", FC_B, Shape(1, 1, 1, out), Init("bias", fan_in, fan_out))
     return decls
 
 

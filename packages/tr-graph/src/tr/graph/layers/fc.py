@@ -19,6 +19,7 @@ from tr.core.shape import Shape
 from tr.graph.blueprint import FC
 from tr.graph.layers.activation import act_backward
 from tr.graph.layers.base import IO, Decl, DeclCtx, Expansion, Init, LayerKind, positive_int
+from tr.graph.layers.groups import FC_B, FC_W
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +62,9 @@ class FCKind(LayerKind):
 
     def declare(self, layer, ins: Sequence[Shape], out: Shape, cx: DeclCtx) -> list[Decl]:
         fan_in, k = ins[0].per_sample(), layer.params["out"]
-        decls = cx.param("w", "fc_w", Shape(k, 1, 1, fan_in), Init("weight", fan_in, k))
+        decls = cx.param("w", FC_W, Shape(k, 1, 1, fan_in), Init("weight", fan_in, k, family="fc"))
         if layer.params["bias"]:
-            decls += cx.param("b", "fc_b", Shape(1, 1, 1, k), Init("bias", fan_in, k))
+            decls += cx.param("b", FC_B, Shape(1, 1, 1, k), Init("bias", fan_in, k))
         if layer.params["relu_mask"]:
             decls.append(cx.mask("relu_mask", Shape(out.n, 1, 1, relu_mask_bytes(k))))
         elif layer.params["activation"]:

@@ -1,0 +1,138 @@
+"""The named steps of a compiled program: what the task captures and launches, as parallel branches of op calls.
+
+The compiler emits op calls into parts (:class:`Part`: the training chain's pieces, the casts, the collectives,
+the optimizer, ...), binds them to each variant's tensors (tr.graph.atlas) and assembles the steps here; a part
+survives only as each call's ``part`` label, for profiles and the plan printout.
+
+The training step (the seed runs it as ~15 launches; tr captures it as one graph) is four branches: once the
+deep layers' backward is done, the early gradient bucket is cast and all-reduced on the UPDATE stream while
+COMP_1 runs the first layer's backward (which writes only the late bucket and reads neither the early one nor
+the step result); the late bucket's all-reduce and everything after it wait for both. With one rank the
+collectives are empty and only the AMP cast moves to the side. The NaN check follows every collective it reads
+(both gradient buckets and the running statistics, so all ranks agree on the flag), and the metric sums follow
+the check (a skipped step's loss is not summed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from enum import Enum
+
+from tr.core.ops import OpCall
+from tr.core.phase import StreamKind
+from tr.tensor.program import Branch, Step
+
+
+class Part(Enum):
+    """Where the compiler files an op call; the value is the call's ``part`` label."""
+
+    TRANSFER_A = "transfer_a"
+    TRANSFER_B = "transfer_b"
+    FIRST_FWD_A = "first_fwd_a"  # the first layer's forward reading buffer a (and the resident gather)
+    FIRST_FWD_B = "first_fwd_b"
+    DEEP_FWD_BWD = "deep_fwd_bwd"  # forward of layers 1..L with the loss, and their backward
+    ZERO_GRAD = "zero_grad"
+    FIRST_BWD_A = "first_bwd_a"  # the first layer's backward (no input gradient)
+    FIRST_BWD_B = "first_bwd_b"
+    REDUCE_LATE = "reduce_late_grads"  # the late gradient bucket, after the first layer's backward
+    REDUCE_EARLY = "reduce_early_grads"  # the early bucket and the step result, beside the first layer's backward
+    CAST_EARLY = "cast_early_grads"  # FP16 -> FP32 gradients of the early groups
+    CAST_LATE = "cast_late_grads"
+    CHECK_FINITE = "check_finite"  # the NaN/Inf check, skipped-step count and loss scale
+    REDUCE_RUNNING = "reduce_running_stats"
+    UPDATE_RUNNING = "update_running_stats"
+    OPTIMIZER = "optimizer"
+    EMA_UPDATE = "ema_update"
+    INFER_A = "infer_a"
+    INFER_B = "infer_b"
+    INFER_EMA_A = "infer_ema_a"
+    INFER_EMA_B = "infer_ema_b"
+    CAST_WORKING = "cast_working_copies"  # FP32 masters -> FP16 working copies
+    PREPARE_EMA = "prepare_ema"  # fold the EMA parameters, cast the EMA working copies
+    ACCUM_METRICS = "accum_metrics"  # per variant: weighted by the variant's batch size
+    ACCUM_METRICS_TRAIN_LAST = "accum_metrics_train_last"
+    ACCUM_METRICS_VAL_LAST = "accum_metrics_val_last"
+    REDUCE_RESULT_SUM = "reduce_result_sum"
+    CLEAR_METRICS = "clear_metrics"
+    FOLD_RUNNING = "fold_running_stats"  # inference scale and bias from the running statistics
+    RESIDENT_TRAIN_BEGIN = "resident_train_begin"  # a resident data set's order for the epoch (tr.graph.resident)
+    RESIDENT_VAL_BEGIN = "resident_val_begin"
+    RESIDENT_VAL_A = "resident_val_a"  # the next validation batch of a resident data set
+    RESIDENT_VAL_B = "resident_val_b"
+
+
+P = Part
+AB = ("a", "b")
+TRAIN_PARTS = frozenset([P.FIRST_FWD_A, P.FIRST_FWD_B, P.DEEP_FWD_BWD, P.FIRST_BWD_A, P.FIRST_BWD_B])
+INFER_PARTS = frozenset([P.INFER_A, P.INFER_B, P.INFER_EMA_A, P.INFER_EMA_B])
+TRAIN_CHAIN = {"a": (P.FIRST_FWD_A, P.DEEP_FWD_BWD, P.FIRST_BWD_A), "b": (P.FIRST_FWD_B, P.DEEP_FWD_BWD, P.FIRST_BWD_B)}
+INFER_CHAIN = {"a": (P.INFER_A,), "b": (P.INFER_B,)}
+TRANSFER = {"a": P.TRANSFER_A, "b": P.TRANSFER_B}
+
+# one part list per branch: (stream, parts, the branches it waits for)
+Recipe = tuple[tuple[StreamKind, tuple[Part, ...], tuple[int, ...]], ...]
+
+
+def train_recipe(ab: str, last: bool) -> Recipe:
+    first_fwd, deep, first_bwd = TRAIN_CHAIN[ab]
+    comp, update = StreamKind.COMP_1, StreamKind.UPDATE
+    return (
+        (comp, (P.ZERO_GRAD, first_fwd, deep), ()),
+        (update, (P.CAST_EARLY, P.REDUCE_EARLY), (0,)),
+        (comp, (first_bwd, P.CAST_LATE), (0,)),
+        (comp, (P.REDUCE_LATE, P.REDUCE_RUNNING, P.CHECK_FINITE,
+                P.ACCUM_METRICS_TRAIN_LAST if last else P.ACCUM_METRICS, P.UPDATE_RUNNING, P.OPTIMIZER,
+                P.EMA_UPDATE, P.CAST_WORKING), (1, 2)),
+    )
+
+
+def val_parts(ab: str, last: bool, ema: bool = False) -> tuple[Part, ...]:
+    """One validation step of the main model, or with ``ema`` of the EMA weights."""
+    infer = {"a": P.INFER_EMA_A, "b": P.INFER_EMA_B}[ab] if ema else INFER_CHAIN[ab][0]
+    return (infer, P.ACCUM_METRICS_VAL_LAST if last else P.ACCUM_METRICS)
+
+
+def assemble(name: str, recipe: Recipe, calls: Callable[[Part], Sequence[OpCall]]) -> Step:
+    """The step's branches with their calls; a side branch with no calls is dropped (its waiters then wait for
+    nothing extra), so a one-rank FP32 training step is a plain chain."""
+    out: list[Branch] = []
+    index: dict[int, int] = {}
+    for i, (stream, parts, after) in enumerate(recipe):
+        got = tuple(c for p in parts for c in calls(p))
+        if not got and stream != recipe[0][0]:
+            continue
+        index[i] = len(out)
+        out.append(Branch(stream, got, tuple(index[j] for j in after if j in index)))
+    return Step(name, tuple(out))
+
+
+def chain(name: str, parts: Sequence[Part], calls: Callable[[Part], Sequence[OpCall]]) -> Step:
+    """A step of one branch on COMP_1: the parts' calls in order."""
+    return assemble(name, ((StreamKind.COMP_1, tuple(parts), ()),), calls)
+
+
+def build_steps(bound: Callable[[str, Part], Sequence[OpCall]], has_ema: bool, has_resident_val: bool
+                ) -> dict[str, Step]:
+    """Every step a task captures, by name. ``bound(variant, part)``: the part's calls bound to that variant."""
+    steps: list[Step] = []
+    for ab in AB:
+        steps.append(assemble(f"train_{ab}", train_recipe(ab, False), lambda p: bound("train", p)))
+        steps.append(assemble(f"train_last_{ab}", train_recipe(ab, True), lambda p: bound("train_last", p)))
+    for ab in AB:
+        steps.append(chain(f"val_{ab}", val_parts(ab, False), lambda p: bound("val", p)))
+        steps.append(chain(f"val_last_{ab}", val_parts(ab, True), lambda p: bound("val_last", p)))
+        steps.append(chain(f"transfer_{ab}", (TRANSFER[ab],), lambda p: bound("train", p)))
+        if has_resident_val:
+            resident = {"a": P.RESIDENT_VAL_A, "b": P.RESIDENT_VAL_B}[ab]
+            steps.append(chain(f"val_transfer_{ab}", (resident,), lambda p: bound("val", p)))
+    for name, part, variant in (("clear_metrics", P.CLEAR_METRICS, "train"), ("epoch_begin", P.CAST_WORKING, "train"),
+                                ("epoch_order", P.RESIDENT_TRAIN_BEGIN, "train"),
+                                ("val_begin", P.RESIDENT_VAL_BEGIN, "val"), ("epoch_end", P.FOLD_RUNNING, "train"),
+                                ("val_end", P.REDUCE_RESULT_SUM, "val")):
+        steps.append(chain(name, (part,), lambda p, v=variant: bound(v, p)))
+    if has_ema:
+        steps.append(chain("ema_prepare", (P.PREPARE_EMA,), lambda p: bound("val", p)))
+        for ab in AB:
+            steps.append(chain(f"val_ema_{ab}", val_parts(ab, False, True), lambda p: bound("val", p)))
+            steps.append(chain(f"val_ema_last_{ab}", val_parts(ab, True, True), lambda p: bound("val_last", p)))
+    return {s.name: s for s in steps}

@@ -183,11 +183,8 @@ def clear_flags(be: Any, call: Any) -> list[str]:
 
 
 def profile(task: Any, reps: int) -> tuple[list[dict], float]:
-    from tr.backend.base import serial_calls
-    from tr.task.executor import branches, train_step_branches
-
     be, prog = task.backend, task.program
-    calls = serial_calls(branches(prog, "train", train_step_branches(0, False)))
+    calls = prog.step("train_a").calls
     rows = []
     for i, call in enumerate(calls):
         g = be.capture(f"op{i}", [call])

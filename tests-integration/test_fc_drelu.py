@@ -8,9 +8,9 @@ import pytest
 
 from tr.algo.optimizer import SGD
 from tr.algo.scheduler import ConstantLR
-from tr.core.graph_id import GraphId
 from tr.core.settings import Settings
 from tr.graph.blueprint import BluePrint, fc, flatten, relu, seq
+from tr.graph.steps import Part
 from tr.task.deep_learning import DeepLearningTask
 from tr.task.feeder import ArrayFeeder
 
@@ -32,7 +32,7 @@ def _train(device: str, amp: bool, fused: bool, monkeypatch) -> tuple[list[float
     losses: list[float] = []
     t.on_step(lambda k, r: losses.append(float(r[0])))
     t.compile()
-    deep = t.program.calls("train", GraphId.DEEP_FWD_BWD)
+    deep = t.program.step("train_a").calls_of(Part.DEEP_FWD_BWD.value)
     masks = sum(c.op == "fc_bwd" and c.args.get("mask") is not None for c in deep)
     assert masks == (2 if fused else 0) and any(c.op == "act_bwd" for c in deep) == (not fused)
     t.run()

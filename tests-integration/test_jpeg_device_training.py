@@ -95,7 +95,6 @@ def test_device_decode_trains_as_the_cpu_pipeline_to_the_bit(photos, amp):
 
 
 def test_device_decode_with_a_colour_jitter_trains_as_the_cpu_pipeline_to_the_bit(photos):
-    from tr.core.graph_id import GraphId
     from tr.data import ColorJitter, ImageFolder, RandomErasing, RandomHorizontalFlip, RandomResizedCrop
 
     chain = (RandomResizedCrop(24, scale=(0.3, 1.0)), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomHorizontalFlip(),
@@ -103,7 +102,7 @@ def test_device_decode_with_a_colour_jitter_trains_as_the_cpu_pipeline_to_the_bi
     ds = ImageFolder(photos)
     task = _task(ds, True, train=chain)
     hist, weights = _run(task)
-    ops = [c.op for c in task.program.calls("train", GraphId.TRANSFER_A)]
+    ops = [c.op for c in task.program.step("transfer_a").calls]
     assert ops == ["h2d_copy", "image_resample", "image_jitter"]
     ref_hist, ref_weights = _run(_task(ds, False, train=chain))
     assert hist == ref_hist

@@ -19,11 +19,11 @@ import pytest
 
 from tr.algo.optimizer import SGD
 from tr.core.errors import ConfigError, DataError, DTypeError, PhaseError, ShapeError
-from tr.core.graph_id import GraphId
 from tr.core.norm import NormMode
 from tr.core.settings import Settings
 from tr.data import MNIST, ArrayDataset, CenterCrop, PreprocessorSettings, RandomCrop
 from tr.graph.blueprint import bn, conv, fc, flatten, maxpool, relu, seq
+from tr.graph.steps import Part
 from tr.task.deep_learning import DeepLearningTask
 from tr.task.feeder import ArrayFeeder
 from tr.task.pipeline import PipelineFeeder
@@ -48,7 +48,7 @@ def mnist():
             .data(feeder)).compile()
     last = task.run().history[-1]
     data = input_tensor(task)
-    loss = next(c for c in task.program.calls("val", GraphId.INF_MAIN_A) if c.op == "softmax_ce_inf")
+    loss = next(c for c in task.program.step("val_a").calls_of(Part.INFER_A.value) if c.op == "softmax_ce_inf")
     val_logits = task.backend.read(loss.args["logits"]).reshape(BATCH, -1).copy()  # the last validation batch's
     return task, feeder, va.images[:VAL], va.labels[:VAL], last.top1, val_logits, data
 

@@ -61,11 +61,11 @@ def task(settings: R.Settings | None = None, model=MODEL, feeder=None, **chain) 
 
 
 def plan(t: DeepLearningTask) -> list[tuple]:
-    """Every op call of the compiled plan with its attributes, in order."""
+    """Every op call of the compiled plan with its part and attributes, step by step in branch order."""
     t = t if t.compiled else t.compile()
-    return [(v, int(g), c.op, tuple(sorted((k, repr(a)) for k, a in c.attrs.items())))
-            for (v, g), calls in sorted(t.program.graphs.items(), key=lambda kv: (kv[0][0], int(kv[0][1])))
-            for c in calls]
+    return [(name, i, b.stream.name, b.after, c.part, c.op, tuple(sorted((k, repr(a)) for k, a in c.attrs.items())))
+            for name, step in sorted(t.program.steps.items()) for i, b in enumerate(step.branches)
+            for c in b.calls]
 
 
 def weights(t: DeepLearningTask, epochs: int = 0) -> bytes:
@@ -118,12 +118,12 @@ def pre_differs(configure, train: bool = True, observe=batches) -> None:
 
 def _head_ops(s: PreprocessorSettings, train: bool) -> list[str]:
     """The ops at the head of the training step of a task fed by the feeder these settings give."""
-    from tr.core.graph_id import GraphId
+    from tr.graph.steps import Part
     from tr.task.pipeline import feeder_from_preprocessor
 
     settings = R.Settings().global_batch_size(4).manual_seed(3)
     t = task(settings, feeder=feeder_from_preprocessor(settings, pre=s)).compile()
-    return [c.op for c in t.program.calls("train", GraphId.FIRST_LAYER_FWD_A)]
+    return [c.op for c in t.program.step("train_a").calls_of(Part.FIRST_FWD_A.value)]
 
 
 def _jpeg_batches_differ(configure, observe=batches) -> None:
@@ -155,12 +155,11 @@ def _jpeg_batches_differ(configure, observe=batches) -> None:
 
 def _transfer_ops(s: PreprocessorSettings) -> list[str]:
     """The ops of the training transfer graph of a task fed by the feeder these settings give."""
-    from tr.core.graph_id import GraphId
     from tr.task.pipeline import feeder_from_preprocessor
 
     settings = R.Settings().global_batch_size(4).manual_seed(3)
     t = task(settings, feeder=feeder_from_preprocessor(settings, pre=s)).compile()
-    return [c.op for c in t.program.calls("train", GraphId.TRANSFER_A)]
+    return [c.op for c in t.program.step("transfer_a").calls]
 
 
 def _opened(configure) -> dict:
@@ -592,7 +591,7 @@ TRANSFORMS = {
 NOT_CONFIGURATION = {  # exported for users, configure nothing themselves (or are covered above)
     # errors and types
     "BackendError", "CompileError", "ConfigError", "DataError", "DeviceUnavailableError", "PhaseError", "TrError",
-    "DType", "GraphId", "NormMode", "Phase", "Region", "Role", "Group", "Shape", "InitKind", "FanMode", "OptimizerKind",
+    "DType", "NormMode", "Phase", "Region", "Role", "Group", "Shape", "InitKind", "FanMode", "OptimizerKind",
     "DTensor",
     "Tensor", "TrainingResult", "DistEnv",  # DistEnv is distributed()'s argument
     # the configuration objects walked above

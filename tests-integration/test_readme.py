@@ -87,15 +87,31 @@ def test_every_snippet_is_a_fenced_block_a_test_runs():
     assert len(BLOCKS) >= 4 and "from renaissance import *" in BLOCKS[0].text
 
 
-def test_the_packages_table_counts_what_tr_core_has():
-    from tr.core.graph_id import GraphId
+def _package_rows() -> dict[str, str]:
+    """The packages table's "holds" column by distribution."""
+    rows = [line.split("|") for line in readme_text().splitlines() if line.startswith("| tr-")]
+    return {cells[1].strip(): cells[3].strip() for cells in rows}
+
+
+def test_the_packages_table_counts_and_names_what_tr_core_has():
+    import tr.core
     from tr.core.memory import Role
 
-    row = next(line for line in readme_text().splitlines() if line.startswith("| tr-core |"))
-    for name, count in (("Role", len(Role)), ("GraphId", len(GraphId))):
-        m = re.search(rf"\b{name} \((\d+)\)", row)
-        assert m is not None, f"the tr-core row does not count {name} (expected '{name} ({count})'): {row}"
-        assert int(m.group(1)) == count, f"the tr-core row counts {m.group(0)}, tr.core has {count}"
+    holds = _package_rows()["tr-core"]
+    m = re.search(r"\bRole \((\d+)\)", holds)
+    assert m is not None, f"the tr-core row does not count Role (expected 'Role ({len(Role)})'): {holds}"
+    assert int(m.group(1)) == len(Role), f"the tr-core row counts {m.group(0)}, tr.core has {len(Role)}"
+    # every type the row names is one tr.core exports (a dropped one, like the seed's GraphId, cannot linger)
+    names = re.findall(r"(?<![\w-])[A-Z][A-Za-z]*(?![\w-])", holds)
+    assert names and [n for n in names if not hasattr(tr.core, n)] == [], holds
+
+
+def test_the_packages_table_says_tr_graph_holds_the_named_steps():
+    from tr.graph import steps
+
+    holds = _package_rows()["tr-graph"]
+    assert "the named steps (Part, recipes)" in holds, holds
+    assert isinstance(steps.Part.DEEP_FWD_BWD, steps.Part) and callable(steps.train_recipe)
 
 
 def check_flagship(scope: dict, spy: Spy, out: str, where) -> None:

@@ -11,10 +11,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import step_profile  # noqa: E402
 
-from tr.backend.base import serial_calls  # noqa: E402
 from tr.core.memory import Span  # noqa: E402
 from tr.core.ops import CATALOGUE  # noqa: E402
-from tr.task.executor import branches, train_step_branches  # noqa: E402
 
 ARGS = ["--device", "cpu", "--model", "mlp_mnist", "--batch", "4", "--no-amp", "--reps", "1", "--top", "0"]
 
@@ -34,7 +32,7 @@ def test_range_op_bytes_are_their_spans_bytes():
     task = step_profile.build(a)
     layout = task.program.layout
     seen = 0
-    for call in serial_calls(branches(task.program, "train", train_step_branches(0, False))):
+    for call in task.program.step("train_a").calls:
         spans = {k: v for k, v in call.args.items() if isinstance(v, Span)}
         if not spans:
             continue

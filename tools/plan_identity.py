@@ -115,7 +115,8 @@ def describe_call(program: Any, c: Any, tensor_type: type) -> dict[str, Any]:
 
 
 def old_tree_steps(program: Any) -> dict[str, Branches]:
-    """The steps a tree without Program.steps captured (tr.task.executor.capture_steps and tr.task.ema.capture_ema),
+    """The steps a tree without Program.steps captured (tr.task.executor.capture_steps and tr.task.ema.capture_ema,
+    whose ema_start and sema_switch copies the task built itself),
     by the names the compiler gives them, each as its (stream, after, calls) branches: the training steps as the
     executor's branches (a branch with no calls dropped unless it is on the first branch's stream), every other step
     one chain on COMP_1."""
@@ -144,6 +145,9 @@ def old_tree_steps(program: Any) -> dict[str, Branches]:
         steps[name] = chain(variant, (gid,))
     if any(gid == G.INF_EMA_A and calls for (_, gid), calls in program.graphs.items()):
         steps["ema_prepare"] = chain("val", (G.CAST_EMA_FP32_TO_FP16,))
+        from tr.task.ema import EMA_WEIGHTS, MASTER_WEIGHTS, _copy  # (the old tree's, built by the task)
+        steps["ema_start"] = [(StreamKind.COMP_1, (), [_copy(MASTER_WEIGHTS, EMA_WEIGHTS, "")])]
+        steps["sema_switch"] = [(StreamKind.COMP_1, (), [_copy(EMA_WEIGHTS, MASTER_WEIGHTS, "")])]
         for b, ab in ((0, "a"), (1, "b")):
             steps[f"val_ema_{ab}"] = chain("val", val_step_order(b, False, True))
             steps[f"val_ema_last_{ab}"] = chain("val_last", val_step_order(b, True, True))

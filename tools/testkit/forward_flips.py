@@ -61,10 +61,10 @@ class Flip:
                 f"taken the other way, margin {self.margin:.2e}")
 
 
-def forward_calls(program, variant: str = "train_last") -> list[OpCall]:
+def forward_calls(program, step: str = "train_last_a") -> list[OpCall]:
     """The forward as the training loop runs it: the cast of the FP16 working weights (AMP: each epoch begins
     with it; without it they are still zero) and the step's calls before its first backward op (the loss's)."""
-    calls = epoch_calls(program, variant)
+    calls = epoch_calls(program, step)
     return calls[:first_backward(calls)]
 
 

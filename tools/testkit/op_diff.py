@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from tr.backend.base import serial_calls
 from tr.core.dtype import DType
 from tr.core.memory import Role, Span
 from tr.core.ops import OpCall, op_def
@@ -69,19 +68,15 @@ class OpDiff:
         return [o for o in self.outputs if o.rel > bound[DType(o.dtype)]]
 
 
-def step_calls(program, variant: str = "train_last", buffer: int = 0, last: bool = True) -> list[OpCall]:
-    """The training step's calls in a valid serial order (the order the CPU backend runs its branches)."""
-    from tr.task.executor import branches, train_step_branches
-
-    return serial_calls(branches(program, variant, train_step_branches(buffer, last)))
+def step_calls(program, step: str = "train_last_a") -> list[OpCall]:
+    """A training step's calls in a valid serial order (the order the CPU backend runs its branches)."""
+    return list(program.step(step).calls)
 
 
-def epoch_calls(program, variant: str = "train_last") -> list[OpCall]:
+def epoch_calls(program, step: str = "train_last_a") -> list[OpCall]:
     """A training epoch's first step as the loop runs it: the epoch's cast of the FP16 working weights (AMP;
     without it they are zero and every convolution compares zeros), then the step."""
-    from tr.core.graph_id import GraphId
-
-    return list(program.calls("train", GraphId.CAST_MAIN_FP32_TO_FP16)) + step_calls(program, variant)
+    return list(program.step("epoch_begin").calls) + step_calls(program, step)
 
 
 def first_backward(calls: Sequence[OpCall]) -> int:

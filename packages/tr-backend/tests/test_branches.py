@@ -1,5 +1,6 @@
-"""Graphs made of branches (tr.backend.base.Branch): the ordering rules are checked before anything is
-captured, and the CPU backend runs the branches in list order with the same results as one plain capture."""
+"""Graphs made of branches (tr.tensor.program.Branch, as a compiled step holds them): the ordering rules are
+checked before anything is captured, and the CPU backend runs the branches in list order with the same results
+as one plain capture."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import numpy as np
 import pytest
 from backend_testkit import SimpleArena, op
 
-from tr.backend.base import Branch, check_branches, serial_calls
+from tr.backend.base import check_branches, serial_calls
 from tr.backend.cpu import CpuBackend
 from tr.core.errors import BackendError
 from tr.core.phase import StreamKind as S
+from tr.tensor.program import Branch
 
 
 def _arena():

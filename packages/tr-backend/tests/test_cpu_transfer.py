@@ -20,8 +20,8 @@ def test_h2d_copy_full_and_last_batch():
     lb = a.add("lb", (3, 1, 1, 1), "int32", Region(Role.INPUT, B_LABEL))
     db = a.add("db", (3, 3, 3, 2), "fp32", Region(Role.INPUT, B_DATA))
     be = a.allocate()
-    ga = be.capture("TRANSFER_A", [op("h2d_copy", labels=la, data=da, buffer=0)])
-    gb = be.capture("TRANSFER_B", [op("h2d_copy", labels=lb, data=db, buffer=1)])
+    ga = be.capture("transfer_a", [op("h2d_copy", labels=la, data=da, buffer=0)])
+    gb = be.capture("transfer_b", [op("h2d_copy", labels=lb, data=db, buffer=1)])
     with pytest.raises(Exception, match="no host buffers are bound"):
         be.launch(ga)
     bufs = _buffers(4, (3, 3, 2))

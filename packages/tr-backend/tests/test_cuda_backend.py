@@ -221,8 +221,8 @@ def test_cupy_view_is_zero_copy():
 
 @pytest.mark.gpu
 def test_branches_become_parallel_paths_of_one_graph():
-    from tr.backend.base import Branch
     from tr.core.phase import StreamKind as S
+    from tr.tensor.program import Branch
 
     tw = Twin()
     for n in ("x", "y", "z", "w", "v"):

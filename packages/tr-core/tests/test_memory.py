@@ -1,8 +1,10 @@
 """tr.core.memory: roles in layout order with their traits, groups and their sort key, regions, spans."""
 
 import dataclasses
+import importlib
 import importlib.util
 import io
+import pkgutil
 import re
 import tokenize
 from pathlib import Path
@@ -164,6 +166,19 @@ def test_tr_core_names_no_layer_kind():
     assert not {w for v in vocabulary for w in _words(v)} & LAYER_WORDS
     assert importlib.util.find_spec("tr.core.region") is None and not hasattr(tr.core, "region")
     assert not any(n.startswith("Region") and n != "Region" for n in dir(tr.core))  # no RegionSpan/RegionConditions
+
+
+def test_tr_core_has_no_graph_ids():
+    # the seed's bucket ids went with issue 33: the compiler's parts and named steps live in tr.graph.steps
+    assert importlib.util.find_spec("tr.core.graph_id") is None and not hasattr(tr.core, "graph_id")
+    modules = [importlib.import_module(f"tr.core.{m.name}") for m in pkgutil.iter_modules(tr.core.__path__)]
+    assert len(modules) > 10 and all(m.__file__ for m in modules)
+    found = {f"tr.core: {n}" for n in dir(tr.core) if "GraphId" in n}
+    for m in modules:
+        found |= {f"{m.__name__}: {n}" for n in dir(m) if "GraphId" in n}
+        toks = tokenize.generate_tokens(io.StringIO(Path(m.__file__).read_text()).readline)
+        found |= {f"{m.__name__} source: {t.string}" for t in toks if t.type == tokenize.NAME and "GraphId" in t.string}
+    assert not found, sorted(found)
 
 
 def test_word_splitting_would_catch_a_layer_name():

@@ -1,9 +1,8 @@
 import numpy as np
 import pytest
 
-from tr.core import DType, GraphId, Phase, Shape, StreamKind, align_up_256
+from tr.core import DType, Phase, Shape, StreamKind, align_up_256
 from tr.core.errors import DTypeError, PhaseError, ShapeError
-from tr.core.graph_id import NUM_GRAPH_IDS
 
 
 def test_shape_right_aligns_and_counts():
@@ -47,12 +46,6 @@ def test_phase_only_moves_forward():
 
 def test_streams():
     assert [s.name for s in StreamKind] == ["TRANS", "COMP_1", "COMP_2", "COMP_3", "UPDATE"]
-
-
-def test_graph_ids():
-    assert NUM_GRAPH_IDS == 37 and GraphId.UPDATE_BN_INF_PARAMS == 32 and GraphId.RESIDENT_VAL_B == 36
-    assert GraphId.TRANSFER_A.shape_invariant and not GraphId.DEEP_FWD_BWD.shape_invariant
-    assert GraphId.TRANSFER_B.stream is StreamKind.TRANS and GraphId.OPTIMIZER.stream is StreamKind.UPDATE
 
 
 def test_align():

@@ -3,14 +3,14 @@
 import math
 
 import pytest
-from tr_graph_testlib import by_name, mlp_spec
+from tr_graph_testlib import by_name, compile_bound, mlp_spec, part_calls
 
 from tr.core.dtype import DType
 from tr.core.errors import CompileError
-from tr.core.graph_id import GraphId as G
 from tr.core.memory import Region, Role, Span, dtype_group
 from tr.core.shape import Shape
 from tr.graph import memory_plan
+from tr.graph.atlas import lookup
 from tr.graph.blueprint import (
     add2,
     avgpool,
@@ -32,6 +32,7 @@ from tr.graph.compiler import INPUT_REGIONS, compile_program, compile_with_plan
 from tr.graph.layers.groups import DEEP_CONV, FC_B, FC_W, FIRST_CONV
 from tr.graph.seed_scheme import seed_arena_bytes
 from tr.graph.spec import CompileSpec
+from tr.graph.steps import Part as P
 from tr.tensor.program import Program
 
 N1 = Shape(128, 1, 1, 1)
@@ -98,11 +99,11 @@ def test_amp_placement():
     assert t["L1.w.grad16"].region == Region(Role.GRAD_FP16, DEEP_CONV)
     assert all(x.dtype == DType.FP16 for x in p.tensors if x.region in (F16,))
     assert not any(x.region == F32 for x in p.tensors)
-    first = p.calls("train", G.FIRST_LAYER_FWD_A)
+    first = part_calls(p, "train_a", P.FIRST_FWD_A)
     assert [c.op for c in first] == ["copy", "conv_fwd", "bn_fwd"]  # the CBR is the first layer, its relu in bn_fwd
     assert first[2].attrs["activation"] == "relu"
     assert first[1].args["w"].name == "L0.w.fp16" and first[1].args["x"].name == "data_a"
-    bwd = p.calls("train", G.FIRST_LAYER_BWD_A)
+    bwd = part_calls(p, "train_a", P.FIRST_BWD_A)
     assert [c.op for c in bwd] == ["bn_bwd", "conv_bwd"] and bwd[-1].args["dx"] is None
     # the relu mask is recomputed from the conv output: the layer's output is not read by its backward
     assert bwd[0].args["y"] is None and bwd[0].args["beta"].name == "L0.beta" and bwd[0].args["x"].name == "L0.conv_y"
@@ -110,9 +111,8 @@ def test_amp_placement():
     # the FC's weight gradient is FP32 from its GEMM: only the first conv's FP16 gradient is cast
     assert t["L4.w.grad"].region == Region(Role.GRAD, FC_W) and "L4.w.grad16" not in t
     assert t["L4.b.fp16"].region == Region(Role.AMP_COPY, FC_B) and t["L4.b.fp16"].dtype == DType.FP16
-    for gid, group, early in ((G.CAST_DEEP_GRAD_FP16_TO_FP32, DEEP_CONV, True),
-                              (G.CAST_FIRST_GRAD_FP16_TO_FP32, FIRST_CONV, False)):
-        (c,) = p.calls("train", gid)
+    for part, group, early in ((P.CAST_EARLY, DEEP_CONV, True), (P.CAST_LATE, FIRST_CONV, False)):
+        (c,) = part_calls(p, "train_a", part)
         assert c.args["src"] == Span.of(Role.GRAD_FP16, early=early)
         assert c.args["dst"] == Span.of(Role.GRAD, fp16_grad=True, early=early)
         # each covers exactly its group's region
@@ -141,15 +141,15 @@ def test_same_blueprint_same_offsets(models):
     a, b = compile_program(models.resnet50, spec), compile_program(models.resnet50, spec)
     key = lambda p: [(t.name, t.offset, t.slot_bytes) for t in p.tensors]  # noqa: E731
     assert key(a) == key(b)
-    assert a.layout == b.layout and a.graphs == b.graphs
+    assert a.layout == b.layout and a.steps == b.steps
 
 
 def test_variants_share_offsets_and_take_max_slots():
     m = seq(conv(8, 3, p=1), bn(), relu(), maxpool(2), gap(), fc(4))
-    p = compile_program(m, CompileSpec((16, 16, 3), 4, 32, last_train_batch=5, val_batch=64, last_val_batch=3,
-                                       train_resolution=16, train_low_resolution=8, val_resolution=24))
+    p, bound = compile_bound(m, CompileSpec((16, 16, 3), 4, 32, last_train_batch=5, val_batch=64, last_val_batch=3,
+                                            train_resolution=16, train_low_resolution=8, val_resolution=24))
     assert list(p.variants) == ["train", "train_last", "train_low", "train_low_last", "val", "val_last"]
-    data = {v: next(c for c in p.calls(v, G.FIRST_LAYER_FWD_A if p.variants[v].train else G.INF_MAIN_A)
+    data = {v: next(c for c in lookup(bound, v, P.FIRST_FWD_A if p.variants[v].train else P.INFER_A)
                     if c.op == "conv_fwd").args["x"] for v in p.variants}
     assert {v: d.shape for v, d in data.items()} == {
         "train": Shape(32, 16, 16, 3), "train_last": Shape(5, 16, 16, 3), "train_low": Shape(32, 8, 8, 3),
@@ -159,12 +159,16 @@ def test_variants_share_offsets_and_take_max_slots():
     assert p.tensor("data_a").shape == Shape(64, 24, 24, 3)  # canonical shape: the largest
     # every training tensor of every train variant fits its slot
     for v in ("train", "train_last", "train_low", "train_low_last"):
-        for c in p.calls(v, G.DEEP_FWD_BWD):
+        for c in lookup(bound, v, P.DEEP_FWD_BWD):
             for t in c.args.values():
                 if hasattr(t, "nbytes"):
                     assert t.nbytes <= t.slot_bytes
-    assert {c.args["batch"].name for v in p.variants for c in p.calls(v, G.ACCUM_METRICS)} == {
+    assert {c.args["batch"].name for v in p.variants for c in lookup(bound, v, P.ACCUM_METRICS)} == {
         "batch_train", "batch_train_last", "batch_val", "batch_val_last"}
+    # the steps run the full and last batches' bindings (no step runs the low-resolution ones)
+    for step, variant, part in (("train_a", "train", P.DEEP_FWD_BWD), ("train_last_b", "train_last", P.DEEP_FWD_BWD),
+                                ("val_b", "val", P.INFER_B), ("val_last_a", "val_last", P.INFER_A)):
+        assert part_calls(p, step, part) == lookup(bound, variant, part) != ()
     assert p.meta["ops_checked"] > 0
 
 
@@ -236,5 +240,5 @@ def test_compile_with_plan_returns_the_arch(models):
 def test_spec_bn_override(models):
     p = compile_program(seq(conv(4, 3), bn(momentum=0.2), relu(), gap(), fc(2)),
                         CompileSpec((5, 5, 1), 2, 2, bn_momentum=0.01, bn_eps=1e-3))
-    c = next(c for c in p.calls("train", G.FIRST_LAYER_FWD_A) if c.op == "bn_fwd")  # conv+bn+relu: a cbr
+    c = next(c for c in part_calls(p, "train_a", P.FIRST_FWD_A) if c.op == "bn_fwd")  # conv+bn+relu: a cbr
     assert c.attrs == {"momentum": 0.01, "eps": 1e-3, "activation": "relu"}

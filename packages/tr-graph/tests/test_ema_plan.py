@@ -1,19 +1,22 @@
-"""EMA in the compiled plan: EMA regions only with EMA, mirroring the PARAM ones, and the EMA graphs (tr.graph.ema)."""
+"""EMA in the compiled plan: EMA regions only with EMA, mirroring the PARAM ones, and the EMA parts and steps
+(tr.graph.ema)."""
 
 import pytest
-from tr_graph_testlib import by_name, mlp_spec
+from tr_graph_testlib import by_name, mlp_spec, part_calls
 
 from tr.core.dtype import DType
 from tr.core.errors import ConfigError
-from tr.core.graph_id import GraphId as G
 from tr.core.memory import Region, Role, Span
 from tr.graph.blueprint import bn, cbr, conv, fc, gap, seq
 from tr.graph.compiler import compile_program
 from tr.graph.layers.groups import BN_B, BN_W, DEEP_CONV, FC_B, FC_W, FIRST_CONV
+from tr.graph.steps import Part as P
 
 MODEL = seq(cbr(16, 3, p=1), conv(16, 3, p=1), bn(), gap(), fc(4))
 PARAM_GROUPS = [BN_B, BN_W, FC_B, FC_W, FIRST_CONV, DEEP_CONV]  # in layout order
 FP16_GROUPS = [FC_W, FIRST_CONV, DEEP_CONV]  # the decayed groups with an FP16 working copy
+EMA_STEPS = {"ema_prepare", "ema_start", "sema_switch", "val_ema_a", "val_ema_b", "val_ema_last_a", "val_ema_last_b"}
+TRAIN_STEPS = ("train_a", "train_b", "train_last_a", "train_last_b")
 
 
 def _roles(p, role):
@@ -28,8 +31,12 @@ def _plan(amp: bool, ema: float | None):
 def test_e_regions_only_with_ema_and_mirror_w(amp):
     off = _plan(amp, None)
     assert not _roles(off, Role.EMA) and not _roles(off, Role.EMA_FP16)
-    assert not any(off.calls("train", g) for g in (G.EMA_UPDATE, G.CAST_EMA_FP32_TO_FP16))
+    assert not EMA_STEPS & set(off.steps)
+    ema_parts = {x.value for x in (P.EMA_UPDATE, P.PREPARE_EMA, P.EMA_START, P.SEMA_SWITCH, P.INFER_EMA_A,
+                                   P.INFER_EMA_B)}
+    assert not any(c.part in ema_parts for step in off.steps.values() for c in step.calls)
     p = _plan(amp, 0.99)
+    assert EMA_STEPS <= set(p.steps)
     t = by_name(p)
     assert _roles(p, Role.PARAM) == [Region(Role.PARAM, g) for g in PARAM_GROUPS]
     assert _roles(p, Role.EMA) == [Region(Role.EMA, g) for g in PARAM_GROUPS]
@@ -43,12 +50,23 @@ def test_e_regions_only_with_ema_and_mirror_w(amp):
         assert t[name + ".ema"].shape == t[name].shape
     assert _roles(p, Role.EMA_FP16) == ([Region(Role.EMA_FP16, g) for g in FP16_GROUPS] if amp else [])
     assert all(p.layout.region_bytes(r) > 0 for r in _roles(p, Role.EMA_FP16))
-    (upd,) = p.calls("any", G.EMA_UPDATE)
+    (upd,) = part_calls(p, "train_a", P.EMA_UPDATE)
+    assert all(part_calls(p, name, P.EMA_UPDATE) == (upd,) for name in TRAIN_STEPS)
+    # after the optimizer, in the step's last branch
+    tail = p.step("train_last_b").branches[-1].calls
+    assert tail.index(upd) > max(tail.index(c) for c in part_calls(p, "train_last_b", P.OPTIMIZER))
     assert upd.op == "range_ema" and upd.attrs["decay"] == 0.99 and upd.args["flag"].name == "nan_flag"
     assert upd.args["src"] == Span.of(Role.PARAM) and upd.args["dst"] == Span.of(Role.EMA)
     assert p.layout.span(upd.args["src"]) == (w_base, p.layout.regions[Region(Role.PARAM, DEEP_CONV)][1])
     assert p.layout.span(upd.args["dst"]) == (e_base, p.layout.regions[Region(Role.EMA, DEEP_CONV)][1])
-    prep = p.calls("any", G.CAST_EMA_FP32_TO_FP16)
+    (start,) = p.step("ema_start").calls
+    (switch,) = p.step("sema_switch").calls
+    assert (start.op, start.part, switch.op, switch.part) == ("range_copy", "ema_start", "range_copy", "sema_switch")
+    assert (start.args["src"], start.args["dst"]) == (switch.args["dst"], switch.args["src"]) == (upd.args["src"],
+                                                                                                  upd.args["dst"])
+    assert start.args["flag"] is None and switch.args["flag"] is None  # unconditional, unlike the update
+    prep = p.step("ema_prepare").calls
+    assert prep == part_calls(p, "ema_prepare", P.PREPARE_EMA)
     assert [c.op for c in prep] == ["bn_update_eq", "bn_update_eq"] + (["range_cast"] if amp else [])
     assert prep[0].args["gamma"].name == "L0.gamma.ema" and prep[0].args["mean"].name == "L0.prev_mean"
     if amp:
@@ -64,10 +82,14 @@ def test_e_regions_only_with_ema_and_mirror_w(amp):
 @pytest.mark.parametrize("amp", [False, True])
 def test_ema_inference_reads_the_twins(amp):
     p = _plan(amp, 0.9)
-    for v in ("val", "val_last"):
-        for main, ema in ((G.INF_MAIN_A, G.INF_EMA_A), (G.INF_MAIN_B, G.INF_EMA_B)):
-            a, b = p.calls(v, main), p.calls(v, ema)
+    for last in ("", "last_"):
+        for ab, main, ema in (("a", P.INFER_A, P.INFER_EMA_A), ("b", P.INFER_B, P.INFER_EMA_B)):
+            a, b = part_calls(p, f"val_{last}{ab}", main), part_calls(p, f"val_ema_{last}{ab}", ema)
             assert [c.op for c in a] == [c.op for c in b] and a
+            # the same metric sum after it (the last batch's weighted by its own size)
+            metrics = (P.ACCUM_METRICS_VAL_LAST if last else P.ACCUM_METRICS).value
+            assert [c.part for c in p.step(f"val_ema_{last}{ab}").calls] == [ema.value] * len(b) + [metrics]
+            assert p.step(f"val_ema_{last}{ab}").calls[-1] == p.step(f"val_{last}{ab}").calls[-1]
             for ca, cb in zip(a, b):
                 for k, x in ca.args.items():
                     y = cb.args[k]

@@ -16,7 +16,6 @@ import pytest
 from tr_graph_testlib import mlp_spec
 
 from tr.core.errors import CompileError
-from tr.core.graph_id import GraphId as G
 from tr.core.memory import Group, Region, Role, Span
 from tr.core.shape import Shape
 from tr.graph.blueprint import Layer, bn, cbr, conv, fc, gap, maxpool, relu, seq
@@ -24,6 +23,7 @@ from tr.graph.compiler import compile_program
 from tr.graph.layers import KINDS, NODE_KINDS
 from tr.graph.layers.base import Decl, DeclCtx, Expansion, Init
 from tr.graph.layers.fc import FCKind
+from tr.graph.steps import Part as P
 from tr.tensor.program import Program
 
 Sel = frozenset[tuple[Role, str]]
@@ -34,18 +34,20 @@ def sel(role: Role, *groups: str) -> Sel:
     return frozenset((role, g) for g in (groups or ("",)))
 
 
-def span_args(p: Program) -> dict[tuple[G, int, str], Span]:
-    """(graph, k-th call with a span in that graph, argument) -> span, over every variant (which must agree)."""
-    out: dict[tuple[G, int, str], Span] = {}
-    for (_, gid), calls in p.graphs.items():
-        k = 0
-        for c in calls:
+def span_args(p: Program) -> dict[tuple[P, int, str], Span]:
+    """(part, k-th call with a span in that part, argument) -> span, over every step (which must agree: the
+    working copies' cast, for one, runs in every training step and in epoch_begin)."""
+    out: dict[tuple[P, int, str], Span] = {}
+    for name, step in p.steps.items():
+        k: dict[P, int] = {}
+        for c in step.calls:
             spans = {a: v for a, v in c.args.items() if isinstance(v, Span)}
             if not spans:
                 continue
+            part = P(c.part)
             for a, s in spans.items():
-                assert out.setdefault((gid, k, a), s) == s, (gid, k, a)
-            k += 1
+                assert out.setdefault((part, k.get(part, 0), a), s) == s, (name, part, a)
+            k[part] = k.get(part, 0) + 1
     return out
 
 
@@ -67,7 +69,7 @@ def expected(p: Program, want: Sel) -> tuple[set[str], set[Region]]:
     return {t.name for t in p.tensors if (t.region.role, t.region.group.name) in want}, regions
 
 
-def check_spans(p: Program, want: dict[tuple[G, int, str], Sel]) -> None:
+def check_spans(p: Program, want: dict[tuple[P, int, str], Sel]) -> None:
     got = span_args(p)
     assert set(got) == set(want)
     for key, s in got.items():
@@ -92,20 +94,20 @@ def test_mlp_spans(models, amp):
     assert role_groups(p, Role.PARAM) == ["fc_b", "fc_w"]
     grads = sel(Role.GRAD, *FC_GROUPS)
     want = {
-        (G.ZERO_GRAD, 0, "span"): grads | sel(Role.RESULT),  # the FC GEMMs write FP32 gradients: no FP16 ones
-        (G.FIRST_COMM, 0, "span"): grads,
-        (G.DEEP_COMM, 0, "span"): sel(Role.RESULT),  # no group's gradients are complete early
-        (G.NAN_CHECK_AND_GRAD_SCALING, 0, "span"): grads,
-        (G.CLEAR_METRICS, 0, "span"): sel(Role.RESULT_SUM),
-        (G.VAL_RESULT_COMM, 0, "span"): sel(Role.RESULT_SUM),
+        (P.ZERO_GRAD, 0, "span"): grads | sel(Role.RESULT),  # the FC GEMMs write FP32 gradients: no FP16 ones
+        (P.REDUCE_LATE, 0, "span"): grads,
+        (P.REDUCE_EARLY, 0, "span"): sel(Role.RESULT),  # no group's gradients are complete early
+        (P.CHECK_FINITE, 0, "span"): grads,
+        (P.CLEAR_METRICS, 0, "span"): sel(Role.RESULT_SUM),
+        (P.REDUCE_RESULT_SUM, 0, "span"): sel(Role.RESULT_SUM),
     }
     for k, (rule_groups, role_m) in enumerate(((("fc_w",), Role.MOMENT1), (("fc_b",), Role.MOMENT1))):
-        want[(G.OPTIMIZER, k, "w")] = sel(Role.PARAM, *rule_groups)
-        want[(G.OPTIMIZER, k, "g")] = sel(Role.GRAD, *rule_groups)
-        want[(G.OPTIMIZER, k, "m")] = sel(role_m, *rule_groups)
+        want[(P.OPTIMIZER, k, "w")] = sel(Role.PARAM, *rule_groups)
+        want[(P.OPTIMIZER, k, "g")] = sel(Role.GRAD, *rule_groups)
+        want[(P.OPTIMIZER, k, "m")] = sel(role_m, *rule_groups)
     if amp:
-        want[(G.CAST_MAIN_FP32_TO_FP16, 0, "src")] = sel(Role.PARAM, *FC_GROUPS)
-        want[(G.CAST_MAIN_FP32_TO_FP16, 0, "dst")] = sel(Role.AMP_COPY, *FC_GROUPS)
+        want[(P.CAST_WORKING, 0, "src")] = sel(Role.PARAM, *FC_GROUPS)
+        want[(P.CAST_WORKING, 0, "dst")] = sel(Role.AMP_COPY, *FC_GROUPS)
     check_spans(p, want)
 
 
@@ -117,41 +119,42 @@ BIAS_LIKE = ("bn_b", "bn_w", "fc_b")
 STATS = ("mean", "var")
 
 
-def _cnn_spans(amp: bool, optimizer: str, ema: bool) -> dict[tuple[G, int, str], Sel]:
+def _cnn_spans(amp: bool, optimizer: str, ema: bool) -> dict[tuple[P, int, str], Sel]:
     grads = sel(Role.GRAD, *ALL6)
     want = {
-        (G.ZERO_GRAD, 0, "span"): grads | sel(Role.RESULT) | (sel(Role.GRAD_FP16, "first_conv", "deep_conv")
+        (P.ZERO_GRAD, 0, "span"): grads | sel(Role.RESULT) | (sel(Role.GRAD_FP16, "first_conv", "deep_conv")
                                                                  if amp else frozenset()),
-        (G.FIRST_COMM, 0, "span"): sel(Role.GRAD, "bn_b", "bn_w", "fc_b", "fc_w", "first_conv"),
-        (G.DEEP_COMM, 0, "span"): sel(Role.GRAD, "deep_conv") | sel(Role.RESULT),
-        (G.NAN_CHECK_AND_GRAD_SCALING, 0, "span"): grads,
-        (G.NAN_CHECK_AND_GRAD_SCALING, 1, "span"): sel(Role.RUNNING_NEXT, *STATS),
-        (G.STATS_COMM, 0, "span"): sel(Role.RUNNING_NEXT, *STATS),
-        (G.UPDATE_STATS, 0, "src"): sel(Role.RUNNING_NEXT, *STATS),
-        (G.UPDATE_STATS, 0, "dst"): sel(Role.RUNNING, *STATS),
-        (G.CLEAR_METRICS, 0, "span"): sel(Role.RESULT_SUM),
-        (G.VAL_RESULT_COMM, 0, "span"): sel(Role.RESULT_SUM),
+        (P.REDUCE_LATE, 0, "span"): sel(Role.GRAD, "bn_b", "bn_w", "fc_b", "fc_w", "first_conv"),
+        (P.REDUCE_EARLY, 0, "span"): sel(Role.GRAD, "deep_conv") | sel(Role.RESULT),
+        (P.CHECK_FINITE, 0, "span"): grads,
+        (P.CHECK_FINITE, 1, "span"): sel(Role.RUNNING_NEXT, *STATS),
+        (P.REDUCE_RUNNING, 0, "span"): sel(Role.RUNNING_NEXT, *STATS),
+        (P.UPDATE_RUNNING, 0, "src"): sel(Role.RUNNING_NEXT, *STATS),
+        (P.UPDATE_RUNNING, 0, "dst"): sel(Role.RUNNING, *STATS),
+        (P.CLEAR_METRICS, 0, "span"): sel(Role.RESULT_SUM),
+        (P.REDUCE_RESULT_SUM, 0, "span"): sel(Role.RESULT_SUM),
     }
     lars = optimizer.startswith("lars")
     slots = {"adamw": (Role.MOMENT1, Role.MOMENT2), "lars": (Role.MOMENT1,)}[optimizer]
     for k, groups in enumerate([BIAS_LIKE] if lars else [DECAYED, BIAS_LIKE]):  # LARS: decayed ones per tensor
-        want[(G.OPTIMIZER, k, "w")] = sel(Role.PARAM, *groups)
-        want[(G.OPTIMIZER, k, "g")] = sel(Role.GRAD, *groups)
+        want[(P.OPTIMIZER, k, "w")] = sel(Role.PARAM, *groups)
+        want[(P.OPTIMIZER, k, "g")] = sel(Role.GRAD, *groups)
         for role, arg in zip(slots, "mv"):
-            want[(G.OPTIMIZER, k, arg)] = sel(role, *groups)
+            want[(P.OPTIMIZER, k, arg)] = sel(role, *groups)
     if amp:
-        want[(G.CAST_DEEP_GRAD_FP16_TO_FP32, 0, "src")] = sel(Role.GRAD_FP16, "deep_conv")
-        want[(G.CAST_DEEP_GRAD_FP16_TO_FP32, 0, "dst")] = sel(Role.GRAD, "deep_conv")
-        want[(G.CAST_FIRST_GRAD_FP16_TO_FP32, 0, "src")] = sel(Role.GRAD_FP16, "first_conv")
-        want[(G.CAST_FIRST_GRAD_FP16_TO_FP32, 0, "dst")] = sel(Role.GRAD, "first_conv")
-        want[(G.CAST_MAIN_FP32_TO_FP16, 0, "src")] = sel(Role.PARAM, "fc_b", *DECAYED)
-        want[(G.CAST_MAIN_FP32_TO_FP16, 0, "dst")] = sel(Role.AMP_COPY, "fc_b", *DECAYED)
+        want[(P.CAST_EARLY, 0, "src")] = sel(Role.GRAD_FP16, "deep_conv")
+        want[(P.CAST_EARLY, 0, "dst")] = sel(Role.GRAD, "deep_conv")
+        want[(P.CAST_LATE, 0, "src")] = sel(Role.GRAD_FP16, "first_conv")
+        want[(P.CAST_LATE, 0, "dst")] = sel(Role.GRAD, "first_conv")
+        want[(P.CAST_WORKING, 0, "src")] = sel(Role.PARAM, "fc_b", *DECAYED)
+        want[(P.CAST_WORKING, 0, "dst")] = sel(Role.AMP_COPY, "fc_b", *DECAYED)
     if ema:
-        want[(G.EMA_UPDATE, 0, "src")] = sel(Role.PARAM, *ALL6)
-        want[(G.EMA_UPDATE, 0, "dst")] = sel(Role.EMA, *ALL6)
+        for part, src, dst in ((P.EMA_UPDATE, Role.PARAM, Role.EMA), (P.EMA_START, Role.PARAM, Role.EMA),
+                               (P.SEMA_SWITCH, Role.EMA, Role.PARAM)):
+            want[(part, 0, "src")], want[(part, 0, "dst")] = sel(src, *ALL6), sel(dst, *ALL6)
         if amp:
-            want[(G.CAST_EMA_FP32_TO_FP16, 0, "src")] = sel(Role.EMA, *DECAYED)
-            want[(G.CAST_EMA_FP32_TO_FP16, 0, "dst")] = sel(Role.EMA_FP16, *DECAYED)
+            want[(P.PREPARE_EMA, 0, "src")] = sel(Role.EMA, *DECAYED)
+            want[(P.PREPARE_EMA, 0, "dst")] = sel(Role.EMA_FP16, *DECAYED)
     return want
 
 
@@ -176,7 +179,7 @@ def test_lars_spans_and_trust_ratios(amp):
     p = _cnn(amp=amp, optimizer="lars", weight_decay=1e-4)
     check_spans(p, _cnn_spans(amp=amp, optimizer="lars", ema=False))
     assert role_groups(p, Role.TRUST_RATIO) == list(DECAYED)  # bias-like groups have no trust ratio
-    lars = [c for c in p.calls("train", G.OPTIMIZER) if c.op == "lars_update"]
+    lars = [c for c in p.step("train_a").calls_of(P.OPTIMIZER.value) if c.op == "lars_update"]
     decayed = {t.name for t in p.tensors if t.region.role is Role.PARAM and t.region.group.decayed}
     assert {c.args["w"].name for c in lars} == decayed and len(lars) == len(decayed) == 4
     for c in lars:
@@ -258,30 +261,34 @@ def test_user_groups_land_where_their_traits_say(embed_kind, amp):
     params = decayed + bias_like
     grads = sel(Role.GRAD, *params)
     want = {
-        (G.ZERO_GRAD, 0, "span"): grads | sel(Role.RESULT) | (sel(Role.GRAD_FP16, "first_conv")
+        (P.ZERO_GRAD, 0, "span"): grads | sel(Role.RESULT) | (sel(Role.GRAD_FP16, "first_conv")
                                                                  if amp else frozenset()),
-        (G.FIRST_COMM, 0, "span"): grads,  # no early group: one bucket after the first layer's backward
-        (G.DEEP_COMM, 0, "span"): sel(Role.RESULT),
-        (G.NAN_CHECK_AND_GRAD_SCALING, 0, "span"): grads,
-        (G.NAN_CHECK_AND_GRAD_SCALING, 1, "span"): sel(Role.RUNNING_NEXT, *STATS),
-        (G.STATS_COMM, 0, "span"): sel(Role.RUNNING_NEXT, *STATS),
-        (G.UPDATE_STATS, 0, "src"): sel(Role.RUNNING_NEXT, *STATS),
-        (G.UPDATE_STATS, 0, "dst"): sel(Role.RUNNING, *STATS),
-        (G.CLEAR_METRICS, 0, "span"): sel(Role.RESULT_SUM),
-        (G.VAL_RESULT_COMM, 0, "span"): sel(Role.RESULT_SUM),
-        (G.EMA_UPDATE, 0, "src"): sel(Role.PARAM, *params),
-        (G.EMA_UPDATE, 0, "dst"): sel(Role.EMA, *params),
+        (P.REDUCE_LATE, 0, "span"): grads,  # no early group: one bucket after the first layer's backward
+        (P.REDUCE_EARLY, 0, "span"): sel(Role.RESULT),
+        (P.CHECK_FINITE, 0, "span"): grads,
+        (P.CHECK_FINITE, 1, "span"): sel(Role.RUNNING_NEXT, *STATS),
+        (P.REDUCE_RUNNING, 0, "span"): sel(Role.RUNNING_NEXT, *STATS),
+        (P.UPDATE_RUNNING, 0, "src"): sel(Role.RUNNING_NEXT, *STATS),
+        (P.UPDATE_RUNNING, 0, "dst"): sel(Role.RUNNING, *STATS),
+        (P.CLEAR_METRICS, 0, "span"): sel(Role.RESULT_SUM),
+        (P.REDUCE_RESULT_SUM, 0, "span"): sel(Role.RESULT_SUM),
+        (P.EMA_UPDATE, 0, "src"): sel(Role.PARAM, *params),
+        (P.EMA_UPDATE, 0, "dst"): sel(Role.EMA, *params),
+        (P.EMA_START, 0, "src"): sel(Role.PARAM, *params),  # EMA <- weights when the EMA starts
+        (P.EMA_START, 0, "dst"): sel(Role.EMA, *params),
+        (P.SEMA_SWITCH, 0, "src"): sel(Role.EMA, *params),  # weights <- EMA (SEMA)
+        (P.SEMA_SWITCH, 0, "dst"): sel(Role.PARAM, *params),
     }
     for k, groups in enumerate((decayed, bias_like)):
         for arg, role in (("w", Role.PARAM), ("g", Role.GRAD), ("m", Role.MOMENT1), ("v", Role.MOMENT2)):
-            want[(G.OPTIMIZER, k, arg)] = sel(role, *groups)
+            want[(P.OPTIMIZER, k, arg)] = sel(role, *groups)
     if amp:
-        want[(G.CAST_FIRST_GRAD_FP16_TO_FP32, 0, "src")] = sel(Role.GRAD_FP16, "first_conv")
-        want[(G.CAST_FIRST_GRAD_FP16_TO_FP32, 0, "dst")] = sel(Role.GRAD, "first_conv")
-        want[(G.CAST_MAIN_FP32_TO_FP16, 0, "src")] = sel(Role.PARAM, "fc_b", *decayed)
-        want[(G.CAST_MAIN_FP32_TO_FP16, 0, "dst")] = sel(Role.AMP_COPY, "fc_b", *decayed)
-        want[(G.CAST_EMA_FP32_TO_FP16, 0, "src")] = sel(Role.EMA, *decayed)
-        want[(G.CAST_EMA_FP32_TO_FP16, 0, "dst")] = sel(Role.EMA_FP16, *decayed)
+        want[(P.CAST_LATE, 0, "src")] = sel(Role.GRAD_FP16, "first_conv")
+        want[(P.CAST_LATE, 0, "dst")] = sel(Role.GRAD, "first_conv")
+        want[(P.CAST_WORKING, 0, "src")] = sel(Role.PARAM, "fc_b", *decayed)
+        want[(P.CAST_WORKING, 0, "dst")] = sel(Role.AMP_COPY, "fc_b", *decayed)
+        want[(P.PREPARE_EMA, 0, "src")] = sel(Role.EMA, *decayed)
+        want[(P.PREPARE_EMA, 0, "dst")] = sel(Role.EMA_FP16, *decayed)
     check_spans(p, want)
 
 

@@ -2,15 +2,15 @@
 buffers, augment_affine at the head of the training and inference chains; inputs that cannot work refused."""
 
 import pytest
-from tr_graph_testlib import mlp_spec
+from tr_graph_testlib import mlp_spec, part_calls
 
 from tr.core.dtype import DType
 from tr.core.errors import ConfigError
-from tr.core.graph_id import GraphId as G
 from tr.core.memory import Region, Role
 from tr.graph.blueprint import fc, relu, seq
 from tr.graph.compiler import compile_program
 from tr.graph.resident import ResidentInput
+from tr.graph.steps import Part as P
 
 MODEL = seq(fc(32, True), relu(), fc(10, True))
 CHAIN = (("crop_slot", 2), ("degrees", 20.0), ("pad", 2), ("rotation_slot", 3))
@@ -29,14 +29,14 @@ def test_the_plan_gathers_its_batches_from_the_resident_sets(amp):
     assert tuple(t["train_set"].shape.dims) == (600, 28, 28, 1) and tuple(t["val_set"].shape.dims) == (100, 28, 28, 1)
     assert t["data_a"].dtype is DType.INT32 and tuple(t["data_a"].shape.dims) == (50, 1, 1, 1)
     assert t["aug_x"].dtype is (DType.FP16 if amp else DType.FP32)
-    fwd = p.calls("train", G.FIRST_LAYER_FWD_A)
+    fwd = part_calls(p, "train_a", P.FIRST_FWD_A)
     aug = next(c for c in fwd if c.op == "augment_affine")
     assert aug.args["src"].name == "train_set" and aug.args["index"].name == "data_a"
     assert aug.args["key"].name == "aug_key" and aug.args["y"].name == "aug_x"
     assert aug.attrs["degrees"] == 20.0 and aug.attrs["pad"] == 2
     first_layer = [c for c in fwd if c.op not in ("copy", "augment_affine")]
     assert all(c.args["x"].name == "aug_x" for c in first_layer[:1])
-    inf = p.calls("val", G.INF_MAIN_B)
+    inf = part_calls(p, "val_b", P.INFER_B)
     assert inf[0].op == "augment_affine" and inf[0].args["src"].name == "val_set"
     assert inf[0].args["index"].name == "data_b" and "degrees" not in inf[0].attrs
     assert p.layout.region_bytes(Region(Role.RESIDENT)) >= 700 * 784
@@ -45,14 +45,33 @@ def test_the_plan_gathers_its_batches_from_the_resident_sets(amp):
 def test_without_a_val_set_inference_reads_the_train_set():
     p = compile_program(MODEL, mlp_spec(input_shape=(28, 28, 1), batch=50, resident=resident(val=0)))
     assert "val_set" not in {x.name for x in p.tensors}
-    assert p.calls("val", G.INF_MAIN_A)[0].args["src"].name == "train_set"
+    assert part_calls(p, "val_a", P.INFER_A)[0].args["src"].name == "train_set"
 
 
 def test_a_host_fed_plan_has_no_resident_region():
     p = compile_program(MODEL, mlp_spec(input_shape=(28, 28, 1), batch=50))
     assert p.layout.region_bytes(Region(Role.RESIDENT)) == 0
     assert not any(r.role is Role.RESIDENT for r in p.layout.regions)
-    assert not any(c.op == "augment_affine" for c in p.calls("train", G.FIRST_LAYER_FWD_A))
+    assert not any(c.op == "augment_affine" for c in part_calls(p, "train_a", P.FIRST_FWD_A))
+    assert "val_transfer_a" not in p.steps and p.step("epoch_order").calls == p.step("val_begin").calls == ()
+
+
+@pytest.mark.parametrize("val", [100, 0])
+def test_the_resident_steps_choose_their_batches_on_the_device(val):
+    p = compile_program(MODEL, mlp_spec(input_shape=(28, 28, 1), batch=50, resident=resident(val=val)))
+    labels = "val_labels" if val else "train_labels"  # without a val set, validation reads the train set
+    for ab in "ab":
+        (train,) = p.step(f"transfer_{ab}").calls
+        assert (train.op, train.part, train.attrs["pad"]) == ("batch_select", f"transfer_{ab}", True)
+        assert train.args["order"].name == "train_order" and train.args["index"].name == f"data_{ab}"
+        (sel,) = p.step(f"val_transfer_{ab}").calls
+        assert (sel.op, sel.part, sel.attrs["pad"]) == ("batch_select", f"resident_val_{ab}", False)
+        assert sel.args["order"] is None and sel.args["labels_all"].name == labels
+        assert sel.args["index"].name == f"data_{ab}" and sel.args["pos"].name == "val_pos"
+    (order,) = p.step("epoch_order").calls
+    assert (order.op, order.part, order.args["order"].name) == ("shuffle_order", "resident_train_begin", "train_order")
+    (restart,) = p.step("val_begin").calls
+    assert (restart.op, restart.part, restart.args["pos"].name) == ("batch_restart", "resident_val_begin", "val_pos")
 
 
 @pytest.mark.parametrize("kw, match", [

@@ -3,12 +3,12 @@ where an input gradient is needed; as the first layer it has none, as the seed's
 no-op), cbrp() and gap_fc()."""
 
 import pytest
-from tr_graph_testlib import mlp_spec
+from tr_graph_testlib import mlp_spec, part_calls
 
 from tr.core.errors import CompileError
-from tr.core.graph_id import GraphId as G
 from tr.core.shape import Shape
 from tr.graph import ArchPlan, bn, channel_padding, compile_program, conv, fc, gap, relu, seq
+from tr.graph.steps import Part as P
 
 
 def test_shapes_and_ops_as_the_first_layer():
@@ -17,12 +17,12 @@ def test_shapes_and_ops_as_the_first_layer():
     assert [L.kind for L in plan.layers][:2] == ["channel_pad", "cbr"] and plan.shapes[0] == Shape(1, 8, 8, 8)
     for amp in (False, True):
         p = compile_program(m, mlp_spec(input_shape=(8, 8, 3), num_classes=10, batch=4, amp=amp))
-        assert [c.op for c in p.calls("train", G.FIRST_LAYER_FWD_A)] == ["copy", "channel_pad_fwd"]
-        assert p.calls("train", G.FIRST_LAYER_BWD_A) == ()  # nothing upstream is trained
-        deep = p.calls("train", G.DEEP_FWD_BWD)
+        assert [c.op for c in part_calls(p, "train_a", P.FIRST_FWD_A)] == ["copy", "channel_pad_fwd"]
+        assert part_calls(p, "train_a", P.FIRST_BWD_A) == ()  # nothing upstream is trained
+        deep = part_calls(p, "train_a", P.DEEP_FWD_BWD)
         conv_bwd = next(c for c in deep if c.op == "conv_bwd")
         assert conv_bwd.args["dx"] is None  # wgrad only: the padding needs no gradient
-        assert p.calls("val", G.INF_MAIN_A)[0].op == "channel_pad_fwd"
+        assert part_calls(p, "val_a", P.INFER_A)[0].op == "channel_pad_fwd"
 
 
 def test_padding_inside_a_network_has_a_backward_and_other_multiples():
@@ -30,7 +30,7 @@ def test_padding_inside_a_network_has_a_backward_and_other_multiples():
     plan = ArchPlan.from_blueprint(m, (6, 6, 3), 3)
     assert plan.shapes[1] == Shape(1, 6, 6, 8)
     p = compile_program(m, mlp_spec(input_shape=(6, 6, 3), num_classes=3, batch=2))
-    assert "channel_pad_bwd" in [c.op for c in p.calls("train", G.DEEP_FWD_BWD)]
+    assert "channel_pad_bwd" in [c.op for c in part_calls(p, "train_a", P.DEEP_FWD_BWD)]
 
 
 @pytest.mark.parametrize("bad", [0, -8, 2.5, True])

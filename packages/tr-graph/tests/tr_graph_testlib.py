@@ -7,11 +7,15 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from tr.core.ops import OpCall
+from tr.graph.atlas import Bound, GraphAtlas
+from tr.graph.compiler import compile_program
 from tr.graph.spec import CompileSpec
+from tr.graph.steps import Part
 from tr.tensor.dtensor import DTensor
-from tr.tensor.program import Program
+from tr.tensor.program import Branch, Program, Step
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -30,6 +34,37 @@ def mlp_spec(**kw) -> CompileSpec:
     return CompileSpec(**base)
 
 
+def part_calls(program: Program, step: str, p: Part) -> tuple[OpCall, ...]:
+    """The calls the compiler filed under part ``p`` inside the named step."""
+    return program.step(step).calls_of(p.value)
+
+
+def compile_bound(blueprint: Any, spec: CompileSpec) -> tuple[Program, Bound]:
+    """compile_program, plus the parts GraphAtlas.build bound for every variant (the steps hold only the variants a
+    task captures, the atlas every one: the progressive-resizing ones too)."""
+    seen: list[Bound] = []
+    build = GraphAtlas.build
+
+    def spy(self: GraphAtlas, cg: Any) -> Bound:
+        seen.append(build(self, cg))
+        return seen[-1]
+
+    GraphAtlas.build = spy  # type: ignore[method-assign]
+    try:
+        program = compile_program(blueprint, spec)
+    finally:
+        GraphAtlas.build = build  # type: ignore[method-assign]
+    (bound,) = seen
+    return program, bound
+
+
+def map_calls(program: Program, fn) -> dict[str, Step]:
+    """The program's steps with every call replaced by ``fn(step name, call)``, branches and waits kept."""
+    return {name: Step(name, tuple(Branch(b.stream, tuple(fn(name, c) for c in b.calls), b.after)
+                                   for b in step.branches))
+            for name, step in program.steps.items()}
+
+
 def relocate(program: Program, moves: dict[int, int]) -> Program:
     """The same program with some tensors moved to other offsets (to plant bad plans)."""
 
@@ -38,9 +73,9 @@ def relocate(program: Program, moves: dict[int, int]) -> Program:
             return dataclasses.replace(v, offset=moves[v.id])
         return v
 
-    graphs = {k: tuple(OpCall(c.op, MappingProxyType({a: fix(v) for a, v in c.args.items()}), c.attrs, c.layer,
-                              c.label) for c in calls) for k, calls in program.graphs.items()}
-    return dataclasses.replace(program, graphs=graphs, tensors=tuple(fix(t) for t in program.tensors))
+    steps = map_calls(program, lambda _, c: dataclasses.replace(
+        c, args=MappingProxyType({a: fix(v) for a, v in c.args.items()})))
+    return dataclasses.replace(program, steps=steps, tensors=tuple(fix(t) for t in program.tensors))
 
 
 def by_name(program: Program) -> dict[str, DTensor]:

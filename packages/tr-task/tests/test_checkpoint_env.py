@@ -13,9 +13,9 @@ import pytest
 from tr.algo.optimizer import Adam
 from tr.algo.scheduler import ConstantLR
 from tr.core.errors import ConfigError
-from tr.core.graph_id import GraphId
 from tr.core.settings import Settings
 from tr.graph.blueprint import fc, relu, seq
+from tr.graph.steps import Part
 from tr.task import checkpoint, checkpoint_files
 from tr.task.deep_learning import DeepLearningTask
 from tr.task.feeder import ArrayFeeder
@@ -42,7 +42,7 @@ def _task() -> DeepLearningTask:
 
 def _drelu_masks(task) -> int:
     return sum(c.op == "fc_bwd" and c.args.get("mask") is not None
-               for c in task.program.calls("train", GraphId.DEEP_FWD_BWD))
+               for c in task.program.step("train_a").calls_of(Part.DEEP_FWD_BWD.value))
 
 
 def _saved(path: Path) -> DeepLearningTask:

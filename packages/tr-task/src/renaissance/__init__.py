@@ -16,7 +16,7 @@ from tr.algo.scheduler import (
     PolynomialLR,
     StepLR,
 )
-from tr.core import DType, GraphId, Group, NormMode, Phase, Region, Role, Shape
+from tr.core import DType, Group, NormMode, Phase, Region, Role, Shape
 from tr.core.errors import (
     BackendError,
     CompileError,

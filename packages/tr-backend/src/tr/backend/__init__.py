@@ -3,7 +3,7 @@
     from tr.backend import get_backend
     be = get_backend("auto")          # CUDA when available, else CPU
     be.allocate(program.layout)
-    g = be.capture("train", program.calls("train", GraphId.DEEP_FWD_BWD))
+    g = be.capture_branches("train_a", program.step("train_a").branches)
     be.launch(g)
 """
 

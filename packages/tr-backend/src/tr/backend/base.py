@@ -21,7 +21,6 @@ task reads them for profiles, ``reset_counters()`` zeroes them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -31,6 +30,7 @@ from tr.core.ops import OpCall
 from tr.core.phase import StreamKind
 from tr.tensor.dtensor import DTensor
 from tr.tensor.layout import ArenaLayout
+from tr.tensor.program import Branch
 
 HostBuffer = tuple[np.ndarray, np.ndarray]  # (labels INT32 [B], data [B, H, W, C])
 
@@ -51,18 +51,6 @@ class CapturedGraph:
     def num_ops(self) -> int:
         """Op calls captured (calls with nothing to do, e.g. a one-rank all-reduce, may run nothing)."""
         return len(self.calls)
-
-
-@dataclass(frozen=True)
-class Branch:
-    """Part of a captured graph: ``calls`` in order on ``stream``, begun once the branches ``after`` (indices
-    of earlier branches in the same list) are done. Calls on one stream run in order whatever ``after`` says;
-    branches on different streams with no ``after`` path between them may run at the same time, so they must
-    not touch the same bytes, nor both use the cuBLASLt workspace."""
-
-    stream: StreamKind
-    calls: tuple[OpCall, ...]
-    after: tuple[int, ...] = ()
 
 
 def check_branches(name: str, branches: Sequence[Branch]) -> None:

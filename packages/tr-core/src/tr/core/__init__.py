@@ -15,7 +15,6 @@ from tr.core.errors import (
     ShapeError,
     TrError,
 )
-from tr.core.graph_id import GraphId
 from tr.core.memory import Group, Region, Role, Select, Span
 from tr.core.norm import NormMode
 from tr.core.ops import CATALOGUE, OpCall, OpDef, op_def
@@ -26,7 +25,7 @@ from tr.core.shape import Shape
 __all__ = [
     "align_up", "align_up_256", "DType", "TrError", "ConfigError", "ShapeError", "DTypeError", "PhaseError",
     "FrozenError", "CompileError", "DataError", "BackendError", "DeviceUnavailableError", "OutOfMemoryError",
-    "GraphId", "NormMode", "CATALOGUE", "OpCall", "OpDef", "op_def", "Phase", "StreamKind",
+    "NormMode", "CATALOGUE", "OpCall", "OpDef", "op_def", "Phase", "StreamKind",
     "Group", "Region", "Role", "Select", "Span", "GLOBAL_SETTING", "Settings", "reset_global_settings", "Shape",
 ]
 __version__ = "0.1.0"

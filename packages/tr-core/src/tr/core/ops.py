@@ -309,10 +309,11 @@ class OpCall:
     attrs: MappingProxyType[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     layer: int = -1  # the ArchPlan layer that emitted it (-1: none), for error messages and profiles
     label: str = ""
+    part: str = ""  # where the compiler filed it (tr.graph.steps.Part), for profiles and plan printouts
 
     @staticmethod
     def make(op: str, args: dict[str, Any], attrs: dict[str, Any] | None = None, layer: int = -1,
-             label: str = "") -> OpCall:
+             label: str = "", part: str = "") -> OpCall:
         d = op_def(op)
         attrs = dict(attrs or {})
         names = {a.name for a in d.args}
@@ -330,7 +331,7 @@ class OpCall:
         for k in attrs:
             if k not in d.attrs:
                 raise CompileError(f"op {op}: unknown attribute {k!r} (expects {list(d.attrs)})")
-        return OpCall(op, MappingProxyType(full), MappingProxyType(attrs), layer, label)
+        return OpCall(op, MappingProxyType(full), MappingProxyType(attrs), layer, label, part)
 
     def __repr__(self) -> str:
         a = ", ".join(f"{k}={v!r}" for k, v in self.args.items() if v is not None)

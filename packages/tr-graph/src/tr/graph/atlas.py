@@ -1,26 +1,25 @@
-"""GraphAtlas: the symbolic graphs bound to DTensors for each variant (variant x GraphId).
+"""GraphAtlas: the symbolic parts bound to DTensors for each variant (variant x Part).
 
-Only the compute chains (first-layer, deep, inference graphs) and the metric accumulation (weighted by
-the variant's own batch scalar) depend on the variant; every other graph is bound once, to the canonical
-tensors, and stored under ``"any"`` (tr.tensor.program.SHAPE_INVARIANT). A per-variant graph that comes
-out identical in every variant that has it is stored once under ``"any"`` too.
+Only the compute chains (first-layer, deep, inference parts) and the metric accumulation (weighted by
+the variant's own batch scalar) depend on the variant; every other part is bound once, to the canonical
+tensors, and stored under ``"any"`` (tr.tensor.program.SHAPE_INVARIANT). A per-variant part that comes
+out identical in every variant that has it is stored once under ``"any"`` too. Every call carries its
+part's label (OpCall.part); tr.graph.steps assembles the parts into steps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from tr.core.graph_id import GraphId
 from tr.core.ops import OpCall
 from tr.core.shape import Shape
 from tr.graph.graph import ComputationGraph, SymOp, accum_metrics
+from tr.graph.steps import INFER_PARTS, TRAIN_PARTS, Part
 from tr.tensor.dtensor import DTensor
 from tr.tensor.program import SHAPE_INVARIANT, TRAIN_LAST, TRAIN_LOW_LAST, VAL_LAST, VariantInfo
 
-TRAIN_GRAPHS = (GraphId.FIRST_LAYER_FWD_A, GraphId.FIRST_LAYER_FWD_B, GraphId.DEEP_FWD_BWD,
-                GraphId.FIRST_LAYER_BWD_A, GraphId.FIRST_LAYER_BWD_B)
-INF_GRAPHS = (GraphId.INF_MAIN_A, GraphId.INF_MAIN_B, GraphId.INF_EMA_A, GraphId.INF_EMA_B)
-PER_VARIANT = frozenset(TRAIN_GRAPHS + INF_GRAPHS + (GraphId.ACCUM_METRICS,))
+PER_VARIANT = TRAIN_PARTS | INFER_PARTS | {Part.ACCUM_METRICS}
+Bound = dict[tuple[str, Part], tuple[OpCall, ...]]
 
 
 def batch_role(v: VariantInfo) -> str:
@@ -48,32 +47,39 @@ class GraphAtlas:
             cache[key] = t
         return t
 
-    def bind(self, ops: Sequence[SymOp], variant: str) -> tuple[OpCall, ...]:
+    def bind(self, ops: Sequence[SymOp], variant: str, part: Part | None = None) -> tuple[OpCall, ...]:
         out = []
+        label = part.value if part is not None else ""
         for op in ops:
             args = {k: (self.tensor(v, variant) if isinstance(v, str) else v) for k, v in op.args.items()}
-            out.append(OpCall.make(op.op, args, op.attrs, op.layer, op.label))
+            out.append(OpCall.make(op.op, args, op.attrs, op.layer, op.label, label))
         return tuple(out)
 
-    def build(self, cg: ComputationGraph) -> dict[tuple[str, GraphId], tuple[OpCall, ...]]:
-        graphs: dict[tuple[str, GraphId], tuple[OpCall, ...]] = {}
-        for gid in GraphId:
-            if gid in PER_VARIANT:
+    def build(self, cg: ComputationGraph) -> Bound:
+        bound: Bound = {}
+        for part in Part:
+            if part in PER_VARIANT:
                 per: dict[str, tuple[OpCall, ...]] = {}
                 for name, info in self.variants.items():
-                    if gid == GraphId.ACCUM_METRICS:
+                    if part == Part.ACCUM_METRICS:
                         ops = accum_metrics(batch_role(info), info.train)
-                    elif (gid in TRAIN_GRAPHS) == info.train:
-                        ops = cg.ops(gid)
+                    elif (part in TRAIN_PARTS) == info.train:
+                        ops = cg.ops(part)
                     else:
                         continue
                     if ops:
-                        per[name] = self.bind(ops, name)
+                        per[name] = self.bind(ops, name, part)
                 calls = list(per.values())
                 if len(calls) > 1 and all(c == calls[0] for c in calls[1:]):
-                    graphs[(SHAPE_INVARIANT, gid)] = calls[0]
+                    bound[(SHAPE_INVARIANT, part)] = calls[0]
                 else:
-                    graphs.update(((name, gid), calls) for name, calls in per.items())
-            elif cg.ops(gid):
-                graphs[(SHAPE_INVARIANT, gid)] = self.bind(cg.ops(gid), SHAPE_INVARIANT)
-        return graphs
+                    bound.update(((name, part), calls) for name, calls in per.items())
+            elif cg.ops(part):
+                bound[(SHAPE_INVARIANT, part)] = self.bind(cg.ops(part), SHAPE_INVARIANT, part)
+        return bound
+
+
+def lookup(bound: Bound, variant: str, part: Part) -> tuple[OpCall, ...]:
+    """The part's calls bound to ``variant``, or its calls bound once for every variant."""
+    got = bound.get((variant, part))
+    return got if got is not None else bound.get((SHAPE_INVARIANT, part), ())

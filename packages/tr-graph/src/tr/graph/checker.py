@@ -1,7 +1,7 @@
 """Plan checker: simulate the op sequences of a Program and prove that memory reuse is safe.
 
-For every variant it replays the chains that run back to back (training: FIRST_LAYER_FWD -> DEEP_FWD_BWD
--> FIRST_LAYER_BWD, for buffer A and for B; validation: INF_MAIN_A, INF_MAIN_B) over a byte map of the
+For every step of the program (tr.graph.steps: the training steps of buffers a and b, full and last batch,
+the validation steps, ...) it replays the calls as they run, branch after branch, over a byte map of the
 scratch roles (features and their gradients, masks, temporaries), which start out as garbage. Each op
 - may not write bytes it also reads through another argument unless the catalogue declares that pair
   in-place, nor write one range through two arguments;
@@ -19,15 +19,10 @@ from collections.abc import Sequence
 from itertools import combinations
 
 from tr.core.errors import CompileError
-from tr.core.graph_id import GraphId
 from tr.core.memory import Span
 from tr.core.ops import OpCall, op_def
 from tr.tensor.dtensor import DTensor
 from tr.tensor.program import Program
-
-TRAIN_CHAINS = ((GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD, GraphId.FIRST_LAYER_BWD_A),
-                (GraphId.FIRST_LAYER_FWD_B, GraphId.DEEP_FWD_BWD, GraphId.FIRST_LAYER_BWD_B))
-INF_CHAINS = ((GraphId.INF_MAIN_A,), (GraphId.INF_MAIN_B,))
 
 
 class _Owners:
@@ -66,12 +61,12 @@ def _overlap(x: DTensor, y: DTensor) -> bool:
     return x.allocated and y.allocated and x.offset < y.end and y.offset < x.end
 
 
-def check_chain(calls: Sequence[tuple[GraphId, OpCall]], names: dict[int, str], where: str = "") -> None:
+def check_chain(calls: Sequence[OpCall], names: dict[int, str], where: str = "") -> None:
     """Simulate one sequence of op calls (see the module docstring); raise CompileError on a violation."""
     owners = _Owners()
-    for n, (gid, c) in enumerate(calls):
+    for n, c in enumerate(calls):
         d = op_def(c.op)
-        op_at = f"op {n} ({gid.name}: {c.op}{f' @L{c.layer}' if c.layer >= 0 else ''})"
+        op_at = f"op {n} ({c.part or '-'}: {c.op}{f' @L{c.layer}' if c.layer >= 0 else ''})"
         at = where + op_at
         args = [(a, c.args[a.name]) for a in d.args if c.args.get(a.name) is not None]
         tens = [(a, t) for a, t in args if a.kind == "tensor"]
@@ -100,12 +95,11 @@ def check_chain(calls: Sequence[tuple[GraphId, OpCall]], names: dict[int, str], 
 
 
 def check_program(program: Program) -> int:
-    """Check every variant's chains; returns the number of op calls simulated."""
+    """Check every step, its branches one after another (the order a serial backend runs them in; branches that
+    may run side by side touch no common bytes: tr.graph.steps); returns the number of op calls simulated."""
     names = {t.id: t.name for t in program.tensors}
     count = 0
-    for v, info in program.variants.items():
-        for chain in TRAIN_CHAINS if info.train else INF_CHAINS:
-            calls = [(gid, c) for gid in chain for c in program.calls(v, gid)]
-            check_chain(calls, names, f"variant {v}: ")
-            count += len(calls)
+    for name, step in program.steps.items():
+        check_chain(step.calls, names, f"step {name}: ")
+        count += len(step.calls)
     return count

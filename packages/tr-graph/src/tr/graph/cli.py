@@ -88,11 +88,20 @@ def format_memory(program: Program, seed_bytes: int) -> str:
     return "\n".join(lines)
 
 
-def format_graphs(program: Program) -> str:
-    lines = ["Graphs:"]
-    for (variant, gid), calls in sorted(program.graphs.items(), key=lambda kv: (int(kv[0][1]), kv[0][0])):
-        lines.append(f"  [{variant}] {gid.name} ({len(calls)} ops)")
-        lines.extend(f"    {n:>3} {format_call(c)}" for n, c in enumerate(calls))
+def format_steps(program: Program) -> str:
+    """Every named step: its branches (stream, what each waits for) and calls, each with the part it came from."""
+    lines = ["Steps:"]
+    for name, step in program.steps.items():
+        lines.append(f"  {name} ({len(step.branches)} branch{'es' if len(step.branches) != 1 else ''}, "
+                     f"{len(step.calls)} ops)")
+        n = 0
+        for i, b in enumerate(step.branches):
+            if len(step.branches) > 1:
+                after = f" after {', '.join(map(str, b.after))}" if b.after else ""
+                lines.append(f"    branch {i} on {b.stream.name}{after}")
+            for c in b.calls:
+                lines.append(f"    {n:>4} [{c.part}] {format_call(c)}")
+                n += 1
     return "\n".join(lines)
 
 
@@ -106,8 +115,9 @@ def to_json(compiled: Compiled, spec: CompileSpec) -> dict[str, Any]:
         "num_tensors": len(p.tensors), "num_ops": p.num_ops, "num_layers": len(arch.layers),
         "num_params": arch.num_params, "compile_seconds": round(compiled.seconds, 4),
         "regions": {r.name: b - a for r, (a, b) in p.layout.regions.items() if b > a},
-        "graphs": {f"{v}/{g.name}": len(c)
-                   for (v, g), c in sorted(p.graphs.items(), key=lambda kv: (kv[0][1], kv[0][0]))},
+        "steps": {name: {"ops": len(st.calls), "branches": [{"stream": b.stream.name, "after": list(b.after),
+                                                             "ops": len(b.calls)} for b in st.branches]}
+                  for name, st in p.steps.items()},
         "variants": {k: {"batch": v.batch, "resolution": v.resolution, "train": v.train}
                      for k, v in p.variants.items()},
         "layers": arch.to_dicts(),
@@ -150,9 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(compiled.arch)
     print()
     print(format_memory(p, seed_arena_bytes(compiled.arch, spec, p)))
-    print(f"\n{len(p.tensors)} tensors, {p.num_ops} ops in {len(p.graphs)} graphs, compiled in "
+    print(f"\n{len(p.tensors)} tensors, {p.num_ops} ops in {len(p.steps)} steps, compiled in "
           f"{compiled.seconds * 1000:.0f} ms")
     if not a.no_ops:
         print()
-        print(format_graphs(p))
+        print(format_steps(p))
     return 0

@@ -7,9 +7,9 @@ Stages:
    ComputationGraph (training chain, inference chain); slots are the max over each tensor's variants.
 4. Memory: liveness over the step, in-place aliasing and packing of the pooled tensors; fixed slots for
    the rest; regions in layout order, by role then group (MemoryPlan, tr.core.memory).
-5. The range-op graphs (transfers, clears, casts, collectives, NaN check, optimizer, statistics, metrics).
-6. GraphAtlas: bind every graph to the DTensors of each variant; checks (layout, range pairings, the
-   reuse checker) unless ``verify=False``.
+5. The range-op parts (transfers, clears, casts, collectives, NaN check, optimizer, statistics, metrics).
+6. GraphAtlas: bind every part to the DTensors of each variant; the named steps (tr.graph.steps); checks
+   (layout, range pairings, the reuse checker over every step) unless ``verify=False``.
 Nothing is allocated: every error is raised before a backend sees the plan.
 """
 
@@ -25,16 +25,17 @@ from tr.core.memory import Group, Region, Role, Span, dtype_group
 from tr.core.ops import IMAGE_GEOM_COLS
 from tr.core.shape import Shape
 from tr.graph.archplan import ArchPlan, params
-from tr.graph.atlas import GraphAtlas
+from tr.graph.atlas import GraphAtlas, lookup
 from tr.graph.checker import check_program
 from tr.graph.ema import add_ema_graphs, ema_twins
-from tr.graph.graph import INF_CHAIN, TRAIN_CHAIN, ChainBuilder, add_update_graphs
+from tr.graph.graph import ChainBuilder, add_update_graphs
 from tr.graph.layers import KINDS
 from tr.graph.layers.base import ANY, BASE, INF, TRAIN, DeclCtx, Init
 from tr.graph.liveness import PoolPlan, plan_pools
 from tr.graph.memory_plan import MemoryPlan, check_layout, check_range_ops
 from tr.graph.passes import infer_shapes
 from tr.graph.spec import CompileSpec
+from tr.graph.steps import INFER_CHAIN, TRAIN_CHAIN, Part, build_steps
 from tr.graph.tensors import TensorInfo, TensorTable
 from tr.tensor.dtensor import DTensor
 from tr.tensor.program import InitSpec, Program, VariantInfo
@@ -123,7 +124,7 @@ class Compiler:
         infos = table.finish(used)
 
         pooled = [i for i in infos if i.pooled]
-        timeline = cg.timeline(TRAIN_CHAIN) + cg.timeline(INF_CHAIN)
+        timeline = cg.timeline(TRAIN_CHAIN["a"]) + cg.timeline(INFER_CHAIN["a"])  # (buffer b's use the same keys)
         pools = plan_pools(timeline, {i.key: i.slot for i in pooled}, {i.key: i.region for i in pooled})
         mp = MemoryPlan()
         slots = {i.key: mp.alloc(i.key, i.region, i.slot) for i in infos if not i.pooled}
@@ -141,8 +142,9 @@ class Compiler:
         if ema:
             add_ema_graphs(cg, arch, spec, ema_twins([(i.key, i.twin) for i in infos]))
 
-        atlas = GraphAtlas(variants, tensors, {i.key: i.shapes for i in infos})
-        graphs = atlas.build(cg)
+        bound = GraphAtlas(variants, tensors, {i.key: i.shapes for i in infos}).build(cg)
+        steps = build_steps(lambda v, p: lookup(bound, v, p), has_ema=ema,
+                            has_resident_val=bool(lookup(bound, "val", Part.RESIDENT_VAL_A)))
         named = {r: tensors[r] for r in NAMED if r in tensors}
         if cg.logits_inf in tensors:
             named["logits"] = tensors[cg.logits_inf]
@@ -153,10 +155,10 @@ class Compiler:
         pooled_regions = set(pools.extents)
         pool_bytes = sum(extent for extent, _ in mp.pools.values())
         meta = self._meta(arch, infos, pools, region_bytes, layout.total_bytes, pool_bytes)
-        program = Program(layout, ordered, graphs, variants, named, inits, meta)
+        program = Program(layout, ordered, steps, variants, named, inits, meta)
         if self.verify:
             check_layout(layout, ordered, {tensors[i.key].id for i in pooled})
-            calls = [c for cs in graphs.values() for c in cs]
+            calls = [c for cs in bound.values() for c in cs]
             check_range_ops(layout, ordered, (c for c in calls if c.args and _has_span(c)), pooled_regions)
             meta["ops_checked"] = check_program(program)
         seconds = time.perf_counter() - t0

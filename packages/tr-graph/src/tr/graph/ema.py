@@ -1,33 +1,34 @@
-"""EMA weights in the compiled plan: the EMA twins, the per-step update and the EMA inference graphs.
+"""EMA weights in the compiled plan: the EMA twins, the per-step update and the EMA inference parts.
 
 Every master weight (role PARAM) has an EMA twin of its group (tr.graph.layers.base.DeclCtx.param), so the
 EMA regions mirror the PARAM regions byte for byte and one range op covers all of them:
 
+- EMA_START, SEMA_SWITCH (steps ema_start, sema_switch): E <- W when EMA begins, W <- E at SEMA's epoch ends.
 - EMA_UPDATE: E = decay*E + (1-decay)*W, after the optimizer, flagged: a skipped (non-finite) step leaves E
   as it was, as it leaves W.
-- CAST_EMA_FP32_TO_FP16: prepares the EMA model for inference, once before its validation: folds each BN's
+- PREPARE_EMA (step ema_prepare): prepares the EMA model for inference, once before its validation: folds each BN's
   EMA gamma/beta with the main model's running statistics (role RUNNING) into the inference scale/bias (the EMA
   model has no statistics of its own: it validates with the main model's, the seed's "BN stats copied"),
   and under AMP casts the EMA weights to their EMA_FP16 twins. The fold overwrites the main model's FOLDED
-  scale/bias: the caller refolds them (UPDATE_BN_INF_PARAMS) after the EMA validation.
-- INF_EMA_A/B: INF_MAIN_A/B with every weight argument replaced by its E twin (same features, same order,
-  so the pooled memory plan of INF_MAIN holds for them).
+  scale/bias: the caller refolds them (step epoch_end) after the EMA validation.
+- INFER_EMA_A/B (steps val_ema_*): INFER_A/B with every weight argument replaced by its EMA twin (same
+  features, same order, so the pooled memory plan of INFER holds for them).
 """
 
 from __future__ import annotations
 
 from tr.core.dtype import DType
-from tr.core.graph_id import GraphId
 from tr.core.memory import Role, Span
 from tr.graph.archplan import ArchPlan
 from tr.graph.graph import ComputationGraph, SymOp
 from tr.graph.layers import KINDS
 from tr.graph.spec import CompileSpec
+from tr.graph.steps import Part
 
-EMA_WEIGHTS = Span.of(Role.EMA)
+MASTERS, EMA_WEIGHTS = Span.of(Role.PARAM), Span.of(Role.EMA)
 EMA_WITH_FP16 = Span.of(Role.EMA, decayed=True, amp_copy=True)  # the groups that have an EMA_FP16 twin
 EMA_FP16 = Span.of(Role.EMA_FP16)
-INF_EMA = {GraphId.INF_MAIN_A: GraphId.INF_EMA_A, GraphId.INF_MAIN_B: GraphId.INF_EMA_B}
+INF_EMA = {Part.INFER_A: Part.INFER_EMA_A, Part.INFER_B: Part.INFER_EMA_B}
 
 
 def ema_key(key: str) -> str:
@@ -49,12 +50,16 @@ def ema_twins(keys_by_twin: list[tuple[str, str]]) -> dict[str, str]:
 
 
 def add_ema_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, twins: dict[str, str]) -> None:
-    """EMA_UPDATE, CAST_EMA_FP32_TO_FP16 and INF_EMA_A/B (see the module doc). ``twins``: every master weight
-    key and every AMP working copy key -> the key of its EMA twin that inference reads instead."""
+    """EMA_START, SEMA_SWITCH, EMA_UPDATE, PREPARE_EMA and INFER_EMA_A/B (see the module doc). ``twins``: every
+    master weight key and every AMP working copy key -> the key of its EMA twin that inference reads instead."""
     assert spec.ema_decay is not None
-    cg.graphs[GraphId.EMA_UPDATE] = [SymOp(
-        "range_ema", {"src": Span.of(Role.PARAM), "dst": EMA_WEIGHTS, "flag": "nan_flag"},
+    cg.graphs[Part.EMA_UPDATE] = [SymOp(
+        "range_ema", {"src": MASTERS, "dst": EMA_WEIGHTS, "flag": "nan_flag"},
         {"decay": spec.ema_decay}, -1, "EMA weights (a skipped step leaves them)")]
+    cg.graphs[Part.EMA_START] = [SymOp("range_copy", {"src": MASTERS, "dst": EMA_WEIGHTS}, {}, -1,
+                                       "EMA weights start as the weights")]
+    cg.graphs[Part.SEMA_SWITCH] = [SymOp("range_copy", {"src": EMA_WEIGHTS, "dst": MASTERS}, {}, -1,
+                                         "SEMA: weights <- EMA")]
     prep = []
     for i, L in enumerate(arch.layers):
         if KINDS[L.kind].bn_stats:
@@ -67,7 +72,7 @@ def add_ema_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, twin
         prep.append(SymOp("range_cast", {"src": EMA_WITH_FP16, "dst": EMA_FP16},
                           {"src_dtype": DType.FP32, "dst_dtype": DType.FP16}, -1, "EMA FP16 weights"))
     if prep:
-        cg.graphs[GraphId.CAST_EMA_FP32_TO_FP16] = prep
-    for main, gid in INF_EMA.items():
-        cg.graphs[gid] = [SymOp(op.op, {k: twins.get(v, v) if isinstance(v, str) else v for k, v in op.args.items()},
+        cg.graphs[Part.PREPARE_EMA] = prep
+    for main, part in INF_EMA.items():
+        cg.graphs[part] = [SymOp(op.op, {k: twins.get(v, v) if isinstance(v, str) else v for k, v in op.args.items()},
                                 dict(op.attrs), op.layer, op.label) for op in cg.ops(main)]

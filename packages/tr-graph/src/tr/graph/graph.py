@@ -1,13 +1,15 @@
-"""ComputationGraph: the op calls of a plan, by GraphId, naming tensors by key (no shapes, no offsets).
+"""ComputationGraph: the op calls of a plan, by part (tr.graph.steps.Part), naming tensors by key (no shapes,
+no offsets).
 
-Built once for all variants; the GraphAtlas later binds keys to each variant's DTensors.
+Built once for all variants; the GraphAtlas later binds keys to each variant's DTensors, and tr.graph.steps
+assembles the parts into the named steps a task captures.
 
-Training chain: FIRST_LAYER_FWD_{A,B} (label copy + layer 0 forward on data_{a,b}) -> DEEP_FWD_BWD
-(forward of layers 1..L including the loss, loss backward, backward L..1) -> FIRST_LAYER_BWD_{A,B}
+Training chain: FIRST_FWD_{A,B} (label copy + layer 0 forward on data_{a,b}) -> DEEP_FWD_BWD
+(forward of layers 1..L including the loss, loss backward, backward L..1) -> FIRST_BWD_{A,B}
 (layer 0 backward, no input gradient). Gradients flow backwards through the ArchPlan's DAG: a value read
 by several layers (a residual branch point) receives its contributions in reverse layer order and the
 compiler sums them with ``accumulate``; input gradients are only computed where some layer upstream has
-parameters. Inference: INF_MAIN_{A,B}, the inference ops of every layer, dropout omitted.
+parameters. Inference: INFER_{A,B}, the inference ops of every layer, dropout omitted.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tr.core.dtype import DType
-from tr.core.graph_id import GraphId
 from tr.core.memory import Region, Role, Span
 from tr.core.optim import BIAS_RULE, WEIGHT_RULE
 from tr.graph.archplan import ArchPlan
@@ -37,16 +38,12 @@ from tr.graph.resident import (
     X,
 )
 from tr.graph.spec import CompileSpec
+from tr.graph.steps import Part
 
 A, B = "a", "b"
-FIRST_FWD = {A: GraphId.FIRST_LAYER_FWD_A, B: GraphId.FIRST_LAYER_FWD_B}
-FIRST_BWD = {A: GraphId.FIRST_LAYER_BWD_A, B: GraphId.FIRST_LAYER_BWD_B}
-INF_MAIN = {A: GraphId.INF_MAIN_A, B: GraphId.INF_MAIN_B}
-TRAIN_CHAIN = (GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD, GraphId.FIRST_LAYER_BWD_A)
-TRAIN_CHAIN_B = (GraphId.FIRST_LAYER_FWD_B, GraphId.DEEP_FWD_BWD, GraphId.FIRST_LAYER_BWD_B)
-INF_CHAIN = (GraphId.INF_MAIN_A,)
-INF_CHAIN_B = (GraphId.INF_MAIN_B,)
-
+FIRST_FWD = {A: Part.FIRST_FWD_A, B: Part.FIRST_FWD_B}
+FIRST_BWD = {A: Part.FIRST_BWD_A, B: Part.FIRST_BWD_B}
+INF_MAIN = {A: Part.INFER_A, B: Part.INFER_B}
 
 
 @dataclass(slots=True)
@@ -68,21 +65,21 @@ RESULT_SUM = Span.of(Role.RESULT_SUM)
 
 
 class ComputationGraph:
-    """Symbolic op lists per GraphId, plus per-variant-family ones (ACCUM_METRICS)."""
+    """Symbolic op lists per part."""
 
     def __init__(self) -> None:
-        self.graphs: dict[GraphId, list[SymOp]] = {}
+        self.graphs: dict[Part, list[SymOp]] = {}
         self.value_keys: dict[str, tuple[int, str, str]] = {}  # key -> (value index, cls, phase)
         self.logits_inf = ""
 
-    def sink(self, gid: GraphId) -> list[SymOp]:
-        return self.graphs.setdefault(gid, [])
+    def sink(self, part: Part) -> list[SymOp]:
+        return self.graphs.setdefault(part, [])
 
-    def ops(self, gid: GraphId) -> list[SymOp]:
-        return self.graphs.get(gid, [])
+    def ops(self, part: Part) -> list[SymOp]:
+        return self.graphs.get(part, [])
 
-    def timeline(self, gids: tuple[GraphId, ...]) -> list[SymOp]:
-        return [op for g in gids for op in self.ops(g)]
+    def timeline(self, parts: tuple[Part, ...]) -> list[SymOp]:
+        return [op for p in parts for op in self.ops(p)]
 
 
 def need_grad(arch: ArchPlan) -> list[bool]:
@@ -145,7 +142,7 @@ class ChainBuilder:
             sink.append(SymOp("copy", {"x": f"labels_{ab}", "y": "labels"}, {}, -1, "labels for the loss"))
             x0[ab] = self._input(ab, sink, True)
             k0.forward(l0, self._io(0, sink, x=[x0[ab]], y=self.y(0)))
-        deep = self.cg.sink(GraphId.DEEP_FWD_BWD)
+        deep = self.cg.sink(Part.DEEP_FWD_BWD)
         for i in range(1, n):
             L = layers[i]
             KINDS[L.kind].forward(L, self._io(i, deep, x=[self.y(u) for u in L.inputs],
@@ -228,7 +225,7 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
         return any(s.matches(r) for r in nonempty)
 
     res, jp = spec.resident, spec.jpeg
-    for ab, buf, gid in ((A, 0, GraphId.TRANSFER_A), (B, 1, GraphId.TRANSFER_B)):
+    for ab, buf, gid in ((A, 0, Part.TRANSFER_A), (B, 1, Part.TRANSFER_B)):
         if jp is not None:  # the batch's geometry, then its decoded regions into the input (tr.graph.jpeg_input)
             geom = GEOM_A if ab == A else GEOM_B
             g[gid] = [_op("h2d_copy", {"buffer": buf}, "labels and the batch's geometry", labels=f"labels_{ab}",
@@ -249,21 +246,21 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
                           index=f"data_{ab}", labels=f"labels_{ab}")]
     if res is not None:
         val_labels = VAL_LABELS if res.val_samples else TRAIN_LABELS
-        for ab, gid in ((A, GraphId.RESIDENT_VAL_A), (B, GraphId.RESIDENT_VAL_B)):
+        for ab, gid in ((A, Part.RESIDENT_VAL_A), (B, Part.RESIDENT_VAL_B)):
             g[gid] = [_op("batch_select", {"world": spec.world_size, "pad": False}, "the next validation batch",
                           labels_all=val_labels, rank=DATA_RANK, pos=VAL_POS, index=f"data_{ab}",
                           labels=f"labels_{ab}")]
-        g[GraphId.RESIDENT_TRAIN_BEGIN] = [_op("shuffle_order", {"shuffle": res.shuffle}, "the epoch's order",
+        g[Part.RESIDENT_TRAIN_BEGIN] = [_op("shuffle_order", {"shuffle": res.shuffle}, "the epoch's order",
                                                key=ORDER_KEY, order=TRAIN_ORDER, pos=TRAIN_POS)]
-        g[GraphId.RESIDENT_VAL_BEGIN] = [_op("batch_restart", label="validation from its first batch", pos=VAL_POS)]
-    g[GraphId.ZERO_GRAD] = [_op("range_clear", span=ALL_GRADS, label="all gradients and the step result")]
+        g[Part.RESIDENT_VAL_BEGIN] = [_op("batch_restart", label="validation from its first batch", pos=VAL_POS)]
+    g[Part.ZERO_GRAD] = [_op("range_clear", span=ALL_GRADS, label="all gradients and the step result")]
     fp16, fp32 = {"src_dtype": DType.FP16, "dst_dtype": DType.FP32}, {"src_dtype": DType.FP32, "dst_dtype": DType.FP16}
-    for early, gid in ((True, GraphId.CAST_DEEP_GRAD_FP16_TO_FP32), (False, GraphId.CAST_FIRST_GRAD_FP16_TO_FP32)):
+    for early, gid in ((True, Part.CAST_EARLY), (False, Part.CAST_LATE)):
         src = Span.of(Role.GRAD_FP16, early=early)  # (groups without an FP16 gradient, the FCs', have none here)
         if spec.amp and has(src):
             g[gid] = [_op("range_cast", fp16, src=src, dst=Span.of(Role.GRAD, fp16_grad=True, early=early))]
-    g[GraphId.FIRST_COMM] = [_op("range_allreduce_mean", span=LATE_BUCKET, label="gradient bucket 2")]
-    g[GraphId.DEEP_COMM] = [_op("range_allreduce_mean", span=EARLY_BUCKET,
+    g[Part.REDUCE_LATE] = [_op("range_allreduce_mean", span=LATE_BUCKET, label="gradient bucket 2")]
+    g[Part.REDUCE_EARLY] = [_op("range_allreduce_mean", span=EARLY_BUCKET,
                                 label="gradient bucket 1 and the step result")]
     nan = [_op("range_check_finite", {"clip": spec.grad_clip}, span=GRADS, flag="nan_flag")]
     if has(RUNNING_NEXT):  # an overflowed running statistic skips the step too (after STATS_COMM)
@@ -272,20 +269,20 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
     nan.append(_op("count_flag", flag="nan_flag", count="skipped", label="skipped steps"))
     if spec.amp:
         nan.append(_loss_scale_update(spec))
-    g[GraphId.NAN_CHECK_AND_GRAD_SCALING] = nan
+    g[Part.CHECK_FINITE] = nan
     if has(RUNNING_NEXT):
-        g[GraphId.STATS_COMM] = [_op("range_allreduce_mean", span=RUNNING_NEXT, label="BN statistics")]
+        g[Part.REDUCE_RUNNING] = [_op("range_allreduce_mean", span=RUNNING_NEXT, label="BN statistics")]
         # Flagged: a skipped (non-finite) step keeps the previous statistics.
-        g[GraphId.UPDATE_STATS] = [_op("range_copy", src=RUNNING_NEXT, dst=RUNNING, flag="nan_flag")]
-    g[GraphId.OPTIMIZER] = _optimizer(spec, has, lars_weights)
+        g[Part.UPDATE_RUNNING] = [_op("range_copy", src=RUNNING_NEXT, dst=RUNNING, flag="nan_flag")]
+    g[Part.OPTIMIZER] = _optimizer(spec, has, lars_weights)
     amp_copies = Span.of(Role.AMP_COPY)
     if spec.amp and has(amp_copies):  # every group with a working copy, one range
-        g[GraphId.CAST_MAIN_FP32_TO_FP16] = [_op("range_cast", fp32, src=Span.of(Role.PARAM, amp_copy=True),
+        g[Part.CAST_WORKING] = [_op("range_cast", fp32, src=Span.of(Role.PARAM, amp_copy=True),
                                                  dst=amp_copies)]
-    g[GraphId.ACCUM_METRICS_TRAIN_LAST] = accum_metrics("batch_train_last", train=True)
-    g[GraphId.ACCUM_METRICS_VAL_LAST] = accum_metrics("batch_val_last", train=False)
-    g[GraphId.VAL_RESULT_COMM] = [_op("range_allreduce_mean", span=RESULT_SUM)]
-    g[GraphId.CLEAR_METRICS] = [_op("range_clear", span=RESULT_SUM)]
+    g[Part.ACCUM_METRICS_TRAIN_LAST] = accum_metrics("batch_train_last", train=True)
+    g[Part.ACCUM_METRICS_VAL_LAST] = accum_metrics("batch_val_last", train=False)
+    g[Part.REDUCE_RESULT_SUM] = [_op("range_allreduce_mean", span=RESULT_SUM)]
+    g[Part.CLEAR_METRICS] = [_op("range_clear", span=RESULT_SUM)]
     eq = []
     for i, L in enumerate(arch.layers):
         if KINDS[L.kind].bn_stats:
@@ -293,7 +290,7 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
             eq.append(_op("bn_update_eq", {"eps": L.params["eps"]}, layer=i, gamma=p + "gamma", beta=p + "beta",
                           mean=p + "prev_mean", var=p + "prev_var", scale=p + "eq_scale", bias=p + "eq_bias"))
     if eq:
-        g[GraphId.UPDATE_BN_INF_PARAMS] = eq
+        g[Part.FOLD_RUNNING] = eq
 
 
 def accum_metrics(batch_role: str, train: bool) -> list[SymOp]:

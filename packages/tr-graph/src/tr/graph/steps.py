@@ -8,9 +8,9 @@ The training step (the seed runs it as ~15 launches; tr captures it as one graph
 deep layers' backward is done, the early gradient bucket is cast and all-reduced on the UPDATE stream while
 COMP_1 runs the first layer's backward (which writes only the late bucket and reads neither the early one nor
 the step result); the late bucket's all-reduce and everything after it wait for both. With one rank the
-collectives are empty and only the AMP cast moves to the side. The NaN check follows every collective it reads
-(both gradient buckets and the running statistics, so all ranks agree on the flag), and the metric sums follow
-the check (a skipped step's loss is not summed).
+collectives record no work (a one-rank all-reduce captures nothing) and only the AMP cast runs on the side.
+The NaN check follows every collective it reads (both gradient buckets and the running statistics, so all
+ranks agree on the flag), and the metric sums follow the check (a skipped step's loss is not summed).
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ class Part(Enum):
     INFER_EMA_B = "infer_ema_b"
     CAST_WORKING = "cast_working_copies"  # FP32 masters -> FP16 working copies
     PREPARE_EMA = "prepare_ema"  # fold the EMA parameters, cast the EMA working copies
+    EMA_START = "ema_start"  # EMA <- masters (the EMA's first value)
+    SEMA_SWITCH = "sema_switch"  # masters <- EMA (SEMA, at an epoch's end)
     ACCUM_METRICS = "accum_metrics"  # per variant: weighted by the variant's batch size
     ACCUM_METRICS_TRAIN_LAST = "accum_metrics_train_last"
     ACCUM_METRICS_VAL_LAST = "accum_metrics_val_last"
@@ -93,16 +95,21 @@ def val_parts(ab: str, last: bool, ema: bool = False) -> tuple[Part, ...]:
 
 
 def assemble(name: str, recipe: Recipe, calls: Callable[[Part], Sequence[OpCall]]) -> Step:
-    """The step's branches with their calls; a side branch with no calls is dropped (its waiters then wait for
-    nothing extra), so a one-rank FP32 training step is a plain chain."""
+    """The step's branches with their calls; a side branch with no calls is dropped, and whoever waited for it
+    waits for what it waited for instead."""
     out: list[Branch] = []
-    index: dict[int, int] = {}
+    resolved: dict[int, tuple[int, ...]] = {}  # recipe branch -> the kept branches waiting for it means
+    before: list[set[int]] = []  # kept branch -> every kept branch it follows, directly or not
     for i, (stream, parts, after) in enumerate(recipe):
         got = tuple(c for p in parts for c in calls(p))
+        deps = set(d for j in after for d in resolved[j])
+        deps -= {a for d in deps for a in before[d]}  # a wait another wait already implies
         if not got and stream != recipe[0][0]:
+            resolved[i] = tuple(sorted(deps))
             continue
-        index[i] = len(out)
-        out.append(Branch(stream, got, tuple(index[j] for j in after if j in index)))
+        resolved[i] = (len(out),)
+        before.append(deps | {a for d in deps for a in before[d]})
+        out.append(Branch(stream, got, tuple(sorted(deps))))
     return Step(name, tuple(out))
 
 
@@ -132,6 +139,8 @@ def build_steps(bound: Callable[[str, Part], Sequence[OpCall]], has_ema: bool, h
         steps.append(chain(name, (part,), lambda p, v=variant: bound(v, p)))
     if has_ema:
         steps.append(chain("ema_prepare", (P.PREPARE_EMA,), lambda p: bound("val", p)))
+        steps.append(chain("ema_start", (P.EMA_START,), lambda p: bound("train", p)))
+        steps.append(chain("sema_switch", (P.SEMA_SWITCH,), lambda p: bound("train", p)))
         for ab in AB:
             steps.append(chain(f"val_ema_{ab}", val_parts(ab, False, True), lambda p: bound("val", p)))
             steps.append(chain(f"val_ema_last_{ab}", val_parts(ab, True, True), lambda p: bound("val_last", p)))

@@ -159,7 +159,7 @@ def _record(rec) -> dict[str, Any] | None:
 
 
 def _has_dropout(program) -> bool:
-    return any(c.op == "dropout_fwd" for calls in program.graphs.values() for c in calls)
+    return any(c.op == "dropout_fwd" for step in program.steps.values() for c in step.calls)
 
 
 RANK_STREAMS = "dropout_seed@ranks"  # every rank's dropout_seed, (world, 1, 1, 1, 2) INT32

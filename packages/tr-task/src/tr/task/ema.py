@@ -15,13 +15,8 @@ import math
 from dataclasses import dataclass
 
 from tr.core.errors import ConfigError
-from tr.core.graph_id import GraphId
-from tr.core.memory import Role, Span
-from tr.core.ops import OpCall
-from tr.task.executor import gather, val_step_order
+from tr.task.executor import AB, capture_step
 from tr.tensor.program import Program
-
-MASTER_WEIGHTS, EMA_WEIGHTS = Span.of(Role.PARAM), Span.of(Role.EMA)  # group for group, byte for byte
 
 
 @dataclass(frozen=True)
@@ -44,27 +39,21 @@ class EmaSteps:
 
     start: object  # E <- W (the EMA's first value)
     switch: object  # W <- E (SEMA)
-    prepare: object | None  # fold EMA BN parameters, AMP cast (CAST_EMA_FP32_TO_FP16); None: nothing to do
+    prepare: object | None  # fold EMA BN parameters, AMP cast (step ema_prepare); None: nothing to do
     val: list  # [buffer]
     val_last: list
 
 
-def _copy(src: Span, dst: Span, label: str) -> OpCall:
-    return OpCall.make("range_copy", {"src": src, "dst": dst}, {}, -1, label)
-
-
 def capture_ema(backend, program: Program, validate: bool) -> EmaSteps:
-    prep = gather(program, "val", (GraphId.CAST_EMA_FP32_TO_FP16,))
+    prep = program.step("ema_prepare")
     val = val_last = []
     if validate:
-        val = [backend.capture(f"ema_val_step_{'AB'[b]}", gather(program, "val", val_step_order(b, False, True)))
-               for b in (0, 1)]
-        val_last = [backend.capture(f"ema_val_last_step_{'AB'[b]}",
-                                    gather(program, "val_last", val_step_order(b, True, True))) for b in (0, 1)]
-    return EmaSteps(
-        start=backend.capture("ema_start", [_copy(MASTER_WEIGHTS, EMA_WEIGHTS, "EMA weights start as the weights")]),
-        switch=backend.capture("sema_switch", [_copy(EMA_WEIGHTS, MASTER_WEIGHTS, "SEMA: weights <- EMA")]),
-        prepare=backend.capture("ema_prepare", prep) if prep else None, val=val, val_last=val_last)
+        val = [capture_step(backend, program, f"val_ema_{ab}") for ab in AB]
+        val_last = [capture_step(backend, program, f"val_ema_last_{ab}") for ab in AB]
+    return EmaSteps(start=capture_step(backend, program, "ema_start"),
+                    switch=capture_step(backend, program, "sema_switch"),
+                    prepare=capture_step(backend, program, "ema_prepare") if prep.calls else None, val=val,
+                    val_last=val_last)
 
 
 def after_epoch(task, epoch: int, rec, validate: bool) -> None:

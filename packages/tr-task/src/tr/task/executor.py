@@ -1,80 +1,27 @@
-"""The executor: turns a Program into a few captured step graphs and runs epochs with them.
+"""The executor: captures a Program's named steps (tr.graph.steps) and runs epochs with them.
 
 Per training step the host does exactly this: wait for the feeder's buffer, launch the transfer graph,
 write the learning rate (unless the program reads it from a device table), launch ONE captured graph
 that holds the whole step (zero-grad, forward, backward, casts, NaN check, optimizer, EMA, statistics,
-metrics). The graphs are concatenations of the GraphId buckets in the order below, captured once per
-(variant, A/B buffer) at compile time, so the loop has no per-op Python work. The training step is captured
-as branches (:func:`train_step_branches`): the deep gradient bucket's all-reduce runs beside the first
-layer's backward, inside the same graph.
+metrics). The compiler assembles each step from its parts and its branches (the early gradient bucket's
+all-reduce beside the first layer's backward, inside the same graph); every step is captured once at compile
+time, so the loop has no per-op Python work.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from tr.backend.base import Branch, serial_calls
 from tr.core.errors import BackendError
-from tr.core.graph_id import GraphId
 from tr.core.ops import OpCall
 from tr.core.phase import StreamKind
 from tr.tensor.program import Program
 
-G = GraphId
-
-# The training step (SEED_SYSTEM.md §3 runs it as ~15 launches; we capture it as one graph) as (stream, part,
-# waits-for) branches (§11): once the deep layers' backward is done, their gradient bucket is cast and
-# all-reduced on the UPDATE stream while COMP_1 runs the first layer's backward (which writes only bucket 2
-# and reads neither bucket 1 nor the step result); bucket 2's all-reduce and everything after it wait for
-# both. With one rank the collectives are empty and only the AMP cast moves to the side. The NaN check follows
-# every collective it reads (both gradient buckets and the BN statistics, so all ranks agree on the flag), and
-# the metric sums follow the check (a skipped step's loss is not summed).
-def train_step_branches(buffer: int, last: bool
-                        ) -> tuple[tuple[StreamKind, tuple[GraphId, ...], tuple[int, ...]], ...]:
-    first_fwd = G.FIRST_LAYER_FWD_A if buffer == 0 else G.FIRST_LAYER_FWD_B
-    first_bwd = G.FIRST_LAYER_BWD_A if buffer == 0 else G.FIRST_LAYER_BWD_B
-    comp, update = StreamKind.COMP_1, StreamKind.UPDATE
-    return (
-        (comp, (G.ZERO_GRAD, first_fwd, G.DEEP_FWD_BWD), ()),
-        (update, (G.CAST_DEEP_GRAD_FP16_TO_FP32, G.DEEP_COMM), (0,)),
-        (comp, (first_bwd, G.CAST_FIRST_GRAD_FP16_TO_FP32), (0,)),
-        (comp, (G.FIRST_COMM, G.STATS_COMM, G.NAN_CHECK_AND_GRAD_SCALING,
-                G.ACCUM_METRICS_TRAIN_LAST if last else G.ACCUM_METRICS, G.UPDATE_STATS,
-                G.OPTIMIZER, G.LARS_FC_OPT, G.LARS_FIRST_CONV_OPT, G.LARS_DEEP_CONV_OPT, G.EMA_UPDATE,
-                G.CAST_MAIN_FP32_TO_FP16), (1, 2)),
-    )
-
-
-def val_step_order(buffer: int, last: bool, ema: bool = False) -> tuple[GraphId, ...]:
-    """One validation step of the main model, or with ``ema`` of the EMA weights (INF_EMA_A/B)."""
-    inf = (G.INF_EMA_A, G.INF_EMA_B) if ema else (G.INF_MAIN_A, G.INF_MAIN_B)
-    return (inf[buffer], G.ACCUM_METRICS_VAL_LAST if last else G.ACCUM_METRICS)
-
-
-def branches(program: Program, variant: str, parts) -> list[Branch]:
-    """The step's branches with the program's calls; a side branch with no calls is dropped (its waiters then
-    wait for nothing extra), so a one-rank FP32 step is a plain chain."""
-    out: list[Branch] = []
-    index: dict[int, int] = {}
-    for i, (stream, part, after) in enumerate(parts):
-        calls = tuple(gather(program, variant, part))
-        deps = tuple(index[j] for j in after if j in index)
-        if not calls and stream != parts[0][0]:
-            continue
-        index[i] = len(out)
-        out.append(Branch(stream, calls, deps))
-    return out
-
-
-def gather(program: Program, variant: str, order: Sequence[GraphId]) -> list[OpCall]:
-    calls: list[OpCall] = []
-    for gid in order:
-        calls.extend(program.calls(variant, gid))
-    return calls
+AB = ("a", "b")
 
 
 @dataclass
@@ -96,39 +43,32 @@ class CapturedSteps:
     launches_per_step: int
 
 
+def capture_step(backend, program: Program, name: str,
+                 capture: Callable[[str, list[OpCall]], object] | None = None):
+    """Capture one named step: its branches as one graph, or (``capture`` given) its calls one after another."""
+    step = program.step(name)
+    if capture is not None:
+        return capture(name, list(step.calls))
+    return backend.capture_branches(name, step.branches)
+
+
 def capture_steps(backend, program: Program, has_val: bool,
                   capture: Callable[[str, list[OpCall]], object] | None = None) -> CapturedSteps:
-    cap = capture or backend.capture
+    def cap(name: str):
+        return capture_step(backend, program, name, capture)
 
-    def graph(name: str, variant: str, order: Sequence[GraphId]):
-        return cap(name, gather(program, variant, order))
-
-    def step(name: str, variant: str, buffer: int, last: bool):
-        parts = branches(program, variant, train_step_branches(buffer, last))
-        if capture is None:
-            return backend.capture_branches(name, parts)
-        return cap(name, serial_calls(parts))
-
-    train = [step(f"train_step_{'AB'[b]}", "train", b, False) for b in (0, 1)]
-    train_last = [step(f"train_last_step_{'AB'[b]}", "train_last", b, True) for b in (0, 1)]
     if has_val:
-        val = [graph(f"val_step_{'AB'[b]}", "val", val_step_order(b, False)) for b in (0, 1)]
-        val_last = [graph(f"val_last_step_{'AB'[b]}", "val_last", val_step_order(b, True)) for b in (0, 1)]
+        val, val_last = [cap(f"val_{ab}") for ab in AB], [cap(f"val_last_{ab}") for ab in AB]
     else:
         val = val_last = []
-    transfer = [graph(f"transfer_{'AB'[b]}", "train", (G.TRANSFER_A if b == 0 else G.TRANSFER_B,)) for b in (0, 1)]
-    resident = has_val and bool(program.calls("val", G.RESIDENT_VAL_A))
-    val_transfer = ([graph(f"val_batch_{'AB'[b]}", "val", (G.RESIDENT_VAL_A if b == 0 else G.RESIDENT_VAL_B,))
-                     for b in (0, 1)] if resident else transfer)
+    transfer = [cap(f"transfer_{ab}") for ab in AB]
+    resident = has_val and "val_transfer_a" in program.steps
     return CapturedSteps(
-        train=train, train_last=train_last, val=val, val_last=val_last, transfer=transfer, val_transfer=val_transfer,
-        clear_metrics=graph("clear_metrics", "train", (G.CLEAR_METRICS,)),
-        epoch_begin=graph("epoch_begin", "train", (G.CAST_MAIN_FP32_TO_FP16,)),
-        epoch_order=graph("epoch_order", "train", (G.RESIDENT_TRAIN_BEGIN,)),
-        val_begin=graph("val_begin", "val", (G.RESIDENT_VAL_BEGIN,)),
-        epoch_end=graph("epoch_end", "train", (G.UPDATE_BN_INF_PARAMS,)),
-        val_end=graph("val_end", "val", (G.VAL_RESULT_COMM,)),
-        launches_per_step=2,
+        train=[cap(f"train_{ab}") for ab in AB], train_last=[cap(f"train_last_{ab}") for ab in AB], val=val,
+        val_last=val_last, transfer=transfer,
+        val_transfer=[cap(f"val_transfer_{ab}") for ab in AB] if resident else transfer,
+        clear_metrics=cap("clear_metrics"), epoch_begin=cap("epoch_begin"), epoch_order=cap("epoch_order"),
+        val_begin=cap("val_begin"), epoch_end=cap("epoch_end"), val_end=cap("val_end"), launches_per_step=2,
     )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from tr.core.errors import ConfigError, DataError
-from tr.core.graph_id import GraphId
+from tr.graph.steps import Part
 from tr.task.base import require_compiled
 from tr.task.predict_input import INPUTS, normalize_raw, samples, which
 
@@ -41,7 +41,7 @@ def _plan(task):
         if "val" not in prog.variants:
             raise ConfigError("predict() runs the inference graph, which is compiled only with validation data: "
                               "give the feeder a validation set")
-        calls = prog.calls("val", GraphId.INF_MAIN_A)
+        calls = prog.step("val_a").calls_of(Part.INFER_A.value)
         # a resident-input plan (tr.graph.resident) gathers its batch from the data set first: predict()
         # writes the user's normalised batch where that gather would put it, and skips it
         name = "aug_x" if any(c.op == "augment_affine" for c in calls) else "data_a"

@@ -80,8 +80,8 @@ def _fc_inputs(program) -> dict[int, tuple[int, int, int]]:
     """The (H, W, C) each fc layer reads, from its fc_fwd calls (by layer: under AMP they read the FP16
     working copy, not the master weight the InitSpec names)."""
     out: dict[int, tuple[int, int, int]] = {}
-    for calls in program.graphs.values():
-        for c in calls:
+    for step in program.steps.values():
+        for c in step.calls:
             if c.op == "fc_fwd":
                 out.setdefault(c.layer, tuple(c.args["x"].shape.dims[1:]))
     return out

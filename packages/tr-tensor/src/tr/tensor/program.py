@@ -1,8 +1,7 @@
 """Program: the compiled plan as plain data, handed from tr.graph to a backend and to tr.task.
 
-A backend never imports tr.graph; what it receives is this: the arena layout, every DTensor, and for each
-(variant, GraphId) the ordered op calls to capture. Shape-invariant graphs are stored once under the
-variant ``"any"``; ``calls(variant, gid)`` resolves that fallback.
+A backend never imports tr.graph; what it receives is this: the arena layout, every DTensor, and the named
+steps (tr.graph.steps): each a list of branches of op calls, captured as one graph and launched by the task.
 """
 
 from __future__ import annotations
@@ -11,12 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tr.core.errors import CompileError
-from tr.core.graph_id import GraphId
 from tr.core.ops import OpCall
+from tr.core.phase import StreamKind
 from tr.tensor.dtensor import DTensor
 from tr.tensor.layout import ArenaLayout
 
-SHAPE_INVARIANT = "any"
+SHAPE_INVARIANT = "any"  # tr.graph.atlas: a part bound once for every variant
 TRAIN, TRAIN_LAST, TRAIN_LOW, TRAIN_LOW_LAST, VAL, VAL_LAST = (
     "train", "train_last", "train_low", "train_low_last", "val", "val_last")
 VARIANTS = (TRAIN, TRAIN_LAST, TRAIN_LOW, TRAIN_LOW_LAST, VAL, VAL_LAST)
@@ -44,20 +43,49 @@ class InitSpec:
 
 
 @dataclass(frozen=True)
+class Branch:
+    """Part of a captured graph: ``calls`` in order on ``stream``, begun once the branches ``after`` (indices
+    of earlier branches in the same list) are done. Calls on one stream run in order whatever ``after`` says;
+    branches on different streams with no ``after`` path between them may run at the same time, so they must
+    not touch the same bytes, nor both use the cuBLASLt workspace."""
+
+    stream: StreamKind
+    calls: tuple[OpCall, ...]
+    after: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Step:
+    """One named unit the task captures as a graph and launches (``train_a``, ``val_last_b``, ``epoch_end``...)."""
+
+    name: str
+    branches: tuple[Branch, ...]
+
+    @property
+    def calls(self) -> tuple[OpCall, ...]:
+        """Every branch's calls, one branch after another (a valid order of the branch graph)."""
+        return tuple(c for b in self.branches for c in b.calls)
+
+    def calls_of(self, part: str) -> tuple[OpCall, ...]:
+        """The calls the compiler filed under ``part`` (a tr.graph.steps.Part value)."""
+        return tuple(c for c in self.calls if c.part == part)
+
+
+@dataclass(frozen=True)
 class Program:
     layout: ArenaLayout
     tensors: tuple[DTensor, ...]
-    graphs: Mapping[tuple[str, GraphId], tuple[OpCall, ...]]
+    steps: Mapping[str, Step]
     variants: Mapping[str, VariantInfo]
     named: Mapping[str, DTensor]  # baseline tensors by role: "lr", "loss_scale", "nan_flag", "result", ...
     inits: tuple[InitSpec, ...] = ()
     meta: Mapping[str, object] = field(default_factory=dict)
 
-    def calls(self, variant: str, gid: GraphId) -> tuple[OpCall, ...]:
-        key = (variant, gid)
-        if key in self.graphs:
-            return self.graphs[key]
-        return self.graphs.get((SHAPE_INVARIANT, gid), ())
+    def step(self, name: str) -> Step:
+        try:
+            return self.steps[name]
+        except KeyError:
+            raise CompileError(f"the program has no step {name!r}; it has {sorted(self.steps)}") from None
 
     def tensor(self, role: str) -> DTensor:
         try:
@@ -67,4 +95,5 @@ class Program:
 
     @property
     def num_ops(self) -> int:
-        return sum(len(v) for v in self.graphs.values())
+        """Op calls over all steps (a call that two steps run counts twice)."""
+        return sum(len(s.calls) for s in self.steps.values())

@@ -579,7 +579,7 @@ LAYERS = {  # factory -> a model fragment using it (shape-preserving on [B, 4, 4
     "add2": R.add2(R.identity(), R.conv(4, 3, p=1)), "repeat": R.repeat(R.conv(4, 3, p=1), 2),
     "conv": R.conv(4, 1), "seq": R.seq(R.relu(), R.relu()), "fc": None, "gap": None, "flatten": None,
     "identity": None, "channel_padding": R.channel_padding(),  # (4 -> 8 channels; gap takes any)
-    "cbrp": R.cbrp(4, 3, 1, 1, 3, 1, 1), "gap_fc": None, "mbconv": R.mbconv(2, 4),
+    "cbrp": R.cbrp(4, 3, 1, 1, 3, 1, 1), "gap_fc": None, "mbconv": R.mbconv(2, 4), "layernorm": R.layernorm(),
 }
 TRANSFORMS = {
     "CenterCrop": R.CenterCrop(4), "ColorJitter": R.ColorJitter(brightness=0.5), "GaussianBlur": R.GaussianBlur(3, 1.0),

@@ -111,6 +111,7 @@ void register_copy_ops();
 void register_dropout_ops();
 void register_fc_ops();
 void register_image_ops();
+void register_layernorm_ops();
 void register_onehot_loss_ops();
 void register_optimizer_ops();
 void register_pool_ops();

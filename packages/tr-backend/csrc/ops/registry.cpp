@@ -127,6 +127,7 @@ void register_all_ops() {
     register_augment_ops();
     register_fc_ops();
     register_image_ops();
+    register_layernorm_ops();
     register_onehot_loss_ops();
     register_optimizer_ops();
     register_pool_ops();

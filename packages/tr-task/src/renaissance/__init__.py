@@ -66,6 +66,7 @@ from tr.graph.blueprint import (
     gelu,
     hardswish,
     identity,
+    layernorm,
     leaky_relu,
     maxpool,
     mbconv,

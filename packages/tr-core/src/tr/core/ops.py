@@ -149,6 +149,20 @@ _DEFS: list[OpDef] = [
     OpDef("bn_update_eq", "bn",
           (_t("gamma"), _t("beta"), _t("mean"), _t("var"), _t("scale", "out"), _t("bias", "out")), ("eps",),
           doc="scale = gamma/sqrt(var+eps); bias = beta - mean*scale"),
+    # --- layer norm: each N*H*W position normalised over its C values (ViT's LayerNorm over the embedding) --
+    OpDef("ln_fwd", "layernorm",
+          (_t("x"), _t("gamma"), _t("beta"), _t("y", "out"), _t("saved_mean", "out", True),
+           _t("saved_rstd", "out", True)), ("eps",),
+          doc="per row of C values: mean, biased var (both accumulated in float64), rstd = 1/sqrt(var + eps); "
+              "y = (x - mean) * rstd * gamma + beta in float32 with mean and rstd rounded to float32. gamma, beta: "
+              "FP32 [1,1,1,C]. Training passes saved_mean and saved_rstd (FP32 [N,H,W,1]: one per row) for the "
+              "backward; inference passes neither"),
+    OpDef("ln_bwd", "layernorm",
+          (_t("x"), _t("gamma"), _t("dy"), _t("saved_mean"), _t("saved_rstd"), _t("dx", "out", True),
+           _t("dgamma", "out"), _t("dbeta", "out")),
+          doc="xhat = (x - mean) * rstd, g = dy * gamma; dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)) "
+              "(None when the input needs no gradient); dgamma = sum over rows of dy * xhat, dbeta = sum over rows "
+              "of dy (FP32; fixed-order sums into float64 accumulators, no atomics: the same bytes on every run)"),
     # --- activations (kind in ACTIVATIONS) ----------------------------------------------------------
     OpDef("act_fwd", "activation", (_t("x"), _t("y", "out"), _t("mask", "out", True)), ("kind",),
           doc="y = f(x); when a mask is given, also write the INT8 mask (x > 0) (only relu's backward reads it)"),

@@ -31,6 +31,7 @@ from tr.graph.blueprint import (
     gelu,
     hardswish,
     identity,
+    layernorm,
     leaky_relu,
     maxpool,
     mbconv,
@@ -51,8 +52,8 @@ from tr.graph.spec import OPTIMIZERS, CompileSpec
 __all__ = [
     "ArchLayer", "ArchPlan", "BluePrint", "Layer", "activation", "add2", "avgpool", "basic_block", "block", "bn",
     "bottleneck", "cbr", "cbrp", "channel_padding", "conv", "dropout", "elu", "fc", "flatten", "gap", "gap_fc",
-    "gelu", "hardswish", "identity", "leaky_relu", "maxpool", "mbconv", "relu", "relu6", "repeat", "se", "seq",
-    "sigmoid",
+    "gelu", "hardswish", "identity", "layernorm", "leaky_relu", "maxpool", "mbconv", "relu", "relu6", "repeat", "se",
+    "seq", "sigmoid",
     "silu", "softmax_ce", "tanh", "check_program", "Compiled", "Compiler", "arch_plan", "compile_program",
     "compile_with_plan", "OPTIMIZERS", "CompileSpec"
 ]

@@ -71,6 +71,11 @@ class BN(Layer):
 
 
 @dataclass(frozen=True, repr=False)
+class LayerNorm(Layer):
+    eps: float = 1e-5
+
+
+@dataclass(frozen=True, repr=False)
 class Act(Layer):
     kind: str = "relu"
 
@@ -327,6 +332,12 @@ def conv(out: int, k: int, s: int = 1, p: int = 0, groups: int = 1, bias: bool =
 
 def bn(momentum: float = 0.1, eps: float = 1e-5) -> BN:
     return BN(_number("bn momentum", momentum), _number("bn eps", eps))
+
+
+def layernorm(eps: float = 1e-5) -> LayerNorm:
+    """Normalise each position's C values (ViT's LayerNorm over the embedding: tokens as positions), then a
+    trained per-channel scale (ones) and shift (zeros); after a flatten, a sample's whole row."""
+    return LayerNorm(_number("layernorm eps", eps))
 
 
 def cbr(out: int, k: int, s: int = 1, p: int = 0, momentum: float = 0.1, eps: float = 1e-5) -> CBR:

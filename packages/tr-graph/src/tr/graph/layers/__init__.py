@@ -10,6 +10,7 @@ from tr.graph.layers.conv import ConvKind
 from tr.graph.layers.dropout import DropoutKind
 from tr.graph.layers.fc import FCKind
 from tr.graph.layers.flatten import FlattenKind
+from tr.graph.layers.layernorm import LayerNormKind
 from tr.graph.layers.onehot_loss import OneHotLossKind
 from tr.graph.layers.pool import AvgPoolKind, GapKind, MaxPoolKind
 from tr.graph.layers.scale import ScaleKind
@@ -17,7 +18,8 @@ from tr.graph.layers.softmax_ce import SoftmaxCEKind
 
 KINDS: dict[str, LayerKind] = {}
 for _k in (FCKind(), ConvKind(), BNKind(), ActKind(), MaxPoolKind(), AvgPoolKind(), GapKind(), FlattenKind(),
-           DropoutKind(), AddKind(), ScaleKind(), SoftmaxCEKind(), OneHotLossKind(), CBRKind(), ChannelPadKind()):
+           DropoutKind(), AddKind(), ScaleKind(), SoftmaxCEKind(), OneHotLossKind(), CBRKind(), ChannelPadKind(),
+           LayerNormKind()):
     for _name in _k.kinds:
         KINDS[_name] = _k
 

@@ -1,0 +1,333 @@
+// Layer norm (tr/backend/cpu/ops/layernorm.py): each of the N*H*W rows of x normalised over its C values.
+//
+// Row kernels (ln_fwd, and ln_bwd's dx): a warp per row when C <= kWarpMaxC, else a block per row; each thread
+// reads its share of the row as 16-byte vectors (8 FP16/BF16 or 4 FP32 values) when C and the pointers allow it,
+// else one value at a time, and re-reads the row (from L1) for each pass instead of holding it in registers.
+// The row sums are float64 per thread, then a fixed xor-butterfly over the warp (and, for a block, the warps
+// added in warp order): every thread ends with the same sum, and every run with the same bytes. The float32
+// expressions are the CPU backend's, operation for operation (the op files are built with --fmad=false):
+//   forward   mean = s1 / C, var = sum((x - mean)^2) / C (float64, from the float64 mean),
+//             rstd = 1 / sqrt(var + eps); y = (((x - mu) * r) * gamma) + beta with mu, r the float32 roundings
+//   backward  xhat = (x - mu) * r, g = dy * gamma, t1 = float(sum(g) / C), t2 = float(sum(g * xhat) / C),
+//             dx = ((g - t1) - xhat * t2) * r
+// so the two backends differ only by the order of the float64 sums.
+//
+// dgamma = sum over rows of dy * xhat and dbeta = sum over rows of dy are column sums: batch norm's chunked
+// reduction (bn_kernels.cuh): a block holds a tile of channels and one chunk of rows, each thread adds its rows
+// in float over four rows and then in float64, a fixed tree over the block's lanes writes the chunk's partial,
+// and a second kernel adds each channel's chunks in a fixed order. No atomics: the same bytes on every run.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+
+#include "cuda/context.hpp"
+#include "ops/bn_kernels.cuh"
+
+namespace tr::native {
+
+namespace {
+
+using bnk::Geo;
+using bnk::kBlock;
+using bnk::kUnroll;
+using bnk::RawOf;
+
+constexpr int kWarpMaxC = 1024;  // up to this C a warp takes a row; wider rows take a block of kBlock threads
+constexpr std::int64_t kMaxRowBlocks = 1 << 20;  // grid-stride beyond this many blocks
+
+// The sum of v over the TPR threads of one row, the same value in each of them. TPR = 32: the row is one warp
+// (the butterfly adds a + b and b + a: equal). TPR = kBlock: the warps' sums are then added in warp order.
+template <int TPR>
+__device__ __forceinline__ double row_sum(double v, double* shared) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if constexpr (TPR == 32) {
+    return v;
+  } else {
+    static_assert(TPR == kBlock, "a row is a warp or the whole block");
+    if ((threadIdx.x & 31) == 0) shared[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double s = 0.0;
+#pragma unroll
+    for (int w = 0; w < TPR / 32; ++w) s += shared[w];
+    __syncthreads();  // shared is reused by the next sum
+    return s;
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void load_fp32(const float* p, float (&out)[V]) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) out[j] = p[j];
+}
+
+// Rows row0, row0 + stride, ...: every thread of a row's group runs the same iterations (a block-wide row
+// synchronises inside row_sum, so its whole block does).
+#define TR_LN_ROWS(row)                                                                                       \
+  for (std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (kBlock / TPR) + threadIdx.x / TPR; \
+       row < rows; row += static_cast<std::int64_t>(gridDim.x) * (kBlock / TPR))
+
+template <class T, int V, int TPR>
+__global__ void __launch_bounds__(kBlock) ln_fwd_kernel(const T* __restrict__ x, const float* __restrict__ gamma,
+                                                        const float* __restrict__ beta, T* __restrict__ y,
+                                                        float* smean, float* srstd, std::int64_t rows, int c,
+                                                        double eps) {
+  __shared__ double red[kBlock / 32];
+  const int lane = threadIdx.x % TPR;
+  const int nv = c / V;
+  TR_LN_ROWS(row) {
+    const T* xr = x + row * c;
+    double s = 0.0;
+    for (int k = lane; k < nv; k += TPR) {
+      float v[V];
+      bnk::load<T, V>(xr + k * V, v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) s += static_cast<double>(v[j]);
+    }
+    const double mean = row_sum<TPR>(s, red) / static_cast<double>(c);
+    double q = 0.0;
+    for (int k = lane; k < nv; k += TPR) {
+      float v[V];
+      bnk::load<T, V>(xr + k * V, v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const double d = static_cast<double>(v[j]) - mean;
+        q += d * d;
+      }
+    }
+    const double var = row_sum<TPR>(q, red) / static_cast<double>(c);
+    const float mu = static_cast<float>(mean);
+    const float r = static_cast<float>(1.0 / sqrt(var + eps));
+    if (smean != nullptr && lane == 0) {
+      smean[row] = mu;
+      srstd[row] = r;
+    }
+    T* yr = y + row * c;
+    for (int k = lane; k < nv; k += TPR) {
+      float v[V], gm[V], bt[V];
+      bnk::load<T, V>(xr + k * V, v);
+      load_fp32<V>(gamma + k * V, gm);
+      load_fp32<V>(beta + k * V, bt);
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] = (((v[j] - mu) * r) * gm[j]) + bt[j];
+      bnk::store<T, V>(yr + k * V, v);
+    }
+  }
+}
+
+// dx of each row (the per-row half of ln_bwd).
+template <class T, int V, int TPR>
+__global__ void __launch_bounds__(kBlock) ln_dx_kernel(const T* __restrict__ x, const T* __restrict__ dy,
+                                                       const float* __restrict__ gamma, const float* smean,
+                                                       const float* srstd, T* __restrict__ dx, std::int64_t rows,
+                                                       int c) {
+  __shared__ double red[kBlock / 32];
+  const int lane = threadIdx.x % TPR;
+  const int nv = c / V;
+  TR_LN_ROWS(row) {
+    const T* xr = x + row * c;
+    const T* dr = dy + row * c;
+    const float mu = smean[row], r = srstd[row];
+    double a = 0.0, b = 0.0;
+    for (int k = lane; k < nv; k += TPR) {
+      float xv[V], dv[V], gm[V];
+      bnk::load<T, V>(xr + k * V, xv);
+      bnk::load<T, V>(dr + k * V, dv);
+      load_fp32<V>(gamma + k * V, gm);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float xhat = (xv[j] - mu) * r;
+        const float g = dv[j] * gm[j];
+        a += static_cast<double>(g);
+        b += static_cast<double>(g * xhat);
+      }
+    }
+    const float t1 = static_cast<float>(row_sum<TPR>(a, red) / static_cast<double>(c));
+    const float t2 = static_cast<float>(row_sum<TPR>(b, red) / static_cast<double>(c));
+    T* out = dx + row * c;
+    for (int k = lane; k < nv; k += TPR) {
+      float xv[V], dv[V], gm[V];
+      bnk::load<T, V>(xr + k * V, xv);
+      bnk::load<T, V>(dr + k * V, dv);
+      load_fp32<V>(gamma + k * V, gm);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float xhat = (xv[j] - mu) * r;
+        const float g = dv[j] * gm[j];
+        xv[j] = ((g - t1) - xhat * t2) * r;
+      }
+      bnk::store<T, V>(out + k * V, xv);
+    }
+  }
+}
+
+#undef TR_LN_ROWS
+
+// dbeta and dgamma, pass 1: per chunk of rows, the sums of dy and dy * xhat of a tile of channels.
+template <class T, int V>
+__global__ void __launch_bounds__(kBlock) ln_param_grad_kernel(const T* __restrict__ x, const T* __restrict__ dy,
+                                                               const float* __restrict__ smean,
+                                                               const float* __restrict__ srstd, Geo g,
+                                                               double* __restrict__ part) {
+  const int grp = blockIdx.y * g.gx + threadIdx.x;
+  const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * g.rows, hi = min(g.m, lo + g.rows);
+  double ds[V], dq[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) ds[j] = dq[j] = 0.0;
+  if (grp < g.groups) {
+    RawOf<T, V> xraw[kUnroll], draw[kUnroll];
+    float mu[kUnroll], rs[kUnroll];
+    bnk::sum_rows<V, kUnroll>(
+        g, lo, hi, ds, dq,
+        [&](std::int64_t rr, int u) {
+          xraw[u] = bnk::load_raw<T, V>(x + rr * g.c + grp * V);
+          draw[u] = bnk::load_raw<T, V>(dy + rr * g.c + grp * V);
+          mu[u] = smean[rr];
+          rs[u] = srstd[rr];
+        },
+        [&](std::int64_t, bool valid, int u, float (&fs)[V], float (&fq)[V]) {
+          float xv[V], dv[V];
+          bnk::widen<T, V>(xraw[u], xv);
+          bnk::widen<T, V>(draw[u], dv);
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const float xhat = (xv[j] - mu[u]) * rs[u];
+            fs[j] += valid ? dv[j] : 0.0f;
+            fq[j] += valid ? dv[j] * xhat : 0.0f;
+          }
+        });
+  }
+  bnk::tile_sums<V>(ds, dq, g, part);  // every thread: it synchronises the block
+}
+
+// Pass 2: each channel's chunks added in a fixed order.
+__global__ void ln_param_finish_kernel(const double* __restrict__ part, Geo g, float* dgamma, float* dbeta) {
+  int ch;
+  double s1, s2;
+  if (!bnk::chunk_sums(part, g, ch, s1, s2)) return;
+  dbeta[ch] = static_cast<float>(s1);
+  dgamma[ch] = static_cast<float>(s2);
+}
+
+struct Sizes {
+  std::int64_t rows;
+  int c;
+};
+
+Sizes sizes(const OpArgs& args, std::initializer_list<const char*> features, std::initializer_list<const char*> fp32) {
+  const std::int64_t rows = args.i("rows"), c = args.i("c");
+  if (rows < 1 || c < 1) {
+    args.bad("sizes rows=" + std::to_string(rows) + " c=" + std::to_string(c) + " must be positive");
+  }
+  if (c > INT32_MAX / 2) args.bad("c=" + std::to_string(c) + " must fit in 31 bits");
+  const DT xdt = args.dt("x");
+  kern::dispatch_float(xdt, args, "x", [](auto) {});
+  for (const char* n : features) {
+    if (args.has(n) && args.dt(n) != xdt) {
+      args.bad(std::string(n) + " is " + dtype_name(args.dt(n)) + " but x is " + dtype_name(xdt));
+    }
+  }
+  for (const char* n : fp32) {
+    if (args.has(n) && args.dt(n) != DT::F32) args.bad(std::string(n) + " must be FP32, got " + dtype_name(args.dt(n)));
+  }
+  return {rows, static_cast<int>(c)};
+}
+
+unsigned row_blocks(std::int64_t rows, int c) {
+  const std::int64_t per_block = c <= kWarpMaxC ? kBlock / 32 : 1;
+  return static_cast<unsigned>(std::min<std::int64_t>((rows + per_block - 1) / per_block, kMaxRowBlocks));
+}
+
+std::string row_info(int v, int c) {
+  return std::string(c <= kWarpMaxC ? "warp" : "block") + " per row, vec" + std::to_string(v);
+}
+
+std::unique_ptr<Op> ln_fwd(Context&, const OpArgs& args) {
+  const Sizes sz = sizes(args, {"y"}, {"gamma", "beta", "saved_mean", "saved_rstd"});
+  const bool train = args.has("saved_mean");
+  if (train != args.has("saved_rstd")) args.bad("saved_mean and saved_rstd go together (training) or not at all");
+  const double eps = args.f("eps");
+  const int v = bnk::vector_width(args, sz.c, {"x", "y"});
+  const void* x = args.ptr("x");
+  void* y = args.ptr("y");
+  const float* gamma = static_cast<const float*>(args.ptr("gamma"));
+  const float* beta = static_cast<const float*>(args.ptr("beta"));
+  float* smean = train ? static_cast<float*>(args.ptr("saved_mean")) : nullptr;
+  float* srstd = train ? static_cast<float*>(args.ptr("saved_rstd")) : nullptr;
+  const std::int64_t rows = sz.rows;
+  const int c = sz.c;
+  const unsigned blocks = row_blocks(rows, c);
+  return fn_op(
+      [=](cudaStream_t s) {
+        bnk::dispatch(args, v, [&](auto tag, auto vc) {
+          using T = typename decltype(tag)::type;
+          constexpr int V = decltype(vc)::value;
+          if (c <= kWarpMaxC) {
+            ln_fwd_kernel<T, V, 32><<<blocks, kBlock, 0, s>>>(static_cast<const T*>(x), gamma, beta,
+                                                              static_cast<T*>(y), smean, srstd, rows, c, eps);
+          } else {
+            ln_fwd_kernel<T, V, kBlock><<<blocks, kBlock, 0, s>>>(static_cast<const T*>(x), gamma, beta,
+                                                                  static_cast<T*>(y), smean, srstd, rows, c, eps);
+          }
+        });
+        check_launch("ln_fwd");
+      },
+      row_info(v, c) + (train ? ", saves statistics" : ""));
+}
+
+std::unique_ptr<Op> ln_bwd(Context&, const OpArgs& args) {
+  const Sizes sz = sizes(args, {"dy", "dx"}, {"gamma", "saved_mean", "saved_rstd", "dgamma", "dbeta"});
+  const int v = bnk::vector_width(args, sz.c, {"x", "dy", "dx"});
+  const void* x = args.ptr("x");
+  const void* dy = args.ptr("dy");
+  void* dx = args.has("dx") ? args.ptr("dx") : nullptr;
+  auto F = [&](const char* n) { return static_cast<float*>(args.ptr(n)); };
+  const float *gamma = F("gamma"), *smean = F("saved_mean"), *srstd = F("saved_rstd");
+  float *dgamma = F("dgamma"), *dbeta = F("dbeta");
+  const std::int64_t rows = sz.rows;
+  const int c = sz.c;
+  const Geo g = bnk::geometry(rows, c, v);
+  if (g.tiles > 65535) args.bad("c=" + std::to_string(c) + " needs more than 65535 channel tiles");
+  // the chunk partials (sums of dy, then of dy * xhat) live as long as the op (its graph)
+  auto part = std::make_shared<DeviceBuffer>(2 * static_cast<std::size_t>(g.chunks) * c * sizeof(double));
+  const dim3 grid(static_cast<unsigned>(g.chunks), static_cast<unsigned>(g.tiles));
+  const dim3 block(static_cast<unsigned>(g.gx), static_cast<unsigned>(g.lanes));
+  const unsigned blocks = row_blocks(rows, c);
+  std::string info = (dx != nullptr ? row_info(v, c) + " for dx, " : std::string("no dx, ")) +
+                     std::to_string(g.chunks) + "x" + std::to_string(g.tiles) + " blocks of " + std::to_string(g.gx) +
+                     "x" + std::to_string(g.lanes) + " for dgamma, dbeta";
+  return fn_op(
+      [=](cudaStream_t s) {
+        double* partials = part->as<double>();
+        bnk::dispatch(args, v, [&](auto tag, auto vc) {
+          using T = typename decltype(tag)::type;
+          constexpr int V = decltype(vc)::value;
+          const T* xp = static_cast<const T*>(x);
+          const T* dyp = static_cast<const T*>(dy);
+          ln_param_grad_kernel<T, V><<<grid, block, 0, s>>>(xp, dyp, smean, srstd, g, partials);
+          if (dx == nullptr) return;
+          if (c <= kWarpMaxC) {
+            ln_dx_kernel<T, V, 32><<<blocks, kBlock, 0, s>>>(xp, dyp, gamma, smean, srstd, static_cast<T*>(dx), rows,
+                                                             c);
+          } else {
+            ln_dx_kernel<T, V, kBlock><<<blocks, kBlock, 0, s>>>(xp, dyp, gamma, smean, srstd, static_cast<T*>(dx),
+                                                                 rows, c);
+          }
+        });
+        ln_param_finish_kernel<<<bnk::finish_blocks(c), bnk::finish_block(), 0, s>>>(partials, g, dgamma, dbeta);
+        check_launch("ln_bwd");
+      },
+      std::move(info));
+}
+
+}  // namespace
+
+void register_layernorm_ops() {
+  register_factory("ln_fwd", &ln_fwd);
+  register_factory("ln_bwd", &ln_bwd);
+}
+
+}  // namespace tr::native

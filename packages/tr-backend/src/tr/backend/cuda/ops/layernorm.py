@@ -1,0 +1,29 @@
+"""Layer norm over the C values of each N*H*W row (csrc/ops/layernorm.cu; argument rules:
+tr.backend.rules.layernorm).
+
+ln_fwd: a warp per row (a block per row when C > 1024), 16-byte vector loads when C and the pointers allow,
+float64 row sums, the CPU backend's float32 expressions. ln_bwd: the same row kernel for dx (skipped when dx is
+None), and dgamma/dbeta as deterministic two-stage column sums (float64 per block over a fixed chunk of rows in
+row order, a fixed tree across the block, the chunks added in chunk order by a second kernel; no atomics)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tr.backend.cuda.binder import CudaBinder
+from tr.backend.cuda.ops._register import cuda_op
+from tr.backend.rules.layernorm import STATS, ln_bwd_rules, ln_fwd_rules
+
+
+@cuda_op("ln_fwd")
+def ln_fwd(b: CudaBinder) -> Any:
+    r = ln_fwd_rules(b)
+    names = ["x", "gamma", "beta", "y"] + (list(STATS) if r.stats else [])
+    return b.native("ln_fwd", names, ints={"rows": r.rows, "c": r.c}, floats={"eps": r.eps})
+
+
+@cuda_op("ln_bwd")
+def ln_bwd(b: CudaBinder) -> Any:
+    r = ln_bwd_rules(b)
+    names = ["x", "gamma", "dy", *STATS, "dgamma", "dbeta"] + (["dx"] if r.dx else [])
+    return b.native("ln_bwd", names, ints={"rows": r.rows, "c": r.c})

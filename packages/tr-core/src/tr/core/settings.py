@@ -55,6 +55,14 @@ def parse_gpu_list(spec: str | int | list[int] | tuple[int, ...]) -> tuple[int, 
     return tuple(ids)
 
 
+def check_batch_split(batch: int, parts: int, what: str) -> int:
+    """``batch`` // ``parts``: the share of each of ``what`` (the devices, the ranks); a global batch that does not
+    divide is refused, since each part would silently train on a different share. The one rule of the split."""
+    if batch % parts:
+        raise ConfigError(f"the global batch size {batch} does not divide by {what}")
+    return batch // parts
+
+
 def same_value(current: Any, value: Any) -> bool:
     """Whether setting ``value`` where ``current`` is would change nothing: the same type and an equal value (numpy
     arrays element by element; a value whose comparison fails counts as different)."""
@@ -118,8 +126,8 @@ class Settings:
         (tr.task.devices.check_devices): no usable CUDA device, or an id past the device count, is a
         ConfigError there, before any process, data or backend is started, never a run on the CPU."""
         ids = parse_gpu_list(spec)
-        if self._batch_set and self.batch_size % len(ids):
-            raise ConfigError(f"global batch size {self.batch_size} does not divide by the number of GPUs {len(ids)}")
+        if self._batch_set:
+            check_batch_split(self.batch_size, len(ids), f"the number of GPUs {len(ids)}")
         self._set("gpu_ids", ids)
         return self._set("cpu_only", False)
 
@@ -153,10 +161,8 @@ class Settings:
 
     def global_batch_size(self, n: int) -> Settings:
         n = _positive_int("global batch size", n)
-        if self.gpu_ids and n % len(self.gpu_ids):
-            raise ConfigError(
-                f"global batch size {n} does not divide by the number of GPUs {len(self.gpu_ids)}"
-            )
+        if self.gpu_ids:
+            check_batch_split(n, len(self.gpu_ids), f"the number of GPUs {len(self.gpu_ids)}")
         self._set("batch_size", n)
         return self._set("_batch_set", True)
 

@@ -11,21 +11,18 @@ import numpy as np
 
 from tr.algo.loss import CrossEntropyLoss
 from tr.algo.onehot_loss import BCEWithLogitsLoss, MSELoss
-from tr.algo.scheduler import ConstantLR, Scheduler
-from tr.core import env as tr_env
+from tr.algo.scheduler import Scheduler
 from tr.core.errors import CompileError, ConfigError, PhaseError
 from tr.core.log import get_logger
 from tr.core.memory import Region, Role
 from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
 from tr.graph.layers.groups import BN_B, BN_W
-from tr.task import checkpoint, checkpoint_policy, devices, ema, epoch_state, plan_inputs, step_timing
+from tr.task import checkpoint, checkpoint_policy, ema, epoch_state, step_timing
 from tr.task.base import TaskBase
-from tr.task.devices import relaunch_per_device
 from tr.task.distributed import (
     DistEnv,
     Group,
-    auto_env,
     backend_options,
     bootstrap_timeout,
     broadcast_parameters,
@@ -35,9 +32,10 @@ from tr.task.distributed import (
     read_env,
 )
 from tr.task.executor import StepLauncher, capture_steps, scalar, train_mean_loss
-from tr.task.feeder import Feeder, complete_feeder
+from tr.task.feeder import Feeder
 from tr.task.progress import Progress
 from tr.task.report import EpochRecord, EpochTable, TrainingResult
+from tr.task.resolve import Resolved, resolve
 from tr.task.sinks import MetricsLog
 from tr.task.weights import initialize_program
 
@@ -72,6 +70,7 @@ class DeepLearningTask(TaskBase):
         self._val_samples = 0.0  # what validation sums are divided by (global mean of per-rank counts)
         self.program = None
         self.spec = None  # the CompileSpec the plan was compiled from (inspection, tests)
+        self._resolved: Resolved | None = None  # compile's resolved configuration (tr.task.resolve)
         self.backend = None
         self._steps = None
         self._epochs_done = 0  # completed epochs over every run(): numbering and the schedule continue
@@ -266,60 +265,21 @@ class DeepLearningTask(TaskBase):
 
     def _compile(self, s: Settings) -> DeepLearningTask:
         self.settings = s
-        # TR_FC_DRELU & co. as this compile reads them (what the plan is built with, not their values at a save)
-        self._recorded_env = tr_env.recorded()
-        env, timeout = self._dist or (auto_env(), None)
-        env = env if env is not None and env.distributed else None
-        kind = devices.backend_kind(self._device, s)
-        if env is None and len(s.gpu_ids) > 1:
-            relaunch_per_device(s)  # one process per device: this one starts them and exits with their code
-        local_batch = devices.local_batch(s, env)
-        cuda_device = devices.device_index(s, env)
-        feeder = complete_feeder(self._feeder or self._default_feeder(s))
-        self._feeder = feeder
-        if env is not None:
-            feeder.shard(env.rank, env.world_size)
-        if feeder.batch != local_batch:
-            raise ConfigError(f"the feeder's batch {feeder.batch} differs from the local batch size "
-                              f"{local_batch} of the settings")
-        num_classes = plan_inputs.num_classes(self._num_classes, self._blueprint, getattr(feeder, "num_classes", None))
-        feeder.check_labels(num_classes)  # labels past the logits are refused now, not wrapped in a step
-        steps = feeder.steps(True)
-        sched = self._scheduler or ConstantLR().base_lr(0.1)
-        self._sched = sched.prepare(self._epochs, steps)
+        r = resolve(self, s)  # every derived value, each checked once; nothing allocated yet
+        self._resolved, self._recorded_env, self._sched, self._feeder = r, r.recorded_env, r.schedule, r.feeder
+        env, feeder, has_val = r.env, r.feeder, r.has_val
 
         from tr.backend.registry import get_backend
         from tr.graph.compiler import compile_program
-        from tr.graph.spec import CompileSpec, loss_scale_fields
 
-        has_val = feeder.num_samples(False) > 0
-        if self._ema is not None and self._ema.validate and not has_val:
-            raise ConfigError("EMA validation needs validation data (the feeder has none): ema(validate=False)")
-        spec = CompileSpec(
-            input_shape=plan_inputs.input_shape(self._blueprint, feeder.sample_shape), num_classes=num_classes,
-            batch=feeder.batch, **plan_inputs.resolutions(s, feeder.sample_shape, has_val),
-            last_train_batch=feeder.last_batch(True),
-            val_batch=feeder.batch if has_val else None,
-            last_val_batch=feeder.last_batch(False) if has_val else None,
-            amp=s.amp_enabled, **loss_scale_fields(s), label_smoothing=float(self._loss.smoothing),
-            loss=self._loss.kind,
-            grad_clip=max(0.0, self._grad_clip), lr_table_steps=self._sched.total_steps,
-            world_size=1 if env is None else env.world_size, **plan_inputs.optimizer_spec(self._optimizer),
-            ema_decay=self._ema.decay if self._ema is not None else None,
-            resident=feeder.resident_input(),
-            jpeg=feeder.jpeg_input(),
-        )
-        self.spec = spec
+        spec = self.spec = r.compile_spec(self)
         self.program = compile_program(self._blueprint, spec)
         self._advance(Phase.MEMORY_LOCKED)
         if env is not None:  # join the world; every rank must then hold the same plan
-            self.group = init_group(env, timeout)
-            self.group.agree("the plan", {
-                "global batch": s.batch_size, "seed": s.seed, "data seed": getattr(feeder, "seed", None),
-                "steps per epoch": steps, "epochs": self._epochs, "validates": has_val, "amp": s.amp_enabled,
-                "optimizer": spec.optimizer, "parameters": [list(i.tensor.shape.dims) for i in self.program.inits],
-                "environment": self._recorded_env})  # TR_FC_DRELU & co.: one plan on every rank
-        kind, options = backend_options(kind, self.group, cuda_device)
+            self.group = init_group(env, r.timeout_s)
+            self.group.agree("the plan", r.agreement(self._epochs, spec,
+                                                     [list(i.tensor.shape.dims) for i in self.program.inits]))
+        kind, options = backend_options(r.backend, self.group, r.cuda_device)
         self.backend = get_backend(kind, **options)
         if self._device == "auto" and self.backend.name != "cuda":
             from tr.backend.cuda import cuda_status

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from tr.core.errors import ConfigError
 from tr.core.log import get_logger
-from tr.core.settings import Settings
+from tr.core.settings import Settings, check_batch_split
 from tr.task.distributed import DistEnv, auto_env
 
 log = get_logger(__name__)
@@ -30,12 +30,10 @@ def local_batch(s: Settings, env: DistEnv | None) -> int:
     """This process's batch: the global batch over the world's processes (one device each); a global batch
     that does not divide by them is refused (each rank would silently train on a different share)."""
     world = 1 if env is None else env.world_size
-    if s.gpu_ids and s.batch_size % len(s.gpu_ids):
-        raise ConfigError(f"the global batch size {s.batch_size} does not divide by the {len(s.gpu_ids)} devices of "
-                          f"use_gpu({','.join(map(str, s.gpu_ids))!r})")
-    if s.batch_size % world:
-        raise ConfigError(f"the global batch size {s.batch_size} does not divide by the world size {world}")
-    return s.batch_size // world
+    if s.gpu_ids:
+        check_batch_split(s.batch_size, len(s.gpu_ids),
+                          f"the {len(s.gpu_ids)} devices of use_gpu({','.join(map(str, s.gpu_ids))!r})")
+    return check_batch_split(s.batch_size, world, f"the world size {world}")
 
 
 def cuda_devices() -> tuple[int, str]:

@@ -22,6 +22,7 @@ import numpy as np
 
 from tr.core import philox
 from tr.core.errors import ConfigError, DataError, DTypeError, ShapeError
+from tr.core.settings import check_batch_split
 from tr.data.labels import check_labels
 from tr.data.seeds import check_seed, data_seed
 from tr.data.sharding import check_shard, shard_positions, shard_size
@@ -193,9 +194,7 @@ class InMemoryFeeder(FeederDefaults):
         """Serve ``rank``'s share of ``world_size`` ranks: the batch given at construction is the global one,
         each rank's is global / world size (tr.data.sharding: training padded, validation not)."""
         rank, world_size = check_shard(rank, world_size)
-        if self.global_batch % world_size:
-            raise ConfigError(f"the global batch size {self.global_batch} does not divide by the world size "
-                              f"{world_size}")
+        check_batch_split(self.global_batch, world_size, f"the world size {world_size}")
         self.rank, self.world_size, self.batch = rank, world_size, self.global_batch // world_size
         self._alloc()
 

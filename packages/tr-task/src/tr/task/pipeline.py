@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tr.core.errors import ConfigError
-from tr.core.settings import Settings
+from tr.core.settings import Settings, check_batch_split
 from tr.data import PREPROCESSOR_SETTING, Preprocessor, PreprocessorSettings, TransferStation
 from tr.data.sharding import check_shard
 from tr.task.feeder import FeederDefaults
@@ -54,9 +53,7 @@ class PipelineFeeder(FeederDefaults):
         """Serve ``rank``'s share of ``world_size`` ranks: the batch given at construction is the global one,
         each rank's is global / world size (see the module docstring)."""
         rank, world_size = check_shard(rank, world_size)
-        if self.global_batch % world_size:
-            raise ConfigError(f"the global batch size {self.global_batch} does not divide by the world size "
-                              f"{world_size}")
+        check_batch_split(self.global_batch, world_size, f"the world size {world_size}")
         self.pre.shard(rank, world_size)  # checks the phase and the validation split first
         local = self.global_batch // world_size
         if local != self.station.batch_size:

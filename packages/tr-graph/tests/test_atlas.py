@@ -60,9 +60,9 @@ def test_every_bound_call_carries_its_part(models):
 
 def test_batch_roles():
     v = lambda name, train: VariantInfo(name, 1, 1, train)  # noqa: E731
-    assert [batch_role(v(n, t)) for n, t in (("train", True), ("train_last", True), ("train_low", True),
-                                             ("train_low_last", True), ("val", False), ("val_last", False))] == [
-        "batch_train", "batch_train_last", "batch_train", "batch_train_last", "batch_val", "batch_val_last"]
+    assert [batch_role(v(n, t)) for n, t in (("train", True), ("train_last", True), ("val", False),
+                                             ("val_last", False))] == [
+        "batch_train", "batch_train_last", "batch_val", "batch_val_last"]
 
 
 def test_bind_reshapes_per_variant(models):

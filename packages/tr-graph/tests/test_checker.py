@@ -28,17 +28,17 @@ def vgg(models):
 @pytest.fixture(scope="module")
 def resnet(models):
     return compile_program(models.resnet50, mlp_spec(input_shape=(64, 64, 3), num_classes=1000, batch=2,
-                                                     train_low_resolution=32, val_resolution=96))
+                                                     val_resolution=96))
 
 
 def test_compiled_plans_pass(models, vgg, resnet):
     mlp = compile_program(models.mlp_mnist, mlp_spec())
     # every step's calls: 4 training steps (zero grad, first layer 2, deep 10, reduce early, first backward 2, reduce
-    # late, NaN check 2, metric sum, optimizer 3), 4 validation steps (inference 5, metric sum), 2 transfers, the
-    # metrics' clear and all-reduce; no working copies to refresh, no statistics to fold
-    assert check_program(mlp) == mlp.num_ops == 4 * (1 + 2 + 10 + 1 + 2 + 1 + 2 + 1 + 3) + 4 * (5 + 1) + 2 + 1 + 1
+    # late, NaN check 2, metric sum, optimizer 4: lr_lookup, 2 range_optimizer, step count), 4 validation steps
+    # (inference 5, metric sum), 2 transfers, the metrics' clear and all-reduce; no working copies to refresh, no
+    # statistics to fold
+    assert check_program(mlp) == mlp.num_ops == 4 * (1 + 2 + 10 + 1 + 2 + 1 + 2 + 1 + 4) + 4 * (5 + 1) + 2 + 1 + 1
     assert check_program(vgg) == vgg.num_ops > 400
-    # (the low-resolution variants are bound but no step runs them: tr.graph.steps)
     assert check_program(resnet) == resnet.num_ops > 1400
     # reuse is real: far fewer bytes than tensors
     pooled = [t for t in resnet.tensors if t.region == F32]

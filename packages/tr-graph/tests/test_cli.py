@@ -5,9 +5,12 @@ import sys
 
 from tr_graph_testlib import ROOT, mlp_spec, part_calls
 
+from tr.core.dtype import DType
+from tr.core.shape import Shape
 from tr.graph.cli import format_call, load_blueprint, main
 from tr.graph.compiler import compile_program
 from tr.graph.steps import Part as P
+from tr.tensor.dtensor import slot_bytes_for
 
 MODELS = str(ROOT / "examples" / "models.py")
 
@@ -48,7 +51,7 @@ def test_text(capsys):
     assert ("moment1", "fc_w", "decayed,amp_copy") in rows and ("scalar", "int32", "-") in rows
     assert "range_optimizer w=<param[decayed]> g=<grad[decayed]> m=<moment1[decayed]> lr=lr[1,1,1,1]" in out
     assert "range_optimizer w=<param[not decayed]> g=<grad[not decayed]> m=<moment1[not decayed]>" in out
-    assert "\nSteps:\n  train_a (4 branches, 23 ops)\n    branch 0 on COMP_1\n       0 [zero_grad] range_clear" in out
+    assert "\nSteps:\n  train_a (4 branches, 24 ops)\n    branch 0 on COMP_1\n       0 [zero_grad] range_clear" in out
     assert "  val_a (1 branch, 6 ops)\n       0 [infer_a] fc_fwd x=data_a[128,28,28,1]" in out
     assert "  epoch_end (1 branch, 0 ops)\n" in out  # no BN statistics to fold: the step is there, empty
     assert "[deep_fwd_bwd] fc_bwd x=L2.y[128,1,1,256] w=L3.w[10,1,1,256] dy=L4.dx[128,1,1,10]" in out
@@ -67,13 +70,13 @@ def test_text_amp_branches(capsys):
     out = capsys.readouterr().out
     assert "\nSteps:\n" in out
     train = _step_lines(out, "train_a")
-    assert train[0] == "  train_a (4 branches, 26 ops)"
+    assert train[0] == "  train_a (4 branches, 27 ops)"
     assert [line.strip() for line in train if "branch " in line] == [
         "branch 0 on COMP_1", "branch 1 on UPDATE after 0", "branch 2 on COMP_1 after 0",
         "branch 3 on COMP_1 after 1, 2"]
     # the calls are numbered through the step, each with its part; the working copies are refreshed last
     calls = [line.split(maxsplit=2) for line in train[1:] if "branch " not in line]
-    assert [int(n) for n, _, _ in calls] == list(range(26))
+    assert [int(n) for n, _, _ in calls] == list(range(27))
     assert calls[16][1:] == ["[reduce_early_grads]", "range_allreduce_mean span=<grad[early] + result>"]
     cast = "range_cast src=<param[amp_copy]> dst=<amp_copy> {src_dtype=fp32, dst_dtype=fp16}"
     assert calls[-1][1:] == ["[cast_working_copies]", cast]
@@ -86,7 +89,23 @@ def test_text_without_ops(capsys):
     assert main([f"{MODELS}:mlp_mnist", "--batch", "128", "--resolution", "28", "--no-ops"]) == 0
     out = capsys.readouterr().out
     assert "Memory plan" in out and "Steps:" not in out and "[deep_fwd_bwd]" not in out
-    assert re.search(r"\n\d+ tensors, 120 ops in 16 steps, compiled in \d+ ms\n", out)  # as test_checker counts them
+    assert re.search(r"\n\d+ tensors, 124 ops in 16 steps, compiled in \d+ ms\n", out)  # as test_checker counts them
+
+
+def test_lr_table_steps(capsys):
+    def plan(*extra: str) -> dict:
+        assert main([f"{MODELS}:mlp_mnist", "--batch", "128", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    one, run = plan(), plan("--lr-table-steps", "1000")  # the default: a constant rate; a run's table: one per step
+    grown = slot_bytes_for(Shape(1, 1, 1, 1000), DType.FP32) - slot_bytes_for(Shape(1, 1, 1, 1), DType.FP32)
+    assert run["regions"]["scalar/fp32"] - one["regions"]["scalar/fp32"] == grown == 4096 - 512  # the table's slot
+    assert run["arena_bytes"] - one["arena_bytes"] == grown
+    assert main([f"{MODELS}:mlp_mnist", "--batch", "128", "--lr-table-steps", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "[optimizer] lr_lookup table=lr_table[1,1,1,1000] step=step[1,1,1,1] lr=lr[1,1,1,1]" in out
+    assert main([f"{MODELS}:mlp_mnist", "--batch", "128", "--lr-table-steps", "0"]) == 2
+    assert "ConfigError: lr_table_steps must be an integer >= 1" in capsys.readouterr().err
 
 
 def test_errors_are_reported(capsys, tmp_path):

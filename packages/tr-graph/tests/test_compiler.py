@@ -33,7 +33,7 @@ from tr.graph.layers.groups import DEEP_CONV, FC_B, FC_W, FIRST_CONV
 from tr.graph.seed_scheme import seed_arena_bytes
 from tr.graph.spec import CompileSpec
 from tr.graph.steps import Part as P
-from tr.tensor.program import Program
+from tr.tensor.program import SHAPE_INVARIANT, Program
 
 N1 = Shape(128, 1, 1, 1)
 F32, F16 = Region(Role.ACTIVATION, dtype_group(DType.FP32)), Region(Role.ACTIVATION, dtype_group(DType.FP16))
@@ -64,7 +64,8 @@ def test_named_roles(models):
         assert (t.region, t.dtype) == (region, dtype), role
         assert shape is None or t.shape == shape, role
     assert p.tensor("lr_table").shape == Shape(1, 1, 1, 50)
-    assert "lr_table" not in compile_program(models.mlp_mnist, mlp_spec()).named
+    # the default: a one-entry table (a constant rate); there is no plan without one (the host never writes lr)
+    assert compile_program(models.mlp_mnist, mlp_spec()).tensor("lr_table").shape == Shape(1, 1, 1, 1)
     amp = compile_program(models.mlp_mnist, mlp_spec(amp=True))
     assert amp.tensor("data_a").dtype == DType.FP16 and amp.tensor("data_a").pad_c == 4
     assert amp.tensor("logits").region == F16 and amp.tensor("probs").dtype == DType.FP32
@@ -147,25 +148,26 @@ def test_same_blueprint_same_offsets(models):
 def test_variants_share_offsets_and_take_max_slots():
     m = seq(conv(8, 3, p=1), bn(), relu(), maxpool(2), gap(), fc(4))
     p, bound = compile_bound(m, CompileSpec((16, 16, 3), 4, 32, last_train_batch=5, val_batch=64, last_val_batch=3,
-                                            train_resolution=16, train_low_resolution=8, val_resolution=24))
-    assert list(p.variants) == ["train", "train_last", "train_low", "train_low_last", "val", "val_last"]
+                                            train_resolution=16, val_resolution=24))
+    assert list(p.variants) == ["train", "train_last", "val", "val_last"]
+    assert {v for v, _ in bound} == {SHAPE_INVARIANT, *p.variants}  # nothing bound for a variant no step runs
     data = {v: next(c for c in lookup(bound, v, P.FIRST_FWD_A if p.variants[v].train else P.INFER_A)
                     if c.op == "conv_fwd").args["x"] for v in p.variants}
     assert {v: d.shape for v, d in data.items()} == {
-        "train": Shape(32, 16, 16, 3), "train_last": Shape(5, 16, 16, 3), "train_low": Shape(32, 8, 8, 3),
-        "train_low_last": Shape(5, 8, 8, 3), "val": Shape(64, 24, 24, 3), "val_last": Shape(3, 24, 24, 3)}
+        "train": Shape(32, 16, 16, 3), "train_last": Shape(5, 16, 16, 3), "val": Shape(64, 24, 24, 3),
+        "val_last": Shape(3, 24, 24, 3)}
     assert len({(d.offset, d.slot_bytes, d.id) for d in data.values()}) == 1
     assert data["train"].slot_bytes >= data["val"].nbytes  # the largest variant fits
     assert p.tensor("data_a").shape == Shape(64, 24, 24, 3)  # canonical shape: the largest
     # every training tensor of every train variant fits its slot
-    for v in ("train", "train_last", "train_low", "train_low_last"):
+    for v in ("train", "train_last"):
         for c in lookup(bound, v, P.DEEP_FWD_BWD):
             for t in c.args.values():
                 if hasattr(t, "nbytes"):
                     assert t.nbytes <= t.slot_bytes
     assert {c.args["batch"].name for v in p.variants for c in lookup(bound, v, P.ACCUM_METRICS)} == {
         "batch_train", "batch_train_last", "batch_val", "batch_val_last"}
-    # the steps run the full and last batches' bindings (no step runs the low-resolution ones)
+    # the steps run each variant's bindings
     for step, variant, part in (("train_a", "train", P.DEEP_FWD_BWD), ("train_last_b", "train_last", P.DEEP_FWD_BWD),
                                 ("val_b", "val", P.INFER_B), ("val_last_a", "val_last", P.INFER_A)):
         assert part_calls(p, step, part) == lookup(bound, variant, part) != ()

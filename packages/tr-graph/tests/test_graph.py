@@ -54,6 +54,7 @@ def test_mlp_graphs_exactly(models):
                                             ("count_flag", {"flag": "nan_flag", "count": "skipped"})]
     common = {"lr": "lr", "flag": "nan_flag", "grad_scale": "loss_scale"}
     assert g("train_a", P.OPTIMIZER) == [
+        ("lr_lookup", {"table": "lr_table", "step": "step", "lr": "lr"}),  # the rate of this step, on the device
         ("range_optimizer", {"w": sp(PARAM, decayed=True), "g": sp(GRAD, decayed=True),
                              "m": sp(M1, decayed=True), **common}),
         ("range_optimizer", {"w": sp(PARAM, decayed=False), "g": sp(GRAD, decayed=False),
@@ -61,8 +62,8 @@ def test_mlp_graphs_exactly(models):
         ("scalar_increment", {"x": "step"}),
     ]
     opt = part_calls(p, "train_a", P.OPTIMIZER)
-    assert opt[0].attrs["rule"] == opt[1].attrs["rule"] == "momentum"
-    assert opt[1].attrs["weight_decay"] == 0.0
+    assert opt[1].attrs["rule"] == opt[2].attrs["rule"] == "momentum"
+    assert opt[2].attrs["weight_decay"] == 0.0
     assert names(part_calls(p, "val_a", P.INFER_A)) == [
         ("fc_fwd", {"x": "data_a", "w": "L0.w", "b": "L0.b", "y": "L0.y@inf"}),
         ("fc_fwd", {"x": "L0.y@inf", "w": "L1.w", "b": "L1.b", "y": "L1.y@inf"}),
@@ -85,7 +86,7 @@ def test_mlp_graphs_exactly(models):
                                 P.FOLD_RUNNING, P.EMA_UPDATE, P.PREPARE_EMA, P.INFER_EMA_A, P.INFER_EMA_B)}
     assert not any(c.part in absent for step in p.steps.values() for c in step.calls)
     assert p.step("epoch_begin").calls == p.step("epoch_end").calls == ()
-    assert [c.op for c in part_calls(p, "train_a", P.OPTIMIZER)] == ["range_optimizer", "range_optimizer",
+    assert [c.op for c in part_calls(p, "train_a", P.OPTIMIZER)] == ["lr_lookup", "range_optimizer", "range_optimizer",
                                                                      "scalar_increment"]  # no LARS update
 
 
@@ -230,12 +231,14 @@ def _opt(spec_kw, m=None):
 def test_optimizers():
     sgd = _opt({"optimizer": "sgd", "weight_decay": 5e-4})
     assert [(c.op, c.attrs.get("rule"), c.attrs.get("weight_decay")) for c in sgd] == [
-        ("range_optimizer", "sgd", 5e-4), ("range_optimizer", "sgd", 0.0), ("scalar_increment", None, None)]
-    assert sgd[0].args["m"] is None and sgd[0].args["v"] is None
+        ("lr_lookup", None, None), ("range_optimizer", "sgd", 5e-4), ("range_optimizer", "sgd", 0.0),
+        ("scalar_increment", None, None)]
+    assert sgd[1].args["m"] is None and sgd[1].args["v"] is None
+    assert sgd[0].args["table"].shape.c == 1  # the default table: one rate for every step
     adamw = _opt({"optimizer": "adamw", "momentum": 0.8, "beta2": 0.99})
-    assert [c.attrs.get("rule") for c in adamw[:2]] == ["adamw", "adam"]
-    assert adamw[0].args["v"] == sp(Role.MOMENT2, decayed=True) and adamw[0].args["step"].name == "step"
-    assert adamw[0].attrs["beta1"] == 0.8 and adamw[0].attrs["beta2"] == 0.99
+    assert [c.attrs.get("rule") for c in adamw[1:3]] == ["adamw", "adam"]
+    assert adamw[1].args["v"] == sp(Role.MOMENT2, decayed=True) and adamw[1].args["step"].name == "step"
+    assert adamw[1].attrs["beta1"] == 0.8 and adamw[1].attrs["beta2"] == 0.99
     lars = _opt({"optimizer": "lars", "weight_decay": 1e-4, "lr_table_steps": 100, "trust_coefficient": 0.02})
     assert [c.op for c in lars] == ["lr_lookup", "range_optimizer", "lars_update", "lars_update", "scalar_increment"]
     assert lars[1].attrs["rule"] == "momentum" and lars[1].args["w"] == sp(PARAM, decayed=False)
@@ -244,15 +247,16 @@ def test_optimizers():
     assert lars[3].args["ratio"].region == Region(Role.TRUST_RATIO, FC_W)
     assert lars[2].attrs == {"nesterov": False, "momentum": 0.9, "weight_decay": 1e-4, "trust_coefficient": 0.02,
                              "eps": 1e-8, "trust_clip": 100.0}
-    assert _opt({"optimizer": "lars", "trust_clip": 7.0})[2].attrs["trust_clip"] == 7.0
+    assert {c.attrs["trust_clip"] for c in _opt({"optimizer": "lars", "trust_clip": 7.0})[2:4]} == {7.0}
     assert lars[0].args["table"].shape.c == 100
     nest = _opt({"optimizer": "lars_nesterov"})
-    assert nest[0].attrs["rule"] == "nesterov" and nest[1].attrs["nesterov"]
+    assert nest[1].attrs["rule"] == "nesterov" and nest[2].attrs["nesterov"]
 
 
 def test_bias_free_model_skips_the_bias_update():
     ops = _opt({}, seq(conv(4, 3, p=1), gap(), fc(3, bias=False)))
-    assert [c.attrs.get("rule") for c in ops] == ["momentum", None]
+    assert [(c.op, c.attrs.get("rule")) for c in ops] == [("lr_lookup", None), ("range_optimizer", "momentum"),
+                                                          ("scalar_increment", None)]
 
 
 def test_grad_clip_attribute():

@@ -79,7 +79,7 @@ def test_the_resident_steps_choose_their_batches_on_the_device(val):
     (dict(resident=resident(image=(28, 28, 3))), "do not give the plan's input"),
     (dict(resident=resident(train=0)), "train_samples must be an integer >= 1"),
     (dict(resident=resident(val=-1)), "val_samples must be an integer >= 0"),
-    (dict(resident=resident(), train_resolution=24), "leave the train, low and val resolutions unset"),
+    (dict(resident=resident(), train_resolution=24), "leave the train and val resolutions unset"),
     (dict(resident="mnist"), "resident must be a ResidentInput"),
 ])
 def test_inputs_that_cannot_work_are_refused(kw, match):

@@ -205,7 +205,7 @@ def test_the_compiled_mlp_step_runs_its_parts_in_recipe_order(models):
     parts = [c.part for c in p.step("train_a").calls]
     assert parts == (["zero_grad"] + ["first_fwd_a"] * 2 + ["deep_fwd_bwd"] * 10 + ["reduce_early_grads"]
                      + ["first_bwd_a"] * 2 + ["reduce_late_grads"] + ["check_finite"] * 2 + ["accum_metrics"]
-                     + ["optimizer"] * 3)
+                     + ["optimizer"] * 4)  # lr_lookup, two range_optimizer, scalar_increment
     assert [c.part for c in p.step("val_last_b").calls] == ["infer_b"] * 5 + ["accum_metrics_val_last"]
     assert [[c.part for c in b.calls] for b in p.step("train_b").branches][1:3] == [["reduce_early_grads"],
                                                                                    ["first_bwd_b"] * 2]

@@ -40,8 +40,8 @@ def part_calls(program: Program, step: str, p: Part) -> tuple[OpCall, ...]:
 
 
 def compile_bound(blueprint: Any, spec: CompileSpec) -> tuple[Program, Bound]:
-    """compile_program, plus the parts GraphAtlas.build bound for every variant (the steps hold only the variants a
-    task captures, the atlas every one: the progressive-resizing ones too)."""
+    """compile_program, plus the parts GraphAtlas.build bound for every variant (before tr.graph.steps assembles
+    them into steps)."""
     seen: list[Bound] = []
     build = GraphAtlas.build
 

@@ -16,7 +16,7 @@ from tr.core.shape import Shape
 from tr.graph.graph import ComputationGraph, SymOp, accum_metrics
 from tr.graph.steps import INFER_PARTS, TRAIN_PARTS, Part
 from tr.tensor.dtensor import DTensor
-from tr.tensor.program import SHAPE_INVARIANT, TRAIN_LAST, TRAIN_LOW_LAST, VAL_LAST, VariantInfo
+from tr.tensor.program import SHAPE_INVARIANT, TRAIN_LAST, VAL_LAST, VariantInfo
 
 PER_VARIANT = TRAIN_PARTS | INFER_PARTS | {Part.ACCUM_METRICS}
 Bound = dict[tuple[str, Part], tuple[OpCall, ...]]
@@ -24,7 +24,7 @@ Bound = dict[tuple[str, Part], tuple[OpCall, ...]]
 
 def batch_role(v: VariantInfo) -> str:
     if v.train:
-        return "batch_train_last" if v.name in (TRAIN_LAST, TRAIN_LOW_LAST) else "batch_train"
+        return "batch_train_last" if v.name == TRAIN_LAST else "batch_train"
     return "batch_val_last" if v.name == VAL_LAST else "batch_val"
 
 

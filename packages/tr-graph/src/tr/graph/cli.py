@@ -129,11 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("target", help="FILE.py:NAME")
     ap.add_argument("--batch", type=int, required=True, help="per-device training batch")
     ap.add_argument("--resolution", type=int, default=None, help="square input side (train and val)")
-    ap.add_argument("--low-resolution", type=int, default=None, help="progressive resizing: start side")
     ap.add_argument("--last-batch", type=int, default=None)
     ap.add_argument("--val-batch", type=int, default=None)
     ap.add_argument("--amp", action="store_true")
     ap.add_argument("--optimizer", default="momentum", choices=OPTIMIZERS)
+    ap.add_argument("--lr-table-steps", type=int, default=1,
+                    help="entries of the device LR table: a run's total steps (default 1: a constant rate)")
     ap.add_argument("--loss", default="softmax_ce", choices=LOSS_KINDS, help="the loss layer appended")
     ap.add_argument("--input", default=None, help="H,W,C of one sample (default: the BluePrint's)")
     ap.add_argument("--classes", type=int, default=None, help="number of classes (default: the BluePrint's)")
@@ -147,8 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("the BluePrint has no input_shape/num_classes: pass --input H,W,C and --classes K")
     try:
         spec = CompileSpec(hwc, classes, a.batch, last_train_batch=a.last_batch, val_batch=a.val_batch,
-                           train_resolution=a.resolution, train_low_resolution=a.low_resolution, amp=a.amp,
-                           optimizer=a.optimizer, loss=a.loss)
+                           train_resolution=a.resolution, amp=a.amp, optimizer=a.optimizer, loss=a.loss,
+                           lr_table_steps=a.lr_table_steps)
         compiled = compile_with_plan(bp, spec)
     except TrError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)

@@ -228,8 +228,7 @@ class Compiler:
                 add("loss_scale_tracker", one, INT32_SCALAR, DType.INT32, init=Init("zeros"))
             for role, b in batch_of.items():
                 add(role, one, FP32_SCALAR, DType.FP32, init=Init("const", value=float(b)))
-            if spec.lr_table_steps:
-                add("lr_table", Shape(1, 1, 1, spec.lr_table_steps), FP32_SCALAR, DType.FP32)
+            add("lr_table", Shape(1, 1, 1, spec.lr_table_steps), FP32_SCALAR, DType.FP32)  # the task writes it
             add("result", Shape(1, 1, 1, 3), Region(Role.RESULT), DType.FP32)
             add("accum", Shape(1, 1, 1, 3), Region(Role.RESULT_SUM), DType.FP32)
             # samples of the applied (not skipped) training steps: the epoch's mean loss divides by them

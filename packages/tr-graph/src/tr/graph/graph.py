@@ -311,9 +311,8 @@ def _loss_scale_update(spec: CompileSpec) -> SymOp:
 
 
 def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[tuple[int, str]]) -> list[SymOp]:
-    ops: list[SymOp] = []
-    if spec.lr_table_steps:
-        ops.append(_op("lr_lookup", table="lr_table", step="step", lr="lr", label="learning rate of this step"))
+    # the step's learning rate from the device table (the host never writes lr): table[min(step, len - 1)]
+    ops = [_op("lr_lookup", table="lr_table", step="step", lr="lr", label="learning rate of this step")]
     m, v = spec.momentum_slot, spec.second_moment_slot
     common = {"lr": "lr", "flag": "nan_flag", "grad_scale": "loss_scale", "step": "step" if v else None}
 

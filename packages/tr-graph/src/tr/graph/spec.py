@@ -2,8 +2,9 @@
 
 Batches are per device (local). Resolutions are square sides; None keeps the input's own H and W.
 Variants: train (batch, train_resolution), train_last (last_train_batch), val (val_batch,
-val_resolution), val_last (last_val_batch), and with progressive resizing (train_low_resolution set)
-train_low / train_low_last at the low resolution.
+val_resolution) and val_last (last_val_batch): one per kind of step the task launches (tr.graph.steps).
+The learning rate always comes from a device table of lr_table_steps entries (lr_lookup reads
+table[min(step, len - 1)] at the start of every optimizer step), written by the task before the first step.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tr.core.shape import Shape
 from tr.graph.jpeg_input import JpegInput
 from tr.graph.layers import LOSS_KINDS
 from tr.graph.resident import ResidentInput
-from tr.tensor.program import TRAIN, TRAIN_LAST, TRAIN_LOW, TRAIN_LOW_LAST, VAL, VAL_LAST, VariantInfo
+from tr.tensor.program import TRAIN, TRAIN_LAST, VAL, VAL_LAST, VariantInfo
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,6 @@ class CompileSpec:
     val_batch: int | None = None  # None: = batch
     last_val_batch: int | None = None  # None: = val_batch
     train_resolution: int | None = None  # square training side; None: input H, W
-    train_low_resolution: int | None = None  # progressive resizing: start side (adds train_low variants)
     val_resolution: int | None = None  # None: = train_resolution
     amp: bool = False
     loss_scale_rule: str = "dynamic"  # AMP: one of LOSS_SCALE_RULES (GradScaler's, or the seed's only-halving)
@@ -48,7 +48,7 @@ class CompileSpec:
     label_smoothing: float = 0.0
     loss: str = "softmax_ce"  # the loss layer appended after the model: softmax_ce, bce_logits or mse
     grad_clip: float = 0.0  # > 0: clamp FP32 gradients element-wise during the finite check
-    lr_table_steps: int = 0  # > 0: a device table of learning rates read by lr_lookup; 0: the host writes lr
+    lr_table_steps: int = 1  # entries of the device's learning-rate table (a run's steps); 1: a constant rate
     bn_momentum: float | None = None  # overrides every BN's momentum when set
     bn_eps: float | None = None  # overrides every BN's eps when set
     world_size: int = 1  # recorded; the all-reduce ops are emitted for any size
@@ -68,8 +68,7 @@ class CompileSpec:
         for name, v in (("input H", h), ("input W", w), ("input C", c), ("num_classes", self.num_classes),
                         ("batch", self.batch), ("world_size", self.world_size)):
             _positive(name, v)
-        for name in ("last_train_batch", "val_batch", "last_val_batch", "train_resolution",
-                     "train_low_resolution", "val_resolution"):
+        for name in ("last_train_batch", "val_batch", "last_val_batch", "train_resolution", "val_resolution"):
             v = getattr(self, name)
             if v is not None:
                 _positive(name, v)
@@ -93,8 +92,10 @@ class CompileSpec:
         _unit("label_smoothing", self.label_smoothing)
         if self.loss not in LOSS_KINDS:
             raise ConfigError(f"loss must be one of {', '.join(LOSS_KINDS)}, got {self.loss!r}")
-        if isinstance(self.lr_table_steps, bool) or not isinstance(self.lr_table_steps, int) or self.lr_table_steps < 0:
-            raise ConfigError(f"lr_table_steps must be an integer >= 0, got {self.lr_table_steps!r}")
+        v = self.lr_table_steps
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"lr_table_steps must be an integer >= 1 (the entries of the device's learning-rate "
+                              f"table, one per step; 1: a constant rate), got {v!r}")
         if self.bn_momentum is not None:
             _unit("bn_momentum", self.bn_momentum, closed=True)
         v = self.ema_decay
@@ -106,10 +107,9 @@ class CompileSpec:
             if not isinstance(self.resident, ResidentInput):
                 raise ConfigError(f"resident must be a ResidentInput or None, got {self.resident!r}")
             self.resident.validate(self.input_shape)
-            if self.train_low_resolution is not None or any(
-                    r not in (None, self.input_shape[0]) for r in (self.train_resolution, self.val_resolution)):
-                raise ConfigError("a device-resident input is augmented at the images' own size: leave the train, "
-                                  "low and val resolutions unset")
+            if any(r not in (None, self.input_shape[0]) for r in (self.train_resolution, self.val_resolution)):
+                raise ConfigError("a device-resident input is augmented at the images' own size: leave the train "
+                                  "and val resolutions unset")
 
         if self.jpeg is not None:
             if not isinstance(self.jpeg, JpegInput):
@@ -117,10 +117,9 @@ class CompileSpec:
             self.jpeg.validate()
             if self.resident is not None:
                 raise ConfigError("a plan takes one input: a resident data set or JPEG files, not both")
-            if self.train_low_resolution is not None or any(
-                    r not in (None, self.input_shape[0]) for r in (self.train_resolution, self.val_resolution)):
-                raise ConfigError("a JPEG input is resized to the samples' size by its chain: leave the train, low "
-                                  "and val resolutions unset")
+            if any(r not in (None, self.input_shape[0]) for r in (self.train_resolution, self.val_resolution)):
+                raise ConfigError("a JPEG input is resized to the samples' size by its chain: leave the train and "
+                                  "val resolutions unset")
 
     def _validate_loss_scale(self) -> None:
         if self.loss_scale_rule not in LOSS_SCALE_RULES:
@@ -169,15 +168,10 @@ class CompileSpec:
         last = self.last_train_batch if self.last_train_batch is not None else self.batch
         vb = self.val_batch_size
         vlast = self.last_val_batch if self.last_val_batch is not None else vb
-        out = {TRAIN: VariantInfo(TRAIN, self.batch, tr or h, True),
-               TRAIN_LAST: VariantInfo(TRAIN_LAST, last, tr or h, True)}
-        if self.train_low_resolution is not None:
-            lo = self.train_low_resolution
-            out[TRAIN_LOW] = VariantInfo(TRAIN_LOW, self.batch, lo, True)
-            out[TRAIN_LOW_LAST] = VariantInfo(TRAIN_LOW_LAST, last, lo, True)
-        out[VAL] = VariantInfo(VAL, vb, va or h, False)
-        out[VAL_LAST] = VariantInfo(VAL_LAST, vlast, va or h, False)
-        return out
+        return {TRAIN: VariantInfo(TRAIN, self.batch, tr or h, True),
+                TRAIN_LAST: VariantInfo(TRAIN_LAST, last, tr or h, True),
+                VAL: VariantInfo(VAL, vb, va or h, False),
+                VAL_LAST: VariantInfo(VAL_LAST, vlast, va or h, False)}
 
     def variant_input(self, v: VariantInfo) -> Shape:
         """The input batch shape of a variant: [batch, side, side, C], or the native H, W without a side."""
@@ -186,8 +180,6 @@ class CompileSpec:
     def _resolution_of(self, v: VariantInfo) -> int | None:
         if v.name in (TRAIN, TRAIN_LAST):
             return self.train_resolution
-        if v.name in (TRAIN_LOW, TRAIN_LOW_LAST):
-            return self.train_low_resolution
         return self.val_resolution if self.val_resolution is not None else self.train_resolution
 
     def replace(self, **kw: Any) -> CompileSpec:
@@ -195,21 +187,6 @@ class CompileSpec:
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_settings(cls, settings: Settings, input_shape: tuple[int, int, int], num_classes: int,
-                      **kw: Any) -> CompileSpec:
-        """Batch (local), AMP and resolutions from tr.core settings; the rest from keywords."""
-        b, e = settings.train_res_begin, settings.train_res_end
-        base: dict[str, Any] = {
-            "input_shape": tuple(input_shape), "num_classes": num_classes, "batch": settings.local_batch_size,
-            "amp": settings.amp_enabled, "world_size": settings.world_size, **loss_scale_fields(settings),
-            "train_resolution": (e or settings.input_res or None),
-            "train_low_resolution": b if (b and e and b != e) else None,
-            "val_resolution": settings.val_res or None,
-        }
-        base.update(kw)
-        return cls(**base)
 
 
 def loss_scale_fields(settings: Settings) -> dict[str, Any]:

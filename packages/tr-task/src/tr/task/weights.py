@@ -48,7 +48,7 @@ def initialize_program(backend, program: Program, settings: Settings, initialize
         backend.write(t, arr.astype(t.dtype.np_dtype))
     # Scalars with a compile-time value (loss scale, batch sizes, step) come as "const"/"zeros" InitSpecs above.
     _put(backend, program, "nan_flag", 0)
-    _put(backend, program, "lr", 0.0)
+    _put(backend, program, "lr", 0.0)  # defined bytes until the first step's lr_lookup (lr is checkpointed state)
     if "dropout_seed" in program.named:
         s = philox.splitmix64(settings.seed + rank)
         backend.write(program.named["dropout_seed"],

@@ -16,9 +16,7 @@ from tr.tensor.dtensor import DTensor
 from tr.tensor.layout import ArenaLayout
 
 SHAPE_INVARIANT = "any"  # tr.graph.atlas: a part bound once for every variant
-TRAIN, TRAIN_LAST, TRAIN_LOW, TRAIN_LOW_LAST, VAL, VAL_LAST = (
-    "train", "train_last", "train_low", "train_low_last", "val", "val_last")
-VARIANTS = (TRAIN, TRAIN_LAST, TRAIN_LOW, TRAIN_LOW_LAST, VAL, VAL_LAST)
+TRAIN, TRAIN_LAST, VAL, VAL_LAST = "train", "train_last", "val", "val_last"  # the variants (tr.graph.spec)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import torch
 
 from tr.algo.optimizer import SGD, AdamW
 from tr.algo.scheduler import ConstantLR
+from tr.core.errors import ConfigError
 from tr.core.settings import Settings
 from tr.graph.blueprint import conv, fc, gap, layernorm, relu, seq
 from tr.task.deep_learning import DeepLearningTask
@@ -149,3 +150,15 @@ def test_amp_training_follows_the_fp32_run(make):
     assert amp[0].spec.amp and len(amp[1]) == len(fp32[1]) == STEPS
     np.testing.assert_allclose(amp[1], fp32[1], rtol=2e-3)
     assert amp[1][-1] < amp[1][0] - 0.1  # it learns
+
+
+def test_parameters_hold_the_layernorms_and_torch_export_refuses_to_drop_them():
+    task, _ = _tr_losses(_mlp, "sgd", 0.05, 0.0)
+    params = task.parameters()
+    w = task.weights()
+    # one entry per module in layer order: fc, layernorm (gamma, beta), fc, layernorm, fc
+    assert [len(p) for p in params] == [2, 2, 2, 2, 2]
+    assert np.array_equal(params[1][0], w["L1.gamma"]) and np.array_equal(params[1][1], w["L1.beta"])
+    # torch_io maps fc, conv and BN parameters: a LayerNorm's would be left out of the export, so it is refused
+    with pytest.raises(ConfigError, match=r"layer 1: parameter L1.gamma \(region param/ln_w\) has no torch "):
+        task.to_torch(torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU()))

@@ -178,7 +178,7 @@ def test_predict_runs_on_a_user_batch(digits):
 
 
 def test_both_models_are_validated_on_the_resident_val_set(digits):
-    """Validation reads the resident val set (INF_MAIN and INF_EMA head with augment_affine's normalisation):
+    """Validation reads the resident val set (the INFER and INFER_EMA parts head with augment_affine's normalisation):
     its top-1 equals predict()'s on the same digits fed from the host, for the weights and for the EMA."""
     configure(digits)
     t = task(epochs=2, ema=0.9)

@@ -47,7 +47,7 @@ def test_one_group_name_with_two_trait_sets_is_refused():
     mp = MemoryPlan()
     mp.alloc("w", Region(Role.PARAM, Group("w", decayed=True)), 256)
     mp.alloc("w.grad", Region(Role.GRAD, Group("w")), 256)
-    with pytest.raises(CompileError, match=r"group 'w' is declared with two sets of traits: .*decayed=True.* "
+    with pytest.raises(CompileError, match=r"group 'w' is declared twice, differently: .*decayed=True.* "
                                            r"\(region param/w\) and .*decayed=False.* \(region grad/w\)"):
         mp.finalize()
     # the same check covers a pool's region

@@ -294,7 +294,7 @@ def test_user_groups_land_where_their_traits_say(embed_kind, amp):
 
 def test_a_group_name_declared_with_other_traits_is_refused(embed_kind):
     embed_kind(weight_group=Group("fc_w", decayed=True))  # the fc's group name, without its working copy
-    with pytest.raises(CompileError, match=r"group 'fc_w' is declared with two sets of traits: .*amp_copy=True.* "
+    with pytest.raises(CompileError, match=r"group 'fc_w' is declared twice, differently: .*amp_copy=True.* "
                                            r"\(region param/fc_w\) and .*amp_copy=False"):
         _embed_plan()
 
@@ -305,4 +305,25 @@ def test_a_group_whose_traits_break_a_span_is_refused(embed_kind):
     embed_kind(bias_group=Group("late_bias", early=True))
     with pytest.raises(CompileError, match=r"span <param\[not decayed\]> is not contiguous: region param/emb "
                                            r"\[\d+, \d+\) lies between param/bn_b and param/late_bias"):
+        _embed_plan()
+
+
+def test_a_first_layer_in_an_early_group_is_refused(embed_kind, monkeypatch):
+    # the early all-reduce runs beside the first layer's backward: a first layer writing an early gradient would
+    # race it, so the compiler refuses the declaration and names the layer and the group
+    embed_kind(weight_group=Group("emb", decayed=True, amp_copy=True, early=True))
+    monkeypatch.setattr(EmbedKind, "first_ok", True)
+    with pytest.raises(CompileError, match=r"layer 0 \(fc 6\+relu\): the first layer's parameter w is in group "
+                                           r"'emb', which says early"):
+        compile_program(seq(Embed(6), relu(), fc(3)), mlp_spec(input_shape=(6, 6, 3), num_classes=3, batch=4))
+
+
+def test_a_weight_without_an_initializer_family_is_refused(embed_kind, monkeypatch):
+    def declare(self, layer, ins, out, cx):
+        fan_in, k = ins[0].per_sample(), layer.params["out"]
+        return cx.param("w", EMB, Shape(k, 1, 1, fan_in), Init("weight", fan_in, k))  # no family
+
+    embed_kind()
+    monkeypatch.setattr(EmbedKind, "declare", declare)
+    with pytest.raises(CompileError, match=r"layer 2 \(fc 6\+relu\): weight w has no initializer family"):
         _embed_plan()

@@ -8,8 +8,10 @@ gradient is complete before the first layer's backward) are data on the group.
 
 The memory plan orders regions by (role, group.sort_key()); a range op names its bytes as a :class:`Span`, a
 selection of regions by role and traits, which must come out contiguous in that order (the layout resolves
-and checks it). The sort key is chosen so every span the compiler asks for is contiguous for any groups whose
-traits follow the usual patterns; a span that is not is a CompileError naming the region in the way.
+and checks it). The sort key makes every span the compiler asks for contiguous for tr's groups and for groups
+whose traits follow them; no single order can do it for every combination (an early bias-like group, a decayed
+group without a working copy beside early ones under AMP, a bias-like group with an FP16 gradient): such a plan
+is a CompileError naming the region in the way, raised when the plan is compiled, not a wrong range.
 """
 
 from __future__ import annotations
@@ -94,9 +96,9 @@ class Group:
     order: int = 0
 
     def sort_key(self) -> tuple:
-        # Bias-like groups without then with a working copy, decayed ones with then without: every
-        # amp_copy group is one run, as are the decayed and the bias-like ones; early groups come last, next to
-        # RESULT (one collective reduces them and the step result).
+        # Early groups last, next to RESULT (one collective reduces them and the step result); before them
+        # bias-like groups without then with a working copy, decayed ones with then without, so the decayed, the
+        # bias-like and (without early groups in between) the amp_copy groups are one run each.
         amp_pos = (0 if self.amp_copy else 1) if self.decayed else (1 if self.amp_copy else 0)
         return (self.early, self.decayed, amp_pos, self.fp16_grad, self.order, self.name)
 

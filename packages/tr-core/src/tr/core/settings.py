@@ -212,7 +212,8 @@ class Settings:
 
     @property
     def local_batch_size(self) -> int:
-        return self.batch_size // self.world_size
+        """Each device's share of the global batch (the launch's world decides at compile: tr.task.resolve)."""
+        return check_batch_split(self.batch_size, self.world_size, f"the number of GPUs {self.world_size}")
 
     @property
     def loss_scale(self) -> float:

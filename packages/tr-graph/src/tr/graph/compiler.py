@@ -30,7 +30,7 @@ from tr.graph.checker import check_program
 from tr.graph.ema import add_ema_graphs, ema_twins
 from tr.graph.graph import ChainBuilder, add_update_graphs
 from tr.graph.layers import KINDS
-from tr.graph.layers.base import ANY, BASE, INF, TRAIN, DeclCtx, Init
+from tr.graph.layers.base import ANY, BASE, INF, TRAIN, Decl, DeclCtx, Init
 from tr.graph.liveness import PoolPlan, plan_pools
 from tr.graph.memory_plan import MemoryPlan, check_layout, check_range_ops
 from tr.graph.passes import infer_shapes
@@ -113,6 +113,7 @@ class Compiler:
             for i, L in enumerate(arch.layers):
                 ins = [shapes[u] for u in L.inputs]
                 for d in KINDS[L.kind].declare(L, ins, shapes[i], cx):
+                    _check_decl(i, L, d)
                     table.add_decl(f"L{i}.", d, v, i)
 
         cg = ChainBuilder(arch, spec, table.__contains__).build()
@@ -254,6 +255,19 @@ class Compiler:
             "optimizer": self.spec.optimizer,
             "spec": self.spec.as_dict(),
         }
+
+
+def _check_decl(index: int, layer: Any, d: Decl) -> None:
+    """What a kind's declaration must respect beyond its own rules: the first layer's gradients are not
+    complete before its own backward, so it owns no group that says so (the early all-reduce would race its
+    backward); a weight names its initializer family."""
+    what = f"layer {index} ({KINDS[layer.kind].describe(layer)})"
+    if layer.first and d.region.role is Role.GRAD and d.region.group.early:
+        raise CompileError(f"{what}: the first layer's parameter {d.local.removesuffix('.grad')} is in group "
+                           f"{d.region.group.name!r}, which says early (its gradients are complete before the first "
+                           "layer's backward): give the first layer's parameters a group without early")
+    if d.init is not None and d.init.kind == "weight" and not d.init.family:
+        raise CompileError(f"{what}: weight {d.local} has no initializer family (Init(..., family='fc' or 'conv'))")
 
 
 def _has_span(c: Any) -> bool:

@@ -43,7 +43,7 @@ from tr.graph.steps import Part
 A, B = "a", "b"
 FIRST_FWD = {A: Part.FIRST_FWD_A, B: Part.FIRST_FWD_B}
 FIRST_BWD = {A: Part.FIRST_BWD_A, B: Part.FIRST_BWD_B}
-INF_MAIN = {A: Part.INFER_A, B: Part.INFER_B}
+INFER = {A: Part.INFER_A, B: Part.INFER_B}
 
 
 @dataclass(slots=True)
@@ -197,7 +197,7 @@ class ChainBuilder:
     def _inference(self) -> None:
         layers = self.arch.layers
         for ab in (A, B):
-            sink = self.cg.sink(INF_MAIN[ab])
+            sink = self.cg.sink(INFER[ab])
             vals = {-1: self._input(ab, sink, False)}
             for i, L in enumerate(layers):
                 y = self._value_key(f"L{i}.y@inf", i, FEATURE, INF) if i < len(layers) - 1 else ""
@@ -259,11 +259,11 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
         src = Span.of(Role.GRAD_FP16, early=early)  # (groups without an FP16 gradient, the FCs', have none here)
         if spec.amp and has(src):
             g[gid] = [_op("range_cast", fp16, src=src, dst=Span.of(Role.GRAD, fp16_grad=True, early=early))]
-    g[Part.REDUCE_LATE] = [_op("range_allreduce_mean", span=LATE_BUCKET, label="gradient bucket 2")]
+    g[Part.REDUCE_LATE] = [_op("range_allreduce_mean", span=LATE_BUCKET, label="late gradient groups")]
     g[Part.REDUCE_EARLY] = [_op("range_allreduce_mean", span=EARLY_BUCKET,
-                                label="gradient bucket 1 and the step result")]
+                                label="early gradient groups and the step result")]
     nan = [_op("range_check_finite", {"clip": spec.grad_clip}, span=GRADS, flag="nan_flag")]
-    if has(RUNNING_NEXT):  # an overflowed running statistic skips the step too (after STATS_COMM)
+    if has(RUNNING_NEXT):  # an overflowed running statistic skips the step too (after REDUCE_RUNNING)
         nan.append(_op("range_check_finite", {"clip": 0.0, "accumulate": True}, span=RUNNING_NEXT,
                        flag="nan_flag", label="BN running statistics"))
     nan.append(_op("count_flag", flag="nan_flag", count="skipped", label="skipped steps"))

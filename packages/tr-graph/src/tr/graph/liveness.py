@@ -1,7 +1,7 @@
 """Liveness of pooled tensors over one step, in-place aliasing, and packing into per-region pools.
 
 Pooled tensors (features, activation gradients, masks, saved BN statistics) only live inside one step's
-compute chain: the training chain FIRST_LAYER_FWD -> DEEP_FWD_BWD -> FIRST_LAYER_BWD, or one inference
+compute chain: the training chain FIRST_FWD -> DEEP_FWD_BWD -> FIRST_BWD, or one inference
 pass. Their live range is [first write, last access] over the timeline "training chain, then inference
 chain" (the two never run at once, so inference tensors can reuse training memory entirely).
 

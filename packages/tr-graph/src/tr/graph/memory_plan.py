@@ -47,8 +47,8 @@ class MemoryPlan:
         for r in regions:
             other = groups.setdefault(r.group.name, r)
             if other.group != r.group:
-                raise CompileError(f"group {r.group.name!r} is declared with two sets of traits: "
-                                   f"{other.group} (region {other.name}) and {r.group} (region {r.name})")
+                raise CompileError(f"group {r.group.name!r} is declared twice, differently: {other.group} (region "
+                                   f"{other.name}) and {r.group} (region {r.name}); give one of them another name")
         return regions
 
     def finalize(self) -> tuple[ArenaLayout, dict[str, int]]:

@@ -16,7 +16,7 @@ A plan compiled with ``CompileSpec.resident`` (a ResidentInput) differs from a h
 * ``aug_key``: the epoch's seed prefix (tr.data.seeds.seed_prefix as one little-endian uint64 in INT32[2]),
   written once per epoch;
 * ``aug_x``: the augmented, normalised batch (the plan's input dtype), written by ``augment_affine`` at the
-  head of FIRST_LAYER_FWD_{A,B} (from train_set, with the chain's draws) and of INF_MAIN_{A,B} (from val_set,
+  head of FIRST_FWD_{A,B} (from train_set, with the chain's draws) and of INFER_{A,B} (from val_set,
   normalisation only), and read by the first layer's forward and backward.
 
 So the per-sample draws are a pure function of (seed, epoch, dataset index), like tr.data's workers' (same

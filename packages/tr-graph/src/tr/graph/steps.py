@@ -98,7 +98,7 @@ def assemble(name: str, recipe: Recipe, calls: Callable[[Part], Sequence[OpCall]
     """The step's branches with their calls; a side branch with no calls is dropped, and whoever waited for it
     waits for what it waited for instead."""
     out: list[Branch] = []
-    resolved: dict[int, tuple[int, ...]] = {}  # recipe branch -> the kept branches waiting for it means
+    resolved: dict[int, tuple[int, ...]] = {}  # recipe branch -> the kept branches a wait for it stands for
     before: list[set[int]] = []  # kept branch -> every kept branch it follows, directly or not
     for i, (stream, parts, after) in enumerate(recipe):
         got = tuple(c for p in parts for c in calls(p))

@@ -14,7 +14,7 @@ from tr.algo.onehot_loss import BCEWithLogitsLoss, MSELoss
 from tr.algo.scheduler import Scheduler
 from tr.core.errors import CompileError, ConfigError, PhaseError
 from tr.core.log import get_logger
-from tr.core.memory import Region, Role
+from tr.core.memory import Role
 from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
 from tr.graph.layers.groups import BN_B, BN_W
@@ -37,7 +37,7 @@ from tr.task.progress import Progress
 from tr.task.report import EpochRecord, EpochTable, TrainingResult
 from tr.task.resolve import Resolved, resolve
 from tr.task.sinks import MetricsLog
-from tr.task.weights import initialize_program
+from tr.task.weights import check_families, initialize_program
 
 log = get_logger(__name__)
 
@@ -274,6 +274,7 @@ class DeepLearningTask(TaskBase):
 
         spec = self.spec = r.compile_spec(self)
         self.program = compile_program(self._blueprint, spec)
+        check_families(self.program, self._initializer)
         self._advance(Phase.MEMORY_LOCKED)
         if env is not None:  # join the world; every rank must then hold the same plan
             self.group = init_group(env, r.timeout_s)
@@ -294,13 +295,13 @@ class DeepLearningTask(TaskBase):
                 feeder.adopt_buffers(pinned)
         self.backend.bind_host_buffers(feeder.buffers())
         initialize_program(self.backend, self.program, s, self._initializer,
-                           rank=0 if env is None else env.rank)
+                           rank=r.rank)
         feeder.upload(self.backend, self.program)  # a resident input's data sets (tr.task.resident)
         feeder.begin_epoch(self.backend, self.program, 0)
         # the learning rate of every step, read on the device by lr_lookup: the loop never writes it
         self._lr_table = self._sched.table()
         self.backend.write(self.program.tensor("lr_table"), self._lr_table)
-        # validation metrics are sums over this rank's samples, averaged over ranks by VAL_RESULT_COMM
+        # validation metrics are sums over this rank's samples, averaged over ranks by the step val_end
         self._val_samples = float(feeder.num_samples(False))
         if self.group is not None:
             broadcast_parameters(self.backend, self.program, self.group.collective)
@@ -478,21 +479,19 @@ class DeepLearningTask(TaskBase):
         return {i.tensor.name: self.backend.read(i.tensor).copy() for i in self.program.inits}
 
     def parameters(self) -> list[tuple[np.ndarray, ...]]:
-        """Per weight-bearing module, in layer order: copies of its parameters, (weight, bias) or (weight,)
-        of a conv or fc, (gamma, beta) of a batch norm. A fused conv+BN layer (cbr) gives its conv and its
-        BN as two entries, as the BluePrint declared them."""
+        """Per weight-bearing module, in layer order: copies of its trained parameters (every master of role
+        PARAM), (weight, bias) or (weight,) of a conv or fc, (gamma, beta) of a batch or layer norm. A fused
+        conv+BN layer (cbr) gives its conv and its BN as two entries, as the BluePrint declared them."""
         if self._phase is not Phase.COMPILED:
             raise PhaseError("parameters() needs a compiled task")
-        gamma, beta = Region(Role.PARAM, BN_W), Region(Role.PARAM, BN_B)
         by_module: dict[tuple[int, int], list] = {}
         for i in self.program.inits:
-            is_bn = i.tensor.region in (gamma, beta)
-            if i.kind in ("weight", "bias") or is_bn:
+            if i.tensor.region.role is Role.PARAM:
+                is_bn = i.tensor.region.group in (BN_W, BN_B)  # a cbr's BN is a module of its own
                 by_module.setdefault((i.layer, int(is_bn)), []).append(i)
         out = []
         for key in sorted(by_module):
-            specs = sorted(by_module[key],
-                           key=lambda i: 0 if i.kind == "weight" or i.tensor.region == gamma else 1)
+            specs = sorted(by_module[key], key=lambda i: 0 if i.tensor.name.split(".", 1)[1] in ("w", "gamma") else 1)
             out.append(tuple(self.backend.read(i.tensor).copy() for i in specs))
         return out
 

@@ -1,7 +1,7 @@
 """The executor: captures a Program's named steps (tr.graph.steps) and runs epochs with them.
 
 Per training step the host does exactly this: wait for the feeder's buffer, launch the transfer graph,
-write the learning rate (unless the program reads it from a device table), launch ONE captured graph
+launch ONE captured graph (the learning rate comes from the plan's device table)
 that holds the whole step (zero-grad, forward, backward, casts, NaN check, optimizer, EMA, statistics,
 metrics). The compiler assembles each step from its parts and its branches (the early gradient bucket's
 all-reduce beside the first layer's backward, inside the same graph); every step is captured once at compile
@@ -19,9 +19,8 @@ import numpy as np
 from tr.core.errors import BackendError
 from tr.core.ops import OpCall
 from tr.core.phase import StreamKind
+from tr.graph.steps import AB
 from tr.tensor.program import Program
-
-AB = ("a", "b")
 
 
 @dataclass

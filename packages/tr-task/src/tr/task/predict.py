@@ -1,4 +1,4 @@
-"""Inference on the compiled plan: the validation forward (INF_MAIN_A) on a user's samples.
+"""Inference on the compiled plan: the validation forward (step val_a's inference part) on a user's samples.
 
 It runs the same ops as validation (BN with the running statistics folded into scale/bias, no dropout)
 in the same arena: each chunk of the compiled validation batch is written into input buffer A, which the next

@@ -6,8 +6,8 @@ distributed launch), the frozen settings and the data (the feeder, completed and
 :class:`Resolved`: the world, this process's batch and device, the data's shapes, batches and steps, the class
 count, the resolutions, the schedule and the recorded environment. Each fact is checked in one place with one
 error (the batch split by tr.core.settings.check_batch_split, the classes and shapes by tr.task.plan_inputs),
-and everything downstream reads it from here: the CompileSpec (``compile_spec``), what every rank must agree on
-(``agreement``), and what a checkpoint describes.
+and the plan is built from it: the CompileSpec (``compile_spec``) and what every rank must agree on
+(``agreement``) are its projections.
 """
 
 from __future__ import annotations

@@ -104,6 +104,9 @@ def tr_modules(program) -> list[_TrModule]:
             m.fc_input = fc_in.get(i.layer, (1, 1, t.shape.dims[3]))
         elif region == _BIAS:
             biases[i.layer] = t
+        elif region.role is Role.PARAM:  # a trained tensor torch would not receive: refuse, never drop it
+            raise ConfigError(f"layer {i.layer}: parameter {t.name} (region {region.name}) has no torch counterpart "
+                              "here: tr.task.torch_io maps the parameters of fc, conv and batch-norm layers only")
     for layer, t in biases.items():
         mods[(layer, 0)].tensors["bias"] = t
     return [mods[k] for k in sorted(mods)]

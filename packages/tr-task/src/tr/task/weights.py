@@ -6,6 +6,7 @@ import numpy as np
 
 from tr.algo.init import Initializer, initialize
 from tr.core import philox
+from tr.core.errors import ConfigError
 from tr.core.settings import Settings
 from tr.tensor.program import Program
 
@@ -23,6 +24,18 @@ def init_streams(program: Program) -> dict[int, int]:
     alone."""
     weights = sorted(s.tensor.id for s in program.inits if s.kind == "weight")
     return {tid: k for k, tid in enumerate(weights)}
+
+
+def check_families(program: Program, initializer: Initializer | None) -> None:
+    """Every weight's initializer family is one the policy fills (ConfigError naming the tensor and its layer),
+    checked before anything is allocated."""
+    policy = initializer or Initializer()
+    for spec in program.inits:
+        if spec.kind == "weight":
+            try:
+                policy.spec_for(spec.family)
+            except ConfigError as e:
+                raise ConfigError(f"{spec.tensor.name} (layer {spec.layer}): {e}") from None
 
 
 def initialize_program(backend, program: Program, settings: Settings, initializer: Initializer | None,

@@ -93,5 +93,6 @@ class Program:
 
     @property
     def num_ops(self) -> int:
-        """Op calls over all steps (a call that two steps run counts twice)."""
-        return sum(len(s.calls) for s in self.steps.values())
+        """Distinct op calls over all steps: a call bound once and run by several steps (the optimizer in
+        train_a and train_b) counts once, as the plan holds it once."""
+        return len({id(c) for s in self.steps.values() for c in s.calls})

@@ -74,7 +74,10 @@ def ln_fwd_rules(b: CallBinder) -> LnCall:
         b.fail(f"{given[0]} is given without {missing}: training writes both saved statistics, inference neither")
     if given:
         _stats(b)
-    return LnCall(rows, c, b.float_attr("eps", 1e-5, 0.0), bool(given), False)
+    eps = b.float_attr("eps", 1e-5, 0.0)
+    if eps <= 0:  # a constant row would give 0 * inf = NaN
+        b.fail(f"attribute 'eps' = {eps!r} must be > 0")
+    return LnCall(rows, c, eps, bool(given), False)
 
 
 def ln_bwd_rules(b: CallBinder) -> LnCall:

@@ -1,9 +1,9 @@
 """Batch norm (BN2d over N*H*W per channel; BN1d is the same op on [N,1,1,C]).
 
 Tensors: gamma (group bn_w, ones) and beta (group bn_b, zeros) with their gradients and moments;
-running mean/var in role RUNNING (read) and RUNNING_NEXT (written by the forward; UPDATE_STATS copies next to
+running mean/var in role RUNNING (read) and RUNNING_NEXT (written by the forward; UPDATE_RUNNING copies next to
 prev once per step, so every BN's statistics move with one range copy); the folded inference scale and
-bias in role FOLDED (UPDATE_BN_INF_PARAMS); the saved batch mean and inverse std for the backward in the FP32
+bias in role FOLDED (FOLD_RUNNING); the saved batch mean and inverse std for the backward in the FP32
 temporaries (pooled: they only live from forward to backward).
 """
 
@@ -43,7 +43,7 @@ def bn_decls(c: int, eps: float, cx: DeclCtx) -> list[Decl]:
           cx.state("prev_var", Region(Role.RUNNING, VAR), s, Init("ones")),
           cx.state("next_mean", Region(Role.RUNNING_NEXT, MEAN), s, Init("zeros")),
           cx.state("next_var", Region(Role.RUNNING_NEXT, VAR), s, Init("ones")),
-          # consistent with gamma = 1, beta = 0, mean = 0, var = 1 until the first UPDATE_BN_INF_PARAMS
+          # consistent with gamma = 1, beta = 0, mean = 0, var = 1 until the first FOLD_RUNNING
           cx.state("eq_scale", Region(Role.FOLDED, FOLDED_SCALE), s, Init("const", value=1.0 / math.sqrt(1.0 + eps))),
           cx.state("eq_bias", Region(Role.FOLDED, FOLDED_BIAS), s, Init("zeros")),
           cx.stat("saved_mean", s), cx.stat("saved_inv_std", s)]

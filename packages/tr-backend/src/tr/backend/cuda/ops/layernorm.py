@@ -3,8 +3,9 @@ tr.backend.rules.layernorm).
 
 ln_fwd: a warp per row (a block per row when C > 1024), 16-byte vector loads when C and the pointers allow,
 float64 row sums, the CPU backend's float32 expressions. ln_bwd: the same row kernel for dx (skipped when dx is
-None), and dgamma/dbeta as deterministic two-stage column sums (float64 per block over a fixed chunk of rows in
-row order, a fixed tree across the block, the chunks added in chunk order by a second kernel; no atomics)."""
+None), and dgamma/dbeta as deterministic two-stage column sums (per block over a fixed chunk of rows in row
+order, four rows in float32 then float64, a fixed tree across the block, the chunks added in chunk order by a
+second kernel; no atomics)."""
 
 from __future__ import annotations
 

@@ -600,6 +600,8 @@ NOT_CONFIGURATION = {  # exported for users, configure nothing themselves (or ar
     "PolynomialLR", "CosineAnnealingLR", "CosineAnnealingWithWarmRestartsLR", "WSDLR",
     # functions: the logging helpers, the settings reset, and the hand-built task of the seed's tests
     "configure_logging", "get_logger", "reset_global_settings", "SimpleTask",
+    # the extension API (tr.task.extension): op families and layer kinds made outside tr (test_custom_op.py)
+    "ExternOp", "OpFamily", "register_layer_kind", "register_op_family", "registered",
 }
 
 

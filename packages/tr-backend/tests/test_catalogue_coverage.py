@@ -4,7 +4,7 @@ import pytest
 
 from tr.backend.registry import missing_ops, op_impls, register_op
 from tr.core.errors import BackendError
-from tr.core.ops import CATALOGUE
+from tr.core.ops import CATALOGUE, TR_FAMILIES, TR_OPS
 
 
 def test_cpu_implements_every_catalogued_op():
@@ -14,6 +14,8 @@ def test_cpu_implements_every_catalogued_op():
 
 def test_cpu_implementations_live_in_their_family_module():
     for name, impl in op_impls("cpu").items():
+        if name not in TR_OPS:  # an op registered from outside tr (tr.task.extension) lives where its user wrote it
+            continue
         family = CATALOGUE[name].family
         module = impl.__module__
         assert module == f"tr.backend.cpu.ops.{family}" or module.startswith(f"tr.backend.cpu.ops.{family}."), (
@@ -33,13 +35,15 @@ def test_every_family_has_its_rules_module():
     """The checks both backends share live once, in tr.backend.rules.<family> (docs/CONVENTIONS.md)."""
     import importlib
 
-    for family in sorted({op.family for op in CATALOGUE.values()}):
+    for family in sorted(TR_FAMILIES):
         module = importlib.import_module(f"tr.backend.rules.{RULES_OF.get(family, family)}")
         assert module.__doc__, f"tr.backend.rules.{family} says what its ops take"
 
 
 def test_cuda_builders_live_in_their_family_module():
     for name, impl in op_impls("cuda").items():
+        if name not in TR_OPS:
+            continue
         family = CATALOGUE[name].family
         assert impl.__module__ == f"tr.backend.cuda.ops.{family}", f"{name} (family {family}) is in {impl.__module__}"
 

@@ -109,6 +109,7 @@ void register_collective_ops();
 void register_conv_ops();
 void register_copy_ops();
 void register_dropout_ops();
+void register_extern_kernel_ops();
 void register_fc_ops();
 void register_image_ops();
 void register_layernorm_ops();

@@ -125,6 +125,7 @@ void register_all_ops() {
     register_copy_ops();
     register_dropout_ops();
     register_augment_ops();
+    register_extern_kernel_ops();
     register_fc_ops();
     register_image_ops();
     register_layernorm_ops();

@@ -80,6 +80,7 @@ from tr.graph.blueprint import (
 )
 from tr.task.deep_learning import DeepLearningTask
 from tr.task.distributed import DistEnv
+from tr.task.extension import ExternOp, OpFamily, register_layer_kind, register_op_family, registered
 from tr.task.report import TrainingResult
 from tr.task.simple import SimpleTask
 from tr.tensor import DTensor, Tensor

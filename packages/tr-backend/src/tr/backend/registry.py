@@ -3,6 +3,9 @@
 Ops: ``register_op(backend, op)`` is a decorator that files an implementation (for the CPU backend, a
 builder ``(Binder) -> closure``) under a catalogued op name; ``op_impls(backend)`` returns the table and
 ``missing_ops(backend)`` the catalogued ops it lacks (tests/test_catalogue_coverage.py asserts none).
+tr's own families (tr.core.ops.TR_FAMILIES) each have a module per backend, which ``import_families`` imports;
+a family registered from outside tr (tr.task.extension) files its implementations with ``register_op`` from
+wherever it lives, and ``unregister_op`` takes them out again.
 Backends: ``get_backend("cpu" | "cuda" | "auto")`` makes one; "auto" picks CUDA when it is available.
 The CUDA backend lives in ``tr.backend.cuda``: importing it must not need a driver; it exposes
 ``cuda_available() -> bool`` (or ``is_available``) and, once written, ``CudaBackend(**options)``.
@@ -17,7 +20,7 @@ from typing import Any, TypeVar
 
 from tr.backend.base import Backend
 from tr.core.errors import BackendError, ConfigError, DeviceUnavailableError
-from tr.core.ops import CATALOGUE
+from tr.core.ops import CATALOGUE, TR_FAMILIES, TR_OPS
 
 F = TypeVar("F")
 
@@ -27,12 +30,20 @@ _OP_MODULES = {"cpu": "tr.backend.cpu.ops", "cuda": "tr.backend.cuda"}
 BACKENDS = ("cpu", "cuda")
 
 
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}; expected one of {list(BACKENDS)}")
+
+
 def register_op(backend: str, op: str) -> Callable[[F], F]:
     """Decorator: file ``impl`` as ``backend``'s implementation of the catalogued op ``op``."""
+    _check_backend(backend)
     if op not in CATALOGUE:
         raise BackendError(f"cannot register {backend} op {op!r}: it is not in the op catalogue")
 
     def deco(impl: F) -> F:
+        if not callable(impl):
+            raise BackendError(f"the {backend} implementation of {op!r} must be callable, got {type(impl).__name__}")
         table = _OPS.setdefault(backend, {})
         if op in table and table[op] is not impl:
             raise BackendError(f"{backend} op {op!r} is registered twice ({table[op]!r} and {impl!r})")
@@ -42,10 +53,23 @@ def register_op(backend: str, op: str) -> Callable[[F], F]:
     return deco
 
 
+def unregister_op(backend: str, op: str) -> Any:
+    """Take out ``backend``'s implementation of an op registered from outside tr (tr's own stay); returns it."""
+    _check_backend(backend)
+    if op in TR_OPS:
+        raise BackendError(f"{backend} op {op!r} is tr's own; only implementations of ops added from outside tr "
+                           "can be removed")
+    impl = _OPS.get(backend, {}).pop(op, None)
+    if impl is None:
+        raise BackendError(f"{backend} has no implementation of {op!r} to remove")
+    return impl
+
+
 def import_families(package: str) -> None:
-    """Import ``<package>.<family>`` for every op family of the catalogue (tr.core.ops OpDef.family): each such
-    module registers its family's implementations. A family without a module is an ImportError naming it."""
-    for family in sorted({d.family for d in CATALOGUE.values()}):
+    """Import ``<package>.<family>`` for every op family of tr (tr.core.ops.TR_FAMILIES): each such module
+    registers its family's implementations. A family without a module is an ImportError naming it. Families
+    registered from outside tr have no module here: they file their implementations themselves."""
+    for family in sorted(TR_FAMILIES):
         importlib.import_module(f"{package}.{family}")
 
 

@@ -2,7 +2,9 @@
 
 tr.graph emits :class:`OpCall` values from this catalogue; every backend implements every entry (a test
 fails otherwise). Ops are dtype-generic (the MLX way): an FC forward is ``fc_fwd`` whether its tensors are
-FP32 or FP16; the backend dispatches on the DTensors' dtypes.
+FP32 or FP16; the backend dispatches on the DTensors' dtypes. Ops made outside tr join it through
+:func:`register_op` (each in a family of its own; tr.task.extension registers a whole family with its rule and
+implementations).
 
 Argument kinds:
 - ``tensor``: a DTensor (region, offset, shape, dtype).
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from tr.core.errors import CompileError
+from tr.core.errors import CompileError, ConfigError
 from tr.core.memory import Span
 
 
@@ -162,7 +164,8 @@ _DEFS: list[OpDef] = [
            _t("dgamma", "out"), _t("dbeta", "out")),
           doc="xhat = (x - mean) * rstd, g = dy * gamma; dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)) "
               "(None when the input needs no gradient); dgamma = sum over rows of dy * xhat, dbeta = sum over rows "
-              "of dy (FP32; fixed-order sums into float64 accumulators, no atomics: the same bytes on every run)"),
+              "of dy (FP32; fixed-order sums, no atomics: the same bytes on every run; the CPU backend adds rows into "
+              "float64, the CUDA one adds four rows in float32 and then float64)"),
     # --- activations (kind in ACTIVATIONS) ----------------------------------------------------------
     OpDef("act_fwd", "activation", (_t("x"), _t("y", "out"), _t("mask", "out", True)), ("kind",),
           doc="y = f(x); when a mask is given, also write the INT8 mask (x > 0) (only relu's backward reads it)"),
@@ -303,8 +306,83 @@ _DEFS: list[OpDef] = [
           doc="copy host staging buffer `buffer` (0 = A, 1 = B) into the device input tensors"),
 ]
 
-CATALOGUE: MappingProxyType[str, OpDef] = MappingProxyType({d.name: d for d in _DEFS})
-assert len(CATALOGUE) == len(_DEFS), "duplicate op name"
+_TABLE: dict[str, OpDef] = {d.name: d for d in _DEFS}
+assert len(_TABLE) == len(_DEFS), "duplicate op name"
+# A read-only view of the live table: register_op's entries appear in it (and in every module that imported it).
+CATALOGUE: MappingProxyType[str, OpDef] = MappingProxyType(_TABLE)
+TR_OPS: frozenset[str] = frozenset(_TABLE)  # tr's own entries: the ones register_op did not add
+TR_FAMILIES: frozenset[str] = frozenset(d.family for d in _DEFS)  # tr's op families (a module each per backend)
+
+_ROLES = ("in", "out", "inout")
+_ARG_KINDS = ("tensor", "span")
+_OP_KINDS = ("compute", "range")
+
+
+def _identifier(what: str, v: object) -> str:
+    if not isinstance(v, str) or not v.isidentifier():
+        raise ConfigError(f"{what} must be a Python identifier (a str), got {v!r}")
+    return v
+
+
+def _check_entry(d: OpDef) -> None:
+    """An OpDef made outside tr is well formed: the checks test_ops.py makes of tr's own entries."""
+    if not isinstance(d, OpDef):
+        raise ConfigError(f"register_op takes a tr.core.ops.OpDef, got {type(d).__name__}")
+    _identifier("an op's name", d.name)
+    _identifier(f"op {d.name!r}: its family", d.family)
+    if not isinstance(d.args, tuple) or not d.args:
+        raise ConfigError(f"op {d.name!r}: args must be a non-empty tuple of Arg, got {d.args!r}")
+    names: set[str] = set()
+    for a in d.args:
+        if not isinstance(a, Arg):
+            raise ConfigError(f"op {d.name!r}: every argument must be a tr.core.ops.Arg, got {a!r}")
+        _identifier(f"op {d.name!r}: an argument's name", a.name)
+        if a.name in names:
+            raise ConfigError(f"op {d.name!r}: argument {a.name!r} is listed twice")
+        names.add(a.name)
+        if a.role not in _ROLES or a.kind not in _ARG_KINDS or not isinstance(a.optional, bool):
+            raise ConfigError(f"op {d.name!r}: argument {a.name!r} has role {a.role!r}, kind {a.kind!r}, optional "
+                              f"{a.optional!r}; expected a role in {_ROLES}, a kind in {_ARG_KINDS}, a bool")
+    if not isinstance(d.attrs, tuple) or len(set(d.attrs)) != len(d.attrs):
+        raise ConfigError(f"op {d.name!r}: attrs must be a tuple of distinct names, got {d.attrs!r}")
+    for at in d.attrs:
+        _identifier(f"op {d.name!r}: an attribute's name", at)
+    if d.kind not in _OP_KINDS:
+        raise ConfigError(f"op {d.name!r}: kind {d.kind!r} is not one of {_OP_KINDS}")
+    if not isinstance(d.doc, str):
+        raise ConfigError(f"op {d.name!r}: doc must be a str, got {type(d.doc).__name__}")
+    if not isinstance(d.inplace, tuple):
+        raise ConfigError(f"op {d.name!r}: inplace must be a tuple of (out, in) pairs, got {d.inplace!r}")
+    for pair in d.inplace:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and all(p in names for p in pair)
+                and d.arg(pair[0]).role in ("out", "inout")):
+            raise ConfigError(f"op {d.name!r}: inplace pair {pair!r} must name an out (or inout) argument and "
+                              f"another argument of {sorted(names)}")
+
+
+def register_op(d: OpDef) -> OpDef:
+    """Add an op made outside tr to the catalogue (tr.task.extension.register_op_family calls it with the family's
+    implementations). Its family must be new: tr's families are implemented in tr's own modules. A name the
+    catalogue has is refused; so is a malformed entry (ConfigError naming the bad value)."""
+    _check_entry(d)
+    if d.name in _TABLE:
+        raise ConfigError(f"op {d.name!r} is already in the catalogue (family {_TABLE[d.name].family!r}); "
+                          "choose another name")
+    if d.family in TR_FAMILIES:
+        raise ConfigError(f"op {d.name!r}: family {d.family!r} is one of tr's own; an op made outside tr belongs "
+                          f"to a family of its own (tr's are {sorted(TR_FAMILIES)})")
+    _TABLE[d.name] = d
+    return d
+
+
+def unregister_op(name: str) -> OpDef:
+    """Remove an op that register_op added (tr's own entries stay); returns its entry."""
+    if name in TR_OPS:
+        raise ConfigError(f"op {name!r} is tr's own; only ops added by register_op can be removed")
+    try:
+        return _TABLE.pop(name)
+    except KeyError:
+        raise ConfigError(f"op {name!r} is not registered") from None
 
 
 def op_def(name: str) -> OpDef:

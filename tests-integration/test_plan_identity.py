@@ -174,3 +174,18 @@ def test_compare_names_a_changed_call_inside_a_step(tool, plans, tmp_path):
 def test_an_unknown_configuration_is_refused(tool):
     with pytest.raises(ConfigError, match=r"unknown configuration\(s\) \['vgg'\]; expected some of \['mlp_mnist'"):
         tool.fingerprint(False, ["vgg"])
+
+
+REFERENCE = TOOL.parents[1] / "benchmarks" / "results" / "plan_identity_84bb0c5.json"
+
+
+def test_the_plans_are_the_reference_trees(tool, plans):
+    """Every configuration's plan (arena, tensors and offsets, every step's branches, calls and span bytes, init
+    specs, variants) is byte for byte the one 84bb0c5 compiled, the tree before the memory roles and named steps
+    (REFERENCE: `python tools/plan_identity.py --digest` run on that tree). A change that moves a plan on purpose
+    refreshes the file with that command and says why in benchmarks/RESULTS.md."""
+    ref = json.loads(REFERENCE.read_text())
+    got = tool.plan_digests(plans[0])
+    assert ref["format"] == tool.FORMAT and set(got) == set(ref["plans"])
+    moved = {f"{name}.{s}" for name, d in got.items() for s, h in d.items() if ref["plans"][name][s] != h}
+    assert not moved, f"plans differ from 84bb0c5's in {sorted(moved)}"

@@ -384,6 +384,46 @@ CONFIGS: dict[str, Callable[[], Any]] = {
     "resident_mnist": resident_mnist, "conv_bias": conv_bias, "residual_bce": residual_bce}
 
 
+def _spec_plans() -> dict[str, Callable[[], Any]]:
+    """Plans compiled from a CompileSpec alone (no task, no data, never trained): the inputs, collectives and
+    optimizer mixes the task configurations above do not reach (device JPEG decode, data parallelism's gradient
+    buckets at world 2 and 4, LARS under AMP, EMA at world > 1)."""
+    from tr.graph.blueprint import block, cbr, dropout, fc, flatten, gap, maxpool, relu, seq
+    from tr.graph.compiler import compile_program
+    from tr.graph.jpeg_input import JpegInput
+    from tr.graph.resident import ResidentInput
+    from tr.graph.spec import CompileSpec
+
+    def resnet() -> Any:
+        return seq(cbr(16, 3, 1, 1), block("basic", 16), block("basic", 32, stride=2), gap(), fc(10))
+
+    def vgg() -> Any:
+        return seq(cbr(16, 3, 1, 1), cbr(16, 3, 1, 1), maxpool(2, 2), cbr(32, 3, 1, 1), maxpool(2, 2), flatten(),
+                   fc(64), relu(), dropout(0.5), fc(10))
+
+    def mlp() -> Any:
+        return seq(fc(64, True), relu(), fc(10, True))
+
+    norm = (("mean", (0.5, 0.5, 0.5)), ("std", (0.25, 0.25, 0.25)))
+    base = dict(num_classes=10, batch=8, last_train_batch=4, val_batch=8, last_val_batch=4, lr_table_steps=20)
+    cases = {
+        "spec_jpeg_amp_w2": (resnet, dict(input_shape=(32, 32, 4), amp=True, world_size=2,
+                                          jpeg=JpegInput(100000, norm, False))),
+        "spec_jpeg_jitter": (resnet, dict(input_shape=(32, 32, 3), jpeg=JpegInput(100000, norm, True))),
+        "spec_resnet_amp_w2_ema": (resnet, dict(input_shape=(32, 32, 4), amp=True, world_size=2, ema_decay=0.9,
+                                                optimizer="adamw")),
+        "spec_vgg_lars_amp": (vgg, dict(input_shape=(32, 32, 4), amp=True, optimizer="lars")),
+        "spec_vgg_lars_amp_ema_w4": (vgg, dict(input_shape=(32, 32, 4), amp=True, optimizer="lars_nesterov",
+                                               ema_decay=0.9, world_size=4)),
+        "spec_mlp_amp_w2": (mlp, dict(input_shape=(28, 28, 1), amp=True, world_size=2)),
+        "spec_resident_w2": (mlp, dict(input_shape=(28, 28, 1), world_size=2, resident=ResidentInput(
+            600, 100, (28, 28, 1), (("crop_slot", 2),), (("mean", (0.1307,)), ("std", (0.3081,)))))),
+        "spec_vgg_adam_w2_ema": (vgg, dict(input_shape=(32, 32, 3), world_size=2, optimizer="adam", ema_decay=0.9)),
+    }
+    return {name: (lambda m=m, kw=kw: compile_program(m(), CompileSpec(**{**base, **kw})))
+            for name, (m, kw) in cases.items()}
+
+
 def fingerprint_one(build: Callable[[], Any], train: bool) -> dict[str, Any]:
     from tr.core.errors import ConfigError
 
@@ -422,7 +462,20 @@ def fingerprint(train: bool = True, names: list[str] | None = None, log: Callabl
         configs[name] = fingerprint_one(build, train)
         if log is not None:
             log(f"{name}: {time.perf_counter() - t0:.1f} s")
+    if names is None:
+        configs.update({name: {"plan": describe_plan(plan())} for name, plan in _spec_plans().items()})
     return {"format": FORMAT, "trained": train, "configs": configs}
+
+
+PLAN_SECTIONS = ("arena_bytes", "tensors", "steps", "inits", "variants")
+
+
+def plan_digests(fp: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """sha256 of each plan section of each configuration (canonical JSON): what a committed reference keeps, so a
+    test can hold the plans of this tree to another tree's without storing megabytes. Plans only: numbers drawn
+    or trained with numpy may differ across numpy builds, the plan may not."""
+    return {name: {s: hashlib.sha256(json.dumps(c["plan"][s], sort_keys=True).encode()).hexdigest()
+                   for s in PLAN_SECTIONS} for name, c in sorted(fp["configs"].items())}
 
 
 # --- comparison (no tr import) ---------------------------------------------------------------------------------
@@ -511,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--json", type=Path, help="write this tree's fingerprint here")
     g.add_argument("--compare", type=Path, nargs=2, metavar=("A", "B"), help="compare two fingerprints")
+    g.add_argument("--digest", type=Path, help="write the plan sections' sha256 (compile only) here")
     p.add_argument("--no-train", action="store_true", help="plans and initial weights only")
     p.add_argument("--only", nargs="+", metavar="NAME", help=f"only these configurations, of {list(CONFIGS)}")
     args = p.parse_args(argv)
@@ -521,6 +575,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"plan_identity: {e}", file=sys.stderr)
             return 2
     t0 = time.perf_counter()
+    if args.digest:
+        fp = fingerprint(False, args.only, log=lambda m: print(m, file=sys.stderr))
+        args.digest.parent.mkdir(parents=True, exist_ok=True)
+        args.digest.write_text(json.dumps({"format": FORMAT, "plans": plan_digests(fp)}, indent=1, sort_keys=True)
+                               + "\n")
+        print(f"wrote {args.digest}: {len(fp['configs'])} plans in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        return 0
     fp = fingerprint(not args.no_train, args.only, log=lambda m: print(m, file=sys.stderr))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(fp, indent=1, sort_keys=True) + "\n")

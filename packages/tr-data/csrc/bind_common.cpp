@@ -14,50 +14,33 @@ void set_tr_error(const char* cls, const char* msg) {
   PyErr_SetString(c.ptr(), msg);
 }
 
-// ---- spec conversion ---------------------------------------------------------------------------
-OpSpec to_op(const py::handle& t) {
-  auto tup = py::reinterpret_borrow<py::tuple>(t);
-  if (tup.size() != 6) throw ConfigErr("an op spec is (kind, slot, floats, ints, fill, name)");
-  OpSpec op;
-  try {
-    op.name = tup[5].cast<std::string>();
-    op.kind = OpKind(tup[0].cast<int>());
-    op.slot = tup[1].cast<int>();
-    op.f = tup[2].cast<std::vector<double>>();
-    op.i = tup[3].cast<std::vector<long long>>();
-    op.fill = tup[4].cast<std::vector<double>>();
-  } catch (const py::cast_error&) {  // e.g. an int that does not fit in 64 bits
-    throw ConfigErr((op.name.empty() ? std::string("an op spec") : op.name) + ": a parameter " +
-                    std::string(py::repr(t)) + " is not a number in range");
-  }
-  return op;
-}
-
-FusedSpec to_fused(const py::dict& d) {
+// ---- the fused stage ---------------------------------------------------------------------------
+FusedSpec fused_spec(const FusedStage& s) {
   FusedSpec f;
-  f.mean = d["mean"].cast<std::vector<double>>();
-  f.std = d["std"].cast<std::vector<double>>();
-  const std::string dt = d["dtype"].cast<std::string>();
-  if (dt == "float32")
+  f.mean = s.mean;
+  f.std = s.std;
+  if (s.dtype == "float32")
     f.dtype = OutDType::F32;
-  else if (dt == "float16")
+  else if (s.dtype == "float16")
     f.dtype = OutDType::F16;
   else
-    throw ConfigErr("output dtype must be float32 or float16, got " + dt);
-  f.pad_channels_to = d["pad_channels_to"].cast<int>();
-  if (!d["flip"].is_none()) {
+    throw ConfigErr("output dtype must be float32 or float16, got " + s.dtype);
+  if (s.pad_channels_to < 0 || s.pad_channels_to > 64)  // before narrowing; build() says the same
+    throw ConfigErr("pad_channels_to must be in [0, 64], got " + std::to_string(s.pad_channels_to));
+  f.pad_channels_to = int(s.pad_channels_to);
+  if (s.flip) {  // without a flip (an erasing) its fields keep FusedSpec's defaults
     f.has_flip = true;
-    f.flip_p = d["flip"].cast<double>();
+    f.flip_p = s.flip->p;
   }
-  if (!d["erase"].is_none()) {
-    auto e = d["erase"].cast<py::tuple>();
+  if (s.erase) {
+    const RandomErasingParams& e = *s.erase;
     f.has_erase = true;
-    f.erase_p = e[0].cast<double>();
-    f.erase_scale_lo = e[1].cast<double>();
-    f.erase_scale_hi = e[2].cast<double>();
-    f.erase_ratio_lo = e[3].cast<double>();
-    f.erase_ratio_hi = e[4].cast<double>();
-    f.erase_value = e[5].cast<std::vector<double>>();
+    f.erase_p = e.p;
+    f.erase_scale_lo = e.scale_lo;
+    f.erase_scale_hi = e.scale_hi;
+    f.erase_ratio_lo = e.ratio_lo;
+    f.erase_ratio_hi = e.ratio_hi;
+    f.erase_value = e.value;
   }
   return f;
 }

@@ -20,9 +20,8 @@ namespace py = pybind11;
 // raises tr.core.errors.<cls>(msg) as the pending Python error
 void set_tr_error(const char* cls, const char* msg);
 
-// an op spec (kind, slot, floats, ints, fill, name) and the fused stage's dict, as tr/data/*.py builds them
-OpSpec to_op(const py::handle& t);
-FusedSpec to_fused(const py::dict& d);
+// the fused stage as tr/data/transforms.py describes it (a FusedStage record), checked by FusedSpec::build()
+FusedSpec fused_spec(const FusedStage& s);
 
 using U8Array = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
 ImgC image_view(const U8Array& a);  // a (height, width, channels) uint8 array, its sides checked
@@ -40,6 +39,11 @@ struct PyPipeline {
 struct PyStation {
   std::shared_ptr<Station> s;
   py::object keep;  // the four buffers
+};
+
+struct PyEpochJob {
+  JobSpec spec;
+  py::object keep;  // the arrays and stations the spec points into
 };
 
 struct PyEngine {
@@ -61,5 +65,7 @@ int acquire_interruptible(Station& st, long long k, double timeout);
 void bind_jpeg(py::module_& m);      // bind_jpeg.cpp: headers, single decodes, baseline re-coding
 void bind_pipeline(py::module_& m);  // bind_pipeline.cpp: Pipeline (one sample's chain)
 void bind_workers(py::module_& m);   // bind_workers.cpp: Station (the transfer zones), Engine (the worker pool)
+void bind_job(py::module_& m);       // bind_job.cpp: EpochJob (what Engine.start runs)
+void bind_op_params(py::module_& m);  // bind_op_params.cpp (generated): the typed parameters of each op kind
 
 }  // namespace trd::bind

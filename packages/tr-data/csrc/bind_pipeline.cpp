@@ -1,21 +1,96 @@
 // tr.data._native.Pipeline: one sample's chain, applied, shaped and described.
 #include "bind_common.hpp"
+#include "bind_fields.hpp"
 
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace trd::bind {
 
+namespace {
+
+constexpr const char* kOpSpecFields[] = {"params", "slot", "name"};
+
+// `h` as the OpParams alternative whose class it is; false when it is none of them.
+template <size_t I = 0>
+bool load_op_params(const py::handle& h, OpParams& out) {
+  if constexpr (I < std::variant_size_v<OpParams>) {
+    using P = std::variant_alternative_t<I, OpParams>;
+    if (py::isinstance<P>(h)) {
+      out = h.cast<const P&>();
+      return true;
+    }
+    return load_op_params<I + 1>(h, out);
+  } else {
+    return false;
+  }
+}
+
+template <class P>
+std::string class_name() {
+  return py::str(py::type::of<P>().attr("__name__"));
+}
+
+template <size_t... I>
+std::string op_params_classes(std::index_sequence<I...>) {
+  std::string s;
+  ((s += (I ? ", " : "") + class_name<std::variant_alternative_t<I, OpParams>>()), ...);
+  return s;
+}
+
+OpSpec make_op_spec(const py::args& args, const py::kwargs& kw) {
+  FieldReader r("OpSpec", "OpSpec", FieldNames(kOpSpecFields), args, kw);
+  const std::string name = r.str("name");
+  r.set_label(name);  // what the op's other messages start with
+  OpParams params;
+  if (!load_op_params(r.obj("params"), params))
+    throw py::type_error(name + ": OpSpec params must be one of " +
+                         op_params_classes(std::make_index_sequence<std::variant_size_v<OpParams>>()) + ", got " +
+                         short_repr(r.obj("params")));
+  // slot 0 is the fused stage's stream (flip at offset 0, erasing from 16): a transform's slot is its position + 1
+  const int64_t slot = r.i64("slot");
+  if (slot < 1 || slot > INT32_MAX)
+    throw ConfigErr(name + ": slot must be in [1, " + std::to_string(INT32_MAX) + "], got " + std::to_string(slot));
+  return OpSpec(std::move(params), int(slot), name);
+}
+
+}  // namespace
+
 void bind_pipeline(py::module_& m) {
+  py::class_<OpSpec>(m, "OpSpec",
+                     "One transform of a chain, by keyword: params (its kind's record, e.g. ResizeParams), slot (its "
+                     "Philox stream: its position in the chain + 1) and name (for messages).")
+      .def(py::init(&make_op_spec))
+      .def_property_readonly(
+          "kind", [](const OpSpec& o) { return std::visit([](const auto& x) { return x.kind_name; }, o.params); })
+      .def_property_readonly("params", [](const OpSpec& o) { return o.params; })
+      .def_readonly("slot", &OpSpec::slot)
+      .def_readonly("name", &OpSpec::name)
+      .def("__repr__", [](const py::handle& self) { return record_repr(self, FieldNames(kOpSpecFields)); })
+      .def("__eq__", [](const py::handle& a, const py::handle& b) { return record_eq(a, b, FieldNames(kOpSpecFields)); });
+
   py::class_<PyPipeline>(m, "Pipeline")
-      .def(py::init([](const py::list& ops, const py::dict& fused) {
-        std::vector<OpSpec> v;
-        for (auto o : ops) v.push_back(to_op(o));
-        return PyPipeline{std::make_shared<Pipeline>(std::move(v), to_fused(fused))};
-      }))
+      .def(py::init([](const py::sequence& ops, const py::handle& fused) {
+             std::vector<OpSpec> v;
+             for (size_t k = 0; k < ops.size(); ++k) {
+               const py::object o = ops[k];
+               if (!py::isinstance<OpSpec>(o))
+                 throw py::type_error("Pipeline: ops[" + std::to_string(k) + "] must be an OpSpec(params=..., slot=..., "
+                                      "name=...), got " + short_repr(o));
+               v.push_back(o.cast<const OpSpec&>());
+             }
+             if (!py::isinstance<FusedStage>(fused))
+               throw py::type_error("Pipeline: fused must be a FusedStage(...), got " + short_repr(fused));
+             return PyPipeline{std::make_shared<Pipeline>(std::move(v), fused_spec(fused.cast<const FusedStage&>()))};
+           }),
+           py::arg("ops"), py::arg("fused"))
+      .def_property_readonly(
+          "ops", [](const PyPipeline& self) { return self.p->ops(); }, "the chain's OpSpecs, in the order they run")
       .def("apply",
            [](const PyPipeline& self, U8Array img, uint64_t seed) {
              const ImgC in = image_view(img);
@@ -79,8 +154,8 @@ void bind_pipeline(py::module_& m) {
                 const Shape3 resized{os[0], os[1], full.c};
                 op_draw(ops[1], rng, resized, p);
                 const Shape3 cs = op_out_shape(ops[1], p, resized);
-                win[0] = int(p.i[0]);
-                win[1] = int(p.i[1]);
+                win[0] = int(p.y0);
+                win[1] = int(p.x0);
                 win[2] = cs.h;
                 win[3] = cs.w;
               }
@@ -95,12 +170,15 @@ void bind_pipeline(py::module_& m) {
                 Stream rng(sd(i), uint64_t(ops[jk].slot) << 32);
                 Params p;
                 op_draw(ops[jk], rng, Shape3{win[2], win[3], full.c}, p);
-                const float f[6] = {float(p.f[0]), float(p.f[1]), float(p.f[2]), float(p.f[3]),
-                                    float(1.0 - p.f[1]), float(1.0 - p.f[2])};
+                const auto& s = ops[jk].as<ColorJitterParams>();
+                const double b = p.factor[kBrightness], c = p.factor[kContrast], sat = p.factor[kSaturation];
+                const float f[6] = {float(b), float(c), float(sat), float(p.factor[kHue]), float(1.0 - c),
+                                    float(1.0 - sat)};
                 for (int k = 0; k < 6; ++k) std::memcpy(&jit[k], &f[k], 4);
+                const bool on[4] = {s.brightness_on, s.contrast_on, s.saturation_on, s.hue_on};  // by JitterOp
                 for (int k = 0; k < 4; ++k) {
-                  jit[6] |= (p.perm[size_t(k)] & 3) << (2 * k);
-                  jit[6] |= (ops[jk].i[size_t(k)] != 0 ? 1 : 0) << (8 + k);
+                  jit[6] |= (p.order[size_t(k)] & 3) << (2 * k);
+                  jit[6] |= (on[k] ? 1 : 0) << (8 + k);
                 }
               }
               for (int k = 0; k < 7; ++k) o(i, 15 + k) = jit[k];

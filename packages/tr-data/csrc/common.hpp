@@ -99,6 +99,12 @@ inline uint8_t trunc_u8(float v) {
   return uint8_t(v);
 }
 
+// Round half to even without a libm call (|v| < 2^22 here); torch.round's rule.
+inline float rint_f(float v) {
+  const float big = 8388608.f;  // 2^23
+  return v >= 0.f ? (v + big) - big : -((-v + big) - big);
+}
+
 // float -> uint8 with rounding to nearest (ties away from zero; values are >= 0 here).
 inline uint8_t round_u8(float v) {
   v = v < 0.f ? 0.f : (v > 255.f ? 255.f : v);

@@ -99,10 +99,11 @@ class Station {
   std::string msg_;
 };
 
-struct Job {
-  const Pipeline* pipe = nullptr;
+// What one epoch runs, fixed when it is described (tr.data._native.EpochJob builds it by field name).
+struct JobSpec {
   std::shared_ptr<Pipeline> pipe_hold;
   std::vector<std::shared_ptr<Station>> station_hold;
+  const Pipeline* pipe = nullptr;
   Source src;
   std::vector<long long> order;  // dataset indices in epoch order (length src.n)
   std::vector<Station*> stations;
@@ -110,6 +111,7 @@ struct Job {
   long long per_rank = 0;  // samples each rank delivers (ceil(n / world), or fewer with drop_last)
   int batch = 1;
   long long num_batches = 0;
+  int last_size = 0;         // samples in the last batch
   uint64_t seed_prefix = 0;  // derive_seed state after (seed, tag, epoch); sample seed adds index
   Shape3 out_shape;
   size_t sample_bytes = 0;
@@ -123,9 +125,14 @@ struct Job {
   std::vector<uint64_t> sdmp_prefix;  // busy: the seed prefix of each slot's epoch
   int sdmp_mode = 0;                  // 0 off, 1 busy (fill every slot), 2 lazy (replay sdmp_slot)
   int sdmp_slot = 0;
-  bool dct_scaling = false;            // JPEG samples decoded DCT-scaled where the first resample allows it
-  int chunk = 1;                       // work items a worker claims at once (dynamic claiming)
-  std::vector<WorkerTime> times;       // one per worker
+  bool dct_scaling = false;  // JPEG samples decoded DCT-scaled where the first resample allows it
+};
+
+// A running epoch: its description and the workers' shared state.
+struct Job : JobSpec {
+  explicit Job(const JobSpec& spec) : JobSpec(spec) {}
+  int chunk = 1;                   // work items a worker claims at once (dynamic claiming)
+  std::vector<WorkerTime> times;   // one per worker
   // Polled by every worker per sample / bumped once per worker per batch / claimed from per chunk:
   // separate cache lines.
   alignas(64) std::atomic<bool> abort{false};

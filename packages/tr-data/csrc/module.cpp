@@ -173,6 +173,8 @@ PYBIND11_MODULE(_native, m) {
       py::arg("images"), py::arg("out"), py::arg("mean"), py::arg("std"), py::arg("pad_channels_to") = 0,
       py::arg("flip") = py::none(), py::arg("erase") = py::none(), py::arg("erase_value") = std::vector<double>{0.0});
 
+  bind_op_params(m);
   bind_pipeline(m);
   bind_workers(m);
+  bind_job(m);
 }

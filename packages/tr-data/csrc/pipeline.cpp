@@ -11,11 +11,6 @@ Pipeline::Pipeline(std::vector<OpSpec> ops, FusedSpec fused) : ops_(std::move(op
   fused_.build();
 }
 
-namespace {
-// Where op's crop box lies in its Params (RandomResizedCrop: top, left, height, width; Resize: after its size).
-long long* crop_box(OpKind kind, Params& p) { return kind == OpKind::Resize ? &p.i[2] : &p.i[0]; }
-}  // namespace
-
 bool Pipeline::first_resample(const Shape3& full, uint64_t sample_seed, int box[4], int out[2]) const {
   if (ops_.empty() || (ops_[0].kind != OpKind::RandomResizedCrop && ops_[0].kind != OpKind::Resize)) return false;
   const OpSpec& op = ops_[0];
@@ -23,8 +18,10 @@ bool Pipeline::first_resample(const Shape3& full, uint64_t sample_seed, int box[
   Params p;
   op_draw(op, rng, full, p);
   if (!p.apply) return false;
-  const long long* b = crop_box(op.kind, p);
-  for (int k = 0; k < 4; ++k) box[k] = int(b[k]);
+  box[0] = int(p.box.top);
+  box[1] = int(p.box.left);
+  box[2] = int(p.box.height);
+  box[3] = int(p.box.width);
   const Shape3 os = op_out_shape(op, p, full);
   out[0] = os.h;
   out[1] = os.w;
@@ -42,14 +39,14 @@ ImgC Pipeline::run_ops(const ImgC& src, uint64_t sample_seed, Workspace& ws, con
     Params p;
     if (roi != nullptr && &op == &ops_[0]) {  // drawn for the full image, applied to its window
       op_draw(op, rng, roi->full, p);
-      long long* b = crop_box(op.kind, p);  // top, left, height, width
+      Box& b = p.box;  // the resampled box (the first op is a RandomResizedCrop or Resize)
       if (roi->scale != 8) {
-        scale_span(b[0], b[2], roi->scale);
-        scale_span(b[1], b[3], roi->scale);
+        scale_span(b.top, b.height, roi->scale);
+        scale_span(b.left, b.width, roi->scale);
       }
-      b[0] -= roi->y0;
-      b[1] -= roi->x0;
-      if (b[0] < 0 || b[1] < 0 || b[0] + b[2] > cur.h || b[1] + b[3] > cur.w)
+      b.top -= roi->y0;
+      b.left -= roi->x0;
+      if (b.top < 0 || b.left < 0 || b.top + b.height > cur.h || b.left + b.width > cur.w)
         throw std::logic_error("decoded window does not hold " + op.name + "'s crop");
     } else {
       op_draw(op, rng, cur.shape(), p);

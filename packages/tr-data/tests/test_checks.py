@@ -21,7 +21,9 @@ from tr.data import (
     checks,
 )
 
-FUSED = {"mean": [0.0], "std": [1.0], "dtype": "float32", "pad_channels_to": 0, "flip": None, "erase": None}
+FUSED = _native.FusedStage(mean=[0.0], std=[1.0], dtype="float32", pad_channels_to=0, flip=None, erase=None)
+PAD = {"left": 0, "top": 0, "right": 0, "bottom": 0, "padding_mode": 0, "fill": [0.0]}
+INF = float("inf")
 
 
 def test_python_and_native_limits_agree():
@@ -78,23 +80,30 @@ def test_outputs_over_the_limit_are_refused_before_anything_is_allocated():
 
 
 @pytest.mark.parametrize(
-    "spec, message",
+    "name, make, message",
     [
-        ((1, 1, [], [2**31, 0, 0, 0, 0], [0.0], "Pad"), r"Pad: padding must be in \[0, 1048576\], got 2147483648"),
-        ((1, 1, [], [0, 0, -1, 0, 0], [0.0], "Pad"), r"Pad: padding must be in \[0, 1048576\], got -1"),
-        ((1, 1, [], [2**64, 0, 0, 0, 0], [0.0], "Pad"), r"Pad: a parameter .* is not a number in range"),
-        ((9, 1, [1.0, 1.0], [2**31 - 1, 3], [0.0], "B"), r"B: kernel_size must be in \[1, 1023\], got 2147483647"),
-        ((9, 1, [1.0, 1.0], [4, 3], [0.0], "Blur"), r"Blur: kernel_size must be odd, got 4"),
-        ((3, 1, [], [0, 5], [0.0], "CC"), r"CC: height must be in \[1, 1048576\], got 0"),
-        ((4, 1, [], [1, 2**40, 0, 0], [0.0], "Rs"), r"Rs: size must be in \[1, 1048576\], got 1099511627776"),
-        ((7, 1, [1.0, float("inf")], [], [0.0], "Sc"), r"Sc: scale must be a finite number"),
-        ((10, 1, [0.0, 1e300], [], [0.0], "N"), r"N: sigma must be a finite number in"),
-        ((1, 1, [], [0, 0, 0, 0, 0], [300.0], "P"), r"P: fill must be a finite number in \[0.000000, 255.000000\]"),
+        ("Pad", lambda: _native.PadParams(**{**PAD, "left": 2**31}),
+         r"Pad: padding must be in \[0, 1048576\], got 2147483648"),
+        ("Pad", lambda: _native.PadParams(**{**PAD, "right": -1}), r"Pad: padding must be in \[0, 1048576\], got -1"),
+        ("Pad", lambda: _native.PadParams(**{**PAD, "left": 2**64}), r"Pad: a parameter .* is not a number in range"),
+        ("B", lambda: _native.GaussianBlurParams(kernel_x=2**31 - 1, kernel_y=3, sigma_lo=1.0, sigma_hi=1.0),
+         r"B: kernel_size must be in \[1, 1023\], got 2147483647"),
+        ("Blur", lambda: _native.GaussianBlurParams(kernel_x=4, kernel_y=3, sigma_lo=1.0, sigma_hi=1.0),
+         r"Blur: kernel_size must be odd, got 4"),
+        ("CC", lambda: _native.CenterCropParams(height=0, width=5), r"CC: height must be in \[1, 1048576\], got 0"),
+        ("Rs", lambda: _native.ResizeParams(mode=1, height=0, width=0, size=2**40, max_size=0),
+         r"Rs: size must be in \[1, 1048576\], got 1099511627776"),
+        ("Sc", lambda: _native.RandomScaleParams(scale_lo=1.0, scale_hi=INF, fill=[0.0]),
+         r"Sc: scale must be a finite number"),
+        ("N", lambda: _native.GaussianNoiseParams(mean=0.0, sigma=1e300), r"N: sigma must be a finite number in"),
+        ("P", lambda: _native.PadParams(**{**PAD, "fill": [300.0]}),
+         r"P: fill must be a finite number in \[0.000000, 255.000000\]"),
     ],
 )
-def test_native_specs_are_checked_too(spec, message):
+def test_native_specs_are_checked_too(name, make, message):
+    # past the Python checks: the parameter records convert each value, the Pipeline checks the ranges
     with pytest.raises(ConfigError, match=message):
-        _native.Pipeline([spec], FUSED)
+        _native.Pipeline([_native.OpSpec(params=make(), slot=1, name=name)], FUSED)
 
 
 def test_erase_rectangles_that_overflow_int32_are_shape_errors():

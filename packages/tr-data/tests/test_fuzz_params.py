@@ -1,7 +1,8 @@
 """Integer extremes (2^31 and up, negatives, 0, the limits and one past them) in every transform
-parameter, in the settings and the TransferStation, and in every slot of the native specs directly
-(past the Python checks). Each case is a ConfigError naming the parameter and the value, or a valid
-object whose samples come out right or fail as a tr error: no crash, no hang, no wrapped-around size.
+parameter, in the settings and the TransferStation, and in every field of the native parameter records
+directly (past the Python checks; float extremes and values of the wrong type too). Each case is a ConfigError
+naming the parameter and the value, or a valid object whose samples come out right or fail as a tr error: no
+crash, no hang, no wrapped-around size.
 tools/asan_test.sh runs this file under AddressSanitizer + UBSan."""
 
 from __future__ import annotations
@@ -136,35 +137,51 @@ def test_integer_extremes_in_every_parameter():
     counts["python"] = n
 
 
-FUSED = {"mean": [0.0], "std": [1.0], "dtype": "float32", "pad_channels_to": 0, "flip": None, "erase": None}
-# (kind, floats, ints) of a valid native spec per op kind (csrc/ops.hpp)
+FUSED = _native.FusedStage(mean=[0.0], std=[1.0], dtype="float32", pad_channels_to=0, flip=None, erase=None)
+FILL = {"fill": [0.0]}
+JITTER = {f"{k}_{e}": v for k in ("brightness", "contrast", "saturation", "hue")
+          for e, v in (("on", True), ("lo", 0.5 if k != "hue" else -0.1), ("hi", 1.5 if k != "hue" else 0.1))}
+# a valid native parameter record per op kind (tools/gen_op_params.py declares them), by keyword
 SPECS = [
-    (1, [], [1, 1, 1, 1, 0]),
-    (1, [], [1, 2, 3, 4, 2]),
-    (2, [], [3, 3, 0, 0, 0, 0, 0, 0]),
-    (2, [], [3, 3, 1, 1, 1, 1, 3, 1]),
-    (3, [], [3, 3]),
-    (4, [], [0, 4, 4, 0]),
-    (4, [], [1, 4, 4, 9]),
-    (4, [], [2, 4, 4, 0]),
-    (5, [0.08, 1.0, 0.75, 1.33], [4, 4]),
-    (6, [-10.0, 10.0], []),
-    (7, [0.5, 1.5], []),
-    (8, [0.5, 1.5, 0.5, 1.5, 0.5, 1.5, -0.1, 0.1], [1, 1, 1, 1]),
-    (9, [0.1, 2.0], [3, 3]),
-    (10, [0.0, 10.0], []),
-    (11, [0.5], []),
-    (12, [0.5], []),
+    (_native.PadParams, dict(left=1, top=1, right=1, bottom=1, padding_mode=0, **FILL)),
+    (_native.PadParams, dict(left=1, top=2, right=3, bottom=4, padding_mode=2, **FILL)),
+    (_native.RandomCropParams, dict(height=3, width=3, pad_left=0, pad_top=0, pad_right=0, pad_bottom=0, padding_mode=0,
+                                    pad_if_needed=False, **FILL)),
+    (_native.RandomCropParams, dict(height=3, width=3, pad_left=1, pad_top=1, pad_right=1, pad_bottom=1, padding_mode=3,
+                                    pad_if_needed=True, **FILL)),
+    (_native.CenterCropParams, dict(height=3, width=3)),
+    (_native.ResizeParams, dict(mode=0, height=4, width=4, size=0, max_size=0)),
+    (_native.ResizeParams, dict(mode=1, height=0, width=0, size=4, max_size=9)),
+    (_native.ResizeParams, dict(mode=2, height=0, width=0, size=4, max_size=0)),
+    (_native.RandomResizedCropParams, dict(height=4, width=4, scale_lo=0.08, scale_hi=1.0, ratio_lo=0.75,
+                                           ratio_hi=1.33)),
+    (_native.RandomRotationParams, dict(degrees_lo=-10.0, degrees_hi=10.0, **FILL)),
+    (_native.RandomScaleParams, dict(scale_lo=0.5, scale_hi=1.5, **FILL)),
+    (_native.ColorJitterParams, JITTER),
+    (_native.GaussianBlurParams, dict(kernel_x=3, kernel_y=3, sigma_lo=0.1, sigma_hi=2.0)),
+    (_native.GaussianNoiseParams, dict(mean=0.0, sigma=10.0)),
+    (_native.RandomGrayscaleParams, dict(p=0.5)),
+    (_native.RandomAutocontrastParams, dict(p=0.5)),
 ]
 FLOATS = [float("inf"), -float("inf"), float("nan"), 1e308, -1e308, 1e30, -1e30, 0.0, -0.0, 5e-324, 2.0**31, 2.0**64]
-PLANNED_NATIVE = sum(len(f) * len(FLOATS) + (len(i) + 2) * len(extremes(1)) for _, f, i in SPECS)
+# what goes into a field of each type: the wrong types too (a str, a bool for a number, a number for a bool)
+VALUES = {
+    "int": extremes(1) + [True, 1.0, "3", None],
+    "float": FLOATS + [2**1024, True, "1", None],
+    "bool": [True, False, 0, 1, 2**64, None, "yes"],
+    "floats": [[v] for v in FLOATS] + [[], [0.0] * 17, [1.0, 2.0, 3.0], "0", 0.0, [True], None],
+}
+SLOTS = [*extremes(1), True, 1.5]
+PLANNED_NATIVE = sum(sum(len(VALUES[t]) for _, t in cls.fields()) + len(SLOTS) for cls, _ in SPECS)
 
 
-def _native_case(spec: tuple) -> bool:
+def _native_case(cls: type, fields: dict, slot: object = 1) -> bool:
+    """Builds and runs one native op: False when refused with a ConfigError starting with the kind's name."""
+    name = cls.kind
     try:
-        pipe = _native.Pipeline([spec], FUSED)
+        pipe = _native.Pipeline([_native.OpSpec(params=cls(**fields), slot=slot, name=name)], FUSED)
     except ConfigError as e:
-        assert str(e).startswith(spec[5] if isinstance(spec[5], str) else "") or "unknown transform kind" in str(e)
+        assert str(e).startswith(name), str(e)
         return False
     for img in IMAGES:
         try:
@@ -175,38 +192,21 @@ def _native_case(spec: tuple) -> bool:
     return True
 
 
-def test_integer_and_float_extremes_in_every_native_spec_slot():
-    # The C++ checks on their own: what reaches them when the Python layer is bypassed.
+def test_integer_and_float_extremes_in_every_native_spec_field():
+    # The C++ conversions and checks on their own: what reaches them when the Python layer is bypassed.
     n = accepted = 0
-    ints = extremes(1)
-    for kind, f, i in SPECS:
-        base = [kind, 1, list(f), list(i), [0.0], f"op{kind}"]
-        variants = []
-        for k in range(len(f)):
-            for v in FLOATS:
-                variants.append((k, "f", v))
-        for k in range(len(i)):
-            for v in ints:
-                variants.append((k, "i", v))
-        for v in ints:
-            variants += [(0, "kind", v), (0, "slot", v)]
-        for k, where, v in variants:
-            spec = [base[0], base[1], list(base[2]), list(base[3]), [0.0], base[5]]
-            if where == "f":
-                spec[2][k] = v
-            elif where == "i":
-                spec[3][k] = v
-            elif where == "kind":
-                spec[0] = v
-            else:
-                spec[1] = v
+    for cls, base in SPECS:
+        assert [f for f, _ in cls.fields()] == list(base), cls  # every field of the kind is set (and fuzzed)
+        cases = [(dict(base, **{field: v}), 1) for field, t in cls.fields() for v in VALUES[t]]
+        cases += [(base, slot) for slot in SLOTS]
+        for fields, slot in cases:
             t0 = time.perf_counter()
-            accepted += _native_case(tuple(spec))
-            assert time.perf_counter() - t0 < SLOW_CASE_S, spec
+            accepted += _native_case(cls, fields, slot)
+            assert time.perf_counter() - t0 < SLOW_CASE_S, (cls.kind, fields, slot)
             n += 1
     print(f"[fuzz] native spec extremes: {n} cases, {accepted} accepted and run")
     record("native spec extremes", n)
-    assert n >= PLANNED_NATIVE
+    assert n >= PLANNED_NATIVE and 0 < accepted < n
     counts["native"] = n
 
 

@@ -62,7 +62,7 @@ cd "$PKG"
 TESTS=(tests/test_fuzz.py tests/test_fuzz_params.py tests/test_fuzz_files.py tests/test_fuzz_dts.py
   tests/test_checks.py tests/test_engine.py tests/test_preprocessor.py tests/test_station.py
   tests/test_fused_normalization.py tests/test_seeds.py tests/test_jpeg_pipeline.py tests/test_jpeg_baseline.py
-  tests/test_dts.py)
+  tests/test_dts.py tests/test_op_params.py)
 for a in "$@"; do
   if [[ "$a" != -* && -e "${a%%::*}" ]]; then TESTS=(); break; fi  # the caller names the tests
 done

@@ -353,26 +353,26 @@ class Preprocessor:
             cache, mode = self._cache_for(sp)
         chain = self.chains["train" if train else "val"]
         sdmp = self._sdmp_args(epoch, sp) if train and self.settings.sdmp > 1 else {}
-        self._engine.start(
-            chain._native,
-            sp.images,
-            sp.offsets,
-            sp.shapes,
-            None if sp.ragged else tuple(int(x) for x in sp.images.shape[1:]),
-            sp.labels,
-            order,
-            [st._native for st in self.stations],
-            plan.per_rank,
-            plan.num_batches,
-            plan.last_batch_size,
-            seed_prefix(self.seed, epoch, train),
-            self.sample_shape,
-            cache,
-            mode,
-            sp.sizes,
-            **sdmp,
+        self._engine.start(_native.EpochJob(
+            pipeline=chain._native,
+            data=sp.images,
+            order=order,
+            stations=[st._native for st in self.stations],
+            per_rank=plan.per_rank,
+            num_batches=plan.num_batches,
+            last_size=plan.last_batch_size,
+            seed_prefix=seed_prefix(self.seed, epoch, train),
+            out_shape=self.sample_shape,
+            uniform_shape=None if sp.ragged else tuple(int(x) for x in sp.images.shape[1:]),
+            offsets=sp.offsets,
+            shapes=sp.shapes,
+            sizes=sp.sizes,
+            labels=sp.labels,
+            cache=cache,
+            cache_mode=mode,
             dct_scaling=self.settings.dct_scaling,
-        )
+            **sdmp,
+        ))
         if mode == 1:
             self._cache_pending = plan.per_rank * plan.world_size
         self._run = EpochRun(self, epoch, train, plan)

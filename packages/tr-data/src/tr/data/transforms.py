@@ -1,9 +1,10 @@
 """Augmentation transforms on uint8 HWC images, run by the native core.
 
 Each class validates its arguments when constructed (a ConfigError names the bad value) and turns
-into a compact native spec. ``Compose`` chains them and ends with FusedNormalization; the same chain
-runs inside the Preprocessor's worker pool. Exact definitions, and where they differ from
-torchvision, are in the package README.
+into a native ``OpSpec`` whose parameters are its kind's typed record (``_native.ResizeParams`` etc.,
+declared once in tools/gen_op_params.py), built by keyword. ``Compose`` chains them and ends with
+FusedNormalization; the same chain runs inside the Preprocessor's worker pool. Exact definitions, and
+where they differ from torchvision, are in the package README.
 """
 
 from __future__ import annotations
@@ -46,10 +47,8 @@ from tr.data.seeds import sample_seed
 
 PAD_MODES = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 3}
 _FLOAT_PARAMS = {"angle", "scale", "sigma", "brightness", "contrast", "saturation", "hue"}
-
-# native op kinds (csrc/ops.hpp)
-_PAD, _RANDOM_CROP, _CENTER_CROP, _RESIZE, _RRC, _ROTATION, _SCALE = 1, 2, 3, 4, 5, 6, 7
-_JITTER, _BLUR, _NOISE, _GRAYSCALE, _AUTOCONTRAST = 8, 9, 10, 11, 12
+# ResizeParams.mode
+_RESIZE_EXACT, _RESIZE_SHORT_SIDE, _RESIZE_SQUARE = 0, 1, 2
 
 
 # ------------------------------------------------------------------------------------------------
@@ -62,7 +61,8 @@ class Transform:
     deterministic = False
     channels: tuple[int, ...] | None = None  # the channel counts it takes (None: any)
 
-    def native(self, slot: int) -> tuple:
+    def native(self, slot: int) -> _native.OpSpec:
+        """The native step of this transform, drawing from Philox stream ``slot``."""
         raise NotImplementedError
 
     def out_shape(self, shape: Shape) -> Shape:
@@ -71,8 +71,8 @@ class Transform:
         check_channels(type(self).__name__, self.channels, s)
         return s
 
-    def _spec(self, kind: int, slot: int, f=(), i=(), fill=(0.0,)) -> tuple:
-        return (kind, slot, [float(x) for x in f], [int(x) for x in i], [float(x) for x in fill], repr(self))
+    def _op(self, slot: int, params: Any) -> _native.OpSpec:
+        return _native.OpSpec(params=params, slot=slot, name=repr(self))
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items() if not k.startswith("_"))
@@ -104,8 +104,10 @@ class Pad(Transform):
         left, top, right, bottom = self.padding
         return out_size("Pad", h + top + bottom, w + left + right, c, (h, w, c))
 
-    def native(self, slot: int) -> tuple:
-        return self._spec(_PAD, slot, i=(*self.padding, PAD_MODES[self.padding_mode]), fill=self.fill)
+    def native(self, slot: int) -> _native.OpSpec:
+        left, top, right, bottom = self.padding
+        return self._op(slot, _native.PadParams(left=left, top=top, right=right, bottom=bottom,
+                                                padding_mode=PAD_MODES[self.padding_mode], fill=self.fill))
 
 
 class RandomCrop(Transform):
@@ -141,14 +143,11 @@ class RandomCrop(Transform):
             raise ConfigError(f"{self!r}: the image is {h}x{w}{after}, smaller than the crop {th}x{tw}")
         return out_size("RandomCrop", th, tw, c, (h, w, c))
 
-    def native(self, slot: int) -> tuple:
+    def native(self, slot: int) -> _native.OpSpec:
         left, top, right, bottom = self.padding or (0, 0, 0, 0)
-        return self._spec(
-            _RANDOM_CROP,
-            slot,
-            i=(*self.size, left, top, right, bottom, PAD_MODES[self.padding_mode], int(self.pad_if_needed)),
-            fill=self.fill,
-        )
+        return self._op(slot, _native.RandomCropParams(
+            height=self.size[0], width=self.size[1], pad_left=left, pad_top=top, pad_right=right, pad_bottom=bottom,
+            padding_mode=PAD_MODES[self.padding_mode], pad_if_needed=self.pad_if_needed, fill=self.fill))
 
 
 class CenterCrop(Transform):
@@ -163,8 +162,8 @@ class CenterCrop(Transform):
         s = check_shape(shape)
         return out_size("CenterCrop", self.size[0], self.size[1], s[2], s)
 
-    def native(self, slot: int) -> tuple:
-        return self._spec(_CENTER_CROP, slot, i=self.size)
+    def native(self, slot: int) -> _native.OpSpec:
+        return self._op(slot, _native.CenterCropParams(height=self.size[0], width=self.size[1]))
 
 
 def _short_side(h: int, w: int, size: int, max_size: int | None) -> tuple[int, int]:
@@ -214,11 +213,13 @@ class Resize(Transform):
             raise ConfigError(f"{self!r}: a {h}x{w} image would become {oh}x{ow}")
         return out_size("Resize", oh, ow, c, (h, w, c))
 
-    def native(self, slot: int) -> tuple:
+    def native(self, slot: int) -> _native.OpSpec:
         if isinstance(self.size, tuple):
-            return self._spec(_RESIZE, slot, i=(0, self.size[0], self.size[1], 0))
-        mode = 2 if self.square_crop else 1
-        return self._spec(_RESIZE, slot, i=(mode, self.size, self.size, self.max_size or 0))
+            p = _native.ResizeParams(mode=_RESIZE_EXACT, height=self.size[0], width=self.size[1], size=0, max_size=0)
+        else:
+            mode = _RESIZE_SQUARE if self.square_crop else _RESIZE_SHORT_SIDE
+            p = _native.ResizeParams(mode=mode, height=0, width=0, size=self.size, max_size=self.max_size or 0)
+        return self._op(slot, p)
 
 
 class RandomResizedCrop(Transform):
@@ -245,8 +246,11 @@ class RandomResizedCrop(Transform):
         s = check_shape(shape)
         return out_size("RandomResizedCrop", self.size[0], self.size[1], s[2], s)
 
-    def native(self, slot: int) -> tuple:
-        return self._spec(_RRC, slot, f=(*self.scale, *self.ratio), i=self.size)
+    def native(self, slot: int) -> _native.OpSpec:
+        (scale_lo, scale_hi), (ratio_lo, ratio_hi) = self.scale, self.ratio
+        return self._op(slot, _native.RandomResizedCropParams(
+            height=self.size[0], width=self.size[1], scale_lo=scale_lo, scale_hi=scale_hi, ratio_lo=ratio_lo,
+            ratio_hi=ratio_hi))
 
 
 class RandomRotation(Transform):
@@ -269,8 +273,9 @@ class RandomRotation(Transform):
         fill_fits("RandomRotation", self.fill, s[2])
         return s
 
-    def native(self, slot: int) -> tuple:
-        return self._spec(_ROTATION, slot, f=self.degrees, fill=self.fill)
+    def native(self, slot: int) -> _native.OpSpec:
+        lo, hi = self.degrees
+        return self._op(slot, _native.RandomRotationParams(degrees_lo=lo, degrees_hi=hi, fill=self.fill))
 
 
 class RandomScale(Transform):
@@ -293,8 +298,9 @@ class RandomScale(Transform):
         fill_fits("RandomScale", self.fill, s[2])
         return s
 
-    def native(self, slot: int) -> tuple:
-        return self._spec(_SCALE, slot, f=self.scale, fill=self.fill)
+    def native(self, slot: int) -> _native.OpSpec:
+        lo, hi = self.scale
+        return self._op(slot, _native.RandomScaleParams(scale_lo=lo, scale_hi=hi, fill=self.fill))
 
 
 class RandomHorizontalFlip(Transform):
@@ -352,12 +358,13 @@ class ColorJitter(Transform):
         self.saturation = jitter_range("saturation", saturation)
         self.hue = jitter_range("hue", hue, center=0.0, lo=-0.5, hi=0.5)
 
-    def native(self, slot: int) -> tuple:
-        parts = (self.brightness, self.contrast, self.saturation, self.hue)
-        f = []
-        for r, neutral in zip(parts, (1.0, 1.0, 1.0, 0.0)):
-            f += list(r) if r else [neutral, neutral]
-        return self._spec(_JITTER, slot, f=f, i=[int(r is not None) for r in parts])
+    def native(self, slot: int) -> _native.OpSpec:
+        fields = {}
+        for name, neutral in (("brightness", 1.0), ("contrast", 1.0), ("saturation", 1.0), ("hue", 0.0)):
+            r = getattr(self, name)  # None: off (its range, unread, is the neutral factor)
+            fields[f"{name}_on"] = r is not None
+            fields[f"{name}_lo"], fields[f"{name}_hi"] = r if r else (neutral, neutral)
+        return self._op(slot, _native.ColorJitterParams(**fields))
 
 
 class GaussianBlur(Transform):
@@ -384,8 +391,9 @@ class GaussianBlur(Transform):
         if self.sigma[0] <= 0:
             raise ConfigError(f"{o}: sigma must be > 0, got {self.sigma}")
 
-    def native(self, slot: int) -> tuple:
-        return self._spec(_BLUR, slot, f=self.sigma, i=self.kernel_size)
+    def native(self, slot: int) -> _native.OpSpec:
+        (kx, ky), (lo, hi) = self.kernel_size, self.sigma
+        return self._op(slot, _native.GaussianBlurParams(kernel_x=kx, kernel_y=ky, sigma_lo=lo, sigma_hi=hi))
 
 
 class GaussianNoise(Transform):
@@ -398,8 +406,8 @@ class GaussianNoise(Transform):
         if self.sigma < 0:
             raise ConfigError(f"{o}: sigma must be >= 0, got {self.sigma}")
 
-    def native(self, slot: int) -> tuple:
-        return self._spec(_NOISE, slot, f=(self.mean, self.sigma))
+    def native(self, slot: int) -> _native.OpSpec:
+        return self._op(slot, _native.GaussianNoiseParams(mean=self.mean, sigma=self.sigma))
 
 
 class RandomGrayscale(Transform):
@@ -410,8 +418,8 @@ class RandomGrayscale(Transform):
     def __init__(self, p: float = 0.1):
         self.p = prob("RandomGrayscale", p)
 
-    def native(self, slot: int) -> tuple:
-        return self._spec(_GRAYSCALE, slot, f=(self.p,))
+    def native(self, slot: int) -> _native.OpSpec:
+        return self._op(slot, _native.RandomGrayscaleParams(p=self.p))
 
 
 class RandomAutocontrast(Transform):
@@ -420,8 +428,8 @@ class RandomAutocontrast(Transform):
     def __init__(self, p: float = 0.5):
         self.p = prob("RandomAutocontrast", p)
 
-    def native(self, slot: int) -> tuple:
-        return self._spec(_AUTOCONTRAST, slot, f=(self.p,))
+    def native(self, slot: int) -> _native.OpSpec:
+        return self._op(slot, _native.RandomAutocontrastParams(p=self.p))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -476,8 +484,8 @@ class Compose:
     def deterministic(self) -> bool:
         return all(t.deterministic for t in self.transforms)
 
-    def _native_ops(self) -> list[tuple]:
-        ops: list[tuple] = []
+    def _native_ops(self) -> list[_native.OpSpec]:
+        ops: list[_native.OpSpec] = []
         pending_pad: tuple[int, Pad] | None = None
         for j, t in enumerate(self.transforms):
             if t.record:
@@ -495,17 +503,19 @@ class Compose:
             pending_pad = (slot, t) if isinstance(t, Pad) else None
         return ops
 
-    def _fused_spec(self) -> dict:
+    def _fused_spec(self) -> _native.FusedStage:
         flip = next((t for t in self.transforms if isinstance(t, RandomHorizontalFlip)), None)
         erase = next((t for t in self.transforms if isinstance(t, RandomErasing)), None)
-        return {
-            "mean": list(self.mean),
-            "std": list(self.std),
-            "dtype": self.dtype,
-            "pad_channels_to": self.pad_channels_to or 0,
-            "flip": None if flip is None else flip.p,
-            "erase": None if erase is None else (erase.p, *erase.scale, *erase.ratio, list(erase.value)),
-        }
+        return _native.FusedStage(
+            mean=self.mean,
+            std=self.std,
+            dtype=self.dtype,
+            pad_channels_to=self.pad_channels_to or 0,
+            flip=None if flip is None else _native.RandomHorizontalFlipParams(p=flip.p),
+            erase=None if erase is None else _native.RandomErasingParams(
+                p=erase.p, scale_lo=erase.scale[0], scale_hi=erase.scale[1], ratio_lo=erase.ratio[0],
+                ratio_hi=erase.ratio[1], value=erase.value),
+        )
 
     # ---- shapes ----------------------------------------------------------------------------
     def uint8_shape(self, shape: Shape) -> Shape:

@@ -52,8 +52,9 @@ def _activation(b: CallBinder) -> str | None:
     return act
 
 
-def _features(b: CallBinder, names: tuple[str, ...]) -> tuple[int, int]:
-    """Rows and channels of x; every present feature tensor has x's shape and dtype."""
+def features(b: CallBinder, names: tuple[str, ...], what: str = "a BN call") -> tuple[int, int]:
+    """Rows and channels of x; every present feature tensor has x's shape and dtype (the per-channel families,
+    batch and layer norm, share it)."""
     x = b.tensor("x")
     b.expect_float("x")
     for name in names:
@@ -63,7 +64,7 @@ def _features(b: CallBinder, names: tuple[str, ...]) -> tuple[int, int]:
         if t.shape != x.shape:
             b.fail(f"{name} {t.shape} must have x's shape {x.shape}", ShapeError)
         if t.dtype is not x.dtype:
-            b.fail(f"{name} is {t.dtype.name} but x is {x.dtype.name}; a BN call has one feature dtype",
+            b.fail(f"{name} is {t.dtype.name} but x is {x.dtype.name}; {what} has one feature dtype",
                    DTypeError)
     c = x.shape.c
     return x.numel // c, c
@@ -81,7 +82,7 @@ def _per_channel(b: CallBinder, c: int, names: tuple[str, ...]) -> None:
 
 
 def bn_fwd_rules(b: CallBinder) -> BnFwd:
-    m, c = _features(b, ("y", "z"))
+    m, c = features(b, ("y", "z"))
     _per_channel(b, c, _FWD_VEC)
     act = _activation(b)
     if act == "silu" and b.has("z"):
@@ -90,7 +91,7 @@ def bn_fwd_rules(b: CallBinder) -> BnFwd:
 
 
 def bn_bwd_rules(b: CallBinder) -> BnBwd:
-    m, c = _features(b, ("dy", "dx", "y", "dz", "dy2"))
+    m, c = features(b, ("dy", "dx", "y", "dz", "dy2"))
     _per_channel(b, c, _BWD_VEC)
     act = _activation(b)
     b.float_attr("eps", 1e-5, 0.0)
@@ -124,7 +125,7 @@ MAX_TAPS = 127  # the INT8 mask holds the window position
 
 def _pool(b: CallBinder, full: str, pooled: str) -> tuple[int, int, Geometry]:
     """x (and dx) at full resolution, y (or dy) pooled with x's dtype and channels, the INT8 mask like it."""
-    m, c = _features(b, ("dx",))
+    m, c = features(b, ("dx",))
     geo = window_geometry(b, full, pooled)
     p = b.tensor(pooled)
     if p.shape.c != c or p.dtype is not b.tensor("x").dtype:
@@ -151,7 +152,7 @@ def bn_maxpool_bwd_rules(b: CallBinder) -> BnPool:
 
 
 def bn_inf_rules(b: CallBinder) -> BnFwd:
-    m, c = _features(b, ("y", "z"))
+    m, c = features(b, ("y", "z"))
     _per_channel(b, c, ("scale", "bias"))
     return BnFwd(m, c, _activation(b), 0.0, 0.0, b.has("z"))
 

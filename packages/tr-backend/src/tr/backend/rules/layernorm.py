@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tr.backend.binding import CallBinder
+from tr.backend.rules.bn import features
 from tr.core.dtype import DType
 from tr.core.errors import DTypeError, ShapeError
 
@@ -28,22 +29,10 @@ class LnCall:
 
 
 def _features(b: CallBinder, names: tuple[str, ...]) -> tuple[int, int]:
-    """(rows, C) of x; every given feature tensor has x's shape and dtype."""
-    x = b.tensor("x")
-    b.expect_float("x")
-    if len(x.shape.dims) != 4:
-        b.fail(f"x {x.shape} must be [N,H,W,C]", ShapeError)
-    for name in names:
-        if not b.has(name):
-            continue
-        t = b.tensor(name)
-        if t.shape != x.shape:
-            b.fail(f"{name} {t.shape} must have x's shape {x.shape}", ShapeError)
-        if t.dtype is not x.dtype:
-            b.fail(f"{name} is {t.dtype.name} but x is {x.dtype.name}; a layer-norm call has one feature dtype",
-                   DTypeError)
-    c = x.shape.c
-    return x.numel // c, c
+    """(rows, C) of x, an [N,H,W,C] tensor; every given feature tensor has x's shape and dtype."""
+    if len(b.tensor("x").shape.dims) != 4:
+        b.fail(f"x {b.tensor('x').shape} must be [N,H,W,C]", ShapeError)
+    return features(b, names, "a layer-norm call")
 
 
 def _fp32(b: CallBinder, name: str, dims: tuple[int, ...], what: str) -> None:

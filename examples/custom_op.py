@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 
 from renaissance import SGD, ConstantLR, DeepLearningTask, Settings, TrainingResult, TrError, fc, seq
-from tr.backend.cuda.binder import DTYPE_CODES
 from tr.core.shape import Shape
 from tr.data.mnist import MNIST
 from tr.task.extension import (
@@ -144,7 +143,7 @@ def bwd_cpu(b: CpuBinder, r: Call) -> Step | None:
 
 # --- 4. CUDA: kernels compiled by CuPy, launched inside the captured step -----------------------------------------
 # The same float32 steps as numpy (--fmad=false: a*b+c rounds twice), so both backends give the same bytes.
-# Tensors are FP32, FP16 or BF16 (a dtype code each, tr.backend.cuda.binder.DTYPE_CODES); the conversions are
+# Tensors are FP32, FP16 or BF16 (a dtype code each, tr.core.dtype.DType.code); the conversions are
 # PTX instructions, so the source needs no CUDA header.
 SOURCE = r"""
 __device__ float load(const void* p, long long i, int dt) {
@@ -194,7 +193,7 @@ def _grid(n: int) -> int:
 
 
 def _code(b: CudaBinder, name: str) -> np.int32:
-    return np.int32(DTYPE_CODES[b.dtype(name)])
+    return np.int32(b.dtype(name).code)
 
 
 def fwd_cuda(b: CudaBinder, r: Call) -> Any:  # the native op

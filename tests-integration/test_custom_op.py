@@ -37,7 +37,7 @@ from tr.core.errors import BackendError, CompileError, ConfigError, ShapeError
 from tr.core.ops import CATALOGUE, TR_OPS, OpCall
 from tr.graph.archplan import ArchPlan
 from tr.graph.blueprint import bn, conv, fc, gap, pretty, relu, seq
-from tr.graph.layers import FIRST_KINDS, KINDS, LOSS_KINDS, NODE_KINDS, TR_KINDS
+from tr.graph.layers import BUILTIN_KINDS, FIRST_KINDS, KINDS, LOSS_KINDS, NODE_KINDS
 from tr.task.deep_learning import DeepLearningTask
 from tr.task.extension import (
     ExternOp,
@@ -93,7 +93,7 @@ def test_registration_lasts_for_the_block_and_leaves_tr_as_it_was():
         assert set(op_impls("cuda")) >= {"squareplus_fwd", "squareplus_bwd"}
         assert "squareplus" not in FIRST_KINDS and "squareplus" not in LOSS_KINDS  # its traits say so
     assert _tr_state() == before
-    assert set(CATALOGUE) == TR_OPS and set(KINDS) == TR_KINDS
+    assert set(CATALOGUE) == TR_OPS and set(KINDS) == BUILTIN_KINDS
 
 
 def test_a_failure_inside_the_block_still_unregisters():

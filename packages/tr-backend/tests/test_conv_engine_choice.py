@@ -12,7 +12,7 @@ import pytest
 from backend_testkit import SimpleArena, op
 
 from tr.backend.cuda import conv_engines
-from tr.backend.cuda.binder import DTYPE_CODES, CudaBinder
+from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.conv_engines import ConvEngine, pins_of
 from tr.backend.cuda.cudnn import autotune, env_autotune
 from tr.backend.cuda.native import native_module
@@ -123,7 +123,7 @@ def test_each_op_s_plans_are_recorded_on_its_backend():
     _build(be, _fwd(a))  # a second op of the shape: one record
     (device, name, ints, has_dx), _ = n.asked
     assert (device, name, has_dx) == (3, "conv_fwd", False)
-    f16 = DTYPE_CODES[DType.FP16]
+    f16 = DType.FP16.code
     assert (ints["x_dt"], ints["w_dt"], ints["y_dt"], ints["kh"], ints["sh"], ints["autotune"]) == (f16, f16, f16,
                                                                                                       3, 2, 0)
     assert conv_engines.used_by(be) == [ConvEngine(**plan, op="conv_fwd")]
@@ -177,7 +177,7 @@ def no_pins():
 
 
 GEO = dict(n=2, h=6, w=6, c=4, k=8, kh=3, kw=3, sh=2, sw=2, ph=1, pw=1, p=3, q=3)
-F16 = DTYPE_CODES[DType.FP16]
+F16 = DType.FP16.code
 
 
 @needs_pins
@@ -186,7 +186,7 @@ def test_plan_keys_are_machine_independent_and_the_cache_s(no_pins):
     entries did (their keys are this plus the workspace cap): existing caches stay valid."""
     fwd = native.cudnn_conv_op_plans(0, "conv_fwd", {**GEO, "x_dt": F16, "y_dt": F16}, False)
     assert [(r["key"], r["engine"], r["source"]) for r in fwd] == [(FWD_KEY, "direct", "direct")]  # no plan here
-    ints = {**GEO, "x_dt": F16, "dy_dt": F16, "dw_dt": DTYPE_CODES[DType.FP32], "dx_dt": F16, "tf32": 1,
+    ints = {**GEO, "x_dt": F16, "dy_dt": F16, "dw_dt": DType.FP32.code, "dx_dt": F16, "tf32": 1,
             "groups": 2}
     bwd = native.cudnn_conv_op_plans(0, "conv_bwd", ints, True)
     assert [r["key"] for r in bwd] == ["wgrad:n2:h6:w6:c4:k8:r3:s3:sh2:sw2:ph1:pw1:g2:FP16,FP16,FP32:tf32=1",

@@ -14,7 +14,7 @@ import pytest
 from backend_testkit import FC_W, SCALAR_FP32, SCALAR_INT32, SimpleArena, op
 
 from tr.backend.checks import where
-from tr.backend.cuda.binder import DTYPE_CODES, CudaBinder
+from tr.backend.cuda.binder import CudaBinder
 from tr.backend.registry import op_impls
 from tr.backend.rules.image import GEOM_COLS
 from tr.core.dtype import DType
@@ -74,10 +74,10 @@ def test_fc_builders_pass_the_rule_s_sizes_and_every_tensor():
               ("db", (5,), "fp32"), ("dx", (8, 2, 2, 3), "fp16"))
     name, ptrs, ints, _ = build(op("fc_fwd", x=a["x"], w=a["w"], b=a["b"], y=a["y"], activation="relu"))
     assert name == "fc_fwd" and (ints["n"], ints["k"], ints["o"], ints["relu"]) == (8, 12, 5, 1)
-    assert ptrs["b"] == _Backend.arena_ptr + a["b"].offset and ints["b_dt"] == DTYPE_CODES[DType.FP16]
+    assert ptrs["b"] == _Backend.arena_ptr + a["b"].offset and ints["b_dt"] == DType.FP16.code
     name, ptrs, ints, _ = build(op("fc_bwd", x=a["x"], w=a["w"], dy=a["dy"], dw=a["dw"], db=a["db"], dx=a["dx"]))
     assert name == "fc_bwd" and set(ptrs) == {"x", "w", "dy", "dw", "db", "dx"}
-    assert ints["dw_dt"] == DTYPE_CODES[DType.FP32] and (ints["n"], ints["k"], ints["o"]) == (8, 12, 5)
+    assert ints["dw_dt"] == DType.FP32.code and (ints["n"], ints["k"], ints["o"]) == (8, 12, 5)
 
 
 def test_conv_add_and_softmax_builders():
@@ -92,7 +92,7 @@ def test_conv_add_and_softmax_builders():
               ("y", (2, 6, 6, 8), "fp16"), ("dy", (2, 6, 6, 8), "fp16"), ("dw", (8, 3, 3, 4), "fp16"),
               ("db", (1, 1, 1, 8), "fp32"))
     _, ptrs, ints, _ = build(op("conv_fwd", x=c["x"], w=c["w"], b=c["b"], y=c["y"], padding=1))
-    assert ptrs["b"] == _Backend.arena_ptr + c["b"].offset and ints["b_dt"] == DTYPE_CODES[DType.FP16]
+    assert ptrs["b"] == _Backend.arena_ptr + c["b"].offset and ints["b_dt"] == DType.FP16.code
     _, ptrs, ints, _ = build(op("conv_bwd", x=c["x"], w=c["w"], dy=c["dy"], dw=c["dw"], db=c["db"], padding=1))
     assert ptrs["db"] == _Backend.arena_ptr + c["db"].offset and "dx" not in ptrs
     b = arena(("a", (4, 2, 2, 3), "fp16"), ("c", (4, 2, 2, 3), "fp16"), ("logits", (4, 1, 1, 10), "fp32"),
@@ -200,7 +200,7 @@ def test_pool_and_activation_builders():
     a = arena(("x", (2, 6, 6, 4), "fp16"), ("y", (2, 3, 3, 4), "fp16"), ("mask", (2, 3, 3, 4), "int8"),
               ("g", (2, 1, 1, 4), "fp16"), ("amask", (2, 6, 6, 4), "int8"), ("x2", (2, 6, 6, 4), "fp16"))
     ints = build(op("maxpool_fwd", x=a["x"], y=a["y"], mask=a["mask"], kernel=3, stride=2, padding=1))[2]
-    assert (ints["kh"], ints["sh"], ints["ph"], ints["p"], ints["mask_dt"]) == (3, 2, 1, 3, DTYPE_CODES[DType.INT8])
+    assert (ints["kh"], ints["sh"], ints["ph"], ints["p"], ints["mask_dt"]) == (3, 2, 1, 3, DType.INT8.code)
     assert build(op("maxpool_bwd", dy=a["y"], mask=a["mask"], dx=a["x"], kernel=3, stride=2, padding=1))[2]["q"] == 3
     assert build(op("avgpool_fwd", x=a["x"], y=a["y"], kernel=2, stride=2))[2]["kw"] == 2
     assert build(op("gap_fwd", x=a["x"], y=a["g"]))[2] == {"n": 2, "hw": 36, "c": 4, "x_dt": 1, "y_dt": 1}
@@ -282,7 +282,7 @@ def test_fc_relu_mask_reaches_both_native_fc_ops():
               ("dw", (5, 1, 1, 200), "fp32"), ("dx", (8, 1, 1, 200), "fp16"))
     _, ptrs, ints, _ = build(op("fc_fwd", x=a["x"], w=a["w"], y=a["y"], mask=a["m"], activation="relu"))
     assert ptrs["mask"] == _Backend.arena_ptr + a["m"].offset
-    assert ints["mask_dt"] == DTYPE_CODES[DType.INT8] and ints["epilogues"] in (0, 1)
+    assert ints["mask_dt"] == DType.INT8.code and ints["epilogues"] in (0, 1)
     _, ptrs, ints, _ = build(op("fc_bwd", x=a["y"], w=a["w2"], dy=a["dy"], dw=a["dw"], dx=a["dx"], mask=a["m"]))
     assert ptrs["mask"] == _Backend.arena_ptr + a["m"].offset and (ints["k"], ints["o"]) == (200, 5)
 

@@ -23,13 +23,13 @@ from backend_testkit import SimpleArena, op
 from cuda_testkit import Twin, close
 
 from tr.backend.checks import where
-from tr.backend.cuda.binder import DTYPE_CODES, CudaBinder
+from tr.backend.cuda.binder import CudaBinder
 from tr.backend.registry import op_impls
 from tr.core.dtype import DType
 from tr.core.errors import TrError
 from tr.core.ops import CATALOGUE, OpCall
 
-FP32, FP16, BF16 = (DTYPE_CODES[d] for d in (DType.FP32, DType.FP16, DType.BF16))
+FP32, FP16, BF16 = (d.code for d in (DType.FP32, DType.FP16, DType.BF16))
 
 
 class _Native:

@@ -15,11 +15,11 @@ from tr.graph import passes, spec
 from tr.graph.archplan import DATA, ArchLayer, ArchPlan, params
 from tr.graph.blueprint import Layer, fc, seq
 from tr.graph.layers import (
+    BUILTIN_KINDS,
     FIRST_KINDS,
     KINDS,
     LOSS_KINDS,
     NODE_KINDS,
-    TR_KINDS,
     KindNames,
     register_kind,
     unregister_kind,
@@ -83,7 +83,7 @@ def test_unregistering_removes_every_name_and_leaf():
     kind = register_kind(ScaledKind())
     unregister_kind(kind)
     assert (dict(KINDS), dict(NODE_KINDS), tuple(LOSS_KINDS), tuple(FIRST_KINDS)) == before
-    assert set(KINDS) == TR_KINDS
+    assert set(KINDS) == BUILTIN_KINDS
     with pytest.raises(CompileError, match="not a known layer"):
         ArchPlan.from_blueprint(seq(fc(4), Scaled(), fc(3)), (1, 1, 6), 3)
     with pytest.raises(ConfigError, match="ScaledKind is not registered"):

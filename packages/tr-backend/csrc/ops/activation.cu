@@ -4,14 +4,12 @@
 #include <cmath>
 
 #include "cuda/context.hpp"
+#include "ops/codes.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native {
 
 namespace {
-
-// Kinds, numbered as tr.core.ops.ACTIVATIONS.
-enum Kind : int { RELU = 0, TANH, SILU, SIGMOID, RELU6, LEAKY_RELU, HARDSWISH, ELU, GELU, NUM_KINDS };
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -22,66 +20,66 @@ __device__ __forceinline__ float clip(float x, float lo, float hi) {
 
 __device__ __forceinline__ float phi_cdf(float x) { return 0.5f * erfcf(-x * 0.70710678118654752f); }
 
-__device__ __forceinline__ float forward(int kind, float x) {
+__device__ __forceinline__ float forward(ActKind kind, float x) {
   switch (kind) {
-    case RELU:
+    case ActKind::RELU:
       return kern::nan_max(x, 0.0f);
-    case TANH:
+    case ActKind::TANH:
       return tanhf(x);
-    case SIGMOID:
+    case ActKind::SIGMOID:
       return sigmoid(x);
-    case RELU6:
+    case ActKind::RELU6:
       return clip(x, 0.0f, 6.0f);
-    case LEAKY_RELU:
+    case ActKind::LEAKY_RELU:
       return kern::nan_max(x, x * 0.01f);
-    case SILU:
+    case ActKind::SILU:
       return x * sigmoid(x);
-    case HARDSWISH: {
+    case ActKind::HARDSWISH: {
       const float t = clip(x + 3.0f, 0.0f, 6.0f) * x;
       return t * static_cast<float>(1.0 / 6.0);
     }
-    case ELU: {
+    case ActKind::ELU: {
       const float m = (x != x) ? x : fminf(x, 0.0f);
       return kern::nan_max(x, 0.0f) + expm1f(m);
     }
-    case GELU:
+    case ActKind::GELU:
       return x * phi_cdf(x);
     default:
       return x;
   }
 }
 
-__device__ __forceinline__ float derivative(int kind, float x) {
+__device__ __forceinline__ float derivative(ActKind kind, float x) {
   switch (kind) {
-    case RELU:
+    case ActKind::RELU:
       return x > 0.0f ? 1.0f : 0.0f;
-    case TANH: {
+    case ActKind::TANH: {
       const float t = tanhf(x);
       return 1.0f - t * t;
     }
-    case SIGMOID: {
+    case ActKind::SIGMOID: {
       const float s = sigmoid(x);
       return s * (1.0f - s);
     }
-    case SILU: {
+    case ActKind::SILU: {
       const float s = sigmoid(x);
       return s * ((1.0f - s) * x + 1.0f);
     }
-    case RELU6:
+    case ActKind::RELU6:
       return (x > 0.0f ? 1.0f : 0.0f) * (x < 6.0f ? 1.0f : 0.0f);
-    case LEAKY_RELU:
+    case ActKind::LEAKY_RELU:
       return (x > 0.0f ? 1.0f : 0.0f) * 0.99f + 0.01f;
-    case HARDSWISH: {
+    case ActKind::HARDSWISH: {
       float d = x * static_cast<float>(1.0 / 3.0) + 0.5f;
       if (x <= -3.0f) d = 0.0f;
       if (x >= 3.0f) d = 1.0f;
       return d;
     }
-    case ELU: {
+    case ActKind::ELU: {
       const float m = (x != x) ? x : fminf(x, 0.0f);
       return expf(m);
     }
-    case GELU: {
+    case ActKind::GELU: {
       const float t = expf(x * x * -0.5f) * 0.3989422804014327f * x;
       return phi_cdf(x) + t;
     }
@@ -91,7 +89,7 @@ __device__ __forceinline__ float derivative(int kind, float x) {
 }
 
 template <class TX, class TY>
-__global__ void act_fwd_kernel(const TX* x, TY* y, signed char* mask, std::int64_t n, int kind) {
+__global__ void act_fwd_kernel(const TX* x, TY* y, signed char* mask, std::int64_t n, ActKind kind) {
   TR_GRID_STRIDE(i, n) {
     const float v = kern::to_f(x[i]);
     if (mask != nullptr) mask[i] = v > 0.0f ? 1 : 0;
@@ -100,7 +98,8 @@ __global__ void act_fwd_kernel(const TX* x, TY* y, signed char* mask, std::int64
 }
 
 template <class TX, class TD>
-__global__ void act_bwd_kernel(const TX* x, const TD* dy, TD* dx, const signed char* mask, std::int64_t n, int kind) {
+__global__ void act_bwd_kernel(const TX* x, const TD* dy, TD* dx, const signed char* mask, std::int64_t n,
+                               ActKind kind) {
   TR_GRID_STRIDE(i, n) {
     const float g = kern::to_f(dy[i]);
     const float d = mask != nullptr ? (mask[i] != 0 ? 1.0f : 0.0f) : derivative(kind, kern::to_f(x[i]));
@@ -108,15 +107,19 @@ __global__ void act_bwd_kernel(const TX* x, const TD* dy, TD* dx, const signed c
   }
 }
 
-int kind_of(const OpArgs& args) {
+// The kind's code (codes.hpp, numbered as tr.core.ops.ACTIVATION_CODES).
+ActKind kind_of(const OpArgs& args) {
   const auto kind = args.i("kind");
-  if (kind < 0 || kind >= NUM_KINDS) args.bad("activation kind code " + std::to_string(kind) + " is out of range");
-  return static_cast<int>(kind);
+  if (kind < 0 || kind >= kNumActKinds) {
+    args.bad("activation kind code " + std::to_string(kind) + " is out of range, expected 0.." +
+             std::to_string(kNumActKinds - 1));
+  }
+  return static_cast<ActKind>(kind);
 }
 
 std::unique_ptr<Op> act_forward(const OpArgs& args, bool with_mask) {
   const std::int64_t n = args.i("n");
-  const int kind = kind_of(args);
+  const ActKind kind = kind_of(args);
   const DT xdt = args.dt("x"), ydt = args.dt("y");
   const void* x = args.ptr("x");
   void* y = args.ptr("y");
@@ -142,7 +145,7 @@ std::unique_ptr<Op> act_inf(Context&, const OpArgs& args) { return act_forward(a
 
 std::unique_ptr<Op> act_bwd(Context&, const OpArgs& args) {
   const std::int64_t n = args.i("n");
-  const int kind = kind_of(args);
+  const ActKind kind = kind_of(args);
   const DT xdt = args.dt("x"), ddt = args.dt("dy");
   if (args.dt("dx") != ddt) args.bad("dx and dy must have one dtype");
   const void* x = args.ptr("x");

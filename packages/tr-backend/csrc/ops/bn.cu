@@ -27,7 +27,7 @@ using namespace bnk;  // NOLINT: the shared BN device code
 // y = act(affine(x) + z): the training forward (centered: (x - mean) * a + b) and inference (x * scale + bias).
 template <class T, int V>
 __global__ void __launch_bounds__(kBlock) apply_kernel(const T* __restrict__ x, const T* z, T* y, const float* mean,
-                                                       const float* a, const float* b, Geo g, int act) {
+                                                       const float* a, const float* b, Geo g, BnAct act) {
   const int grp = blockIdx.y * g.gx + threadIdx.x;
   if (grp >= g.groups) return;
   float mu[V], sa[V], sb[V];
@@ -69,23 +69,23 @@ __device__ __forceinline__ void add_second(const float (&d2)[V], float (&gv)[V])
 }
 
 // g = g * act'(.) for one vector (the multiply, not a select: a NaN gradient stays NaN, as on the CPU), the
-// mask read from y (MASK_FROM_Y, MASK6_FROM_Y: yv) or recomputed from x.
-template <class T, int V, int MASK>
+// mask read from y (RELU_FROM_Y, RELU6_FROM_Y: yv) or recomputed from x.
+template <class T, int V, BnMask MASK>
 __device__ __forceinline__ void apply_mask(const float (&xv)[V], const float (&yv)[V], const BwdParams<V>& p,
                                            float (&gv)[V]) {
-  if (MASK == MASK_FROM_Y) {
+  if (MASK == BnMask::RELU_FROM_Y) {
 #pragma unroll
     for (int j = 0; j < V; ++j) gv[j] = gv[j] * (yv[j] > 0.0f ? 1.0f : 0.0f);
-  } else if (MASK == MASK_FROM_X) {
+  } else if (MASK == BnMask::RELU_FROM_X) {
 #pragma unroll
     for (int j = 0; j < V; ++j) gv[j] = gv[j] * relu_passed<T>(affine(xv[j], p.mu[j], p.a[j], p.b[j]));
-  } else if (MASK == MASK6_FROM_Y) {
+  } else if (MASK == BnMask::RELU6_FROM_Y) {
 #pragma unroll
     for (int j = 0; j < V; ++j) gv[j] = gv[j] * (yv[j] > 0.0f && yv[j] < 6.0f ? 1.0f : 0.0f);
-  } else if (MASK == MASK6_FROM_X) {
+  } else if (MASK == BnMask::RELU6_FROM_X) {
 #pragma unroll
     for (int j = 0; j < V; ++j) gv[j] = gv[j] * relu6_passed<T>(affine(xv[j], p.mu[j], p.a[j], p.b[j]));
-  } else if (MASK == SILU_FROM_X) {
+  } else if (MASK == BnMask::SILU_FROM_X) {
 #pragma unroll
     for (int j = 0; j < V; ++j) gv[j] = gv[j] * silu_slope(affine(xv[j], p.mu[j], p.a[j], p.b[j]));
   }
@@ -93,7 +93,7 @@ __device__ __forceinline__ void apply_mask(const float (&xv)[V], const float (&y
 
 // The backward's rows: x and dy, and where the op has them dy2 (the branch point's second gradient) and y (the
 // mask's source), loaded raw for U rows at a time.
-template <class T, int V, int MASK, bool DY2, int U>
+template <class T, int V, BnMask MASK, bool DY2, int U>
 struct BwdRows {
   RawOf<T, V> x[U], dy[U], dy2[DY2 ? U : 1], y[mask_from_y(MASK) ? U : 1];
 
@@ -119,10 +119,10 @@ struct BwdRows {
   }
 };
 
-constexpr int bwd_unroll(int mask, bool dy2) { return 2 + (dy2 ? 1 : 0) + (mask_from_y(mask) ? 1 : 0) > 2 ? 2 : 4; }
+constexpr int bwd_unroll(BnMask mask, bool dy2) { return 2 + (dy2 ? 1 : 0) + (mask_from_y(mask) ? 1 : 0) > 2 ? 2 : 4; }
 
 // Backward pass 1: g (written to dz when asked), and per chunk the sums of g and g * xhat.
-template <class T, int V, int MASK, bool DY2>
+template <class T, int V, BnMask MASK, bool DY2>
 __global__ void __launch_bounds__(kBlock) bwd_reduce_kernel(const T* __restrict__ x, const T* dy, const T* dy2,
                                                             const T* y, T* dz,
                                                             const float* gamma, const float* beta, const float* mean,
@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kBlock) bwd_reduce_kernel(const T* __restrict_
 
 // Backward pass 3: dx from g (read from dz, or dy masked again), two rows a step with both rows' loads first.
 // dx may be x, dz may be dy.
-template <class T, int V, int MASK, bool DY2>
+template <class T, int V, BnMask MASK, bool DY2>
 __global__ void __launch_bounds__(kBlock) bwd_apply_kernel(const T* x, const T* gsrc, const T* dy2, const T* y, T* dx,
                                                            const float* gamma, const float* beta, const float* mean,
                                                            const float* inv, const float* coef, Geo g) {
@@ -188,9 +188,9 @@ __global__ void bn_update_eq_kernel(const float* gamma, const float* beta, const
 
 // ---- host side -------------------------------------------------------------------------------------------
 
-// Calls fn(integral_constant<mask>, bool_constant<dy2>) for the runtime mask code and dy2's presence.
+// Calls fn(integral_constant<BnMask>, bool_constant<dy2>) for the runtime mask and dy2's presence.
 template <class Fn>
-void with_mask(int mask, bool dy2, Fn&& fn) {
+void with_mask(BnMask mask, bool dy2, Fn&& fn) {
   auto d = [&](auto mc) {
     if (dy2) {
       fn(mc, std::true_type{});
@@ -198,23 +198,53 @@ void with_mask(int mask, bool dy2, Fn&& fn) {
       fn(mc, std::false_type{});
     }
   };
-  if (mask == MASK_FROM_X) {
-    d(std::integral_constant<int, MASK_FROM_X>{});
-  } else if (mask == MASK_FROM_Y) {
-    d(std::integral_constant<int, MASK_FROM_Y>{});
-  } else if (mask == MASK6_FROM_X) {
-    d(std::integral_constant<int, MASK6_FROM_X>{});
-  } else if (mask == MASK6_FROM_Y) {
-    d(std::integral_constant<int, MASK6_FROM_Y>{});
-  } else if (mask == SILU_FROM_X) {
-    d(std::integral_constant<int, SILU_FROM_X>{});
-  } else {
-    d(std::integral_constant<int, NO_MASK>{});
+  switch (mask) {
+    case BnMask::RELU_FROM_X:
+      return d(std::integral_constant<BnMask, BnMask::RELU_FROM_X>{});
+    case BnMask::RELU_FROM_Y:
+      return d(std::integral_constant<BnMask, BnMask::RELU_FROM_Y>{});
+    case BnMask::RELU6_FROM_X:
+      return d(std::integral_constant<BnMask, BnMask::RELU6_FROM_X>{});
+    case BnMask::RELU6_FROM_Y:
+      return d(std::integral_constant<BnMask, BnMask::RELU6_FROM_Y>{});
+    case BnMask::SILU_FROM_X:
+      return d(std::integral_constant<BnMask, BnMask::SILU_FROM_X>{});
+    case BnMask::NONE:
+      break;
   }
+  d(std::integral_constant<BnMask, BnMask::NONE>{});
 }
 
-std::string describe(const char* op, const Geo& g, int act, bool res) {
-  return std::string(op) + (act == 1 ? " +relu" : act == 2 ? " +relu6" : act == 3 ? " +silu" : "") + (res ? " +residual" : "") + ", vec" + std::to_string(g.v) + ", " +
+// The epilogue activation a backward mask undoes.
+constexpr BnAct act_of(BnMask mask) {
+  switch (mask) {
+    case BnMask::RELU_FROM_X:
+    case BnMask::RELU_FROM_Y:
+      return BnAct::RELU;
+    case BnMask::RELU6_FROM_X:
+    case BnMask::RELU6_FROM_Y:
+      return BnAct::RELU6;
+    case BnMask::SILU_FROM_X:
+      return BnAct::SILU;
+    case BnMask::NONE:
+      break;
+  }
+  return BnAct::NONE;
+}
+
+// bn_fwd's and bn_inf's act code (codes.hpp, numbered as tr.core.ops.BN_ACTIVATION_CODES).
+BnAct act_arg(const OpArgs& args) {
+  const auto act = args.i("act");
+  if (act < 0 || act >= kNumBnActs) {
+    args.bad("activation code " + std::to_string(act) + " is out of range, expected 0.." +
+             std::to_string(kNumBnActs - 1));
+  }
+  return static_cast<BnAct>(act);
+}
+
+std::string describe(const char* op, const Geo& g, BnAct act, bool res) {
+  const char* a = act == BnAct::RELU ? " +relu" : act == BnAct::RELU6 ? " +relu6" : act == BnAct::SILU ? " +silu" : "";
+  return std::string(op) + a + (res ? " +residual" : "") + ", vec" + std::to_string(g.v) + ", " +
          std::to_string(g.chunks) + "x" + std::to_string(g.tiles) + " blocks of " + std::to_string(g.gx) + "x" +
          std::to_string(g.lanes);
 }
@@ -222,9 +252,8 @@ std::string describe(const char* op, const Geo& g, int act, bool res) {
 std::unique_ptr<Op> bn_fwd(Context&, const OpArgs& args) {
   const std::int64_t m = args.i("m");
   const int c = static_cast<int>(args.i("c"));
-  const int act = static_cast<int>(args.i("act"));
+  const BnAct act = act_arg(args);
   const bool res = args.i("residual") != 0;
-  if (act < 0 || act > 3) args.bad("activation code " + std::to_string(act) + " is out of range");
   const double mom = args.f("momentum"), eps = args.f("eps");
   const Geo g = geometry(m, c, vector_width(args, c, {"x", "y", "z"}));
   const void* x = args.ptr("x");
@@ -257,8 +286,12 @@ std::unique_ptr<Op> bn_fwd(Context&, const OpArgs& args) {
 std::unique_ptr<Op> bn_bwd(Context&, const OpArgs& args) {
   const std::int64_t m = args.i("m");
   const int c = static_cast<int>(args.i("c"));
-  const int mask = static_cast<int>(args.i("mask"));
-  if (mask < NO_MASK || mask > SILU_FROM_X) args.bad("mask code " + std::to_string(mask) + " is out of range");
+  const auto mask_code = args.i("mask");
+  if (mask_code < 0 || mask_code >= kNumBnMasks) {
+    args.bad("mask code " + std::to_string(mask_code) + " is out of range, expected 0.." +
+             std::to_string(kNumBnMasks - 1));
+  }
+  const auto mask = static_cast<BnMask>(mask_code);
   const Geo g = geometry(m, c, vector_width(args, c, {"x", "dy", "dx", "y", "dz", "dy2"}));
   const void* x = args.ptr("x");
   const void* dy = args.ptr("dy");
@@ -285,14 +318,14 @@ std::unique_ptr<Op> bn_bwd(Context&, const OpArgs& args) {
       const T* dy2p = static_cast<const T*>(dy2);
       const T* dyp = static_cast<const T*>(dy);
       with_mask(mask, dy2p != nullptr, [&](auto mc, auto dc) {
-        constexpr int M = decltype(mc)::value;
+        constexpr BnMask M = decltype(mc)::value;
         constexpr bool D2 = decltype(dc)::value;
         bwd_reduce_kernel<T, V, M, D2><<<grid, block, 0, s>>>(xp, dyp, dy2p, yp, dzp, gamma, beta, smean, sinv, g,
                                                               part);
         bwd_finish_kernel<<<finish_blocks(c), finish_block(), 0, s>>>(part, g, gamma, sinv, dgamma, dbeta, coef);
         T* dxp = static_cast<T*>(dx);
         if (dzp != nullptr) {  // with dz written, g is read back from it: already summed and masked
-          bwd_apply_kernel<T, V, NO_MASK, false><<<grid, block, 0, s>>>(xp, dzp, nullptr, nullptr, dxp, gamma, beta,
+          bwd_apply_kernel<T, V, BnMask::NONE, false><<<grid, block, 0, s>>>(xp, dzp, nullptr, nullptr, dxp, gamma, beta,
                                                                         smean, sinv, coef, g);
         } else {
           bwd_apply_kernel<T, V, M, D2><<<grid, block, 0, s>>>(xp, dyp, dy2p, yp, dxp, gamma, beta, smean, sinv,
@@ -301,16 +334,14 @@ std::unique_ptr<Op> bn_bwd(Context&, const OpArgs& args) {
       });
     });
     check_launch("bn_bwd");
-  }, describe("bn_bwd", g, mask == NO_MASK ? 0 : mask == SILU_FROM_X ? 3 : mask >= MASK6_FROM_X ? 2 : 1,
-                  dz != nullptr) + (dy2 != nullptr ? " +dy2" : ""));
+  }, describe("bn_bwd", g, act_of(mask), dz != nullptr) + (dy2 != nullptr ? " +dy2" : ""));
 }
 
 std::unique_ptr<Op> bn_inf(Context&, const OpArgs& args) {
   const std::int64_t m = args.i("m");
   const int c = static_cast<int>(args.i("c"));
-  const int act = static_cast<int>(args.i("act"));
+  const BnAct act = act_arg(args);
   const bool res = args.i("residual") != 0;
-  if (act < 0 || act > 3) args.bad("activation code " + std::to_string(act) + " is out of range");
   const Geo g = geometry(m, c, vector_width(args, c, {"x", "y", "z"}));
   const void* x = args.ptr("x");
   const void* z = res ? args.ptr("z") : nullptr;

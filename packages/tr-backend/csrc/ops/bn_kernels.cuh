@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ops/codes.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native::bnk {
@@ -20,13 +21,14 @@ constexpr int kBlock = 256;
 constexpr int kTargetBlocks = 1024;  // chunks x tiles: ~8 resident blocks per SM on a 132-SM H100/H200
 constexpr int kUnroll = 4;           // rows a thread sums in float before adding them to its float64 sums
 
-// The backward's activation mask: none, relu's (read from y or recomputed from x), relu6's likewise.
-// SILU_FROM_X: silu's derivative, recomputed from x (silu is not invertible: y cannot give it).
-enum Mask : int { NO_MASK = 0, MASK_FROM_X = 1, MASK_FROM_Y = 2, MASK6_FROM_X = 3, MASK6_FROM_Y = 4, SILU_FROM_X = 5 };
-__host__ __device__ constexpr bool mask_from_x(int mask) {
-  return mask == MASK_FROM_X || mask == MASK6_FROM_X || mask == SILU_FROM_X;
+// The backward's activation mask (BnMask, codes.hpp): none, relu's (read from y or recomputed from x), relu6's
+// likewise, silu's derivative recomputed from x (silu is not invertible: y cannot give it).
+__host__ __device__ constexpr bool mask_from_x(BnMask mask) {
+  return mask == BnMask::RELU_FROM_X || mask == BnMask::RELU6_FROM_X || mask == BnMask::SILU_FROM_X;
 }
-__host__ __device__ constexpr bool mask_from_y(int mask) { return mask == MASK_FROM_Y || mask == MASK6_FROM_Y; }
+__host__ __device__ constexpr bool mask_from_y(BnMask mask) {
+  return mask == BnMask::RELU_FROM_Y || mask == BnMask::RELU6_FROM_Y;
+}
 
 struct Geo {
   std::int64_t m;     // rows
@@ -125,11 +127,11 @@ __device__ __forceinline__ float silu_slope(float pre) {
   return s * ((1.0f - s) * pre + 1.0f);
 }
 
-// The forward's activation: 0 none, 1 relu, 2 relu6 (NaN stays NaN, as numpy's maximum and clip), 3 silu.
-__device__ __forceinline__ float activate(float v, int act) {
-  if (act == 3) return v * bn_sigmoid(v);
-  if (act != 0) v = kern::nan_max(v, 0.0f);
-  if (act == 2) v = kern::nan_min(v, 6.0f);
+// The forward's activation (relu and relu6 keep NaN, as numpy's maximum and clip).
+__device__ __forceinline__ float activate(float v, BnAct act) {
+  if (act == BnAct::SILU) return v * bn_sigmoid(v);
+  if (act != BnAct::NONE) v = kern::nan_max(v, 0.0f);
+  if (act == BnAct::RELU6) v = kern::nan_min(v, 6.0f);
   return v;
 }
 
@@ -279,7 +281,7 @@ template <int V>
 struct BwdParams {
   float mu[V], iv[V], a[V], b[V];
   __device__ void load_all(const float* gamma, const float* beta, const float* mean, const float* inv, int ch,
-                           int mask) {
+                           BnMask mask) {
     load_params<V>(mean, ch, mu);
     load_params<V>(inv, ch, iv);
     if (mask_from_x(mask)) {

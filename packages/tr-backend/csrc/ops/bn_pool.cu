@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(kBlock) pool_bwd_reduce_kernel(const T* __rest
   for (int j = 0; j < V; ++j) ds[j] = dq[j] = 0.0;
   if (grp < g.groups) {
     BwdParams<V> p;
-    p.load_all(gamma, beta, mean, inv, grp * V, MASK_FROM_X);
+    p.load_all(gamma, beta, mean, inv, grp * V, BnMask::RELU_FROM_X);
     RawOf<T, V> raw[kUnroll];
     sum_rows<V, kUnroll>(
         g, lo, hi, ds, dq, [&](std::int64_t rr, int u) { raw[u] = load_raw<T, V>(x + rr * g.c + grp * V); },
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kBlock) pool_bwd_apply_kernel(const T* x, cons
   const int grp = blockIdx.y * g.gx + threadIdx.x;
   if (grp >= g.groups) return;
   BwdParams<V> p;
-  p.load_all(gamma, beta, mean, inv, grp * V, MASK_FROM_X);
+  p.load_all(gamma, beta, mean, inv, grp * V, BnMask::RELU_FROM_X);
   BwdApply<V> apply;
   apply.load(coef, g.c, grp * V);
   const std::int64_t lo = static_cast<std::int64_t>(blockIdx.x) * g.rows, hi = min(g.m, lo + g.rows);
@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kBlock) pool_bwd_window_kernel(const T* __rest
   for (int j = 0; j < V; ++j) ds[j] = dq[j] = 0.0;
   if (grp < g.groups) {
     BwdParams<V> p;
-    p.load_all(gamma, beta, mean, inv, grp * V, MASK_FROM_X);
+    p.load_all(gamma, beta, mean, inv, grp * V, BnMask::RELU_FROM_X);
     BwdApply<V> apply;
     if (PASS == 1) apply.load(coef, g.c, grp * V);
     for (std::int64_t r = lo + threadIdx.y; r < hi; r += g.lanes) {
@@ -299,7 +299,7 @@ __global__ void __launch_bounds__(kBlock) pool_bwd_cell_kernel(const T* __restri
   for (int j = 0; j < V; ++j) ds[j] = dq[j] = 0.0;
   if (grp < g.groups) {
     BwdParams<V> p;
-    p.load_all(gamma, beta, mean, inv, grp * V, MASK_FROM_X);
+    p.load_all(gamma, beta, mean, inv, grp * V, BnMask::RELU_FROM_X);
     BwdApply<V> apply;
     if (PASS == 1) apply.load(coef, g.c, grp * V);
     for (std::int64_t r = lo + threadIdx.y; r < hi; r += g.lanes) {

@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "native/errors.hpp"
+#include "ops/codes.hpp"
 
 namespace tr::native {
 
 class Context;
 
-// Element types, numbered as tr.backend.cuda.binder.DTYPE_CODES numbers tr.core.dtype.DType.
-enum class DT : int { F32 = 0, F16 = 1, BF16 = 2, I8 = 3, I32 = 4, U8 = 5 };
+// Element types: DT, generated into codes.hpp and numbered as tr.core.dtype.DType.code.
 
 int dtype_size(DT dt);
 const char* dtype_name(DT dt);

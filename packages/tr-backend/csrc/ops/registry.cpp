@@ -78,7 +78,9 @@ double OpArgs::f(const std::string& name, double fallback) const {
 
 DT OpArgs::dt(const std::string& name) const {
   const std::int64_t code = i(name + "_dt");
-  if (code < 0 || code > 5) bad("dtype code of '" + name + "' is " + std::to_string(code) + ", expected 0..5");
+  if (code < 0 || code >= kNumDT) {
+    bad("dtype code of '" + name + "' is " + std::to_string(code) + ", expected 0.." + std::to_string(kNumDT - 1));
+  }
   return static_cast<DT>(code);
 }
 

@@ -27,6 +27,12 @@ class DType(Enum):
         return _NUMPY[self]
 
     @property
+    def code(self) -> int:
+        """The number native code knows this type by (the CUDA ops' ``<name>_dt``; codes.hpp's ``enum class DT``,
+        which tools/gen_native_codes.py writes from this table)."""
+        return _CODE[self]
+
+    @property
     def is_float(self) -> bool:
         return self in (DType.FP32, DType.FP16, DType.BF16)
 
@@ -51,6 +57,7 @@ class DType(Enum):
         raise DTypeError(f"numpy dtype {npd} has no tr DType; expected float32, float16, int8, int32 or uint8")
 
 
+_CODE = {DType.FP32: 0, DType.FP16: 1, DType.BF16: 2, DType.INT8: 3, DType.INT32: 4, DType.UINT8: 5}
 _ITEMSIZE = {DType.FP32: 4, DType.FP16: 2, DType.BF16: 2, DType.INT8: 1, DType.INT32: 4, DType.UINT8: 1}
 _NUMPY = {
     DType.FP32: np.dtype(np.float32),

@@ -57,6 +57,16 @@ def _s(name: str, role: str = "inout") -> Arg:
 
 
 ACTIVATIONS = ("relu", "tanh", "silu", "sigmoid", "relu6", "leaky_relu", "hardswish", "elu", "gelu")
+# Codes that cross the CUDA boundary, each a kind's position in its tuple (so append, never reorder: the
+# numbers are what the native ops switch on). tools/gen_native_codes.py writes them into
+# packages/tr-backend/csrc/ops/codes.hpp; tests/test_native_codes.py there keeps the header current.
+ACTIVATION_CODES = MappingProxyType({kind: i for i, kind in enumerate(ACTIVATIONS)})  # act_fwd/act_bwd's kind
+BN_ACTIVATIONS = (None, "relu", "relu6", "silu")  # the batch-norm family's fused epilogue (bn_fwd's activation)
+BN_ACTIVATION_CODES = MappingProxyType({act: i for i, act in enumerate(BN_ACTIVATIONS)})
+# bn_bwd's activation mask, (where it comes from, the activation): "" none, "y" read from the forward's output,
+# "x" recomputed from x, gamma and beta (silu's only way: silu is not invertible)
+BN_MASKS = (("", None), ("x", "relu"), ("y", "relu"), ("x", "relu6"), ("y", "relu6"), ("x", "silu"))
+BN_MASK_CODES = MappingProxyType({mask: i for i, mask in enumerate(BN_MASKS)})
 OPTIMIZER_RULES = ("sgd", "momentum", "nesterov", "adam", "adamw")
 LOSS_SCALE_RULES = ("static", "dynamic")  # the seed's only-halving scale; torch.amp.GradScaler's
 # Each rule's first scale (GradScaler's init_scale for "dynamic", the seed's for "static"), and GradScaler's

@@ -15,15 +15,10 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tr.backend.binding import FLOATS, CallBinder, pair  # noqa: F401  (re-exported for op modules)
-from tr.core.dtype import DType
 from tr.core.errors import TrError
 
 if TYPE_CHECKING:
     from tr.backend.cuda.backend import CudaBackend
-
-# tr.core.dtype.DType -> the native code (csrc/ops/op.hpp, enum class DT)
-DTYPE_CODES = {DType.FP32: 0, DType.FP16: 1, DType.BF16: 2, DType.INT8: 3, DType.INT32: 4, DType.UINT8: 5}
-
 
 class CudaBinder(CallBinder):
     backend: CudaBackend
@@ -54,7 +49,7 @@ class CudaBinder(CallBinder):
         for name in tensors:
             if self.has(name):
                 p[name] = self.ptr(name)
-                i[f"{name}_dt"] = DTYPE_CODES[self.dtype(name)]
+                i[f"{name}_dt"] = self.dtype(name).code
         return p, i
 
     def native(self, op: str, tensors: Iterable[str] = (), ptrs: Mapping[str, int] | None = None,

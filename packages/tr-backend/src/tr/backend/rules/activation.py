@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from tr.backend.binding import CallBinder
 from tr.core.dtype import DType
-from tr.core.ops import ACTIVATIONS
+from tr.core.ops import ACTIVATION_CODES, ACTIVATIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,8 +18,8 @@ class Activation:
     mask: bool  # the forward writes the mask / the backward reads it
 
     @property
-    def code(self) -> int:  # the native ops' kind number
-        return ACTIVATIONS.index(self.kind)
+    def code(self) -> int:  # the native ops' kind number (csrc/ops/codes.hpp's ActKind)
+        return ACTIVATION_CODES[self.kind]
 
 
 def _kind(b: CallBinder) -> str:

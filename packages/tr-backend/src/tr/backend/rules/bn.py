@@ -12,9 +12,7 @@ from dataclasses import dataclass
 from tr.backend.binding import CallBinder, Geometry, window_geometry
 from tr.core.dtype import DType
 from tr.core.errors import DTypeError, ShapeError
-
-ACTIVATIONS = (None, "relu", "relu6", "silu")
-ACT_CODES = {None: 0, "relu": 1, "relu6": 2, "silu": 3}  # the native ops' activation codes
+from tr.core.ops import BN_ACTIVATION_CODES, BN_ACTIVATIONS, BN_MASK_CODES
 
 _FWD_VEC = ("gamma", "beta", "mean_in", "var_in", "mean_out", "var_out", "saved_mean", "saved_inv_std")
 _BWD_VEC = ("gamma", "beta", "saved_mean", "saved_inv_std", "dgamma", "dbeta")
@@ -27,8 +25,8 @@ class BnShape:
     act: str | None  # None, "relu", "relu6" or "silu"
 
     @property
-    def act_code(self) -> int:
-        return ACT_CODES[self.act]
+    def act_code(self) -> int:  # the native ops' act (csrc/ops/codes.hpp's BnAct)
+        return BN_ACTIVATION_CODES[self.act]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +42,15 @@ class BnBwd(BnShape):
     dz: bool  # the residual's gradient is written
     dy2: bool  # a second gradient contribution is added to dy
 
+    @property
+    def mask_code(self) -> int:  # the native op's mask (csrc/ops/codes.hpp's BnMask)
+        return BN_MASK_CODES[self.mask, self.act]
+
 
 def _activation(b: CallBinder) -> str | None:
     act = b.attr("activation", None)
-    if act not in ACTIVATIONS:
-        b.fail(f"activation must be one of {ACTIVATIONS}, got {act!r}")
+    if act not in BN_ACTIVATIONS:
+        b.fail(f"activation must be one of {BN_ACTIVATIONS}, got {act!r}")
     return act
 
 

@@ -37,7 +37,7 @@ for _k in (FCKind(), ConvKind(), BNKind(), ActKind(), MaxPoolKind(), AvgPoolKind
         KINDS[_name] = _k
 
 NODE_KINDS: dict[type, LayerKind] = {t: k for k in dict.fromkeys(KINDS.values()) for t in k.nodes}  # leaf -> kind
-TR_KINDS: frozenset[str] = frozenset(KINDS)  # tr's own kinds: register_kind adds others
+BUILTIN_KINDS: frozenset[str] = frozenset(KINDS)  # tr's own kinds: register_kind adds others
 
 
 class KindNames(Sequence[str]):
@@ -156,7 +156,7 @@ def unregister_kind(kind: LayerKind) -> None:
     names = [n for n, k in KINDS.items() if k is kind]
     if not names:
         raise ConfigError(f"{type(kind).__name__} is not registered")
-    if TR_KINDS.intersection(names):
+    if BUILTIN_KINDS.intersection(names):
         raise ConfigError(f"{type(kind).__name__} is tr's own kind; only kinds added by register_kind can be removed")
     for name in names:
         del KINDS[name]
@@ -164,5 +164,5 @@ def unregister_kind(kind: LayerKind) -> None:
         del NODE_KINDS[node]
 
 
-__all__ = ["FIRST_KINDS", "KINDS", "LOSS_KINDS", "NODE_KINDS", "TR_KINDS", "KindNames", "LayerKind", "LayerProblem",
-           "kind_of", "register_kind", "unregister_kind"]
+__all__ = ["BUILTIN_KINDS", "FIRST_KINDS", "KINDS", "LOSS_KINDS", "NODE_KINDS", "KindNames", "LayerKind",
+           "LayerProblem", "kind_of", "register_kind", "unregister_kind"]

@@ -10,9 +10,6 @@ from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
 from tr.backend.rules.bn import bn_bwd_rules, bn_fwd_rules, bn_inf_rules, bn_update_eq_rules
 
-_MASK_CODES = {("", None): 0, ("x", "relu"): 1, ("y", "relu"): 2, ("x", "relu6"): 3, ("y", "relu6"): 4,
-               ("x", "silu"): 5}
-
 
 @cuda_op("bn_fwd")
 def bn_fwd(b: CudaBinder) -> Any:
@@ -28,7 +25,7 @@ def bn_bwd(b: CudaBinder) -> Any:
     r = bn_bwd_rules(b)
     names = ["x", "dy", "dx", "gamma", "saved_mean", "saved_inv_std", "dgamma", "dbeta"]
     names += {"": [], "x": ["beta"], "y": ["y"]}[r.mask] + (["dz"] if r.dz else []) + (["dy2"] if r.dy2 else [])
-    return b.native("bn_bwd", names, ints={"m": r.m, "c": r.c, "mask": _MASK_CODES[r.mask, r.act], "dz": r.dz})
+    return b.native("bn_bwd", names, ints={"m": r.m, "c": r.c, "mask": r.mask_code, "dz": r.dz})
 
 
 @cuda_op("bn_inf")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tr.backend.cuda.binder import DTYPE_CODES, CudaBinder
+from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
 from tr.backend.rules import range as rules
 from tr.core.dtype import DType
@@ -39,7 +39,7 @@ def range_cast(b: CudaBinder) -> Any:
     sdt, ddt, n = rules.range_cast(b)
     src, dst = b.span("src")[0], b.span("dst")[0]
     return b.native("range_cast", ptrs={"src": src, "dst": dst},
-                    ints={"n": n, "src_dt": DTYPE_CODES[sdt], "dst_dt": DTYPE_CODES[ddt]}) if n else None
+                    ints={"n": n, "src_dt": sdt.code, "dst_dt": ddt.code}) if n else None
 
 
 @cuda_op("range_check_finite")

@@ -235,7 +235,7 @@ def test_optimizers():
         ("scalar_increment", None, None)]
     assert sgd[1].args["m"] is None and sgd[1].args["v"] is None
     assert sgd[0].args["table"].shape.c == 1  # the default table: one rate for every step
-    adamw = _opt({"optimizer": "adamw", "momentum": 0.8, "beta2": 0.99})
+    adamw = _opt({"optimizer": "adamw", "beta1": 0.8, "beta2": 0.99})
     assert [c.attrs.get("rule") for c in adamw[1:3]] == ["adamw", "adam"]
     assert adamw[1].args["v"] == sp(Role.MOMENT2, decayed=True) and adamw[1].args["step"].name == "step"
     assert adamw[1].attrs["beta1"] == 0.8 and adamw[1].attrs["beta2"] == 0.99

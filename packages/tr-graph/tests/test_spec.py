@@ -45,7 +45,7 @@ def test_native_non_square_input():
     ({"last_train_batch": 200}, "last_train_batch 200 exceeds batch 128"),
     ({"optimizer": "rmsprop"}, "optimizer must be one of"),
     ({"label_smoothing": 1.0}, r"label_smoothing must be in \[0, 1\)"),
-    ({"momentum": 1.5}, "momentum"),
+    ({"beta1": 1.5}, "beta1"),
     ({"lr_table_steps": 0}, r"lr_table_steps must be an integer >= 1 \(the entries of the device's learning-rate "
                             r"table, one per step; 1: a constant rate\), got 0"),
     ({"lr_table_steps": -1}, "lr_table_steps must be an integer >= 1 .*got -1"),

@@ -42,8 +42,8 @@ def test_the_compile_spec_is_the_resolved_configurations_projection():
     assert (spec.input_shape, spec.num_classes, spec.world_size, spec.lr_table_steps) == ((4, 4, 1), 3, 1, 10)
     assert (spec.amp, spec.loss, spec.grad_clip, spec.ema_decay) == (False, "softmax_ce", 0.0, None)
     assert (spec.batch, spec.last_train_batch, spec.val_batch, spec.last_val_batch) == (8, 8, 8, 4)
-    # AdamW's beta1 reaches the plan (CompileSpec keeps it in the field its kernels share with momentum)
-    assert (spec.optimizer, spec.momentum, spec.beta2, spec.weight_decay) == ("adamw", 0.8, 0.95, 0.01)
+    # AdamW's beta1 reaches the plan under its own name (SGD's momentum is the same coefficient: beta1)
+    assert (spec.optimizer, spec.beta1, spec.beta2, spec.weight_decay) == ("adamw", 0.8, 0.95, 0.01)
 
 
 def test_without_validation_data_nothing_of_validation_is_resolved():

@@ -318,7 +318,7 @@ def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[t
 
     def rng(rule: str, wd: float, decayed: bool, label: str) -> SymOp:
         return _op("range_optimizer",
-                   {"rule": rule, "beta1": spec.momentum, "beta2": spec.beta2, "eps": spec.eps, "weight_decay": wd},
+                   {"rule": rule, "beta1": spec.beta1, "beta2": spec.beta2, "eps": spec.eps, "weight_decay": wd},
                    label=label, w=Span.of(Role.PARAM, decayed=decayed), g=Span.of(Role.GRAD, decayed=decayed),
                    m=Span.of(Role.MOMENT1, decayed=decayed) if m else None,
                    v=Span.of(Role.MOMENT2, decayed=decayed) if v else None, **common)
@@ -328,7 +328,7 @@ def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[t
     if has(Span.of(Role.PARAM, decayed=False)):
         ops.append(rng(BIAS_RULE[spec.optimizer], 0.0, False, "bias-like parameters, no decay"))
     if spec.lars:
-        attrs = {"nesterov": spec.optimizer == "lars_nesterov", "momentum": spec.momentum,
+        attrs = {"nesterov": spec.optimizer == "lars_nesterov", "momentum": spec.beta1,
                  "weight_decay": spec.weight_decay, "trust_coefficient": spec.trust_coefficient, "eps": spec.eps,
                  "trust_clip": spec.trust_clip}
         for layer, local in lars_weights:

@@ -39,7 +39,7 @@ class CompileSpec:
     loss_scale_init: float | None = None  # AMP's first loss scale; None: the rule's INITIAL_LOSS_SCALE
     loss_scale_growth_interval: int = DEFAULT_GROWTH_INTERVAL  # dynamic: clean steps in a row before doubling
     optimizer: str = "momentum"  # one of OPTIMIZERS
-    momentum: float = 0.9  # beta1 for adam/adamw
+    beta1: float = 0.9  # the first moment's coefficient: SGD and LARS momentum, Adam's beta1
     beta2: float = 0.999
     eps: float = 1e-8
     weight_decay: float = 0.0
@@ -81,7 +81,7 @@ class CompileSpec:
         self._validate_loss_scale()
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        _unit("momentum", self.momentum, closed=True)
+        _unit("beta1", self.beta1, closed=True)
         _unit("beta2", self.beta2)
         for name in ("eps", "weight_decay", "trust_coefficient", "trust_clip", "grad_clip"):
             v = getattr(self, name)

@@ -61,9 +61,9 @@ def optimizer_spec(opt) -> dict[str, Any]:
     hp = opt.hyperparams()
     out: dict[str, Any] = {"optimizer": opt.kind.spec_name, "weight_decay": float(hp.get("weight_decay", 0))}
     if "momentum" in hp:
-        out["momentum"] = float(hp["momentum"])
+        out["beta1"] = float(hp["momentum"])  # SGD's and LARS's momentum is the first moment's beta1
     if "beta1" in hp:
-        out["momentum"], out["beta2"] = float(hp["beta1"]), float(hp["beta2"])
+        out["beta1"], out["beta2"] = float(hp["beta1"]), float(hp["beta2"])
     if "eps" in hp:
         out["eps"] = float(hp["eps"])
     if "trust_coefficient" in hp:

@@ -118,3 +118,33 @@ def nchw(a: np.ndarray) -> Any:
 
 def nhwc(t: Any) -> np.ndarray:
     return t.detach().numpy().transpose(0, 2, 3, 1)
+
+
+# --- CUDA builders without a device ---------------------------------------------------------------------------
+
+class RecordingNative:
+    """The extension's make_op, recording: a builder's native op comes back as (name, ptrs, ints, floats)."""
+
+    def make_op(self, ctx: Any, name: str, ptrs: dict, ints: dict, floats: dict) -> tuple:
+        return name, ptrs, ints, floats
+
+
+class RecordingBackend:
+    """What a CUDA builder reads from a CudaBackend at capture, and no device."""
+
+    arena_ptr = 1 << 40
+    use_tf32 = False
+    ctx = None
+    device = 0
+    native = RecordingNative()
+
+    def __init__(self, layout: Any = None) -> None:
+        self.layout = layout
+
+
+def build_cuda(call: OpCall, layout: Any = None) -> Any:
+    """The CUDA builder's native op(s) for ``call``, recorded."""
+    from tr.backend.cuda.binder import CudaBinder
+    from tr.backend.registry import op_impls
+
+    return op_impls("cuda")[call.op](CudaBinder(RecordingBackend(layout), "g", 0, call, CATALOGUE[call.op]))

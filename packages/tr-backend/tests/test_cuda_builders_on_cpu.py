@@ -7,41 +7,18 @@ same message: the check exists once."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
-from backend_testkit import FC_W, SCALAR_FP32, SCALAR_INT32, SimpleArena, op
+from backend_testkit import FC_W, SCALAR_FP32, SCALAR_INT32, RecordingBackend, SimpleArena, build_cuda, op
 
 from tr.backend.checks import where
-from tr.backend.cuda.binder import CudaBinder
-from tr.backend.registry import op_impls
 from tr.backend.rules.image import GEOM_COLS
 from tr.core.dtype import DType
 from tr.core.errors import TrError
 from tr.core.memory import Region, Role, Span
-from tr.core.ops import CATALOGUE
 
-
-class _Native:
-    def make_op(self, ctx: Any, name: str, ptrs: dict, ints: dict, floats: dict) -> tuple:
-        return name, ptrs, ints, floats
-
-
-class _Backend:
-    """What a builder reads from a CudaBackend at capture, and no device."""
-
-    arena_ptr = 1 << 40
-    use_tf32 = False
-    ctx = None
-    native = _Native()
-
-    def __init__(self, layout: Any = None) -> None:
-        self.layout = layout
-
-
-def build(call, layout: Any = None) -> tuple:
-    return op_impls("cuda")[call.op](CudaBinder(_Backend(layout), "g", 0, call, CATALOGUE[call.op]))
+_Backend = RecordingBackend
+build = build_cuda
 
 
 def refusal(backend: str, call) -> str:

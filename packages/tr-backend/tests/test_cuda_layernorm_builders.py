@@ -15,40 +15,21 @@ yet run on one.)
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
-from backend_testkit import SimpleArena, op
+from backend_testkit import RecordingBackend, SimpleArena, build_cuda, op
 from cuda_testkit import Twin, close
 
 from tr.backend.checks import where
-from tr.backend.cuda.binder import CudaBinder
-from tr.backend.registry import op_impls
 from tr.core.dtype import DType
 from tr.core.errors import TrError
-from tr.core.ops import CATALOGUE, OpCall
+from tr.core.ops import OpCall
 
 FP32, FP16, BF16 = (d.code for d in (DType.FP32, DType.FP16, DType.BF16))
 
 
-class _Native:
-    def make_op(self, ctx: Any, name: str, ptrs: dict, ints: dict, floats: dict) -> tuple:
-        return name, ptrs, ints, floats
-
-
-class _Backend:
-    """What a builder reads from a CudaBackend at capture, and no device."""
-
-    arena_ptr = 1 << 40
-    use_tf32 = False
-    ctx = None
-    native = _Native()
-    layout = None
-
-
-def build(call: OpCall) -> tuple:
-    return op_impls("cuda")[call.op](CudaBinder(_Backend(), "g", 0, call, CATALOGUE[call.op]))
+_Backend = RecordingBackend
+build = build_cuda
 
 
 def _arena(shape: tuple[int, int, int, int], dtype: str) -> SimpleArena:

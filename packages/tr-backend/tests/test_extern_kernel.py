@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from backend_testkit import SimpleArena, op
+from backend_testkit import RecordingBackend, SimpleArena, op
 
 from tr.backend import registry
 from tr.backend.cuda import extern_kernel as ek
@@ -23,19 +23,7 @@ from tr.core.ops import CATALOGUE, Arg, OpDef, register_op, unregister_op
 CUBE = OpDef("cube_fwd", "cube", (Arg("x", "in"), Arg("y", "out"), Arg("w", "in", optional=True)), ("scale",))
 
 
-class _Native:
-    def make_op(self, ctx: Any, name: str, ptrs: dict, ints: dict, floats: dict) -> tuple:
-        return name, ptrs, ints, floats
-
-
-class _Backend:
-    arena_ptr = 1 << 40
-    ctx = None
-    device = 0
-    native = _Native()
-
-    def __init__(self, layout: Any) -> None:
-        self.layout = layout
+_Backend = RecordingBackend
 
 
 @pytest.fixture

@@ -117,3 +117,23 @@ def test_backwards_from_one_forward_agree_where_the_forwards_decided_otherwise(t
     assert any(float(np.abs(r).max()) > 0 for r, _ in grads.values())
     assert grads.keys() == plain.keys()
     assert any(not np.array_equal(grads[k][0], plain[k][0]) for k in grads), "the nudge reached no gradient"
+
+
+def test_overflow_on_both_sides_is_no_difference_and_on_one_side_an_infinite_one():
+    """A loss-scaled FP16 gradient that overflows on both backends (the step is skipped on both) is alike;
+    an overflow on one side only is the op parting at that element."""
+    from op_diff import _compare_outputs
+
+    from tr.core.dtype import DType
+
+    t = SimpleNamespace(name="g", dtype=DType.FP16)
+    ref = np.array([1.0, np.inf, -np.inf, np.nan, 2.0], np.float16)
+    same = _compare_outputs([("dw", t, ref, ref.copy())])[0]
+    assert (same.rel, same.max_abs, same.mismatched) == (0.0, 0.0, 0)
+    one_sided = ref.copy()
+    one_sided[0] = np.inf
+    parted = _compare_outputs([("dw", t, ref, one_sided)])[0]
+    assert parted.rel == np.inf and parted.mismatched == 1 and parted.first_bad == [0]
+    flipped = ref.copy()
+    flipped[1] = -np.inf
+    assert _compare_outputs([("dw", t, ref, flipped)])[0].first_bad == [1]

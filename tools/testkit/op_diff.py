@@ -151,13 +151,14 @@ def check_same_plan(ref_program, test_program) -> None:
 
 
 def _stats(ref: np.ndarray, got: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """(difference, ||ref||, rms of ref) in float64; NaN against NaN is no difference, any other non-finite
-    difference an infinite one."""
+    """(difference, ||ref||, rms of ref) in float64; NaN against NaN and an infinity against the same infinity
+    are no difference (both sides overflowed alike), any other non-finite difference an infinite one."""
     r = ref.astype(np.float64)
     g = got.astype(np.float64)
-    both_nan = np.isnan(r) & np.isnan(g)
-    d = np.where(both_nan, 0.0, g - r)
-    d = np.where(np.isfinite(d) | both_nan, d, np.inf)
+    alike = (np.isnan(r) & np.isnan(g)) | (np.isinf(r) & (r == g))
+    with np.errstate(invalid="ignore"):
+        d = np.where(alike, 0.0, g - r)
+    d = np.where(np.isfinite(d) | alike, d, np.inf)
     finite = np.where(np.isfinite(r), r, 0.0)
     norm = float(np.linalg.norm(finite))
     return d, norm, norm / max(1.0, float(np.sqrt(r.size)))

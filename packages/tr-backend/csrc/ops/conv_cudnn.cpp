@@ -3,7 +3,9 @@
 // One frontend graph per (direction, geometry, dtypes, TF32, choice): built once per process and shared by every
 // op of that shape (the train, last-batch and validation variants of a layer often coincide). The candidates are
 // the heuristics' (modes A, then FALLBACK), filtered: deterministic ones only (no atomics: two runs give the
-// same bytes), for FP32 without TF32 only engines that compute in plain FP32 (no tensor cores, FFT or
+// same bytes), none reducing in reduced precision (a split-K whose partial sums are 16-bit overflows to inf
+// where the FP32 sum fits: a loss-scaled FP16 weight gradient then reads as an overflow and the step is
+// skipped), for FP32 without TF32 only engines that compute in plain FP32 (no tensor cores, FFT or
 // Winograd), and none asking for more workspace than TR_CUDNN_WORKSPACE_MB (a constant: a cap derived from free
 // memory would make two machines choose differently). Which candidate:
 // - by default the first that builds, untimed: a function of the GPU model (cuDNN's heuristics read the
@@ -336,10 +338,10 @@ std::shared_ptr<Plan> plan_for(Context& ctx, ConvDir d, const ConvGeo& g, DT adt
     if (!pin.empty()) refuse_pin(device, pkey, pin, why);
     return nullptr;
   }
-  Notes notes{fe::NumericalNote_t::NONDETERMINISTIC};
+  Notes notes{fe::NumericalNote_t::NONDETERMINISTIC, fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION};
   if (all_fp32 && !choice.tf32) {  // FP32 means FP32: no TF32 tensor cores, no FFT/Winograd transforms
     using N = fe::NumericalNote_t;
-    for (N n : {N::TENSOR_CORE, N::DOWN_CONVERT_INPUTS, N::REDUCED_PRECISION_REDUCTION, N::FFT, N::WINOGRAD,
+    for (N n : {N::TENSOR_CORE, N::DOWN_CONVERT_INPUTS, N::FFT, N::WINOGRAD,
                 N::WINOGRAD_TILE_4x4, N::WINOGRAD_TILE_6x6, N::WINOGRAD_TILE_13x13}) {
       notes.push_back(n);
     }

@@ -375,8 +375,9 @@ def test_the_example_trains_on_mnist_on_the_cpu():
 # --- the CUDA path ----------------------------------------------------------------------------------------------
 
 class _Native:
-    def make_op(self, ctx: Any, name: str, ptrs: dict, ints: dict, floats: dict) -> tuple:
-        return name, ptrs, ints, floats
+    def make_op(self, ctx: Any, record: Any) -> tuple[str, dict[str, Any]]:
+        """The native op's name and its record's fields, instead of the op."""
+        return record.op, record.fields()
 
 
 class _Backend:
@@ -406,14 +407,14 @@ def test_the_cuda_builders_launch_the_kernels_with_the_call_s_tensors(squareplus
                                            r"needs CuPy.*tr-backend\[cupy\]"):
         bind_call(_Backend(layout), "CUDA", CudaBinder, op_impls("cuda"), layout, "g", 0, call)
     monkeypatch.setattr(EX.Kernel, "function", lambda self, device: Function())
-    name, ptrs, ints, floats = build(CudaBinder(_Backend(layout), "g", 0, call, CATALOGUE["squareplus_bwd"]))
+    name, f = build(CudaBinder(_Backend(layout), "g", 0, call, CATALOGUE["squareplus_bwd"]))
     base = _Backend.arena_ptr
-    assert name == "extern_kernel" and ptrs == {"function": 0xF00D, "a0": base + x.offset, "a1": base + dy.offset,
-                                                "a2": base + dx.offset}
-    assert (ints["nargs"], ints["a3"], ints["a5"], ints["a6"], ints["a7"]) == (8, 2100, 1, 2, 2)  # n, dtype codes
-    # the types of squareplus_bwd(const void*, const void*, void*, long long, float, int, int, int)
-    assert [ints[f"t{i}"] for i in range(8)] == [ek.POINTER] * 3 + [ek.INT64, ek.FLOAT32] + [ek.INT32] * 3
-    assert floats == {"a4": 2.0} and (ints["grid_x"], ints["block_x"], ints["shared"]) == (9, 256, 0)
+    assert name == "extern_kernel" and f["function"] == 0xF00D
+    # squareplus_bwd(const void* x, const void* dy, void* dx, long long n, float b, int, int, int: dtype codes)
+    assert f["param_types"] == [ek.POINTER] * 3 + [ek.INT64, ek.FLOAT32] + [ek.INT32] * 3
+    assert f["param_ints"] == [base + x.offset, base + dy.offset, base + dx.offset, 2100, 0, 1, 2, 2]
+    assert f["param_floats"] == [0.0] * 4 + [2.0] + [0.0] * 3
+    assert (f["grid_x"], f["grid_y"], f["block_x"], f["shared"]) == (9, 1, 256, 0)
 
 
 @pytest.mark.gpu

@@ -122,10 +122,37 @@ def nhwc(t: Any) -> np.ndarray:
 
 # --- CUDA builders without a device ---------------------------------------------------------------------------
 
+def record_maps(record: Any) -> tuple[str, dict, dict, dict]:
+    """A native op's argument record (tr.backend._native.ScaleFwdArgs, ...) as (name, ptrs, ints, floats): a
+    tensor field gives its address under its name and its dtype code under ``<name>_dt``, a pointer its address,
+    an integer, bool or code field an int, a float field a float, a list field a list; absent optional fields are
+    left out."""
+    ptrs: dict = {}
+    ints: dict = {}
+    floats: dict = {}
+    for name, value in record.fields().items():
+        kind = type(record).field_types[name]
+        if value is None or (kind == "ptr?" and value == 0):
+            continue
+        if kind in ("tensor", "tensor?"):
+            ptrs[name] = value.ptr
+            ints[f"{name}_dt"] = value.dt
+        elif kind in ("ptr", "ptr?"):
+            ptrs[name] = value
+        elif kind in ("f64", "f64s"):
+            floats[name] = value
+        else:
+            ints[name] = int(value) if kind == "bool" else value
+    return record.op, ptrs, ints, floats
+
+
 class RecordingNative:
     """The extension's make_op, recording: a builder's native op comes back as (name, ptrs, ints, floats)."""
 
-    def make_op(self, ctx: Any, name: str, ptrs: dict, ints: dict, floats: dict) -> tuple:
+    def make_op(self, ctx: Any, *args: Any) -> tuple:
+        if len(args) == 1:  # a typed record
+            return record_maps(args[0])
+        name, ptrs, ints, floats = args
         return name, ptrs, ints, floats
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from backend_testkit import SimpleArena, op
+from backend_testkit import SimpleArena, op, record_maps
 
 from tr.backend.cuda import conv_engines
 from tr.backend.cuda.binder import CudaBinder
@@ -29,16 +29,20 @@ WGRAD_KEY = "wgrad:n2:h6:w6:c4:k8:r3:s3:sh2:sw2:ph1:pw1:g2:FP16,FP16,FP32:tf32=1
 
 
 class _Native:
-    """make_op and the plan lookup of the extension, recorded."""
+    """make_op and the plan lookup of the extension, recorded: ``made`` and ``looked_up`` hold the records they
+    were given, ``asked`` each lookup as (device, op, ints, whether dx is given) (record_maps)."""
 
     def __init__(self, info: str = "cudnn fprop eng0", plans: list[dict] | None = None) -> None:
-        self.info, self.plans, self.asked = info, plans, []
+        self.info, self.plans, self.asked, self.made, self.looked_up = info, plans, [], [], []
 
-    def make_op(self, ctx: Any, name: str, ptrs: dict, ints: dict, floats: dict) -> Any:
+    def make_op(self, ctx: Any, record: Any) -> Any:
+        self.made.append(record)
         return type("Op", (), {"info": self.info})()
 
-    def cudnn_conv_op_plans(self, device: int, name: str, ints: dict, has_dx: bool) -> list[dict]:
-        self.asked.append((device, name, dict(ints), has_dx))
+    def cudnn_conv_op_plans(self, device: int, record: Any) -> list[dict]:
+        self.looked_up.append(record)
+        name, ptrs, ints, _ = record_maps(record)
+        self.asked.append((device, name, ints, "dx" in ptrs))
         return list(self.plans or [])
 
 
@@ -103,9 +107,9 @@ def test_conv_builders_pass_the_choice_to_the_native_op(monkeypatch, setting, wa
     seen: list[dict] = []
 
     class Recording(_Native):
-        def make_op(self, ctx, name, ptrs, ints, floats):
-            seen.append(ints)
-            return super().make_op(ctx, name, ptrs, ints, floats)
+        def make_op(self, ctx, record):
+            seen.append(record_maps(record)[2])
+            return super().make_op(ctx, record)
 
     be = _Backend(a.layout(), Recording(), conv_autotune=setting)
     _build(be, _fwd(a))
@@ -129,7 +133,25 @@ def test_each_op_s_plans_are_recorded_on_its_backend():
     assert conv_engines.used_by(be) == [ConvEngine(**plan, op="conv_fwd")]
     _build(be, _bwd(a))
     assert n.asked[-1][1] == "conv_bwd" and n.asked[-1][3] is True and n.asked[-1][2]["dx_dt"] == f16
+    # the lookup gets the record make_op got: one set of fields makes both
+    assert [type(r).__name__ for r in n.looked_up] == ["ConvFwdArgs", "ConvFwdArgs", "ConvBwdArgs"]
+    assert [r.fields() for r in n.looked_up] == [r.fields() for r in n.made]
     assert conv_engines.used_by(_Backend(a.layout(), n)) == []  # records are per backend
+
+
+def test_the_record_names_the_input_s_height_and_width_and_the_weight_tensor():
+    """Geometry's h and w become ih and iw (w is the weight tensor); a non-square input keeps them apart."""
+    a = SimpleArena()
+    for name, shape in (("x", (2, 5, 7, 4)), ("w", (6, 3, 3, 2)), ("b", (6,)), ("y", (2, 3, 4, 6))):
+        a.add(name, shape, "fp32")
+    n = _Native()
+    _build(_Backend(a.layout(), n), op("conv_fwd", x=a["x"], w=a["w"], b=a["b"], y=a["y"], stride=2, padding=1,
+                                       groups=2))
+    (record,) = n.made
+    f = record.fields()
+    assert (f["n"], f["ih"], f["iw"], f["c"], f["k"], f["p"], f["q"], f["groups"]) == (2, 5, 7, 4, 6, 3, 4, 2)
+    assert f["w"].ptr == _Backend.arena_ptr + a["w"].offset and f["w"].dt == DType.FP32.code
+    assert f["b"].ptr == _Backend.arena_ptr + a["b"].offset and f["tf32"] is False and f["engine"] in (0, 1, 2)
 
 
 @pytest.mark.parametrize("info", ["direct conv wgrad, dgrad (cuDNN: no deterministic engine)",
@@ -176,22 +198,46 @@ def no_pins():
         native.set_cudnn_conv_pins({})
 
 
-GEO = dict(n=2, h=6, w=6, c=4, k=8, kh=3, kw=3, sh=2, sw=2, ph=1, pw=1, p=3, q=3)
-F16 = DType.FP16.code
+GEO = dict(n=2, ih=6, iw=6, c=4, k=8, kh=3, kw=3, sh=2, sw=2, ph=1, pw=1, p=3, q=3)
+F16, F32 = DType.FP16.code, DType.FP32.code
+
+
+def _record(name: str, dts: dict[str, int], **fields: Any) -> Any:
+    """native's ConvFwdArgs / ConvBwdArgs: tensors of the dtypes ``dts`` at made-up addresses (the plans read no
+    memory), GEO, groups 1, engine 0 (auto), neither TF32 nor autotuning unless ``fields`` say otherwise."""
+    cls = {"conv_fwd": native.ConvFwdArgs, "conv_bwd": native.ConvBwdArgs}[name]
+    tensors = {t: native.Dev(4096 * (i + 1), dt) for i, (t, dt) in enumerate(dts.items())}
+    return cls(**{**tensors, **GEO, "groups": 1, "engine": 0, "tf32": False, "autotune": False, **fields})
+
+
+_FWD_DTS = {"x": F16, "w": F16, "y": F16}
 
 
 @needs_pins
 def test_plan_keys_are_machine_independent_and_the_cache_s(no_pins):
     """The key names direction, geometry, dtypes and TF32, nothing of the machine, as the autotuning cache's
     entries did (their keys are this plus the workspace cap): existing caches stay valid."""
-    fwd = native.cudnn_conv_op_plans(0, "conv_fwd", {**GEO, "x_dt": F16, "y_dt": F16}, False)
+    fwd = native.cudnn_conv_op_plans(0, _record("conv_fwd", _FWD_DTS))
     assert [(r["key"], r["engine"], r["source"]) for r in fwd] == [(FWD_KEY, "direct", "direct")]  # no plan here
-    ints = {**GEO, "x_dt": F16, "dy_dt": F16, "dw_dt": DType.FP32.code, "dx_dt": F16, "tf32": 1,
-            "groups": 2}
-    bwd = native.cudnn_conv_op_plans(0, "conv_bwd", ints, True)
+    dts = {"x": F16, "w": F16, "dy": F16, "dw": F32}
+    bwd = native.cudnn_conv_op_plans(0, _record("conv_bwd", {**dts, "dx": F16}, tf32=True, groups=2))
     assert [r["key"] for r in bwd] == ["wgrad:n2:h6:w6:c4:k8:r3:s3:sh2:sw2:ph1:pw1:g2:FP16,FP16,FP32:tf32=1",
                                        "dgrad:n2:h6:w6:c4:k8:r3:s3:sh2:sw2:ph1:pw1:g2:FP16,FP16,FP16:tf32=1"]
-    assert len(native.cudnn_conv_op_plans(0, "conv_bwd", ints, False)) == 1  # no dx: no dgrad
+    assert len(native.cudnn_conv_op_plans(0, _record("conv_bwd", dts, tf32=True, groups=2))) == 1  # no dx: no dgrad
+
+
+@needs_pins
+def test_the_plans_refuse_what_the_factory_refuses():
+    with pytest.raises(ConfigError, match=r"native op conv_fwd: groups \(3\) must divide the input channels \(4\)"):
+        native.cudnn_conv_op_plans(0, _record("conv_fwd", _FWD_DTS, groups=3))
+    with pytest.raises(ConfigError, match="native op conv_bwd: engine must be 0 .auto., 1 .cuDNN. or 2 .direct., "
+                                          "got 3"):
+        native.cudnn_conv_op_plans(0, _record("conv_bwd", {"x": F16, "w": F16, "dy": F16, "dw": F32}, engine=3))
+    with pytest.raises(ConfigError, match="got 4294967296"):  # checked before it is narrowed to an int (not 0)
+        native.cudnn_conv_op_plans(0, _record("conv_fwd", _FWD_DTS, engine=1 << 32))
+    with pytest.raises(TypeError):  # a record of another op
+        native.cudnn_conv_op_plans(0, native.ScaleFwdArgs(x=native.Dev(1, F32), s=native.Dev(2, F32),
+                                                          y=native.Dev(3, F32), n=1, hw=1, c=1))
 
 
 @needs_pins
@@ -218,14 +264,13 @@ def test_pins_are_checked_and_replace_each_other(no_pins):
 
 @needs_pins
 def test_a_pin_to_the_direct_kernels_is_what_the_op_reports(no_pins):
-    ints = {**GEO, "x_dt": F16, "y_dt": F16}
     conv_engines.pin({FWD_KEY: "direct"})
-    assert native.cudnn_conv_op_plans(0, "conv_fwd", ints, False)[0]["source"] == "direct"
+    assert native.cudnn_conv_op_plans(0, _record("conv_fwd", _FWD_DTS))[0]["source"] == "direct"
     with pytest.raises(ConfigError, match="pinned to the direct kernels but TR_CONV=cudnn"):
-        native.cudnn_conv_op_plans(0, "conv_fwd", {**ints, "engine": 1}, False)
+        native.cudnn_conv_op_plans(0, _record("conv_fwd", _FWD_DTS, engine=1))
     conv_engines.pin({FWD_KEY: "eng3"})
     with pytest.raises(ConfigError, match="pinned to cuDNN engine 'eng3' but TR_CONV=direct"):
-        native.cudnn_conv_op_plans(0, "conv_fwd", {**ints, "engine": 2}, False)
+        native.cudnn_conv_op_plans(0, _record("conv_fwd", _FWD_DTS, engine=2))
 
 
 @needs_pins

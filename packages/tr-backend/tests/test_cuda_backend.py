@@ -13,9 +13,11 @@ from backend_testkit import A_DATA, A_LABEL, B_DATA, B_LABEL, SCALAR_FP32, TEMP_
 from cuda_testkit import Twin, cuda_backend
 
 from tr.backend import registry
-from tr.backend.cuda import cuda_status, is_available
+from tr.backend.cuda import cuda_status, extern_kernel, is_available
 from tr.backend.cuda import ops as ops_package
 from tr.backend.cuda.native import load_native
+from tr.backend.cuda.signatures import all_ops
+from tr.backend.cuda.signatures.copy import DEBUG_INVALID_LAUNCH
 from tr.core.errors import BackendError, DeviceUnavailableError, OutOfMemoryError, ShapeError
 from tr.core.memory import Region, Role, Span
 from tr.core.ops import CATALOGUE
@@ -35,13 +37,14 @@ def test_cuda_builders_live_in_their_family_module():
         assert impl.__module__ == f"tr.backend.cuda.ops.{CATALOGUE[name].family}", (name, impl.__module__)
 
 
-def test_every_native_op_a_builder_asks_for_exists_when_compiled():
-    if native is None or not hasattr(native, "native_ops"):
-        pytest.skip("extension built without the CUDA ops")
-    sources = Path(ops_package.__file__).parent.glob("*.py")
-    wanted = {m for f in sources for m in re.findall(r'native\(\s*"(\w+)"', f.read_text())}
-    assert len(wanted) >= 35
-    assert wanted <= set(native.native_ops()), sorted(wanted - set(native.native_ops()))
+def test_every_declared_native_op_is_made_by_a_builder():
+    """No declaration outlives its builder: each native op is made by a CUDA builder (debug_invalid_launch by the
+    capture-failure test below)."""
+    sources = [*Path(ops_package.__file__).parent.glob("*.py"), Path(extern_kernel.__file__)]
+    declared = {op.name.upper() for _, op in all_ops()}
+    named = {m for f in sources for m in re.findall(r"\b[A-Z][A-Z0-9_]+\b", f.read_text())}  # SCALE_FWD, ...
+    assert len(declared) >= 55
+    assert declared - named == {"DEBUG_INVALID_LAUNCH"}, sorted(declared - named)
 
 
 def test_without_a_device_the_backend_raises_naming_the_reason():
@@ -114,7 +117,7 @@ def test_capture_failure_names_graph_op_and_layer(monkeypatch):
     tw.add("y", (4,))
     tw.allocate()
     table = registry._OPS["cuda"]
-    monkeypatch.setitem(table, "copy", lambda b: b.native("debug_invalid_launch"))
+    monkeypatch.setitem(table, "copy", lambda b: b.make(DEBUG_INVALID_LAUNCH))
     calls = [op("range_clear", span=Span.of(Role.SCALAR)), op("copy", layer=7, label="skip", x=tw["x"], y=tw["y"])]
     with pytest.raises(BackendError, match=r"graph 'deep', op #1 copy \(layer 7, skip\): capture failed: .*invalid"):
         tw.gpu.capture("deep", calls)

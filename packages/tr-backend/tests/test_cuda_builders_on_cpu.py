@@ -101,7 +101,7 @@ def test_augment_builder_passes_the_spec():
     _, _, ints, floats = build(op("augment_affine", src=a["src"], index=a["index"], key=a["key"], y=a["y"], pad=2,
                                   degrees=15.0, rotation_slot=3, crop_slot=2, mean=(0.5,), std=(0.25,)))
     assert (ints["n"], ints["batch"], ints["c"], ints["c_out"], ints["pad"]) == (16, 4, 1, 4, 2)
-    assert floats["degrees"] == 15.0 and floats["mean0"] == 0.5 and floats["std1"] == 1.0
+    assert floats["degrees"] == 15.0 and floats["mean"] == [0.5] and floats["std"] == [0.25]
 
 
 def test_image_builder_passes_the_coefficients():
@@ -110,8 +110,8 @@ def test_image_builder_passes_the_coefficients():
                                         std=(0.25, 0.5, 1.0), erase_value=(1.5,)))
     assert name == "image_resample" and set(ptrs) == {"src", "geom", "y"}
     assert (ints["batch"], ints["h"], ints["w"], ints["c_out"]) == (4, 32, 24, 4)
-    assert floats["a0"] == np.float32(1 / (255 * 0.25)) and floats["b2"] == np.float32(-0.5)
-    assert floats["erase1"] == 1.5
+    assert floats["norm_a"][0] == np.float32(1 / (255 * 0.25)) and floats["norm_b"][2] == np.float32(-0.5)
+    assert floats["erase"] == [1.5, 1.5, 1.5]
     assert refusal("cuda", op("image_resample", src=a["src"], geom=a["geom"], y=a["y"], std=(-1.0,))) == \
         refusal("cpu", op("image_resample", src=a["src"], geom=a["geom"], y=a["y"], std=(-1.0,)))
     j = arena(("x", (4, 32, 24, 3), "uint8"), ("geom", (4, 1, 1, GEOM_COLS), "int32"), ("y", (4, 32, 24, 4), "fp16"),

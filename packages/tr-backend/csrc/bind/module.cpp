@@ -15,4 +15,5 @@ NB_MODULE(_native, m) {
 #if TR_BUILD_WITH_CUDA
   tr::native::bind::bind_ops(m);
 #endif
+  tr::native::bind::bind_op_args(m);  // after bind_ops: make_op returns its Op
 }

@@ -1,5 +1,5 @@
 // Bindings of the CUDA backend's execution objects: Context (streams, cuBLASLt), Graph (capture, launch),
-// Event, make_op (a native op from an op call's resolved arguments), and NcclComm. CUDA builds only.
+// Event and NcclComm (make_op: the generated bind/op_args.cpp). CUDA builds only.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/pair.h>
@@ -20,6 +20,7 @@
 #include "cuda/cudnn.hpp"
 #include "cuda/jpeg_decoder.hpp"
 #include "cuda/nccl.hpp"
+#include "ops/args/conv.hpp"
 #include "ops/conv_cudnn.hpp"
 #include "ops/conv_plan_cache.hpp"
 #include "ops/op.hpp"
@@ -97,20 +98,24 @@ nb::dict record_dict(const ConvPlanRecord& r) {
 
 // Which engines the convolutions chose (and pinning them), with what the choice depends on.
 void bind_conv_engines(nb::module_& m) {
+  auto plan_dicts = [](const std::vector<ConvPlanRecord>& plans) {
+    nb::list out;
+    for (const auto& r : plans) out.append(record_dict(r));
+    return out;
+  };
   m.def(
       "cudnn_conv_op_plans",
-      [](int device, const std::string& op, const std::map<std::string, std::int64_t>& ints, bool has_dx) {
-        std::map<std::string, std::uintptr_t> ptrs;
-        if (has_dx) ptrs["dx"] = 1;  // only its presence is read
-        nb::list out;
-        for (const auto& r : conv_op_plans(device, OpArgs{op, ptrs, ints, {}})) out.append(record_dict(r));
-        return out;
-      },
-      "device"_a, "op"_a, "ints"_a, "has_dx"_a,
-      "The plans a conv_fwd / conv_bwd op made on `device` with these integer arguments (make_op's) uses, fprop or "
+      [plan_dicts](int device, const ConvFwdArgs& args) { return plan_dicts(conv_op_plans(device, args)); },
+      "device"_a, "args"_a,
+      "The plans the conv_fwd or conv_bwd op made on `device` from this record (make_op's) uses, fprop or "
       "(wgrad, dgrad): dicts of key, direction, engine ('direct': the direct kernels), source ('heuristic', "
       "'timed', 'cache', 'pinned', 'direct'), rank (in the heuristics' list; -1 when not from it), workspace "
-      "(bytes), timed (candidates). Needs no GPU.");
+      "(bytes), timed (candidates). Only geometry, dtypes, engine, tf32, autotune and whether dx is given are "
+      "read. Needs no GPU.");
+  m.def(
+      "cudnn_conv_op_plans",
+      [plan_dicts](int device, const ConvBwdArgs& args) { return plan_dicts(conv_op_plans(device, args)); },
+      "device"_a, "args"_a);
   m.def("set_cudnn_conv_pins", &set_conv_pins, "pins"_a,
         "Pin engines by plan key ({key: engine name or 'direct'}; replaces earlier pins, {} unpins): plans made "
         "later build exactly these or fail naming the convolution. ConfigError for a malformed key or name.");
@@ -343,19 +348,9 @@ void bind_ops(nb::module_& m) {
       .def("synchronize", &Event::synchronize, nb::call_guard<nb::gil_scoped_release>())
       .def("elapsed_ms", &Event::elapsed_ms, "since"_a);
 
-  m.def(
-      "make_op",
-      [](Context& ctx, const std::string& op, const std::map<std::string, std::uintptr_t>& ptrs,
-         const std::map<std::string, std::int64_t>& ints, const std::map<std::string, double>& floats) {
-        OpArgs args{op, ptrs, ints, floats};
-        return make_op(ctx, args);
-      },
-      "ctx"_a, "op"_a, "ptrs"_a, "ints"_a, "floats"_a, nb::keep_alive<0, 1>(),
-      "Build the native op `op` from device pointers, integer and float parameters (by name).");
   m.def("host_register", &host_register, "ptr"_a, "nbytes"_a,
         "Page-lock host memory (cudaHostRegister) so that captured copies may read it.");
   m.def("host_unregister", &host_unregister, "ptr"_a);
-  m.def("native_ops", &factory_names, "Names of the native op factories in this build.");
   m.def("cudnn_frontend_built", &cuda::cudnn_frontend_built,
         "True when convolutions were compiled against the cuDNN frontend (else: direct kernels only).");
   m.def("add_cudnn_candidates", &cuda::add_cudnn_candidates, "paths"_a,

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cuda/context.hpp"
+#include "ops/args/activation.hpp"
 #include "ops/codes.hpp"
 #include "ops/kernels.cuh"
 
@@ -107,23 +108,14 @@ __global__ void act_bwd_kernel(const TX* x, const TD* dy, TD* dx, const signed c
   }
 }
 
-// The kind's code (codes.hpp, numbered as tr.core.ops.ACTIVATION_CODES).
-ActKind kind_of(const OpArgs& args) {
-  const auto kind = args.i("kind");
-  if (kind < 0 || kind >= kNumActKinds) {
-    args.bad("activation kind code " + std::to_string(kind) + " is out of range, expected 0.." +
-             std::to_string(kNumActKinds - 1));
-  }
-  return static_cast<ActKind>(kind);
-}
-
-std::unique_ptr<Op> act_forward(const OpArgs& args, bool with_mask) {
-  const std::int64_t n = args.i("n");
-  const ActKind kind = kind_of(args);
-  const DT xdt = args.dt("x"), ydt = args.dt("y");
-  const void* x = args.ptr("x");
-  void* y = args.ptr("y");
-  signed char* mask = with_mask && args.has("mask") ? static_cast<signed char*>(args.ptr("mask")) : nullptr;
+// act_fwd (mask: where it writes [x > 0], or null) and act_inf (mask null).
+template <class A>
+std::unique_ptr<Op> act_forward(const A& args, signed char* mask) {
+  const std::int64_t n = args.n;
+  const ActKind kind = args.kind;
+  const DT xdt = args.x.dt, ydt = args.y.dt;
+  const void* x = args.x.ptr;
+  void* y = args.y.ptr;
   kern::dispatch_float(xdt, args, "x", [](auto) {});
   kern::dispatch_float(ydt, args, "y", [](auto) {});
   return fn_op([=](cudaStream_t s) {
@@ -140,18 +132,23 @@ std::unique_ptr<Op> act_forward(const OpArgs& args, bool with_mask) {
   });
 }
 
-std::unique_ptr<Op> act_fwd(Context&, const OpArgs& args) { return act_forward(args, true); }
-std::unique_ptr<Op> act_inf(Context&, const OpArgs& args) { return act_forward(args, false); }
+}  // namespace
 
-std::unique_ptr<Op> act_bwd(Context&, const OpArgs& args) {
-  const std::int64_t n = args.i("n");
-  const ActKind kind = kind_of(args);
-  const DT xdt = args.dt("x"), ddt = args.dt("dy");
-  if (args.dt("dx") != ddt) args.bad("dx and dy must have one dtype");
-  const void* x = args.ptr("x");
-  const void* dy = args.ptr("dy");
-  void* dx = args.ptr("dx");
-  const signed char* mask = args.has("mask") ? static_cast<const signed char*>(args.ptr("mask")) : nullptr;
+std::unique_ptr<Op> act_fwd(Context&, const ActFwdArgs& args) {
+  return act_forward(args, static_cast<signed char*>(args.mask.ptr));
+}
+
+std::unique_ptr<Op> act_inf(Context&, const ActInfArgs& args) { return act_forward(args, nullptr); }
+
+std::unique_ptr<Op> act_bwd(Context&, const ActBwdArgs& args) {
+  const std::int64_t n = args.n;
+  const ActKind kind = args.kind;
+  const DT xdt = args.x.dt, ddt = args.dy.dt;
+  if (args.dx.dt != ddt) bad(args, "dx and dy must have one dtype");
+  const void* x = args.x.ptr;
+  const void* dy = args.dy.ptr;
+  void* dx = args.dx.ptr;
+  const auto* mask = static_cast<const signed char*>(args.mask.ptr);
   kern::dispatch_float(xdt, args, "x", [](auto) {});
   kern::dispatch_float(ddt, args, "dy", [](auto) {});
   return fn_op([=](cudaStream_t s) {
@@ -166,14 +163,6 @@ std::unique_ptr<Op> act_bwd(Context&, const OpArgs& args) {
     });
     check_launch("act_bwd");
   });
-}
-
-}  // namespace
-
-void register_activation_ops() {
-  register_factory("act_fwd", &act_fwd);
-  register_factory("act_bwd", &act_bwd);
-  register_factory("act_inf", &act_inf);
 }
 
 }  // namespace tr::native

@@ -4,7 +4,13 @@
 // 16), with the workers' formulas in double; then every thread samples the source image once per output
 // pixel through the composed inverse map (RandomScale's resize and centre crop, the rotation about the centre,
 // the crop shift), bilinearly with zeros outside, normalises, erases, flips and writes FP32 or FP16 NHWC.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
 #include "cuda/context.hpp"
+#include "ops/args/augment.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native {
@@ -166,39 +172,45 @@ __global__ void augment_kernel(const unsigned char* __restrict__ src, const int*
   }
 }
 
-std::unique_ptr<Op> augment_affine(Context&, const OpArgs& args) {
+}  // namespace
+
+std::unique_ptr<Op> augment_affine(Context&, const AugmentAffineArgs& args) {
   Spec s{};
-  s.n = int(args.i("n"));
-  s.h = int(args.i("h"));
-  s.w = int(args.i("w"));
-  s.c = int(args.i("c"));
-  s.c_out = int(args.i("c_out"));
-  s.pad = int(args.i("pad"));
-  s.crop_slot = int(args.i("crop_slot"));
-  s.rotation_slot = int(args.i("rotation_slot"));
-  s.scale_slot = int(args.i("scale_slot"));
-  s.degrees = args.f("degrees");
-  s.scale_lo = args.f("scale_lo");
-  s.scale_hi = args.f("scale_hi");
-  s.erase_p = args.f("erase_p");
-  s.erase_scale_lo = args.f("erase_scale_lo");
-  s.erase_scale_hi = args.f("erase_scale_hi");
-  s.erase_ratio_lo = args.f("erase_ratio_lo");
-  s.erase_ratio_hi = args.f("erase_ratio_hi");
-  s.erase_value = float(args.f("erase_value"));
-  s.flip_p = args.f("flip_p");
+  s.n = int(args.n);
+  s.h = int(args.h);
+  s.w = int(args.w);
+  s.c = int(args.c);
+  s.c_out = int(args.c_out);
+  s.pad = int(args.pad);
+  s.crop_slot = int(args.crop_slot);
+  s.rotation_slot = int(args.rotation_slot);
+  s.scale_slot = int(args.scale_slot);
+  s.degrees = args.degrees;
+  s.scale_lo = args.scale_lo;
+  s.scale_hi = args.scale_hi;
+  s.erase_p = args.erase_p;
+  s.erase_scale_lo = args.erase_scale_lo;
+  s.erase_scale_hi = args.erase_scale_hi;
+  s.erase_ratio_lo = args.erase_ratio_lo;
+  s.erase_ratio_hi = args.erase_ratio_hi;
+  s.erase_value = float(args.erase_value);
+  s.flip_p = args.flip_p;
   if (s.c < 1 || s.c > kMaxC || s.c_out < s.c || s.c_out > kMaxC)
-    args.bad("1 to 4 channels, got " + std::to_string(s.c) + " -> " + std::to_string(s.c_out));
-  for (int k = 0; k < kMaxC; ++k) {
-    s.mean[k] = float(args.f("mean" + std::to_string(k)));
-    s.std[k] = float(args.f("std" + std::to_string(k)));
+    bad(args, "1 to 4 channels, got " + std::to_string(s.c) + " -> " + std::to_string(s.c_out));
+  if (args.mean.size() != std::size_t(s.c) || args.std.size() != std::size_t(s.c)) {
+    bad(args, "mean and std need " + std::to_string(s.c) + " values (one a channel), got " +
+              std::to_string(args.mean.size()) + " and " + std::to_string(args.std.size()));
   }
-  const std::int64_t batch = args.i("batch");
-  const auto* src = static_cast<const unsigned char*>(args.ptr("src"));
-  const auto* index = static_cast<const int*>(args.ptr("index"));
-  const auto* key = static_cast<const unsigned long long*>(args.ptr("key"));
-  void* y = args.ptr("y");
-  const DT ydt = args.dt("y");
+  for (int k = 0; k < kMaxC; ++k) {  // the channels past c are never read
+    s.mean[k] = k < s.c ? float(args.mean[k]) : 0.0f;
+    s.std[k] = k < s.c ? float(args.std[k]) : 1.0f;
+  }
+  const std::int64_t batch = args.batch;
+  const auto* src = static_cast<const unsigned char*>(args.src.ptr);
+  const auto* index = static_cast<const int*>(args.index.ptr);
+  const auto* key = static_cast<const unsigned long long*>(args.key.ptr);
+  void* y = args.y.ptr;
+  const DT ydt = args.y.dt;
   kern::dispatch_float(ydt, args, "y", [](auto) {});
   return fn_op([=](cudaStream_t st) {
     if (batch == 0) return;
@@ -210,9 +222,5 @@ std::unique_ptr<Op> augment_affine(Context&, const OpArgs& args) {
     check_launch("augment_affine");
   });
 }
-
-}  // namespace
-
-void register_augment_ops() { register_factory("augment_affine", &augment_affine); }
 
 }  // namespace tr::native

@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "cuda/context.hpp"
+#include "ops/args/bn.hpp"
 #include "ops/bn_kernels.cuh"
 
 namespace tr::native {
@@ -232,16 +233,6 @@ constexpr BnAct act_of(BnMask mask) {
   return BnAct::NONE;
 }
 
-// bn_fwd's and bn_inf's act code (codes.hpp, numbered as tr.core.ops.BN_ACTIVATION_CODES).
-BnAct act_arg(const OpArgs& args) {
-  const auto act = args.i("act");
-  if (act < 0 || act >= kNumBnActs) {
-    args.bad("activation code " + std::to_string(act) + " is out of range, expected 0.." +
-             std::to_string(kNumBnActs - 1));
-  }
-  return static_cast<BnAct>(act);
-}
-
 std::string describe(const char* op, const Geo& g, BnAct act, bool res) {
   const char* a = act == BnAct::RELU ? " +relu" : act == BnAct::RELU6 ? " +relu6" : act == BnAct::SILU ? " +silu" : "";
   return std::string(op) + a + (res ? " +residual" : "") + ", vec" + std::to_string(g.v) + ", " +
@@ -249,19 +240,21 @@ std::string describe(const char* op, const Geo& g, BnAct act, bool res) {
          std::to_string(g.lanes);
 }
 
-std::unique_ptr<Op> bn_fwd(Context&, const OpArgs& args) {
-  const std::int64_t m = args.i("m");
-  const int c = static_cast<int>(args.i("c"));
-  const BnAct act = act_arg(args);
-  const bool res = args.i("residual") != 0;
-  const double mom = args.f("momentum"), eps = args.f("eps");
-  const Geo g = geometry(m, c, vector_width(args, c, {"x", "y", "z"}));
-  const void* x = args.ptr("x");
-  const void* z = res ? args.ptr("z") : nullptr;
-  void* y = args.ptr("y");
-  auto P = [&](const char* n) { return static_cast<float*>(args.ptr(n)); };
-  float *gamma = P("gamma"), *beta = P("beta"), *mean_in = P("mean_in"), *var_in = P("var_in");
-  float *mean_out = P("mean_out"), *var_out = P("var_out"), *smean = P("saved_mean"), *sinv = P("saved_inv_std");
+}  // namespace
+
+std::unique_ptr<Op> bn_fwd(Context&, const BnFwdArgs& args) {
+  const std::int64_t m = args.m;
+  const int c = static_cast<int>(args.c);
+  const BnAct act = args.act;
+  const bool res = static_cast<bool>(args.z);
+  const double mom = args.momentum, eps = args.eps;
+  const Geo g = geometry(m, c, vector_width(args.x.dt, c, {args.x, args.y, args.z}));
+  const void* x = args.x.ptr;
+  const void* z = args.z.ptr;
+  void* y = args.y.ptr;
+  float *gamma = fp32(args.gamma), *beta = fp32(args.beta), *mean_in = fp32(args.mean_in), *var_in = fp32(args.var_in);
+  float *mean_out = fp32(args.mean_out), *var_out = fp32(args.var_out), *smean = fp32(args.saved_mean),
+        *sinv = fp32(args.saved_inv_std);
   const Partials pt = partials(g);
   auto scratch = pt.buf;
   double* part = pt.part;
@@ -283,25 +276,23 @@ std::unique_ptr<Op> bn_fwd(Context&, const OpArgs& args) {
   }, describe("bn_fwd", g, act, res));
 }
 
-std::unique_ptr<Op> bn_bwd(Context&, const OpArgs& args) {
-  const std::int64_t m = args.i("m");
-  const int c = static_cast<int>(args.i("c"));
-  const auto mask_code = args.i("mask");
-  if (mask_code < 0 || mask_code >= kNumBnMasks) {
-    args.bad("mask code " + std::to_string(mask_code) + " is out of range, expected 0.." +
-             std::to_string(kNumBnMasks - 1));
-  }
-  const auto mask = static_cast<BnMask>(mask_code);
-  const Geo g = geometry(m, c, vector_width(args, c, {"x", "dy", "dx", "y", "dz", "dy2"}));
-  const void* x = args.ptr("x");
-  const void* dy = args.ptr("dy");
-  const void* dy2 = opt(args, "dy2");
-  const void* y = opt(args, "y");
-  void* dz = const_cast<void*>(opt(args, "dz"));
-  void* dx = args.ptr("dx");
-  auto P = [&](const char* n) { return static_cast<float*>(const_cast<void*>(opt(args, n))); };
-  float *gamma = P("gamma"), *beta = P("beta"), *smean = P("saved_mean"), *sinv = P("saved_inv_std");
-  float *dgamma = P("dgamma"), *dbeta = P("dbeta");
+std::unique_ptr<Op> bn_bwd(Context&, const BnBwdArgs& args) {
+  const std::int64_t m = args.m;
+  const int c = static_cast<int>(args.c);
+  const BnMask mask = args.mask;
+  // the mask's source: a recomputed mask reads beta, a read one y (null on the device otherwise)
+  if (mask_from_x(mask) && !args.beta) bad(args, "a mask recomputed from x needs beta");
+  if (mask_from_y(mask) && !args.y) bad(args, "a mask read from y needs y");
+  const Geo g = geometry(m, c, vector_width(args.x.dt, c, {args.x, args.dy, args.dx, args.y, args.dz, args.dy2}));
+  const void* x = args.x.ptr;
+  const void* dy = args.dy.ptr;
+  const void* dy2 = args.dy2.ptr;
+  const void* y = args.y.ptr;
+  void* dz = args.dz.ptr;
+  void* dx = args.dx.ptr;
+  float *gamma = fp32(args.gamma), *beta = fp32(args.beta), *smean = fp32(args.saved_mean),
+        *sinv = fp32(args.saved_inv_std);
+  float *dgamma = fp32(args.dgamma), *dbeta = fp32(args.dbeta);
   const Partials pt = partials(g);
   auto scratch = pt.buf;
   double* part = pt.part;
@@ -337,17 +328,17 @@ std::unique_ptr<Op> bn_bwd(Context&, const OpArgs& args) {
   }, describe("bn_bwd", g, act_of(mask), dz != nullptr) + (dy2 != nullptr ? " +dy2" : ""));
 }
 
-std::unique_ptr<Op> bn_inf(Context&, const OpArgs& args) {
-  const std::int64_t m = args.i("m");
-  const int c = static_cast<int>(args.i("c"));
-  const BnAct act = act_arg(args);
-  const bool res = args.i("residual") != 0;
-  const Geo g = geometry(m, c, vector_width(args, c, {"x", "y", "z"}));
-  const void* x = args.ptr("x");
-  const void* z = res ? args.ptr("z") : nullptr;
-  void* y = args.ptr("y");
-  const float* scale = static_cast<const float*>(args.ptr("scale"));
-  const float* bias = static_cast<const float*>(args.ptr("bias"));
+std::unique_ptr<Op> bn_inf(Context&, const BnInfArgs& args) {
+  const std::int64_t m = args.m;
+  const int c = static_cast<int>(args.c);
+  const BnAct act = args.act;
+  const bool res = static_cast<bool>(args.z);
+  const Geo g = geometry(m, c, vector_width(args.x.dt, c, {args.x, args.y, args.z}));
+  const void* x = args.x.ptr;
+  const void* z = args.z.ptr;
+  void* y = args.y.ptr;
+  const float* scale = fp32(args.scale);
+  const float* bias = fp32(args.bias);
   const dim3 grid(g.chunks, g.tiles), block(g.gx, g.lanes);
   return fn_op([=](cudaStream_t s) {
     dispatch(args, g.v, [&](auto tag, auto vc) {
@@ -360,25 +351,15 @@ std::unique_ptr<Op> bn_inf(Context&, const OpArgs& args) {
   }, describe("bn_inf", g, act, res));
 }
 
-std::unique_ptr<Op> bn_update_eq(Context&, const OpArgs& args) {
-  const int c = static_cast<int>(args.i("c"));
-  const float eps = static_cast<float>(args.f("eps"));
-  auto P = [&](const char* n) { return static_cast<float*>(args.ptr(n)); };
-  float *gamma = P("gamma"), *beta = P("beta"), *mean = P("mean"), *var = P("var"), *scale = P("scale"),
-        *bias = P("bias");
+std::unique_ptr<Op> bn_update_eq(Context&, const BnUpdateEqArgs& args) {
+  const int c = static_cast<int>(args.c);
+  const float eps = static_cast<float>(args.eps);
+  float *gamma = fp32(args.gamma), *beta = fp32(args.beta), *mean = fp32(args.mean), *var = fp32(args.var),
+        *scale = fp32(args.scale), *bias = fp32(args.bias);
   return fn_op([=](cudaStream_t s) {
     bn_update_eq_kernel<<<kern::blocks_for(c), kern::kThreads, 0, s>>>(gamma, beta, mean, var, scale, bias, c, eps);
     check_launch("bn_update_eq");
   });
-}
-
-}  // namespace
-
-void register_bn_ops() {
-  register_factory("bn_fwd", &bn_fwd);
-  register_factory("bn_bwd", &bn_bwd);
-  register_factory("bn_inf", &bn_inf);
-  register_factory("bn_update_eq", &bn_update_eq);
 }
 
 }  // namespace tr::native

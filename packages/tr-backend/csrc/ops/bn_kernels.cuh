@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "ops/codes.hpp"
+#include "ops/dev.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native::bnk {
@@ -339,21 +340,25 @@ __device__ __forceinline__ void add_terms(const BwdParams<V>& p, const float (&x
   }
 }
 
-// 16-byte vectors when every feature pointer is 16-byte aligned and the channels fill whole vectors.
-inline int vector_width(const OpArgs& args, int c, std::initializer_list<const char*> names) {
-  const int elem = dtype_size(args.dt("x"));
+// 16-byte vectors (of x's dtype) when every given feature tensor is 16-byte aligned and the channels fill whole
+// vectors.
+inline int vector_width(DT xdt, int c, std::initializer_list<Dev> features) {
+  const int elem = dtype_size(xdt);
   const int v = 16 / elem;
   if (c % v != 0) return 1;
-  for (const char* n : names) {
-    if (args.has(n) && reinterpret_cast<std::uintptr_t>(args.ptr(n)) % 16 != 0) return 1;
+  for (const Dev& t : features) {
+    if (t && reinterpret_cast<std::uintptr_t>(t.ptr) % 16 != 0) return 1;
   }
   return v;
 }
 
-// Calls fn(Tag<T>, integral_constant<V>) for x's float type and the chosen width.
-template <class Fn>
-void dispatch(const OpArgs& args, int v, Fn&& fn) {
-  kern::dispatch_float(args.dt("x"), args, "x", [&](auto tag) {
+// A per-channel (FP32) tensor's values; null for an absent optional one.
+inline float* fp32(const Dev& t) { return static_cast<float*>(t.ptr); }
+
+// Calls fn(Tag<T>, integral_constant<V>) for the float type of the record's x and the chosen width.
+template <class A, class Fn>
+void dispatch(const A& args, int v, Fn&& fn) {
+  kern::dispatch_float(args.x.dt, args, "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int W = 16 / static_cast<int>(sizeof(T));
     if (v == 1) {
@@ -380,10 +385,6 @@ inline Partials partials(const Geo& g) {
   p.coef = reinterpret_cast<float*>(p.part + 2 * static_cast<std::int64_t>(g.chunks) * g.c);
   return p;
 }
-
-inline const void* opt(const OpArgs& args, const char* name) { return args.has(name) ? args.ptr(name) : nullptr; }
-
-
 
 }  // namespace
 }  // namespace tr::native::bnk

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "cuda/context.hpp"
+#include "ops/args/bn_pool.hpp"
 #include "ops/bn_kernels.cuh"
 
 namespace tr::native {
@@ -28,12 +29,13 @@ struct Win {
   int disjoint;  // stride == kernel, no padding: an input lies in at most one window, found by division
 };
 
-Win win_of(const OpArgs& a) {
-  auto g = [&](const char* k) { return static_cast<int>(a.i(k)); };
-  Win w{g("n"), g("h"), g("w"), g("kh"), g("kw"), g("sh"), g("sw"), g("ph"), g("pw"), g("p"), g("q"), 0, 0};
+template <class A>
+Win win_of(const A& a) {
+  auto g = [](std::int64_t v) { return static_cast<int>(v); };
+  Win w{g(a.n), g(a.h), g(a.w), g(a.kh), g(a.kw), g(a.sh), g(a.sw), g(a.ph), g(a.pw), g(a.p), g(a.q), 0, 0};
   w.overlap = (w.sh < w.kh || w.sw < w.kw) ? 1 : 0;
   w.disjoint = (w.sh == w.kh && w.sw == w.kw && w.ph == 0 && w.pw == 0) ? 1 : 0;
-  if (static_cast<std::int64_t>(w.n) * w.h * w.w >= (1LL << 31)) a.bad("more than 2^31 - 1 rows");
+  if (static_cast<std::int64_t>(w.n) * w.h * w.w >= (1LL << 31)) bad(a, "more than 2^31 - 1 rows");
   return w;
 }
 
@@ -404,20 +406,22 @@ std::string describe(const char* op, const Geo& g, const Win& w) {
          " blocks of " + std::to_string(g.gx) + "x" + std::to_string(g.lanes);
 }
 
-std::unique_ptr<Op> bn_maxpool_fwd(Context&, const OpArgs& args) {
-  const std::int64_t m = args.i("m");
-  const int c = static_cast<int>(args.i("c"));
+}  // namespace
+
+std::unique_ptr<Op> bn_maxpool_fwd(Context&, const BnMaxpoolFwdArgs& args) {
+  const std::int64_t m = args.m;
+  const int c = static_cast<int>(args.c);
   const Win w = win_of(args);
-  const double mom = args.f("momentum"), eps = args.f("eps");
-  const int v = vector_width(args, c, {"x", "y", "mask"});
+  const double mom = args.momentum, eps = args.eps;
+  const int v = vector_width(args.x.dt, c, {args.x, args.y, args.mask});
   const Geo gs = geometry(m, c, v);  // over the input rows: the statistics
   const Geo gp = geometry(static_cast<std::int64_t>(w.n) * w.p * w.q, c, v);  // over the pooled rows
-  const void* x = args.ptr("x");
-  void* y = args.ptr("y");
-  auto* mask = static_cast<signed char*>(args.ptr("mask"));
-  auto P = [&](const char* n) { return static_cast<float*>(args.ptr(n)); };
-  float *gamma = P("gamma"), *beta = P("beta"), *mean_in = P("mean_in"), *var_in = P("var_in");
-  float *mean_out = P("mean_out"), *var_out = P("var_out"), *smean = P("saved_mean"), *sinv = P("saved_inv_std");
+  const void* x = args.x.ptr;
+  void* y = args.y.ptr;
+  auto* mask = static_cast<signed char*>(args.mask.ptr);
+  float *gamma = fp32(args.gamma), *beta = fp32(args.beta), *mean_in = fp32(args.mean_in), *var_in = fp32(args.var_in);
+  float *mean_out = fp32(args.mean_out), *var_out = fp32(args.var_out), *smean = fp32(args.saved_mean),
+        *sinv = fp32(args.saved_inv_std);
   const Partials pt = partials(gs);
   auto scratch = pt.buf;
   double* part = pt.part;
@@ -445,11 +449,11 @@ std::unique_ptr<Op> bn_maxpool_fwd(Context&, const OpArgs& args) {
   }, describe("bn_maxpool_fwd", gp, w));
 }
 
-std::unique_ptr<Op> bn_maxpool_bwd(Context&, const OpArgs& args) {
-  const std::int64_t m = args.i("m");
-  const int c = static_cast<int>(args.i("c"));
+std::unique_ptr<Op> bn_maxpool_bwd(Context&, const BnMaxpoolBwdArgs& args) {
+  const std::int64_t m = args.m;
+  const int c = static_cast<int>(args.c);
   const Win w = win_of(args);
-  const int v = vector_width(args, c, {"x", "dy", "dx", "mask"});
+  const int v = vector_width(args.x.dt, c, {args.x, args.dy, args.dx, args.mask});
   // windows that tile the input exactly: walk the windows; windows of at most two per input row and column
   // (k <= 2s): walk the cells; otherwise every input row finds its windows
   const bool by_window = w.disjoint && w.h == w.p * w.kh && w.w == w.q * w.kw;
@@ -457,19 +461,19 @@ std::unique_ptr<Op> bn_maxpool_bwd(Context&, const OpArgs& args) {
   const int cell_w = by_window ? 0 : std::max(wh, wwn) <= 1 ? 1 : std::max(wh, wwn) <= 2 ? 2 : 0;
   const Cells cl{(w.h + w.ph + w.sh - 1) / w.sh, (w.w + w.pw + w.sw - 1) / w.sw};
   const std::int64_t cells = static_cast<std::int64_t>(w.n) * cl.cp * cl.cq;
-  if (cell_w && cells >= (1LL << 31)) args.bad("more than 2^31 - 1 pooling cells");
+  if (cell_w && cells >= (1LL << 31)) bad(args, "more than 2^31 - 1 pooling cells");
   const Geo g = by_window ? geometry(static_cast<std::int64_t>(w.n) * w.p * w.q, c, v)
                 : cell_w  ? geometry(cells, c, v)
                           : geometry(m, c, v);
   Geo gm = g;
   gm.m = m;  // the BN statistics are over the input rows whatever the walk
-  const void* x = args.ptr("x");
-  const void* dy = args.ptr("dy");
-  const auto* mask = static_cast<const signed char*>(args.ptr("mask"));
-  void* dx = args.ptr("dx");
-  auto P = [&](const char* n) { return static_cast<float*>(args.ptr(n)); };
-  float *gamma = P("gamma"), *beta = P("beta"), *smean = P("saved_mean"), *sinv = P("saved_inv_std");
-  float *dgamma = P("dgamma"), *dbeta = P("dbeta");
+  const void* x = args.x.ptr;
+  const void* dy = args.dy.ptr;
+  const auto* mask = static_cast<const signed char*>(args.mask.ptr);
+  void* dx = args.dx.ptr;
+  float *gamma = fp32(args.gamma), *beta = fp32(args.beta), *smean = fp32(args.saved_mean),
+        *sinv = fp32(args.saved_inv_std);
+  float *dgamma = fp32(args.dgamma), *dbeta = fp32(args.dbeta);
   const Partials pt = partials(g);
   auto scratch = pt.buf;
   double* part = pt.part;
@@ -516,13 +520,6 @@ std::unique_ptr<Op> bn_maxpool_bwd(Context&, const OpArgs& args) {
     });
     check_launch("bn_maxpool_bwd");
   }, describe(by_window ? "bn_maxpool_bwd by window" : cell_w ? "bn_maxpool_bwd by cell" : "bn_maxpool_bwd", g, w));
-}
-
-}  // namespace
-
-void register_bn_pool_ops() {
-  register_factory("bn_maxpool_fwd", &bn_maxpool_fwd);
-  register_factory("bn_maxpool_bwd", &bn_maxpool_bwd);
 }
 
 }  // namespace tr::native

@@ -1,18 +1,17 @@
 // Collectives over NCCL: range_allreduce_mean as one ncclAllReduce (ncclAvg, in place) on the op's stream,
-// recorded into the CUDA graph like any other op. The communicator is passed as the pointer "comm" (a
+// recorded into the CUDA graph like any other op. The communicator is passed as the pointer field comm (a
 // tr.backend._native.NcclComm's handle); its owner keeps it alive as long as the graphs.
 #include "cuda/nccl.hpp"
+#include "ops/args/collective.hpp"
 #include "ops/op.hpp"
 
 namespace tr::native {
 
-namespace {
-
-std::unique_ptr<Op> nccl_allreduce_mean(Context&, const OpArgs& args) {
-  const std::int64_t n = args.i("n");
-  if (n < 0) args.bad("n must be >= 0, got " + std::to_string(n));
-  float* v = static_cast<float*>(args.ptr("span"));
-  auto comm = static_cast<cuda::nccl_abi::Comm>(args.ptr("comm"));
+std::unique_ptr<Op> nccl_allreduce_mean(Context&, const NcclAllreduceMeanArgs& args) {
+  const std::int64_t n = args.n;
+  if (n < 0) bad(args, "n must be >= 0, got " + std::to_string(n));
+  float* v = static_cast<float*>(args.span);
+  auto comm = static_cast<cuda::nccl_abi::Comm>(args.comm);
   const cuda::Nccl& api = cuda::nccl();
   return fn_op(
       [=, &api](cudaStream_t s) {
@@ -26,9 +25,5 @@ std::unique_ptr<Op> nccl_allreduce_mean(Context&, const OpArgs& args) {
       },
       "ncclAllReduce avg " + std::to_string(n) + " fp32");
 }
-
-}  // namespace
-
-void register_collective_ops() { register_factory("nccl_allreduce_mean", &nccl_allreduce_mean); }
 
 }  // namespace tr::native

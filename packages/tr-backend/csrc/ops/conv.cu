@@ -9,6 +9,7 @@
 // are correct and deterministic but slow: forward and dgrad give each output element one thread that sums its
 // window in a fixed order; wgrad gives each weight one block that reduces over N*P*Q with a fixed tree.
 #include "cuda/context.hpp"
+#include "ops/args/conv.hpp"
 #include "ops/conv_cudnn.hpp"
 #include "ops/kernels.cuh"
 
@@ -18,13 +19,16 @@ namespace {
 
 using Geo = ConvGeo;  // the geometry both engines take (ops/conv_cudnn.hpp)
 
-Geo geo_of(const OpArgs& a) {
-  auto g = [&](const char* key) { return static_cast<int>(a.i(key)); };
-  Geo geo{g("n"), g("h"), g("w"), g("c"), g("k"), g("kh"), g("kw"), g("sh"), g("sw"), g("ph"), g("pw"), g("p"), g("q")};
-  geo.groups = static_cast<int>(a.i("groups", 1));
+// A: ConvFwdArgs or ConvBwdArgs (one geometry).
+template <class A>
+Geo geo_of(const A& a) {
+  auto g = [](std::int64_t v) { return static_cast<int>(v); };
+  Geo geo{g(a.n), g(a.ih), g(a.iw), g(a.c), g(a.k), g(a.kh), g(a.kw), g(a.sh), g(a.sw), g(a.ph), g(a.pw), g(a.p),
+          g(a.q)};
+  geo.groups = g(a.groups);
   if (geo.groups < 1 || geo.c % geo.groups != 0 || geo.k % geo.groups != 0) {
-    a.bad("groups (" + std::to_string(geo.groups) + ") must divide the input channels (" + std::to_string(geo.c) +
-          ") and the output channels (" + std::to_string(geo.k) + ")");
+    bad(a, "groups (" + std::to_string(geo.groups) + ") must divide the input channels (" + std::to_string(geo.c) +
+               ") and the output channels (" + std::to_string(geo.k) + ")");
   }
   return geo;
 }
@@ -157,10 +161,11 @@ __global__ void bias_grad_final_kernel(const float* part, float* db, int chunks,
 }
 
 // The convolution `conv`, then y += b (a forward with a bias), or the same op when the call has none.
-std::unique_ptr<Op> with_bias_add(std::unique_ptr<Op> conv, const OpArgs& args, const Geo& g, DT ydt, void* y) {
-  if (!args.has("b")) return conv;
-  const DT bdt = args.dt("b");
-  const void* b = args.ptr("b");
+std::unique_ptr<Op> with_bias_add(std::unique_ptr<Op> conv, const ConvFwdArgs& args, const Geo& g, DT ydt,
+                                  void* y) {
+  if (!args.b) return conv;
+  const DT bdt = args.b.dt;
+  const void* b = args.b.ptr;
   kern::dispatch_float(bdt, args, "b", [](auto) {});
   const std::int64_t rows = std::int64_t(g.n) * g.p * g.q;
   const int cols = g.k;
@@ -180,10 +185,11 @@ std::unique_ptr<Op> with_bias_add(std::unique_ptr<Op> conv, const OpArgs& args, 
 }
 
 // db = the column sums of dy, then the convolution's gradients `conv` (a backward with db), or `conv` alone.
-std::unique_ptr<Op> with_bias_grad(std::unique_ptr<Op> conv, const OpArgs& args, const Geo& g, DT ddt, const void* dy) {
-  if (!args.has("db")) return conv;
-  if (args.dt("db") != DT::F32) args.bad("db must be FP32");
-  float* db = static_cast<float*>(args.ptr("db"));
+std::unique_ptr<Op> with_bias_grad(std::unique_ptr<Op> conv, const ConvBwdArgs& args, const Geo& g, DT ddt,
+                                   const void* dy) {
+  if (!args.db) return conv;
+  if (args.db.dt != DT::F32) bad(args, "db must be FP32");
+  float* db = static_cast<float*>(args.db.ptr);
   const std::int64_t rows = std::int64_t(g.n) * g.p * g.q;
   const int cols = g.k;
   std::int64_t chunks = (rows + 127) / 128;
@@ -208,13 +214,17 @@ std::unique_ptr<Op> with_bias_grad(std::unique_ptr<Op> conv, const OpArgs& args,
 }
 
 // engine: 0 cuDNN, else the direct kernels; 1 cuDNN or an error; 2 the direct kernels.
-int engine_of(const OpArgs& args) {
-  const int e = static_cast<int>(args.i("engine", 0));
-  if (e < 0 || e > 2) args.bad("engine must be 0 (auto), 1 (cuDNN) or 2 (direct), got " + std::to_string(e));
-  return e;
+template <class A>
+int engine_of(const A& args) {
+  const std::int64_t e = args.engine;
+  if (e < 0 || e > 2) bad(args, "engine must be 0 (auto), 1 (cuDNN) or 2 (direct), got " + std::to_string(e));
+  return static_cast<int>(e);
 }
 
-ConvChoice choice_of(const OpArgs& args) { return {args.i("tf32", 0) != 0, args.i("autotune", 0) != 0}; }
+template <class A>
+ConvChoice choice_of(const A& args) {
+  return {args.tf32, args.autotune};
+}
 
 // One direction of an op: its plan's key and dtypes (a, b, out as conv_cudnn.cpp's plans take them).
 struct DirCall {
@@ -222,11 +232,13 @@ struct DirCall {
   DT a, b, out;
 };
 
-std::vector<DirCall> directions(const OpArgs& args) {
-  if (args.op == "conv_fwd") return {{ConvDir::Fwd, args.dt("x"), args.dt("x"), args.dt("y")}};
-  if (args.op != "conv_bwd") args.bad("not a convolution op");
-  std::vector<DirCall> out{{ConvDir::Wgrad, args.dt("dy"), args.dt("x"), args.dt("dw")}};
-  if (args.has("dx")) out.push_back({ConvDir::Dgrad, args.dt("dy"), args.dt("x"), args.dt("dx")});
+std::vector<DirCall> directions(const ConvFwdArgs& args) {
+  return {{ConvDir::Fwd, args.x.dt, args.x.dt, args.y.dt}};
+}
+
+std::vector<DirCall> directions(const ConvBwdArgs& args) {
+  std::vector<DirCall> out{{ConvDir::Wgrad, args.dy.dt, args.x.dt, args.dw.dt}};
+  if (args.dx) out.push_back({ConvDir::Dgrad, args.dy.dt, args.x.dt, args.dx.dt});
   return out;
 }
 
@@ -234,7 +246,8 @@ std::vector<DirCall> directions(const OpArgs& args) {
 // is refused); a pin contradicting TR_CONV is refused too.
 enum class Pin { None, Direct, Cudnn };
 
-Pin pin_of(const OpArgs& args, const Geo& g, int engine) {
+template <class A>
+Pin pin_of(const A& args, const Geo& g, int engine) {
   Pin pin = Pin::None;
   const bool tf32 = choice_of(args).tf32;
   for (const DirCall& d : directions(args)) {
@@ -243,32 +256,35 @@ Pin pin_of(const OpArgs& args, const Geo& g, int engine) {
     if (p.empty()) continue;
     const Pin here = p == "direct" ? Pin::Direct : Pin::Cudnn;
     if (pin != Pin::None && pin != here) {
-      args.bad("the pins of one op's plans mix the direct kernels and cuDNN (" + key + " is pinned to '" + p + "')");
+      bad(args, "the pins of one op's plans mix the direct kernels and cuDNN (" + key + " is pinned to '" + p + "')");
     }
     pin = here;
-    if (here == Pin::Direct && engine == 1) args.bad(key + " is pinned to the direct kernels but TR_CONV=cudnn");
-    if (here == Pin::Cudnn && engine == 2) args.bad(key + " is pinned to cuDNN engine '" + p + "' but TR_CONV=direct");
+    if (here == Pin::Direct && engine == 1) bad(args, key + " is pinned to the direct kernels but TR_CONV=cudnn");
+    if (here == Pin::Cudnn && engine == 2) bad(args, key + " is pinned to cuDNN engine '" + p + "' but TR_CONV=direct");
   }
   return pin;
 }
 
 // The cuDNN op, or nullptr to take the direct kernels (engine 0: `why` goes into their op info).
-std::unique_ptr<Op> cudnn_or_fallback(const OpArgs& args, int engine, Pin pin, std::unique_ptr<Op> op,
+template <class A>
+std::unique_ptr<Op> cudnn_or_fallback(const A& args, int engine, Pin pin, std::unique_ptr<Op> op,
                                       const std::string& why, std::string& fallback_note) {
   if (op != nullptr) return op;
-  if (engine == 1) args.bad("cuDNN cannot run this convolution: " + why);
-  if (pin == Pin::Cudnn) args.bad("cuDNN cannot run this convolution, whose engine is pinned: " + why);
+  if (engine == 1) bad(args, "cuDNN cannot run this convolution: " + why);
+  if (pin == Pin::Cudnn) bad(args, "cuDNN cannot run this convolution, whose engine is pinned: " + why);
   fallback_note = " (cuDNN: " + why + ")";
   return nullptr;
 }
 
-std::unique_ptr<Op> conv_fwd(Context& ctx, const OpArgs& args) {
+}  // namespace
+
+std::unique_ptr<Op> conv_fwd(Context& ctx, const ConvFwdArgs& args) {
   const Geo g = geo_of(args);
-  const DT xdt = args.dt("x"), ydt = args.dt("y");
-  if (args.dt("w") != xdt) args.bad("w and x must have one dtype");
-  const void* x = args.ptr("x");
-  const void* w = args.ptr("w");
-  void* y = args.ptr("y");
+  const DT xdt = args.x.dt, ydt = args.y.dt;
+  if (args.w.dt != xdt) bad(args, "w and x must have one dtype");
+  const void* x = args.x.ptr;
+  const void* w = args.w.ptr;
+  void* y = args.y.ptr;
   const int engine = engine_of(args);
   const Pin pin = pin_of(args, g, engine);
   std::string note = pin == Pin::Direct ? " (pinned)" : "";
@@ -294,17 +310,17 @@ std::unique_ptr<Op> conv_fwd(Context& ctx, const OpArgs& args) {
   }, "direct conv fprop" + note), args, g, ydt, y);
 }
 
-std::unique_ptr<Op> conv_bwd(Context& ctx, const OpArgs& args) {
+std::unique_ptr<Op> conv_bwd(Context& ctx, const ConvBwdArgs& args) {
   const Geo g = geo_of(args);
-  const DT xdt = args.dt("x"), ddt = args.dt("dy"), wdt = args.dt("dw");
-  if (args.dt("w") != xdt) args.bad("w and x must have one dtype");
-  const bool has_dx = args.has("dx");
-  const DT odt = has_dx ? args.dt("dx") : xdt;
-  const void* x = args.ptr("x");
-  const void* w = args.ptr("w");
-  const void* dy = args.ptr("dy");
-  void* dw = args.ptr("dw");
-  void* dx = has_dx ? args.ptr("dx") : nullptr;
+  const DT xdt = args.x.dt, ddt = args.dy.dt, wdt = args.dw.dt;
+  if (args.w.dt != xdt) bad(args, "w and x must have one dtype");
+  const bool has_dx = static_cast<bool>(args.dx);
+  const DT odt = has_dx ? args.dx.dt : xdt;
+  const void* x = args.x.ptr;
+  const void* w = args.w.ptr;
+  const void* dy = args.dy.ptr;
+  void* dw = args.dw.ptr;
+  void* dx = has_dx ? args.dx.ptr : nullptr;
   for (DT dt : {xdt, ddt, wdt, odt}) kern::dispatch_float(dt, args, "x, dy, dw, dx", [](auto) {});
   const int engine = engine_of(args);
   const Pin pin = pin_of(args, g, engine);
@@ -341,9 +357,10 @@ std::unique_ptr<Op> conv_bwd(Context& ctx, const OpArgs& args) {
   }, std::string(dx != nullptr ? "direct conv wgrad, dgrad" : "direct conv wgrad") + note), args, g, ddt, dy);
 }
 
-}  // namespace
+namespace {
 
-std::vector<ConvPlanRecord> conv_op_plans(int device, const OpArgs& args) {
+template <class A>
+std::vector<ConvPlanRecord> plans_of(int device, const A& args) {
   const Geo g = geo_of(args);
   const ConvChoice choice = choice_of(args);
   const int engine = engine_of(args);
@@ -361,9 +378,10 @@ std::vector<ConvPlanRecord> conv_op_plans(int device, const OpArgs& args) {
   return out;
 }
 
-void register_conv_ops() {
-  register_factory("conv_fwd", &conv_fwd);
-  register_factory("conv_bwd", &conv_bwd);
-}
+}  // namespace
+
+std::vector<ConvPlanRecord> conv_op_plans(int device, const ConvFwdArgs& args) { return plans_of(device, args); }
+
+std::vector<ConvPlanRecord> conv_op_plans(int device, const ConvBwdArgs& args) { return plans_of(device, args); }
 
 }  // namespace tr::native

@@ -61,10 +61,15 @@ struct ConvPlanRecord {
   int timed = 0;          // candidates timed (autotune)
 };
 
-// The plans of a conv_fwd / conv_bwd op made with `args` (the arguments make_op took; only geometry, dtypes,
+// The plans of a conv_fwd / conv_bwd op made from `args` (the record its factory took; only geometry, dtypes,
 // tf32, autotune, engine and whether dx is given are read) on `device`: fprop, or wgrad then dgrad. A direction
 // with no cuDNN plan (the direct kernels ran) has engine "direct". Needs no GPU (then every one is "direct").
-std::vector<ConvPlanRecord> conv_op_plans(int device, const OpArgs& args);
+// Refuses what the factory refuses of the same values (groups, engine, contradicting pins). Defined in conv.cu;
+// the records are ops/args/conv.hpp's.
+struct ConvFwdArgs;
+struct ConvBwdArgs;
+std::vector<ConvPlanRecord> conv_op_plans(int device, const ConvFwdArgs& args);
+std::vector<ConvPlanRecord> conv_op_plans(int device, const ConvBwdArgs& args);
 
 // The plan of (device, direction, geometry, dtypes, choice) with the pins now, if one was made. Used by
 // conv_op_plans.

@@ -4,20 +4,12 @@
 
 #include "cuda/check.hpp"
 #include "cuda/context.hpp"
+#include "ops/args/copy.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native {
 
 namespace {
-
-std::unique_ptr<Op> memcpy_op(Context&, const OpArgs& args) {
-  const void* src = args.ptr("src");
-  void* dst = args.ptr("dst");
-  const auto nbytes = static_cast<std::size_t>(args.i("nbytes"));
-  return fn_op([=](cudaStream_t s) {
-    if (nbytes > 0) cuda::check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
-  });
-}
 
 // dst = src unless *flag != 0 (a skipped step keeps the destination); 16-byte words when both are aligned.
 template <class W>
@@ -26,48 +18,9 @@ __global__ void copy_unless_flagged_kernel(const W* src, W* dst, std::int64_t n,
   TR_GRID_STRIDE(i, n) { dst[i] = src[i]; }
 }
 
-std::unique_ptr<Op> copy_unless_flagged(Context&, const OpArgs& args) {
-  const void* src = args.ptr("src");
-  void* dst = args.ptr("dst");
-  const int* flag = static_cast<const int*>(args.ptr("flag"));
-  const auto nbytes = args.i("nbytes");
-  const bool wide = nbytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(src) % 16 == 0 &&
-                    reinterpret_cast<std::uintptr_t>(dst) % 16 == 0;
-  return fn_op([=](cudaStream_t s) {
-    if (wide) {
-      copy_unless_flagged_kernel<uint4><<<kern::blocks_for(nbytes / 16), kern::kThreads, 0, s>>>(
-          static_cast<const uint4*>(src), static_cast<uint4*>(dst), nbytes / 16, flag);
-    } else {
-      copy_unless_flagged_kernel<std::uint8_t><<<kern::blocks_for(nbytes), kern::kThreads, 0, s>>>(
-          static_cast<const std::uint8_t*>(src), static_cast<std::uint8_t*>(dst), nbytes, flag);
-    }
-    check_launch("range_copy (flagged)");
-  });
-}
-
 template <class TX, class TY>
 __global__ void accumulate_kernel(const TX* x, TY* y, std::int64_t n) {
   TR_GRID_STRIDE(i, n) { y[i] = kern::from_f<TY>(kern::to_f(y[i]) + kern::to_f(x[i])); }
-}
-
-std::unique_ptr<Op> accumulate(Context&, const OpArgs& args) {
-  const std::int64_t n = args.i("n");
-  const DT xdt = args.dt("x"), ydt = args.dt("y");
-  const void* x = args.ptr("x");
-  void* y = args.ptr("y");
-  kern::dispatch_float(xdt, args, "x", [](auto) {});
-  kern::dispatch_float(ydt, args, "y", [](auto) {});
-  return fn_op([=](cudaStream_t s) {
-    kern::dispatch_float(xdt, args, "x", [&](auto tx) {
-      using TX = typename decltype(tx)::type;
-      kern::dispatch_float(ydt, args, "y", [&](auto ty) {
-        using TY = typename decltype(ty)::type;
-        accumulate_kernel<TX, TY>
-            <<<kern::blocks_for(n), kern::kThreads, 0, s>>>(static_cast<const TX*>(x), static_cast<TY*>(y), n);
-      });
-    });
-    check_launch("accumulate");
-  });
 }
 
 // dst[r, j] = src[r, j] for j < cols, 0 for cols <= j < dst_cols (elements of E bytes).
@@ -86,13 +39,74 @@ __global__ void row_copy_kernel(const E* src, E* dst, std::int64_t rows, std::in
   }
 }
 
-std::unique_ptr<Op> row_copy(Context&, const OpArgs& args) {
-  const std::int64_t rows = args.i("rows"), src_cols = args.i("src_cols"), dst_cols = args.i("dst_cols");
-  const std::int64_t cols = args.i("cols");
-  const int esize = static_cast<int>(args.i("esize"));
-  if (esize != 1 && esize != 2 && esize != 4) args.bad("element size must be 1, 2 or 4, got " + std::to_string(esize));
-  const void* src = args.ptr("src");
-  void* dst = args.ptr("dst");
+template <class TA, class TB, class TY>
+__global__ void add_kernel(const TA* a, const TB* b, TY* y, std::int64_t n, int relu) {
+  TR_GRID_STRIDE(i, n) {
+    float v = kern::to_f(a[i]) + kern::to_f(b[i]);
+    if (relu) v = kern::nan_max(v, 0.0f);
+    y[i] = kern::from_f<TY>(v);
+  }
+}
+
+__global__ void never_kernel() {}
+
+}  // namespace
+
+std::unique_ptr<Op> memcpy(Context&, const MemcpyArgs& args) {
+  const void* src = args.src;
+  void* dst = args.dst;
+  const auto nbytes = static_cast<std::size_t>(args.nbytes);
+  return fn_op([=](cudaStream_t s) {
+    if (nbytes > 0) cuda::check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
+  });
+}
+
+std::unique_ptr<Op> copy_unless_flagged(Context&, const CopyUnlessFlaggedArgs& args) {
+  const void* src = args.src;
+  void* dst = args.dst;
+  const int* flag = static_cast<const int*>(args.flag.ptr);
+  const std::int64_t nbytes = args.nbytes;
+  const bool wide = nbytes % 16 == 0 && reinterpret_cast<std::uintptr_t>(src) % 16 == 0 &&
+                    reinterpret_cast<std::uintptr_t>(dst) % 16 == 0;
+  return fn_op([=](cudaStream_t s) {
+    if (wide) {
+      copy_unless_flagged_kernel<uint4><<<kern::blocks_for(nbytes / 16), kern::kThreads, 0, s>>>(
+          static_cast<const uint4*>(src), static_cast<uint4*>(dst), nbytes / 16, flag);
+    } else {
+      copy_unless_flagged_kernel<std::uint8_t><<<kern::blocks_for(nbytes), kern::kThreads, 0, s>>>(
+          static_cast<const std::uint8_t*>(src), static_cast<std::uint8_t*>(dst), nbytes, flag);
+    }
+    check_launch("range_copy (flagged)");
+  });
+}
+
+std::unique_ptr<Op> accumulate(Context&, const AccumulateArgs& args) {
+  const std::int64_t n = args.n;
+  const DT xdt = args.x.dt, ydt = args.y.dt;
+  const void* x = args.x.ptr;
+  void* y = args.y.ptr;
+  kern::dispatch_float(xdt, args, "x", [](auto) {});
+  kern::dispatch_float(ydt, args, "y", [](auto) {});
+  return fn_op([=](cudaStream_t s) {
+    kern::dispatch_float(xdt, args, "x", [&](auto tx) {
+      using TX = typename decltype(tx)::type;
+      kern::dispatch_float(ydt, args, "y", [&](auto ty) {
+        using TY = typename decltype(ty)::type;
+        accumulate_kernel<TX, TY>
+            <<<kern::blocks_for(n), kern::kThreads, 0, s>>>(static_cast<const TX*>(x), static_cast<TY*>(y), n);
+      });
+    });
+    check_launch("accumulate");
+  });
+}
+
+std::unique_ptr<Op> row_copy(Context&, const RowCopyArgs& args) {
+  const std::int64_t rows = args.rows, src_cols = args.src_cols, dst_cols = args.dst_cols;
+  const std::int64_t cols = args.cols;
+  const int esize = static_cast<int>(args.esize);
+  if (esize != 1 && esize != 2 && esize != 4) bad(args, "element size must be 1, 2 or 4, got " + std::to_string(esize));
+  const void* src = args.src;
+  void* dst = args.dst;
   return fn_op([=](cudaStream_t s) {
     const unsigned blocks = kern::blocks_for(rows * dst_cols);
     if (esize == 1) {
@@ -109,22 +123,13 @@ std::unique_ptr<Op> row_copy(Context&, const OpArgs& args) {
   });
 }
 
-template <class TA, class TB, class TY>
-__global__ void add_kernel(const TA* a, const TB* b, TY* y, std::int64_t n, int relu) {
-  TR_GRID_STRIDE(i, n) {
-    float v = kern::to_f(a[i]) + kern::to_f(b[i]);
-    if (relu) v = kern::nan_max(v, 0.0f);
-    y[i] = kern::from_f<TY>(v);
-  }
-}
-
-std::unique_ptr<Op> add_fwd(Context&, const OpArgs& args) {
-  const std::int64_t n = args.i("n");
-  const int relu = static_cast<int>(args.i("relu", 0));
-  const DT adt = args.dt("a"), bdt = args.dt("b"), ydt = args.dt("y");
-  const void* a = args.ptr("a");
-  const void* b = args.ptr("b");
-  void* y = args.ptr("y");
+std::unique_ptr<Op> add_fwd(Context&, const AddFwdArgs& args) {
+  const std::int64_t n = args.n;
+  const int relu = args.relu ? 1 : 0;
+  const DT adt = args.a.dt, bdt = args.b.dt, ydt = args.y.dt;
+  const void* a = args.a.ptr;
+  const void* b = args.b.ptr;
+  void* y = args.y.ptr;
   for (DT dt : {adt, bdt, ydt}) kern::dispatch_float(dt, args, "a, b, y", [](auto) {});
   return fn_op([=](cudaStream_t s) {
     kern::dispatch_float(adt, args, "a", [&](auto ta) {
@@ -142,25 +147,12 @@ std::unique_ptr<Op> add_fwd(Context&, const OpArgs& args) {
   });
 }
 
-__global__ void never_kernel() {}
-
 // For tests of capture-failure reporting: a launch with an empty grid fails with "invalid configuration".
-std::unique_ptr<Op> debug_invalid_launch(Context&, const OpArgs&) {
+std::unique_ptr<Op> debug_invalid_launch(Context&, const DebugInvalidLaunchArgs&) {
   return fn_op([](cudaStream_t s) {
     never_kernel<<<0, 1, 0, s>>>();
     check_launch("debug_invalid_launch");
   });
-}
-
-}  // namespace
-
-void register_copy_ops() {
-  register_factory("debug_invalid_launch", &debug_invalid_launch);
-  register_factory("memcpy", &memcpy_op);
-  register_factory("copy_unless_flagged", &copy_unless_flagged);
-  register_factory("accumulate", &accumulate);
-  register_factory("row_copy", &row_copy);
-  register_factory("add_fwd", &add_fwd);
 }
 
 }  // namespace tr::native

@@ -5,6 +5,7 @@
 // index) iff Philox4x32-10 uniform(seed, i) >= p; y = x / (1 - p) where kept, else 0; mask INT8 0/1.
 // Backward: dx = mask ? dy / (1 - p) : 0 (dx may share dy's bytes).
 #include "cuda/context.hpp"
+#include "ops/args/dropout.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native {
@@ -29,15 +30,17 @@ __global__ void dropout_bwd_kernel(const TD* dy, const signed char* mask, TX* dx
   TR_GRID_STRIDE(i, n) { dx[i] = kern::from_f<TX>(mask[i] != 0 ? kern::to_f(dy[i]) / q : 0.0f); }
 }
 
-std::unique_ptr<Op> dropout_fwd(Context&, const OpArgs& args) {
-  const std::int64_t n = args.i("n");
-  const double pd = args.f("p");
+}  // namespace
+
+std::unique_ptr<Op> dropout_fwd(Context&, const DropoutFwdArgs& args) {
+  const std::int64_t n = args.n;
+  const double pd = args.p;
   const float p = static_cast<float>(pd), q = static_cast<float>(1.0 - pd);
-  const DT xdt = args.dt("x"), ydt = args.dt("y");
-  const void* x = args.ptr("x");
-  void* y = args.ptr("y");
-  auto* mask = static_cast<signed char*>(args.ptr("mask"));
-  auto* seed = static_cast<unsigned long long*>(args.ptr("seed"));
+  const DT xdt = args.x.dt, ydt = args.y.dt;
+  const void* x = args.x.ptr;
+  void* y = args.y.ptr;
+  auto* mask = static_cast<signed char*>(args.mask.ptr);
+  auto* seed = static_cast<unsigned long long*>(args.seed.ptr);
   kern::dispatch_float(xdt, args, "x", [](auto) {});
   kern::dispatch_float(ydt, args, "y", [](auto) {});
   return fn_op([=](cudaStream_t s) {
@@ -55,13 +58,13 @@ std::unique_ptr<Op> dropout_fwd(Context&, const OpArgs& args) {
   });
 }
 
-std::unique_ptr<Op> dropout_bwd(Context&, const OpArgs& args) {
-  const std::int64_t n = args.i("n");
-  const float q = static_cast<float>(1.0 - args.f("p"));
-  const DT ddt = args.dt("dy"), xdt = args.dt("dx");
-  const void* dy = args.ptr("dy");
-  const auto* mask = static_cast<const signed char*>(args.ptr("mask"));
-  void* dx = args.ptr("dx");
+std::unique_ptr<Op> dropout_bwd(Context&, const DropoutBwdArgs& args) {
+  const std::int64_t n = args.n;
+  const float q = static_cast<float>(1.0 - args.p);
+  const DT ddt = args.dy.dt, xdt = args.dx.dt;
+  const void* dy = args.dy.ptr;
+  const auto* mask = static_cast<const signed char*>(args.mask.ptr);
+  void* dx = args.dx.ptr;
   kern::dispatch_float(ddt, args, "dy", [](auto) {});
   kern::dispatch_float(xdt, args, "dx", [](auto) {});
   return fn_op([=](cudaStream_t s) {
@@ -75,13 +78,6 @@ std::unique_ptr<Op> dropout_bwd(Context&, const OpArgs& args) {
     });
     check_launch("dropout_bwd");
   });
-}
-
-}  // namespace
-
-void register_dropout_ops() {
-  register_factory("dropout_fwd", &dropout_fwd);
-  register_factory("dropout_bwd", &dropout_bwd);
 }
 
 }  // namespace tr::native

@@ -13,9 +13,9 @@
 // (cuFuncGetParamInfo, drivers of CUDA 12.4 and later), the threads per block and the dynamic shared memory the
 // function allows.
 //
-// OpArgs: ptrs "function" (the CUfunction); ints grid_x, grid_y, grid_z, block_x, block_y, block_z, shared
-// (dynamic shared memory bytes), nargs, and for each parameter i < nargs "t<i>", its type (ParamType), with its
-// value in ptrs "a<i>" (a pointer), ints "a<i>" (an integer) or floats "a<i>" (a float).
+// ExternKernelArgs (ops/args/extern_kernel.hpp): the CUfunction, grid_x..block_z, shared (dynamic shared memory
+// bytes) and three lists of one entry a parameter: param_types (ParamType), param_ints (a pointer's address or an
+// integer's value) and param_floats (a float's value).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
@@ -30,6 +30,7 @@
 
 #include "cuda/check.hpp"
 #include "cuda/context.hpp"
+#include "ops/args/extern_kernel.hpp"
 #include "ops/op.hpp"
 
 namespace tr::native {
@@ -111,12 +112,13 @@ std::string kernel_name(CUfunction fn) {
   return "the kernel";
 }
 
-int function_attribute(CUfunction fn, CUfunction_attribute attribute, const char* what, const OpArgs& args) {
+int function_attribute(CUfunction fn, CUfunction_attribute attribute, const char* what,
+                       const ExternKernelArgs& args) {
   int value = 0;
   const CUresult result = driver().attribute(&value, attribute, fn);
   if (result != CUDA_SUCCESS) {
-    args.bad(std::string("cuFuncGetAttribute(") + what + ") failed: " + result_text(result) +
-             "; is 'function' a CUfunction loaded on this device?");
+    bad(args, std::string("cuFuncGetAttribute(") + what + ") failed: " + result_text(result) +
+              "; is 'function' a CUfunction loaded on this device?");
   }
   return value;
 }
@@ -153,52 +155,56 @@ class ExternKernelOp final : public Op {
   std::vector<void*> params_;
 };
 
-std::array<unsigned, 3> dims(const OpArgs& args, const char* what, const std::array<std::int64_t, 3>& limits) {
+// grid or block: its three extents, each checked against its limit.
+std::array<unsigned, 3> dims(const ExternKernelArgs& args, const char* what, const std::array<std::int64_t, 3>& v,
+                             const std::array<std::int64_t, 3>& limits) {
   std::array<unsigned, 3> out{};
   const char* axes[3] = {"_x", "_y", "_z"};
   for (int k = 0; k < 3; ++k) {
-    const std::string name = std::string(what) + axes[k];
-    const std::int64_t v = args.i(name);
-    if (v < 1 || v > limits[k]) {
-      args.bad(name + " is " + std::to_string(v) + ", expected 1.." + std::to_string(limits[k]));
+    if (v[k] < 1 || v[k] > limits[k]) {
+      bad(args, std::string(what) + axes[k] + " is " + std::to_string(v[k]) + ", expected 1.." +
+                std::to_string(limits[k]));
     }
-    out[k] = static_cast<unsigned>(v);
+    out[k] = static_cast<unsigned>(v[k]);
   }
   return out;
 }
 
 // Each parameter packed into an 8-byte slot, checked against what the driver says the kernel takes.
-std::vector<std::uint64_t> pack(const OpArgs& args, CUfunction fn, const std::string& name) {
-  const std::int64_t n = args.i("nargs");
-  if (n < 0 || n > 4096) args.bad("nargs is " + std::to_string(n) + ", expected 0..4096");
+std::vector<std::uint64_t> pack(const ExternKernelArgs& args, CUfunction fn, const std::string& name) {
+  const auto n = static_cast<std::int64_t>(args.param_types.size());
+  if (n > 4096) bad(args, "param_types lists " + std::to_string(n) + " parameters, expected 0..4096");
+  if (args.param_ints.size() != args.param_types.size() || args.param_floats.size() != args.param_types.size()) {
+    bad(args, "param_ints and param_floats need one entry a parameter (" + std::to_string(n) + "), got " +
+              std::to_string(args.param_ints.size()) + " and " + std::to_string(args.param_floats.size()));
+  }
   std::vector<std::uint64_t> values(static_cast<std::size_t>(n), 0);
   for (std::int64_t i = 0; i < n; ++i) {
-    const std::string key = "a" + std::to_string(i);
-    const std::int64_t code = args.i("t" + std::to_string(i));
+    const auto at = static_cast<std::size_t>(i);
+    const std::int64_t code = args.param_types[at];
     if (code < 0 || code > 4) {
-      args.bad("parameter " + std::to_string(i) + " has type code " + std::to_string(code) + ", expected 0..4");
+      bad(args, "parameter " + std::to_string(i) + " has type code " + std::to_string(code) + ", expected 0..4");
     }
     const auto type = static_cast<ParamType>(code);
-    void* slot = &values[static_cast<std::size_t>(i)];
+    void* slot = &values[at];
     if (type == ParamType::Pointer) {
-      auto it = args.ptrs.find(key);
-      if (it == args.ptrs.end()) args.bad("pointer parameter '" + key + "' is missing");
-      std::memcpy(slot, &it->second, sizeof(void*));
+      const auto address = static_cast<std::uintptr_t>(args.param_ints[at]);  // the address's 64 bits
+      std::memcpy(slot, &address, sizeof(void*));
     } else if (type == ParamType::I32) {
-      const std::int64_t v = args.i(key);
+      const std::int64_t v = args.param_ints[at];
       if (v < INT32_MIN || v > INT32_MAX) {
-        args.bad("int32 parameter " + std::to_string(i) + " = " + std::to_string(v) + " is out of range");
+        bad(args, "int32 parameter " + std::to_string(i) + " = " + std::to_string(v) + " is out of range");
       }
       const auto v32 = static_cast<std::int32_t>(v);
       std::memcpy(slot, &v32, 4);
     } else if (type == ParamType::I64) {
-      const std::int64_t v = args.i(key);
+      const std::int64_t v = args.param_ints[at];
       std::memcpy(slot, &v, 8);
     } else if (type == ParamType::F32) {
-      const auto v = static_cast<float>(args.f(key));
+      const auto v = static_cast<float>(args.param_floats[at]);
       std::memcpy(slot, &v, 4);
     } else {
-      const double v = args.f(key);
+      const double v = args.param_floats[at];
       std::memcpy(slot, &v, 8);
     }
   }
@@ -211,54 +217,50 @@ std::vector<std::uint64_t> pack(const OpArgs& args, CUfunction fn, const std::st
     const CUresult result = driver().param_info(fn, static_cast<std::size_t>(i), &offset, &size);
     if (result != CUDA_SUCCESS && result != CUDA_ERROR_INVALID_VALUE) break;
     if (i == n) {
-      if (result == CUDA_SUCCESS) args.bad(name + " takes more than the " + std::to_string(n) + " parameters given");
+      if (result == CUDA_SUCCESS) bad(args, name + " takes more than the " + std::to_string(n) + " parameters given");
       break;
     }
     if (result != CUDA_SUCCESS) {
-      args.bad(name + " takes " + std::to_string(i) + " parameters, " + std::to_string(n) + " were given");
+      bad(args, name + " takes " + std::to_string(i) + " parameters, " + std::to_string(n) + " were given");
     }
-    const auto code = static_cast<std::size_t>(args.i("t" + std::to_string(i)));
+    const auto code = static_cast<std::size_t>(args.param_types[static_cast<std::size_t>(i)]);
     if (size != kTypeSizes[code]) {
-      args.bad("parameter " + std::to_string(i) + " of " + name + " is " + std::to_string(size) + " bytes but " +
-               kTypeNames[code] + " (" + std::to_string(kTypeSizes[code]) + " bytes) was given");
+      bad(args, "parameter " + std::to_string(i) + " of " + name + " is " + std::to_string(size) + " bytes but " +
+                kTypeNames[code] + " (" + std::to_string(kTypeSizes[code]) + " bytes) was given");
     }
   }
   return values;
 }
 
-std::unique_ptr<Op> extern_kernel(Context& ctx, const OpArgs& args) {
-  auto it = args.ptrs.find("function");
-  if (it == args.ptrs.end() || it->second == 0) args.bad("pointer argument 'function' (a CUfunction) is missing");
-  auto fn = reinterpret_cast<CUfunction>(it->second);
+}  // namespace
+
+std::unique_ptr<Op> extern_kernel(Context& ctx, const ExternKernelArgs& args) {
+  auto fn = reinterpret_cast<CUfunction>(args.function);
   cuda::DeviceGuard guard(ctx.device());  // the function's queries run in the device's (primary) context
   const std::string name = kernel_name(fn);
-  const auto grid = dims(args, "grid", {2147483647, 65535, 65535});
-  const auto block = dims(args, "block", {1024, 1024, 64});
+  const auto grid = dims(args, "grid", {args.grid_x, args.grid_y, args.grid_z}, {2147483647, 65535, 65535});
+  const auto block = dims(args, "block", {args.block_x, args.block_y, args.block_z}, {1024, 1024, 64});
   const std::int64_t threads = std::int64_t{block[0]} * block[1] * block[2];
   const int max_threads =
       function_attribute(fn, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, "max threads per block", args);
   if (threads > max_threads) {
-    args.bad("a block of " + std::to_string(threads) + " threads; " + name + " takes at most " +
-             std::to_string(max_threads));
+    bad(args, "a block of " + std::to_string(threads) + " threads; " + name + " takes at most " +
+              std::to_string(max_threads));
   }
-  const std::int64_t shared = args.i("shared");
+  const std::int64_t shared = args.shared;
   const int max_shared =
       function_attribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, "max dynamic shared memory", args);
   if (shared < 0 || shared > max_shared) {
-    args.bad("shared is " + std::to_string(shared) + " bytes, expected 0.." + std::to_string(max_shared) + " for " +
-             name + " (raise its max_dynamic_shared_size_bytes for more)");
+    bad(args, "shared is " + std::to_string(shared) + " bytes, expected 0.." + std::to_string(max_shared) + " for " +
+              name + " (raise its max_dynamic_shared_size_bytes for more)");
   }
   auto op = std::make_unique<ExternKernelOp>(fn, name, grid, block, static_cast<unsigned>(shared),
                                             pack(args, fn, name));
   op->info = name + ", grid " + std::to_string(grid[0]) + "x" + std::to_string(grid[1]) + "x" +
              std::to_string(grid[2]) + ", block " + std::to_string(block[0]) + "x" + std::to_string(block[1]) + "x" +
              std::to_string(block[2]) + ", " + std::to_string(shared) + " B shared, " +
-             std::to_string(args.i("nargs")) + " parameters";
+             std::to_string(args.param_types.size()) + " parameters";
   return op;
 }
-
-}  // namespace
-
-void register_extern_kernel_ops() { register_factory("extern_kernel", &extern_kernel); }
 
 }  // namespace tr::native

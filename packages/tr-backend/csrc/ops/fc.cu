@@ -17,13 +17,16 @@
 
 #include "cuda/context.hpp"
 #include "cuda/cublaslt.hpp"
+#include "ops/args/fc.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native {
 
 namespace {
 
-cudaDataType_t cuda_type(DT dt, const OpArgs& args, const char* what) {
+// A: FcFwdArgs or FcBwdArgs (whose op a refusal names), as in the helpers below.
+template <class A>
+cudaDataType_t cuda_type(DT dt, const A& args, const char* what) {
   switch (dt) {
     case DT::F32:
       return CUDA_R_32F;
@@ -32,7 +35,7 @@ cudaDataType_t cuda_type(DT dt, const OpArgs& args, const char* what) {
     case DT::BF16:
       return CUDA_R_16BF;
     default:
-      args.bad(std::string(what) + " must be FP32, FP16 or BF16, got " + dtype_name(dt));
+      bad(args, std::string(what) + " must be FP32, FP16 or BF16, got " + dtype_name(dt));
   }
 }
 
@@ -127,15 +130,14 @@ class Gemm {
   std::size_t ws_ = 0;
 };
 
-// Whether fused epilogues may be used: the op's "epilogues" (0 from TR_CUBLASLT_EPILOGUES=0 runs our own
-// kernels instead, to test them where cuBLASLt would fuse).
-bool epilogues_allowed(const OpArgs& args) { return args.i("epilogues", 1) != 0; }
-
-// A GEMM with the wanted epilogue, else the plain one (then `fused` is false); throws when neither exists.
-std::unique_ptr<Gemm> plan_with_fallback(Context& ctx, GemmSpec spec, const OpArgs& args, bool& fused) {
+// A GEMM with the wanted epilogue, else the plain one (then `fused` is false); throws when neither exists. The
+// op's `epilogues` (false from TR_CUBLASLT_EPILOGUES=0) runs our own kernels instead, to test them where
+// cuBLASLt would fuse.
+template <class A>
+std::unique_ptr<Gemm> plan_with_fallback(Context& ctx, GemmSpec spec, const A& args, bool& fused) {
   fused = false;
   if (spec.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-    if (epilogues_allowed(args)) {
+    if (args.epilogues) {
       if (auto g = Gemm::plan(ctx, spec)) {
         fused = true;
         return g;
@@ -146,12 +148,13 @@ std::unique_ptr<Gemm> plan_with_fallback(Context& ctx, GemmSpec spec, const OpAr
     spec.aux = nullptr;
   }
   if (auto g = Gemm::plan(ctx, spec)) return g;
-  args.bad("cuBLASLt has no algorithm for a " + std::to_string(spec.m) + "x" + std::to_string(spec.n) + "x" +
-           std::to_string(spec.k) + " GEMM with these types");
+  bad(args, "cuBLASLt has no algorithm for a " + std::to_string(spec.m) + "x" + std::to_string(spec.n) + "x" +
+                std::to_string(spec.k) + " GEMM with these types");
 }
 
-cublasComputeType_t compute_for(DT input, const OpArgs& args) {
-  if (input == DT::F32 && args.i("tf32", 0) != 0) return CUBLAS_COMPUTE_32F_FAST_TF32;
+template <class A>
+cublasComputeType_t compute_for(DT input, const A& args) {
+  if (input == DT::F32 && args.tf32) return CUBLAS_COMPUTE_32F_FAST_TF32;
   return CUBLAS_COMPUTE_32F;
 }
 
@@ -210,9 +213,9 @@ __global__ void drelu_kernel(TX* dx, const std::uint32_t* mask, std::int64_t row
 
 std::int64_t mask_ld(std::int64_t features) { return (features + 127) / 128 * 128; }
 
-template <class TY>
+template <class TY, class A>
 void launch_bias_act(DT bias_dt, void* y, const void* bias, std::int64_t rows, std::int64_t cols, bool relu,
-                     cudaStream_t s, const OpArgs& args) {
+                     cudaStream_t s, const A& args) {
   const unsigned blocks = kern::blocks_for(rows * cols);
   auto go = [&](auto tb) {
     using TB = typename decltype(tb)::type;
@@ -223,13 +226,17 @@ void launch_bias_act(DT bias_dt, void* y, const void* bias, std::int64_t rows, s
   check_launch("fc bias/relu");
 }
 
-std::unique_ptr<Op> fc_fwd(Context& ctx, const OpArgs& args) {
-  const std::int64_t n = args.i("n"), k = args.i("k"), o = args.i("o");
-  const DT xdt = args.dt("x"), ydt = args.dt("y");
-  if (args.dt("w") != xdt) args.bad("w and x must have one dtype");
-  const bool relu = args.i("relu", 0) != 0;
-  const bool has_bias = args.has("b"), has_mask = args.has("mask");
-  const DT bdt = has_bias ? args.dt("b") : DT::F32;
+}  // namespace
+
+std::unique_ptr<Op> fc_fwd(Context& ctx, const FcFwdArgs& args) {
+  const std::int64_t n = args.n, k = args.k, o = args.o;
+  const DT xdt = args.x.dt, ydt = args.y.dt;
+  if (args.w.dt != xdt) bad(args, "w and x must have one dtype");
+  const bool relu = args.relu;
+  const bool has_bias = static_cast<bool>(args.b), has_mask = static_cast<bool>(args.mask);
+  // RELU_AUX applies the relu (tr.backend.rules.fc refuses this call too)
+  if (has_mask && !relu) bad(args, "a mask is the relu's: fc_fwd writes one only with relu");
+  const DT bdt = has_bias ? args.b.dt : DT::F32;
   GemmSpec spec;
   spec.trans_a = true;
   spec.m = o;
@@ -240,26 +247,26 @@ std::unique_ptr<Op> fc_fwd(Context& ctx, const OpArgs& args) {
   spec.compute = compute_for(xdt, args);
   if (has_bias) {
     spec.epilogue = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
-    spec.bias = args.ptr("b");
+    spec.bias = args.b.ptr;
     spec.bias_type = cuda_type(bdt, args, "b");
   } else if (relu) {
     spec.epilogue = CUBLASLT_EPILOGUE_RELU;
   }
-  std::uint32_t* mask = has_mask ? static_cast<std::uint32_t*>(args.ptr("mask")) : nullptr;
+  std::uint32_t* mask = has_mask ? static_cast<std::uint32_t*>(args.mask.ptr) : nullptr;
   const std::int64_t words = mask_ld(o) / kMaskWord;
-  if (has_mask) {  // the rules allow a mask only with the relu
+  if (has_mask) {
     spec.epilogue = has_bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX;
     spec.aux = mask;
     spec.aux_ld = mask_ld(o);
   }
   bool fused = false;
   std::shared_ptr<Gemm> gemm = plan_with_fallback(ctx, spec, args, fused);
-  const void* x = args.ptr("x");
-  const void* w = args.ptr("w");
-  void* y = args.ptr("y");
-  const void* bias = has_bias ? args.ptr("b") : nullptr;
+  const void* x = args.x.ptr;
+  const void* w = args.w.ptr;
+  void* y = args.y.ptr;
+  const void* bias = has_bias ? args.b.ptr : nullptr;
   const bool tail = !fused && (has_bias || relu);
-  OpArgs copy = args;
+  const FcFwdArgs copy = args;
   return fn_op([=](cudaStream_t s) {
     gemm->run(w, x, y, s);
     if (tail) {
@@ -284,12 +291,14 @@ std::unique_ptr<Op> fc_fwd(Context& ctx, const OpArgs& args) {
              : (has_mask ? "gemm + bias/relu/mask kernel" : "gemm + bias/relu kernel"));
 }
 
-std::unique_ptr<Op> fc_bwd(Context& ctx, const OpArgs& args) {
-  const std::int64_t n = args.i("n"), k = args.i("k"), o = args.i("o");
-  const DT xdt = args.dt("x"), dydt = args.dt("dy"), dwdt = args.dt("dw");
-  if (args.dt("w") != xdt || dydt != xdt) args.bad("x, w and dy must have one dtype");
-  const bool has_db = args.has("db"), has_dx = args.has("dx");
-  const DT dbdt = has_db ? args.dt("db") : DT::F32;
+std::unique_ptr<Op> fc_bwd(Context& ctx, const FcBwdArgs& args) {
+  const std::int64_t n = args.n, k = args.k, o = args.o;
+  const DT xdt = args.x.dt, dydt = args.dy.dt, dwdt = args.dw.dt;
+  if (args.w.dt != xdt || dydt != xdt) bad(args, "x, w and dy must have one dtype");
+  const bool has_db = static_cast<bool>(args.db), has_dx = static_cast<bool>(args.dx);
+  // the relu kernel would write dx (tr.backend.rules.fc refuses this call too)
+  if (args.mask && !has_dx) bad(args, "a mask applies the input's relu to dx; fc_bwd has no dx here");
+  const DT dbdt = has_db ? args.db.dt : DT::F32;
   GemmSpec wspec;
   wspec.trans_b = true;
   wspec.m = k;
@@ -300,13 +309,13 @@ std::unique_ptr<Op> fc_bwd(Context& ctx, const OpArgs& args) {
   wspec.compute = compute_for(xdt, args);
   if (has_db) {
     wspec.epilogue = CUBLASLT_EPILOGUE_BGRADB;
-    wspec.bias = args.ptr("db");
+    wspec.bias = args.db.ptr;
     wspec.bias_type = cuda_type(dbdt, args, "db");
   }
   bool fused = false;
   std::shared_ptr<Gemm> wgemm = plan_with_fallback(ctx, wspec, args, fused);
   std::shared_ptr<Gemm> xgemm;
-  const std::uint32_t* mask = args.has("mask") ? static_cast<const std::uint32_t*>(args.ptr("mask")) : nullptr;
+  const std::uint32_t* mask = args.mask ? static_cast<const std::uint32_t*>(args.mask.ptr) : nullptr;
   const std::int64_t words = mask_ld(k) / kMaskWord;
   bool drelu_fused = false;
   std::shared_ptr<DeviceBuffer> bgrad_sink;  // DRELU_BGRAD's bias gradient, unused (BGRADB below computes db)
@@ -316,9 +325,9 @@ std::unique_ptr<Op> fc_bwd(Context& ctx, const OpArgs& args) {
     xspec.n = n;
     xspec.k = o;
     xspec.a_type = xspec.b_type = wspec.a_type;
-    xspec.d_type = cuda_type(args.dt("dx"), args, "dx");
+    xspec.d_type = cuda_type(args.dx.dt, args, "dx");
     xspec.compute = wspec.compute;
-    if (mask != nullptr && epilogues_allowed(args)) {
+    if (mask != nullptr && args.epilogues) {
       xspec.aux = const_cast<std::uint32_t*>(mask);
       xspec.aux_ld = mask_ld(k);
       xspec.epilogue = CUBLASLT_EPILOGUE_DRELU;
@@ -335,16 +344,16 @@ std::unique_ptr<Op> fc_bwd(Context& ctx, const OpArgs& args) {
     if (!xgemm) xgemm = plan_with_fallback(ctx, xspec, args, drelu_fused);
     if (mask == nullptr) drelu_fused = false;
   }
-  const DT dxdt = has_dx ? args.dt("dx") : DT::F32;
+  const DT dxdt = has_dx ? args.dx.dt : DT::F32;
   const bool drelu_kernel_needed = mask != nullptr && !drelu_fused;
-  const void* x = args.ptr("x");
-  const void* w = args.ptr("w");
-  const void* dy = args.ptr("dy");
-  void* dw = args.ptr("dw");
-  void* db = has_db ? args.ptr("db") : nullptr;
-  void* dx = has_dx ? args.ptr("dx") : nullptr;
+  const void* x = args.x.ptr;
+  const void* w = args.w.ptr;
+  const void* dy = args.dy.ptr;
+  void* dw = args.dw.ptr;
+  void* db = has_db ? args.db.ptr : nullptr;
+  void* dx = has_dx ? args.dx.ptr : nullptr;
   const bool db_kernel = has_db && !fused;
-  OpArgs copy = args;
+  const FcBwdArgs copy = args;
   return fn_op([=](cudaStream_t s) {
     (void)bgrad_sink;  // owned by the op
     wgemm->run(x, dy, dw, s);
@@ -374,13 +383,6 @@ std::unique_ptr<Op> fc_bwd(Context& ctx, const OpArgs& args) {
   }, std::string(!has_db ? "dw gemm" : fused ? "dw gemm with fused BGRADB" : "dw gemm + bias-gradient kernel") +
          (!has_dx ? "" : mask == nullptr ? ", dx gemm" : drelu_fused ? ", dx gemm with fused DRELU"
                                                                       : ", dx gemm + relu-gradient kernel"));
-}
-
-}  // namespace
-
-void register_fc_ops() {
-  register_factory("fc_fwd", &fc_fwd);
-  register_factory("fc_bwd", &fc_bwd);
 }
 
 }  // namespace tr::native

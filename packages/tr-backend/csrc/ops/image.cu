@@ -7,9 +7,14 @@
 // first when the output has fewer rows than the source rows read): the bytes before the normalisation are
 // tr.data's for the same decoded pixels.
 #include <climits>
+#include <cstddef>
+#include <initializer_list>
+#include <memory>
+#include <string>
 #include <type_traits>
 
 #include "cuda/context.hpp"
+#include "ops/args/image.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native {
@@ -247,42 +252,27 @@ __global__ void __launch_bounds__(kThreads) image_resample_kernel(const unsigned
   }
 }
 
-std::unique_ptr<Op> image_resample(Context&, const OpArgs& args) {
-  const int batch = int(args.i("batch")), oh = int(args.i("h")), ow = int(args.i("w"));
+// What both ops end with: y's channel count (3..8, the ones past 3 zeros) and each channel's normalisation
+// coefficients and erased value.
+template <class A>
+Norm norm_of(const A& args) {
   Norm nm{};
-  nm.c_out = int(args.i("c_out"));
+  nm.c_out = int(args.c_out);
   if (nm.c_out < kC || nm.c_out > kMaxOut)
-    args.bad("output channels must be 3.." + std::to_string(kMaxOut) + ", got " + std::to_string(nm.c_out));
-  if (oh < 1 || ow < 1 || 3 * ow * kC > kSharedBytes)  // horizontal first: up to 3 resized source rows
-    args.bad("output " + std::to_string(oh) + "x" + std::to_string(ow) + " is too wide for the block's buffer");
+    bad(args, "output channels must be 3.." + std::to_string(kMaxOut) + ", got " + std::to_string(nm.c_out));
+  for (const auto* v : {&args.norm_a, &args.norm_b, &args.erase}) {
+    if (v->size() != std::size_t(kC)) {
+      bad(args, "norm_a, norm_b and erase need 3 values each (one a channel), got " +
+                std::to_string(args.norm_a.size()) + ", " + std::to_string(args.norm_b.size()) + " and " +
+                std::to_string(args.erase.size()));
+    }
+  }
   for (int c = 0; c < kC; ++c) {
-    nm.a[c] = float(args.f("a" + std::to_string(c)));
-    nm.b[c] = float(args.f("b" + std::to_string(c)));
-    nm.ev[c] = float(args.f("erase" + std::to_string(c)));
+    nm.a[c] = float(args.norm_a[c]);
+    nm.b[c] = float(args.norm_b[c]);
+    nm.ev[c] = float(args.erase[c]);
   }
-  const auto* src = static_cast<const unsigned char*>(args.ptr("src"));
-  const auto* geom = static_cast<const int*>(args.ptr("geom"));
-  void* y = args.ptr("y");
-  const DT ydt = args.dt("y");
-  if (ydt == DT::U8) {  // the resized pixels alone (image_jitter's input)
-    if (nm.c_out != kC) args.bad("a UINT8 y has 3 channels, got " + std::to_string(nm.c_out));
-    return fn_op([=](cudaStream_t st) {
-      if (batch == 0) return;
-      image_resample_kernel<unsigned char><<<dim3(unsigned(oh), unsigned(batch)), kThreads, 0, st>>>(
-          src, geom, static_cast<unsigned char*>(y), oh, ow, nm);
-      check_launch("image_resample");
-    });
-  }
-  kern::dispatch_float(ydt, args, "y", [](auto) {});
-  return fn_op([=](cudaStream_t st) {
-    if (batch == 0) return;
-    kern::dispatch_float(ydt, args, "y", [&](auto ty) {
-      using TY = typename decltype(ty)::type;
-      image_resample_kernel<TY><<<dim3(unsigned(oh), unsigned(batch)), kThreads, 0, st>>>(
-          src, geom, static_cast<TY*>(y), oh, ow, nm);
-    });
-    check_launch("image_resample");
-  });
+  return nm;
 }
 
 // --- ColorJitter (tr.data's color.cpp: torchvision's float32 formulas, each result truncated to u8) -------------
@@ -402,21 +392,45 @@ __global__ void __launch_bounds__(kThreads) image_jitter_kernel(const unsigned c
   }
 }
 
-std::unique_ptr<Op> image_jitter(Context&, const OpArgs& args) {
-  const int batch = int(args.i("batch")), h = int(args.i("h")), w = int(args.i("w"));
-  Norm nm{};
-  nm.c_out = int(args.i("c_out"));
-  if (nm.c_out < kC || nm.c_out > kMaxOut)
-    args.bad("output channels must be 3.." + std::to_string(kMaxOut) + ", got " + std::to_string(nm.c_out));
-  for (int c = 0; c < kC; ++c) {
-    nm.a[c] = float(args.f("a" + std::to_string(c)));
-    nm.b[c] = float(args.f("b" + std::to_string(c)));
-    nm.ev[c] = float(args.f("erase" + std::to_string(c)));
+}  // namespace
+
+std::unique_ptr<Op> image_resample(Context&, const ImageResampleArgs& args) {
+  const int batch = int(args.batch), oh = int(args.h), ow = int(args.w);
+  const Norm nm = norm_of(args);
+  if (oh < 1 || ow < 1 || 3 * ow * kC > kSharedBytes)  // horizontal first: up to 3 resized source rows
+    bad(args, "output " + std::to_string(oh) + "x" + std::to_string(ow) + " is too wide for the block's buffer");
+  const auto* src = static_cast<const unsigned char*>(args.src.ptr);
+  const auto* geom = static_cast<const int*>(args.geom.ptr);
+  void* y = args.y.ptr;
+  const DT ydt = args.y.dt;
+  if (ydt == DT::U8) {  // the resized pixels alone (image_jitter's input)
+    if (nm.c_out != kC) bad(args, "a UINT8 y has 3 channels, got " + std::to_string(nm.c_out));
+    return fn_op([=](cudaStream_t st) {
+      if (batch == 0) return;
+      image_resample_kernel<unsigned char><<<dim3(unsigned(oh), unsigned(batch)), kThreads, 0, st>>>(
+          src, geom, static_cast<unsigned char*>(y), oh, ow, nm);
+      check_launch("image_resample");
+    });
   }
-  const auto* x = static_cast<const unsigned char*>(args.ptr("x"));
-  const auto* geom = static_cast<const int*>(args.ptr("geom"));
-  void* y = args.ptr("y");
-  const DT ydt = args.dt("y");
+  kern::dispatch_float(ydt, args, "y", [](auto) {});
+  return fn_op([=](cudaStream_t st) {
+    if (batch == 0) return;
+    kern::dispatch_float(ydt, args, "y", [&](auto ty) {
+      using TY = typename decltype(ty)::type;
+      image_resample_kernel<TY><<<dim3(unsigned(oh), unsigned(batch)), kThreads, 0, st>>>(
+          src, geom, static_cast<TY*>(y), oh, ow, nm);
+    });
+    check_launch("image_resample");
+  });
+}
+
+std::unique_ptr<Op> image_jitter(Context&, const ImageJitterArgs& args) {
+  const int batch = int(args.batch), h = int(args.h), w = int(args.w);
+  const Norm nm = norm_of(args);
+  const auto* x = static_cast<const unsigned char*>(args.x.ptr);
+  const auto* geom = static_cast<const int*>(args.geom.ptr);
+  void* y = args.y.ptr;
+  const DT ydt = args.y.dt;
   kern::dispatch_float(ydt, args, "y", [](auto) {});
   return fn_op([=](cudaStream_t st) {
     if (batch == 0) return;
@@ -426,13 +440,6 @@ std::unique_ptr<Op> image_jitter(Context&, const OpArgs& args) {
     });
     check_launch("image_jitter");
   });
-}
-
-}  // namespace
-
-void register_image_ops() {
-  register_factory("image_resample", &image_resample);
-  register_factory("image_jitter", &image_jitter);
 }
 
 }  // namespace tr::native

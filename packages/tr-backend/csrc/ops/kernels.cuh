@@ -64,8 +64,8 @@ struct Tag {
 
 // Calls body(Tag<T>{}) with T the C++ type of a float dtype; bodies are generic lambdas
 // `[&](auto tag) { using T = typename decltype(tag)::type; ... }`.
-template <class Body>
-void dispatch_float(DT dt, const OpArgs& args, const char* what, Body&& body) {
+template <class A, class Body>
+void dispatch_float(DT dt, const A& args, const char* what, Body&& body) {
   switch (dt) {
     case DT::F32:
       body(Tag<float>{});
@@ -77,7 +77,7 @@ void dispatch_float(DT dt, const OpArgs& args, const char* what, Body&& body) {
       body(Tag<__nv_bfloat16>{});
       return;
     default:
-      args.bad(std::string(what) + " must be FP32, FP16 or BF16, got " + dtype_name(dt));
+      bad(args, std::string(what) + " must be FP32, FP16 or BF16, got " + dtype_name(dt));
   }
 }
 

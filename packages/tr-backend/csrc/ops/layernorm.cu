@@ -24,6 +24,7 @@
 #include <string>
 
 #include "cuda/context.hpp"
+#include "ops/args/layernorm.hpp"
 #include "ops/bn_kernels.cuh"
 
 namespace tr::native {
@@ -217,21 +218,29 @@ struct Sizes {
   int c;
 };
 
-Sizes sizes(const OpArgs& args, std::initializer_list<const char*> features, std::initializer_list<const char*> fp32) {
-  const std::int64_t rows = args.i("rows"), c = args.i("c");
+// A tensor field and its name, for the dtype checks' messages.
+struct Named {
+  const char* name;
+  Dev t;
+};
+
+// rows and c, checked, and the dtypes: x a float type, the given features x's, the given fp32 tensors FP32.
+template <class A>
+Sizes sizes(const A& args, std::initializer_list<Named> features, std::initializer_list<Named> fp32) {
+  const std::int64_t rows = args.rows, c = args.c;
   if (rows < 1 || c < 1) {
-    args.bad("sizes rows=" + std::to_string(rows) + " c=" + std::to_string(c) + " must be positive");
+    bad(args, "sizes rows=" + std::to_string(rows) + " c=" + std::to_string(c) + " must be positive");
   }
-  if (c > INT32_MAX / 2) args.bad("c=" + std::to_string(c) + " must fit in 31 bits");
-  const DT xdt = args.dt("x");
+  if (c > INT32_MAX / 2) bad(args, "c=" + std::to_string(c) + " must fit in 31 bits");
+  const DT xdt = args.x.dt;
   kern::dispatch_float(xdt, args, "x", [](auto) {});
-  for (const char* n : features) {
-    if (args.has(n) && args.dt(n) != xdt) {
-      args.bad(std::string(n) + " is " + dtype_name(args.dt(n)) + " but x is " + dtype_name(xdt));
+  for (const Named& f : features) {
+    if (f.t && f.t.dt != xdt) {
+      bad(args, std::string(f.name) + " is " + dtype_name(f.t.dt) + " but x is " + dtype_name(xdt));
     }
   }
-  for (const char* n : fp32) {
-    if (args.has(n) && args.dt(n) != DT::F32) args.bad(std::string(n) + " must be FP32, got " + dtype_name(args.dt(n)));
+  for (const Named& f : fp32) {
+    if (f.t && f.t.dt != DT::F32) bad(args, std::string(f.name) + " must be FP32, got " + dtype_name(f.t.dt));
   }
   return {rows, static_cast<int>(c)};
 }
@@ -245,18 +254,24 @@ std::string row_info(int v, int c) {
   return std::string(c <= kWarpMaxC ? "warp" : "block") + " per row, vec" + std::to_string(v);
 }
 
-std::unique_ptr<Op> ln_fwd(Context&, const OpArgs& args) {
-  const Sizes sz = sizes(args, {"y"}, {"gamma", "beta", "saved_mean", "saved_rstd"});
-  const bool train = args.has("saved_mean");
-  if (train != args.has("saved_rstd")) args.bad("saved_mean and saved_rstd go together (training) or not at all");
-  const double eps = args.f("eps");
-  const int v = bnk::vector_width(args, sz.c, {"x", "y"});
-  const void* x = args.ptr("x");
-  void* y = args.ptr("y");
-  const float* gamma = static_cast<const float*>(args.ptr("gamma"));
-  const float* beta = static_cast<const float*>(args.ptr("beta"));
-  float* smean = train ? static_cast<float*>(args.ptr("saved_mean")) : nullptr;
-  float* srstd = train ? static_cast<float*>(args.ptr("saved_rstd")) : nullptr;
+}  // namespace
+
+std::unique_ptr<Op> ln_fwd(Context&, const LnFwdArgs& args) {
+  const Sizes sz = sizes(args, {{"y", args.y}},
+                         {{"gamma", args.gamma}, {"beta", args.beta}, {"saved_mean", args.saved_mean},
+                          {"saved_rstd", args.saved_rstd}});
+  const bool train = static_cast<bool>(args.saved_mean);
+  if (train != static_cast<bool>(args.saved_rstd)) {
+    bad(args, "saved_mean and saved_rstd go together (training) or not at all");
+  }
+  const double eps = args.eps;
+  const int v = bnk::vector_width(args.x.dt, sz.c, {args.x, args.y});
+  const void* x = args.x.ptr;
+  void* y = args.y.ptr;
+  const float* gamma = bnk::fp32(args.gamma);
+  const float* beta = bnk::fp32(args.beta);
+  float* smean = bnk::fp32(args.saved_mean);  // null in inference
+  float* srstd = bnk::fp32(args.saved_rstd);
   const std::int64_t rows = sz.rows;
   const int c = sz.c;
   const unsigned blocks = row_blocks(rows, c);
@@ -278,19 +293,20 @@ std::unique_ptr<Op> ln_fwd(Context&, const OpArgs& args) {
       row_info(v, c) + (train ? ", saves statistics" : ""));
 }
 
-std::unique_ptr<Op> ln_bwd(Context&, const OpArgs& args) {
-  const Sizes sz = sizes(args, {"dy", "dx"}, {"gamma", "saved_mean", "saved_rstd", "dgamma", "dbeta"});
-  const int v = bnk::vector_width(args, sz.c, {"x", "dy", "dx"});
-  const void* x = args.ptr("x");
-  const void* dy = args.ptr("dy");
-  void* dx = args.has("dx") ? args.ptr("dx") : nullptr;
-  auto F = [&](const char* n) { return static_cast<float*>(args.ptr(n)); };
-  const float *gamma = F("gamma"), *smean = F("saved_mean"), *srstd = F("saved_rstd");
-  float *dgamma = F("dgamma"), *dbeta = F("dbeta");
+std::unique_ptr<Op> ln_bwd(Context&, const LnBwdArgs& args) {
+  const Sizes sz = sizes(args, {{"dy", args.dy}, {"dx", args.dx}},
+                         {{"gamma", args.gamma}, {"saved_mean", args.saved_mean}, {"saved_rstd", args.saved_rstd},
+                          {"dgamma", args.dgamma}, {"dbeta", args.dbeta}});
+  const int v = bnk::vector_width(args.x.dt, sz.c, {args.x, args.dy, args.dx});
+  const void* x = args.x.ptr;
+  const void* dy = args.dy.ptr;
+  void* dx = args.dx.ptr;  // null: a first layer, no dx
+  const float *gamma = bnk::fp32(args.gamma), *smean = bnk::fp32(args.saved_mean), *srstd = bnk::fp32(args.saved_rstd);
+  float *dgamma = bnk::fp32(args.dgamma), *dbeta = bnk::fp32(args.dbeta);
   const std::int64_t rows = sz.rows;
   const int c = sz.c;
   const Geo g = bnk::geometry(rows, c, v);
-  if (g.tiles > 65535) args.bad("c=" + std::to_string(c) + " needs more than 65535 channel tiles");
+  if (g.tiles > 65535) bad(args, "c=" + std::to_string(c) + " needs more than 65535 channel tiles");
   // the chunk partials (sums of dy, then of dy * xhat) live as long as the op (its graph)
   auto part = std::make_shared<DeviceBuffer>(2 * static_cast<std::size_t>(g.chunks) * c * sizeof(double));
   const dim3 grid(static_cast<unsigned>(g.chunks), static_cast<unsigned>(g.tiles));
@@ -321,13 +337,6 @@ std::unique_ptr<Op> ln_bwd(Context&, const OpArgs& args) {
         check_launch("ln_bwd");
       },
       std::move(info));
-}
-
-}  // namespace
-
-void register_layernorm_ops() {
-  register_factory("ln_fwd", &ln_fwd);
-  register_factory("ln_bwd", &ln_bwd);
 }
 
 }  // namespace tr::native

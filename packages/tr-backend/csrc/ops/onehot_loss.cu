@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "cuda/context.hpp"
+#include "ops/args/onehot_loss.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native {
@@ -80,26 +81,29 @@ __global__ void onehot_result_kernel(const double* loss_part, const int* hits, f
   }
 }
 
-int loss_of(const OpArgs& args) {
-  const int loss = static_cast<int>(args.i("loss"));
-  if (loss != 0 && loss != 1) args.bad("loss must be 0 (bce_logits) or 1 (mse), got " + std::to_string(loss));
+template <class A>
+int loss_of(const A& args) {
+  const int loss = static_cast<int>(args.loss);
+  if (loss != 0 && loss != 1) bad(args, "loss must be 0 (bce_logits) or 1 (mse), got " + std::to_string(loss));
   return loss;
 }
 
-std::unique_ptr<Op> onehot_forward(const OpArgs& args, bool inference) {
-  const int n = static_cast<int>(args.i("n")), k = static_cast<int>(args.i("k"));
+// onehot_loss_fwd (no pred) and onehot_loss_inf (pred optional): the records' common fields and pred.
+template <class A>
+std::unique_ptr<Op> onehot_forward(const A& args, const Dev& pred_t) {
+  const int n = static_cast<int>(args.n), k = static_cast<int>(args.k);
   const int loss = loss_of(args);
-  const double ls = args.f("label_smoothing", 0.0);
+  const double ls = args.label_smoothing;
   const float off = static_cast<float>(ls / k), hit = static_cast<float>(1.0 - ls);
-  const DT zdt = args.dt("logits");
-  const void* z = args.ptr("logits");
-  const int* labels = static_cast<const int*>(args.ptr("labels"));
-  float* result = static_cast<float*>(args.ptr("result"));
-  int* pred = inference && args.has("pred") ? static_cast<int*>(args.ptr("pred")) : nullptr;
+  const DT zdt = args.logits.dt;
+  const void* z = args.logits.ptr;
+  const int* labels = static_cast<const int*>(args.labels.ptr);
+  float* result = static_cast<float*>(args.result.ptr);
+  int* pred = static_cast<int*>(pred_t.ptr);
   auto scratch = std::make_shared<DeviceBuffer>(static_cast<std::size_t>(n) * (sizeof(double) + 2 * sizeof(int)));
   kern::dispatch_float(zdt, args, "logits", [](auto) {});
   return fn_op([=](cudaStream_t s) {
-    double* part = scratch->as<double>();
+    double* part = static_cast<double*>(scratch->get());
     int* hits = reinterpret_cast<int*>(part + n);
     kern::dispatch_float(zdt, args, "logits", [&](auto tz) {
       using T = typename decltype(tz)::type;
@@ -111,9 +115,6 @@ std::unique_ptr<Op> onehot_forward(const OpArgs& args, bool inference) {
     check_launch("onehot_loss result");
   });
 }
-
-std::unique_ptr<Op> onehot_fwd(Context&, const OpArgs& args) { return onehot_forward(args, false); }
-std::unique_ptr<Op> onehot_inf(Context&, const OpArgs& args) { return onehot_forward(args, true); }
 
 // dlogits = (sigmoid(z) - t) (bce) or 2 (z - t) (mse), times scale[0] / (N*K); reads z[i] before writing d[i].
 template <class TZ, class TD>
@@ -132,17 +133,25 @@ __global__ void onehot_bwd_kernel(const TZ* z, const int* labels, const float* s
   }
 }
 
-std::unique_ptr<Op> onehot_bwd(Context&, const OpArgs& args) {
-  const std::int64_t n = args.i("n");
-  const int k = static_cast<int>(args.i("k"));
+}  // namespace
+
+std::unique_ptr<Op> onehot_loss_fwd(Context&, const OnehotLossFwdArgs& args) { return onehot_forward(args, Dev{}); }
+
+std::unique_ptr<Op> onehot_loss_inf(Context&, const OnehotLossInfArgs& args) {
+  return onehot_forward(args, args.pred);
+}
+
+std::unique_ptr<Op> onehot_loss_bwd(Context&, const OnehotLossBwdArgs& args) {
+  const std::int64_t n = args.n;
+  const int k = static_cast<int>(args.k);
   const int loss = loss_of(args);
-  const double ls = args.f("label_smoothing", 0.0);
+  const double ls = args.label_smoothing;
   const float off = static_cast<float>(ls / k), hit = static_cast<float>(1.0 - ls);
-  const DT zdt = args.dt("logits"), ddt = args.dt("dlogits");
-  const void* z = args.ptr("logits");
-  const int* labels = static_cast<const int*>(args.ptr("labels"));
-  const float* scale = static_cast<const float*>(args.ptr("scale"));
-  void* d = args.ptr("dlogits");
+  const DT zdt = args.logits.dt, ddt = args.dlogits.dt;
+  const void* z = args.logits.ptr;
+  const int* labels = static_cast<const int*>(args.labels.ptr);
+  const float* scale = static_cast<const float*>(args.scale.ptr);
+  void* d = args.dlogits.ptr;
   kern::dispatch_float(zdt, args, "logits", [](auto) {});
   kern::dispatch_float(ddt, args, "dlogits", [](auto) {});
   return fn_op([=](cudaStream_t s) {
@@ -156,14 +165,6 @@ std::unique_ptr<Op> onehot_bwd(Context&, const OpArgs& args) {
     });
     check_launch("onehot_loss_bwd");
   });
-}
-
-}  // namespace
-
-void register_onehot_loss_ops() {
-  register_factory("onehot_loss_fwd", &onehot_fwd);
-  register_factory("onehot_loss_bwd", &onehot_bwd);
-  register_factory("onehot_loss_inf", &onehot_inf);
 }
 
 }  // namespace tr::native

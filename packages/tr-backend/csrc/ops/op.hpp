@@ -1,11 +1,11 @@
-// Native ops of the CUDA backend: what a factory builds from one catalogued op call, and how factories are
-// found by name.
+// Native ops of the CUDA backend: what a factory builds from one op call's typed record.
 //
-// The Python side resolves an OpCall once, at capture time, into an OpArgs (device pointers, integer and
-// float parameters by name) and asks make_op() for the op. The factory validates what only it can (cuBLASLt
-// support of a layout, sizes) and returns an Op whose record() issues the op's work on a stream: kernels,
-// cuBLASLt calls, memsets and copies, all of them legal inside a stream capture. record() does no allocation
-// and no host synchronisation; everything an op needs (descriptors, algorithms, scratch) is made here.
+// The Python side resolves an OpCall once, at capture time, into its native op's record (ops/args/<family>.hpp,
+// generated from tr.backend.cuda.signatures) and make_op (bind/op_args.cpp) calls the factory of the record's
+// type. The factory validates what only it can (cuBLASLt support of a layout, sizes) and returns an Op whose
+// record() issues the op's work on a stream: kernels, cuBLASLt calls, memsets and copies, all of them legal
+// inside a stream capture. record() does no allocation and no host synchronisation; everything an op needs
+// (descriptors, algorithms, scratch) is made here.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -31,22 +31,12 @@ class Context;
 int dtype_size(DT dt);
 const char* dtype_name(DT dt);
 
-// One op call's arguments, by name. Pointers are absolute device (or pinned host) addresses.
-struct OpArgs {
-  std::string op;
-  std::map<std::string, std::uintptr_t> ptrs;
-  std::map<std::string, std::int64_t> ints;
-  std::map<std::string, double> floats;
-
-  bool has(const std::string& name) const;  // a non-null pointer named `name` was given
-  void* ptr(const std::string& name) const;  // throws BadArgument when missing
-  std::int64_t i(const std::string& name) const;
-  std::int64_t i(const std::string& name, std::int64_t fallback) const;
-  double f(const std::string& name) const;
-  double f(const std::string& name, double fallback) const;
-  DT dt(const std::string& name) const;  // ints["<name>_dt"]
-  [[noreturn]] void bad(const std::string& message) const;  // BadArgument "native op <op>: <message>"
-};
+// BadArgument "native op <op>: <message>": a factory's refusal of its record's values.
+[[noreturn]] void bad_args(const char* op, const std::string& message);
+template <class A>
+[[noreturn]] void bad(const A&, const std::string& message) {
+  bad_args(A::op, message);
+}
 
 class Op {
  public:
@@ -94,34 +84,5 @@ class DeviceBuffer {
 // Throws Backend "<what> failed: ..." when the last kernel launch failed (bad configuration, capture broken).
 void check_launch(const char* what);
 
-using Factory = std::unique_ptr<Op> (*)(Context&, const OpArgs&);
-
-void register_factory(const std::string& name, Factory factory);
-std::unique_ptr<Op> make_op(Context& ctx, const OpArgs& args);
-std::vector<std::string> factory_names();
-
-// One per op family (csrc/ops/<family>.cu); register_all_ops() calls each once.
-void register_activation_ops();
-void register_augment_ops();
-void register_bn_ops();
-void register_bn_pool_ops();
-void register_collective_ops();
-void register_conv_ops();
-void register_copy_ops();
-void register_dropout_ops();
-void register_extern_kernel_ops();
-void register_fc_ops();
-void register_image_ops();
-void register_layernorm_ops();
-void register_onehot_loss_ops();
-void register_optimizer_ops();
-void register_pool_ops();
-void register_range_ops();
-void register_resident_ops();
-void register_scalar_ops();
-void register_scale_ops();
-void register_softmax_ce_ops();
-void register_transfer_ops();
-void register_all_ops();
 
 }  // namespace tr::native

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "cuda/context.hpp"
+#include "ops/args/optimizer.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native {
@@ -89,19 +90,25 @@ __global__ void optimizer_kernel(float* w, const float* g, float* m, float* v, s
   }
 }
 
-std::unique_ptr<Op> range_optimizer(Context&, const OpArgs& args) {
-  const auto rule = args.i("rule");
-  if (rule < 0 || rule >= NUM_RULES) args.bad("optimizer rule code " + std::to_string(rule) + " is out of range");
-  const std::int64_t n = args.i("n");
-  const Hyper h{args.f("beta1"), args.f("beta2"), args.f("eps"), args.f("weight_decay")};
-  float* w = static_cast<float*>(args.ptr("w"));
-  const float* g = static_cast<const float*>(args.ptr("g"));
-  float* m = rule != SGD ? static_cast<float*>(args.ptr("m")) : nullptr;
-  float* v = rule >= ADAM ? static_cast<float*>(args.ptr("v")) : nullptr;
-  const int* step = rule >= ADAM ? static_cast<const int*>(args.ptr("step")) : nullptr;
-  const float* lr = static_cast<const float*>(args.ptr("lr"));
-  const int* flag = static_cast<const int*>(args.ptr("flag"));
-  const float* scale = static_cast<const float*>(args.ptr("grad_scale"));
+}  // namespace
+
+std::unique_ptr<Op> range_optimizer(Context&, const RangeOptimizerArgs& args) {
+  const std::int64_t rule = args.rule;
+  if (rule < 0 || rule >= NUM_RULES) bad(args, "optimizer rule code " + std::to_string(rule) + " is out of range");
+  const std::int64_t n = args.n;
+  const Hyper h{args.beta1, args.beta2, args.eps, args.weight_decay};
+  float* w = static_cast<float*>(args.w);
+  const float* g = static_cast<const float*>(args.g);
+  // the moments and the step count each rule reads (optional fields: a rule that needs one refuses its absence)
+  if (rule != SGD && args.m == nullptr) bad(args, "pointer argument 'm' is missing (every rule but sgd needs it)");
+  if (rule >= ADAM && args.v == nullptr) bad(args, "pointer argument 'v' is missing (adam and adamw need it)");
+  if (rule >= ADAM && !args.step) bad(args, "pointer argument 'step' is missing (adam and adamw need it)");
+  float* m = rule != SGD ? static_cast<float*>(args.m) : nullptr;
+  float* v = rule >= ADAM ? static_cast<float*>(args.v) : nullptr;
+  const int* step = rule >= ADAM ? static_cast<const int*>(args.step.ptr) : nullptr;
+  const float* lr = static_cast<const float*>(args.lr.ptr);
+  const int* flag = static_cast<const int*>(args.flag.ptr);
+  const float* scale = static_cast<const float*>(args.grad_scale.ptr);
   return fn_op([=](cudaStream_t s) {
     const unsigned blocks = kern::blocks_for(n);
     switch (rule) {
@@ -126,6 +133,8 @@ std::unique_ptr<Op> range_optimizer(Context&, const OpArgs& args) {
 }
 
 // ---- LARS --------------------------------------------------------------------------------------------------
+namespace {
+
 constexpr int kLarsBlocks = 256;
 
 __global__ void lars_norms_kernel(const float* w, const float* g, std::int64_t n, double* partial) {
@@ -187,18 +196,19 @@ __global__ void lars_apply_kernel(float* w, const float* g, float* m, std::int64
   }
 }
 
-std::unique_ptr<Op> lars_update(Context&, const OpArgs& args) {
-  const std::int64_t n = args.i("n");
-  const int nesterov = static_cast<int>(args.i("nesterov", 0));
-  const Lars p{args.f("momentum"), args.f("weight_decay"), args.f("trust_coefficient"), args.f("eps"),
-               args.f("trust_clip", 100.0)};
-  float* w = static_cast<float*>(args.ptr("w"));
-  const float* g = static_cast<const float*>(args.ptr("g"));
-  float* m = static_cast<float*>(args.ptr("m"));
-  const float* lr = static_cast<const float*>(args.ptr("lr"));
-  const int* flag = static_cast<const int*>(args.ptr("flag"));
-  const float* scale = static_cast<const float*>(args.ptr("grad_scale"));
-  float* ratio = static_cast<float*>(args.ptr("ratio"));
+}  // namespace
+
+std::unique_ptr<Op> lars_update(Context&, const LarsUpdateArgs& args) {
+  const std::int64_t n = args.n;
+  const int nesterov = args.nesterov ? 1 : 0;
+  const Lars p{args.momentum, args.weight_decay, args.trust_coefficient, args.eps, args.trust_clip};
+  float* w = static_cast<float*>(args.w.ptr);
+  const float* g = static_cast<const float*>(args.g.ptr);
+  float* m = static_cast<float*>(args.m.ptr);
+  const float* lr = static_cast<const float*>(args.lr.ptr);
+  const int* flag = static_cast<const int*>(args.flag.ptr);
+  const float* scale = static_cast<const float*>(args.grad_scale.ptr);
+  float* ratio = static_cast<float*>(args.ratio.ptr);
   const int blocks = static_cast<int>(std::min<std::int64_t>(kLarsBlocks, kern::blocks_for(n)));
   auto scratch = std::make_shared<DeviceBuffer>(2 * kLarsBlocks * sizeof(double) + 2 * sizeof(float));
   return fn_op([=](cudaStream_t s) {
@@ -211,13 +221,6 @@ std::unique_ptr<Op> lars_update(Context&, const OpArgs& args) {
     lars_apply_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(w, g, m, n, flag, k, p, nesterov);
     check_launch("lars update");
   });
-}
-
-}  // namespace
-
-void register_optimizer_ops() {
-  register_factory("range_optimizer", &range_optimizer);
-  register_factory("lars_update", &lars_update);
 }
 
 }  // namespace tr::native

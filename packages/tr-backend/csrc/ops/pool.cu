@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "cuda/context.hpp"
+#include "ops/args/pool.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native {
@@ -15,9 +16,11 @@ struct Win {
   int n, h, w, c, kh, kw, sh, sw, ph, pw, p, q;
 };
 
-Win win_of(const OpArgs& a) {
-  auto g = [&](const char* k) { return static_cast<int>(a.i(k)); };
-  return {g("n"), g("h"), g("w"), g("c"), g("kh"), g("kw"), g("sh"), g("sw"), g("ph"), g("pw"), g("p"), g("q")};
+// The window of a pooling record (its fields n, h, w, c, kh, kw, sh, sw, ph, pw, p, q).
+template <class A>
+Win win_of(const A& a) {
+  auto g = [](std::int64_t v) { return static_cast<int>(v); };
+  return {g(a.n), g(a.h), g(a.w), g(a.c), g(a.kh), g(a.kw), g(a.sh), g(a.sw), g(a.ph), g(a.pw), g(a.p), g(a.q)};
 }
 
 __device__ __forceinline__ float inv_count(const Win& g, int op, int oq) {
@@ -236,19 +239,21 @@ __global__ void gap_bwd_kernel(const TD* dy, TX* dx, int n, int hw, int c, float
 }
 
 // Dispatches a two-dtype kernel launch: body(Tag<TA>, Tag<TB>).
-template <class Body>
-void dispatch2(DT a, DT b, const OpArgs& args, Body&& body) {
+template <class A, class Body>
+void dispatch2(DT a, DT b, const A& args, Body&& body) {
   kern::dispatch_float(a, args, "input", [&](auto ta) {
     kern::dispatch_float(b, args, "output", [&](auto tb) { body(ta, tb); });
   });
 }
 
-std::unique_ptr<Op> maxpool_forward(const OpArgs& args, bool train) {
+// maxpool_fwd (code: its mask, written) and maxpool_inf (code null: no mask, NaN-propagating max).
+template <class A>
+std::unique_ptr<Op> maxpool_forward(const A& args, signed char* code) {
+  const bool train = code != nullptr;
   const Win g = win_of(args);
-  const DT xdt = args.dt("x"), ydt = args.dt("y");
-  const void* x = args.ptr("x");
-  void* y = args.ptr("y");
-  signed char* code = train ? static_cast<signed char*>(args.ptr("mask")) : nullptr;
+  const DT xdt = args.x.dt, ydt = args.y.dt;
+  const void* x = args.x.ptr;
+  void* y = args.y.ptr;
   dispatch2(xdt, ydt, args, [](auto, auto) {});
   return fn_op([=](cudaStream_t s) {
     dispatch2(xdt, ydt, args, [&](auto ta, auto tb) {
@@ -266,15 +271,20 @@ std::unique_ptr<Op> maxpool_forward(const OpArgs& args, bool train) {
   });
 }
 
-std::unique_ptr<Op> maxpool_fwd(Context&, const OpArgs& args) { return maxpool_forward(args, true); }
-std::unique_ptr<Op> maxpool_inf(Context&, const OpArgs& args) { return maxpool_forward(args, false); }
+}  // namespace
 
-std::unique_ptr<Op> maxpool_bwd(Context&, const OpArgs& args) {
+std::unique_ptr<Op> maxpool_fwd(Context&, const MaxpoolFwdArgs& args) {
+  return maxpool_forward(args, static_cast<signed char*>(args.mask.ptr));
+}
+
+std::unique_ptr<Op> maxpool_inf(Context&, const MaxpoolInfArgs& args) { return maxpool_forward(args, nullptr); }
+
+std::unique_ptr<Op> maxpool_bwd(Context&, const MaxpoolBwdArgs& args) {
   const Win g = win_of(args);
-  const DT ddt = args.dt("dy"), xdt = args.dt("dx");
-  const void* dy = args.ptr("dy");
-  const auto* code = static_cast<const signed char*>(args.ptr("mask"));
-  void* dx = args.ptr("dx");
+  const DT ddt = args.dy.dt, xdt = args.dx.dt;
+  const void* dy = args.dy.ptr;
+  const auto* code = static_cast<const signed char*>(args.mask.ptr);
+  void* dx = args.dx.ptr;
   const int overlap = g.sh < g.kh || g.sw < g.kw ? 1 : 0;
   dispatch2(ddt, xdt, args, [](auto, auto) {});
   return fn_op([=](cudaStream_t s) {
@@ -293,11 +303,11 @@ std::unique_ptr<Op> maxpool_bwd(Context&, const OpArgs& args) {
   });
 }
 
-std::unique_ptr<Op> avgpool_fwd(Context&, const OpArgs& args) {
+std::unique_ptr<Op> avgpool_fwd(Context&, const AvgpoolFwdArgs& args) {
   const Win g = win_of(args);
-  const DT xdt = args.dt("x"), ydt = args.dt("y");
-  const void* x = args.ptr("x");
-  void* y = args.ptr("y");
+  const DT xdt = args.x.dt, ydt = args.y.dt;
+  const void* x = args.x.ptr;
+  void* y = args.y.ptr;
   dispatch2(xdt, ydt, args, [](auto, auto) {});
   return fn_op([=](cudaStream_t s) {
     dispatch2(xdt, ydt, args, [&](auto ta, auto tb) {
@@ -310,11 +320,11 @@ std::unique_ptr<Op> avgpool_fwd(Context&, const OpArgs& args) {
   });
 }
 
-std::unique_ptr<Op> avgpool_bwd(Context&, const OpArgs& args) {
+std::unique_ptr<Op> avgpool_bwd(Context&, const AvgpoolBwdArgs& args) {
   const Win g = win_of(args);
-  const DT ddt = args.dt("dy"), xdt = args.dt("dx");
-  const void* dy = args.ptr("dy");
-  void* dx = args.ptr("dx");
+  const DT ddt = args.dy.dt, xdt = args.dx.dt;
+  const void* dy = args.dy.ptr;
+  void* dx = args.dx.ptr;
   dispatch2(ddt, xdt, args, [](auto, auto) {});
   return fn_op([=](cudaStream_t s) {
     dispatch2(ddt, xdt, args, [&](auto ta, auto tb) {
@@ -327,11 +337,11 @@ std::unique_ptr<Op> avgpool_bwd(Context&, const OpArgs& args) {
   });
 }
 
-std::unique_ptr<Op> gap_fwd(Context&, const OpArgs& args) {
-  const int n = static_cast<int>(args.i("n")), hw = static_cast<int>(args.i("hw")), c = static_cast<int>(args.i("c"));
-  const DT xdt = args.dt("x"), ydt = args.dt("y");
-  const void* x = args.ptr("x");
-  void* y = args.ptr("y");
+std::unique_ptr<Op> gap_fwd(Context&, const GapFwdArgs& args) {
+  const int n = static_cast<int>(args.n), hw = static_cast<int>(args.hw), c = static_cast<int>(args.c);
+  const DT xdt = args.x.dt, ydt = args.y.dt;
+  const void* x = args.x.ptr;
+  void* y = args.y.ptr;
   dispatch2(xdt, ydt, args, [](auto, auto) {});
   return fn_op([=](cudaStream_t s) {
     dispatch2(xdt, ydt, args, [&](auto ta, auto tb) {
@@ -350,12 +360,12 @@ std::unique_ptr<Op> gap_fwd(Context&, const OpArgs& args) {
   });
 }
 
-std::unique_ptr<Op> gap_bwd(Context&, const OpArgs& args) {
-  const int n = static_cast<int>(args.i("n")), hw = static_cast<int>(args.i("hw")), c = static_cast<int>(args.i("c"));
+std::unique_ptr<Op> gap_bwd(Context&, const GapBwdArgs& args) {
+  const int n = static_cast<int>(args.n), hw = static_cast<int>(args.hw), c = static_cast<int>(args.c);
   const float inv = static_cast<float>(1.0 / hw);
-  const DT ddt = args.dt("dy"), xdt = args.dt("dx");
-  const void* dy = args.ptr("dy");
-  void* dx = args.ptr("dx");
+  const DT ddt = args.dy.dt, xdt = args.dx.dt;
+  const void* dy = args.dy.ptr;
+  void* dx = args.dx.ptr;
   dispatch2(ddt, xdt, args, [](auto, auto) {});
   return fn_op([=](cudaStream_t s) {
     dispatch2(ddt, xdt, args, [&](auto ta, auto tb) {
@@ -366,18 +376,6 @@ std::unique_ptr<Op> gap_bwd(Context&, const OpArgs& args) {
     });
     check_launch("gap_bwd");
   });
-}
-
-}  // namespace
-
-void register_pool_ops() {
-  register_factory("maxpool_fwd", &maxpool_fwd);
-  register_factory("maxpool_inf", &maxpool_inf);
-  register_factory("maxpool_bwd", &maxpool_bwd);
-  register_factory("avgpool_fwd", &avgpool_fwd);
-  register_factory("avgpool_bwd", &avgpool_bwd);
-  register_factory("gap_fwd", &gap_fwd);
-  register_factory("gap_bwd", &gap_bwd);
 }
 
 }  // namespace tr::native

@@ -3,43 +3,16 @@
 // one-rank all-reduce records nothing. Semantics: tr/backend/cpu/ops/range/basic.py.
 #include "cuda/check.hpp"
 #include "cuda/context.hpp"
+#include "ops/args/range.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native {
 
 namespace {
 
-std::unique_ptr<Op> memset_op(Context&, const OpArgs& args) {
-  void* dst = args.ptr("dst");
-  const auto nbytes = static_cast<std::size_t>(args.i("nbytes"));
-  return fn_op([=](cudaStream_t s) {
-    if (nbytes > 0) cuda::check(cudaMemsetAsync(dst, 0, nbytes, s), "cudaMemsetAsync");
-  });
-}
-
 template <class TS, class TD>
 __global__ void cast_kernel(const TS* src, TD* dst, std::int64_t n) {
   TR_GRID_STRIDE(i, n) { dst[i] = kern::from_f<TD>(kern::to_f(src[i])); }
-}
-
-std::unique_ptr<Op> range_cast(Context&, const OpArgs& args) {
-  const std::int64_t n = args.i("n");
-  const DT sdt = args.dt("src"), ddt = args.dt("dst");
-  const void* src = args.ptr("src");
-  void* dst = args.ptr("dst");
-  kern::dispatch_float(sdt, args, "src", [](auto) {});
-  kern::dispatch_float(ddt, args, "dst", [](auto) {});
-  return fn_op([=](cudaStream_t s) {
-    kern::dispatch_float(sdt, args, "src", [&](auto ts) {
-      using TS = typename decltype(ts)::type;
-      kern::dispatch_float(ddt, args, "dst", [&](auto td) {
-        using TD = typename decltype(td)::type;
-        cast_kernel<TS, TD>
-            <<<kern::blocks_for(n), kern::kThreads, 0, s>>>(static_cast<const TS*>(src), static_cast<TD*>(dst), n);
-      });
-    });
-    check_launch("range_cast");
-  });
 }
 
 // flag = 1 if any element is not finite (a plain store: every writer writes the same value, no atomics);
@@ -54,54 +27,15 @@ __global__ void check_finite_kernel(float* v, std::int64_t n, int* flag, float c
   if (bad) *flag = 1;
 }
 
-// accumulate != 0: OR into the flag (the kernel only ever stores 1), so the flag is not cleared first.
-std::unique_ptr<Op> range_check_finite(Context&, const OpArgs& args) {
-  const std::int64_t n = args.i("n");
-  const float clip = static_cast<float>(args.f("clip", 0.0));
-  const bool accumulate = args.i("accumulate", 0) != 0;
-  float* v = n > 0 ? static_cast<float*>(args.ptr("span")) : nullptr;
-  int* flag = static_cast<int*>(args.ptr("flag"));
-  return fn_op([=](cudaStream_t s) {
-    if (!accumulate) cuda::check(cudaMemsetAsync(flag, 0, sizeof(int), s), "cudaMemsetAsync(flag)");
-    if (n > 0) {
-      check_finite_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(v, n, flag, clip);
-      check_launch("range_check_finite");
-    }
-  });
-}
-
 __global__ void scale_kernel(float* v, std::int64_t n, const float* factor) {
   const float f = *factor;
   TR_GRID_STRIDE(i, n) { v[i] = v[i] * f; }
-}
-
-std::unique_ptr<Op> range_scale(Context&, const OpArgs& args) {
-  const std::int64_t n = args.i("n");
-  float* v = static_cast<float*>(args.ptr("span"));
-  const float* factor = static_cast<const float*>(args.ptr("factor"));
-  return fn_op([=](cudaStream_t s) {
-    scale_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(v, n, factor);
-    check_launch("range_scale");
-  });
 }
 
 // A set flag (a skipped step) leaves dst as it is; flag may be null.
 __global__ void ema_kernel(const float* src, float* dst, std::int64_t n, float decay, float keep, const int* flag) {
   if (flag != nullptr && *flag != 0) return;
   TR_GRID_STRIDE(i, n) { dst[i] = dst[i] * decay + src[i] * keep; }
-}
-
-std::unique_ptr<Op> range_ema(Context&, const OpArgs& args) {
-  const std::int64_t n = args.i("n");
-  const double decay = args.f("decay");
-  const float d = static_cast<float>(decay), keep = static_cast<float>(1.0 - decay);
-  const float* src = static_cast<const float*>(args.ptr("src"));
-  float* dst = static_cast<float*>(args.ptr("dst"));
-  const int* flag = args.has("flag") ? static_cast<const int*>(args.ptr("flag")) : nullptr;
-  return fn_op([=](cudaStream_t s) {
-    ema_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(src, dst, n, d, keep, flag);
-    check_launch("range_ema");
-  });
 }
 
 // accum += result * batch[0] as the CPU backend's numpy does it (NEP 50): the product in float32 (the batch
@@ -118,15 +52,84 @@ __global__ void accum_kernel(const float* result, float* accum, const TB* batch,
   if (samples != nullptr && threadIdx.x == 0) *samples = *samples + b;
 }
 
-std::unique_ptr<Op> accum_metrics(Context&, const OpArgs& args) {
-  const int n = static_cast<int>(args.i("n"));
-  const float* result = static_cast<const float*>(args.ptr("result"));
-  float* accum = static_cast<float*>(args.ptr("accum"));
-  const void* batch = args.ptr("batch");
-  const DT bdt = args.dt("batch");
-  if (bdt != DT::F32 && bdt != DT::I32) args.bad(std::string("batch must be FP32 or INT32, got ") + dtype_name(bdt));
-  const int* flag = args.has("flag") ? static_cast<const int*>(args.ptr("flag")) : nullptr;
-  float* samples = args.has("samples") ? static_cast<float*>(args.ptr("samples")) : nullptr;
+}  // namespace
+
+std::unique_ptr<Op> memset(Context&, const MemsetArgs& args) {
+  void* dst = args.dst;
+  const auto nbytes = static_cast<std::size_t>(args.nbytes);
+  return fn_op([=](cudaStream_t s) {
+    if (nbytes > 0) cuda::check(cudaMemsetAsync(dst, 0, nbytes, s), "cudaMemsetAsync");
+  });
+}
+
+std::unique_ptr<Op> range_cast(Context&, const RangeCastArgs& args) {
+  const std::int64_t n = args.n;
+  const DT sdt = args.src.dt, ddt = args.dst.dt;
+  const void* src = args.src.ptr;
+  void* dst = args.dst.ptr;
+  kern::dispatch_float(sdt, args, "src", [](auto) {});
+  kern::dispatch_float(ddt, args, "dst", [](auto) {});
+  return fn_op([=](cudaStream_t s) {
+    kern::dispatch_float(sdt, args, "src", [&](auto ts) {
+      using TS = typename decltype(ts)::type;
+      kern::dispatch_float(ddt, args, "dst", [&](auto td) {
+        using TD = typename decltype(td)::type;
+        cast_kernel<TS, TD>
+            <<<kern::blocks_for(n), kern::kThreads, 0, s>>>(static_cast<const TS*>(src), static_cast<TD*>(dst), n);
+      });
+    });
+    check_launch("range_cast");
+  });
+}
+
+// accumulate: OR into the flag (the kernel only ever stores 1), so the flag is not cleared first.
+std::unique_ptr<Op> range_check_finite(Context&, const RangeCheckFiniteArgs& args) {
+  const std::int64_t n = args.n;
+  const float clip = static_cast<float>(args.clip);
+  const bool accumulate = args.accumulate;
+  float* v = n > 0 ? static_cast<float*>(args.span) : nullptr;
+  int* flag = static_cast<int*>(args.flag.ptr);
+  return fn_op([=](cudaStream_t s) {
+    if (!accumulate) cuda::check(cudaMemsetAsync(flag, 0, sizeof(int), s), "cudaMemsetAsync(flag)");
+    if (n > 0) {
+      check_finite_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(v, n, flag, clip);
+      check_launch("range_check_finite");
+    }
+  });
+}
+
+std::unique_ptr<Op> range_scale(Context&, const RangeScaleArgs& args) {
+  const std::int64_t n = args.n;
+  float* v = static_cast<float*>(args.span);
+  const float* factor = static_cast<const float*>(args.factor.ptr);
+  return fn_op([=](cudaStream_t s) {
+    scale_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(v, n, factor);
+    check_launch("range_scale");
+  });
+}
+
+std::unique_ptr<Op> range_ema(Context&, const RangeEmaArgs& args) {
+  const std::int64_t n = args.n;
+  const double decay = args.decay;
+  const float d = static_cast<float>(decay), keep = static_cast<float>(1.0 - decay);
+  const float* src = static_cast<const float*>(args.src);
+  float* dst = static_cast<float*>(args.dst);
+  const int* flag = static_cast<const int*>(args.flag.ptr);  // null when absent
+  return fn_op([=](cudaStream_t s) {
+    ema_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(src, dst, n, d, keep, flag);
+    check_launch("range_ema");
+  });
+}
+
+std::unique_ptr<Op> accum_metrics(Context&, const AccumMetricsArgs& args) {
+  const int n = static_cast<int>(args.n);
+  const float* result = static_cast<const float*>(args.result.ptr);
+  float* accum = static_cast<float*>(args.accum.ptr);
+  const void* batch = args.batch.ptr;
+  const DT bdt = args.batch.dt;
+  if (bdt != DT::F32 && bdt != DT::I32) bad(args, std::string("batch must be FP32 or INT32, got ") + dtype_name(bdt));
+  const int* flag = static_cast<const int*>(args.flag.ptr);  // null when absent
+  float* samples = static_cast<float*>(args.samples.ptr);    // null when absent
   return fn_op([=](cudaStream_t s) {
     if (bdt == DT::F32) {
       accum_kernel<float><<<1, 32, 0, s>>>(result, accum, static_cast<const float*>(batch), n, flag, samples);
@@ -135,17 +138,6 @@ std::unique_ptr<Op> accum_metrics(Context&, const OpArgs& args) {
     }
     check_launch("accum_metrics");
   });
-}
-
-}  // namespace
-
-void register_range_ops() {
-  register_factory("memset", &memset_op);
-  register_factory("range_cast", &range_cast);
-  register_factory("range_check_finite", &range_check_finite);
-  register_factory("range_scale", &range_scale);
-  register_factory("range_ema", &range_ema);
-  register_factory("accum_metrics", &accum_metrics);
 }
 
 }  // namespace tr::native

@@ -7,10 +7,12 @@
 // disjoint positions), the rest wait; every position then sees its swaps in the sequential order, so the
 // permutation is the sequential one, in O(log n) rounds. One block: its __syncthreads orders the rounds; the
 // reservations are read past L1 (__ldcg), since the atomics update L2 only.
+#include <cstddef>
 #include <memory>
 #include <string>
 
 #include "cuda/context.hpp"
+#include "ops/args/resident.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native {
@@ -75,24 +77,6 @@ __global__ void __launch_bounds__(kShuffleThreads)
   }
 }
 
-std::unique_ptr<Op> shuffle_order(Context&, const OpArgs& args) {
-  const int n = static_cast<int>(args.i("n"));
-  const int shuffle = static_cast<int>(args.i("shuffle"));
-  if (n < 1) args.bad("order has no elements");
-  const auto* key = static_cast<const unsigned long long*>(args.ptr("key"));
-  int* order = static_cast<int*>(args.ptr("order"));
-  int* pos = static_cast<int*>(args.ptr("pos"));
-  // owner, j and the two pending lists: 16 bytes a sample, the op's own (4.8 MB for ImageNet's 1.28 M)
-  auto scratch = std::make_shared<DeviceBuffer>(static_cast<std::size_t>(n) * 4 * sizeof(int));
-  int* base = scratch->as<int>();
-  return fn_op([=](cudaStream_t s) {
-    (void)scratch;
-    shuffle_kernel<<<1, kShuffleThreads, 0, s>>>(key, order, pos, base, base + n, base + 2 * n, base + 3 * n, n,
-                                                 shuffle);
-    check_launch("shuffle_order");
-  }, shuffle ? "fisher-yates by reservations, one block" : "identity order");
-}
-
 // Rank r of `world` takes epoch positions r, r + world, ... (tr.data.sharding; padded: the order repeats from its
 // start, ceil(n / world) each): index[i] = order[(r + world * (pos + i)) % n] (or the position), labels[i] =
 // labels_all[index[i]] for i < min(rows, share - pos); pos += rows. One block: every thread reads pos before
@@ -112,38 +96,50 @@ __global__ void batch_select_kernel(const int* order, const int* labels_all, con
   if (threadIdx.x == 0) *pos = p + rows;
 }
 
-std::unique_ptr<Op> batch_select(Context&, const OpArgs& args) {
-  const int n = static_cast<int>(args.i("n")), rows = static_cast<int>(args.i("rows"));
-  const int world = static_cast<int>(args.i("world")), pad = static_cast<int>(args.i("pad"));
-  if (n < 1 || world < 1) args.bad("batch_select needs n >= 1 samples and world >= 1");
-  const int* rank = static_cast<const int*>(args.ptr("rank"));
-  const int* order = args.has("order") ? static_cast<const int*>(args.ptr("order")) : nullptr;
-  const int* labels_all = static_cast<const int*>(args.ptr("labels_all"));
-  int* pos = static_cast<int*>(args.ptr("pos"));
-  int* index = static_cast<int*>(args.ptr("index"));
-  int* labels = static_cast<int*>(args.ptr("labels"));
+__global__ void restart_kernel(int* pos) { *pos = 0; }
+
+}  // namespace
+
+std::unique_ptr<Op> shuffle_order(Context&, const ShuffleOrderArgs& args) {
+  const int n = static_cast<int>(args.n);
+  const int shuffle = args.shuffle ? 1 : 0;
+  if (n < 1) bad(args, "order has no elements");
+  const auto* key = static_cast<const unsigned long long*>(args.key.ptr);
+  int* order = static_cast<int*>(args.order.ptr);
+  int* pos = static_cast<int*>(args.pos.ptr);
+  // owner, j and the two pending lists: 16 bytes a sample, the op's own (4.8 MB for ImageNet's 1.28 M)
+  auto scratch = std::make_shared<DeviceBuffer>(static_cast<std::size_t>(n) * 4 * sizeof(int));
+  int* base = scratch->as<int>();
+  return fn_op([=](cudaStream_t s) {
+    (void)scratch;
+    shuffle_kernel<<<1, kShuffleThreads, 0, s>>>(key, order, pos, base, base + n, base + 2 * n, base + 3 * n, n,
+                                                 shuffle);
+    check_launch("shuffle_order");
+  }, shuffle ? "fisher-yates by reservations, one block" : "identity order");
+}
+
+std::unique_ptr<Op> batch_select(Context&, const BatchSelectArgs& args) {
+  const int n = static_cast<int>(args.n), rows = static_cast<int>(args.rows);
+  const int world = static_cast<int>(args.world), pad = args.pad ? 1 : 0;
+  if (n < 1 || world < 1) bad(args, "batch_select needs n >= 1 samples and world >= 1");
+  const int* rank = static_cast<const int*>(args.rank.ptr);
+  const int* order = static_cast<const int*>(args.order.ptr);  // null: the positions themselves
+  const int* labels_all = static_cast<const int*>(args.labels_all.ptr);
+  int* pos = static_cast<int*>(args.pos.ptr);
+  int* index = static_cast<int*>(args.index.ptr);
+  int* labels = static_cast<int*>(args.labels.ptr);
   return fn_op([=](cudaStream_t s) {
     batch_select_kernel<<<1, 256, 0, s>>>(order, labels_all, rank, pos, index, labels, n, rows, world, pad);
     check_launch("batch_select");
   });
 }
 
-__global__ void restart_kernel(int* pos) { *pos = 0; }
-
-std::unique_ptr<Op> batch_restart(Context&, const OpArgs& args) {
-  int* pos = static_cast<int*>(args.ptr("pos"));
+std::unique_ptr<Op> batch_restart(Context&, const BatchRestartArgs& args) {
+  int* pos = static_cast<int*>(args.pos.ptr);
   return fn_op([=](cudaStream_t s) {
     restart_kernel<<<1, 1, 0, s>>>(pos);
     check_launch("batch_restart");
   });
-}
-
-}  // namespace
-
-void register_resident_ops() {
-  register_factory("shuffle_order", &shuffle_order);
-  register_factory("batch_select", &batch_select);
-  register_factory("batch_restart", &batch_restart);
 }
 
 }  // namespace tr::native

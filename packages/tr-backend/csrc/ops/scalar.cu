@@ -1,6 +1,7 @@
 // Device-side scalars: step counters, the skipped-step counter, the learning-rate table lookup, the loss scale
 // (static or dynamic) (tr/backend/cpu/ops/scalar.py). One tiny kernel each, so a step needs no host involvement.
 #include "cuda/context.hpp"
+#include "ops/args/scalar.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native {
@@ -12,37 +13,10 @@ __global__ void increment_kernel(T* x, int n) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = x[i] + static_cast<T>(1);
 }
 
-std::unique_ptr<Op> scalar_increment(Context&, const OpArgs& args) {
-  const int n = static_cast<int>(args.i("n"));
-  const DT dt = args.dt("x");
-  void* x = args.ptr("x");
-  if (dt != DT::I32 && dt != DT::F32) args.bad(std::string("x must be INT32 or FP32, got ") + dtype_name(dt));
-  return fn_op([=](cudaStream_t s) {
-    if (dt == DT::I32) {
-      increment_kernel<int><<<1, 32, 0, s>>>(static_cast<int*>(x), n);
-    } else {
-      increment_kernel<float><<<1, 32, 0, s>>>(static_cast<float*>(x), n);
-    }
-    check_launch("scalar_increment");
-  });
-}
-
 __global__ void lr_lookup_kernel(const float* table, int len, const int* step, float* lr) {
   const int s = *step;
   const int last = len - 1;
   *lr = table[s < 0 ? 0 : (s < last ? s : last)];
-}
-
-std::unique_ptr<Op> lr_lookup(Context&, const OpArgs& args) {
-  const int len = static_cast<int>(args.i("len"));
-  if (len < 1) args.bad("the learning-rate table is empty");
-  const float* table = static_cast<const float*>(args.ptr("table"));
-  const int* step = static_cast<const int*>(args.ptr("step"));
-  float* lr = static_cast<float*>(args.ptr("lr"));
-  return fn_op([=](cudaStream_t s) {
-    lr_lookup_kernel<<<1, 1, 0, s>>>(table, len, step, lr);
-    check_launch("lr_lookup");
-  });
 }
 
 // The seed's static rule: halve on overflow, never below 1, never grow.
@@ -72,18 +46,52 @@ __global__ void dynamic_loss_scale_kernel(const int* flag, float* scale, int* tr
   }
 }
 
-std::unique_ptr<Op> loss_scale_update(Context&, const OpArgs& args) {
-  const int* flag = static_cast<const int*>(args.ptr("flag"));
-  float* scale = static_cast<float*>(args.ptr("scale"));
-  if (args.i("dynamic", 0) == 0) {
+__global__ void count_flag_kernel(const int* flag, int* count) {
+  if (*flag != 0) *count += 1;
+}
+
+}  // namespace
+
+std::unique_ptr<Op> scalar_increment(Context&, const ScalarIncrementArgs& args) {
+  const int n = static_cast<int>(args.n);
+  const DT dt = args.x.dt;
+  void* x = args.x.ptr;
+  if (dt != DT::I32 && dt != DT::F32) bad(args, std::string("x must be INT32 or FP32, got ") + dtype_name(dt));
+  return fn_op([=](cudaStream_t s) {
+    if (dt == DT::I32) {
+      increment_kernel<int><<<1, 32, 0, s>>>(static_cast<int*>(x), n);
+    } else {
+      increment_kernel<float><<<1, 32, 0, s>>>(static_cast<float*>(x), n);
+    }
+    check_launch("scalar_increment");
+  });
+}
+
+std::unique_ptr<Op> lr_lookup(Context&, const LrLookupArgs& args) {
+  const int len = static_cast<int>(args.len);
+  if (len < 1) bad(args, "the learning-rate table is empty");
+  const float* table = static_cast<const float*>(args.table.ptr);
+  const int* step = static_cast<const int*>(args.step.ptr);
+  float* lr = static_cast<float*>(args.lr.ptr);
+  return fn_op([=](cudaStream_t s) {
+    lr_lookup_kernel<<<1, 1, 0, s>>>(table, len, step, lr);
+    check_launch("lr_lookup");
+  });
+}
+
+std::unique_ptr<Op> loss_scale_update(Context&, const LossScaleUpdateArgs& args) {
+  const int* flag = static_cast<const int*>(args.flag.ptr);
+  float* scale = static_cast<float*>(args.scale.ptr);
+  if (!args.dynamic) {
     return fn_op([=](cudaStream_t s) {
       loss_scale_kernel<<<1, 1, 0, s>>>(flag, scale);
       check_launch("loss_scale_update");
     });
   }
-  int* tracker = static_cast<int*>(args.ptr("tracker"));
-  const auto interval = args.i("growth_interval");
-  if (interval < 1 || interval > INT32_MAX) args.bad("growth_interval must be in [1, 2^31)");
+  if (!args.tracker) bad(args, "pointer argument 'tracker' is missing (the dynamic rule needs it)");
+  int* tracker = static_cast<int*>(args.tracker.ptr);
+  const std::int64_t interval = args.growth_interval;
+  if (interval < 1 || interval > INT32_MAX) bad(args, "growth_interval must be in [1, 2^31)");
   const int growth_interval = static_cast<int>(interval);
   return fn_op([=](cudaStream_t s) {
     dynamic_loss_scale_kernel<<<1, 1, 0, s>>>(flag, scale, tracker, growth_interval);
@@ -91,26 +99,13 @@ std::unique_ptr<Op> loss_scale_update(Context&, const OpArgs& args) {
   });
 }
 
-__global__ void count_flag_kernel(const int* flag, int* count) {
-  if (*flag != 0) *count += 1;
-}
-
-std::unique_ptr<Op> count_flag(Context&, const OpArgs& args) {
-  const int* flag = static_cast<const int*>(args.ptr("flag"));
-  int* count = static_cast<int*>(args.ptr("count"));
+std::unique_ptr<Op> count_flag(Context&, const CountFlagArgs& args) {
+  const int* flag = static_cast<const int*>(args.flag.ptr);
+  int* count = static_cast<int*>(args.count.ptr);
   return fn_op([=](cudaStream_t s) {
     count_flag_kernel<<<1, 1, 0, s>>>(flag, count);
     check_launch("count_flag");
   });
-}
-
-}  // namespace
-
-void register_scalar_ops() {
-  register_factory("count_flag", &count_flag);
-  register_factory("scalar_increment", &scalar_increment);
-  register_factory("lr_lookup", &lr_lookup);
-  register_factory("loss_scale_update", &loss_scale_update);
 }
 
 }  // namespace tr::native

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "cuda/context.hpp"
+#include "ops/args/scale.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native {
@@ -241,33 +242,36 @@ __global__ void scale_ds_finish_kernel(const double* part, void* ds, DT dsdt, in
 
 // 16-byte vectors of the widest per-element read (elem bytes) when C fills whole vectors and every NHWC
 // pointer is 16-byte aligned (so narrower or two-word accesses are aligned too), else 1.
-int vector_width(const OpArgs& args, int c, int elem, std::initializer_list<const char*> names) {
+int vector_width(int c, int elem, std::initializer_list<Dev> tensors) {
   const int v = 16 / elem;
   if (c % v != 0) return 1;
-  for (const char* name : names) {
-    if (args.has(name) && reinterpret_cast<std::uintptr_t>(args.ptr(name)) % 16 != 0) return 1;
+  for (const Dev& t : tensors) {
+    if (t && reinterpret_cast<std::uintptr_t>(t.ptr) % 16 != 0) return 1;
   }
   return v;
 }
 
-void check_sizes(const OpArgs& args, std::int64_t n, std::int64_t hw, std::int64_t c) {
+template <class A>
+void check_sizes(const A& args, std::int64_t n, std::int64_t hw, std::int64_t c) {
   if (n < 1 || hw < 1 || c < 1) {
-    args.bad("sizes n=" + std::to_string(n) + " hw=" + std::to_string(hw) + " c=" + std::to_string(c) +
+    bad(args, "sizes n=" + std::to_string(n) + " hw=" + std::to_string(hw) + " c=" + std::to_string(c) +
              " must be positive");
   }
-  if (n > INT32_MAX || c > INT32_MAX) args.bad("n and c must fit in 32 bits");
+  if (n > INT32_MAX || c > INT32_MAX) bad(args, "n and c must fit in 32 bits");
 }
 
-std::unique_ptr<Op> scale_fwd(Context&, const OpArgs& args) {
-  const std::int64_t n = args.i("n"), hw = args.i("hw"), c64 = args.i("c");
+}  // namespace
+
+std::unique_ptr<Op> scale_fwd(Context&, const ScaleFwdArgs& args) {
+  const std::int64_t n = args.n, hw = args.hw, c64 = args.c;
   check_sizes(args, n, hw, c64);
   const int c = static_cast<int>(c64);
-  const DT xdt = args.dt("x"), sdt = args.dt("s"), ydt = args.dt("y");
-  const void* x = args.ptr("x");
-  const void* s = args.ptr("s");
-  void* y = args.ptr("y");
+  const DT xdt = args.x.dt, sdt = args.s.dt, ydt = args.y.dt;
+  const void* x = args.x.ptr;
+  const void* s = args.s.ptr;
+  void* y = args.y.ptr;
   for (DT dt : {xdt, sdt, ydt}) kern::dispatch_float(dt, args, "x, s and y", [](auto) {});
-  const int v = vector_width(args, c, dtype_size(xdt), {"x", "y"});
+  const int v = vector_width(c, dtype_size(xdt), {args.x, args.y});
   const std::int64_t groups = n * hw * c / v, per_sample = hw * c / v;
   const int cg = c / v;
   return fn_op(
@@ -289,22 +293,22 @@ std::unique_ptr<Op> scale_fwd(Context&, const OpArgs& args) {
       "vec" + std::to_string(v));
 }
 
-std::unique_ptr<Op> scale_bwd(Context&, const OpArgs& args) {
-  const std::int64_t n = args.i("n"), hw = args.i("hw"), c64 = args.i("c");
+std::unique_ptr<Op> scale_bwd(Context&, const ScaleBwdArgs& args) {
+  const std::int64_t n = args.n, hw = args.hw, c64 = args.c;
   check_sizes(args, n, hw, c64);
   const int c = static_cast<int>(c64);
-  const bool with_dx = args.has("dx");
-  const DT xdt = args.dt("x"), sdt = args.dt("s"), ddt = args.dt("dy"), dsdt = args.dt("ds");
-  const DT dxdt = with_dx ? args.dt("dx") : DT::F32;
-  const void* x = args.ptr("x");
-  const void* s = args.ptr("s");
-  const void* dy = args.ptr("dy");
-  void* ds = args.ptr("ds");
-  void* dx = with_dx ? args.ptr("dx") : nullptr;
+  const bool with_dx = static_cast<bool>(args.dx);
+  const DT xdt = args.x.dt, sdt = args.s.dt, ddt = args.dy.dt, dsdt = args.ds.dt;
+  const DT dxdt = with_dx ? args.dx.dt : DT::F32;
+  const void* x = args.x.ptr;
+  const void* s = args.s.ptr;
+  const void* dy = args.dy.ptr;
+  void* ds = args.ds.ptr;
+  void* dx = args.dx.ptr;
   for (DT dt : {xdt, sdt, ddt, dsdt, dxdt}) kern::dispatch_float(dt, args, "x, s, dy, ds and dx", [](auto) {});
-  const int v = vector_width(args, c, std::max(dtype_size(xdt), dtype_size(ddt)), {"x", "dy", "dx"});
+  const int v = vector_width(c, std::max(dtype_size(xdt), dtype_size(ddt)), {args.x, args.dy, args.dx});
   const Geo g = geometry(static_cast<int>(n), hw, c, v);
-  if (g.tiles > 65535) args.bad("c=" + std::to_string(c) + " needs more than 65535 channel tiles");
+  if (g.tiles > 65535) bad(args, "c=" + std::to_string(c) + " needs more than 65535 channel tiles");
   // Chunk partials live as long as the op (its graph); one chunk writes ds directly.
   std::shared_ptr<DeviceBuffer> part;
   if (g.chunks > 1) part = std::make_shared<DeviceBuffer>(static_cast<std::size_t>(n) * g.chunks * c * sizeof(double));
@@ -341,13 +345,6 @@ std::unique_ptr<Op> scale_bwd(Context&, const OpArgs& args) {
         }
       },
       std::move(info));
-}
-
-}  // namespace
-
-void register_scale_ops() {
-  register_factory("scale_fwd", &scale_fwd);
-  register_factory("scale_bwd", &scale_bwd);
 }
 
 }  // namespace tr::native

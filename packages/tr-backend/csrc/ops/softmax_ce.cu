@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "cuda/context.hpp"
+#include "ops/args/softmax_ce.hpp"
 #include "ops/kernels.cuh"
 
 namespace tr::native {
@@ -91,21 +92,24 @@ __global__ void sce_result_kernel(const double* loss_part, const int* hits, floa
   }
 }
 
-std::unique_ptr<Op> sce_forward(const OpArgs& args, bool inference) {
-  const int n = static_cast<int>(args.i("n")), k = static_cast<int>(args.i("k"));
-  const float ls = static_cast<float>(args.f("label_smoothing", 0.0));
-  const DT zdt = args.dt("logits");
-  const DT pdt = inference ? zdt : args.dt("probs");
-  const void* z = args.ptr("logits");
-  const int* labels = static_cast<const int*>(args.ptr("labels"));
-  void* probs = inference ? nullptr : args.ptr("probs");
-  float* result = static_cast<float*>(args.ptr("result"));
-  int* pred = inference && args.has("pred") ? static_cast<int*>(args.ptr("pred")) : nullptr;
+// softmax_ce_fwd (probs, no pred) and softmax_ce_inf (no probs, pred when given): the records' common fields, and
+// probs and pred (null when absent).
+template <class A>
+std::unique_ptr<Op> sce_forward(const A& args, const Dev& probs_t, const Dev& pred_t) {
+  const int n = static_cast<int>(args.n), k = static_cast<int>(args.k);
+  const float ls = static_cast<float>(args.label_smoothing);
+  const DT zdt = args.logits.dt;
+  const DT pdt = probs_t ? probs_t.dt : zdt;
+  const void* z = args.logits.ptr;
+  const int* labels = static_cast<const int*>(args.labels.ptr);
+  void* probs = probs_t.ptr;
+  float* result = static_cast<float*>(args.result.ptr);
+  int* pred = static_cast<int*>(pred_t.ptr);
   auto scratch = std::make_shared<DeviceBuffer>(static_cast<std::size_t>(n) * (sizeof(double) + 2 * sizeof(int)));
   kern::dispatch_float(zdt, args, "logits", [](auto) {});
   kern::dispatch_float(pdt, args, "probs", [](auto) {});
   return fn_op([=](cudaStream_t s) {
-    double* part = scratch->as<double>();
+    double* part = static_cast<double*>(scratch->get());
     int* hits = reinterpret_cast<int*>(part + n);
     kern::dispatch_float(zdt, args, "logits", [&](auto tz) {
       using T = typename decltype(tz)::type;
@@ -121,9 +125,6 @@ std::unique_ptr<Op> sce_forward(const OpArgs& args, bool inference) {
   });
 }
 
-std::unique_ptr<Op> sce_fwd(Context&, const OpArgs& args) { return sce_forward(args, false); }
-std::unique_ptr<Op> sce_inf(Context&, const OpArgs& args) { return sce_forward(args, true); }
-
 template <class TP, class TD>
 __global__ void sce_bwd_kernel(const TP* probs, const int* labels, const float* scale, TD* d, std::int64_t n, int k,
                                float off, float hit) {
@@ -137,16 +138,26 @@ __global__ void sce_bwd_kernel(const TP* probs, const int* labels, const float* 
   }
 }
 
-std::unique_ptr<Op> sce_bwd(Context&, const OpArgs& args) {
-  const std::int64_t n = args.i("n");
-  const int k = static_cast<int>(args.i("k"));
-  const double ls = args.f("label_smoothing", 0.0);
+}  // namespace
+
+std::unique_ptr<Op> softmax_ce_fwd(Context&, const SoftmaxCeFwdArgs& args) {
+  return sce_forward(args, args.probs, Dev{});
+}
+
+std::unique_ptr<Op> softmax_ce_inf(Context&, const SoftmaxCeInfArgs& args) {
+  return sce_forward(args, Dev{}, args.pred);
+}
+
+std::unique_ptr<Op> softmax_ce_bwd(Context&, const SoftmaxCeBwdArgs& args) {
+  const std::int64_t n = args.n;
+  const int k = static_cast<int>(args.k);
+  const double ls = args.label_smoothing;
   const float off = static_cast<float>(ls / k), hit = static_cast<float>(1.0 - ls);
-  const DT pdt = args.dt("probs"), ddt = args.dt("dlogits");
-  const void* probs = args.ptr("probs");
-  const int* labels = static_cast<const int*>(args.ptr("labels"));
-  const float* scale = static_cast<const float*>(args.ptr("scale"));
-  void* d = args.ptr("dlogits");
+  const DT pdt = args.probs.dt, ddt = args.dlogits.dt;
+  const void* probs = args.probs.ptr;
+  const int* labels = static_cast<const int*>(args.labels.ptr);
+  const float* scale = static_cast<const float*>(args.scale.ptr);
+  void* d = args.dlogits.ptr;
   kern::dispatch_float(pdt, args, "probs", [](auto) {});
   kern::dispatch_float(ddt, args, "dlogits", [](auto) {});
   return fn_op([=](cudaStream_t s) {
@@ -160,14 +171,6 @@ std::unique_ptr<Op> sce_bwd(Context&, const OpArgs& args) {
     });
     check_launch("softmax_ce_bwd");
   });
-}
-
-}  // namespace
-
-void register_softmax_ce_ops() {
-  register_factory("softmax_ce_fwd", &sce_fwd);
-  register_factory("softmax_ce_bwd", &sce_bwd);
-  register_factory("softmax_ce_inf", &sce_inf);
 }
 
 }  // namespace tr::native

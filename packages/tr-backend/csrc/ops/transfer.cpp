@@ -3,19 +3,18 @@
 // the backend re-points those nodes (Graph::set_memcpy_source) instead of capturing again.
 #include "cuda/check.hpp"
 #include "cuda/context.hpp"
+#include "ops/args/transfer.hpp"
 #include "ops/op.hpp"
 
 namespace tr::native {
 
-namespace {
-
-std::unique_ptr<Op> h2d_copy(Context&, const OpArgs& args) {
-  const void* src_labels = args.ptr("src_labels");
-  const void* src_data = args.ptr("src_data");
-  void* labels = args.ptr("labels");
-  void* data = args.ptr("data");
-  const auto label_bytes = static_cast<std::size_t>(args.i("label_bytes"));
-  const auto data_bytes = static_cast<std::size_t>(args.i("data_bytes"));
+std::unique_ptr<Op> h2d_copy(Context&, const H2dCopyArgs& args) {
+  const void* src_labels = args.src_labels;
+  const void* src_data = args.src_data;
+  void* labels = args.labels.ptr;
+  void* data = args.data.ptr;
+  const auto label_bytes = static_cast<std::size_t>(args.label_bytes);
+  const auto data_bytes = static_cast<std::size_t>(args.data_bytes);
   return fn_op([=](cudaStream_t s) {
     if (label_bytes > 0) {
       cuda::check(cudaMemcpyAsync(labels, src_labels, label_bytes, cudaMemcpyHostToDevice, s),
@@ -27,9 +26,5 @@ std::unique_ptr<Op> h2d_copy(Context&, const OpArgs& args) {
     }
   });
 }
-
-}  // namespace
-
-void register_transfer_ops() { register_factory("h2d_copy", &h2d_copy); }
 
 }  // namespace tr::native

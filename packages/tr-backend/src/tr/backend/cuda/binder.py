@@ -2,23 +2,25 @@
 
 An op implementation is a builder ``impl(b: CudaBinder) -> native op | list of native ops | None``. It
 runs its family's rule (tr.backend.rules: the checks both backends share; ``b.fail`` raises naming the graph,
-op and layer),
-resolves its DTensors and spans to device addresses ONCE, and asks the extension for the native op
-(``b.native``). What the builder returns is recorded into the graph; at launch nothing of it runs in Python.
+op and layer), resolves its DTensors and spans to device addresses ONCE, and asks the extension for the native
+op by its typed record (``b.make(SIG, field=...)``, SIG declared in tr.backend.cuda.signatures). What the builder
+returns is recorded into the graph; at launch nothing of it runs in Python.
 
 Device tensors use the CPU backend's compact NHWC layout, so both backends read the same bytes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tr.backend.binding import FLOATS, CallBinder, pair  # noqa: F401  (re-exported for op modules)
+from tr.backend.cuda.native import require_native
+from tr.backend.cuda.signatures._types import NativeOp
 from tr.core.errors import TrError
 
 if TYPE_CHECKING:
     from tr.backend.cuda.backend import CudaBackend
+
 
 class CudaBinder(CallBinder):
     backend: CudaBackend
@@ -40,25 +42,19 @@ class CudaBinder(CallBinder):
         return ptr, nbytes // itemsize
 
     # --- native ops ------------------------------------------------------------------------------------
-    def native_args(self, tensors: Iterable[str] = (), ptrs: Mapping[str, int] | None = None,
-                    ints: Mapping[str, int] | None = None) -> tuple[dict[str, int], dict[str, int]]:
-        """The (pointers, integers) ``native`` passes: ``tensors`` (argument names; absent optional ones are
-        skipped) add their address and dtype code (``<name>_dt``) to ``ptrs`` and ``ints``."""
-        p: dict[str, int] = dict(ptrs or {})
-        i: dict[str, int] = {k: int(v) for k, v in (ints or {}).items()}
-        for name in tensors:
-            if self.has(name):
-                p[name] = self.ptr(name)
-                i[f"{name}_dt"] = self.dtype(name).code
-        return p, i
+    def dev(self, name: str) -> Any:
+        """Tensor argument ``name`` as a native op's ``Dev`` (address, dtype code); None when it is an optional
+        argument not given."""
+        if not self.has(name):
+            return None
+        return require_native().Dev(self.ptr(name), self.dtype(name).code)
 
-    def native(self, op: str, tensors: Iterable[str] = (), ptrs: Mapping[str, int] | None = None,
-               ints: Mapping[str, int] | None = None, floats: Mapping[str, float] | None = None) -> Any:
-        """The native op ``op``: ``tensors`` (argument names; absent optional ones are skipped) pass their
-        address and dtype code (``<name>_dt``); ``ptrs``, ``ints`` and ``floats`` pass the rest by name."""
-        p, i = self.native_args(tensors, ptrs, ints)
-        f = {k: float(v) for k, v in (floats or {}).items()}
+    def make(self, sig: NativeOp, **fields: Any) -> Any:
+        """The native op ``sig`` (tr.backend.cuda.signatures) made from ``fields``, by keyword. A misspelt,
+        missing or mistyped field is a ConfigError naming the op and the field, raised here."""
         try:
-            return self.backend.native.make_op(self.backend.ctx, op, p, i, f)
+            sig.check(fields)
+            args = getattr(require_native(), sig.cls)(**fields)
+            return self.backend.native.make_op(self.backend.ctx, args)
         except TrError as e:
             raise type(e)(f"{self.where}: {e}") from e

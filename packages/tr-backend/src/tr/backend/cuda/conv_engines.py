@@ -28,6 +28,7 @@ from typing import Any
 
 from tr.backend.cuda.cudnn import autotune, load_cudnn
 from tr.backend.cuda.native import native_module, require_native
+from tr.backend.cuda.signatures._types import NativeOp
 from tr.core import env as tr_env
 from tr.core.errors import ConfigError, DeviceUnavailableError, TrError
 
@@ -54,10 +55,11 @@ class ConvEngine:
 _USED: weakref.WeakKeyDictionary[Any, dict[tuple[str, str, str], ConvEngine]] = weakref.WeakKeyDictionary()
 
 
-def note(b: Any, op: str, ints: Mapping[str, int], made: Any) -> None:
-    """Record the plans of the conv op ``made`` for binder ``b`` (``ints``: the op's integer arguments as the
-    native op got them, dtype codes included: CudaBinder.native_args). Nothing is recorded when the extension
-    cannot say (built before engines were recorded, or a test's stand-in)."""
+def note(b: Any, sig: NativeOp, fields: Mapping[str, Any], made: Any) -> None:
+    """Record the plans of the conv op ``made`` (native op ``sig``: CONV_FWD or CONV_BWD) for binder ``b``;
+    ``fields`` are the ones its record was made from (tr.backend.cuda.ops.conv.conv_fields), so the lookup gets
+    the same record. Nothing is recorded when the extension cannot say (built before engines were recorded, or
+    a test's stand-in)."""
     lookup = getattr(b.backend.native, "cudnn_conv_op_plans", None)
     if lookup is None:
         return
@@ -65,10 +67,11 @@ def note(b: Any, op: str, ints: Mapping[str, int], made: Any) -> None:
     # the direct kernels ran, whatever plans exist for these keys ("bias gradient kernels, direct conv ..." too)
     direct = "direct conv" in info
     records = _USED.setdefault(b.backend, {})
-    for r in lookup(int(b.backend.device), op, dict(ints), b.has("dx")):
-        e = ConvEngine(**r, op=op)
+    record = getattr(require_native(), sig.cls)(**fields)
+    for r in lookup(int(b.backend.device), record):
+        e = ConvEngine(**r, op=sig.name)
         if direct:
-            e = ConvEngine(e.key, e.direction, "direct", "direct", op=op, note=info)
+            e = ConvEngine(e.key, e.direction, "direct", "direct", op=sig.name, note=info)
         records.setdefault((e.key, e.engine, e.source), e)
 
 

@@ -33,9 +33,10 @@ from typing import Any
 import numpy as np
 
 from tr.backend.cuda.binder import CudaBinder
+from tr.backend.cuda.signatures.extern_kernel import EXTERN_KERNEL
 from tr.core.errors import BackendError, ConfigError, TrError
 
-# Parameter type codes of the native op (csrc/ops/extern_kernel.cu, ParamType)
+# Parameter type codes of the native op's param_types (csrc/ops/extern_kernel.cu, ParamType)
 POINTER, INT32, INT64, FLOAT32, FLOAT64 = range(5)
 PARAM_TYPES = {np.int32: INT32, np.int64: INT64, np.float32: FLOAT32, np.float64: FLOAT64}
 
@@ -125,17 +126,17 @@ def _dims(b: CudaBinder, what: str, v: Any) -> tuple[int, int, int]:
     return x, y, z
 
 
-def kernel_args(b: CudaBinder, args: Sequence[Any]) -> tuple[dict[str, int], dict[str, int], dict[str, float]]:
-    """The native op's (ptrs, ints, floats) for ``args`` (see the module docstring): ``t<i>`` the type code of
-    parameter i, ``a<i>`` its value."""
+def kernel_args(b: CudaBinder, args: Sequence[Any]) -> tuple[list[int], list[int], list[float]]:
+    """The native op's parameter lists for ``args`` (see the module docstring), one entry a parameter:
+    (param_types: its type code, param_ints: a pointer's address or an integer's value, 0 for a float,
+    param_floats: a float's value, 0.0 for the others)."""
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
         b.fail(f"args must be a list of the kernel's arguments, got {args!r}", ConfigError)
-    ptrs: dict[str, int] = {}
-    ints: dict[str, int] = {"nargs": len(args)}
-    floats: dict[str, float] = {}
+    types: list[int] = []
+    ints: list[int] = []
+    floats: list[float] = []
     names = {a.name: a for a in b.opdef.args}
     for i, v in enumerate(args):
-        key = f"a{i}"
         if isinstance(v, str):
             arg = names.get(v)
             if arg is None:
@@ -143,25 +144,29 @@ def kernel_args(b: CudaBinder, args: Sequence[Any]) -> tuple[dict[str, int], dic
                        f"({sorted(names)})", ConfigError)
             if not b.has(v):
                 b.fail(f"kernel argument {i} names {v!r}, which this call leaves out (optional)", ConfigError)
-            ptrs[key] = b.span(v)[0] if arg.kind == "span" else b.ptr(v)
-            ints[f"t{i}"] = POINTER
+            address = b.span(v)[0] if arg.kind == "span" else b.ptr(v)
+            types.append(POINTER)
+            ints.append(address - (1 << 64) if address >= 1 << 63 else address)  # its 64 bits as an int64
+            floats.append(0.0)
         elif type(v) in PARAM_TYPES:
             code = PARAM_TYPES[type(v)]
-            ints[f"t{i}"] = code
-            if code in (INT32, INT64):
-                ints[key] = int(v)
-            else:
-                floats[key] = float(v)
+            types.append(code)
+            ints.append(int(v) if code in (INT32, INT64) else 0)
+            floats.append(float(v) if code in (FLOAT32, FLOAT64) else 0.0)
         elif isinstance(v, int) and not isinstance(v, bool):
             if not -(1 << 63) <= v < (1 << 63):
                 b.fail(f"kernel argument {i} = {v} does not fit a long long", ConfigError)
-            ints[f"t{i}"], ints[key] = INT64, v
+            types.append(INT64)
+            ints.append(v)
+            floats.append(0.0)
         elif isinstance(v, float):
-            ints[f"t{i}"], floats[key] = FLOAT64, v
+            types.append(FLOAT64)
+            ints.append(0)
+            floats.append(v)
         else:
             b.fail(f"kernel argument {i} is {type(v).__name__} {v!r}; expected an argument name (str), a numpy "
                    "int32/int64/float32/float64, an int or a float", ConfigError)
-    return ptrs, ints, floats
+    return types, ints, floats
 
 
 def launch_kernel(b: CudaBinder, kernel: Any, grid: Any, block: Any, args: Sequence[Any], shared: int = 0) -> Any:
@@ -170,12 +175,11 @@ def launch_kernel(b: CudaBinder, kernel: Any, grid: Any, block: Any, args: Seque
     g, bl = _dims(b, "grid", grid), _dims(b, "block", block)
     if isinstance(shared, bool) or not isinstance(shared, (int, np.integer)) or shared < 0:
         b.fail(f"shared must be an int >= 0 (bytes of dynamic shared memory), got {shared!r}", ConfigError)
-    ptrs, ints, floats = kernel_args(b, args)
+    types, ints, floats = kernel_args(b, args)
     handle, keep = _function(b, kernel)
-    ptrs["function"] = handle
-    ints.update(grid_x=g[0], grid_y=g[1], grid_z=g[2], block_x=bl[0], block_y=bl[1], block_z=bl[2],
-                shared=int(shared))
-    op = b.native("extern_kernel", ptrs=ptrs, ints=ints, floats=floats)
+    op = b.make(EXTERN_KERNEL, function=handle, grid_x=g[0], grid_y=g[1], grid_z=g[2], block_x=bl[0],
+                block_y=bl[1], block_z=bl[2], shared=int(shared), param_types=types, param_ints=ints,
+                param_floats=floats)
     if keep is not None:
         _KEEP.setdefault(b.backend, []).append(keep)
     return op

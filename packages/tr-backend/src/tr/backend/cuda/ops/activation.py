@@ -7,27 +7,24 @@ from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
+from tr.backend.cuda.signatures.activation import ACT_BWD, ACT_FWD, ACT_INF
 from tr.backend.rules import activation as rules
-
-
-def _forward(b: CudaBinder, with_mask: bool) -> Any:
-    r = rules.act_fwd(b, with_mask)
-    names = ["x", "y"] + (["mask"] if r.mask else [])
-    return b.native("act_fwd" if with_mask else "act_inf", names, ints={"n": r.n, "kind": r.code})
 
 
 @cuda_op("act_fwd")
 def act_fwd(b: CudaBinder) -> Any:
-    return _forward(b, True)
+    r = rules.act_fwd(b, True)
+    return b.make(ACT_FWD, x=b.dev("x"), y=b.dev("y"), mask=b.dev("mask"), n=r.n, kind=r.code)
 
 
 @cuda_op("act_inf")
 def act_inf(b: CudaBinder) -> Any:
-    return _forward(b, False)
+    r = rules.act_fwd(b, False)
+    return b.make(ACT_INF, x=b.dev("x"), y=b.dev("y"), n=r.n, kind=r.code)
 
 
 @cuda_op("act_bwd")
 def act_bwd(b: CudaBinder) -> Any:
-    r = rules.act_bwd(b)
-    names = ["x", "dy", "dx"] + (["mask"] if r.mask else [])
-    return b.native("act_bwd", names, ints={"n": r.n, "kind": r.code})
+    r = rules.act_bwd(b)  # the mask is read only for relu: another kind's derivative comes from x
+    return b.make(ACT_BWD, x=b.dev("x"), dy=b.dev("dy"), dx=b.dev("dx"), mask=b.dev("mask") if r.mask else None,
+                  n=r.n, kind=r.code)

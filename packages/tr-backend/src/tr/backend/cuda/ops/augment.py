@@ -8,21 +8,18 @@ from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
-from tr.backend.rules.augment import MAX_CHANNELS, per_channel, shapes_of, spec_of
+from tr.backend.cuda.signatures.augment import AUGMENT_AFFINE
+from tr.backend.rules.augment import per_channel, shapes_of, spec_of
 
 
 @cuda_op("augment_affine")
 def augment_affine(b: CudaBinder) -> Any:
     s = spec_of(b)
     sh = shapes_of(b, s)
-    floats = {"degrees": s.degrees, "scale_lo": s.scale[0], "scale_hi": s.scale[1], "erase_p": s.erase_p,
-              "erase_scale_lo": s.erase_scale[0], "erase_scale_hi": s.erase_scale[1],
-              "erase_ratio_lo": s.erase_ratio[0], "erase_ratio_hi": s.erase_ratio[1], "erase_value": s.erase_value,
-              "flip_p": s.flip_p}
-    mean, std = per_channel(s.mean, sh.c), per_channel(s.std, sh.c)
-    for k in range(MAX_CHANNELS):
-        floats[f"mean{k}"] = mean[k] if k < sh.c else 0.0
-        floats[f"std{k}"] = std[k] if k < sh.c else 1.0
-    ints = {"n": sh.n, "h": sh.h, "w": sh.w, "c": sh.c, "batch": sh.batch, "c_out": sh.c_out, "pad": s.pad,
-            "crop_slot": s.crop_slot, "rotation_slot": s.rotation_slot, "scale_slot": s.scale_slot}
-    return b.native("augment_affine", ["src", "index", "key", "y"], ints=ints, floats=floats)
+    return b.make(AUGMENT_AFFINE, src=b.dev("src"), index=b.dev("index"), key=b.dev("key"), y=b.dev("y"), n=sh.n,
+                  h=sh.h, w=sh.w, c=sh.c, c_out=sh.c_out, batch=sh.batch, pad=s.pad, crop_slot=s.crop_slot,
+                  rotation_slot=s.rotation_slot, scale_slot=s.scale_slot, degrees=s.degrees, scale_lo=s.scale[0],
+                  scale_hi=s.scale[1], erase_p=s.erase_p, erase_scale_lo=s.erase_scale[0],
+                  erase_scale_hi=s.erase_scale[1], erase_ratio_lo=s.erase_ratio[0], erase_ratio_hi=s.erase_ratio[1],
+                  erase_value=s.erase_value, flip_p=s.flip_p, mean=per_channel(s.mean, sh.c),
+                  std=per_channel(s.std, sh.c))

@@ -15,30 +15,38 @@ from tr.backend.cuda import conv_engines
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.cudnn import autotune, conv_engine, log_plan_cache_warnings
 from tr.backend.cuda.ops._register import cuda_op
+from tr.backend.cuda.signatures._types import NativeOp
+from tr.backend.cuda.signatures.conv import CONV_BWD, CONV_FWD
 from tr.backend.rules import conv as rules
 
+TENSORS = {CONV_FWD.name: ("x", "w", "b", "y"), CONV_BWD.name: ("x", "w", "dy", "dw", "db", "dx")}
 
-def _ints(rule: tuple[Geometry, int, int], b: CudaBinder) -> dict[str, int]:
+
+def conv_fields(b: CudaBinder, sig: NativeOp, rule: tuple[Geometry, int, int]) -> dict[str, Any]:
+    """Every field of ``sig``'s record (CONV_FWD or CONV_BWD) for the call ``b`` binds, from its rule's
+    (geometry, K, groups): the one place the record's values come from, for the op (make_op) and for the
+    lookup of its plans (conv_engines.note)."""
     g, k, groups = rule
-    return {**g.as_ints(), "k": k, "groups": groups, "engine": conv_engine(), "tf32": b.backend.use_tf32,
-            "autotune": autotune(b.backend)}
+    geo = g.as_ints()
+    geo["ih"], geo["iw"] = geo.pop("h"), geo.pop("w")  # the record's w is the weight tensor
+    return {**{name: b.dev(name) for name in TENSORS[sig.name]}, **geo, "k": k, "groups": groups,
+            "engine": conv_engine(), "tf32": bool(b.backend.use_tf32), "autotune": bool(autotune(b.backend))}
 
 
-def _build(b: CudaBinder, op: str, tensors: list[str], ints: dict[str, int]) -> Any:
-    ptrs, full = b.native_args(tensors, ints=ints)
+def _build(b: CudaBinder, sig: NativeOp, fields: dict[str, Any]) -> Any:
     try:
-        made = b.native(op, ptrs=ptrs, ints=full)
+        made = b.make(sig, **fields)
     finally:
         log_plan_cache_warnings()  # planning may have met a corrupt or stale autotuning cache
-    conv_engines.note(b, op, full, made)
+    conv_engines.note(b, sig, fields, made)
     return made
 
 
 @cuda_op("conv_fwd")
 def conv_fwd(b: CudaBinder) -> Any:
-    return _build(b, "conv_fwd", ["x", "w", "b", "y"], _ints(rules.conv_fwd(b), b))
+    return _build(b, CONV_FWD, conv_fields(b, CONV_FWD, rules.conv_fwd(b)))
 
 
 @cuda_op("conv_bwd")
 def conv_bwd(b: CudaBinder) -> Any:
-    return _build(b, "conv_bwd", ["x", "w", "dy", "dw", "db", "dx"], _ints(rules.conv_bwd(b), b))
+    return _build(b, CONV_BWD, conv_fields(b, CONV_BWD, rules.conv_bwd(b)))

@@ -15,24 +15,25 @@ from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
+from tr.backend.cuda.signatures.fc import FC_BWD, FC_FWD
 from tr.backend.rules import fc as fc_rules
 from tr.core import env as tr_env
 
 
-def _epilogues() -> int:
-    return int(tr_env.get("TR_CUBLASLT_EPILOGUES"))
+def _mode(b: CudaBinder) -> dict[str, bool]:
+    """TF32 (the backend's) and whether cuBLASLt's epilogues may fuse (TR_CUBLASLT_EPILOGUES)."""
+    return {"tf32": bool(b.backend.use_tf32), "epilogues": bool(tr_env.get("TR_CUBLASLT_EPILOGUES"))}
 
 
 @cuda_op("fc_fwd")
 def fc_fwd(b: CudaBinder) -> Any:
     sh, relu = fc_rules.fwd(b)
-    return b.native("fc_fwd", ["x", "w", "b", "y", "mask"],
-                    ints={"n": sh.n, "k": sh.k, "o": sh.o, "relu": relu, "tf32": b.backend.use_tf32,
-                          "epilogues": _epilogues()})
+    return b.make(FC_FWD, x=b.dev("x"), w=b.dev("w"), b=b.dev("b"), y=b.dev("y"), mask=b.dev("mask"), n=sh.n,
+                  k=sh.k, o=sh.o, relu=bool(relu), **_mode(b))
 
 
 @cuda_op("fc_bwd")
 def fc_bwd(b: CudaBinder) -> Any:
     sh = fc_rules.bwd(b)
-    return b.native("fc_bwd", ["x", "w", "dy", "dw", "db", "dx", "mask"],
-                    ints={"n": sh.n, "k": sh.k, "o": sh.o, "tf32": b.backend.use_tf32, "epilogues": _epilogues()})
+    return b.make(FC_BWD, x=b.dev("x"), w=b.dev("w"), dy=b.dev("dy"), dw=b.dev("dw"), db=b.dev("db"),
+                  dx=b.dev("dx"), mask=b.dev("mask"), n=sh.n, k=sh.k, o=sh.o, **_mode(b))

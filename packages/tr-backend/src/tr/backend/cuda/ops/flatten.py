@@ -7,12 +7,13 @@ from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
+from tr.backend.cuda.signatures.copy import MEMCPY, ROW_COPY
 from tr.backend.rules import flatten as rules
 
 
 def _flat_copy(b: CudaBinder, src: str, dst: str) -> Any:
     nbytes = rules.flat_copy(b, src, dst)
-    return b.native("memcpy", ptrs={"src": b.ptr(src), "dst": b.ptr(dst)}, ints={"nbytes": nbytes})
+    return b.make(MEMCPY, src=b.ptr(src), dst=b.ptr(dst), nbytes=nbytes)
 
 
 @cuda_op("flatten_fwd")
@@ -26,9 +27,8 @@ def flatten_bwd(b: CudaBinder) -> Any:
 
 
 def _row_copy(b: CudaBinder, src: str, dst: str, rows: int, src_cols: int, dst_cols: int, cols: int) -> Any:
-    return b.native("row_copy", ptrs={"src": b.ptr(src), "dst": b.ptr(dst)},
-                    ints={"rows": rows, "src_cols": src_cols, "dst_cols": dst_cols, "cols": cols,
-                          "esize": b.dtype(src).itemsize})
+    return b.make(ROW_COPY, src=b.ptr(src), dst=b.ptr(dst), rows=rows, src_cols=src_cols, dst_cols=dst_cols,
+                  cols=cols, esize=b.dtype(src).itemsize)
 
 
 @cuda_op("channel_pad_fwd")

@@ -9,26 +9,27 @@ from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
-from tr.backend.rules.image import CHANNELS, coefficients, per_channel, shapes_of, spec_of
+from tr.backend.cuda.signatures.image import IMAGE_JITTER, IMAGE_RESAMPLE
+from tr.backend.rules.image import coefficients, per_channel, shapes_of, spec_of
 
 
-def _native(b: CudaBinder, op: str, src: str) -> Any:
+def _fields(b: CudaBinder, src: str) -> dict[str, Any]:
+    """The fields both native ops take, after the rule's checks (``src``: the op's pixel input)."""
     spec, sh = spec_of(b), shapes_of(b, src)
     a, bias = coefficients(spec)  # float32 values: passed as doubles, exact
-    ev = per_channel(spec.erase_value)
-    floats = {}
-    for c in range(CHANNELS):
-        floats[f"a{c}"], floats[f"b{c}"], floats[f"erase{c}"] = float(a[c]), float(bias[c]), ev[c]
-    ints = {"batch": sh.batch, "h": sh.h, "w": sh.w, "c_out": sh.c_out}
-    return b.native(op, [src, "geom", "y"], ints=ints, floats=floats)
+    return {"geom": b.dev("geom"), "y": b.dev("y"), "batch": sh.batch, "h": sh.h, "w": sh.w, "c_out": sh.c_out,
+            "norm_a": [float(v) for v in a], "norm_b": [float(v) for v in bias],
+            "erase": per_channel(spec.erase_value)}
 
 
 @cuda_op("image_resample")
 def image_resample(b: CudaBinder) -> Any:
-    return _native(b, "image_resample", "src")
+    fields = _fields(b, "src")
+    return b.make(IMAGE_RESAMPLE, src=b.dev("src"), **fields)
 
 
 @cuda_op("image_jitter")
 def image_jitter(b: CudaBinder) -> Any:
     """One block a sample (csrc/ops/image.cu): the colour jitter, then the flip, normalisation and erasing."""
-    return _native(b, "image_jitter", "x")
+    fields = _fields(b, "x")
+    return b.make(IMAGE_JITTER, x=b.dev("x"), **fields)

@@ -13,18 +13,20 @@ from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
-from tr.backend.rules.layernorm import STATS, ln_bwd_rules, ln_fwd_rules
+from tr.backend.cuda.signatures.layernorm import LN_BWD, LN_FWD
+from tr.backend.rules.layernorm import ln_bwd_rules, ln_fwd_rules
 
 
 @cuda_op("ln_fwd")
 def ln_fwd(b: CudaBinder) -> Any:
-    r = ln_fwd_rules(b)
-    names = ["x", "gamma", "beta", "y"] + (list(STATS) if r.stats else [])
-    return b.native("ln_fwd", names, ints={"rows": r.rows, "c": r.c}, floats={"eps": r.eps})
+    r = ln_fwd_rules(b)  # the saved statistics: both in training, neither in inference
+    return b.make(LN_FWD, x=b.dev("x"), gamma=b.dev("gamma"), beta=b.dev("beta"), y=b.dev("y"),
+                  saved_mean=b.dev("saved_mean"), saved_rstd=b.dev("saved_rstd"), rows=r.rows, c=r.c, eps=r.eps)
 
 
 @cuda_op("ln_bwd")
 def ln_bwd(b: CudaBinder) -> Any:
-    r = ln_bwd_rules(b)
-    names = ["x", "gamma", "dy", *STATS, "dgamma", "dbeta"] + (["dx"] if r.dx else [])
-    return b.native("ln_bwd", names, ints={"rows": r.rows, "c": r.c})
+    r = ln_bwd_rules(b)  # dx None: a first layer
+    return b.make(LN_BWD, x=b.dev("x"), gamma=b.dev("gamma"), dy=b.dev("dy"), saved_mean=b.dev("saved_mean"),
+                  saved_rstd=b.dev("saved_rstd"), dgamma=b.dev("dgamma"), dbeta=b.dev("dbeta"), dx=b.dev("dx"),
+                  rows=r.rows, c=r.c)

@@ -10,7 +10,19 @@ from __future__ import annotations
 from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
+from tr.backend.cuda.native import require_native
 from tr.backend.cuda.ops._register import cuda_op
+from tr.backend.cuda.signatures.collective import NCCL_ALLREDUCE_MEAN
+from tr.backend.cuda.signatures.copy import COPY_UNLESS_FLAGGED, MEMCPY
+from tr.backend.cuda.signatures.optimizer import LARS_UPDATE, RANGE_OPTIMIZER
+from tr.backend.cuda.signatures.range import (
+    ACCUM_METRICS,
+    MEMSET,
+    RANGE_CAST,
+    RANGE_CHECK_FINITE,
+    RANGE_EMA,
+    RANGE_SCALE,
+)
 from tr.backend.rules import range as rules
 from tr.core.dtype import DType
 from tr.core.ops import OPTIMIZER_RULES
@@ -19,7 +31,7 @@ from tr.core.ops import OPTIMIZER_RULES
 @cuda_op("range_clear")
 def range_clear(b: CudaBinder) -> Any:
     ptr, nbytes = b.span("span")
-    return b.native("memset", ptrs={"dst": ptr}, ints={"nbytes": nbytes}) if nbytes else None
+    return b.make(MEMSET, dst=ptr, nbytes=nbytes) if nbytes else None
 
 
 @cuda_op("range_copy")
@@ -29,17 +41,19 @@ def range_copy(b: CudaBinder) -> Any:
     if not sn:
         return None
     if not b.has("flag"):
-        return b.native("memcpy", ptrs={"src": src, "dst": dst}, ints={"nbytes": sn})
+        return b.make(MEMCPY, src=src, dst=dst, nbytes=sn)
     # a skipped step (flag != 0) keeps the destination as it was
-    return b.native("copy_unless_flagged", ["flag"], ptrs={"src": src, "dst": dst}, ints={"nbytes": sn})
+    return b.make(COPY_UNLESS_FLAGGED, src=src, dst=dst, flag=b.dev("flag"), nbytes=sn)
 
 
 @cuda_op("range_cast")
 def range_cast(b: CudaBinder) -> Any:
     sdt, ddt, n = rules.range_cast(b)
     src, dst = b.span("src")[0], b.span("dst")[0]
-    return b.native("range_cast", ptrs={"src": src, "dst": dst},
-                    ints={"n": n, "src_dt": sdt.code, "dst_dt": ddt.code}) if n else None
+    if not n:
+        return None
+    dev = require_native().Dev  # a span of one dtype, as the native op reads a tensor
+    return b.make(RANGE_CAST, src=dev(src, sdt.code), dst=dev(dst, ddt.code), n=n)
 
 
 @cuda_op("range_check_finite")
@@ -50,15 +64,14 @@ def range_check_finite(b: CudaBinder) -> Any:
     accumulate = b.bool_attr("accumulate", False)
     if accumulate and not n:
         return None  # OR-ing nothing into the flag
-    return b.native("range_check_finite", ["flag"], ptrs={"span": ptr}, ints={"n": n, "accumulate": int(accumulate)},
-                    floats={"clip": clip})
+    return b.make(RANGE_CHECK_FINITE, span=ptr, flag=b.dev("flag"), n=n, clip=float(clip), accumulate=accumulate)
 
 
 @cuda_op("range_scale")
 def range_scale(b: CudaBinder) -> Any:
     ptr, n = b.span_elems("span")
     b.expect_dtype("factor", DType.FP32)
-    return b.native("range_scale", ["factor"], ptrs={"span": ptr}, ints={"n": n}) if n else None
+    return b.make(RANGE_SCALE, span=ptr, factor=b.dev("factor"), n=n) if n else None
 
 
 @cuda_op("range_allreduce_mean")
@@ -71,38 +84,41 @@ def range_allreduce_mean(b: CudaBinder) -> Any:
                "CudaBackend with nccl=NcclCollective.from_store(...) (tr.task.distributed.backend_options does)")
     ptr, n = b.span_elems("span")
     # in place, ncclAvg, on the graph's stream: captured into the CUDA graph like every other op
-    return b.native("nccl_allreduce_mean", ptrs={"span": ptr, "comm": nccl.handle}, ints={"n": n}) if n else None
+    return b.make(NCCL_ALLREDUCE_MEAN, span=ptr, comm=nccl.handle, n=n) if n else None
 
 
 @cuda_op("range_ema")
 def range_ema(b: CudaBinder) -> Any:
     sn, decay = rules.range_ema(b)  # a skipped step (flag != 0) leaves the EMA weights as they were
     src, dst = b.span("src")[0], b.span("dst")[0]
-    return b.native("range_ema", ["flag"], ptrs={"src": src, "dst": dst}, ints={"n": sn},
-                    floats={"decay": decay}) if sn else None
+    return b.make(RANGE_EMA, src=src, dst=dst, flag=b.dev("flag"), n=sn, decay=float(decay)) if sn else None
 
 
 @cuda_op("accum_metrics")
 def accum_metrics(b: CudaBinder) -> Any:
     n = rules.accum_metrics(b)  # a skipped step (flag != 0) adds nothing
-    return b.native("accum_metrics", ["result", "accum", "batch", "flag", "samples"], ints={"n": n})
+    return b.make(ACCUM_METRICS, result=b.dev("result"), accum=b.dev("accum"), batch=b.dev("batch"), flag=b.dev("flag"),
+                  samples=b.dev("samples"), n=n)
 
 
 @cuda_op("range_optimizer")
 def range_optimizer(b: CudaBinder) -> Any:
     r = rules.range_optimizer(b)
-    ptrs = {name: b.span(name)[0] for name in ["w", "g"] + ["m"] * r.m + ["v"] * r.v}
-    tensors = ["lr", "flag", "grad_scale"] + (["step"] if r.adam else [])
+    w, g = b.span("w")[0], b.span("g")[0]
+    m = b.span("m")[0] if r.m else None  # the moments (and Adam's step) only where the rule reads them
+    v = b.span("v")[0] if r.v else None
     if not r.n:
         return None
-    return b.native("range_optimizer", tensors, ptrs=ptrs, ints={"n": r.n, "rule": OPTIMIZER_RULES.index(r.rule)},
-                    floats={"beta1": r.beta1, "beta2": r.beta2, "eps": r.eps, "weight_decay": r.weight_decay})
+    return b.make(RANGE_OPTIMIZER, w=w, g=g, m=m, v=v, lr=b.dev("lr"), flag=b.dev("flag"),
+                  grad_scale=b.dev("grad_scale"), step=b.dev("step") if r.adam else None, n=r.n,
+                  rule=OPTIMIZER_RULES.index(r.rule), beta1=float(r.beta1), beta2=float(r.beta2), eps=float(r.eps),
+                  weight_decay=float(r.weight_decay))
 
 
 @cuda_op("lars_update")
 def lars_update(b: CudaBinder) -> Any:
     r = rules.lars_update(b)
-    return b.native("lars_update", ["w", "g", "m", "lr", "flag", "grad_scale", "ratio"],
-                    ints={"n": r.n, "nesterov": r.nesterov},
-                    floats={"momentum": r.momentum, "weight_decay": r.weight_decay,
-                            "trust_coefficient": r.trust_coefficient, "eps": r.eps, "trust_clip": r.trust_clip})
+    return b.make(LARS_UPDATE, w=b.dev("w"), g=b.dev("g"), m=b.dev("m"), lr=b.dev("lr"), flag=b.dev("flag"),
+                  grad_scale=b.dev("grad_scale"), ratio=b.dev("ratio"), n=r.n, nesterov=r.nesterov,
+                  momentum=float(r.momentum), weight_decay=float(r.weight_decay),
+                  trust_coefficient=float(r.trust_coefficient), eps=float(r.eps), trust_clip=float(r.trust_clip))

@@ -9,23 +9,25 @@ from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
+from tr.backend.cuda.signatures.resident import BATCH_RESTART, BATCH_SELECT, SHUFFLE_ORDER
 from tr.backend.rules import resident as rules
 
 
 @cuda_op("shuffle_order")
 def shuffle_order(b: CudaBinder) -> Any:
     n, shuffle = rules.shuffle_order(b)
-    return b.native("shuffle_order", ["key", "order", "pos"], ints={"n": n, "shuffle": shuffle})
+    return b.make(SHUFFLE_ORDER, key=b.dev("key"), order=b.dev("order"), pos=b.dev("pos"), n=n, shuffle=bool(shuffle))
 
 
 @cuda_op("batch_select")
 def batch_select(b: CudaBinder) -> Any:
-    n, rows, _, world, pad = rules.batch_select(b)
-    return b.native("batch_select", ["order", "labels_all", "rank", "pos", "index", "labels"],
-                    ints={"n": n, "rows": rows, "world": world, "pad": pad})
+    n, rows, _, world, pad = rules.batch_select(b)  # order is passed when given: without it, the positions
+    return b.make(BATCH_SELECT, order=b.dev("order"), labels_all=b.dev("labels_all"), rank=b.dev("rank"),
+                  pos=b.dev("pos"), index=b.dev("index"), labels=b.dev("labels"), n=n, rows=rows, world=world,
+                  pad=bool(pad))
 
 
 @cuda_op("batch_restart")
 def batch_restart(b: CudaBinder) -> Any:
     rules.batch_restart(b)
-    return b.native("batch_restart", ["pos"])
+    return b.make(BATCH_RESTART, pos=b.dev("pos"))

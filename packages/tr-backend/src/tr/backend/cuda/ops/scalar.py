@@ -6,29 +6,30 @@ from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
+from tr.backend.cuda.signatures.scalar import COUNT_FLAG, LOSS_SCALE_UPDATE, LR_LOOKUP, SCALAR_INCREMENT
 from tr.backend.rules import scalar as rules
 
 
 @cuda_op("scalar_increment")
 def scalar_increment(b: CudaBinder) -> Any:
-    return b.native("scalar_increment", ["x"], ints={"n": rules.scalar_increment(b)})
+    return b.make(SCALAR_INCREMENT, x=b.dev("x"), n=rules.scalar_increment(b))
 
 
 @cuda_op("lr_lookup")
 def lr_lookup(b: CudaBinder) -> Any:
-    return b.native("lr_lookup", ["table", "step", "lr"], ints={"len": rules.lr_lookup(b)})
+    return b.make(LR_LOOKUP, table=b.dev("table"), step=b.dev("step"), lr=b.dev("lr"), len=rules.lr_lookup(b))
 
 
 @cuda_op("count_flag")
 def count_flag(b: CudaBinder) -> Any:
     rules.count_flag(b)
-    return b.native("count_flag", ["flag", "count"])
+    return b.make(COUNT_FLAG, flag=b.dev("flag"), count=b.dev("count"))
 
 
 @cuda_op("loss_scale_update")
 def loss_scale_update(b: CudaBinder) -> Any:
     r = rules.loss_scale_update(b)
-    if not r.dynamic:
-        return b.native("loss_scale_update", ["flag", "scale"], ints={"dynamic": 0})
-    return b.native("loss_scale_update", ["flag", "scale", "tracker"],
-                    ints={"dynamic": 1, "growth_interval": r.growth_interval})
+    # the static rule reads neither the tracker nor the growth interval (0)
+    return b.make(LOSS_SCALE_UPDATE, flag=b.dev("flag"), scale=b.dev("scale"),
+                  tracker=b.dev("tracker") if r.dynamic else None, dynamic=r.dynamic,
+                  growth_interval=r.growth_interval)

@@ -12,16 +12,18 @@ from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
+from tr.backend.cuda.signatures.scale import SCALE_BWD, SCALE_FWD
 from tr.backend.rules import scale as rules
 
 
 @cuda_op("scale_fwd")
 def scale_fwd(b: CudaBinder) -> Any:
     n, hw, c = rules.scale_fwd(b)
-    return b.native("scale_fwd", ["x", "s", "y"], ints={"n": n, "hw": hw, "c": c})
+    return b.make(SCALE_FWD, x=b.dev("x"), s=b.dev("s"), y=b.dev("y"), n=n, hw=hw, c=c)
 
 
 @cuda_op("scale_bwd")
 def scale_bwd(b: CudaBinder) -> Any:
     n, hw, c, _ = rules.scale_bwd(b)  # dx is passed when given: the native op writes it when its pointer is there
-    return b.native("scale_bwd", ["x", "s", "dy", "ds", "dx"], ints={"n": n, "hw": hw, "c": c})
+    return b.make(SCALE_BWD, x=b.dev("x"), s=b.dev("s"), dy=b.dev("dy"), ds=b.dev("ds"), dx=b.dev("dx"), n=n, hw=hw,
+                  c=c)

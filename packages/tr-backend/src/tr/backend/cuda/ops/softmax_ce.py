@@ -8,25 +8,26 @@ from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
+from tr.backend.cuda.signatures.softmax_ce import SOFTMAX_CE_BWD, SOFTMAX_CE_FWD, SOFTMAX_CE_INF
 from tr.backend.rules import softmax_ce as rules
 
 
 @cuda_op("softmax_ce_fwd")
 def softmax_ce_fwd(b: CudaBinder) -> Any:
     n, k, ls = rules.softmax_ce_fwd(b)
-    return b.native("softmax_ce_fwd", ["logits", "labels", "probs", "result"], ints={"n": n, "k": k},
-                    floats={"label_smoothing": ls})
+    return b.make(SOFTMAX_CE_FWD, logits=b.dev("logits"), labels=b.dev("labels"), probs=b.dev("probs"),
+                  result=b.dev("result"), n=n, k=k, label_smoothing=ls)
 
 
 @cuda_op("softmax_ce_inf")
 def softmax_ce_inf(b: CudaBinder) -> Any:
     n, k, ls = rules.softmax_ce_inf(b)
-    return b.native("softmax_ce_inf", ["logits", "labels", "result", "pred"], ints={"n": n, "k": k},
-                    floats={"label_smoothing": ls})
+    return b.make(SOFTMAX_CE_INF, logits=b.dev("logits"), labels=b.dev("labels"), result=b.dev("result"),
+                  pred=b.dev("pred"), n=n, k=k, label_smoothing=ls)
 
 
 @cuda_op("softmax_ce_bwd")
 def softmax_ce_bwd(b: CudaBinder) -> Any:
     n, k, ls = rules.softmax_ce_bwd(b)
-    return b.native("softmax_ce_bwd", ["probs", "labels", "scale", "dlogits"], ints={"n": n, "k": k},
-                    floats={"label_smoothing": ls})
+    return b.make(SOFTMAX_CE_BWD, probs=b.dev("probs"), labels=b.dev("labels"), scale=b.dev("scale"),
+                  dlogits=b.dev("dlogits"), n=n, k=k, label_smoothing=ls)

@@ -8,6 +8,7 @@ from typing import Any
 
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
+from tr.backend.cuda.signatures.transfer import H2D_COPY
 from tr.backend.rules import transfer as rules
 
 
@@ -15,6 +16,5 @@ from tr.backend.rules import transfer as rules
 def h2d_copy(b: CudaBinder) -> Any:
     buffer, _ = rules.h2d_copy(b)
     site = b.backend.add_host_site(b, buffer)
-    return b.native("h2d_copy", ["labels", "data"],
-                    ptrs={"src_labels": site.src[0], "src_data": site.src[1]},
-                    ints={"label_bytes": site.label_bytes, "data_bytes": site.data_bytes})
+    return b.make(H2D_COPY, src_labels=site.src[0], src_data=site.src[1], labels=b.dev("labels"), data=b.dev("data"),
+                  label_bytes=site.label_bytes, data_bytes=site.data_bytes)

@@ -35,14 +35,15 @@ def test_a_bad_tr_fc_drelu_is_named(monkeypatch):
         passes.fuse_drelu(_mlp())
 
 
-@pytest.mark.parametrize("raw,want", [(None, 1), ("1", 1), ("0", 0), ("off", 0), ("no", 0), ("FALSE", 0)])
+@pytest.mark.parametrize("raw,want", [(None, True), ("1", True), ("0", False), ("off", False), ("no", False),
+                                      ("FALSE", False)])
 def test_tr_cublaslt_epilogues(monkeypatch, raw, want):
     # before: anything but "0" kept the epilogues ("off" and "no" were silently on)
     if raw is None:
         monkeypatch.delenv("TR_CUBLASLT_EPILOGUES", raising=False)
     else:
         monkeypatch.setenv("TR_CUBLASLT_EPILOGUES", raw)
-    assert cuda_fc._epilogues() == want
+    assert cuda_fc._epilogues() is want
 
 
 def test_a_bad_tr_cublaslt_epilogues_is_named(monkeypatch):

@@ -20,9 +20,14 @@ from tr.backend.rules import fc as fc_rules
 from tr.core import env as tr_env
 
 
+def _epilogues() -> bool:
+    """Whether cuBLASLt's epilogues may fuse (TR_CUBLASLT_EPILOGUES)."""
+    return bool(tr_env.get("TR_CUBLASLT_EPILOGUES"))
+
+
 def _mode(b: CudaBinder) -> dict[str, bool]:
-    """TF32 (the backend's) and whether cuBLASLt's epilogues may fuse (TR_CUBLASLT_EPILOGUES)."""
-    return {"tf32": bool(b.backend.use_tf32), "epilogues": bool(tr_env.get("TR_CUBLASLT_EPILOGUES"))}
+    """TF32 (the backend's) and whether cuBLASLt's epilogues may fuse."""
+    return {"tf32": bool(b.backend.use_tf32), "epilogues": _epilogues()}
 
 
 @cuda_op("fc_fwd")

@@ -6,23 +6,19 @@
 #include <nanobind/nanobind.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
 #include <string>
 #include <utility>
 
 #include "native/errors.hpp"
 #include "ops/args/all.hpp"
+#include "ops/dtype.hpp"
 
 namespace tr::native::bind {
 
 [[noreturn]] inline void bad_field(const char* op, const char* field, const std::string& message) {
   fail(ErrorKind::BadArgument, std::string("native op ") + op + ": field '" + field + "' " + message);
-}
-
-inline const char* dt_name(DT dt) {
-  static constexpr const char* kNames[] = {"FP32", "FP16", "BF16", "INT8", "INT32", "UINT8"};
-  const int i = static_cast<int>(dt);
-  return i >= 0 && i < kNumDT ? kNames[i] : "?";
 }
 
 // Dev(ptr, dt): a device tensor's address (not null) and its dtype code (tr.core.dtype.DType.code).
@@ -48,7 +44,7 @@ inline void bind_dev(nanobind::module_& m) {
       .def("__repr__", [](const Dev& d) {
         char buf[64];
         std::snprintf(buf, sizeof buf, "Dev(0x%llx, %s)", static_cast<unsigned long long>(
-                                                             reinterpret_cast<std::uintptr_t>(d.ptr)), dt_name(d.dt));
+                                                             reinterpret_cast<std::uintptr_t>(d.ptr)), dtype_name(d.dt));
         return std::string(buf);
       });
 }

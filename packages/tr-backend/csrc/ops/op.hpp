@@ -21,15 +21,14 @@
 
 #include "native/errors.hpp"
 #include "ops/codes.hpp"
+#include "ops/dtype.hpp"
 
 namespace tr::native {
 
 class Context;
 
-// Element types: DT, generated into codes.hpp and numbered as tr.core.dtype.DType.code.
-
-int dtype_size(DT dt);
-const char* dtype_name(DT dt);
+// Element types: DT, generated into codes.hpp and numbered as tr.core.dtype.DType.code; their sizes and names
+// in ops/dtype.hpp.
 
 // BadArgument "native op <op>: <message>": a factory's refusal of its record's values.
 [[noreturn]] void bad_args(const char* op, const std::string& message);

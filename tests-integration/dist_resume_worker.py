@@ -52,7 +52,7 @@ def dump(task, result, out: str) -> None:
 
     rank = int(os.environ["RANK"])
     metrics = np.array([[r.epoch, r.train_loss, r.lr, r.val_loss, r.top1, r.top5] for r in result.history])
-    best = np.nan if task._checkpoints is None else task._checkpoints._best
+    best = np.nan if task.config.task.checkpoints is None else task.config.task.checkpoints._best
     np.savez(os.path.join(out, f"rank{rank}.npz"), metrics=metrics, epochs_done=task._epochs_done, best=best,
              **{f"s:{t.name}": task.backend.read(t) for t in state_tensors(task.program)})
 

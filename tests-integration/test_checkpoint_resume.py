@@ -124,3 +124,25 @@ def test_a_checkpoint_of_other_augmentation_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=named):
         other.resume(tmp_path / "ck")
     other._feeder.close()
+
+
+def test_a_checkpoint_of_another_data_pipeline_setting_is_refused(tmp_path):
+    """Every recorded field of the data section is in the description (tr.task.config): training on the same
+    transforms in another order (shuffle off) is another run, named by its path in the tree; the thread counts
+    change no byte and are not compared."""
+    from tr.core.errors import ConfigError
+    from tr.data import PREPROCESSOR_SETTING
+
+    t = W.make_task("mlp").compile()
+    t.save(tmp_path / "ck")
+    t._feeder.close()
+    other = W.make_task("mlp")
+    PREPROCESSOR_SETTING.shuffle(False)
+    named = r"another configuration \(nothing loaded\): data.pipeline.shuffle_train: the checkpoint has True"
+    with pytest.raises(ConfigError, match=named):
+        other.resume(tmp_path / "ck")
+    other._feeder.close()
+    same = W.make_task("mlp")
+    PREPROCESSOR_SETTING.preprocess_workers(1)
+    same.resume(tmp_path / "ck")
+    same._feeder.close()

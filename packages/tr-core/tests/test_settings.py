@@ -83,7 +83,7 @@ def test_a_frozen_setting_takes_the_value_it_already_has_and_refuses_any_other()
 def test_same_value_compares_arrays_by_content_and_never_raises():
     import numpy as np
 
-    from tr.core.settings import same_value
+    from tr.core.config import same_value
 
     a = np.arange(3.0)
     assert same_value(a, a.copy()) and not same_value(a, a + 1) and not same_value(a, a.astype(np.float32))

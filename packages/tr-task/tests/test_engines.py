@@ -107,7 +107,7 @@ def test_a_task_on_the_cpu_backend_pins_nothing(on_cuda, pin_calls, monkeypatch)
     recorded = engines.used(on_cuda)
     assert engines.pin(_task("cpu"), recorded) == {} and pin_calls == []
     t = _task("auto")
-    t._settings_source.use_cpu()  # the settings choose the CPU backend for an "auto" task
+    t.config.settings.use_cpu()  # the settings choose the CPU backend for an "auto" task
     assert engines.pin(t, recorded) == {} and pin_calls == []
     assert engines.pin(_task("auto"), recorded) != {} and len(pin_calls) == 1
 

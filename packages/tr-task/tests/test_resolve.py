@@ -38,7 +38,7 @@ def test_the_compile_spec_is_the_resolved_configurations_projection():
     assert (r.world_size, r.rank, r.local_batch, r.num_classes, r.input_shape) == (1, 0, 8, 3, (4, 4, 1))
     assert (r.has_val, r.steps_per_epoch, r.backend) == (True, 5, "cpu")
     assert r.schedule.total_steps == 10 and set(r.recorded_env) >= {"TR_FC_DRELU"}
-    spec = r.compile_spec(t)
+    spec = r.compile_spec()
     assert (spec.input_shape, spec.num_classes, spec.world_size, spec.lr_table_steps) == ((4, 4, 1), 3, 1, 10)
     assert (spec.amp, spec.loss, spec.grad_clip, spec.ema_decay) == (False, "softmax_ce", 0.0, None)
     assert (spec.batch, spec.last_train_batch, spec.val_batch, spec.last_val_batch) == (8, 8, 8, 4)
@@ -55,7 +55,7 @@ def test_without_validation_data_nothing_of_validation_is_resolved():
 
 def test_the_agreement_is_read_from_the_resolved_configuration():
     t = _task().compile()
-    a = t._resolved.agreement(2, t.spec, [[1, 2]])
+    a = t._resolved.agreement(t.spec, [[1, 2]])
     assert a == {"global batch": 8, "seed": 3, "data seed": t.feeder.seed, "steps per epoch": 5, "epochs": 2,
                  "validates": True, "amp": False, "optimizer": "adamw", "parameters": [[1, 2]],
                  "environment": t._recorded_env}
@@ -63,15 +63,15 @@ def test_the_agreement_is_read_from_the_resolved_configuration():
 
 def test_resolve_allocates_nothing_and_leaves_the_task_planning():
     t = _task()
-    s = t._settings_source.snapshot()
-    r = resolve(t, s)
+    s = t.config.settings.snapshot()
+    r = resolve(dataclasses.replace(t.config, settings=s))
     assert t.program is None and t.backend is None and r.feeder.batch == 8
     assert dataclasses.is_dataclass(r) and r.settings is s
 
 
 def test_a_resolve_of_a_rank_shards_the_data_to_its_local_batch():
     t = _task(batch=8).distributed(DistEnv(1, 2))
-    r = resolve(t, t._settings_source.snapshot())
+    r = resolve(dataclasses.replace(t.config, settings=t.config.settings.snapshot()))
     assert (r.world_size, r.rank, r.local_batch, r.feeder.batch) == (2, 1, 4, 4)
 
 

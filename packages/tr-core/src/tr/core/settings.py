@@ -1,4 +1,5 @@
-"""Global settings: a fluent, validated builder, frozen when a task compiles.
+"""Global settings: a fluent, validated builder, frozen when a task compiles; the section "settings" of the
+configuration tree (tr.core.config).
 
 ``GLOBAL_SETTING`` is the process-wide instance (the seed's macro of the same name). Every setter checks
 its value at once and raises a ConfigError naming it; after ``freeze()`` (done by compile) every setter
@@ -8,13 +9,11 @@ raises FrozenError. Tests make a fresh object with ``Settings()`` or reset the g
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
-import numpy as np
-
-from tr.core.errors import ConfigError, FrozenError
+from tr.core.config import Section
+from tr.core.errors import ConfigError
 from tr.core.log import configure_logging
 from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_RULES
 
@@ -63,22 +62,6 @@ def check_batch_split(batch: int, parts: int, what: str) -> int:
     return batch // parts
 
 
-def same_value(current: Any, value: Any) -> bool:
-    """Whether setting ``value`` where ``current`` is would change nothing: the same type and an equal value (numpy
-    arrays element by element; a value whose comparison fails counts as different)."""
-    if current is value:
-        return True
-    if type(current) is not type(value):
-        return False
-    try:
-        if isinstance(current, np.ndarray):
-            return (current.shape == value.shape and current.dtype == value.dtype
-                    and bool(np.array_equal(current, value)))
-        return bool(current == value)
-    except Exception:  # an object whose == raises or is ambiguous: not provably the same
-        return False
-
-
 def _positive_int(name: str, v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ConfigError(f"{name} must be an integer, got {v!r}")
@@ -88,7 +71,13 @@ def _positive_int(name: str, v: Any) -> int:
 
 
 @dataclass
-class Settings:
+class Settings(Section):
+    NAME: ClassVar[str] = "settings"
+    FROZEN_WHAT: ClassVar[str] = "settings are frozen (a task has compiled)"
+    FROZEN_HINT: ClassVar[str] = "Create a new task and set it before compile()"
+    # where a run trains (its world is recorded by the plan's spec) and what it logs
+    NOT_RECORDED: ClassVar[frozenset[str]] = frozenset({"gpu_ids", "cpu_only", "log_level_name"})
+
     gpu_ids: tuple[int, ...] = ()
     amp_enabled: bool = False
     seed: int = DEFAULT_SEED
@@ -104,20 +93,8 @@ class Settings:
     loss_scale_rule: str = "dynamic"  # one of LOSS_SCALE_RULES (AMP only)
     loss_scale_init: float = 0.0  # 0: the rule's INITIAL_LOSS_SCALE
     loss_scale_growth_interval: int = DEFAULT_GROWTH_INTERVAL
-    _frozen: bool = field(default=False, repr=False)
 
     # --- the fluent builder -------------------------------------------------------------------
-    def _set(self, name: str, value: Any) -> Settings:
-        if self._frozen:
-            if same_value(getattr(self, name), value):  # re-applying a value changes nothing (a second task)
-                return self
-            raise FrozenError(
-                f"settings are frozen (a task has compiled); cannot change {name} to {value!r}. "
-                "Create a new task and set it before compile()"
-            )
-        object.__setattr__(self, name, value)
-        return self
-
     def use_gpu(self, spec: str | int | list[int] | tuple[int, ...] = "0") -> Settings:
         """Select GPUs: "0", "0,1", [0, 1]: one process trains on each (a plain script is started once per
         device, see tr.task.devices), each on global batch / devices samples. ``use_cpu()`` undoes it.
@@ -222,28 +199,6 @@ class Settings:
             return 1.0
         return self.loss_scale_init or INITIAL_LOSS_SCALE[self.loss_scale_rule]
 
-    # --- lifecycle ----------------------------------------------------------------------------
-    @property
-    def frozen(self) -> bool:
-        return self._frozen
-
-    def freeze(self) -> Settings:
-        object.__setattr__(self, "_frozen", True)
-        return self
-
-    def thaw(self) -> Settings:
-        """Undo freeze(): for a compile that failed, which must not leave the settings locked."""
-        object.__setattr__(self, "_frozen", False)
-        return self
-
-    def snapshot(self) -> Settings:
-        """A frozen copy: what a compiled task keeps, immune to later changes of the global."""
-        s = copy.copy(self)
-        object.__setattr__(s, "_frozen", True)
-        return s
-
-    def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
 
 
 GLOBAL_SETTING = Settings()

@@ -1,4 +1,5 @@
-"""PREPROCESSOR_SETTING: the fluent, validated configuration of the data pipeline.
+"""PREPROCESSOR_SETTING: the fluent, validated configuration of the data pipeline; the section "data" of the
+configuration tree (tr.core.config).
 
 Every setter checks its value at once (ConfigError naming the value) and returns the settings, so calls
 chain. ``commit()`` checks the whole (dataset known, transforms fit its images, train and val
@@ -8,16 +9,15 @@ samples of one shape) and freezes the object; later setters raise FrozenError. T
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from tr.core.errors import ConfigError, FrozenError
+from tr.core.config import Section
+from tr.core.errors import ConfigError
 from tr.core.norm import NormMode
-from tr.core.settings import same_value
 from tr.data.checks import MAX_WORKERS
 from tr.data.dataset import DATASET_NAMES, ArrayDataset, Dataset, open_dataset
 from tr.data.seeds import check_seed
@@ -45,7 +45,16 @@ def default_workers() -> int:
 
 
 @dataclass
-class PreprocessorSettings:
+class PreprocessorSettings(Section):
+    NAME: ClassVar[str] = "data"
+    FROZEN_WHAT: ClassVar[str] = "preprocessor settings are committed"
+    FROZEN_HINT: ClassVar[str] = "Use .copy() for an editable copy"
+    # Where the files are (their content is the data fingerprint's business: tr.task.data_fingerprint) and how
+    # many threads load and transform them (the pipeline gives the same bytes at any count).
+    NOT_RECORDED: ClassVar[frozenset[str]] = frozenset({"dataset_path", "dataset_object", "download_enabled",
+                                                        "load_workers_count", "preprocess_workers_count",
+                                                        "device_dec_cpu_threads"})
+
     dataset_name: str | None = None
     dataset_path: Path | None = None
     dataset_object: Any = None
@@ -70,20 +79,8 @@ class PreprocessorSettings:
     device_dec_cpu_threads: int | None = None
     device_dec_interpolate_chroma: bool = False
     device_dec_refused: str = "cpu"
-    _frozen: bool = field(default=False, repr=False)
 
     # ---- the fluent builder -------------------------------------------------------------------
-    def _set(self, name: str, value: Any) -> PreprocessorSettings:
-        if self._frozen:
-            if same_value(getattr(self, name), value):  # re-applying a value changes nothing (a second task)
-                return self
-            raise FrozenError(
-                f"preprocessor settings are committed; cannot change {name} to {value!r}. "
-                "Use .copy() for an editable copy"
-            )
-        object.__setattr__(self, name, value)
-        return self
-
     def dataset(self, name: str | Dataset, path: str | os.PathLike | None = None) -> PreprocessorSettings:
         """``dataset("mnist" | "cifar10" | "cifar100", path)`` or ``dataset(dataset_object)``."""
         if isinstance(name, str):
@@ -239,9 +236,6 @@ class PreprocessorSettings:
         return self._set("seed_value", s)
 
     # ---- lifecycle ----------------------------------------------------------------------------
-    @property
-    def frozen(self) -> bool:
-        return self._frozen
 
     def open_dataset(self) -> Dataset:
         if self.dataset_object is not None:
@@ -300,12 +294,6 @@ class PreprocessorSettings:
             self.chain(False)
         object.__setattr__(self, "_frozen", True)
         return self
-
-    def copy(self) -> PreprocessorSettings:
-        """An editable (uncommitted) copy."""
-        c = copy.copy(self)
-        object.__setattr__(c, "_frozen", False)
-        return c
 
 
 def _flatten(ts: Sequence[Any]) -> tuple:

@@ -59,8 +59,9 @@ log = get_logger(__name__)
 # compiled from the schedule and the data (the batch sizes are a rank's own in data-parallel training):
 # compared through config, not loaded
 _CONFIG_TENSORS = frozenset({"lr_table", "batch_train", "batch_train_last", "batch_val", "batch_val_last"})
-_SETTINGS_KEYS = ("amp_enabled", "seed", "batch_size", "input_res", "train_res_begin", "train_res_end", "val_res",
-                  "tf32", "loss_scale_rule", "loss_scale_init", "loss_scale_growth_interval")
+# The task section's recorded fields (tr.task.config.TaskConfig.recorded_names()), each under the key the
+# description gives it (a test holds the two alike, so a new recorded field cannot go unrecorded).
+TASK_FIELDS = ("model", "loss", "optimizer", "scheduler", "epochs", "grad_clip", "ema")
 
 
 def state_tensors(program) -> list[DTensor]:
@@ -78,32 +79,43 @@ def _jsonable(v: Any) -> Any:
     return json.loads(json.dumps(v, default=repr))  # key order kept: the first difference is the first named
 
 
-def _transforms(feeder) -> list[str] | None:
-    """The native pipeline's train and val chains (augmentation and normalisation), when the feeder has one."""
+def _pipeline_settings(feeder) -> Any:
+    """The data section (tr.data's PreprocessorSettings) a native-pipeline feeder was built from, else None."""
     s = getattr(getattr(feeder, "pre", None), "settings", None) or getattr(feeder, "pre_settings", None)
-    return None if s is None or not hasattr(s, "chain") else [repr(s.chain(True)), repr(s.chain(False))]
+    return s if s is not None and hasattr(s, "chain") and hasattr(s, "recorded") else None
+
+
+def _pipeline(s: Any) -> dict[str, Any]:
+    """The data section's train and val chains (augmentation and normalisation) and its other recorded fields."""
+    if s is None:
+        return {"transforms": None}
+    rest = {k: v for k, v in s.recorded().items() if k not in ("train", "val")}  # (the chains say those)
+    return {"transforms": [repr(s.chain(True)), repr(s.chain(False))], "pipeline": rest}
 
 
 def describe(task) -> dict[str, Any]:
-    """The canonical description of what ``task``'s plan and run were built from (JSON values)."""
-    s, f = task.settings, task.feeder  # (a user's own feeder, not its completed wrapper)
+    """The canonical description of what ``task``'s plan and run were built from (JSON values): the recorded
+    fields of its configuration tree (tr.task.config), what compile derived from them, and the data's sizes."""
+    c, f = task.config, task.feeder  # (a user's own feeder, not its completed wrapper)
+    t = c.task
     table = np.ascontiguousarray(task._lr_table, dtype=np.float32)
     return _jsonable({
-        "settings": {k: getattr(s, k) for k in _SETTINGS_KEYS},
+        "settings": c.settings.recorded(),
         "env": task._recorded_env,  # second: a variable changes the plan unseen, so name it before its effects
         # then the data: its sizes decide the steps per epoch, so a data set of another size is named as such,
         # not by the LR table it changes (other data of the same sizes: the fingerprint, allow_data_change)
         "data": {"feeder": type(f).__name__, "seed": getattr(f, "seed", None), "batch": f.batch,
                  "sample_shape": list(f.sample_shape), "dtype": str(np.dtype(f.dtype)),
                  "train_samples": f.num_samples(True), "val_samples": f.num_samples(False),
-                 "world_size": getattr(f, "world_size", 1), "transforms": _transforms(f)},
-        "blueprint": repr(task._blueprint),
-        "loss": repr(task._loss),
-        "optimizer": repr(task._optimizer),
-        "schedule": {"scheduler": repr(task._scheduler), "total_epochs": task._epochs,
+                 "world_size": getattr(f, "world_size", 1),
+                 **_pipeline(c.data if c.data is not None else _pipeline_settings(f))},
+        "blueprint": repr(t.model),
+        "loss": repr(t.loss),
+        "optimizer": repr(t.optimizer),
+        "schedule": {"scheduler": repr(t.scheduler), "total_epochs": t.epochs,
                      "lr_table_sha256": hashlib.sha256(table.tobytes()).hexdigest()},
-        "grad_clip": task._grad_clip,
-        **({"ema": dataclasses.asdict(task._ema)} if task._ema is not None else {}),
+        "grad_clip": t.grad_clip,
+        **({"ema": dataclasses.asdict(t.ema)} if t.ema is not None else {}),
         "spec": dataclasses.asdict(task.spec),  # last: derived from the above, named only when they agree
     })
 
@@ -146,6 +158,14 @@ def _env_defaults(saved: Any) -> tuple[Any, list[str]]:
         return saved, []  # malformed: compared as it is
     missing = {k: v for k, v in tr_env.recorded_defaults().items() if k not in env}
     return ({**saved, "env": {**missing, **env}}, list(missing)) if missing else (saved, [])
+
+
+def _as_recorded_then(saved: Any, here: dict[str, Any]) -> dict[str, Any]:
+    """``here`` without what a checkpoint written before tr recorded it lacks: the data pipeline's fields."""
+    data = saved.get("data") if isinstance(saved, dict) else None
+    if isinstance(data, dict) and "transforms" in data and "pipeline" not in data:
+        return {**here, "data": {k: v for k, v in here["data"].items() if k != "pipeline"}}
+    return here
 
 
 def _env_note(diff: str, assumed: list[str]) -> str:
@@ -302,7 +322,7 @@ def load(task, path: str | Path, allow_data_change: bool = False) -> dict[str, A
     if isinstance(per_rank, list) and len(per_rank) == world and world > 1:  # this rank's own description
         saved_config = per_rank[rank]
     saved_config, assumed = _env_defaults(saved_config)
-    a, b, grows = checkpoint_checks.growth(saved_config, describe(task))
+    a, b, grows = checkpoint_checks.growth(saved_config, _as_recorded_then(saved_config, describe(task)))
     diff = first_difference(a, b)
     if diff is not None:
         raise ConfigError(f"{mpath}: a checkpoint of another configuration (nothing loaded): {diff}"

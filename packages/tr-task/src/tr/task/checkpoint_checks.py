@@ -102,7 +102,7 @@ def growth(saved: dict[str, Any], here: dict[str, Any]) -> tuple[dict[str, Any],
 
 def check_growth(task, manifest: dict[str, Any], saved: dict[str, Any], step: int | None, mpath: Path) -> None:
     """With a larger total_epochs: ConfigError unless the learning rates of the steps trained are unchanged."""
-    a, b = saved["schedule"]["total_epochs"], task._epochs
+    a, b = saved["schedule"]["total_epochs"], task.config.task.epochs
     want = manifest.get("lr_history_sha256")
     if step is None or want is None:
         raise ConfigError(f"{mpath}: total_epochs grows from {a} to {b}, but the checkpoint does not record the "

@@ -17,9 +17,11 @@ from tr.core.log import get_logger
 from tr.core.memory import Role
 from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
+from tr.data import PREPROCESSOR_SETTING
 from tr.graph.layers.groups import BN_B, BN_W
 from tr.task import checkpoint, checkpoint_policy, ema, epoch_state, step_timing
 from tr.task.base import TaskBase
+from tr.task.config import Config, TaskConfig
 from tr.task.distributed import (
     DistEnv,
     Group,
@@ -45,27 +47,12 @@ class DeepLearningTask(TaskBase):
     def __init__(self, settings: Settings | None = None) -> None:
         super().__init__()
         self._settings_source = settings or GLOBAL_SETTING
-        self._blueprint = None
-        self._loss = CrossEntropyLoss()
-        self._optimizer = None
-        self._scheduler: Scheduler | None = None
-        self._initializer = None
-        self._epochs = 35
-        self._num_classes: int | None = None
-        self._validate_every = (1, 0)
-        self._early_stop = 1.0
-        self._grad_clip = -1.0
-        self._feeder: Feeder | None = None
-        self._device = "auto"
-        self._log_table = True
-        self._on_step = None
-        self._log: MetricsLog | None = None  # log_to(): CSV, JSON lines, plots, TensorBoard
+        self._cfg = TaskConfig()  # the chain methods' values (the tree's section "task")
+        self._compiled_config: Config | None = None  # the frozen tree compile() read
+        self._feeder: Feeder | None = None  # the feeder training reads: compile() completes and shards it
         self._sinks: MetricsLog | None = None  # the log while run() runs (rank 0 only)
-        self._checkpoints: checkpoint_policy.CheckpointPolicy | None = None  # checkpoint_every()
         self._epoch_state = epoch_state.EpochState()  # inside an epoch, or after a cancelled one: no save
-        self._ema: ema.EmaConfig | None = None  # ema() / sema()
         self._ema_steps: ema.EmaSteps | None = None
-        self._dist: tuple[DistEnv, float | None] | None = None
         self.group: Group | None = None  # this process's rank group when training data-parallel
         self._val_samples = 0.0  # what validation sums are divided by (global mean of per-rank counts)
         self.program = None
@@ -89,7 +76,7 @@ class DeepLearningTask(TaskBase):
 
         if not isinstance(blueprint, (BluePrint, Layer)):
             raise ConfigError(f"model() takes a BluePrint or a layer such as seq(...), got {blueprint!r}")
-        self._blueprint = blueprint
+        self._cfg._set("model", blueprint)
         return self
 
     def loss(self, loss: CrossEntropyLoss | BCEWithLogitsLoss | MSELoss) -> DeepLearningTask:
@@ -98,40 +85,40 @@ class DeepLearningTask(TaskBase):
         self._plan("loss()")
         if not isinstance(loss, (CrossEntropyLoss, BCEWithLogitsLoss, MSELoss)):
             raise ConfigError(f"loss must be a CrossEntropyLoss, BCEWithLogitsLoss or MSELoss, got {loss!r}")
-        self._loss = loss
+        self._cfg._set("loss", loss)
         return self
 
     def initializer(self, init) -> DeepLearningTask:
         self._plan("initializer()")
-        self._initializer = init
+        self._cfg._set("initializer", init)
         return self
 
     def optimizer(self, opt) -> DeepLearningTask:
         self._plan("optimizer()")
         if not hasattr(opt, "kind"):
             raise ConfigError(f"optimizer must be SGD, LARS, Adam or AdamW from tr.algo, got {opt!r}")
-        self._optimizer = opt
+        self._cfg._set("optimizer", opt)
         return self
 
     def scheduler(self, sched: Scheduler) -> DeepLearningTask:
         self._plan("scheduler()")
         if not isinstance(sched, Scheduler):
             raise ConfigError(f"scheduler must be a tr.algo scheduler, got {sched!r}")
-        self._scheduler = sched
+        self._cfg._set("scheduler", sched)
         return self
 
     def total_epochs(self, n: int) -> DeepLearningTask:
         self._plan("total_epochs()")
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError(f"total_epochs must be an integer >= 1, got {n!r}")
-        self._epochs = n
+        self._cfg._set("epochs", n)
         return self
 
     def num_classes(self, n: int) -> DeepLearningTask:
         self._plan("num_classes()")
         if isinstance(n, bool) or not isinstance(n, int) or n < 2:
             raise ConfigError(f"num_classes must be an integer >= 2, got {n!r}")
-        self._num_classes = n
+        self._cfg._set("num_classes", n)
         return self
 
     def validate_every(self, interval: int = 1, offset: int = 0) -> DeepLearningTask:
@@ -140,48 +127,48 @@ class DeepLearningTask(TaskBase):
             raise ConfigError(f"validate_every interval must be >= 1, got {interval!r}")
         if not isinstance(offset, int) or offset < 0:
             raise ConfigError(f"validate_every offset must be >= 0, got {offset!r}")
-        self._validate_every = (interval, offset)
+        self._cfg._set("validate_every", (interval, offset))
         return self
 
     def early_stop_by_top1(self, threshold: float = 1.0) -> DeepLearningTask:
         self._plan("early_stop_by_top1()")
         if not 0.0 < float(threshold) <= 1.0:
             raise ConfigError(f"early_stop_by_top1 threshold must be in (0, 1], got {threshold!r}")
-        self._early_stop = float(threshold)
+        self._cfg._set("early_stop", float(threshold))
         return self
 
     def grad_clip(self, max_abs: float) -> DeepLearningTask:
         self._plan("grad_clip()")
         if not (float(max_abs) > 0 or float(max_abs) == -1):
             raise ConfigError(f"grad_clip must be > 0 (or -1 to disable), got {max_abs!r}")
-        self._grad_clip = float(max_abs)
+        self._cfg._set("grad_clip", float(max_abs))
         return self
 
     def ema(self, decay: float = 0.999, validate: bool = True) -> DeepLearningTask:
         """Keep an exponential moving average of the weights, updated on the device after every applied
         step (EMA = decay*EMA + (1-decay)*W); with ``validate`` also validate it (the table's EMA columns)."""
         self._plan("ema()")
-        self._ema = ema.EmaConfig(decay, validate, switch=False)
+        self._cfg._set("ema", ema.EmaConfig(decay, validate, switch=False))
         return self
 
     def sema(self, decay: float = 0.9, validate: bool = False) -> DeepLearningTask:
         """The seed's use_sema/sema_decay: EMA with decay ``decay``, and at every epoch's end the weights
         become the EMA weights. See tr.task.ema."""
         self._plan("sema()")
-        self._ema = ema.EmaConfig(decay, validate, switch=True)
+        self._cfg._set("ema", ema.EmaConfig(decay, validate, switch=True))
         return self
 
     def data(self, feeder: Feeder) -> DeepLearningTask:
         """Where batches come from (default: tr.data's PREPROCESSOR_SETTING)."""
         self._plan("data()")
-        self._feeder = feeder
+        self._cfg._set("data", feeder)
         return self
 
     def device(self, name: str) -> DeepLearningTask:
         self._plan("device()")
         if name not in ("cpu", "cuda", "auto"):
             raise ConfigError(f"device must be 'cpu', 'cuda' or 'auto', got {name!r}")
-        self._device = name
+        self._cfg._set("device", name)
         return self
 
     def distributed(self, env: DistEnv | None = None, timeout_s: float | None = None) -> DeepLearningTask:
@@ -194,7 +181,7 @@ class DeepLearningTask(TaskBase):
         if not isinstance(env, DistEnv):
             raise ConfigError(f"distributed() takes a tr.task.distributed.DistEnv, got {env!r}")
         bootstrap_timeout(timeout_s)
-        self._dist = (env, timeout_s)
+        self._cfg._set("distributed", (env, timeout_s))
         return self
 
     def on_step(self, fn) -> DeepLearningTask:
@@ -202,21 +189,22 @@ class DeepLearningTask(TaskBase):
 
         For tests and debugging: it reads device memory every step, which a production loop never does.
         """
-        self._on_step = fn
+        self._cfg._set("on_step", fn)
         return self
 
     def log_to(self, directory, plots: bool | None = None, tensorboard: bool | None = None) -> DeepLearningTask:
         """Write every epoch's record to ``directory``: metrics.csv and metrics.jsonl (appended to by later
         runs), loss/accuracy/lr PNG plots (``plots``: None = when matplotlib is installed, True = required)
         and TensorBoard scalars under tensorboard/ (``tensorboard``: likewise). Only rank 0 writes."""
-        self._log = MetricsLog(directory, plots=plots, tensorboard=tensorboard)
+        self._cfg._set("log", MetricsLog(directory, plots=plots, tensorboard=tensorboard))
         return self
 
     def checkpoint_every(self, epochs: int, directory, keep_last: int = 1,
                          keep_best: str | None = None) -> DeepLearningTask:
         """Every ``epochs`` epochs save ``directory``/epoch-NNNN, keep the newest ``keep_last``; ``keep_best``
         ("top1", "top5", "val_loss": need validation data; "train_loss"): also best/. tr.task.checkpoint_policy."""
-        self._checkpoints = checkpoint_policy.CheckpointPolicy(epochs, directory, keep_last, keep_best, self._feeder)
+        self._cfg._set("checkpoints", checkpoint_policy.CheckpointPolicy(epochs, directory, keep_last, keep_best,
+                                                                                   self._feeder or self._cfg.data))
         return self
 
     def save(self, path) -> DeepLearningTask:
@@ -238,51 +226,63 @@ class DeepLearningTask(TaskBase):
         return self
 
     def quiet(self, quiet: bool = True) -> DeepLearningTask:
-        self._log_table = not quiet
+        self._cfg._set("quiet", bool(quiet))
         return self
 
     # --- compile ----------------------------------------------------------------------------------
+    @property
+    def config(self) -> Config:
+        """The configuration tree (tr.task.config): after compile() the frozen tree the plan was compiled from;
+        before, the live sections the chain methods, the settings and PREPROCESSOR_SETTING write."""
+        if self._compiled_config is not None:
+            return self._compiled_config
+        return Config(self._settings_source, PREPROCESSOR_SETTING if self._cfg.data is None else None, self._cfg)
+
     def compile(self) -> DeepLearningTask:
         self._no_backwards("compile()")
         self._require(Phase.PLANNING, "compile()")
-        if self._blueprint is None:
+        if self._cfg.model is None:
             raise CompileError("compile(): no model; call model(seq(...)) first")
-        if self._optimizer is None:
+        if self._cfg.optimizer is None:
             raise CompileError("compile(): no optimizer; call optimizer(SGD()/Adam()/...) first")
-        source, was_frozen, user_feeder = self._settings_source, self._settings_source.frozen, self._feeder
+        live = self.config
+        source, was_frozen = live.settings, live.settings.frozen
         source.freeze()
+        self._cfg.freeze()
         try:
-            return self._compile(source.snapshot())
+            return self._compile(Config(source.snapshot(), live.data, self._cfg))
         except BaseException:
             # a failed compile leaves nothing held: the settings can be changed again and the task retried
             if not was_frozen:
                 source.thaw()
-            self._feeder = user_feeder
+            self._cfg.thaw()
+            self._feeder = self._compiled_config = None
             if self._phase is Phase.MEMORY_LOCKED:  # failed after the plan: drop it, its arena and graphs
                 self.program = self.backend = self._steps = self._ema_steps = self.group = None
                 self._back_to_planning()
             raise
 
-    def _compile(self, s: Settings) -> DeepLearningTask:
+    def _compile(self, config: Config) -> DeepLearningTask:
+        s, c = config.settings, config.task
         self.settings = s
-        r = resolve(self, s)  # every derived value, each checked once; nothing allocated yet
+        r = resolve(config)  # every derived value, each checked once; nothing allocated yet (commits the data)
+        self._compiled_config = r.config
         self._resolved, self._recorded_env, self._sched, self._feeder = r, r.recorded_env, r.schedule, r.feeder
         env, feeder, has_val = r.env, r.feeder, r.has_val
 
         from tr.backend.registry import get_backend
         from tr.graph.compiler import compile_program
 
-        spec = self.spec = r.compile_spec(self)
-        self.program = compile_program(self._blueprint, spec)
-        check_families(self.program, self._initializer)
+        spec = self.spec = r.compile_spec()
+        self.program = compile_program(c.model, spec)
+        check_families(self.program, c.initializer)
         self._advance(Phase.MEMORY_LOCKED)
         if env is not None:  # join the world; every rank must then hold the same plan
             self.group = init_group(env, r.timeout_s)
-            self.group.agree("the plan", r.agreement(self._epochs, spec,
-                                                     [list(i.tensor.shape.dims) for i in self.program.inits]))
+            self.group.agree("the plan", r.agreement(spec, [list(i.tensor.shape.dims) for i in self.program.inits]))
         kind, options = backend_options(r.backend, self.group, r.cuda_device)
         self.backend = get_backend(kind, **options)
-        if self._device == "auto" and self.backend.name != "cuda":
+        if c.device == "auto" and self.backend.name != "cuda":
             from tr.backend.cuda import cuda_status
 
             log.info("no usable CUDA device (%s): training on the CPU backend", cuda_status()[1])
@@ -294,8 +294,7 @@ class DeepLearningTask(TaskBase):
             if pinned is not None:
                 feeder.adopt_buffers(pinned)
         self.backend.bind_host_buffers(feeder.buffers())
-        initialize_program(self.backend, self.program, s, self._initializer,
-                           rank=r.rank)
+        initialize_program(self.backend, self.program, s, c.initializer, rank=r.rank)
         feeder.upload(self.backend, self.program)  # a resident input's data sets (tr.task.resident)
         feeder.begin_epoch(self.backend, self.program, 0)
         # the learning rate of every step, read on the device by lr_lookup: the loop never writes it
@@ -307,19 +306,12 @@ class DeepLearningTask(TaskBase):
             broadcast_parameters(self.backend, self.program, self.group.collective)
             self._val_samples = global_count(self.group.collective, feeder.num_samples(False))
         self._steps = capture_steps(self.backend, self.program, has_val)
-        if self._ema is not None:
-            self._ema_steps = ema.capture_ema(self.backend, self.program, self._ema.validate)
+        if c.ema is not None:
+            self._ema_steps = ema.capture_ema(self.backend, self.program, c.ema.validate)
         self._advance(Phase.COMPILED)
         log.info("compiled: %d ops, arena %.1f MiB on %s", self.program.num_ops,
                  self.program.layout.total_bytes / 2**20, self.backend.name)
         return self
-
-    def _default_feeder(self, s: Settings) -> Feeder:
-        try:
-            from tr.task.pipeline import feeder_from_preprocessor
-        except ImportError as e:  # pragma: no cover - tr-data always installed with tr-task
-            raise ConfigError("no data: call data(feeder) or configure tr.data's PREPROCESSOR_SETTING") from e
-        return feeder_from_preprocessor(s)
 
     # --- run --------------------------------------------------------------------------------------
     def run(self, epochs: int | None = None) -> TrainingResult:
@@ -331,11 +323,11 @@ class DeepLearningTask(TaskBase):
             raise PhaseError(f"run() needs a compiled task; the task is in {self._phase.name}: call compile() first")
         if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
             raise ConfigError(f"run(epochs) must be an integer >= 1, got {epochs!r}")
-        n = epochs or (self._epochs - self._epochs_done) or self._epochs
+        n = epochs or (self._cfg.epochs - self._epochs_done) or self._cfg.epochs
         wd = self._watchdog()
         self._launch = StepLauncher(self.backend, wd)
         main = self.group is None or self.group.is_main
-        self._sinks = self._log.open() if self._log is not None and main else None
+        self._sinks = self._cfg.log.open() if self._cfg.log is not None and main else None
         try:
             return self._train(n)
         finally:
@@ -366,16 +358,16 @@ class DeepLearningTask(TaskBase):
         wd = self._launch.watchdog
         has_val = feeder.num_samples(False) > 0
         main = self.group is None or self.group.is_main  # only rank 0 prints
-        table = EpochTable(validate=has_val, ema=bool(self._ema and self._ema.validate)) \
-            if self._log_table and main else None
+        table = EpochTable(validate=has_val, ema=bool(self._cfg.ema and self._cfg.ema.validate)) \
+            if not self._cfg.quiet and main else None
         result = TrainingResult()
-        interval, offset = self._validate_every
+        interval, offset = self._cfg.validate_every
         t_all = time.perf_counter()
         skipped_before = int(scalar(be, prog, "skipped")[0])
         first = self._epochs_done
-        if self._checkpoints is not None:  # keep_best's metric, the targets: before the first epoch trains
-            self._checkpoints.begin(self, first + n_epochs)
-        if self._ema is not None and first == 0:  # the EMA starts from the weights training starts from
+        if self._cfg.checkpoints is not None:  # keep_best's metric, the targets: before the first epoch trains
+            self._cfg.checkpoints.begin(self, first + n_epochs)
+        if self._cfg.ema is not None and first == 0:  # the EMA starts from the weights training starts from
             be.launch(self._ema_steps.start)
         for epoch in range(first, first + n_epochs):
             t0 = time.perf_counter()
@@ -395,17 +387,17 @@ class DeepLearningTask(TaskBase):
             rec.seconds = time.perf_counter() - t0
             result.history.append(rec)
             result.epochs = epoch + 1
-            if self._checkpoints is not None:  # every rank takes part in a save; rank 0 writes
-                self._checkpoints.after_epoch(self, rec)
+            if self._cfg.checkpoints is not None:  # every rank takes part in a save; rank 0 writes
+                self._cfg.checkpoints.after_epoch(self, rec)
             if table:
                 table.row(rec)
             if self._sinks is not None:
                 self._sinks.write(rec)
             if not math.isfinite(rec.train_loss):
                 log.warning("epoch %d: training loss is %s", epoch + 1, rec.train_loss)
-            if rec.top1 is not None and rec.top1 >= self._early_stop:
+            if rec.top1 is not None and rec.top1 >= self._cfg.early_stop:
                 log.info("Early stop triggered at epoch %d (top1 %.4f >= %.4f)", epoch + 1, rec.top1,
-                         self._early_stop)
+                         self._cfg.early_stop)
                 result.early_stopped = True
                 break
         if table:
@@ -423,15 +415,15 @@ class DeepLearningTask(TaskBase):
         be.launch(st.clear_metrics)
         be.launch(st.epoch_begin)
         launch.prepare(st.epoch_order)  # (a resident data set: the epoch's order, on the device)
-        bar = Progress(steps, f"epoch {epoch + 1} train", enabled=main and self._log_table)
+        bar = Progress(steps, f"epoch {epoch + 1} train", enabled=main and not self._cfg.quiet)
         lr0 = self._device_lr()
         t_pass = time.perf_counter()
         with closing(feeder.epoch(epoch, True)) as batches:  # closed on an exception too: zones released
             for k, buf, _n in batches:
                 launch(st.transfer[buf], (st.train_last if k == steps - 1 else st.train)[buf], buf)
                 feeder.release(k)
-                if self._on_step is not None:
-                    self._on_step(k, be.read(prog.tensor("result")).reshape(-1))
+                if self._cfg.on_step is not None:
+                    self._cfg.on_step(k, be.read(prog.tensor("result")).reshape(-1))
                 bar.update(k + 1)
         bar.close()
         be.launch(st.epoch_end)
@@ -446,7 +438,7 @@ class DeepLearningTask(TaskBase):
             rec.pipeline_busy = round(times.busy_fraction(wall), 4)
         if validate:
             rec.val_loss, rec.top1, rec.top5 = self._validate(epoch)
-        if self._ema is not None:
+        if self._cfg.ema is not None:
             ema.after_epoch(self, epoch, rec, validate)
         return rec
 
@@ -459,7 +451,7 @@ class DeepLearningTask(TaskBase):
         launch = self._launch
         launch.prepare(st.val_begin)  # (a resident data set: its first validation batch)
         main = self.group is None or self.group.is_main
-        bar = Progress(steps, f"epoch {epoch + 1} {label}", enabled=main and self._log_table)
+        bar = Progress(steps, f"epoch {epoch + 1} {label}", enabled=main and not self._cfg.quiet)
         with closing(feeder.epoch(epoch, False)) as batches:
             for k, buf, _n in batches:
                 launch(st.val_transfer[buf], (val_last if k == steps - 1 else val)[buf], buf)
@@ -523,7 +515,8 @@ class DeepLearningTask(TaskBase):
     def feeder(self) -> Feeder | None:
         """The feeder training reads (the one given to data(), or the one compile() built from
         PREPROCESSOR_SETTING); None before compile() when none was given."""
-        return getattr(self._feeder, "wrapped", self._feeder)
+        f = self._feeder or self._cfg.data
+        return getattr(f, "wrapped", f)
 
     @property
     def launches_per_step(self) -> int:

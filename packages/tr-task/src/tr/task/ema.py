@@ -59,7 +59,7 @@ def capture_ema(backend, program: Program, validate: bool) -> EmaSteps:
 def after_epoch(task, epoch: int, rec, validate: bool) -> None:
     """The EMA work of an epoch's end: validate the EMA model (when asked and ``validate``), then SEMA's
     switch. The main model's folded BN parameters are refolded after each (both overwrite them)."""
-    cfg, st, be = task._ema, task._ema_steps, task.backend
+    cfg, st, be = task.config.task.ema, task._ema_steps, task.backend
     if cfg.validate and validate:
         if st.prepare is not None:
             be.launch(st.prepare)

@@ -94,7 +94,7 @@ def _runs_on_cuda(task: Any) -> bool:
     """Whether compile() will make a CUDA backend: the task's device() with the settings' use_cpu()/use_gpu()."""
     from tr.task.devices import backend_kind
 
-    kind = backend_kind(task._device, task._settings_source)
+    kind = backend_kind(task.config.task.device, task.config.settings)
     if kind == "auto":
         from tr.backend.registry import cuda_available
 

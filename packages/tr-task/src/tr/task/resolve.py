@@ -1,10 +1,11 @@
 """One resolved configuration: every value a compile derives from the task's setters, the settings, the data
 and the launch, computed and checked once, before anything is allocated.
 
-``resolve(task, settings)`` reads the task's configuration (BluePrint, loss, optimizer, scheduler, EMA, device,
-distributed launch), the frozen settings and the data (the feeder, completed and sharded here) and returns a
-:class:`Resolved`: the world, this process's batch and device, the data's shapes, batches and steps, the class
-count, the resolutions, the schedule and the recorded environment. Each fact is checked in one place with one
+``resolve(config)`` reads a task's configuration tree (tr.task.config: the frozen settings, the task's section
+with its BluePrint, loss, optimizer, scheduler, EMA, device and distributed launch, and the data: the task's
+feeder, or one built from the data section, completed and sharded here) and returns a :class:`Resolved`: the
+world, this process's batch and device, the data's shapes, batches and steps, the class count, the
+resolutions, the schedule and the recorded environment. Each fact is checked in one place with one
 error (the batch split by tr.core.settings.check_batch_split, the classes and shapes by tr.task.plan_inputs),
 and the plan is built from it: the CompileSpec (``compile_spec``) and what every rank must agree on
 (``agreement``) are its projections.
@@ -12,6 +13,7 @@ and the plan is built from it: the CompileSpec (``compile_spec``) and what every
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,18 +21,20 @@ from tr.algo.scheduler import ConstantLR
 from tr.core import env as tr_env
 from tr.core.errors import ConfigError
 from tr.core.settings import Settings
+from tr.data.settings import PreprocessorSettings
 from tr.task import devices, plan_inputs
+from tr.task.config import Config
 from tr.task.distributed import DistEnv, auto_env
 from tr.task.feeder import Feeder, complete_feeder
+from tr.task.pipeline import feeder_from_preprocessor
 
 if TYPE_CHECKING:
     from tr.graph.spec import CompileSpec
-    from tr.task.deep_learning import DeepLearningTask
 
 
 @dataclass(frozen=True)
 class Resolved:
-    settings: Settings
+    config: Config  # the tree resolved (its data section a frozen snapshot when the data came from it)
     env: DistEnv | None  # the data-parallel launch; None: one process
     timeout_s: float | None  # distributed()'s bootstrap timeout
     backend: str  # "cpu", "cuda" or "auto", reconciled with use_cpu()/use_gpu()
@@ -47,6 +51,10 @@ class Resolved:
     recorded_env: dict[str, Any]  # the plan-changing TR_* variables as this compile reads them
 
     @property
+    def settings(self) -> Settings:
+        return self.config.settings
+
+    @property
     def world_size(self) -> int:
         return 1 if self.env is None else self.env.world_size
 
@@ -54,59 +62,70 @@ class Resolved:
     def rank(self) -> int:
         return 0 if self.env is None else self.env.rank
 
-    def compile_spec(self, task: DeepLearningTask) -> CompileSpec:
-        """The plan's CompileSpec: a projection of this configuration and the task's model-side choices."""
+    def compile_spec(self) -> CompileSpec:
+        """The plan's CompileSpec: a projection of this configuration."""
         from tr.graph.spec import CompileSpec, loss_scale_fields
 
-        s, f = self.settings, self.feeder
+        s, t, f = self.settings, self.config.task, self.feeder
         return CompileSpec(
             input_shape=self.input_shape, num_classes=self.num_classes, batch=f.batch, **self.resolutions,
             last_train_batch=f.last_batch(True), val_batch=f.batch if self.has_val else None,
             last_val_batch=f.last_batch(False) if self.has_val else None, amp=s.amp_enabled,
-            **loss_scale_fields(s), label_smoothing=float(task._loss.smoothing), loss=task._loss.kind,
-            grad_clip=max(0.0, task._grad_clip), lr_table_steps=self.schedule.total_steps,
+            **loss_scale_fields(s), label_smoothing=float(t.loss.smoothing), loss=t.loss.kind,
+            grad_clip=max(0.0, t.grad_clip), lr_table_steps=self.schedule.total_steps,
             world_size=self.world_size, **self.optimizer,
-            ema_decay=task._ema.decay if task._ema is not None else None, resident=f.resident_input(),
+            ema_decay=t.ema.decay if t.ema is not None else None, resident=f.resident_input(),
             jpeg=f.jpeg_input())
 
-    def agreement(self, epochs: int, spec: CompileSpec, parameters: list[list[int]]) -> dict[str, Any]:
+    def agreement(self, spec: CompileSpec, parameters: list[list[int]]) -> dict[str, Any]:
         """What every rank of a data-parallel run must hold alike (tr.task.distributed.Group.agree)."""
         s = self.settings
         return {"global batch": s.batch_size, "seed": s.seed, "data seed": getattr(self.feeder, "seed", None),
-                "steps per epoch": self.steps_per_epoch, "epochs": epochs, "validates": self.has_val,
+                "steps per epoch": self.steps_per_epoch, "epochs": self.config.task.epochs, "validates": self.has_val,
                 "amp": s.amp_enabled, "optimizer": spec.optimizer, "parameters": parameters,
                 "environment": self.recorded_env}  # TR_FC_DRELU & co.: one plan on every rank
 
 
-def resolve(task: DeepLearningTask, s: Settings) -> Resolved:
-    """Every derived value of ``task`` under the frozen settings ``s``, each checked once (ConfigError /
-    CompileError naming the value); shards and checks the task's data. When the settings name several devices
-    and no launch made this process one rank, this process becomes the launcher of one process per device
+def resolve(config: Config) -> Resolved:
+    """Every derived value of the configuration tree ``config`` (its settings frozen), each checked once
+    (ConfigError / CompileError naming the value); builds, shards and checks the data (a data section is
+    committed, and the Resolved holds its frozen snapshot). When the settings name several devices and no launch
+    made this process one rank, this process becomes the launcher of one process per device
     (tr.task.devices.relaunch_per_device: SystemExit with their exit code), after the devices were checked."""
-    env, timeout = task._dist or (auto_env(), None)
+    s, t = config.settings, config.task
+    env, timeout = t.distributed or (auto_env(), None)
     env = env if env is not None and env.distributed else None
-    backend = devices.backend_kind(task._device, s)
+    backend = devices.backend_kind(t.device, s)
     if env is None and len(s.gpu_ids) > 1:
         devices.relaunch_per_device(s)
     local_batch = devices.local_batch(s, env)
     cuda_device = devices.device_index(s, env)
-    feeder = complete_feeder(task._feeder or task._default_feeder(s))
+    if t.data is None:  # the data section, checked whole and committed; the run reads a frozen copy of it,
+        config = dataclasses.replace(config, data=_committed(config))  # immune to later edits of the global
+    feeder = complete_feeder(t.data if t.data is not None else feeder_from_preprocessor(s, pre=config.data))
     if env is not None:
         feeder.shard(env.rank, env.world_size)
     if feeder.batch != local_batch:
         raise ConfigError(f"the feeder's batch {feeder.batch} differs from the local batch size {local_batch} of the "
                           "settings")
-    num_classes = plan_inputs.num_classes(task._num_classes, task._blueprint, getattr(feeder, "num_classes", None))
+    num_classes = plan_inputs.num_classes(t.num_classes, t.model, getattr(feeder, "num_classes", None))
     feeder.check_labels(num_classes)  # labels past the logits are refused now, not wrapped in a step
     steps = feeder.steps(True)
     has_val = feeder.num_samples(False) > 0
-    if task._ema is not None and task._ema.validate and not has_val:
+    if t.ema is not None and t.ema.validate and not has_val:
         raise ConfigError("EMA validation needs validation data (the feeder has none): ema(validate=False)")
-    schedule = (task._scheduler or ConstantLR().base_lr(0.1)).prepare(task._epochs, steps)
+    schedule = (t.scheduler or ConstantLR().base_lr(0.1)).prepare(t.epochs, steps)
     return Resolved(
-        settings=s, env=env, timeout_s=timeout, backend=backend, cuda_device=cuda_device, local_batch=local_batch,
+        config=config, env=env, timeout_s=timeout, backend=backend, cuda_device=cuda_device, local_batch=local_batch,
         feeder=feeder, num_classes=num_classes,
-        input_shape=plan_inputs.input_shape(task._blueprint, feeder.sample_shape),
+        input_shape=plan_inputs.input_shape(t.model, feeder.sample_shape),
         resolutions=plan_inputs.resolutions(s, feeder.sample_shape, has_val), has_val=has_val,
-        steps_per_epoch=steps, schedule=schedule, optimizer=plan_inputs.optimizer_spec(task._optimizer),
+        steps_per_epoch=steps, schedule=schedule, optimizer=plan_inputs.optimizer_spec(t.optimizer),
         recorded_env=tr_env.recorded())
+
+
+def _committed(config: Config) -> PreprocessorSettings:
+    """A frozen copy of the data section, committed (tr.data's whole-configuration check) first."""
+    if config.data is None:
+        raise ConfigError("no data: call data(feeder) or configure tr.data's PREPROCESSOR_SETTING")
+    return config.data.commit().snapshot()

@@ -72,7 +72,7 @@ def tr_ops(task: Any) -> list[Op]:
 
     spec = task.spec
     h, w, c = spec.input_shape
-    layers = passes.unfused(task._blueprint, c)
+    layers = passes.unfused(task.config.task.model, c)
     shapes = passes.infer_shapes(layers, Shape(1, h, w, c))
     ops: list[Op] = []
     for L in layers:

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tr.core.dtype import DType
-from tr.core.ops import ACTIVATION_CODES, BN_ACTIVATION_CODES, BN_MASK_CODES
+from tr.core.ops import (
+    ACTIVATION_CODES,
+    BN_ACTIVATION_CODES,
+    BN_MASK_CODES,
+    CONV_ENGINE_CODES,
+    EXTERN_PARAM_CODES,
+    ONEHOT_LOSS_CODES,
+    OPTIMIZER_RULE_CODES,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = ROOT / "packages" / "tr-backend" / "csrc" / "ops" / "codes.hpp"
@@ -65,6 +73,14 @@ def tables() -> tuple[Table, ...]:
                BN_ACTIVATION_CODES, lambda a: "NONE" if a is None else a.upper()),
         _table("BnMask", "kNumBnMasks", "tr.core.ops.BN_MASK_CODES (bn_bwd's mask: where it comes from, which act)",
                BN_MASK_CODES, _mask_name),
+        _table("OptRule", "kNumOptRules", "tr.core.ops.OPTIMIZER_RULE_CODES (range_optimizer's rule)",
+               OPTIMIZER_RULE_CODES, str.upper),
+        _table("OneHotLoss", "kNumOneHotLosses", "tr.core.ops.ONEHOT_LOSS_CODES (onehot_loss_*'s loss)",
+               ONEHOT_LOSS_CODES, str.upper),
+        _table("ConvEngine", "kNumConvEngines", "tr.core.ops.CONV_ENGINE_CODES (conv_*'s engine: TR_CONV)",
+               CONV_ENGINE_CODES, str.upper),
+        _table("ExternParam", "kNumExternParams", "tr.core.ops.EXTERN_PARAM_CODES (extern_kernel's param_types)",
+               EXTERN_PARAM_CODES, str.upper),
     )
 
 

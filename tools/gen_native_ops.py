@@ -43,11 +43,18 @@ CTYPES = {
     "act": ("ActKind", "std::int64_t"),
     "bn_act": ("BnAct", "std::int64_t"),
     "bn_mask": ("BnMask", "std::int64_t"),
+    "opt_rule": ("OptRule", "std::int64_t"),
+    "onehot_loss": ("OneHotLoss", "std::int64_t"),
+    "conv_engine": ("ConvEngine", "std::int64_t"),
     "i64s": ("std::vector<std::int64_t>", "std::vector<std::int64_t>"),
     "f64s": ("std::vector<double>", "std::vector<double>"),
+    "extern_params": ("std::vector<ExternParam>", "std::vector<std::int64_t>"),
 }
-ENUM_COUNTS = {"dt": "kNumDT", "act": "kNumActKinds", "bn_act": "kNumBnActs", "bn_mask": "kNumBnMasks"}
-ENUM_NAMES = {"dt": "DT", "act": "ActKind", "bn_act": "BnAct", "bn_mask": "BnMask"}
+# field type -> (codes.hpp's enum, its member count): a scalar code, or (extern_params) a list of codes
+ENUMS = {"dt": ("DT", "kNumDT"), "act": ("ActKind", "kNumActKinds"), "bn_act": ("BnAct", "kNumBnActs"),
+         "bn_mask": ("BnMask", "kNumBnMasks"), "opt_rule": ("OptRule", "kNumOptRules"),
+         "onehot_loss": ("OneHotLoss", "kNumOneHotLosses"), "conv_engine": ("ConvEngine", "kNumConvEngines")}
+ENUM_LISTS = {"extern_params": ("ExternParam", "kNumExternParams")}
 
 
 def _cstr(s: str) -> str:
@@ -65,7 +72,7 @@ def _literal(f: Field) -> str:
 def _init(f: Field) -> str:
     """The member's initialiser."""
     member = CTYPES[f.type][0]
-    if f.type in ENUM_COUNTS:
+    if f.type in ENUMS:
         return f"{{static_cast<{member}>({_literal(f) if f.default is not None else 0})}}"
     if f.default is not None:
         return f" = {_literal(f)}"
@@ -123,9 +130,12 @@ def _assign(op: NativeOp, f: Field) -> str:
         return f"rec.{n} = address_of({where}, {n});"
     if f.type == "ptr?":
         return f"rec.{n} = reinterpret_cast<void*>({n}.value_or(0));"
-    if f.type in ENUM_COUNTS:
-        return (f"rec.{n} = code_of<{ENUM_NAMES[f.type]}>({where}, {n}, {ENUM_COUNTS[f.type]}, "
-                f"{_cstr(ENUM_NAMES[f.type])});")
+    if f.type in ENUMS:
+        enum, count = ENUMS[f.type]
+        return f"rec.{n} = code_of<{enum}>({where}, {n}, {count}, {_cstr(enum)});"
+    if f.type in ENUM_LISTS:
+        enum, count = ENUM_LISTS[f.type]
+        return f"rec.{n} = codes_of<{enum}>({where}, {n}, {count}, {_cstr(enum)});"
     return f"rec.{n} = {n};"
 
 
@@ -136,8 +146,10 @@ def _read(op: NativeOp, f: Field) -> str:
         return f"reinterpret_cast<std::uintptr_t>(a.{n})"
     if f.type in ("tensor?",):
         return f"a.{n} ? nb::cast(a.{n}) : nb::object(nb::none())"
-    if f.type in ENUM_COUNTS:
+    if f.type in ENUMS:
         return f"static_cast<std::int64_t>(a.{n})"
+    if f.type in ENUM_LISTS:
+        return f"codes_back(a.{n})"
     return f"a.{n}"
 
 

@@ -21,6 +21,14 @@ from tr.core.ops import (
     BN_ACTIVATIONS,
     BN_MASK_CODES,
     BN_MASKS,
+    CONV_ENGINE_CODES,
+    CONV_ENGINES,
+    EXTERN_PARAM_CODES,
+    EXTERN_PARAMS,
+    ONEHOT_LOSS_CODES,
+    ONEHOT_LOSSES,
+    OPTIMIZER_RULE_CODES,
+    OPTIMIZER_RULES,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -71,10 +79,15 @@ def test_the_header_holds_the_tr_core_numbers():
     assert enums["BnMask"]["NONE"] == BN_MASK_CODES["", None]
     assert enums["BnMask"]["RELU6_FROM_Y"] == BN_MASK_CODES["y", "relu6"]
     assert enums["BnMask"]["SILU_FROM_X"] == BN_MASK_CODES["x", "silu"]
+    assert enums["OptRule"] == {r.upper(): OPTIMIZER_RULE_CODES[r] for r in OPTIMIZER_RULES}
+    assert enums["OneHotLoss"] == {k.upper(): ONEHOT_LOSS_CODES[k] for k in ONEHOT_LOSSES}
+    assert enums["ConvEngine"] == {e.upper(): CONV_ENGINE_CODES[e] for e in CONV_ENGINES}
+    assert enums["ExternParam"] == {p.upper(): EXTERN_PARAM_CODES[p] for p in EXTERN_PARAMS}
     counts = dict(re.findall(r"constexpr int (\w+) = (\d+);", GEN.HEADER.read_text()))
     assert {k: int(v) for k, v in counts.items()} == {
         "kNumDT": len(DType), "kNumActKinds": len(ACTIVATIONS), "kNumBnActs": len(BN_ACTIVATIONS),
-        "kNumBnMasks": len(BN_MASKS)}
+        "kNumBnMasks": len(BN_MASKS), "kNumOptRules": len(OPTIMIZER_RULES), "kNumOneHotLosses": len(ONEHOT_LOSSES),
+        "kNumConvEngines": len(CONV_ENGINES), "kNumExternParams": len(EXTERN_PARAMS)}
 
 
 def test_the_tables_are_dense_and_consistent():

@@ -129,3 +129,33 @@ def test_the_extension_checks_the_record_again():
     rec = native.ScaleBwdArgs(x=dev, s=dev, dy=dev, ds=dev, n=2, hw=9, c=8)
     assert rec.dx is None and rec.fields()["dx"] is None and rec.x == dev
     assert repr(rec).startswith("ScaleBwdArgs(x=Dev(0x100000, FP16), s=")
+
+
+def test_every_code_crosses_the_boundary_as_its_generated_enum():
+    """The optimizer rule, the one-hot loss, the convolution engine and extern_kernel's parameter types are codes of
+    codes.hpp's enums (generated from tr.core.ops): the record refuses a number outside the enum, naming it."""
+    from tr.core.ops import CONV_ENGINE_CODES, EXTERN_PARAM_CODES, ONEHOT_LOSS_CODES, OPTIMIZER_RULE_CODES
+
+    sigs = {op.name: op for _, op in all_ops()}
+    assert sigs["range_optimizer"].field("rule").type == "opt_rule"
+    assert {sigs[n].field("loss").type for n in ("onehot_loss_fwd", "onehot_loss_bwd", "onehot_loss_inf")} == \
+        {"onehot_loss"}
+    assert {sigs[n].field("engine").type for n in ("conv_fwd", "conv_bwd")} == {"conv_engine"}
+    assert sigs["extern_kernel"].field("param_types").type == "extern_params"
+    dev = native.Dev(1 << 20, 0)
+    common = dict(w=1 << 20, g=1 << 21, lr=dev, flag=dev, grad_scale=dev, n=4, beta1=0.9, beta2=0.999, eps=1e-8,
+                  weight_decay=0.0)
+    rec = native.RangeOptimizerArgs(rule=OPTIMIZER_RULE_CODES["adamw"], **common)
+    assert rec.rule == 4 and rec.fields()["rule"] == 4
+    with pytest.raises(ConfigError, match=r"field 'rule' is 5, not a code of OptRule \(0..4\)"):
+        native.RangeOptimizerArgs(rule=len(OPTIMIZER_RULE_CODES), **common)
+    with pytest.raises(ConfigError, match=r"field 'loss' is 2, not a code of OneHotLoss \(0..1\)"):
+        native.OnehotLossFwdArgs(logits=dev, labels=dev, result=dev, n=2, k=3, loss=len(ONEHOT_LOSS_CODES),
+                                 label_smoothing=0.0)
+    kernel = dict(function=1 << 20, grid_x=1, grid_y=1, grid_z=1, block_x=32, block_y=1, block_z=1, shared=0)
+    codes = [EXTERN_PARAM_CODES[k] for k in ("pointer", "int32", "float64")]
+    rec = native.ExternKernelArgs(param_types=codes, param_ints=[1, 2, 0], param_floats=[0.0, 0.0, 1.5], **kernel)
+    assert rec.param_types == codes == [0, 1, 4]
+    with pytest.raises(ConfigError, match=r"field 'param_types' entry 1 is 5, not a code of ExternParam \(0..4\)"):
+        native.ExternKernelArgs(param_types=[0, 5], param_ints=[1, 2], param_floats=[0.0, 0.0], **kernel)
+    assert CONV_ENGINE_CODES == {"auto": 0, "cudnn": 1, "direct": 2}  # TR_CONV's values, in its registry's order

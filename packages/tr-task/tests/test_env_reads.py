@@ -8,6 +8,7 @@ import pytest
 from tr.backend.cuda import cudnn
 from tr.backend.cuda.ops import fc as cuda_fc
 from tr.core.errors import ConfigError
+from tr.core.ops import CONV_ENGINE_CODES
 from tr.data import download
 from tr.graph import passes
 from tr.graph.archplan import DATA, ArchLayer, params
@@ -54,7 +55,7 @@ def test_a_bad_tr_cublaslt_epilogues_is_named(monkeypatch):
 
 def test_tr_conv_and_tr_cudnn_autotune(monkeypatch):
     monkeypatch.setenv("TR_CONV", " Direct ")
-    assert cudnn.conv_engine() == cudnn.ENGINES["direct"] == 2
+    assert cudnn.conv_engine() == CONV_ENGINE_CODES["direct"] == 2
     monkeypatch.setenv("TR_CONV", "winograd")
     with pytest.raises(ConfigError, match=r"TR_CONV='winograd': expected one of \['auto', 'cudnn', 'direct'\]"):
         cudnn.conv_engine()

@@ -636,7 +636,7 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"span", "ptr"}, {"comm", "ptr"}, {"n", "i64"}});
   }
   {
-    nb::class_<ConvFwdArgs> klass(m, "ConvFwdArgs", "y = the cross-correlation of x with w, plus b when given (one more kernel).\n\nKeyword-only fields:\n    x (tensor): [n, ih, iw, c]\n    w (tensor): [k, kh, kw, c / groups] (KRSC), of x's dtype\n    b (tensor?): [k]; absent: no bias\n    y (tensor): [n, p, q, k]\n    n (i64): samples\n    ih (i64): input height\n    iw (i64): input width\n    c (i64): input channels\n    kh (i64): window height (the weights' R)\n    kw (i64): window width (the weights' S)\n    sh (i64): vertical stride\n    sw (i64): horizontal stride\n    ph (i64): padding above and below\n    pw (i64): padding left and right\n    p (i64): output height\n    q (i64): output width\n    k (i64): output channels\n    groups (i64): channel groups; divides c and k (1: not grouped)\n    engine (i64): TR_CONV: 0 cuDNN else the direct kernels, 1 cuDNN or an error, 2 the direct kernels\n    tf32 (bool): FP32 convolutions may round their inputs to TF32\n    autotune (bool): time cuDNN's first candidate engines and keep the fastest (or the cached winner)");
+    nb::class_<ConvFwdArgs> klass(m, "ConvFwdArgs", "y = the cross-correlation of x with w, plus b when given (one more kernel).\n\nKeyword-only fields:\n    x (tensor): [n, ih, iw, c]\n    w (tensor): [k, kh, kw, c / groups] (KRSC), of x's dtype\n    b (tensor?): [k]; absent: no bias\n    y (tensor): [n, p, q, k]\n    n (i64): samples\n    ih (i64): input height\n    iw (i64): input width\n    c (i64): input channels\n    kh (i64): window height (the weights' R)\n    kw (i64): window width (the weights' S)\n    sh (i64): vertical stride\n    sw (i64): horizontal stride\n    ph (i64): padding above and below\n    pw (i64): padding left and right\n    p (i64): output height\n    q (i64): output width\n    k (i64): output channels\n    groups (i64): channel groups; divides c and k (1: not grouped)\n    engine (conv_engine): TR_CONV (tr.core.ops.CONV_ENGINE_CODES): auto (cuDNN, else the direct kernels), cudnn (or an error) or direct\n    tf32 (bool): FP32 convolutions may round their inputs to TF32\n    autotune (bool): time cuDNN's first candidate engines and keep the fastest (or the cached winner)");
     klass.def(
         "__init__",
         [](ConvFwdArgs* self, const Dev& x, const Dev& w, std::optional<Dev> b, const Dev& y, std::int64_t n, std::int64_t ih, std::int64_t iw, std::int64_t c, std::int64_t kh, std::int64_t kw, std::int64_t sh, std::int64_t sw, std::int64_t ph, std::int64_t pw, std::int64_t p, std::int64_t q, std::int64_t k, std::int64_t groups, std::int64_t engine, bool tf32, bool autotune) {
@@ -659,7 +659,7 @@ void bind_op_args(nb::module_& m) {
           rec.q = q;
           rec.k = k;
           rec.groups = groups;
-          rec.engine = engine;
+          rec.engine = code_of<ConvEngine>("conv_fwd", "engine", engine, kNumConvEngines, "ConvEngine");
           rec.tf32 = tf32;
           rec.autotune = autotune;
           new (self) ConvFwdArgs(rec);
@@ -683,7 +683,7 @@ void bind_op_args(nb::module_& m) {
     klass.def_prop_ro("q", [](const ConvFwdArgs& a) -> nb::object { return nb::cast(a.q); });
     klass.def_prop_ro("k", [](const ConvFwdArgs& a) -> nb::object { return nb::cast(a.k); });
     klass.def_prop_ro("groups", [](const ConvFwdArgs& a) -> nb::object { return nb::cast(a.groups); });
-    klass.def_prop_ro("engine", [](const ConvFwdArgs& a) -> nb::object { return nb::cast(a.engine); });
+    klass.def_prop_ro("engine", [](const ConvFwdArgs& a) -> nb::object { return nb::cast(static_cast<std::int64_t>(a.engine)); });
     klass.def_prop_ro("tf32", [](const ConvFwdArgs& a) -> nb::object { return nb::cast(a.tf32); });
     klass.def_prop_ro("autotune", [](const ConvFwdArgs& a) -> nb::object { return nb::cast(a.autotune); });
     klass.def("fields", [](const ConvFwdArgs& a) {
@@ -706,17 +706,17 @@ void bind_op_args(nb::module_& m) {
       d["q"] = nb::cast(a.q);
       d["k"] = nb::cast(a.k);
       d["groups"] = nb::cast(a.groups);
-      d["engine"] = nb::cast(a.engine);
+      d["engine"] = nb::cast(static_cast<std::int64_t>(a.engine));
       d["tf32"] = nb::cast(a.tf32);
       d["autotune"] = nb::cast(a.autotune);
       return d;
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const ConvFwdArgs& a) { return record_repr("ConvFwdArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "conv_fwd";
-    klass.attr("field_types") = field_types({{"x", "tensor"}, {"w", "tensor"}, {"b", "tensor?"}, {"y", "tensor"}, {"n", "i64"}, {"ih", "i64"}, {"iw", "i64"}, {"c", "i64"}, {"kh", "i64"}, {"kw", "i64"}, {"sh", "i64"}, {"sw", "i64"}, {"ph", "i64"}, {"pw", "i64"}, {"p", "i64"}, {"q", "i64"}, {"k", "i64"}, {"groups", "i64"}, {"engine", "i64"}, {"tf32", "bool"}, {"autotune", "bool"}});
+    klass.attr("field_types") = field_types({{"x", "tensor"}, {"w", "tensor"}, {"b", "tensor?"}, {"y", "tensor"}, {"n", "i64"}, {"ih", "i64"}, {"iw", "i64"}, {"c", "i64"}, {"kh", "i64"}, {"kw", "i64"}, {"sh", "i64"}, {"sw", "i64"}, {"ph", "i64"}, {"pw", "i64"}, {"p", "i64"}, {"q", "i64"}, {"k", "i64"}, {"groups", "i64"}, {"engine", "conv_engine"}, {"tf32", "bool"}, {"autotune", "bool"}});
   }
   {
-    nb::class_<ConvBwdArgs> klass(m, "ConvBwdArgs", "dw (wgrad), dx (dgrad) when given, and db = the column sums of dy when given (computed first).\n\nKeyword-only fields:\n    x (tensor): [n, ih, iw, c]\n    w (tensor): [k, kh, kw, c / groups] (KRSC), of x's dtype\n    dy (tensor): [n, p, q, k]\n    dw (tensor): [k, kh, kw, c / groups] (KRSC)\n    db (tensor?): FP32 [k]; absent: no bias gradient\n    dx (tensor?): [n, ih, iw, c]; absent: wgrad only\n    n (i64): samples\n    ih (i64): input height\n    iw (i64): input width\n    c (i64): input channels\n    kh (i64): window height (the weights' R)\n    kw (i64): window width (the weights' S)\n    sh (i64): vertical stride\n    sw (i64): horizontal stride\n    ph (i64): padding above and below\n    pw (i64): padding left and right\n    p (i64): output height\n    q (i64): output width\n    k (i64): output channels\n    groups (i64): channel groups; divides c and k (1: not grouped)\n    engine (i64): TR_CONV: 0 cuDNN else the direct kernels, 1 cuDNN or an error, 2 the direct kernels\n    tf32 (bool): FP32 convolutions may round their inputs to TF32\n    autotune (bool): time cuDNN's first candidate engines and keep the fastest (or the cached winner)");
+    nb::class_<ConvBwdArgs> klass(m, "ConvBwdArgs", "dw (wgrad), dx (dgrad) when given, and db = the column sums of dy when given (computed first).\n\nKeyword-only fields:\n    x (tensor): [n, ih, iw, c]\n    w (tensor): [k, kh, kw, c / groups] (KRSC), of x's dtype\n    dy (tensor): [n, p, q, k]\n    dw (tensor): [k, kh, kw, c / groups] (KRSC)\n    db (tensor?): FP32 [k]; absent: no bias gradient\n    dx (tensor?): [n, ih, iw, c]; absent: wgrad only\n    n (i64): samples\n    ih (i64): input height\n    iw (i64): input width\n    c (i64): input channels\n    kh (i64): window height (the weights' R)\n    kw (i64): window width (the weights' S)\n    sh (i64): vertical stride\n    sw (i64): horizontal stride\n    ph (i64): padding above and below\n    pw (i64): padding left and right\n    p (i64): output height\n    q (i64): output width\n    k (i64): output channels\n    groups (i64): channel groups; divides c and k (1: not grouped)\n    engine (conv_engine): TR_CONV (tr.core.ops.CONV_ENGINE_CODES): auto (cuDNN, else the direct kernels), cudnn (or an error) or direct\n    tf32 (bool): FP32 convolutions may round their inputs to TF32\n    autotune (bool): time cuDNN's first candidate engines and keep the fastest (or the cached winner)");
     klass.def(
         "__init__",
         [](ConvBwdArgs* self, const Dev& x, const Dev& w, const Dev& dy, const Dev& dw, std::optional<Dev> db, std::optional<Dev> dx, std::int64_t n, std::int64_t ih, std::int64_t iw, std::int64_t c, std::int64_t kh, std::int64_t kw, std::int64_t sh, std::int64_t sw, std::int64_t ph, std::int64_t pw, std::int64_t p, std::int64_t q, std::int64_t k, std::int64_t groups, std::int64_t engine, bool tf32, bool autotune) {
@@ -741,7 +741,7 @@ void bind_op_args(nb::module_& m) {
           rec.q = q;
           rec.k = k;
           rec.groups = groups;
-          rec.engine = engine;
+          rec.engine = code_of<ConvEngine>("conv_bwd", "engine", engine, kNumConvEngines, "ConvEngine");
           rec.tf32 = tf32;
           rec.autotune = autotune;
           new (self) ConvBwdArgs(rec);
@@ -767,7 +767,7 @@ void bind_op_args(nb::module_& m) {
     klass.def_prop_ro("q", [](const ConvBwdArgs& a) -> nb::object { return nb::cast(a.q); });
     klass.def_prop_ro("k", [](const ConvBwdArgs& a) -> nb::object { return nb::cast(a.k); });
     klass.def_prop_ro("groups", [](const ConvBwdArgs& a) -> nb::object { return nb::cast(a.groups); });
-    klass.def_prop_ro("engine", [](const ConvBwdArgs& a) -> nb::object { return nb::cast(a.engine); });
+    klass.def_prop_ro("engine", [](const ConvBwdArgs& a) -> nb::object { return nb::cast(static_cast<std::int64_t>(a.engine)); });
     klass.def_prop_ro("tf32", [](const ConvBwdArgs& a) -> nb::object { return nb::cast(a.tf32); });
     klass.def_prop_ro("autotune", [](const ConvBwdArgs& a) -> nb::object { return nb::cast(a.autotune); });
     klass.def("fields", [](const ConvBwdArgs& a) {
@@ -792,14 +792,14 @@ void bind_op_args(nb::module_& m) {
       d["q"] = nb::cast(a.q);
       d["k"] = nb::cast(a.k);
       d["groups"] = nb::cast(a.groups);
-      d["engine"] = nb::cast(a.engine);
+      d["engine"] = nb::cast(static_cast<std::int64_t>(a.engine));
       d["tf32"] = nb::cast(a.tf32);
       d["autotune"] = nb::cast(a.autotune);
       return d;
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const ConvBwdArgs& a) { return record_repr("ConvBwdArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "conv_bwd";
-    klass.attr("field_types") = field_types({{"x", "tensor"}, {"w", "tensor"}, {"dy", "tensor"}, {"dw", "tensor"}, {"db", "tensor?"}, {"dx", "tensor?"}, {"n", "i64"}, {"ih", "i64"}, {"iw", "i64"}, {"c", "i64"}, {"kh", "i64"}, {"kw", "i64"}, {"sh", "i64"}, {"sw", "i64"}, {"ph", "i64"}, {"pw", "i64"}, {"p", "i64"}, {"q", "i64"}, {"k", "i64"}, {"groups", "i64"}, {"engine", "i64"}, {"tf32", "bool"}, {"autotune", "bool"}});
+    klass.attr("field_types") = field_types({{"x", "tensor"}, {"w", "tensor"}, {"dy", "tensor"}, {"dw", "tensor"}, {"db", "tensor?"}, {"dx", "tensor?"}, {"n", "i64"}, {"ih", "i64"}, {"iw", "i64"}, {"c", "i64"}, {"kh", "i64"}, {"kw", "i64"}, {"sh", "i64"}, {"sw", "i64"}, {"ph", "i64"}, {"pw", "i64"}, {"p", "i64"}, {"q", "i64"}, {"k", "i64"}, {"groups", "i64"}, {"engine", "conv_engine"}, {"tf32", "bool"}, {"autotune", "bool"}});
   }
   {
     nb::class_<DebugInvalidLaunchArgs> klass(m, "DebugInvalidLaunchArgs", "A kernel launch with an empty grid, which fails with 'invalid configuration' (for tests of capture-failure reporting).\n\nKeyword-only fields:\n");
@@ -1036,7 +1036,7 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"dy", "tensor"}, {"mask", "tensor"}, {"dx", "tensor"}, {"n", "i64"}, {"p", "f64"}});
   }
   {
-    nb::class_<ExternKernelArgs> klass(m, "ExternKernelArgs", "cuLaunchKernel(function, grid, block, shared, the parameters), checked against what the driver says the function takes.\n\nKeyword-only fields:\n    function (ptr): the CUfunction, loaded on the context's device\n    grid_x (i64): blocks along x (1..2^31-1)\n    grid_y (i64): blocks along y (1..65535)\n    grid_z (i64): blocks along z (1..65535)\n    block_x (i64): threads along x (1..1024)\n    block_y (i64): threads along y (1..1024)\n    block_z (i64): threads along z (1..64)\n    shared (i64): bytes of dynamic shared memory\n    param_types (i64s): each parameter's type, in order (up to 4096): 0 pointer, 1 int32, 2 int64, 3 float32, 4 float64\n    param_ints (i64s): one a parameter: a pointer's address (its 64 bits) or an integer; 0 for a float\n    param_floats (f64s): one a parameter: a float's value; 0.0 for the others");
+    nb::class_<ExternKernelArgs> klass(m, "ExternKernelArgs", "cuLaunchKernel(function, grid, block, shared, the parameters), checked against what the driver says the function takes.\n\nKeyword-only fields:\n    function (ptr): the CUfunction, loaded on the context's device\n    grid_x (i64): blocks along x (1..2^31-1)\n    grid_y (i64): blocks along y (1..65535)\n    grid_z (i64): blocks along z (1..65535)\n    block_x (i64): threads along x (1..1024)\n    block_y (i64): threads along y (1..1024)\n    block_z (i64): threads along z (1..64)\n    shared (i64): bytes of dynamic shared memory\n    param_types (extern_params): each parameter's type, in order (up to 4096): tr.core.ops.EXTERN_PARAM_CODES (pointer, int32, int64, float32, float64)\n    param_ints (i64s): one a parameter: a pointer's address (its 64 bits) or an integer; 0 for a float\n    param_floats (f64s): one a parameter: a float's value; 0.0 for the others");
     klass.def(
         "__init__",
         [](ExternKernelArgs* self, std::uintptr_t function, std::int64_t grid_x, std::int64_t grid_y, std::int64_t grid_z, std::int64_t block_x, std::int64_t block_y, std::int64_t block_z, std::int64_t shared, std::vector<std::int64_t> param_types, std::vector<std::int64_t> param_ints, std::vector<double> param_floats) {
@@ -1049,7 +1049,7 @@ void bind_op_args(nb::module_& m) {
           rec.block_y = block_y;
           rec.block_z = block_z;
           rec.shared = shared;
-          rec.param_types = param_types;
+          rec.param_types = codes_of<ExternParam>("extern_kernel", "param_types", param_types, kNumExternParams, "ExternParam");
           rec.param_ints = param_ints;
           rec.param_floats = param_floats;
           new (self) ExternKernelArgs(rec);
@@ -1063,7 +1063,7 @@ void bind_op_args(nb::module_& m) {
     klass.def_prop_ro("block_y", [](const ExternKernelArgs& a) -> nb::object { return nb::cast(a.block_y); });
     klass.def_prop_ro("block_z", [](const ExternKernelArgs& a) -> nb::object { return nb::cast(a.block_z); });
     klass.def_prop_ro("shared", [](const ExternKernelArgs& a) -> nb::object { return nb::cast(a.shared); });
-    klass.def_prop_ro("param_types", [](const ExternKernelArgs& a) -> nb::object { return nb::cast(a.param_types); });
+    klass.def_prop_ro("param_types", [](const ExternKernelArgs& a) -> nb::object { return nb::cast(codes_back(a.param_types)); });
     klass.def_prop_ro("param_ints", [](const ExternKernelArgs& a) -> nb::object { return nb::cast(a.param_ints); });
     klass.def_prop_ro("param_floats", [](const ExternKernelArgs& a) -> nb::object { return nb::cast(a.param_floats); });
     klass.def("fields", [](const ExternKernelArgs& a) {
@@ -1076,14 +1076,14 @@ void bind_op_args(nb::module_& m) {
       d["block_y"] = nb::cast(a.block_y);
       d["block_z"] = nb::cast(a.block_z);
       d["shared"] = nb::cast(a.shared);
-      d["param_types"] = nb::cast(a.param_types);
+      d["param_types"] = nb::cast(codes_back(a.param_types));
       d["param_ints"] = nb::cast(a.param_ints);
       d["param_floats"] = nb::cast(a.param_floats);
       return d;
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const ExternKernelArgs& a) { return record_repr("ExternKernelArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "extern_kernel";
-    klass.attr("field_types") = field_types({{"function", "ptr"}, {"grid_x", "i64"}, {"grid_y", "i64"}, {"grid_z", "i64"}, {"block_x", "i64"}, {"block_y", "i64"}, {"block_z", "i64"}, {"shared", "i64"}, {"param_types", "i64s"}, {"param_ints", "i64s"}, {"param_floats", "f64s"}});
+    klass.attr("field_types") = field_types({{"function", "ptr"}, {"grid_x", "i64"}, {"grid_y", "i64"}, {"grid_z", "i64"}, {"block_x", "i64"}, {"block_y", "i64"}, {"block_z", "i64"}, {"shared", "i64"}, {"param_types", "extern_params"}, {"param_ints", "i64s"}, {"param_floats", "f64s"}});
   }
   {
     nb::class_<FcFwdArgs> klass(m, "FcFwdArgs", "y = x w^T, plus b when given, then relu when asked (writing its mask when mask is given).\n\nKeyword-only fields:\n    x (tensor): [n, k]\n    w (tensor): [o, k], of x's dtype\n    b (tensor?): [o]; absent: no bias\n    y (tensor): [n, o]\n    mask (tensor?): the relu's mask, written (set: pre-activation > 0); only with relu; INT8 [n, ld / 8], bit f of row r at bit r * ld + f (tr.backend.rules.fc; ld: o rounded up to 128)\n    n (i64): rows (samples)\n    k (i64): inputs per row\n    o (i64): outputs per row\n    relu (bool): apply relu to the output\n    tf32 (bool): FP32 GEMMs may compute in TF32\n    epilogues (bool): fuse cuBLASLt epilogues where offered (TR_CUBLASLT_EPILOGUES=0: fc.cu's kernels)");
@@ -1374,7 +1374,7 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"x", "tensor"}, {"gamma", "tensor"}, {"dy", "tensor"}, {"saved_mean", "tensor"}, {"saved_rstd", "tensor"}, {"dgamma", "tensor"}, {"dbeta", "tensor"}, {"dx", "tensor?"}, {"rows", "i64"}, {"c", "i64"}});
   }
   {
-    nb::class_<OnehotLossFwdArgs> klass(m, "OnehotLossFwdArgs", "result = (mean loss, top-1, top-5).\n\nKeyword-only fields:\n    logits (tensor): [n, k]\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    result (tensor): FP32 [3]: (mean loss over n * k, top-1 fraction, top-5 fraction)\n    n (i64): samples\n    k (i64): classes\n    loss (i64): 0: bce_logits, 1: mse (tr.backend.rules.onehot_loss.LOSSES)\n    label_smoothing (f64): label smoothing, in [0, 1)");
+    nb::class_<OnehotLossFwdArgs> klass(m, "OnehotLossFwdArgs", "result = (mean loss, top-1, top-5).\n\nKeyword-only fields:\n    logits (tensor): [n, k]\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    result (tensor): FP32 [3]: (mean loss over n * k, top-1 fraction, top-5 fraction)\n    n (i64): samples\n    k (i64): classes\n    loss (onehot_loss): tr.core.ops.ONEHOT_LOSS_CODES: bce_logits or mse\n    label_smoothing (f64): label smoothing, in [0, 1)");
     klass.def(
         "__init__",
         [](OnehotLossFwdArgs* self, const Dev& logits, const Dev& labels, const Dev& result, std::int64_t n, std::int64_t k, std::int64_t loss, double label_smoothing) {
@@ -1384,7 +1384,7 @@ void bind_op_args(nb::module_& m) {
           rec.result = dev_of("onehot_loss_fwd", "result", result);
           rec.n = n;
           rec.k = k;
-          rec.loss = loss;
+          rec.loss = code_of<OneHotLoss>("onehot_loss_fwd", "loss", loss, kNumOneHotLosses, "OneHotLoss");
           rec.label_smoothing = label_smoothing;
           new (self) OnehotLossFwdArgs(rec);
         },
@@ -1394,7 +1394,7 @@ void bind_op_args(nb::module_& m) {
     klass.def_prop_ro("result", [](const OnehotLossFwdArgs& a) -> nb::object { return nb::cast(a.result); });
     klass.def_prop_ro("n", [](const OnehotLossFwdArgs& a) -> nb::object { return nb::cast(a.n); });
     klass.def_prop_ro("k", [](const OnehotLossFwdArgs& a) -> nb::object { return nb::cast(a.k); });
-    klass.def_prop_ro("loss", [](const OnehotLossFwdArgs& a) -> nb::object { return nb::cast(a.loss); });
+    klass.def_prop_ro("loss", [](const OnehotLossFwdArgs& a) -> nb::object { return nb::cast(static_cast<std::int64_t>(a.loss)); });
     klass.def_prop_ro("label_smoothing", [](const OnehotLossFwdArgs& a) -> nb::object { return nb::cast(a.label_smoothing); });
     klass.def("fields", [](const OnehotLossFwdArgs& a) {
       nb::dict d;
@@ -1403,16 +1403,16 @@ void bind_op_args(nb::module_& m) {
       d["result"] = nb::cast(a.result);
       d["n"] = nb::cast(a.n);
       d["k"] = nb::cast(a.k);
-      d["loss"] = nb::cast(a.loss);
+      d["loss"] = nb::cast(static_cast<std::int64_t>(a.loss));
       d["label_smoothing"] = nb::cast(a.label_smoothing);
       return d;
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const OnehotLossFwdArgs& a) { return record_repr("OnehotLossFwdArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "onehot_loss_fwd";
-    klass.attr("field_types") = field_types({{"logits", "tensor"}, {"labels", "tensor"}, {"result", "tensor"}, {"n", "i64"}, {"k", "i64"}, {"loss", "i64"}, {"label_smoothing", "f64"}});
+    klass.attr("field_types") = field_types({{"logits", "tensor"}, {"labels", "tensor"}, {"result", "tensor"}, {"n", "i64"}, {"k", "i64"}, {"loss", "onehot_loss"}, {"label_smoothing", "f64"}});
   }
   {
-    nb::class_<OnehotLossBwdArgs> klass(m, "OnehotLossBwdArgs", "dlogits = dl/dz * scale[0] / (n * k): sigmoid(z) - t (bce_logits) or 2 (z - t) (mse).\n\nKeyword-only fields:\n    logits (tensor): [n, k]\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    scale (tensor): FP32 [1]: the loss scale\n    dlogits (tensor): [n, k]; may be logits\n    n (i64): samples\n    k (i64): classes\n    loss (i64): 0: bce_logits, 1: mse (tr.backend.rules.onehot_loss.LOSSES)\n    label_smoothing (f64): label smoothing, in [0, 1)");
+    nb::class_<OnehotLossBwdArgs> klass(m, "OnehotLossBwdArgs", "dlogits = dl/dz * scale[0] / (n * k): sigmoid(z) - t (bce_logits) or 2 (z - t) (mse).\n\nKeyword-only fields:\n    logits (tensor): [n, k]\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    scale (tensor): FP32 [1]: the loss scale\n    dlogits (tensor): [n, k]; may be logits\n    n (i64): samples\n    k (i64): classes\n    loss (onehot_loss): tr.core.ops.ONEHOT_LOSS_CODES: bce_logits or mse\n    label_smoothing (f64): label smoothing, in [0, 1)");
     klass.def(
         "__init__",
         [](OnehotLossBwdArgs* self, const Dev& logits, const Dev& labels, const Dev& scale, const Dev& dlogits, std::int64_t n, std::int64_t k, std::int64_t loss, double label_smoothing) {
@@ -1423,7 +1423,7 @@ void bind_op_args(nb::module_& m) {
           rec.dlogits = dev_of("onehot_loss_bwd", "dlogits", dlogits);
           rec.n = n;
           rec.k = k;
-          rec.loss = loss;
+          rec.loss = code_of<OneHotLoss>("onehot_loss_bwd", "loss", loss, kNumOneHotLosses, "OneHotLoss");
           rec.label_smoothing = label_smoothing;
           new (self) OnehotLossBwdArgs(rec);
         },
@@ -1434,7 +1434,7 @@ void bind_op_args(nb::module_& m) {
     klass.def_prop_ro("dlogits", [](const OnehotLossBwdArgs& a) -> nb::object { return nb::cast(a.dlogits); });
     klass.def_prop_ro("n", [](const OnehotLossBwdArgs& a) -> nb::object { return nb::cast(a.n); });
     klass.def_prop_ro("k", [](const OnehotLossBwdArgs& a) -> nb::object { return nb::cast(a.k); });
-    klass.def_prop_ro("loss", [](const OnehotLossBwdArgs& a) -> nb::object { return nb::cast(a.loss); });
+    klass.def_prop_ro("loss", [](const OnehotLossBwdArgs& a) -> nb::object { return nb::cast(static_cast<std::int64_t>(a.loss)); });
     klass.def_prop_ro("label_smoothing", [](const OnehotLossBwdArgs& a) -> nb::object { return nb::cast(a.label_smoothing); });
     klass.def("fields", [](const OnehotLossBwdArgs& a) {
       nb::dict d;
@@ -1444,16 +1444,16 @@ void bind_op_args(nb::module_& m) {
       d["dlogits"] = nb::cast(a.dlogits);
       d["n"] = nb::cast(a.n);
       d["k"] = nb::cast(a.k);
-      d["loss"] = nb::cast(a.loss);
+      d["loss"] = nb::cast(static_cast<std::int64_t>(a.loss));
       d["label_smoothing"] = nb::cast(a.label_smoothing);
       return d;
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const OnehotLossBwdArgs& a) { return record_repr("OnehotLossBwdArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "onehot_loss_bwd";
-    klass.attr("field_types") = field_types({{"logits", "tensor"}, {"labels", "tensor"}, {"scale", "tensor"}, {"dlogits", "tensor"}, {"n", "i64"}, {"k", "i64"}, {"loss", "i64"}, {"label_smoothing", "f64"}});
+    klass.attr("field_types") = field_types({{"logits", "tensor"}, {"labels", "tensor"}, {"scale", "tensor"}, {"dlogits", "tensor"}, {"n", "i64"}, {"k", "i64"}, {"loss", "onehot_loss"}, {"label_smoothing", "f64"}});
   }
   {
-    nb::class_<OnehotLossInfArgs> klass(m, "OnehotLossInfArgs", "result = (mean loss, top-1, top-5); pred = the argmax when given.\n\nKeyword-only fields:\n    logits (tensor): [n, k]\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    result (tensor): FP32 [3]: (mean loss over n * k, top-1 fraction, top-5 fraction)\n    pred (tensor?): INT32 [n]: each sample's argmax; absent: not written\n    n (i64): samples\n    k (i64): classes\n    loss (i64): 0: bce_logits, 1: mse (tr.backend.rules.onehot_loss.LOSSES)\n    label_smoothing (f64): label smoothing, in [0, 1)");
+    nb::class_<OnehotLossInfArgs> klass(m, "OnehotLossInfArgs", "result = (mean loss, top-1, top-5); pred = the argmax when given.\n\nKeyword-only fields:\n    logits (tensor): [n, k]\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    result (tensor): FP32 [3]: (mean loss over n * k, top-1 fraction, top-5 fraction)\n    pred (tensor?): INT32 [n]: each sample's argmax; absent: not written\n    n (i64): samples\n    k (i64): classes\n    loss (onehot_loss): tr.core.ops.ONEHOT_LOSS_CODES: bce_logits or mse\n    label_smoothing (f64): label smoothing, in [0, 1)");
     klass.def(
         "__init__",
         [](OnehotLossInfArgs* self, const Dev& logits, const Dev& labels, const Dev& result, std::optional<Dev> pred, std::int64_t n, std::int64_t k, std::int64_t loss, double label_smoothing) {
@@ -1464,7 +1464,7 @@ void bind_op_args(nb::module_& m) {
           rec.pred = pred ? dev_of("onehot_loss_inf", "pred", *pred) : Dev{};
           rec.n = n;
           rec.k = k;
-          rec.loss = loss;
+          rec.loss = code_of<OneHotLoss>("onehot_loss_inf", "loss", loss, kNumOneHotLosses, "OneHotLoss");
           rec.label_smoothing = label_smoothing;
           new (self) OnehotLossInfArgs(rec);
         },
@@ -1475,7 +1475,7 @@ void bind_op_args(nb::module_& m) {
     klass.def_prop_ro("pred", [](const OnehotLossInfArgs& a) -> nb::object { return nb::cast(a.pred ? nb::cast(a.pred) : nb::object(nb::none())); });
     klass.def_prop_ro("n", [](const OnehotLossInfArgs& a) -> nb::object { return nb::cast(a.n); });
     klass.def_prop_ro("k", [](const OnehotLossInfArgs& a) -> nb::object { return nb::cast(a.k); });
-    klass.def_prop_ro("loss", [](const OnehotLossInfArgs& a) -> nb::object { return nb::cast(a.loss); });
+    klass.def_prop_ro("loss", [](const OnehotLossInfArgs& a) -> nb::object { return nb::cast(static_cast<std::int64_t>(a.loss)); });
     klass.def_prop_ro("label_smoothing", [](const OnehotLossInfArgs& a) -> nb::object { return nb::cast(a.label_smoothing); });
     klass.def("fields", [](const OnehotLossInfArgs& a) {
       nb::dict d;
@@ -1485,16 +1485,16 @@ void bind_op_args(nb::module_& m) {
       d["pred"] = nb::cast(a.pred ? nb::cast(a.pred) : nb::object(nb::none()));
       d["n"] = nb::cast(a.n);
       d["k"] = nb::cast(a.k);
-      d["loss"] = nb::cast(a.loss);
+      d["loss"] = nb::cast(static_cast<std::int64_t>(a.loss));
       d["label_smoothing"] = nb::cast(a.label_smoothing);
       return d;
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const OnehotLossInfArgs& a) { return record_repr("OnehotLossInfArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "onehot_loss_inf";
-    klass.attr("field_types") = field_types({{"logits", "tensor"}, {"labels", "tensor"}, {"result", "tensor"}, {"pred", "tensor?"}, {"n", "i64"}, {"k", "i64"}, {"loss", "i64"}, {"label_smoothing", "f64"}});
+    klass.attr("field_types") = field_types({{"logits", "tensor"}, {"labels", "tensor"}, {"result", "tensor"}, {"pred", "tensor?"}, {"n", "i64"}, {"k", "i64"}, {"loss", "onehot_loss"}, {"label_smoothing", "f64"}});
   }
   {
-    nb::class_<RangeOptimizerArgs> klass(m, "RangeOptimizerArgs", "One element-wise update of w from g (and m, v) over spans of n elements, by rule.\n\nKeyword-only fields:\n    w (ptr): device address of the weights' span\n    g (ptr): device address of the gradients' span\n    m (ptr?): device address of the first moment's span; every rule but sgd\n    v (ptr?): device address of the second moment's span; adam and adamw\n    lr (tensor): FP32 [1]: the step's learning rate\n    flag (tensor): INT32 [1]: the step's NaN/Inf flag; set: nothing is written\n    grad_scale (tensor): FP32 [1]: g is divided by it\n    step (tensor?): INT32 [1]: completed updates (bias correction uses step + 1); adam and adamw\n    n (i64): elements of each span\n    rule (i64): the index in tr.core.ops.OPTIMIZER_RULES: 0 sgd, 1 momentum, 2 nesterov, 3 adam, 4 adamw\n    beta1 (f64): momentum, or Adam's first-moment decay\n    beta2 (f64): Adam's second-moment decay\n    eps (f64): Adam's denominator term\n    weight_decay (f64): the weight decay (>= 0)");
+    nb::class_<RangeOptimizerArgs> klass(m, "RangeOptimizerArgs", "One element-wise update of w from g (and m, v) over spans of n elements, by rule.\n\nKeyword-only fields:\n    w (ptr): device address of the weights' span\n    g (ptr): device address of the gradients' span\n    m (ptr?): device address of the first moment's span; every rule but sgd\n    v (ptr?): device address of the second moment's span; adam and adamw\n    lr (tensor): FP32 [1]: the step's learning rate\n    flag (tensor): INT32 [1]: the step's NaN/Inf flag; set: nothing is written\n    grad_scale (tensor): FP32 [1]: g is divided by it\n    step (tensor?): INT32 [1]: completed updates (bias correction uses step + 1); adam and adamw\n    n (i64): elements of each span\n    rule (opt_rule): tr.core.ops.OPTIMIZER_RULE_CODES: sgd, momentum, nesterov, adam or adamw\n    beta1 (f64): momentum, or Adam's first-moment decay\n    beta2 (f64): Adam's second-moment decay\n    eps (f64): Adam's denominator term\n    weight_decay (f64): the weight decay (>= 0)");
     klass.def(
         "__init__",
         [](RangeOptimizerArgs* self, std::uintptr_t w, std::uintptr_t g, std::optional<std::uintptr_t> m, std::optional<std::uintptr_t> v, const Dev& lr, const Dev& flag, const Dev& grad_scale, std::optional<Dev> step, std::int64_t n, std::int64_t rule, double beta1, double beta2, double eps, double weight_decay) {
@@ -1508,7 +1508,7 @@ void bind_op_args(nb::module_& m) {
           rec.grad_scale = dev_of("range_optimizer", "grad_scale", grad_scale);
           rec.step = step ? dev_of("range_optimizer", "step", *step) : Dev{};
           rec.n = n;
-          rec.rule = rule;
+          rec.rule = code_of<OptRule>("range_optimizer", "rule", rule, kNumOptRules, "OptRule");
           rec.beta1 = beta1;
           rec.beta2 = beta2;
           rec.eps = eps;
@@ -1525,7 +1525,7 @@ void bind_op_args(nb::module_& m) {
     klass.def_prop_ro("grad_scale", [](const RangeOptimizerArgs& a) -> nb::object { return nb::cast(a.grad_scale); });
     klass.def_prop_ro("step", [](const RangeOptimizerArgs& a) -> nb::object { return nb::cast(a.step ? nb::cast(a.step) : nb::object(nb::none())); });
     klass.def_prop_ro("n", [](const RangeOptimizerArgs& a) -> nb::object { return nb::cast(a.n); });
-    klass.def_prop_ro("rule", [](const RangeOptimizerArgs& a) -> nb::object { return nb::cast(a.rule); });
+    klass.def_prop_ro("rule", [](const RangeOptimizerArgs& a) -> nb::object { return nb::cast(static_cast<std::int64_t>(a.rule)); });
     klass.def_prop_ro("beta1", [](const RangeOptimizerArgs& a) -> nb::object { return nb::cast(a.beta1); });
     klass.def_prop_ro("beta2", [](const RangeOptimizerArgs& a) -> nb::object { return nb::cast(a.beta2); });
     klass.def_prop_ro("eps", [](const RangeOptimizerArgs& a) -> nb::object { return nb::cast(a.eps); });
@@ -1541,7 +1541,7 @@ void bind_op_args(nb::module_& m) {
       d["grad_scale"] = nb::cast(a.grad_scale);
       d["step"] = nb::cast(a.step ? nb::cast(a.step) : nb::object(nb::none()));
       d["n"] = nb::cast(a.n);
-      d["rule"] = nb::cast(a.rule);
+      d["rule"] = nb::cast(static_cast<std::int64_t>(a.rule));
       d["beta1"] = nb::cast(a.beta1);
       d["beta2"] = nb::cast(a.beta2);
       d["eps"] = nb::cast(a.eps);
@@ -1550,7 +1550,7 @@ void bind_op_args(nb::module_& m) {
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const RangeOptimizerArgs& a) { return record_repr("RangeOptimizerArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "range_optimizer";
-    klass.attr("field_types") = field_types({{"w", "ptr"}, {"g", "ptr"}, {"m", "ptr?"}, {"v", "ptr?"}, {"lr", "tensor"}, {"flag", "tensor"}, {"grad_scale", "tensor"}, {"step", "tensor?"}, {"n", "i64"}, {"rule", "i64"}, {"beta1", "f64"}, {"beta2", "f64"}, {"eps", "f64"}, {"weight_decay", "f64"}});
+    klass.attr("field_types") = field_types({{"w", "ptr"}, {"g", "ptr"}, {"m", "ptr?"}, {"v", "ptr?"}, {"lr", "tensor"}, {"flag", "tensor"}, {"grad_scale", "tensor"}, {"step", "tensor?"}, {"n", "i64"}, {"rule", "opt_rule"}, {"beta1", "f64"}, {"beta2", "f64"}, {"eps", "f64"}, {"weight_decay", "f64"}});
   }
   {
     nb::class_<LarsUpdateArgs> klass(m, "LarsUpdateArgs", "LARS momentum update of one tensor: the trust ratio from the norms of w and g (fixed-order float64 sums), written to ratio.\n\nKeyword-only fields:\n    w (tensor): FP32 [n]\n    g (tensor): FP32 [n]\n    m (tensor): FP32 [n]: the momentum\n    lr (tensor): FP32 [1]: the step's learning rate\n    flag (tensor): INT32 [1]: the step's NaN/Inf flag; set: nothing is written\n    grad_scale (tensor): FP32 [1]: g is divided by it\n    ratio (tensor): FP32 [1]: the step's trust ratio (1 when skipped)\n    n (i64): elements\n    nesterov (bool): Nesterov momentum\n    momentum (f64): the momentum, in [0, 1]\n    weight_decay (f64): the weight decay (>= 0)\n    trust_coefficient (f64): the trust coefficient\n    eps (f64): the ratio's denominator term\n    trust_clip (f64): the trust ratio's upper bound");

@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "native/errors.hpp"
 #include "ops/args/all.hpp"
@@ -66,6 +67,30 @@ E code_of(const char* op, const char* field, std::int64_t v, int count, const ch
                              std::to_string(count - 1) + ")");
   }
   return static_cast<E>(v);
+}
+
+// A list of codes (extern_params): each checked as code_of checks one, the error naming its position.
+template <class E>
+std::vector<E> codes_of(const char* op, const char* field, const std::vector<std::int64_t>& v, int count,
+                        const char* enum_name) {
+  std::vector<E> out;
+  out.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i] < 0 || v[i] >= count) {
+      bad_field(op, field, "entry " + std::to_string(i) + " is " + std::to_string(v[i]) + ", not a code of " +
+                               enum_name + " (0.." + std::to_string(count - 1) + ")");
+    }
+    out.push_back(static_cast<E>(v[i]));
+  }
+  return out;
+}
+
+template <class E>
+std::vector<std::int64_t> codes_back(const std::vector<E>& v) {
+  std::vector<std::int64_t> out;
+  out.reserve(v.size());
+  for (E e : v) out.push_back(static_cast<std::int64_t>(e));
+  return out;
 }
 
 inline nanobind::dict field_types(std::initializer_list<std::pair<const char*, const char*>> fields) {

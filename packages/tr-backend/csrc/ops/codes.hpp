@@ -38,4 +38,20 @@ enum class BnMask : int {
 };
 constexpr int kNumBnMasks = 6;
 
+// tr.core.ops.OPTIMIZER_RULE_CODES (range_optimizer's rule)
+enum class OptRule : int { SGD = 0, MOMENTUM = 1, NESTEROV = 2, ADAM = 3, ADAMW = 4 };
+constexpr int kNumOptRules = 5;
+
+// tr.core.ops.ONEHOT_LOSS_CODES (onehot_loss_*'s loss)
+enum class OneHotLoss : int { BCE_LOGITS = 0, MSE = 1 };
+constexpr int kNumOneHotLosses = 2;
+
+// tr.core.ops.CONV_ENGINE_CODES (conv_*'s engine: TR_CONV)
+enum class ConvEngine : int { AUTO = 0, CUDNN = 1, DIRECT = 2 };
+constexpr int kNumConvEngines = 3;
+
+// tr.core.ops.EXTERN_PARAM_CODES (extern_kernel's param_types)
+enum class ExternParam : int { POINTER = 0, INT32 = 1, INT64 = 2, FLOAT32 = 3, FLOAT64 = 4 };
+constexpr int kNumExternParams = 5;
+
 }  // namespace tr::native

@@ -213,12 +213,10 @@ std::unique_ptr<Op> with_bias_grad(std::unique_ptr<Op> conv, const ConvBwdArgs& 
   }, "bias gradient kernels, " + inner->info);
 }
 
-// engine: 0 cuDNN, else the direct kernels; 1 cuDNN or an error; 2 the direct kernels.
+// engine (TR_CONV): AUTO cuDNN, else the direct kernels; CUDNN cuDNN or an error; DIRECT the direct kernels.
 template <class A>
-int engine_of(const A& args) {
-  const std::int64_t e = args.engine;
-  if (e < 0 || e > 2) bad(args, "engine must be 0 (auto), 1 (cuDNN) or 2 (direct), got " + std::to_string(e));
-  return static_cast<int>(e);
+ConvEngine engine_of(const A& args) {
+  return args.engine;  // a code of ConvEngine: the record checked its range
 }
 
 template <class A>
@@ -247,7 +245,7 @@ std::vector<DirCall> directions(const ConvBwdArgs& args) {
 enum class Pin { None, Direct, Cudnn };
 
 template <class A>
-Pin pin_of(const A& args, const Geo& g, int engine) {
+Pin pin_of(const A& args, const Geo& g, ConvEngine engine) {
   Pin pin = Pin::None;
   const bool tf32 = choice_of(args).tf32;
   for (const DirCall& d : directions(args)) {
@@ -259,18 +257,18 @@ Pin pin_of(const A& args, const Geo& g, int engine) {
       bad(args, "the pins of one op's plans mix the direct kernels and cuDNN (" + key + " is pinned to '" + p + "')");
     }
     pin = here;
-    if (here == Pin::Direct && engine == 1) bad(args, key + " is pinned to the direct kernels but TR_CONV=cudnn");
-    if (here == Pin::Cudnn && engine == 2) bad(args, key + " is pinned to cuDNN engine '" + p + "' but TR_CONV=direct");
+    if (here == Pin::Direct && engine == ConvEngine::CUDNN) bad(args, key + " is pinned to the direct kernels but TR_CONV=cudnn");
+    if (here == Pin::Cudnn && engine == ConvEngine::DIRECT) bad(args, key + " is pinned to cuDNN engine '" + p + "' but TR_CONV=direct");
   }
   return pin;
 }
 
 // The cuDNN op, or nullptr to take the direct kernels (engine 0: `why` goes into their op info).
 template <class A>
-std::unique_ptr<Op> cudnn_or_fallback(const A& args, int engine, Pin pin, std::unique_ptr<Op> op,
+std::unique_ptr<Op> cudnn_or_fallback(const A& args, ConvEngine engine, Pin pin, std::unique_ptr<Op> op,
                                       const std::string& why, std::string& fallback_note) {
   if (op != nullptr) return op;
-  if (engine == 1) bad(args, "cuDNN cannot run this convolution: " + why);
+  if (engine == ConvEngine::CUDNN) bad(args, "cuDNN cannot run this convolution: " + why);
   if (pin == Pin::Cudnn) bad(args, "cuDNN cannot run this convolution, whose engine is pinned: " + why);
   fallback_note = " (cuDNN: " + why + ")";
   return nullptr;
@@ -285,10 +283,10 @@ std::unique_ptr<Op> conv_fwd(Context& ctx, const ConvFwdArgs& args) {
   const void* x = args.x.ptr;
   const void* w = args.w.ptr;
   void* y = args.y.ptr;
-  const int engine = engine_of(args);
+  const ConvEngine engine = engine_of(args);
   const Pin pin = pin_of(args, g, engine);
   std::string note = pin == Pin::Direct ? " (pinned)" : "";
-  if (engine != 2 && pin != Pin::Direct) {
+  if (engine != ConvEngine::DIRECT && pin != Pin::Direct) {
     std::string why;
     auto op = cudnn_conv_fwd(ctx, g, xdt, ydt, x, w, y, choice_of(args), why);
     if (auto done = cudnn_or_fallback(args, engine, pin, std::move(op), why, note)) {
@@ -322,10 +320,10 @@ std::unique_ptr<Op> conv_bwd(Context& ctx, const ConvBwdArgs& args) {
   void* dw = args.dw.ptr;
   void* dx = has_dx ? args.dx.ptr : nullptr;
   for (DT dt : {xdt, ddt, wdt, odt}) kern::dispatch_float(dt, args, "x, dy, dw, dx", [](auto) {});
-  const int engine = engine_of(args);
+  const ConvEngine engine = engine_of(args);
   const Pin pin = pin_of(args, g, engine);
   std::string note = pin == Pin::Direct ? " (pinned)" : "";
-  if (engine != 2 && pin != Pin::Direct) {
+  if (engine != ConvEngine::DIRECT && pin != Pin::Direct) {
     std::string why;
     auto op = cudnn_conv_bwd(ctx, g, xdt, ddt, wdt, odt, x, w, dy, dw, dx, choice_of(args), why);
     if (auto done = cudnn_or_fallback(args, engine, pin, std::move(op), why, note)) {
@@ -363,8 +361,8 @@ template <class A>
 std::vector<ConvPlanRecord> plans_of(int device, const A& args) {
   const Geo g = geo_of(args);
   const ConvChoice choice = choice_of(args);
-  const int engine = engine_of(args);
-  const bool direct = pin_of(args, g, engine) == Pin::Direct || engine == 2;  // pin_of refuses what make_op does
+  const ConvEngine engine = engine_of(args);
+  const bool direct = pin_of(args, g, engine) == Pin::Direct || engine == ConvEngine::DIRECT;  // pin_of refuses what make_op does
   std::vector<ConvPlanRecord> out;
   for (const DirCall& d : directions(args)) {
     ConvPlanRecord r;

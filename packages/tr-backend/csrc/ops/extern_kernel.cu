@@ -14,7 +14,7 @@
 // function allows.
 //
 // ExternKernelArgs (ops/args/extern_kernel.hpp): the CUfunction, grid_x..block_z, shared (dynamic shared memory
-// bytes) and three lists of one entry a parameter: param_types (ParamType), param_ints (a pointer's address or an
+// bytes) and three lists of one entry a parameter: param_types (ExternParam), param_ints (a pointer's address or an
 // integer's value) and param_floats (a float's value).
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -37,10 +37,10 @@ namespace tr::native {
 
 namespace {
 
-// Numbered as tr/backend/cuda/extern_kernel.py's PARAM_TYPES.
-enum class ParamType : int { Pointer = 0, I32 = 1, I64 = 2, F32 = 3, F64 = 4 };
-constexpr std::array<const char*, 5> kTypeNames = {"a pointer", "an int32", "an int64", "a float32", "a float64"};
-constexpr std::array<std::size_t, 5> kTypeSizes = {sizeof(void*), 4, 8, 4, 8};
+// By codes.hpp's ExternParam (tr.core.ops.EXTERN_PARAM_CODES): pointer, int32, int64, float32, float64.
+constexpr std::array<const char*, kNumExternParams> kTypeNames = {"a pointer", "an int32", "an int64", "a float32",
+                                                                  "a float64"};
+constexpr std::array<std::size_t, kNumExternParams> kTypeSizes = {sizeof(void*), 4, 8, 4, 8};
 
 // ---- the driver entry points -----------------------------------------------------------------------------------
 // The two queries of CUDA 12.3 / 12.4, declared here for older headers (the driver's ABI, as cudaTypedefs.h has it).
@@ -181,26 +181,22 @@ std::vector<std::uint64_t> pack(const ExternKernelArgs& args, CUfunction fn, con
   std::vector<std::uint64_t> values(static_cast<std::size_t>(n), 0);
   for (std::int64_t i = 0; i < n; ++i) {
     const auto at = static_cast<std::size_t>(i);
-    const std::int64_t code = args.param_types[at];
-    if (code < 0 || code > 4) {
-      bad(args, "parameter " + std::to_string(i) + " has type code " + std::to_string(code) + ", expected 0..4");
-    }
-    const auto type = static_cast<ParamType>(code);
+    const ExternParam type = args.param_types[at];  // a code of ExternParam: the record checked each
     void* slot = &values[at];
-    if (type == ParamType::Pointer) {
+    if (type == ExternParam::POINTER) {
       const auto address = static_cast<std::uintptr_t>(args.param_ints[at]);  // the address's 64 bits
       std::memcpy(slot, &address, sizeof(void*));
-    } else if (type == ParamType::I32) {
+    } else if (type == ExternParam::INT32) {
       const std::int64_t v = args.param_ints[at];
       if (v < INT32_MIN || v > INT32_MAX) {
         bad(args, "int32 parameter " + std::to_string(i) + " = " + std::to_string(v) + " is out of range");
       }
       const auto v32 = static_cast<std::int32_t>(v);
       std::memcpy(slot, &v32, 4);
-    } else if (type == ParamType::I64) {
+    } else if (type == ExternParam::INT64) {
       const std::int64_t v = args.param_ints[at];
       std::memcpy(slot, &v, 8);
-    } else if (type == ParamType::F32) {
+    } else if (type == ExternParam::FLOAT32) {
       const auto v = static_cast<float>(args.param_floats[at]);
       std::memcpy(slot, &v, 4);
     } else {

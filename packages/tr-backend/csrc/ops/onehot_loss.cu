@@ -81,11 +81,13 @@ __global__ void onehot_result_kernel(const double* loss_part, const int* hits, f
   }
 }
 
+// The kernels' int loss: codes.hpp's OneHotLoss (the record checked its range).
+static_assert(static_cast<int>(OneHotLoss::BCE_LOGITS) == 0 && static_cast<int>(OneHotLoss::MSE) == 1 &&
+                  kNumOneHotLosses == 2,
+              "the kernels read loss 0 as bce_logits and 1 as mse");
 template <class A>
 int loss_of(const A& args) {
-  const int loss = static_cast<int>(args.loss);
-  if (loss != 0 && loss != 1) bad(args, "loss must be 0 (bce_logits) or 1 (mse), got " + std::to_string(loss));
-  return loss;
+  return static_cast<int>(args.loss);
 }
 
 // onehot_loss_fwd (no pred) and onehot_loss_inf (pred optional): the records' common fields and pred.

@@ -16,7 +16,13 @@ namespace tr::native {
 
 namespace {
 
-enum Rule : int { SGD = 0, MOMENTUM, NESTEROV, ADAM, ADAMW, NUM_RULES };  // tr.core.ops.OPTIMIZER_RULES
+// The kernel's template parameter: codes.hpp's OptRule (tr.core.ops.OPTIMIZER_RULE_CODES) as an int.
+constexpr int SGD = static_cast<int>(OptRule::SGD);
+constexpr int MOMENTUM = static_cast<int>(OptRule::MOMENTUM);
+constexpr int NESTEROV = static_cast<int>(OptRule::NESTEROV);
+constexpr int ADAM = static_cast<int>(OptRule::ADAM);
+constexpr int ADAMW = static_cast<int>(OptRule::ADAMW);
+static_assert(kNumOptRules == 5, "range_optimizer dispatches on five rules");
 
 struct Hyper {
   double b1, b2, eps, wd;
@@ -93,8 +99,7 @@ __global__ void optimizer_kernel(float* w, const float* g, float* m, float* v, s
 }  // namespace
 
 std::unique_ptr<Op> range_optimizer(Context&, const RangeOptimizerArgs& args) {
-  const std::int64_t rule = args.rule;
-  if (rule < 0 || rule >= NUM_RULES) bad(args, "optimizer rule code " + std::to_string(rule) + " is out of range");
+  const int rule = static_cast<int>(args.rule);  // a code of OptRule: the record checked its range
   const std::int64_t n = args.n;
   const Hyper h{args.beta1, args.beta2, args.eps, args.weight_decay};
   float* w = static_cast<float*>(args.w);

@@ -38,7 +38,7 @@ struct ConvFwdArgs {
   std::int64_t q = 0;  // i64: output width
   std::int64_t k = 0;  // i64: output channels
   std::int64_t groups = 0;  // i64: channel groups; divides c and k (1: not grouped)
-  std::int64_t engine = 0;  // i64: TR_CONV: 0 cuDNN else the direct kernels, 1 cuDNN or an error, 2 the direct kernels
+  ConvEngine engine{static_cast<ConvEngine>(0)};  // conv_engine: TR_CONV (tr.core.ops.CONV_ENGINE_CODES): auto (cuDNN, else the direct kernels), cudnn (or an error) or direct
   bool tf32 = false;  // bool: FP32 convolutions may round their inputs to TF32
   bool autotune = false;  // bool: time cuDNN's first candidate engines and keep the fastest (or the cached winner)
 };
@@ -67,7 +67,7 @@ struct ConvBwdArgs {
   std::int64_t q = 0;  // i64: output width
   std::int64_t k = 0;  // i64: output channels
   std::int64_t groups = 0;  // i64: channel groups; divides c and k (1: not grouped)
-  std::int64_t engine = 0;  // i64: TR_CONV: 0 cuDNN else the direct kernels, 1 cuDNN or an error, 2 the direct kernels
+  ConvEngine engine{static_cast<ConvEngine>(0)};  // conv_engine: TR_CONV (tr.core.ops.CONV_ENGINE_CODES): auto (cuDNN, else the direct kernels), cudnn (or an error) or direct
   bool tf32 = false;  // bool: FP32 convolutions may round their inputs to TF32
   bool autotune = false;  // bool: time cuDNN's first candidate engines and keep the fastest (or the cached winner)
 };

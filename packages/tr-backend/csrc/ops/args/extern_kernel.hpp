@@ -28,7 +28,7 @@ struct ExternKernelArgs {
   std::int64_t block_y = 0;  // i64: threads along y (1..1024)
   std::int64_t block_z = 0;  // i64: threads along z (1..64)
   std::int64_t shared = 0;  // i64: bytes of dynamic shared memory
-  std::vector<std::int64_t> param_types;  // i64s: each parameter's type, in order (up to 4096): 0 pointer, 1 int32, 2 int64, 3 float32, 4 float64
+  std::vector<ExternParam> param_types;  // extern_params: each parameter's type, in order (up to 4096): tr.core.ops.EXTERN_PARAM_CODES (pointer, int32, int64, float32, float64)
   std::vector<std::int64_t> param_ints;  // i64s: one a parameter: a pointer's address (its 64 bits) or an integer; 0 for a float
   std::vector<double> param_floats;  // f64s: one a parameter: a float's value; 0.0 for the others
 };

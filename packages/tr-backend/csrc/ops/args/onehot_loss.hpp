@@ -25,7 +25,7 @@ struct OnehotLossFwdArgs {
   Dev result;  // tensor: FP32 [3]: (mean loss over n * k, top-1 fraction, top-5 fraction)
   std::int64_t n = 0;  // i64: samples
   std::int64_t k = 0;  // i64: classes
-  std::int64_t loss = 0;  // i64: 0: bce_logits, 1: mse (tr.backend.rules.onehot_loss.LOSSES)
+  OneHotLoss loss{static_cast<OneHotLoss>(0)};  // onehot_loss: tr.core.ops.ONEHOT_LOSS_CODES: bce_logits or mse
   double label_smoothing = 0.0;  // f64: label smoothing, in [0, 1)
 };
 std::unique_ptr<Op> onehot_loss_fwd(Context& ctx, const OnehotLossFwdArgs& a);
@@ -39,7 +39,7 @@ struct OnehotLossBwdArgs {
   Dev dlogits;  // tensor: [n, k]; may be logits
   std::int64_t n = 0;  // i64: samples
   std::int64_t k = 0;  // i64: classes
-  std::int64_t loss = 0;  // i64: 0: bce_logits, 1: mse (tr.backend.rules.onehot_loss.LOSSES)
+  OneHotLoss loss{static_cast<OneHotLoss>(0)};  // onehot_loss: tr.core.ops.ONEHOT_LOSS_CODES: bce_logits or mse
   double label_smoothing = 0.0;  // f64: label smoothing, in [0, 1)
 };
 std::unique_ptr<Op> onehot_loss_bwd(Context& ctx, const OnehotLossBwdArgs& a);
@@ -53,7 +53,7 @@ struct OnehotLossInfArgs {
   Dev pred;  // tensor?: INT32 [n]: each sample's argmax; absent: not written
   std::int64_t n = 0;  // i64: samples
   std::int64_t k = 0;  // i64: classes
-  std::int64_t loss = 0;  // i64: 0: bce_logits, 1: mse (tr.backend.rules.onehot_loss.LOSSES)
+  OneHotLoss loss{static_cast<OneHotLoss>(0)};  // onehot_loss: tr.core.ops.ONEHOT_LOSS_CODES: bce_logits or mse
   double label_smoothing = 0.0;  // f64: label smoothing, in [0, 1)
 };
 std::unique_ptr<Op> onehot_loss_inf(Context& ctx, const OnehotLossInfArgs& a);

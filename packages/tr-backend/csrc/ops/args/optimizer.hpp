@@ -29,7 +29,7 @@ struct RangeOptimizerArgs {
   Dev grad_scale;  // tensor: FP32 [1]: g is divided by it
   Dev step;  // tensor?: INT32 [1]: completed updates (bias correction uses step + 1); adam and adamw
   std::int64_t n = 0;  // i64: elements of each span
-  std::int64_t rule = 0;  // i64: the index in tr.core.ops.OPTIMIZER_RULES: 0 sgd, 1 momentum, 2 nesterov, 3 adam, 4 adamw
+  OptRule rule{static_cast<OptRule>(0)};  // opt_rule: tr.core.ops.OPTIMIZER_RULE_CODES: sgd, momentum, nesterov, adam or adamw
   double beta1 = 0.0;  // f64: momentum, or Adam's first-moment decay
   double beta2 = 0.0;  // f64: Adam's second-moment decay
   double eps = 0.0;  // f64: Adam's denominator term

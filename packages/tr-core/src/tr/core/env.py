@@ -30,6 +30,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tr.core.errors import ConfigError
+from tr.core.ops import CONV_ENGINES
 
 TYPES = ("flag", "int", "float", "choice", "path", "str")
 EFFECTS = ("plan", "numerics", "engines", "none")
@@ -219,7 +220,7 @@ declare(Var(
     why="the plan stays, but cuBLASLt then runs other GEMM algorithms and the bias meets the product at another "
         "rounding point (after an FP16 output's rounding), so the bytes differ"))
 declare(Var(
-    "TR_CONV", "choice", "auto", "tr-backend", choices=("auto", "cudnn", "direct"), effect="engines",
+    "TR_CONV", "choice", "auto", "tr-backend", choices=CONV_ENGINES, effect="engines",
     doc="CUDA convolutions: `auto` (cuDNN, else tr's direct kernels), `cudnn` (cuDNN or an error saying why "
         "not), `direct`",
     why="chooses between cuDNN engines and the direct kernels, not the plan: the checkpoint's engines record it "

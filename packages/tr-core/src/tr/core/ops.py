@@ -68,6 +68,14 @@ BN_ACTIVATION_CODES = MappingProxyType({act: i for i, act in enumerate(BN_ACTIVA
 BN_MASKS = (("", None), ("x", "relu"), ("y", "relu"), ("x", "relu6"), ("y", "relu6"), ("x", "silu"))
 BN_MASK_CODES = MappingProxyType({mask: i for i, mask in enumerate(BN_MASKS)})
 OPTIMIZER_RULES = ("sgd", "momentum", "nesterov", "adam", "adamw")
+OPTIMIZER_RULE_CODES = MappingProxyType({rule: i for i, rule in enumerate(OPTIMIZER_RULES)})  # range_optimizer
+ONEHOT_LOSSES = ("bce_logits", "mse")  # onehot_loss_*'s loss: against the (smoothed) one-hot label
+ONEHOT_LOSS_CODES = MappingProxyType({loss: i for i, loss in enumerate(ONEHOT_LOSSES)})
+CONV_ENGINES = ("auto", "cudnn", "direct")  # TR_CONV: cuDNN else the direct kernels, cuDNN or an error, direct
+CONV_ENGINE_CODES = MappingProxyType({engine: i for i, engine in enumerate(CONV_ENGINES)})  # conv_*'s engine
+# extern_kernel's parameter types (a user kernel's parameters, packed into 8-byte slots)
+EXTERN_PARAMS = ("pointer", "int32", "int64", "float32", "float64")
+EXTERN_PARAM_CODES = MappingProxyType({kind: i for i, kind in enumerate(EXTERN_PARAMS)})
 LOSS_SCALE_RULES = ("static", "dynamic")  # the seed's only-halving scale; torch.amp.GradScaler's
 # Each rule's first scale (GradScaler's init_scale for "dynamic", the seed's for "static"), and GradScaler's
 # number of clean steps in a row before the dynamic scale doubles.

@@ -29,10 +29,10 @@ from typing import Any
 from tr.backend.cuda.native import native_module, require_native, wheel_libraries
 from tr.core import env as tr_env
 from tr.core.log import get_logger
+from tr.core.ops import CONV_ENGINE_CODES
 
 log = get_logger(__name__)
 
-ENGINES = {"auto": 0, "cudnn": 1, "direct": 2}
 
 
 def cudnn_candidates() -> list[str]:
@@ -64,10 +64,10 @@ def load_cudnn() -> tuple[str, int]:
 
 def conv_engine() -> int:
     """The engine code TR_CONV asks for (0 auto, 1 cuDNN, 2 direct); makes cuDNN findable first."""
-    raw = tr_env.get("TR_CONV")  # one of ENGINES, or a ConfigError naming the value
+    raw = tr_env.get("TR_CONV")  # one of CONV_ENGINES, or a ConfigError naming the value
     if raw != "direct":
         _add_candidates(require_native())
-    return ENGINES[raw]
+    return CONV_ENGINE_CODES[raw]
 
 
 def env_autotune() -> bool:

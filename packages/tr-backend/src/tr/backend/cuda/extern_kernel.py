@@ -35,9 +35,11 @@ import numpy as np
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.signatures.extern_kernel import EXTERN_KERNEL
 from tr.core.errors import BackendError, ConfigError, TrError
+from tr.core.ops import EXTERN_PARAM_CODES
 
-# Parameter type codes of the native op's param_types (csrc/ops/extern_kernel.cu, ParamType)
-POINTER, INT32, INT64, FLOAT32, FLOAT64 = range(5)
+# Parameter type codes of the native op's param_types (codes.hpp's ExternParam)
+POINTER, INT32, INT64, FLOAT32, FLOAT64 = (EXTERN_PARAM_CODES[k] for k in ("pointer", "int32", "int64", "float32",
+                                                                          "float64"))
 PARAM_TYPES = {np.int32: INT32, np.int64: INT64, np.float32: FLOAT32, np.float64: FLOAT64}
 
 CUPY_HINT = ("pip install 'tr-backend[cupy]' (CUDA 13) or 'tr-backend[cupy12]' (CUDA 12), the CuPy wheel built "

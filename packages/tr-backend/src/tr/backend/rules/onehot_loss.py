@@ -10,8 +10,7 @@ from typing import NamedTuple
 from tr.backend.binding import CallBinder
 from tr.backend.rules import softmax_ce
 from tr.core.dtype import DType
-
-LOSSES = {"bce_logits": 0, "mse": 1}  # the native kernels' loss codes
+from tr.core.ops import ONEHOT_LOSS_CODES
 
 
 class OneHotLoss(NamedTuple):
@@ -22,13 +21,13 @@ class OneHotLoss(NamedTuple):
 
     @property
     def code(self) -> int:
-        return LOSSES[self.loss]
+        return ONEHOT_LOSS_CODES[self.loss]
 
 
 def _common(b: CallBinder) -> OneHotLoss:
     loss = b.attr("loss")
-    if loss not in LOSSES:
-        b.fail(f"attribute 'loss' must be one of {sorted(LOSSES)}, got {loss!r}")
+    if loss not in ONEHOT_LOSS_CODES:
+        b.fail(f"attribute 'loss' must be one of {sorted(ONEHOT_LOSS_CODES)}, got {loss!r}")
     n, k = softmax_ce.label_dims(b, "logits")
     ls = b.float_attr("label_smoothing", 0.0, 0.0, 1.0)
     if ls >= 1.0:

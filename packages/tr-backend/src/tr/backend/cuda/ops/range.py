@@ -25,7 +25,7 @@ from tr.backend.cuda.signatures.range import (
 )
 from tr.backend.rules import range as rules
 from tr.core.dtype import DType
-from tr.core.ops import OPTIMIZER_RULES
+from tr.core.ops import OPTIMIZER_RULE_CODES
 
 
 @cuda_op("range_clear")
@@ -111,7 +111,7 @@ def range_optimizer(b: CudaBinder) -> Any:
         return None
     return b.make(RANGE_OPTIMIZER, w=w, g=g, m=m, v=v, lr=b.dev("lr"), flag=b.dev("flag"),
                   grad_scale=b.dev("grad_scale"), step=b.dev("step") if r.adam else None, n=r.n,
-                  rule=OPTIMIZER_RULES.index(r.rule), beta1=float(r.beta1), beta2=float(r.beta2), eps=float(r.eps),
+                  rule=OPTIMIZER_RULE_CODES[r.rule], beta1=float(r.beta1), beta2=float(r.beta2), eps=float(r.eps),
                   weight_decay=float(r.weight_decay))
 
 

@@ -12,9 +12,11 @@ Field types (the C++ member; what Python passes):
   None (then the member's pointer is null and ``if (a.dx)`` is false).
 - ``ptr`` / ``ptr?``: ``void*``; an int address (pinned host memory, a handle); ``?``: may be None or 0.
 - ``i64``, ``f64``, ``bool``: ``std::int64_t``, ``double``, ``bool``; a bool field takes only True or False.
-- ``dt``, ``act``, ``bn_act``, ``bn_mask``: the enums of csrc/ops/codes.hpp (DT, ActKind, BnAct, BnMask); an
-  int code from tr.core, refused when it is not one of the enum's.
-- ``i64s``, ``f64s``: ``std::vector<std::int64_t>``, ``std::vector<double>``.
+- ``dt``, ``act``, ``bn_act``, ``bn_mask``, ``opt_rule``, ``onehot_loss``, ``conv_engine``: the enums of
+  csrc/ops/codes.hpp (DT, ActKind, BnAct, BnMask, OptRule, OneHotLoss, ConvEngine), generated from tr.core's
+  tables; an int code from tr.core, refused when it is not one of the enum's.
+- ``i64s``, ``f64s``: ``std::vector<std::int64_t>``, ``std::vector<double>``; ``extern_params``:
+  ``std::vector<ExternParam>``, a sequence of codes of tr.core.ops.EXTERN_PARAM_CODES, each checked.
 A scalar field may have a default (its keyword may then be left out).
 """
 
@@ -28,11 +30,12 @@ from typing import Any
 
 from tr.core.errors import ConfigError
 
-FIELD_TYPES = ("tensor", "tensor?", "ptr", "ptr?", "i64", "f64", "bool", "dt", "act", "bn_act", "bn_mask",
-               "i64s", "f64s")
+# a code of one of codes.hpp's enums
+ENUMS = ("dt", "act", "bn_act", "bn_mask", "opt_rule", "onehot_loss", "conv_engine")
+FIELD_TYPES = ("tensor", "tensor?", "ptr", "ptr?", "i64", "f64", "bool", *ENUMS, "i64s", "f64s", "extern_params")
 # names the records or their generated bindings use themselves
 RESERVED = ("op", "fields", "field_types", "self", "rec")
-SCALARS = ("i64", "f64", "bool", "dt", "act", "bn_act", "bn_mask")
+SCALARS = ("i64", "f64", "bool", *ENUMS)
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,10 @@ class NativeOp:
 _WHAT = {"tensor": "a Dev", "tensor?": "a Dev or None", "ptr": "an int address", "ptr?": "an int address or None",
          "i64": "an int", "f64": "a float", "bool": "True or False", "dt": "a dtype code (int)",
          "act": "an activation code (int)", "bn_act": "a BN activation code (int)", "bn_mask": "a BN mask code (int)",
-         "i64s": "a sequence of ints", "f64s": "a sequence of floats"}
+         "opt_rule": "an optimizer rule code (int)", "onehot_loss": "a one-hot loss code (int)",
+         "conv_engine": "a convolution engine code (int)",
+         "i64s": "a sequence of ints", "f64s": "a sequence of floats",
+         "extern_params": "a sequence of parameter type codes (ints)"}
 
 
 def _int(v: Any) -> bool:
@@ -99,13 +105,13 @@ def _fits(kind: str, v: Any) -> bool:
         return True
     if kind in ("tensor", "tensor?"):
         return type(v).__name__ == "Dev"
-    if kind in ("i64", "dt", "act", "bn_act", "bn_mask", "ptr", "ptr?"):
+    if kind in ("i64", "ptr", "ptr?", *ENUMS):
         return _int(v)
     if kind == "f64":
         return isinstance(v, numbers.Real) and not isinstance(v, bool)
     if kind == "bool":
         return isinstance(v, bool)
-    if kind == "i64s":
+    if kind in ("i64s", "extern_params"):
         return isinstance(v, Sequence) and all(_int(x) for x in v)
     if kind == "f64s":
         return isinstance(v, Sequence) and all(isinstance(x, numbers.Real) and not isinstance(x, bool) for x in v)
@@ -148,7 +154,9 @@ def flag(name: str, doc: str, default: bool | None = None) -> Field:
 
 
 def code(name: str, enum: str, doc: str) -> Field:
-    """A field of one of codes.hpp's enums: ``dt``, ``act``, ``bn_act`` or ``bn_mask``."""
+    """A field of one of codes.hpp's enums (ENUMS)."""
+    if enum not in ENUMS:
+        raise ValueError(f"field {name!r}: {enum!r} is not one of the enums {ENUMS}")
     return Field(name, enum, doc)
 
 
@@ -158,3 +166,7 @@ def i64s(name: str, doc: str) -> Field:
 
 def f64s(name: str, doc: str) -> Field:
     return Field(name, "f64s", doc)
+
+
+def extern_params(name: str, doc: str) -> Field:
+    return Field(name, "extern_params", doc)

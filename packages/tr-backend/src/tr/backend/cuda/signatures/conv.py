@@ -3,7 +3,7 @@ or the direct kernels, with an optional bias; tensors FP32, FP16 or BF16 (db FP3
 
 from __future__ import annotations
 
-from tr.backend.cuda.signatures._types import flag, i64, native_op, tensor
+from tr.backend.cuda.signatures._types import code, flag, i64, native_op, tensor
 
 # tr.backend.binding.Geometry's fields in its order, its h and w named ih and iw (w is the weight tensor), then
 # the output channels and the groups (tr.backend.cuda.ops.conv.conv_fields maps a Geometry onto them)
@@ -13,7 +13,8 @@ GEOMETRY = (i64("n", "samples"), i64("ih", "input height"), i64("iw", "input wid
             i64("pw", "padding left and right"), i64("p", "output height"), i64("q", "output width"),
             i64("k", "output channels"), i64("groups", "channel groups; divides c and k (1: not grouped)"))
 # how the op is planned (tr.backend.cuda.cudnn: TR_CONV, autotuning; CudaBackend.use_tf32)
-CHOICE = (i64("engine", "TR_CONV: 0 cuDNN else the direct kernels, 1 cuDNN or an error, 2 the direct kernels"),
+CHOICE = (code("engine", "conv_engine", "TR_CONV (tr.core.ops.CONV_ENGINE_CODES): auto (cuDNN, else the direct "
+               "kernels), cudnn (or an error) or direct"),
           flag("tf32", "FP32 convolutions may round their inputs to TF32"),
           flag("autotune", "time cuDNN's first candidate engines and keep the fastest (or the cached winner)"))
 _KRSC = "[k, kh, kw, c / groups] (KRSC)"

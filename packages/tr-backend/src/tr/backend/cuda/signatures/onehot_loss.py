@@ -4,10 +4,10 @@ one per sample)."""
 
 from __future__ import annotations
 
-from tr.backend.cuda.signatures._types import f64, i64, native_op, tensor
+from tr.backend.cuda.signatures._types import code, f64, i64, native_op, tensor
 
 _FIELDS = (i64("n", "samples"), i64("k", "classes"),
-           i64("loss", "0: bce_logits, 1: mse (tr.backend.rules.onehot_loss.LOSSES)"),
+           code("loss", "onehot_loss", "tr.core.ops.ONEHOT_LOSS_CODES: bce_logits or mse"),
            f64("label_smoothing", "label smoothing, in [0, 1)"))
 _LABELS = tensor("labels", "INT32 [n]: a label outside [0, k) makes the sample's loss NaN")
 _RESULT = tensor("result", "FP32 [3]: (mean loss over n * k, top-1 fraction, top-5 fraction)")

@@ -3,7 +3,7 @@ loss scale and Adam's step are read from device memory; a set flag skips the ste
 
 from __future__ import annotations
 
-from tr.backend.cuda.signatures._types import f64, flag, i64, native_op, ptr, tensor
+from tr.backend.cuda.signatures._types import code, f64, flag, i64, native_op, ptr, tensor
 
 _LR = tensor("lr", "FP32 [1]: the step's learning rate")
 _FLAG = tensor("flag", "INT32 [1]: the step's NaN/Inf flag; set: nothing is written")
@@ -18,7 +18,7 @@ RANGE_OPTIMIZER = native_op(
     _LR, _FLAG, _SCALE,
     tensor("step", "INT32 [1]: completed updates (bias correction uses step + 1); adam and adamw", optional=True),
     i64("n", "elements of each span"),
-    i64("rule", "the index in tr.core.ops.OPTIMIZER_RULES: 0 sgd, 1 momentum, 2 nesterov, 3 adam, 4 adamw"),
+    code("rule", "opt_rule", "tr.core.ops.OPTIMIZER_RULE_CODES: sgd, momentum, nesterov, adam or adamw"),
     f64("beta1", "momentum, or Adam's first-moment decay"), f64("beta2", "Adam's second-moment decay"),
     f64("eps", "Adam's denominator term"), _WD)
 

@@ -19,6 +19,7 @@ import pytest
 
 import renaissance as R
 from tr.backend.cpu.backend import CpuBackend
+from tr.core.config import Section
 from tr.core.errors import ConfigError, DeviceUnavailableError
 from tr.core.norm import NormMode
 from tr.data import ArrayDataset, Preprocessor, PreprocessorSettings
@@ -514,11 +515,13 @@ for _name, _init in {"conv": lambda i: i.conv(R.InitKind.XAVIER_NORMAL), "fc": l
 
 # Public methods of those classes that configure nothing (queries, the lifecycle, the math the ops are checked
 # against): they are not settings.
+# what every configuration section has besides its setters: freeze/thaw/snapshot/copy and the readers
+SECTION = {m for m, _ in inspect.getmembers(Section, inspect.isfunction) if not m.startswith("_")}
 NOT_SETTERS = {
     "DeepLearningTask": {"compile", "run", "weights", "parameters", "describe", "host_us_per_step",
                          "time_train_step", "save", "resume", "predict", "load_torch", "to_torch"},
-    "Settings": {"freeze", "thaw", "snapshot", "as_dict"},
-    "PreprocessorSettings": {"commit", "copy", "open_dataset", "chain", "sample_shape"},
+    "Settings": SECTION,
+    "PreprocessorSettings": SECTION | {"commit", "open_dataset", "chain", "sample_shape"},
     "CrossEntropyLoss": {"forward", "backward"},
     "optimizer": {"hyperparams", "bias_hyperparams"},
     "scheduler": {"prepare", "curve", "lr", "lr_at", "table"},

@@ -49,7 +49,7 @@ def test_nan_in_a_batch_skips_the_step_and_training_goes_on(amp, caplog):
     x, y = _data(n=32)
     x[BATCH * 2 + 3, 0, 0, 0] = np.nan  # one pixel of one sample of batch 2 (epoch order not shuffled below)
     task = _task(x, y, amp=amp, opt=AdamW().weight_decay(1e-4), epochs=1)
-    task._feeder.shuffle = False
+    task.feeder.shuffle = False
     task.compile()
     scale0 = float(task.backend.read(task.program.tensor("loss_scale")).reshape(-1)[0])
     before = {k: v.copy() for k, v in task.weights().items()}

@@ -127,6 +127,25 @@ def test_one_bad_sample_an_epoch_under_amp(rule):
     assert scales[5] == scales[9] == 8192.0  # grown back before each later bad step
 
 
+def test_a_step_that_grows_the_scale_is_divided_by_the_scale_it_was_made_with():
+    """GradScaler.step unscales by the scale the backward used, and update() grows it afterwards. A scale that
+    grows on every step (growth_interval=1) scales the FP16 gradients by other powers of two, which changes no
+    bit of them: the weights are those of a run whose scale never grows. (tr grew the scale before its optimizer
+    divided: every growth step trained with half its gradient.)"""
+    x, y = _data()
+
+    def trained(interval: int) -> list[np.ndarray]:
+        s = Settings().manual_seed(5).global_batch_size(BATCH).amp().loss_scaling("dynamic", init=1024.0,
+                                                                                   growth_interval=interval)
+        task = _task((x.astype(np.float16), y), None, settings=s, amp=True, epochs=2).compile()
+        task.run()
+        assert (float(_read(task, "loss_scale")[0]) > 1024.0) == (interval == 1)
+        return [w for m in task.parameters() for w in m]
+
+    grown, still = trained(1), trained(10_000)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(grown, still)) and len(grown) == 5
+
+
 def test_epoch_table_reports_skipped_steps():
     out = io.StringIO()
     table = EpochTable(out, validate=False)

@@ -43,8 +43,8 @@ def test_the_training_step_is_four_branches(ab, last):
         (P.ZERO_GRAD, first_fwd, P.DEEP_FWD_BWD),
         (P.CAST_EARLY, P.REDUCE_EARLY),  # the early bucket beside the first layer's backward
         (first_bwd, P.CAST_LATE),
-        (P.REDUCE_LATE, P.REDUCE_RUNNING, P.CHECK_FINITE, metrics, P.UPDATE_RUNNING, P.OPTIMIZER, P.EMA_UPDATE,
-         P.CAST_WORKING),  # after both buckets and the backward
+        (P.REDUCE_LATE, P.REDUCE_RUNNING, P.CHECK_FINITE, metrics, P.UPDATE_RUNNING, P.OPTIMIZER, P.LOSS_SCALE,
+         P.EMA_UPDATE, P.CAST_WORKING),  # after both buckets and the backward
     ]
 
 
@@ -57,13 +57,15 @@ def test_the_nan_check_follows_the_statistics_and_precedes_the_metric_sums(last)
     assert tail.index(P.REDUCE_LATE) < tail.index(P.REDUCE_RUNNING) < tail.index(P.CHECK_FINITE) < tail.index(metrics)
     assert (tail.index(P.CHECK_FINITE) < tail.index(P.UPDATE_RUNNING) < tail.index(P.OPTIMIZER)
             < tail.index(P.EMA_UPDATE) < tail.index(P.CAST_WORKING))
+    # the loss scale changes after the optimizer divided the step's gradients by the scale they were made with
+    assert tail.index(P.OPTIMIZER) < tail.index(P.LOSS_SCALE)
 
 
 def test_each_recipe_names_each_part_once_and_only_its_own_buffer():
     for ab, other in (("a", "b"), ("b", "a")):
         for last in (False, True):
             parts = [x for _, ps, _ in train_recipe(ab, last) for x in ps]
-            assert len(parts) == len(set(parts)) == 15
+            assert len(parts) == len(set(parts)) == 16
             assert not any(x.value.endswith(f"_{other}") for x in parts)
             assert P.TRANSFER_A not in parts and P.TRANSFER_B not in parts  # the transfers are steps of their own
     assert val_parts("b", False) == (P.INFER_B, P.ACCUM_METRICS)
@@ -114,7 +116,7 @@ def test_an_empty_branch_on_the_first_stream_is_kept():
     r = train_recipe("a", False)
     step = assemble("train_a", r, _calls({P.FIRST_BWD_A, P.CAST_LATE}))
     assert [(b.stream, b.after, len(b.calls)) for b in step.branches] == [
-        (S.COMP_1, (), 3), (S.UPDATE, (0,), 2), (S.COMP_1, (0,), 0), (S.COMP_1, (1, 2), 8)]
+        (S.COMP_1, (), 3), (S.UPDATE, (0,), 2), (S.COMP_1, (0,), 0), (S.COMP_1, (1, 2), 9)]
     empty = assemble("epoch_end", ((S.COMP_1, (P.FOLD_RUNNING,), ()),), _calls({P.FOLD_RUNNING}))
     assert [(b.stream, b.calls, b.after) for b in empty.branches] == [(S.COMP_1, (), ())]
 

@@ -267,9 +267,9 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
         nan.append(_op("range_check_finite", {"clip": 0.0, "accumulate": True}, span=RUNNING_NEXT,
                        flag="nan_flag", label="BN running statistics"))
     nan.append(_op("count_flag", flag="nan_flag", count="skipped", label="skipped steps"))
-    if spec.amp:
-        nan.append(_loss_scale_update(spec))
     g[Part.CHECK_FINITE] = nan
+    if spec.amp:  # after the optimizer: this step's gradients are divided by the scale they were made with
+        g[Part.LOSS_SCALE] = [_loss_scale_update(spec)]
     if has(RUNNING_NEXT):
         g[Part.REDUCE_RUNNING] = [_op("range_allreduce_mean", span=RUNNING_NEXT, label="BN statistics")]
         # Flagged: a skipped (non-finite) step keeps the previous statistics.

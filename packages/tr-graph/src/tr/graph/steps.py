@@ -38,10 +38,11 @@ class Part(Enum):
     REDUCE_EARLY = "reduce_early_grads"  # the early bucket and the step result, beside the first layer's backward
     CAST_EARLY = "cast_early_grads"  # FP16 -> FP32 gradients of the early groups
     CAST_LATE = "cast_late_grads"
-    CHECK_FINITE = "check_finite"  # the NaN/Inf check, skipped-step count and loss scale
+    CHECK_FINITE = "check_finite"  # the NaN/Inf check and the skipped-step count
     REDUCE_RUNNING = "reduce_running_stats"
     UPDATE_RUNNING = "update_running_stats"
     OPTIMIZER = "optimizer"
+    LOSS_SCALE = "loss_scale"  # AMP's scale update, after the optimizer divided by the step's own scale
     EMA_UPDATE = "ema_update"
     INFER_A = "infer_a"
     INFER_B = "infer_b"
@@ -84,7 +85,7 @@ def train_recipe(ab: str, last: bool) -> Recipe:
         (comp, (first_bwd, P.CAST_LATE), (0,)),
         (comp, (P.REDUCE_LATE, P.REDUCE_RUNNING, P.CHECK_FINITE,
                 P.ACCUM_METRICS_TRAIN_LAST if last else P.ACCUM_METRICS, P.UPDATE_RUNNING, P.OPTIMIZER,
-                P.EMA_UPDATE, P.CAST_WORKING), (1, 2)),
+                P.LOSS_SCALE, P.EMA_UPDATE, P.CAST_WORKING), (1, 2)),
     )
 
 

@@ -230,11 +230,12 @@ def test_plan_keys_are_machine_independent_and_the_cache_s(no_pins):
 def test_the_plans_refuse_what_the_factory_refuses():
     with pytest.raises(ConfigError, match=r"native op conv_fwd: groups \(3\) must divide the input channels \(4\)"):
         native.cudnn_conv_op_plans(0, _record("conv_fwd", _FWD_DTS, groups=3))
-    with pytest.raises(ConfigError, match="native op conv_bwd: engine must be 0 .auto., 1 .cuDNN. or 2 .direct., "
-                                          "got 3"):
-        native.cudnn_conv_op_plans(0, _record("conv_bwd", {"x": F16, "w": F16, "dy": F16, "dw": F32}, engine=3))
-    with pytest.raises(ConfigError, match="got 4294967296"):  # checked before it is narrowed to an int (not 0)
-        native.cudnn_conv_op_plans(0, _record("conv_fwd", _FWD_DTS, engine=1 << 32))
+    # the engine is a ConvEngine code (TR_CONV's): the record refuses any other number before a plan is asked
+    with pytest.raises(ConfigError, match=r"native op conv_bwd: field 'engine' is 3, not a code of ConvEngine "
+                                          r"\(0..2\)"):
+        _record("conv_bwd", {"x": F16, "w": F16, "dy": F16, "dw": F32}, engine=3)
+    with pytest.raises(ConfigError, match="is 4294967296, not a code"):  # checked as int64, never narrowed first
+        _record("conv_fwd", _FWD_DTS, engine=1 << 32)
     with pytest.raises(TypeError):  # a record of another op
         native.cudnn_conv_op_plans(0, native.ScaleFwdArgs(x=native.Dev(1, F32), s=native.Dev(2, F32),
                                                           y=native.Dev(3, F32), n=1, hw=1, c=1))

@@ -487,7 +487,15 @@ def _step_mode_effect(cls, base, setter: str) -> None:
 
 
 # setter options (an argument that changes what its setter does): "<setter>(<argument>)" -> its effect
-OPTION_EFFECTS: dict[str, Callable[..., None]] = {}
+OPTION_EFFECTS: dict[str, Callable[..., None]] = {
+    # the global norm's clipping trains to other weights than the element clamp of the same bound
+    "DeepLearningTask.grad_clip(mode='norm')": lambda: _differ(weights(task(grad_clip=(1e-3,)), 1),
+                                                               weights(task(grad_clip=(1e-3, "norm")), 1)),
+}
+
+
+def _differ(a: object, b: object) -> None:
+    assert a != b
 for _cls in (R.ConstantLR, R.StepLR, R.MultiStepLR, R.ExponentialLR, R.PolynomialLR, R.CosineAnnealingLR,
              R.CosineAnnealingWithWarmRestartsLR, R.WSDLR):
     _base = _SCHED_BASE.get(_cls, lambda c=_cls: c(0.1))

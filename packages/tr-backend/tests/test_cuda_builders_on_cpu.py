@@ -127,6 +127,7 @@ def test_range_builders_size_their_spans_from_the_layout():
                            ("g", Role.GRAD, "fp32"), ("m", Role.MOMENT1, "fp32"), ("v", Role.MOMENT2, "fp32")):
         a.add(name, (300,), dt, Region(role, FC_W))
     for name, n, dt, region in (("lr", 1, "fp32", SCALAR_FP32), ("scale", 1, "fp32", SCALAR_FP32),
+                                ("divisor", 1, "fp32", SCALAR_FP32), ("norm", 1, "fp32", SCALAR_FP32),
                                 ("flag", 1, "int32", SCALAR_INT32), ("step", 1, "int32", SCALAR_INT32)):
         a.add(name, (n,), dt, region)
     lay = a.layout()
@@ -143,7 +144,14 @@ def test_range_builders_size_their_spans_from_the_layout():
     assert ints["n"] == n and floats["decay"] == pytest.approx(0.9)
     _, _, ints, _ = build(op("range_copy", src=w, dst=Span.of(Role.EMA)), lay)
     assert ints["nbytes"] == 4 * n
+    clip = op("clip_grad_norm", g=Span.of(Role.GRAD), scale=a["scale"], flag=a["flag"], divisor=a["divisor"],
+              norm=a["norm"], max_norm=2.5)
+    name, ptrs, ints, floats = build(clip, lay)
+    assert name == "clip_grad_norm" and set(ptrs) == {"g", "scale", "flag", "divisor", "norm"}
+    assert ints["n"] == n and floats["max_norm"] == 2.5
     _ARENAS.append(a)
+    zero = op("clip_grad_norm", **{**clip.args, "max_norm": 0.0})
+    assert refusal("cuda", zero) == refusal("cpu", zero) == "attribute 'max_norm' = 0.0 must be a finite number > 0"
     bad = op("range_optimizer", w=w, g=Span.of(Role.GRAD), lr=a["lr"], flag=a["flag"],
              grad_scale=a["scale"], rule="momentum")
     assert refusal("cuda", bad) == refusal("cpu", bad) == "rule 'momentum' needs argument 'm'"

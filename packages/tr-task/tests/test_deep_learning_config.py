@@ -14,7 +14,7 @@ from tr.task.feeder import ArrayFeeder, steps_for
     (lambda t: t.num_classes(1), "num_classes must be an integer >= 2, got 1"),
     (lambda t: t.validate_every(0), "interval must be >= 1, got 0"),
     (lambda t: t.early_stop_by_top1(1.5), r"threshold must be in \(0, 1\], got 1.5"),
-    (lambda t: t.grad_clip(0), "grad_clip must be > 0"),
+    (lambda t: t.grad_clip(0), "grad_clip must be a finite number > 0"),
     (lambda t: t.device("tpu"), "device must be 'cpu', 'cuda' or 'auto', got 'tpu'"),
     (lambda t: t.optimizer(0.1), "optimizer must be SGD"),
     (lambda t: t.loss("mse"), "loss must be a CrossEntropyLoss"),

@@ -610,6 +610,44 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"x", "tensor"}, {"dy", "tensor"}, {"mask", "tensor"}, {"dx", "tensor"}, {"gamma", "tensor"}, {"beta", "tensor"}, {"saved_mean", "tensor"}, {"saved_inv_std", "tensor"}, {"dgamma", "tensor"}, {"dbeta", "tensor"}, {"m", "i64"}, {"n", "i64"}, {"h", "i64"}, {"w", "i64"}, {"c", "i64"}, {"kh", "i64"}, {"kw", "i64"}, {"sh", "i64"}, {"sw", "i64"}, {"ph", "i64"}, {"pw", "i64"}, {"p", "i64"}, {"q", "i64"}});
   }
   {
+    nb::class_<ClipGradNormArgs> klass(m, "ClipGradNormArgs", "norm = ||g|| / scale (float64 partial sums per block, summed in a fixed order by one block); divisor = scale / min(max_norm / (norm + 1e-6), 1), or scale when flag is set.\n\nKeyword-only fields:\n    g (ptr): device address of the FP32 gradients' span\n    n (i64): elements of the span\n    scale (tensor): FP32 [1]: the loss scale the gradients carry\n    flag (tensor): INT32 [1]: the skip flag\n    divisor (tensor): FP32 [1]: what the optimizer divides the gradients by\n    norm (tensor): FP32 [1]: the unscaled global norm\n    max_norm (f64): the largest norm kept (> 0)");
+    klass.def(
+        "__init__",
+        [](ClipGradNormArgs* self, std::uintptr_t g, std::int64_t n, const Dev& scale, const Dev& flag, const Dev& divisor, const Dev& norm, double max_norm) {
+          ClipGradNormArgs rec;
+          rec.g = address_of("clip_grad_norm", "g", g);
+          rec.n = n;
+          rec.scale = dev_of("clip_grad_norm", "scale", scale);
+          rec.flag = dev_of("clip_grad_norm", "flag", flag);
+          rec.divisor = dev_of("clip_grad_norm", "divisor", divisor);
+          rec.norm = dev_of("clip_grad_norm", "norm", norm);
+          rec.max_norm = max_norm;
+          new (self) ClipGradNormArgs(rec);
+        },
+        nb::kw_only(), "g"_a, "n"_a, "scale"_a, "flag"_a, "divisor"_a, "norm"_a, "max_norm"_a);
+    klass.def_prop_ro("g", [](const ClipGradNormArgs& a) -> nb::object { return nb::cast(reinterpret_cast<std::uintptr_t>(a.g)); });
+    klass.def_prop_ro("n", [](const ClipGradNormArgs& a) -> nb::object { return nb::cast(a.n); });
+    klass.def_prop_ro("scale", [](const ClipGradNormArgs& a) -> nb::object { return nb::cast(a.scale); });
+    klass.def_prop_ro("flag", [](const ClipGradNormArgs& a) -> nb::object { return nb::cast(a.flag); });
+    klass.def_prop_ro("divisor", [](const ClipGradNormArgs& a) -> nb::object { return nb::cast(a.divisor); });
+    klass.def_prop_ro("norm", [](const ClipGradNormArgs& a) -> nb::object { return nb::cast(a.norm); });
+    klass.def_prop_ro("max_norm", [](const ClipGradNormArgs& a) -> nb::object { return nb::cast(a.max_norm); });
+    klass.def("fields", [](const ClipGradNormArgs& a) {
+      nb::dict d;
+      d["g"] = nb::cast(reinterpret_cast<std::uintptr_t>(a.g));
+      d["n"] = nb::cast(a.n);
+      d["scale"] = nb::cast(a.scale);
+      d["flag"] = nb::cast(a.flag);
+      d["divisor"] = nb::cast(a.divisor);
+      d["norm"] = nb::cast(a.norm);
+      d["max_norm"] = nb::cast(a.max_norm);
+      return d;
+    }, "The fields by name, in declaration order.");
+    klass.def("__repr__", [](const ClipGradNormArgs& a) { return record_repr("ClipGradNormArgs", nb::cast(a).attr("fields")()); });
+    klass.attr("op") = "clip_grad_norm";
+    klass.attr("field_types") = field_types({{"g", "ptr"}, {"n", "i64"}, {"scale", "tensor"}, {"flag", "tensor"}, {"divisor", "tensor"}, {"norm", "tensor"}, {"max_norm", "f64"}});
+  }
+  {
     nb::class_<NcclAllreduceMeanArgs> klass(m, "NcclAllreduceMeanArgs", "span = the mean of span over the ranks (one in-place ncclAllReduce, ncclAvg).\n\nKeyword-only fields:\n    span (ptr): device address of n FP32 values\n    comm (ptr): the ncclComm_t: a tr.backend._native.NcclComm's handle, alive as long as the graphs\n    n (i64): elements (>= 0)");
     klass.def(
         "__init__",
@@ -2598,6 +2636,7 @@ void bind_op_args(nb::module_& m) {
         if (nb::isinstance<BnUpdateEqArgs>(args)) return bn_update_eq(ctx, nb::cast<const BnUpdateEqArgs&>(args));
         if (nb::isinstance<BnMaxpoolFwdArgs>(args)) return bn_maxpool_fwd(ctx, nb::cast<const BnMaxpoolFwdArgs&>(args));
         if (nb::isinstance<BnMaxpoolBwdArgs>(args)) return bn_maxpool_bwd(ctx, nb::cast<const BnMaxpoolBwdArgs&>(args));
+        if (nb::isinstance<ClipGradNormArgs>(args)) return clip_grad_norm(ctx, nb::cast<const ClipGradNormArgs&>(args));
         if (nb::isinstance<NcclAllreduceMeanArgs>(args)) return nccl_allreduce_mean(ctx, nb::cast<const NcclAllreduceMeanArgs&>(args));
         if (nb::isinstance<ConvFwdArgs>(args)) return conv_fwd(ctx, nb::cast<const ConvFwdArgs&>(args));
         if (nb::isinstance<ConvBwdArgs>(args)) return conv_bwd(ctx, nb::cast<const ConvBwdArgs&>(args));

@@ -8,6 +8,7 @@
 #include "ops/args/augment.hpp"
 #include "ops/args/bn.hpp"
 #include "ops/args/bn_pool.hpp"
+#include "ops/args/clip.hpp"
 #include "ops/args/collective.hpp"
 #include "ops/args/conv.hpp"
 #include "ops/args/copy.hpp"
@@ -40,6 +41,7 @@ inline constexpr const char* kNativeOps[] = {
     "bn_update_eq",
     "bn_maxpool_fwd",
     "bn_maxpool_bwd",
+    "clip_grad_norm",
     "nccl_allreduce_mean",
     "conv_fwd",
     "conv_bwd",

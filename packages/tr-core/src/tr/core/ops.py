@@ -299,6 +299,13 @@ _DEFS: list[OpDef] = [
               "flag |= any(!isfinite) instead (a second span, e.g. the BN statistics, joins the gradients' "
               "flag); with clip > 0 also clamp elements to [-clip, clip]"),
     OpDef("range_scale", "range", (_s("span", "inout"), _t("factor")), kind="range", doc="x *= factor[0]"),
+    OpDef("clip_grad_norm", "clip",
+          (_s("g", "in"), _t("scale"), _t("flag"), _t("divisor", "out"), _t("norm", "out")), ("max_norm",),
+          kind="range",
+          doc="global-norm clipping (torch.nn.utils.clip_grad_norm_): norm = ||g||_2 / scale[0] over the whole "
+              "span (a float64 sum of squares in a fixed order), coef = max_norm / (norm + 1e-6); divisor = "
+              "scale[0] / min(coef, 1), what the optimizer divides g by instead of the loss scale. With flag set "
+              "(a skipped step) divisor = scale[0]"),
     OpDef("range_allreduce_mean", "range", (_s("span", "inout"),), kind="range",
           doc="mean over ranks in place; identity with one rank"),
     OpDef("range_optimizer", "range",

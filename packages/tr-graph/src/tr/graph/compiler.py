@@ -28,7 +28,7 @@ from tr.graph.archplan import ArchPlan, params
 from tr.graph.atlas import GraphAtlas, lookup
 from tr.graph.checker import check_program
 from tr.graph.ema import add_ema_graphs, ema_twins
-from tr.graph.graph import ChainBuilder, add_update_graphs
+from tr.graph.graph import ChainBuilder, add_update_graphs, clips_norm
 from tr.graph.layers import KINDS
 from tr.graph.layers.base import ANY, BASE, INF, TRAIN, Decl, DeclCtx, Init
 from tr.graph.liveness import PoolPlan, plan_pools
@@ -44,7 +44,7 @@ NAMED = ("labels_a", "data_a", "labels_b", "data_b", "labels", "nan_flag", "step
          "loss_scale", "loss_scale_tracker", "batch_train", "batch_train_last", "batch_val", "batch_val_last",
          "lr_table", "result", "accum", "accum_samples", "probs", "pred", "train_set", "val_set", "aug_key", "aug_x",
          "train_labels", "val_labels", "train_order", "train_pos", "val_pos", "order_key", "data_rank", "jpeg_src",
-         "geom_a", "geom_b", "jpeg_u8")
+         "geom_a", "geom_b", "jpeg_u8", "grad_divisor", "grad_norm")
 
 
 # the double-buffered batch: buffer a's labels and data, then buffer b's (one INPUT span)
@@ -225,6 +225,9 @@ class Compiler:
             add("dropout_seed", Shape(1, 1, 1, 2), INT32_SCALAR, DType.INT32)
             add("lr", one, FP32_SCALAR, DType.FP32)
             add("loss_scale", one, FP32_SCALAR, DType.FP32, init=Init("const", value=spec.loss_scale))
+            if clips_norm(spec):  # the step's global gradient norm and what the optimizer divides by
+                add("grad_divisor", one, FP32_SCALAR, DType.FP32)
+                add("grad_norm", one, FP32_SCALAR, DType.FP32)
             if spec.amp and spec.loss_scale_rule == "dynamic":  # clean steps in a row (GradScaler's tracker)
                 add("loss_scale_tracker", one, INT32_SCALAR, DType.INT32, init=Init("zeros"))
             for role, b in batch_of.items():

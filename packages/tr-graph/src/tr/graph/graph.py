@@ -262,10 +262,14 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
     g[Part.REDUCE_LATE] = [_op("range_allreduce_mean", span=LATE_BUCKET, label="late gradient groups")]
     g[Part.REDUCE_EARLY] = [_op("range_allreduce_mean", span=EARLY_BUCKET,
                                 label="early gradient groups and the step result")]
-    nan = [_op("range_check_finite", {"clip": spec.grad_clip}, span=GRADS, flag="nan_flag")]
+    by_value = spec.grad_clip if spec.grad_clip_mode == "value" else 0.0
+    nan = [_op("range_check_finite", {"clip": by_value}, span=GRADS, flag="nan_flag")]
     if has(RUNNING_NEXT):  # an overflowed running statistic skips the step too (after REDUCE_RUNNING)
         nan.append(_op("range_check_finite", {"clip": 0.0, "accumulate": True}, span=RUNNING_NEXT,
                        flag="nan_flag", label="BN running statistics"))
+    if clips_norm(spec):  # after the flag is known and before the loss scale moves: the optimizer divides by it
+        nan.append(_op("clip_grad_norm", {"max_norm": spec.grad_clip}, "the global gradient norm", g=GRADS,
+                       scale="loss_scale", flag="nan_flag", divisor="grad_divisor", norm="grad_norm"))
     nan.append(_op("count_flag", flag="nan_flag", count="skipped", label="skipped steps"))
     g[Part.CHECK_FINITE] = nan
     if spec.amp:  # after the optimizer: this step's gradients are divided by the scale they were made with
@@ -303,6 +307,11 @@ def accum_metrics(batch_role: str, train: bool) -> list[SymOp]:
                 samples="accum_samples")]
 
 
+def clips_norm(spec: CompileSpec) -> bool:
+    """Whether the plan clips the gradients by their global norm (and declares grad_divisor and grad_norm)."""
+    return spec.grad_clip_mode == "norm" and spec.grad_clip > 0
+
+
 def _loss_scale_update(spec: CompileSpec) -> SymOp:
     if spec.loss_scale_rule == "static":
         return _op("loss_scale_update", {"rule": "static"}, flag="nan_flag", scale="loss_scale")
@@ -314,7 +323,8 @@ def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[t
     # the step's learning rate from the device table (the host never writes lr): table[min(step, len - 1)]
     ops = [_op("lr_lookup", table="lr_table", step="step", lr="lr", label="learning rate of this step")]
     m, v = spec.momentum_slot, spec.second_moment_slot
-    common = {"lr": "lr", "flag": "nan_flag", "grad_scale": "loss_scale", "step": "step" if v else None}
+    divisor = "grad_divisor" if clips_norm(spec) else "loss_scale"  # what the gradients are divided by
+    common = {"lr": "lr", "flag": "nan_flag", "grad_scale": divisor, "step": "step" if v else None}
 
     def rng(rule: str, wd: float, decayed: bool, label: str) -> SymOp:
         return _op("range_optimizer",
@@ -334,6 +344,6 @@ def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[t
         for layer, local in lars_weights:
             p = f"L{layer}.{local}"
             ops.append(_op("lars_update", attrs, layer=layer, w=p, g=p + ".grad", m=p + ".m", lr="lr",
-                           flag="nan_flag", grad_scale="loss_scale", ratio=p + ".ratio"))
+                           flag="nan_flag", grad_scale=divisor, ratio=p + ".ratio"))
     ops.append(_op("scalar_increment", x="step", label="completed optimizer steps"))
     return ops

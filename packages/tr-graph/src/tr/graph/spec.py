@@ -15,7 +15,7 @@ from typing import Any
 
 from tr.core.errors import ConfigError
 from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_RULES
-from tr.core.optim import LARS, OPTIMIZERS, first_moment, second_moment
+from tr.core.optim import GRAD_CLIP_MODES, LARS, OPTIMIZERS, first_moment, second_moment
 from tr.core.settings import Settings
 from tr.core.shape import Shape
 from tr.graph.jpeg_input import JpegInput
@@ -47,7 +47,8 @@ class CompileSpec:
     trust_clip: float = 100.0  # LARS: the trust ratio's upper bound
     label_smoothing: float = 0.0
     loss: str = "softmax_ce"  # the loss layer appended after the model: softmax_ce, bce_logits or mse
-    grad_clip: float = 0.0  # > 0: clamp FP32 gradients element-wise during the finite check
+    grad_clip: float = 0.0  # > 0: the clipping bound (grad_clip_mode's), 0: off
+    grad_clip_mode: str = "value"  # one of GRAD_CLIP_MODES: clamp each element, or scale by the global norm
     lr_table_steps: int = 1  # entries of the device's learning-rate table (a run's steps); 1: a constant rate
     bn_momentum: float | None = None  # overrides every BN's momentum when set
     bn_eps: float | None = None  # overrides every BN's eps when set
@@ -87,6 +88,8 @@ class CompileSpec:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ConfigError(f"{name} must be a finite number >= 0, got {v!r}")
+        if self.grad_clip_mode not in GRAD_CLIP_MODES:
+            raise ConfigError(f"grad_clip_mode must be one of {GRAD_CLIP_MODES}, got {self.grad_clip_mode!r}")
         if not self.trust_clip > 0:
             raise ConfigError(f"trust_clip must be > 0, got {self.trust_clip!r}")
         _unit("label_smoothing", self.label_smoothing)

@@ -50,6 +50,7 @@ from tr.core import env as tr_env
 from tr.core import errors
 from tr.core.errors import BackendError, ConfigError, DataError
 from tr.core.log import get_logger
+from tr.graph.spec import CompileSpec
 from tr.task import checkpoint_checks, checkpoint_files, engines
 from tr.task.data_fingerprint import fingerprints
 from tr.tensor.dtensor import DTensor
@@ -61,7 +62,7 @@ log = get_logger(__name__)
 _CONFIG_TENSORS = frozenset({"lr_table", "batch_train", "batch_train_last", "batch_val", "batch_val_last"})
 # The task section's recorded fields (tr.task.config.TaskConfig.recorded_names()), each under the key the
 # description gives it (a test holds the two alike, so a new recorded field cannot go unrecorded).
-TASK_FIELDS = ("model", "loss", "optimizer", "scheduler", "epochs", "grad_clip", "ema")
+TASK_FIELDS = ("model", "loss", "optimizer", "scheduler", "epochs", "grad_clip", "grad_clip_mode", "ema")
 
 
 def state_tensors(program) -> list[DTensor]:
@@ -115,6 +116,7 @@ def describe(task) -> dict[str, Any]:
         "schedule": {"scheduler": repr(t.scheduler), "total_epochs": t.epochs,
                      "lr_table_sha256": hashlib.sha256(table.tobytes()).hexdigest()},
         "grad_clip": t.grad_clip,
+        **({"grad_clip_mode": t.grad_clip_mode} if t.grad_clip_mode != "value" else {}),  # (named when not the seed's)
         **({"ema": dataclasses.asdict(t.ema)} if t.ema is not None else {}),
         "spec": dataclasses.asdict(task.spec),  # last: derived from the above, named only when they agree
     })
@@ -161,10 +163,21 @@ def _env_defaults(saved: Any) -> tuple[Any, list[str]]:
 
 
 def _as_recorded_then(saved: Any, here: dict[str, Any]) -> dict[str, Any]:
-    """``here`` without what a checkpoint written before tr recorded it lacks: the data pipeline's fields."""
-    data = saved.get("data") if isinstance(saved, dict) else None
+    """``here`` without what a checkpoint written before tr recorded it lacks: the data pipeline's fields, and a
+    plan field (CompileSpec) newer than the checkpoint while it holds its default (the plan the checkpoint's tree
+    compiled had no other)."""
+    if not isinstance(saved, dict):
+        return here
+    data = saved.get("data")
     if isinstance(data, dict) and "transforms" in data and "pipeline" not in data:
-        return {**here, "data": {k: v for k, v in here["data"].items() if k != "pipeline"}}
+        here = {**here, "data": {k: v for k, v in here["data"].items() if k != "pipeline"}}
+    spec = saved.get("spec")
+    if isinstance(spec, dict) and isinstance(here.get("spec"), dict):
+        defaults = _jsonable({f.name: f.default for f in dataclasses.fields(CompileSpec)
+                              if f.default is not dataclasses.MISSING})
+        newer = [k for k, v in here["spec"].items() if k not in spec and k in defaults and defaults[k] == v]
+        if newer:
+            here = {**here, "spec": {k: v for k, v in here["spec"].items() if k not in newer}}
     return here
 
 

@@ -59,7 +59,8 @@ class TaskConfig(Section):
     num_classes: int | None = None  # None: the data's (or the model's last layer's)
     validate_every: tuple[int, int] = (1, 0)  # (interval, offset)
     early_stop: float = 1.0  # stop when validation top-1 reaches it
-    grad_clip: float = -1.0  # the element clamp's bound; -1: off
+    grad_clip: float = -1.0  # the clipping bound; -1: off
+    grad_clip_mode: str = "value"  # tr.core.optim.GRAD_CLIP_MODES: clamp each element, or the global norm
     ema: EmaConfig | None = None
     data: Feeder | None = None  # data(feeder); None: built from the data section
     device: str = "auto"

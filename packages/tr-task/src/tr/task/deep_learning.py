@@ -15,6 +15,7 @@ from tr.algo.scheduler import Scheduler
 from tr.core.errors import CompileError, ConfigError, PhaseError
 from tr.core.log import get_logger
 from tr.core.memory import Role
+from tr.core.optim import GRAD_CLIP_MODES
 from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
 from tr.data import PREPROCESSOR_SETTING
@@ -137,11 +138,19 @@ class DeepLearningTask(TaskBase):
         self._cfg._set("early_stop", float(threshold))
         return self
 
-    def grad_clip(self, max_abs: float) -> DeepLearningTask:
+    def grad_clip(self, limit: float, mode: str = "value") -> DeepLearningTask:
+        """Clip the gradients before every update (after the data-parallel all-reduce; a skipped step is left as
+        it is). ``mode="value"`` (the seed's): clamp each element to [-limit, limit]. ``mode="norm"``
+        (torch.nn.utils.clip_grad_norm_): scale all of them by min(1, limit / (norm + 1e-6)), norm the L2 norm
+        over every gradient of the model (one fixed-order float64 reduction: deterministic). -1 turns it off."""
         self._plan("grad_clip()")
-        if not (float(max_abs) > 0 or float(max_abs) == -1):
-            raise ConfigError(f"grad_clip must be > 0 (or -1 to disable), got {max_abs!r}")
-        self._cfg._set("grad_clip", float(max_abs))
+        if mode not in GRAD_CLIP_MODES:
+            raise ConfigError(f"grad_clip mode must be one of {GRAD_CLIP_MODES}, got {mode!r}")
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (
+                (limit > 0 and math.isfinite(limit)) or limit == -1):
+            raise ConfigError(f"grad_clip must be a finite number > 0 (or -1 to disable), got {limit!r}")
+        self._cfg._set("grad_clip", float(limit))
+        self._cfg._set("grad_clip_mode", mode)
         return self
 
     def ema(self, decay: float = 0.999, validate: bool = True) -> DeepLearningTask:

@@ -26,6 +26,7 @@ from backend_testkit import (
     run,
 )
 
+from tr.core.errors import BackendError
 from tr.core.memory import Region, Role, Span
 
 
@@ -223,6 +224,41 @@ def test_range_ema_flag_skips():
     be.write(flag, [0])
     be.launch(g)
     assert_close(be.read(e), 0.5 * before.astype(np.float64) + 0.5 * be.read(w), 1e-6)
+
+
+def test_range_ema_warmup_ramps_the_decay_with_the_step_counter():
+    """decay_t = decay * (1 - exp(-step / warmup)), step the counter the op reads (steps taken, this one included):
+    the first updates follow the weights closely; a flagged step moves nothing."""
+    a = SimpleArena()
+    w = a.add("w0", (6,), region=Region(Role.PARAM, BN_B))
+    e = a.add("e0", (6,), region=Region(Role.EMA, BN_B))
+    flag = a.add("flag", (1,), "int32", SCALAR_INT32)
+    step = a.add("step", (1,), "int32", SCALAR_INT32)
+    be = a.allocate()
+    rng = np.random.default_rng(7)
+    _rand(be, e, rng)
+    g = be.capture("ema", [op("range_ema", src=Span.of(Role.PARAM), dst=Span.of(Role.EMA), flag=flag, step=step,
+                              decay=0.999, warmup=20.0)])
+    ref = be.read(e).astype(np.float32).ravel()
+    for t in range(1, 13):
+        _rand(be, w, rng)
+        be.write(step, [t])
+        be.write(flag, [int(t == 5)])
+        be.launch(g)
+        if t != 5:
+            d = 0.999 * -np.expm1(-t / 20.0)
+            ref = ref * np.float32(d) + be.read(w).ravel() * np.float32(1.0 - d)  # the op's float32 order
+        np.testing.assert_array_equal(be.read(e).ravel(), ref)
+    assert 0.4 < 0.999 * -np.expm1(-12 / 20.0) < 0.5  # still far below the decay: the ramp is in effect
+
+
+def test_range_ema_warmup_needs_the_step_counter():
+    a = SimpleArena()
+    a.add("w0", (6,), region=Region(Role.PARAM, BN_B))
+    a.add("e0", (6,), region=Region(Role.EMA, BN_B))
+    be = a.allocate()
+    with pytest.raises(BackendError, match="a warmup needs argument 'step'"):
+        be.capture("ema", [op("range_ema", src=Span.of(Role.PARAM), dst=Span.of(Role.EMA), decay=0.9, warmup=5.0)])
 
 
 def test_accum_metrics():

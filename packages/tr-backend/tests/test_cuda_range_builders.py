@@ -95,7 +95,7 @@ def test_scale_cast_and_ema_pass_their_spans(a):
     e, _ = span(a, Role.EMA)
     name, ptrs, ints, floats = build(op("range_ema", src=Span.of(Role.PARAM), dst=Span.of(Role.EMA), decay=0.9), a)
     assert name == "range_ema" and ptrs == {"src": w, "dst": e} and ints == {"n": wbytes // 4}  # no flag
-    assert floats == {"decay": pytest.approx(0.9)}
+    assert floats == {"decay": pytest.approx(0.9), "warmup": 0.0}  # no step counter: a constant decay
 
 
 def test_range_copy_is_a_memcpy_or_a_flagged_copy(a):

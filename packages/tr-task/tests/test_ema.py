@@ -151,6 +151,64 @@ def test_an_ema_task_resumes_exactly(tmp_path):
         _task().ema(0.5).resume(tmp_path / "ck")
 
 
+def test_an_ema_warmup_ramps_the_decay_with_the_steps_taken(tmp_path):
+    """ema(decay, warmup=w): E = d_t E + (1 - d_t) W with d_t = decay * (1 - exp(-t / w)), t the steps taken (the
+    skipped one included): the float32 recurrence the op computes, to the bit; the run resumes exactly and a
+    checkpoint of another warmup is another run."""
+    warmup = 15.0
+    task = _task(nan=True).ema(0.99, validate=False, warmup=warmup).compile()
+    assert task.spec.ema_warmup == warmup
+    ws = _masters(task)
+    es = [_ema_of(task, t) for t in ws]
+    ref = [task.backend.read(t).astype(np.float32) for t in ws]
+    taken = 0
+
+    def step(k, _result):
+        nonlocal ref, taken
+        taken += 1
+        if k != NAN_STEP:
+            d = 0.99 * -np.expm1(-taken / warmup)
+            ref = [r * np.float32(d) + task.backend.read(w).astype(np.float32) * np.float32(1.0 - d)
+                   for r, w in zip(ref, ws)]
+        for e, r in zip(es, ref):
+            np.testing.assert_array_equal(task.backend.read(e), r)
+
+    task.on_step(step)
+    task.run(2)
+    assert taken == 2 * STEPS
+
+    def state(t):
+        return {x.name: t.backend.read(x).tobytes() for x in checkpoint.state_tensors(t.program)}
+
+    full = _task().ema(0.99, warmup=warmup).compile()
+    full.run(3)
+    part = _task().ema(0.99, warmup=warmup).compile()
+    part.run(1)
+    part.save(tmp_path / "ck")
+    resumed = _task().ema(0.99, warmup=warmup).resume(tmp_path / "ck")
+    resumed.run(2)
+    assert state(resumed) == state(full)
+    with pytest.raises(ConfigError, match="ema.warmup: the checkpoint has 15.0, this task has 0.0"):
+        _task().ema(0.99).resume(tmp_path / "ck")
+
+
+def test_a_checkpoint_written_before_the_warmup_existed_resumes_without_one():
+    """An EMA description without the warmup (an older tr) is a run without one: resumed, not refused."""
+    here = {"ema": {"decay": 0.9, "validate": True, "switch": False, "warmup": 0.0}, "spec": {"ema_warmup": 0.0}}
+    older = {"ema": {"decay": 0.9, "validate": True, "switch": False}, "spec": {}}
+    assert checkpoint.first_difference(older, checkpoint._as_recorded_then(older, here)) is None
+    ramped = {"ema": {**here["ema"], "warmup": 5.0}, "spec": {"ema_warmup": 5.0}}
+    assert checkpoint.first_difference(older, checkpoint._as_recorded_then(older, ramped)) is not None
+
+
+@pytest.mark.parametrize("warmup", [-1, float("inf"), float("nan"), True, "10"])
+def test_a_bad_warmup_is_refused_when_configured(warmup):
+    with pytest.raises(ConfigError, match=r"ema warmup must be a finite number >= 0"):
+        _task().ema(0.9, warmup=warmup)
+    with pytest.raises(ConfigError, match=r"sema warmup must be a finite number >= 0"):
+        _task().sema(0.9, warmup=warmup)
+
+
 @pytest.mark.parametrize("decay", [0, 1, 1.0, -0.5, 2, float("nan"), True, "0.9"])
 def test_bad_decay_is_refused_when_configured(decay):
     with pytest.raises(ConfigError, match=r"ema decay must be a number in \(0, 1\)"):

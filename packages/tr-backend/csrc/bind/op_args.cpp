@@ -2122,36 +2122,42 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"span", "ptr"}, {"factor", "tensor"}, {"n", "i64"}});
   }
   {
-    nb::class_<RangeEmaArgs> klass(m, "RangeEmaArgs", "dst = dst * decay + src * (1 - decay), in float32.\n\nKeyword-only fields:\n    src (ptr): device address of n FP32 values\n    dst (ptr): device address of n FP32 values\n    flag (tensor?): INT32 [1]: the step's NaN/Inf flag; set: nothing is written\n    n (i64): elements\n    decay (f64): in [0, 1]");
+    nb::class_<RangeEmaArgs> klass(m, "RangeEmaArgs", "dst = dst * decay + src * (1 - decay), in float32.\n\nKeyword-only fields:\n    src (ptr): device address of n FP32 values\n    dst (ptr): device address of n FP32 values\n    flag (tensor?): INT32 [1]: the step's NaN/Inf flag; set: nothing is written\n    step (tensor?): INT32 [1]: the step counter (steps taken, this one included); with a warmup\n    n (i64): elements\n    decay (f64): in [0, 1]\n    warmup (f64, default 0.0): > 0: the decay is decay * (1 - exp(-step / warmup)), in float64; 0: constant");
     klass.def(
         "__init__",
-        [](RangeEmaArgs* self, std::uintptr_t src, std::uintptr_t dst, std::optional<Dev> flag, std::int64_t n, double decay) {
+        [](RangeEmaArgs* self, std::uintptr_t src, std::uintptr_t dst, std::optional<Dev> flag, std::optional<Dev> step, std::int64_t n, double decay, double warmup) {
           RangeEmaArgs rec;
           rec.src = address_of("range_ema", "src", src);
           rec.dst = address_of("range_ema", "dst", dst);
           rec.flag = flag ? dev_of("range_ema", "flag", *flag) : Dev{};
+          rec.step = step ? dev_of("range_ema", "step", *step) : Dev{};
           rec.n = n;
           rec.decay = decay;
+          rec.warmup = warmup;
           new (self) RangeEmaArgs(rec);
         },
-        nb::kw_only(), "src"_a, "dst"_a, "flag"_a.none() = nb::none(), "n"_a, "decay"_a);
+        nb::kw_only(), "src"_a, "dst"_a, "flag"_a.none() = nb::none(), "step"_a.none() = nb::none(), "n"_a, "decay"_a, "warmup"_a = 0.0);
     klass.def_prop_ro("src", [](const RangeEmaArgs& a) -> nb::object { return nb::cast(reinterpret_cast<std::uintptr_t>(a.src)); });
     klass.def_prop_ro("dst", [](const RangeEmaArgs& a) -> nb::object { return nb::cast(reinterpret_cast<std::uintptr_t>(a.dst)); });
     klass.def_prop_ro("flag", [](const RangeEmaArgs& a) -> nb::object { return nb::cast(a.flag ? nb::cast(a.flag) : nb::object(nb::none())); });
+    klass.def_prop_ro("step", [](const RangeEmaArgs& a) -> nb::object { return nb::cast(a.step ? nb::cast(a.step) : nb::object(nb::none())); });
     klass.def_prop_ro("n", [](const RangeEmaArgs& a) -> nb::object { return nb::cast(a.n); });
     klass.def_prop_ro("decay", [](const RangeEmaArgs& a) -> nb::object { return nb::cast(a.decay); });
+    klass.def_prop_ro("warmup", [](const RangeEmaArgs& a) -> nb::object { return nb::cast(a.warmup); });
     klass.def("fields", [](const RangeEmaArgs& a) {
       nb::dict d;
       d["src"] = nb::cast(reinterpret_cast<std::uintptr_t>(a.src));
       d["dst"] = nb::cast(reinterpret_cast<std::uintptr_t>(a.dst));
       d["flag"] = nb::cast(a.flag ? nb::cast(a.flag) : nb::object(nb::none()));
+      d["step"] = nb::cast(a.step ? nb::cast(a.step) : nb::object(nb::none()));
       d["n"] = nb::cast(a.n);
       d["decay"] = nb::cast(a.decay);
+      d["warmup"] = nb::cast(a.warmup);
       return d;
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const RangeEmaArgs& a) { return record_repr("RangeEmaArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "range_ema";
-    klass.attr("field_types") = field_types({{"src", "ptr"}, {"dst", "ptr"}, {"flag", "tensor?"}, {"n", "i64"}, {"decay", "f64"}});
+    klass.attr("field_types") = field_types({{"src", "ptr"}, {"dst", "ptr"}, {"flag", "tensor?"}, {"step", "tensor?"}, {"n", "i64"}, {"decay", "f64"}, {"warmup", "f64"}});
   }
   {
     nb::class_<AccumMetricsArgs> klass(m, "AccumMetricsArgs", "accum += result * batch[0] (the product in float32, the sum in float64, as the CPU backend); samples += batch[0].\n\nKeyword-only fields:\n    result (tensor): FP32 [n]: the step's values\n    accum (tensor): FP32 [n]\n    batch (tensor): FP32 or INT32 [1]: the step's samples\n    flag (tensor?): INT32 [1]: the step's NaN/Inf flag; set: nothing is written\n    samples (tensor?): FP32 [1]; absent: not counted\n    n (i64): elements");

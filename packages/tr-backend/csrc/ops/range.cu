@@ -1,6 +1,8 @@
 // Range ops over byte ranges of whole regions (one launch however many layers): clear (memset), cast,
 // finite check (+clip), scale, EMA, and the metric accumulation. range_copy is the memcpy op (copy.cu) and a
 // one-rank all-reduce records nothing. Semantics: tr/backend/cpu/ops/range/basic.py.
+#include <cmath>
+
 #include "cuda/check.hpp"
 #include "cuda/context.hpp"
 #include "ops/args/range.hpp"
@@ -32,10 +34,14 @@ __global__ void scale_kernel(float* v, std::int64_t n, const float* factor) {
   TR_GRID_STRIDE(i, n) { v[i] = v[i] * f; }
 }
 
-// A set flag (a skipped step) leaves dst as it is; flag may be null.
-__global__ void ema_kernel(const float* src, float* dst, std::int64_t n, float decay, float keep, const int* flag) {
+// A set flag (a skipped step) leaves dst as it is; flag may be null. With a step counter (a warmup), the decay
+// is decay * (1 - exp(-step / warmup)) in float64, it and 1 minus it rounded to float32 (rules/range.py's Ema).
+__global__ void ema_kernel(const float* src, float* dst, std::int64_t n, double decay, const int* flag,
+                           const int* step, double warmup) {
   if (flag != nullptr && *flag != 0) return;
-  TR_GRID_STRIDE(i, n) { dst[i] = dst[i] * decay + src[i] * keep; }
+  const double dd = step != nullptr ? decay * -expm1(-static_cast<double>(*step) / warmup) : decay;
+  const float d = static_cast<float>(dd), keep = static_cast<float>(1.0 - dd);
+  TR_GRID_STRIDE(i, n) { dst[i] = dst[i] * d + src[i] * keep; }
 }
 
 // accum += result * batch[0] as the CPU backend's numpy does it (NEP 50): the product in float32 (the batch
@@ -110,13 +116,15 @@ std::unique_ptr<Op> range_scale(Context&, const RangeScaleArgs& args) {
 
 std::unique_ptr<Op> range_ema(Context&, const RangeEmaArgs& args) {
   const std::int64_t n = args.n;
-  const double decay = args.decay;
-  const float d = static_cast<float>(decay), keep = static_cast<float>(1.0 - decay);
+  const double decay = args.decay, warmup = args.warmup;
+  if (!(warmup >= 0.0 && std::isfinite(warmup))) bad(args, "warmup must be a finite number >= 0");
+  if (warmup > 0.0 && !args.step) bad(args, "a warmup needs the step counter");
   const float* src = static_cast<const float*>(args.src);
   float* dst = static_cast<float*>(args.dst);
   const int* flag = static_cast<const int*>(args.flag.ptr);  // null when absent
+  const int* step = warmup > 0.0 ? static_cast<const int*>(args.step.ptr) : nullptr;
   return fn_op([=](cudaStream_t s) {
-    ema_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(src, dst, n, d, keep, flag);
+    ema_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(src, dst, n, decay, flag, step, warmup);
     check_launch("range_ema");
   });
 }

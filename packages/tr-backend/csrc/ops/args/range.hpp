@@ -60,8 +60,10 @@ struct RangeEmaArgs {
   void* src = nullptr;  // ptr: device address of n FP32 values
   void* dst = nullptr;  // ptr: device address of n FP32 values
   Dev flag;  // tensor?: INT32 [1]: the step's NaN/Inf flag; set: nothing is written
+  Dev step;  // tensor?: INT32 [1]: the step counter (steps taken, this one included); with a warmup
   std::int64_t n = 0;  // i64: elements
   double decay = 0.0;  // f64: in [0, 1]
+  double warmup = 0.0;  // f64: > 0: the decay is decay * (1 - exp(-step / warmup)), in float64; 0: constant
 };
 std::unique_ptr<Op> range_ema(Context& ctx, const RangeEmaArgs& a);
 

@@ -318,10 +318,11 @@ _DEFS: list[OpDef] = [
           (_t("w", "inout"), _t("g"), _t("m", "inout"), _t("lr"), _t("flag"), _t("grad_scale"), _t("ratio", "out")),
           ("nesterov", "momentum", "weight_decay", "trust_coefficient", "eps", "trust_clip"), kind="range",
           doc="per weight tensor: trust ratio (at most trust_clip) then momentum update (SEED_SYSTEM.md §7)"),
-    OpDef("range_ema", "range", (_s("src", "in"), _s("dst", "inout"), _t("flag", "in", True)), ("decay",),
-          kind="range",
+    OpDef("range_ema", "range", (_s("src", "in"), _s("dst", "inout"), _t("flag", "in", True), _t("step", "in", True)),
+          ("decay", "warmup"), kind="range",
           doc="dst = decay*dst + (1-decay)*src; with a flag, nothing happens when flag != 0 (a skipped step "
-              "leaves the EMA weights as they were)"),
+              "leaves the EMA weights as they were). With warmup > 0 (and the INT32 step counter, the steps taken "
+              "including this one) the decay is decay * (1 - exp(-step / warmup)) (YOLOv5's ModelEMA ramp)"),
     OpDef("accum_metrics", "range",
           (_t("result"), _t("accum", "inout"), _t("batch"), _t("flag", "in", True), _t("samples", "inout", True)),
           kind="range",

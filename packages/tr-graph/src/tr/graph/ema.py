@@ -5,7 +5,8 @@ EMA regions mirror the PARAM regions byte for byte and one range op covers all o
 
 - EMA_START, SEMA_SWITCH (steps ema_start, sema_switch): E <- W when EMA begins, W <- E at SEMA's epoch ends.
 - EMA_UPDATE: E = decay*E + (1-decay)*W, after the optimizer, flagged: a skipped (non-finite) step leaves E
-  as it was, as it leaves W.
+  as it was, as it leaves W. With ema_warmup > 0 the decay is ema_decay * (1 - exp(-step / ema_warmup)), step the
+  counter of steps taken (this one included, skipped ones too), so the EMA follows the weights closely at first.
 - PREPARE_EMA (step ema_prepare): prepares the EMA model for inference, once before its validation: folds each BN's
   EMA gamma/beta with the main model's running statistics (role RUNNING) into the inference scale/bias (the EMA
   model has no statistics of its own: it validates with the main model's, the seed's "BN stats copied"),
@@ -53,9 +54,11 @@ def add_ema_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, twin
     """EMA_START, SEMA_SWITCH, EMA_UPDATE, PREPARE_EMA and INFER_EMA_A/B (see the module doc). ``twins``: every
     master weight key and every AMP working copy key -> the key of its EMA twin that inference reads instead."""
     assert spec.ema_decay is not None
+    ramp = spec.ema_warmup > 0  # the decay ramps up with the steps taken
     cg.graphs[Part.EMA_UPDATE] = [SymOp(
-        "range_ema", {"src": MASTERS, "dst": EMA_WEIGHTS, "flag": "nan_flag"},
-        {"decay": spec.ema_decay}, -1, "EMA weights (a skipped step leaves them)")]
+        "range_ema", {"src": MASTERS, "dst": EMA_WEIGHTS, "flag": "nan_flag", **({"step": "step"} if ramp else {})},
+        {"decay": spec.ema_decay, **({"warmup": spec.ema_warmup} if ramp else {})}, -1,
+        "EMA weights (a skipped step leaves them)")]
     cg.graphs[Part.EMA_START] = [SymOp("range_copy", {"src": MASTERS, "dst": EMA_WEIGHTS}, {}, -1,
                                        "EMA weights start as the weights")]
     cg.graphs[Part.SEMA_SWITCH] = [SymOp("range_copy", {"src": EMA_WEIGHTS, "dst": MASTERS}, {}, -1,

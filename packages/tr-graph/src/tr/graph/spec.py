@@ -54,6 +54,7 @@ class CompileSpec:
     bn_eps: float | None = None  # overrides every BN's eps when set
     world_size: int = 1  # recorded; the all-reduce ops are emitted for any size
     ema_decay: float | None = None  # in (0, 1): EMA twins of the weights, updated every step (tr.graph.ema)
+    ema_warmup: float = 0.0  # > 0: the EMA's decay ramps up over about this many steps (tr.graph.ema); 0: constant
     resident: ResidentInput | None = None  # the data sets in the arena, augmented in the step (tr.graph.resident)
     jpeg: JpegInput | None = None  # batches arrive as JPEG files, decoded and augmented on the device (jpeg_input)
 
@@ -104,6 +105,11 @@ class CompileSpec:
         v = self.ema_decay
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1):
             raise ConfigError(f"ema decay must be a number in (0, 1), got {v!r}")
+        w = self.ema_warmup
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ConfigError(f"ema warmup must be a finite number >= 0 (steps), got {w!r}")
+        if w > 0 and self.ema_decay is None:
+            raise ConfigError(f"ema warmup {w!r} without an EMA (ema_decay is None)")
         if self.bn_eps is not None and (not isinstance(self.bn_eps, (int, float)) or not self.bn_eps > 0):
             raise ConfigError(f"bn_eps must be > 0, got {self.bn_eps!r}")
         if self.resident is not None:

@@ -53,6 +53,7 @@ from tr.core.log import get_logger
 from tr.graph.spec import CompileSpec
 from tr.task import checkpoint_checks, checkpoint_files, engines
 from tr.task.data_fingerprint import fingerprints
+from tr.task.ema import EmaConfig
 from tr.tensor.dtensor import DTensor
 
 log = get_logger(__name__)
@@ -164,20 +165,21 @@ def _env_defaults(saved: Any) -> tuple[Any, list[str]]:
 
 def _as_recorded_then(saved: Any, here: dict[str, Any]) -> dict[str, Any]:
     """``here`` without what a checkpoint written before tr recorded it lacks: the data pipeline's fields, and a
-    plan field (CompileSpec) newer than the checkpoint while it holds its default (the plan the checkpoint's tree
-    compiled had no other)."""
+    field of the plan (CompileSpec) or the EMA newer than the checkpoint while it holds its default (the run the
+    checkpoint's tree compiled had no other)."""
     if not isinstance(saved, dict):
         return here
     data = saved.get("data")
     if isinstance(data, dict) and "transforms" in data and "pipeline" not in data:
         here = {**here, "data": {k: v for k, v in here["data"].items() if k != "pipeline"}}
-    spec = saved.get("spec")
-    if isinstance(spec, dict) and isinstance(here.get("spec"), dict):
-        defaults = _jsonable({f.name: f.default for f in dataclasses.fields(CompileSpec)
-                              if f.default is not dataclasses.MISSING})
-        newer = [k for k, v in here["spec"].items() if k not in spec and k in defaults and defaults[k] == v]
-        if newer:
-            here = {**here, "spec": {k: v for k, v in here["spec"].items() if k not in newer}}
+    for key, cls in (("spec", CompileSpec), ("ema", EmaConfig)):
+        old, new = saved.get(key), here.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            defaults = _jsonable({f.name: f.default for f in dataclasses.fields(cls)
+                                  if f.default is not dataclasses.MISSING})
+            newer = [k for k, v in new.items() if k not in old and k in defaults and defaults[k] == v]
+            if newer:
+                here = {**here, key: {k: v for k, v in new.items() if k not in newer}}
     return here
 
 

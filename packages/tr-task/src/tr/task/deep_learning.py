@@ -153,18 +153,20 @@ class DeepLearningTask(TaskBase):
         self._cfg._set("grad_clip_mode", mode)
         return self
 
-    def ema(self, decay: float = 0.999, validate: bool = True) -> DeepLearningTask:
+    def ema(self, decay: float = 0.999, validate: bool = True, warmup: float = 0.0) -> DeepLearningTask:
         """Keep an exponential moving average of the weights, updated on the device after every applied
-        step (EMA = decay*EMA + (1-decay)*W); with ``validate`` also validate it (the table's EMA columns)."""
+        step (EMA = decay*EMA + (1-decay)*W); with ``validate`` also validate it (the table's EMA columns). With
+        ``warmup`` > 0 the decay ramps up as YOLOv5's ModelEMA: decay * (1 - exp(-step / warmup)), step the
+        steps taken (skipped ones included), so the average is not dominated by the first weights."""
         self._plan("ema()")
-        self._cfg._set("ema", ema.EmaConfig(decay, validate, switch=False))
+        self._cfg._set("ema", ema.EmaConfig(decay, validate, switch=False, warmup=warmup))
         return self
 
-    def sema(self, decay: float = 0.9, validate: bool = False) -> DeepLearningTask:
-        """The seed's use_sema/sema_decay: EMA with decay ``decay``, and at every epoch's end the weights
-        become the EMA weights. See tr.task.ema."""
+    def sema(self, decay: float = 0.9, validate: bool = False, warmup: float = 0.0) -> DeepLearningTask:
+        """The seed's use_sema/sema_decay: EMA with decay ``decay`` (and ``warmup`` as ema()'s), and at every
+        epoch's end the weights become the EMA weights. See tr.task.ema."""
         self._plan("sema()")
-        self._cfg._set("ema", ema.EmaConfig(decay, validate, switch=True))
+        self._cfg._set("ema", ema.EmaConfig(decay, validate, switch=True, warmup=warmup))
         return self
 
     def data(self, feeder: Feeder) -> DeepLearningTask:

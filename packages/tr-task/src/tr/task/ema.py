@@ -24,11 +24,15 @@ class EmaConfig:
     decay: float
     validate: bool
     switch: bool  # SEMA: weights <- EMA weights at every epoch's end
+    warmup: float = 0.0  # > 0: the decay is decay * (1 - exp(-step / warmup)) (tr.graph.ema); 0: constant
 
     def __post_init__(self) -> None:
-        d = self.decay
+        d, what = self.decay, "sema" if self.switch else "ema"
         if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or not 0 < d < 1:
-            raise ConfigError(f"{'sema' if self.switch else 'ema'} decay must be a number in (0, 1), got {d!r}")
+            raise ConfigError(f"{what} decay must be a number in (0, 1), got {d!r}")
+        w = self.warmup
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ConfigError(f"{what} warmup must be a finite number >= 0 (steps; 0: none), got {w!r}")
         if not isinstance(self.validate, bool):
             raise ConfigError(f"ema validate must be True or False, got {self.validate!r}")
 

@@ -74,7 +74,8 @@ class Resolved:
             **loss_scale_fields(s), label_smoothing=float(t.loss.smoothing), loss=t.loss.kind,
             grad_clip=max(0.0, t.grad_clip), grad_clip_mode=t.grad_clip_mode, lr_table_steps=self.schedule.total_steps,
             world_size=self.world_size, **self.optimizer,
-            ema_decay=t.ema.decay if t.ema is not None else None, resident=f.resident_input(),
+            ema_decay=t.ema.decay if t.ema is not None else None,
+            ema_warmup=float(t.ema.warmup) if t.ema is not None else 0.0, resident=f.resident_input(),
             jpeg=f.jpeg_input())
 
     def agreement(self, spec: CompileSpec, parameters: list[list[int]]) -> dict[str, Any]:

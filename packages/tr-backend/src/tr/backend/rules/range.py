@@ -4,6 +4,7 @@ op says otherwise."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tr.backend.binding import CallBinder
@@ -113,14 +114,34 @@ def _flag(b: CallBinder) -> None:
         b.expect_numel("flag", 1)
 
 
-def range_ema(b: CallBinder) -> tuple[int, float]:
-    """(FP32 elements, decay): dst = decay * dst + (1 - decay) * src over spans of one size."""
+@dataclass(frozen=True, slots=True)
+class Ema:
+    n: int  # FP32 elements of src and dst
+    decay: float
+    warmup: float  # > 0: the decay ramps up with the step counter (ema_decay); 0: constant
+
+    def decay_at(self, step: int) -> float:
+        """The decay of the update made at step counter ``step`` (steps taken, this one included): both backends
+        compute it in float64 and round it, and 1 minus it, to float32."""
+        return self.decay * -math.expm1(-step / self.warmup) if self.warmup > 0 else self.decay
+
+
+def range_ema(b: CallBinder) -> Ema:
+    """dst = decay * dst + (1 - decay) * src over spans of one size; with a warmup, an INT32 step counter."""
     decay = b.float_attr("decay", lo=0.0, hi=1.0)
+    warmup = b.float_attr("warmup", 0.0, lo=0.0)
+    if not math.isfinite(warmup):
+        b.fail(f"attribute 'warmup' = {warmup!r} must be a finite number >= 0")
     sn, dn = b.span_size("src", 4), b.span_size("dst", 4)
     if sn != dn:
         b.fail(f"span src has {sn} elements but dst has {dn}; expected equal ranges", ShapeError)
     _flag(b)
-    return sn, decay
+    if warmup > 0:
+        if not b.has("step"):
+            b.fail("a warmup needs argument 'step' (the step counter)")
+        b.expect_dtype("step", DType.INT32)
+        b.expect_numel("step", 1)
+    return Ema(sn, decay, warmup)
 
 
 def accum_metrics(b: CallBinder) -> int:

@@ -89,9 +89,12 @@ def range_allreduce_mean(b: CudaBinder) -> Any:
 
 @cuda_op("range_ema")
 def range_ema(b: CudaBinder) -> Any:
-    sn, decay = rules.range_ema(b)  # a skipped step (flag != 0) leaves the EMA weights as they were
+    r = rules.range_ema(b)  # a skipped step (flag != 0) leaves the EMA weights as they were
     src, dst = b.span("src")[0], b.span("dst")[0]
-    return b.make(RANGE_EMA, src=src, dst=dst, flag=b.dev("flag"), n=sn, decay=float(decay)) if sn else None
+    if not r.n:
+        return None
+    return b.make(RANGE_EMA, src=src, dst=dst, flag=b.dev("flag"), step=b.dev("step") if r.warmup > 0 else None,
+                  n=r.n, decay=float(r.decay), warmup=float(r.warmup))
 
 
 @cuda_op("accum_metrics")

@@ -32,7 +32,10 @@ RANGE_SCALE = native_op(
 RANGE_EMA = native_op(
     "range_ema", "dst = dst * decay + src * (1 - decay), in float32.",
     ptr("src", "device address of n FP32 values"), ptr("dst", "device address of n FP32 values"),
-    tensor("flag", _SKIP, optional=True), _N, f64("decay", "in [0, 1]"))
+    tensor("flag", _SKIP, optional=True),
+    tensor("step", "INT32 [1]: the step counter (steps taken, this one included); with a warmup", optional=True),
+    _N, f64("decay", "in [0, 1]"),
+    f64("warmup", "> 0: the decay is decay * (1 - exp(-step / warmup)), in float64; 0: constant", default=0.0))
 
 ACCUM_METRICS = native_op(
     "accum_metrics", "accum += result * batch[0] (the product in float32, the sum in float64, as the CPU "

@@ -89,17 +89,19 @@ def range_allreduce_mean(b: Binder) -> Step | None:
 
 @cpu_op("range_ema")
 def range_ema(b: Binder) -> Step | None:
-    _, decay = rules.range_ema(b)
+    r = rules.range_ema(b)
     src, dst = b.span("src", np.float32), b.span("dst", np.float32)
     if not src.size:
         return None
     tmp = b.scratch(src.shape)
-    d, keep = np.float32(decay), np.float32(1.0 - decay)
     flag = b.flat("flag") if b.has("flag") else None
+    step = b.flat("step") if r.warmup > 0 else None
 
     def run() -> None:
         if flag is not None and flag[0]:  # a skipped step: the EMA weights stay as they were
             return
+        decay = r.decay_at(int(step[0])) if step is not None else r.decay
+        d, keep = np.float32(decay), np.float32(1.0 - decay)
         np.multiply(dst, d, out=dst)
         np.multiply(src, keep, out=tmp)
         np.add(dst, tmp, out=dst)

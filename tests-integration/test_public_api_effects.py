@@ -496,8 +496,29 @@ OPTION_EFFECTS: dict[str, Callable[..., None]] = {
 
 def _differ(a: object, b: object) -> None:
     assert a != b
+
+
+# ReduceLROnPlateau's own setters change the LRs a run takes: observed over 5 epochs from a rule that reduces every
+# second epoch whatever the metric does (threshold 1: nothing counts as an improvement)
+_PLATEAU = R.ReduceLROnPlateau(0.1).threshold(1.0).patience(1).factor(0.5).monitor("train_loss")
+_PLATEAU_CHANGES = {"factor": (0.2,), "patience": (0,), "threshold": (0.0,), "cooldown": (1,), "min_lr": (0.04,),
+                    "monitor": ("top1",)}
+
+
+def _plateau_lrs(rule) -> tuple[list[float], float]:
+    t = task(scheduler=(rule,), total_epochs=(5,)).compile()
+    return [r.lr for r in t.run().history], t._plateau.lr
+
+
+for _name, _args in _PLATEAU_CHANGES.items():
+    EFFECTS[f"ReduceLROnPlateau.{_name}"] = (
+        lambda n=_name, a=_args: _differ(_plateau_lrs(_PLATEAU), _plateau_lrs(getattr(_PLATEAU, n)(*a))))
+# threshold 1: relative, nothing improves on the first best (inf * 0 is NaN); absolute, the first epoch does
+OPTION_EFFECTS["ReduceLROnPlateau.threshold(mode='abs')"] = lambda: _differ(
+    _plateau_lrs(R.ReduceLROnPlateau(0.1).threshold(1.0).patience(0).monitor("train_loss")),
+    _plateau_lrs(R.ReduceLROnPlateau(0.1).threshold(1.0, "abs").patience(0).monitor("train_loss")))
 for _cls in (R.ConstantLR, R.StepLR, R.MultiStepLR, R.ExponentialLR, R.PolynomialLR, R.CosineAnnealingLR,
-             R.CosineAnnealingWithWarmRestartsLR, R.WSDLR):
+             R.CosineAnnealingWithWarmRestartsLR, R.WSDLR, R.ReduceLROnPlateau):
     _base = _SCHED_BASE.get(_cls, lambda c=_cls: c(0.1))
     for _name, _args in _SCHED_CHANGES.items():
         if hasattr(_cls, _name):
@@ -532,7 +553,7 @@ NOT_SETTERS = {
     "PreprocessorSettings": SECTION | {"commit", "open_dataset", "chain", "sample_shape"},
     "CrossEntropyLoss": {"forward", "backward"},
     "optimizer": {"hyperparams", "bias_hyperparams"},
-    "scheduler": {"prepare", "curve", "lr", "lr_at", "table"},
+    "scheduler": {"prepare", "curve", "lr", "lr_at", "table", "start", "better", "observe", "table_with"},
     "Initializer": {"spec_for"},
 }
 CONFIGS = {"DeepLearningTask": DeepLearningTask, "Settings": R.Settings,
@@ -540,7 +561,8 @@ CONFIGS = {"DeepLearningTask": DeepLearningTask, "Settings": R.Settings,
            "Initializer": R.Initializer,
            **{c.__name__: c for c in (R.SGD, R.LARS, R.Adam, R.AdamW)},
            **{c.__name__: c for c in (R.ConstantLR, R.StepLR, R.MultiStepLR, R.ExponentialLR, R.PolynomialLR,
-                                      R.CosineAnnealingLR, R.CosineAnnealingWithWarmRestartsLR, R.WSDLR)}}
+                                      R.CosineAnnealingLR, R.CosineAnnealingWithWarmRestartsLR, R.WSDLR,
+                                      R.ReduceLROnPlateau)}}
 
 
 def _group(cls: type) -> str:
@@ -608,7 +630,7 @@ NOT_CONFIGURATION = {  # exported for users, configure nothing themselves (or ar
     # the configuration objects walked above
     "DeepLearningTask", "Settings", "GLOBAL_SETTING", "PREPROCESSOR_SETTING", "CrossEntropyLoss", "Initializer",
     "BluePrint", "SGD", "LARS", "Adam", "AdamW", "ConstantLR", "StepLR", "MultiStepLR", "ExponentialLR",
-    "PolynomialLR", "CosineAnnealingLR", "CosineAnnealingWithWarmRestartsLR", "WSDLR",
+    "PolynomialLR", "CosineAnnealingLR", "CosineAnnealingWithWarmRestartsLR", "WSDLR", "ReduceLROnPlateau",
     # functions: the logging helpers, the settings reset, and the hand-built task of the seed's tests
     "configure_logging", "get_logger", "reset_global_settings", "SimpleTask",
     # the extension API (tr.task.extension): op families and layer kinds made outside tr (test_custom_op.py)

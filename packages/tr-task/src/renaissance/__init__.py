@@ -6,6 +6,7 @@
 from tr.algo.init import FanMode, Initializer, InitKind
 from tr.algo.loss import CrossEntropyLoss
 from tr.algo.optimizer import LARS, SGD, Adam, AdamW, OptimizerKind
+from tr.algo.plateau import ReduceLROnPlateau
 from tr.algo.scheduler import (
     WSDLR,
     ConstantLR,

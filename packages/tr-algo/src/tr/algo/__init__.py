@@ -48,6 +48,7 @@ from tr.algo.optimizer import (
     bias_rule,
     slots_for,
 )
+from tr.algo.plateau import PlateauState, ReduceLROnPlateau
 from tr.algo.scheduler import (
     SCHEDULERS,
     WSDLR,
@@ -79,7 +80,7 @@ __all__ = [
     "LARS", "RULE_HYPERPARAMS", "SGD", "Adam", "AdamW", "Optimizer", "OptimizerKind", "Slot", "bias_rule",
     "slots_for",
     "SCHEDULERS", "WSDLR", "ConstantLR", "CosineAnnealingLR", "CosineAnnealingWithWarmRestartsLR", "ExponentialLR",
-    "MultiStepLR", "PolynomialLR", "Scheduler", "StepLR",
+    "MultiStepLR", "PolynomialLR", "Scheduler", "StepLR", "PlateauState", "ReduceLROnPlateau",
     "OptimizerState", "adam_bias_correction", "apply_rule", "init_state", "lars_trust_ratio", "step_bias",
     "step_weight",
 ]

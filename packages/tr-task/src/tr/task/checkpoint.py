@@ -51,7 +51,7 @@ from tr.core import errors
 from tr.core.errors import BackendError, ConfigError, DataError
 from tr.core.log import get_logger
 from tr.graph.spec import CompileSpec
-from tr.task import checkpoint_checks, checkpoint_files, engines
+from tr.task import checkpoint_checks, checkpoint_files, engines, plateau
 from tr.task.data_fingerprint import fingerprints
 from tr.task.ema import EmaConfig
 from tr.tensor.dtensor import DTensor
@@ -100,7 +100,8 @@ def describe(task) -> dict[str, Any]:
     fields of its configuration tree (tr.task.config), what compile derived from them, and the data's sizes."""
     c, f = task.config, task.feeder  # (a user's own feeder, not its completed wrapper)
     t = c.task
-    table = np.ascontiguousarray(task._lr_table, dtype=np.float32)
+    table = np.ascontiguousarray(task._sched.table(), dtype=np.float32)  # as prepared (ReduceLROnPlateau's reductions
+    # are the run's state, recorded apart: tr.task.plateau)
     return _jsonable({
         "settings": c.settings.recorded(),
         "env": task._recorded_env,  # second: a variable changes the plan unseen, so name it before its effects
@@ -285,7 +286,7 @@ def _write(task, paths: Sequence[Path], record, contributions: list[dict[str, An
     epoch, step = task._epochs_done, checkpoint_checks.device_step(arrays)
     body = {"epoch": epoch, **checkpoint_checks.position(task, epoch, step), "tensors": _tensor_list(tensors),
             "config": contributions[0]["config"], "data_fingerprint": fingerprints(task.feeder),
-            "engines": engines.used(task), "metrics": _record(record)}
+            "engines": engines.used(task), "metrics": _record(record), **plateau.record(task)}
     if len(contributions) > 1:
         body["config_ranks"] = [c["config"] for c in contributions]
         if all("stream" in c for c in contributions):
@@ -352,8 +353,9 @@ def load(task, path: str | Path, allow_data_change: bool = False) -> dict[str, A
                         "(nothing loaded)")
     step = checkpoint_checks.device_step(arrays)
     epoch = checkpoint_checks.check_position(task, manifest, step, mpath)
+    rule_state, lr_table = plateau.restored(task, manifest, mpath)  # (the run's LR table: its reductions written in)
     if grows:
-        checkpoint_checks.check_growth(task, manifest, saved_config, step, mpath)
+        checkpoint_checks.check_growth(task, manifest, saved_config, step, mpath, lr_table)
     checkpoint_checks.check_data(task, manifest, mpath, allow_data_change)
     _report_engines(task, _recorded_engines(manifest, mpath), mpath)
     task.backend.synchronize()
@@ -361,6 +363,9 @@ def load(task, path: str | Path, allow_data_change: bool = False) -> dict[str, A
         task.backend.write(t, arrays[key][0])
     if world > 1 and streams is not None and _has_dropout(task.program):  # this rank's own dropout stream
         task.backend.write(task.program.named["dropout_seed"], np.ascontiguousarray(streams[0][rank]))
+    if rule_state is not None:
+        task._plateau, task._lr_table = rule_state, lr_table
+        task.backend.write(task.program.tensor("lr_table"), lr_table)
     task._epochs_done = epoch
     task._epoch_state.loaded()
     return manifest

@@ -100,15 +100,17 @@ def growth(saved: dict[str, Any], here: dict[str, Any]) -> tuple[dict[str, Any],
     return saved, here, False
 
 
-def check_growth(task, manifest: dict[str, Any], saved: dict[str, Any], step: int | None, mpath: Path) -> None:
-    """With a larger total_epochs: ConfigError unless the learning rates of the steps trained are unchanged."""
+def check_growth(task, manifest: dict[str, Any], saved: dict[str, Any], step: int | None, mpath: Path,
+                 table: np.ndarray) -> None:
+    """With a larger total_epochs: ConfigError unless the learning rates of the steps trained are unchanged
+    (``table``: the resumed run's LR table)."""
     a, b = saved["schedule"]["total_epochs"], task.config.task.epochs
     want = manifest.get("lr_history_sha256")
     if step is None or want is None:
         raise ConfigError(f"{mpath}: total_epochs grows from {a} to {b}, but the checkpoint does not record the "
                           f"learning rates it trained with (written by an older tr): resume with total_epochs {a} "
                           f"(nothing loaded)")
-    if lr_history_sha256(task._lr_table, step) != want:
+    if lr_history_sha256(table, step) != want:
         sched = str(saved["schedule"].get("scheduler")).split("(")[0]
         raise ConfigError(f"{mpath}: total_epochs grows from {a} to {b}, but with {b} epochs the schedule {sched} "
                           f"gives other learning rates for the {step} steps already trained (its curve depends on "

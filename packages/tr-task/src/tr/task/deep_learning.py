@@ -20,7 +20,7 @@ from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
 from tr.data import PREPROCESSOR_SETTING
 from tr.graph.layers.groups import BN_B, BN_W
-from tr.task import checkpoint, checkpoint_policy, ema, epoch_state, step_timing
+from tr.task import checkpoint, checkpoint_policy, ema, epoch_state, plateau, step_timing
 from tr.task.base import TaskBase
 from tr.task.config import Config, TaskConfig
 from tr.task.distributed import (
@@ -63,6 +63,7 @@ class DeepLearningTask(TaskBase):
         self._steps = None
         self._epochs_done = 0  # completed epochs over every run(): numbering and the schedule continue
         self._lr_table: np.ndarray | None = None
+        self._plateau = None  # ReduceLROnPlateau's state between epochs (tr.task.plateau)
         self._recorded_env: dict[str, Any] | None = None  # compile's recorded variables (checkpoint.describe)
         self.settings: Settings | None = None
 
@@ -311,6 +312,7 @@ class DeepLearningTask(TaskBase):
         # the learning rate of every step, read on the device by lr_lookup: the loop never writes it
         self._lr_table = self._sched.table()
         self.backend.write(self.program.tensor("lr_table"), self._lr_table)
+        self._plateau = plateau.start(self)  # (ReduceLROnPlateau: rewrites the table between epochs)
         # validation metrics are sums over this rank's samples, averaged over ranks by the step val_end
         self._val_samples = float(feeder.num_samples(False))
         if self.group is not None:
@@ -398,6 +400,7 @@ class DeepLearningTask(TaskBase):
             rec.seconds = time.perf_counter() - t0
             result.history.append(rec)
             result.epochs = epoch + 1
+            plateau.after_epoch(self, rec)  # ReduceLROnPlateau: before a save, which records the rule's state
             if self._cfg.checkpoints is not None:  # every rank takes part in a save; rank 0 writes
                 self._cfg.checkpoints.after_epoch(self, rec)
             if table:

@@ -116,6 +116,9 @@ def resolve(config: Config) -> Resolved:
     if t.ema is not None and t.ema.validate and not has_val:
         raise ConfigError("EMA validation needs validation data (the feeder has none): ema(validate=False)")
     schedule = (t.scheduler or ConstantLR().base_lr(0.1)).prepare(t.epochs, steps)
+    if getattr(schedule, "needs_validation", False) and not has_val:
+        raise ConfigError(f"ReduceLROnPlateau monitors {schedule.metric!r}, which needs validation data (the feeder "
+                          "has none): monitor('train_loss')")
     return Resolved(
         config=config, env=env, timeout_s=timeout, backend=backend, cuda_device=cuda_device, local_batch=local_batch,
         feeder=feeder, num_classes=num_classes,

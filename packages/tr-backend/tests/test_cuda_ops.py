@@ -357,22 +357,22 @@ def test_accum_metrics(batch):
     exact(tw, "accum")
 
 
-def _opt_call(tw: Twin, rule: str, wd: float) -> object:
+def _opt_call(tw: Twin, rule: str, wd: float, lr_scale: float = 1.0) -> object:
     adam = rule in ("adam", "adamw")
     return op("range_optimizer", w=Span.of(Role.PARAM), g=G_SPAN,
               m=Span.of(Role.MOMENT1) if rule != "sgd" else None,
               v=Span.of(Role.MOMENT2) if adam else None, lr=tw["lr"], flag=tw["flag"],
               grad_scale=tw["scale"], step=tw["step"] if adam else None, rule=rule, beta1=0.9, beta2=0.999,
-              eps=1e-8, weight_decay=wd)
+              eps=1e-8, weight_decay=wd, lr_scale=lr_scale)
 
 
 @pytest.mark.parametrize("rule", OPTIMIZER_RULES)
-@pytest.mark.parametrize("wd,scale", [(0.0, 1.0), (5e-4, 8192.0)])
-def test_range_optimizer_rules(rule, wd, scale):
+@pytest.mark.parametrize("wd,scale,lr_scale", [(0.0, 1.0, 1.0), (5e-4, 8192.0, 1.0), (5e-4, 4.0, 0.3)])
+def test_range_optimizer_rules(rule, wd, scale, lr_scale):
     tw = _ranges()
     tw.write("scale", [scale])
     tw.write("step", [3])
-    gc, gg = tw.run(_opt_call(tw, rule, wd))
+    gc, gg = tw.run(_opt_call(tw, rule, wd, lr_scale))  # (lr_scale: a parameter group's rate multiplier)
     for _ in range(2):
         tw.cpu.launch(gc)
         tw.gpu.launch(gg)

@@ -133,7 +133,7 @@ def test_the_optimizer_passes_the_moments_its_rule_reads(a, rule):
     assert ints["rule"] == OPTIMIZER_RULES.index(rule) and ints["n"] == span(a, Role.PARAM)[1] // 4
     assert "w_dt" not in ints and ("step_dt" in ints) == adam  # spans are addresses, step a tensor
     assert floats == {"beta1": pytest.approx(0.8), "beta2": pytest.approx(0.999), "eps": pytest.approx(1e-8),
-                      "weight_decay": pytest.approx(0.01)}
+                      "weight_decay": pytest.approx(0.01), "lr_scale": 1.0}
 
 
 def test_lars_passes_nesterov_and_every_coefficient(a):

@@ -77,8 +77,9 @@ def test_group_is_a_frozen_value():
     assert g != Group("w")
     with pytest.raises(dataclasses.FrozenInstanceError):
         g.decayed = False  # type: ignore[misc]
-    assert g.traits() == {"decayed": True, "amp_copy": False, "fp16_grad": False, "early": False}
-    assert PLAIN == Group("") and PLAIN.traits() == dict.fromkeys(("decayed", "amp_copy", "fp16_grad", "early"), False)
+    assert g.traits() == {"decayed": True, "amp_copy": False, "fp16_grad": False, "early": False, "norm": False}
+    assert PLAIN == Group("") and PLAIN.traits() == dict.fromkeys(
+        ("decayed", "amp_copy", "fp16_grad", "early", "norm"), False)
 
 
 def test_dtype_groups():

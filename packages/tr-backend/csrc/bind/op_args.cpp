@@ -1532,10 +1532,10 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"logits", "tensor"}, {"labels", "tensor"}, {"result", "tensor"}, {"pred", "tensor?"}, {"n", "i64"}, {"k", "i64"}, {"loss", "onehot_loss"}, {"label_smoothing", "f64"}});
   }
   {
-    nb::class_<RangeOptimizerArgs> klass(m, "RangeOptimizerArgs", "One element-wise update of w from g (and m, v) over spans of n elements, by rule.\n\nKeyword-only fields:\n    w (ptr): device address of the weights' span\n    g (ptr): device address of the gradients' span\n    m (ptr?): device address of the first moment's span; every rule but sgd\n    v (ptr?): device address of the second moment's span; adam and adamw\n    lr (tensor): FP32 [1]: the step's learning rate\n    flag (tensor): INT32 [1]: the step's NaN/Inf flag; set: nothing is written\n    grad_scale (tensor): FP32 [1]: g is divided by it\n    step (tensor?): INT32 [1]: completed updates (bias correction uses step + 1); adam and adamw\n    n (i64): elements of each span\n    rule (opt_rule): tr.core.ops.OPTIMIZER_RULE_CODES: sgd, momentum, nesterov, adam or adamw\n    beta1 (f64): momentum, or Adam's first-moment decay\n    beta2 (f64): Adam's second-moment decay\n    eps (f64): Adam's denominator term\n    weight_decay (f64): the weight decay (>= 0)");
+    nb::class_<RangeOptimizerArgs> klass(m, "RangeOptimizerArgs", "One element-wise update of w from g (and m, v) over spans of n elements, by rule.\n\nKeyword-only fields:\n    w (ptr): device address of the weights' span\n    g (ptr): device address of the gradients' span\n    m (ptr?): device address of the first moment's span; every rule but sgd\n    v (ptr?): device address of the second moment's span; adam and adamw\n    lr (tensor): FP32 [1]: the step's learning rate\n    flag (tensor): INT32 [1]: the step's NaN/Inf flag; set: nothing is written\n    grad_scale (tensor): FP32 [1]: g is divided by it\n    step (tensor?): INT32 [1]: completed updates (bias correction uses step + 1); adam and adamw\n    n (i64): elements of each span\n    rule (opt_rule): tr.core.ops.OPTIMIZER_RULE_CODES: sgd, momentum, nesterov, adam or adamw\n    beta1 (f64): momentum, or Adam's first-moment decay\n    beta2 (f64): Adam's second-moment decay\n    eps (f64): Adam's denominator term\n    weight_decay (f64): the weight decay (>= 0)\n    lr_scale (f64, default 1.0): the learning rate is lr[0] times this, in float64 (a parameter group's multiplier)");
     klass.def(
         "__init__",
-        [](RangeOptimizerArgs* self, std::uintptr_t w, std::uintptr_t g, std::optional<std::uintptr_t> m, std::optional<std::uintptr_t> v, const Dev& lr, const Dev& flag, const Dev& grad_scale, std::optional<Dev> step, std::int64_t n, std::int64_t rule, double beta1, double beta2, double eps, double weight_decay) {
+        [](RangeOptimizerArgs* self, std::uintptr_t w, std::uintptr_t g, std::optional<std::uintptr_t> m, std::optional<std::uintptr_t> v, const Dev& lr, const Dev& flag, const Dev& grad_scale, std::optional<Dev> step, std::int64_t n, std::int64_t rule, double beta1, double beta2, double eps, double weight_decay, double lr_scale) {
           RangeOptimizerArgs rec;
           rec.w = address_of("range_optimizer", "w", w);
           rec.g = address_of("range_optimizer", "g", g);
@@ -1551,9 +1551,10 @@ void bind_op_args(nb::module_& m) {
           rec.beta2 = beta2;
           rec.eps = eps;
           rec.weight_decay = weight_decay;
+          rec.lr_scale = lr_scale;
           new (self) RangeOptimizerArgs(rec);
         },
-        nb::kw_only(), "w"_a, "g"_a, "m"_a.none() = nb::none(), "v"_a.none() = nb::none(), "lr"_a, "flag"_a, "grad_scale"_a, "step"_a.none() = nb::none(), "n"_a, "rule"_a, "beta1"_a, "beta2"_a, "eps"_a, "weight_decay"_a);
+        nb::kw_only(), "w"_a, "g"_a, "m"_a.none() = nb::none(), "v"_a.none() = nb::none(), "lr"_a, "flag"_a, "grad_scale"_a, "step"_a.none() = nb::none(), "n"_a, "rule"_a, "beta1"_a, "beta2"_a, "eps"_a, "weight_decay"_a, "lr_scale"_a = 1.0);
     klass.def_prop_ro("w", [](const RangeOptimizerArgs& a) -> nb::object { return nb::cast(reinterpret_cast<std::uintptr_t>(a.w)); });
     klass.def_prop_ro("g", [](const RangeOptimizerArgs& a) -> nb::object { return nb::cast(reinterpret_cast<std::uintptr_t>(a.g)); });
     klass.def_prop_ro("m", [](const RangeOptimizerArgs& a) -> nb::object { return nb::cast(reinterpret_cast<std::uintptr_t>(a.m)); });
@@ -1568,6 +1569,7 @@ void bind_op_args(nb::module_& m) {
     klass.def_prop_ro("beta2", [](const RangeOptimizerArgs& a) -> nb::object { return nb::cast(a.beta2); });
     klass.def_prop_ro("eps", [](const RangeOptimizerArgs& a) -> nb::object { return nb::cast(a.eps); });
     klass.def_prop_ro("weight_decay", [](const RangeOptimizerArgs& a) -> nb::object { return nb::cast(a.weight_decay); });
+    klass.def_prop_ro("lr_scale", [](const RangeOptimizerArgs& a) -> nb::object { return nb::cast(a.lr_scale); });
     klass.def("fields", [](const RangeOptimizerArgs& a) {
       nb::dict d;
       d["w"] = nb::cast(reinterpret_cast<std::uintptr_t>(a.w));
@@ -1584,11 +1586,12 @@ void bind_op_args(nb::module_& m) {
       d["beta2"] = nb::cast(a.beta2);
       d["eps"] = nb::cast(a.eps);
       d["weight_decay"] = nb::cast(a.weight_decay);
+      d["lr_scale"] = nb::cast(a.lr_scale);
       return d;
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const RangeOptimizerArgs& a) { return record_repr("RangeOptimizerArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "range_optimizer";
-    klass.attr("field_types") = field_types({{"w", "ptr"}, {"g", "ptr"}, {"m", "ptr?"}, {"v", "ptr?"}, {"lr", "tensor"}, {"flag", "tensor"}, {"grad_scale", "tensor"}, {"step", "tensor?"}, {"n", "i64"}, {"rule", "opt_rule"}, {"beta1", "f64"}, {"beta2", "f64"}, {"eps", "f64"}, {"weight_decay", "f64"}});
+    klass.attr("field_types") = field_types({{"w", "ptr"}, {"g", "ptr"}, {"m", "ptr?"}, {"v", "ptr?"}, {"lr", "tensor"}, {"flag", "tensor"}, {"grad_scale", "tensor"}, {"step", "tensor?"}, {"n", "i64"}, {"rule", "opt_rule"}, {"beta1", "f64"}, {"beta2", "f64"}, {"eps", "f64"}, {"weight_decay", "f64"}, {"lr_scale", "f64"}});
   }
   {
     nb::class_<LarsUpdateArgs> klass(m, "LarsUpdateArgs", "LARS momentum update of one tensor: the trust ratio from the norms of w and g (fixed-order float64 sums), written to ratio.\n\nKeyword-only fields:\n    w (tensor): FP32 [n]\n    g (tensor): FP32 [n]\n    m (tensor): FP32 [n]: the momentum\n    lr (tensor): FP32 [1]: the step's learning rate\n    flag (tensor): INT32 [1]: the step's NaN/Inf flag; set: nothing is written\n    grad_scale (tensor): FP32 [1]: g is divided by it\n    ratio (tensor): FP32 [1]: the step's trust ratio (1 when skipped)\n    n (i64): elements\n    nesterov (bool): Nesterov momentum\n    momentum (f64): the momentum, in [0, 1]\n    weight_decay (f64): the weight decay (>= 0)\n    trust_coefficient (f64): the trust coefficient\n    eps (f64): the ratio's denominator term\n    trust_clip (f64): the trust ratio's upper bound");

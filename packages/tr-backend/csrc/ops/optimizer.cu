@@ -25,7 +25,7 @@ constexpr int ADAMW = static_cast<int>(OptRule::ADAMW);
 static_assert(kNumOptRules == 5, "range_optimizer dispatches on five rules");
 
 struct Hyper {
-  double b1, b2, eps, wd;
+  double b1, b2, eps, wd, lr_scale;  // lr_scale: the learning rate is *lr_p times it (a parameter group's)
 };
 
 struct Scalars {
@@ -44,7 +44,7 @@ __global__ void optimizer_kernel(float* w, const float* g, float* m, float* v, s
   if (*flag != 0) return;
   __shared__ Scalars sc;
   if (threadIdx.x == 0) {
-    const double lr = static_cast<double>(*lr_p);
+    const double lr = static_cast<double>(*lr_p) * h.lr_scale;
     const double inv = 1.0 / static_cast<double>(*scale_p);
     sc.decay = static_cast<float>(1.0 - lr * h.wd);
     sc.lr_inv = static_cast<float>(lr * inv);
@@ -101,7 +101,8 @@ __global__ void optimizer_kernel(float* w, const float* g, float* m, float* v, s
 std::unique_ptr<Op> range_optimizer(Context&, const RangeOptimizerArgs& args) {
   const int rule = static_cast<int>(args.rule);  // a code of OptRule: the record checked its range
   const std::int64_t n = args.n;
-  const Hyper h{args.beta1, args.beta2, args.eps, args.weight_decay};
+  if (!(args.lr_scale >= 0.0 && std::isfinite(args.lr_scale))) bad(args, "lr_scale must be a finite number >= 0");
+  const Hyper h{args.beta1, args.beta2, args.eps, args.weight_decay, args.lr_scale};
   float* w = static_cast<float*>(args.w);
   const float* g = static_cast<const float*>(args.g);
   // the moments and the step count each rule reads (optional fields: a rule that needs one refuses its absence)

@@ -34,6 +34,7 @@ struct RangeOptimizerArgs {
   double beta2 = 0.0;  // f64: Adam's second-moment decay
   double eps = 0.0;  // f64: Adam's denominator term
   double weight_decay = 0.0;  // f64: the weight decay (>= 0)
+  double lr_scale = 1.0;  // f64: the learning rate is lr[0] times this, in float64 (a parameter group's multiplier)
 };
 std::unique_ptr<Op> range_optimizer(Context& ctx, const RangeOptimizerArgs& a);
 

@@ -84,7 +84,8 @@ class Group:
     ``amp_copy``: under AMP compute reads an FP16 working copy (role AMP_COPY), cast from the master;
     ``fp16_grad``: under AMP the backward writes an FP16 gradient (GRAD_FP16), cast into the FP32 one;
     ``early``: its gradients are complete before the first layer's backward (the first layer never owns one),
-    so data-parallel training reduces them while that backward runs.
+    so data-parallel training reduces them while that backward runs;
+    ``norm``: a normalisation layer's scale or shift (what the parameter-group selector "norm" picks).
     ``order``: the position among groups of equal traits (inputs, dtypes, statistics); then the name.
     """
 
@@ -93,6 +94,7 @@ class Group:
     amp_copy: bool = False
     fp16_grad: bool = False
     early: bool = False
+    norm: bool = False
     order: int = 0
 
     def sort_key(self) -> tuple:
@@ -139,20 +141,22 @@ _TRAITS = ("decayed", "amp_copy", "fp16_grad", "early")
 
 @dataclass(frozen=True, slots=True)
 class Select:
-    """The regions of one role whose group has the given traits (None: either)."""
+    """The regions of one role whose group has the given traits (None: either), or the one group named."""
 
     role: Role
     decayed: bool | None = None
     amp_copy: bool | None = None
     fp16_grad: bool | None = None
     early: bool | None = None
+    group: str | None = None
 
     def matches(self, r: Region) -> bool:
-        return r.role is self.role and all(
+        return r.role is self.role and (self.group is None or r.group.name == self.group) and all(
             getattr(r.group, t) == getattr(self, t) for t in _TRAITS if getattr(self, t) is not None)
 
     def __repr__(self) -> str:
         sel = [t if getattr(self, t) else f"not {t}" for t in _TRAITS if getattr(self, t) is not None]
+        sel += [f"group {self.group}"] if self.group is not None else []
         return f"{self.role.value}[{', '.join(sel)}]" if sel else self.role.value
 
 
@@ -163,11 +167,12 @@ class Span:
     parts: tuple[Select, ...]
 
     @classmethod
-    def of(cls, role: Role, **traits: bool) -> Span:
+    def of(cls, role: Role, group: str | None = None, **traits: bool) -> Span:
+        """The regions of ``role`` with the given traits, or of the one group named ``group``."""
         unknown = sorted(set(traits) - set(_TRAITS))
         if unknown:
             raise TypeError(f"unknown group trait(s) {unknown}; traits are {list(_TRAITS)}")
-        return cls((Select(role, **traits),))
+        return cls((Select(role, group=group, **traits),))
 
     def __add__(self, other: Span) -> Span:
         return Span(self.parts + other.parts)

@@ -9,6 +9,13 @@ implement OPTIMIZER_RULES. The reference arithmetic of every rule is tr.algo.upd
 
 from __future__ import annotations
 
+import fnmatch
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tr.core.errors import ConfigError
+from tr.core.memory import Group
 from tr.core.ops import OPTIMIZER_RULES
 
 # in tr.algo.OptimizerKind's order
@@ -36,3 +43,46 @@ def first_moment(optimizer: str) -> bool:
 def second_moment(optimizer: str) -> bool:
     """Whether it keeps a second moment (the V regions) and a step count: Adam and AdamW."""
     return optimizer in ("adam", "adamw")
+
+
+PARAM_GROUP_KINDS = ("weight", "bias", "norm")  # the selectors by kind; anything else is a group name pattern
+
+
+@dataclass(frozen=True)
+class ParamGroup:
+    """The learning-rate multiplier and the weight decay (None: the optimizer's, which the decayed groups take and
+    the bias-like ones do not) of the parameters ``select`` picks: "weight" (the decayed memory groups: conv and
+    fc weights), "bias" (the bias-like groups that are no normalisation's: conv and fc biases), "norm" (batch and
+    layer norm scales and shifts), or a pattern over memory group names (fnmatch: "deep_conv", "fc_*"; ``python -m
+    tr.graph`` lists a plan's groups). Where several select a group, the later one's values count."""
+
+    select: str
+    lr_mult: float = 1.0
+    weight_decay: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.select, str) or not self.select:
+            raise ConfigError(f"a parameter group selects by kind {PARAM_GROUP_KINDS} or a group name pattern, "
+                              f"got {self.select!r}")
+        for name, v, optional in (("lr_mult", self.lr_mult, False), ("weight_decay", self.weight_decay, True)):
+            if optional and v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ConfigError(f"param_group({self.select!r}): {name} must be a finite number >= 0, got {v!r}")
+
+    def picks(self, g: Group) -> bool:
+        if self.select == "weight":
+            return g.decayed
+        if self.select == "bias":
+            return not g.decayed and not g.norm
+        if self.select == "norm":
+            return g.norm
+        return fnmatch.fnmatchcase(g.name, self.select)
+
+    def settings(self, current: tuple[float, float]) -> tuple[float, float]:
+        """(lr multiplier, weight decay) of a group it picks, over ``current``."""
+        return float(self.lr_mult), current[1] if self.weight_decay is None else float(self.weight_decay)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"select": self.select, "lr_mult": self.lr_mult, "weight_decay": self.weight_decay}
+

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tr.core.dtype import DType
-from tr.core.memory import Region, Role, Span
+from tr.core.errors import ConfigError
+from tr.core.memory import Group, Region, Role, Span
 from tr.core.optim import BIAS_RULE, WEIGHT_RULE
 from tr.graph.archplan import ArchPlan
 from tr.graph.jpeg_input import GEOM_A, GEOM_B, JPEG_SRC, JPEG_U8
@@ -278,7 +279,8 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
         g[Part.REDUCE_RUNNING] = [_op("range_allreduce_mean", span=RUNNING_NEXT, label="BN statistics")]
         # Flagged: a skipped (non-finite) step keeps the previous statistics.
         g[Part.UPDATE_RUNNING] = [_op("range_copy", src=RUNNING_NEXT, dst=RUNNING, flag="nan_flag")]
-    g[Part.OPTIMIZER] = _optimizer(spec, has, lars_weights)
+    params = [r.group for r in sorted(nonempty) if r.role is Role.PARAM]
+    g[Part.OPTIMIZER] = _optimizer(spec, has, lars_weights, params)
     amp_copies = Span.of(Role.AMP_COPY)
     if spec.amp and has(amp_copies):  # every group with a working copy, one range
         g[Part.CAST_WORKING] = [_op("range_cast", fp32, src=Span.of(Role.PARAM, amp_copy=True),
@@ -307,6 +309,24 @@ def accum_metrics(batch_role: str, train: bool) -> list[SymOp]:
                 samples="accum_samples")]
 
 
+def group_settings(spec: CompileSpec, params: list[Group]) -> list[tuple[Group, tuple[float, float]]]:
+    """(memory group, (lr multiplier, weight decay)) of every parameter group of the plan under the spec's
+    param_groups: the optimizer's decay on decayed groups, none on bias-like ones, each ParamGroup that picks a group
+    overriding (in order); a ParamGroup that picks no group of the plan is a ConfigError naming it."""
+    for pg in spec.param_groups:
+        if not any(pg.picks(g) for g in params):
+            raise ConfigError(f"param_group({pg.select!r}) selects no parameter of this model: its parameter groups "
+                              f"are {[g.name for g in params]} (kinds 'weight', 'bias', 'norm', or a name pattern)")
+    out = []
+    for g in params:
+        s = (1.0, spec.weight_decay if g.decayed else 0.0)
+        for pg in spec.param_groups:
+            if pg.picks(g):
+                s = pg.settings(s)
+        out.append((g, s))
+    return out
+
+
 def clips_norm(spec: CompileSpec) -> bool:
     """Whether the plan clips the gradients by their global norm (and declares grad_divisor and grad_norm)."""
     return spec.grad_clip_mode == "norm" and spec.grad_clip > 0
@@ -319,7 +339,8 @@ def _loss_scale_update(spec: CompileSpec) -> SymOp:
                flag="nan_flag", scale="loss_scale", tracker="loss_scale_tracker", label="dynamic loss scale")
 
 
-def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[tuple[int, str]]) -> list[SymOp]:
+def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[tuple[int, str]],
+               params: list[Group]) -> list[SymOp]:
     # the step's learning rate from the device table (the host never writes lr): table[min(step, len - 1)]
     ops = [_op("lr_lookup", table="lr_table", step="step", lr="lr", label="learning rate of this step")]
     m, v = spec.momentum_slot, spec.second_moment_slot
@@ -333,6 +354,17 @@ def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[t
                    m=Span.of(Role.MOMENT1, decayed=decayed) if m else None,
                    v=Span.of(Role.MOMENT2, decayed=decayed) if v else None, **common)
 
+    if spec.param_groups:  # one update a memory group, each with its group's rate and decay
+        for group, (mult, wd) in group_settings(spec, params):
+            rule = (WEIGHT_RULE if group.decayed or wd > 0 else BIAS_RULE)[spec.optimizer]
+            ops.append(_op("range_optimizer", {"rule": rule, "beta1": spec.beta1, "beta2": spec.beta2,
+                                               "eps": spec.eps, "weight_decay": wd, "lr_scale": mult},
+                           label=f"parameter group {group.name}", w=Span.of(Role.PARAM, group=group.name),
+                           g=Span.of(Role.GRAD, group=group.name),
+                           m=Span.of(Role.MOMENT1, group=group.name) if m else None,
+                           v=Span.of(Role.MOMENT2, group=group.name) if v else None, **common))
+        ops.append(_op("scalar_increment", x="step", label="completed optimizer steps"))
+        return ops
     if not spec.lars:
         ops.append(rng(WEIGHT_RULE[spec.optimizer], spec.weight_decay, True, "decayed weights"))
     if has(Span.of(Role.PARAM, decayed=False)):

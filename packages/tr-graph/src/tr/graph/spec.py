@@ -15,7 +15,7 @@ from typing import Any
 
 from tr.core.errors import ConfigError
 from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_RULES
-from tr.core.optim import GRAD_CLIP_MODES, LARS, OPTIMIZERS, first_moment, second_moment
+from tr.core.optim import GRAD_CLIP_MODES, LARS, OPTIMIZERS, ParamGroup, first_moment, second_moment
 from tr.core.settings import Settings
 from tr.core.shape import Shape
 from tr.graph.jpeg_input import JpegInput
@@ -45,6 +45,7 @@ class CompileSpec:
     weight_decay: float = 0.0
     trust_coefficient: float = 0.001  # LARS
     trust_clip: float = 100.0  # LARS: the trust ratio's upper bound
+    param_groups: tuple[ParamGroup, ...] = ()  # per memory group LR multiplier and weight decay (tr.core.optim)
     label_smoothing: float = 0.0
     loss: str = "softmax_ce"  # the loss layer appended after the model: softmax_ce, bce_logits or mse
     grad_clip: float = 0.0  # > 0: the clipping bound (grad_clip_mode's), 0: off
@@ -89,6 +90,11 @@ class CompileSpec:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ConfigError(f"{name} must be a finite number >= 0, got {v!r}")
+        if not isinstance(self.param_groups, tuple) or not all(isinstance(g, ParamGroup) for g in self.param_groups):
+            raise ConfigError(f"param_groups must be a tuple of tr.core.optim.ParamGroup, got {self.param_groups!r}")
+        if self.param_groups and self.optimizer in LARS:
+            raise ConfigError("parameter groups with LARS are not supported (its trust ratios are per tensor): use "
+                              "SGD, Adam or AdamW, or no param_group()")
         if self.grad_clip_mode not in GRAD_CLIP_MODES:
             raise ConfigError(f"grad_clip_mode must be one of {GRAD_CLIP_MODES}, got {self.grad_clip_mode!r}")
         if not self.trust_clip > 0:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from tr.algo.loss import CrossEntropyLoss
 from tr.core.config import Section
+from tr.core.optim import ParamGroup
 from tr.core.settings import Settings
 from tr.data.settings import PreprocessorSettings
 
@@ -53,6 +54,7 @@ class TaskConfig(Section):
     model: Any = None  # a BluePrint or a layer (seq(...))
     loss: Any = field(default_factory=CrossEntropyLoss)
     optimizer: Any = None
+    param_groups: tuple[ParamGroup, ...] = ()  # param_group(): per memory group LR multiplier and weight decay
     scheduler: Scheduler | None = None  # None: a constant LR of 0.1
     initializer: Any = None
     epochs: int = DEFAULT_EPOCHS

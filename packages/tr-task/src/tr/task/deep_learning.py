@@ -15,7 +15,7 @@ from tr.algo.scheduler import Scheduler
 from tr.core.errors import CompileError, ConfigError, PhaseError
 from tr.core.log import get_logger
 from tr.core.memory import Role
-from tr.core.optim import GRAD_CLIP_MODES
+from tr.core.optim import GRAD_CLIP_MODES, ParamGroup
 from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
 from tr.data import PREPROCESSOR_SETTING
@@ -100,6 +100,18 @@ class DeepLearningTask(TaskBase):
         if not hasattr(opt, "kind"):
             raise ConfigError(f"optimizer must be SGD, LARS, Adam or AdamW from tr.algo, got {opt!r}")
         self._cfg._set("optimizer", opt)
+        return self
+
+    def param_group(self, select: str, lr_mult: float = 1.0, weight_decay: float | None = None) -> DeepLearningTask:
+        """Train the parameters ``select`` picks at ``lr_mult`` times the schedule's rate and with ``weight_decay``
+        (None: the optimizer's on weights, none on bias-like parameters): "weight" (conv and fc weights), "bias"
+        (their biases), "norm" (batch and layer norm scales and shifts) or a pattern over the plan's memory group
+        names ("deep_conv", "fc_*"; ``python -m tr.graph`` lists them). Called again, a later group overrides an
+        earlier one where both pick; a selection that picks nothing is a ConfigError at compile. As torch's
+        optimizer param_groups (a torch group's lr is base lr * lr_mult here)."""
+        self._plan("param_group()")
+        group = ParamGroup(select, lr_mult, weight_decay)
+        self._cfg._set("param_groups", (*self._cfg.param_groups, group))
         return self
 
     def scheduler(self, sched: Scheduler) -> DeepLearningTask:

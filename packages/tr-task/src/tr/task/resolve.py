@@ -72,7 +72,7 @@ class Resolved:
             last_train_batch=f.last_batch(True), val_batch=f.batch if self.has_val else None,
             last_val_batch=f.last_batch(False) if self.has_val else None, amp=s.amp_enabled,
             **loss_scale_fields(s), label_smoothing=float(t.loss.smoothing), loss=t.loss.kind,
-            grad_clip=max(0.0, t.grad_clip), grad_clip_mode=t.grad_clip_mode, lr_table_steps=self.schedule.total_steps,
+            grad_clip=max(0.0, t.grad_clip), grad_clip_mode=t.grad_clip_mode, param_groups=t.param_groups, lr_table_steps=self.schedule.total_steps,
             world_size=self.world_size, **self.optimizer,
             ema_decay=t.ema.decay if t.ema is not None else None,
             ema_warmup=float(t.ema.warmup) if t.ema is not None else 0.0, resident=f.resident_input(),

@@ -45,6 +45,7 @@ class Optimizer:
     beta2: float
     eps: float
     weight_decay: float
+    lr_scale: float  # the learning rate is lr[0] times this (a parameter group's multiplier)
     m: bool  # the rule keeps a first moment / momentum
     v: bool  # and a second moment (Adam): then also a step count
 
@@ -66,6 +67,9 @@ def range_optimizer(b: CallBinder) -> Optimizer:
     b2 = b.float_attr("beta2", 0.999, 0.0, 1.0)
     eps = b.float_attr("eps", 1e-8, 0.0)
     wd = b.float_attr("weight_decay", 0.0, 0.0)
+    lr_scale = b.float_attr("lr_scale", 1.0, 0.0)
+    if not math.isfinite(lr_scale):
+        b.fail(f"attribute 'lr_scale' = {lr_scale!r} must be a finite number >= 0")
     if adam and (b1 >= 1.0 or b2 >= 1.0):
         b.fail(f"adam needs beta1, beta2 < 1, got {b1}, {b2}")
     n = b.span_size("w", 4)
@@ -79,7 +83,7 @@ def range_optimizer(b: CallBinder) -> Optimizer:
     b.expect_dtype("grad_scale", DType.FP32)
     if adam:
         b.expect_dtype("step", DType.INT32)
-    return Optimizer(rule, n, b1, b2, eps, wd, needs["m"], adam)
+    return Optimizer(rule, n, b1, b2, eps, wd, lr_scale, needs["m"], adam)
 
 
 @dataclass(frozen=True, slots=True)

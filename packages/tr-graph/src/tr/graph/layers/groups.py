@@ -16,8 +16,8 @@ FC_B = Group("fc_b", amp_copy=True)
 FIRST_CONV = Group("first_conv", decayed=True, amp_copy=True, fp16_grad=True)
 # deep convolutions never belong to the first layer: their gradients are complete before its backward
 DEEP_CONV = Group("deep_conv", decayed=True, amp_copy=True, fp16_grad=True, early=True)
-BN_W = Group("bn_w")
-BN_B = Group("bn_b")
+BN_W = Group("bn_w", norm=True)
+BN_B = Group("bn_b", norm=True)
 
 # running statistics (roles RUNNING, RUNNING_NEXT) and the inference parameters folded from them (FOLDED)
 MEAN, VAR = Group("mean", order=0), Group("var", order=1)

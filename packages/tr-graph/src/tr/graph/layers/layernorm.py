@@ -22,8 +22,8 @@ from tr.core.shape import Shape
 from tr.graph.blueprint import LayerNorm
 from tr.graph.layers.base import IO, Decl, DeclCtx, Expansion, Init, LayerKind, LayerProblem
 
-LN_W = Group("ln_w")
-LN_B = Group("ln_b")
+LN_W = Group("ln_w", norm=True)
+LN_B = Group("ln_b", norm=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,7 +115,7 @@ def range_optimizer(b: CudaBinder) -> Any:
     return b.make(RANGE_OPTIMIZER, w=w, g=g, m=m, v=v, lr=b.dev("lr"), flag=b.dev("flag"),
                   grad_scale=b.dev("grad_scale"), step=b.dev("step") if r.adam else None, n=r.n,
                   rule=OPTIMIZER_RULE_CODES[r.rule], beta1=float(r.beta1), beta2=float(r.beta2), eps=float(r.eps),
-                  weight_decay=float(r.weight_decay))
+                  weight_decay=float(r.weight_decay), lr_scale=float(r.lr_scale))
 
 
 @cuda_op("lars_update")

@@ -20,7 +20,9 @@ RANGE_OPTIMIZER = native_op(
     i64("n", "elements of each span"),
     code("rule", "opt_rule", "tr.core.ops.OPTIMIZER_RULE_CODES: sgd, momentum, nesterov, adam or adamw"),
     f64("beta1", "momentum, or Adam's first-moment decay"), f64("beta2", "Adam's second-moment decay"),
-    f64("eps", "Adam's denominator term"), _WD)
+    f64("eps", "Adam's denominator term"), _WD,
+    f64("lr_scale", "the learning rate is lr[0] times this, in float64 (a parameter group's multiplier)",
+        default=1.0))
 
 LARS_UPDATE = native_op(
     "lars_update", "LARS momentum update of one tensor: the trust ratio from the norms of w and g (fixed-order "

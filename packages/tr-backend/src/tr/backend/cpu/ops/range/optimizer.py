@@ -135,7 +135,8 @@ def range_optimizer(b: Binder) -> Step | None:
     def run() -> None:
         if flag[0]:
             return
-        args = (float(lr[0]), 1.0 / float(gscale[0]), int(step[0]) + 1 if step is not None else 0)
+        rate = float(lr[0]) * r.lr_scale  # (a parameter group's multiplier; 1: the table's rate as it is)
+        args = (rate, 1.0 / float(gscale[0]), int(step[0]) + 1 if step is not None else 0)
         helpers = [_pool().submit(run_group, grp, *args) for grp in groups[1:]]
         run_group(groups[0], *args)
         for f in helpers:

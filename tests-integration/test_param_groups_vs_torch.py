@@ -1,0 +1,146 @@
+"""Parameter groups (task.param_group) trained for 20 steps in tr (CPU backend, FP32) and in torch (float64) with the
+same optimizer param groups, from identical weights and batches: a BN CNN and a residual net under AdamW (the norm
+layers at half the rate with their own decay, biases at twice the rate), under SGD with momentum (weights at a
+tenth of the rate, the fc layer's group by name at three times, overriding), a frozen group (lr_mult 0) that does
+not move, and the selections that pick nothing or cannot be honoured."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_cnn_resnet_vs_torch import BATCH, CLASSES, _cnn, _load, _param_modules, _resnet  # noqa: E402
+from test_cnn_resnet_vs_torch import _data as _images  # noqa: E402
+
+from tr.algo.optimizer import LARS, SGD, AdamW  # noqa: E402
+from tr.algo.scheduler import ConstantLR  # noqa: E402
+from tr.core.errors import ConfigError  # noqa: E402
+from tr.core.settings import Settings  # noqa: E402
+from tr.task.deep_learning import DeepLearningTask  # noqa: E402
+from tr.task.feeder import ArrayFeeder  # noqa: E402
+
+STEPS = 20
+
+
+def _kind(module: torch.nn.Module, name: str) -> str:
+    if isinstance(module, torch.nn.BatchNorm2d):
+        return "norm"
+    return "bias" if name == "bias" else "weight"
+
+
+def _torch_groups(tm, lr: float, wd: float, mult: dict, decay: dict, linear_mult: float | None = None):
+    """torch param groups mirroring tr's selection: weights take ``wd`` unless ``decay`` says, bias-like none."""
+    groups = []
+    for _, m in _param_modules(tm):
+        for name, p in m.named_parameters(recurse=False):
+            kind = _kind(m, name)
+            lr_mult = mult.get(kind, 1.0)
+            if linear_mult is not None and isinstance(m, torch.nn.Linear):
+                lr_mult = linear_mult
+            groups.append({"params": [p], "lr": lr * lr_mult,
+                           "weight_decay": decay.get(kind, wd if kind == "weight" else 0.0)})
+    return groups
+
+
+def _run(make, opt, lr: float, calls, torch_opt):
+    bp, tm = make()
+    tm = tm.double()
+    x, y = _images()
+    x, y = x[:STEPS * BATCH], y[:STEPS * BATCH]
+    feeder = ArrayFeeder((x, y), None, BATCH, shuffle=False, num_classes=CLASSES)
+    task = (DeepLearningTask(Settings().manual_seed(7).global_batch_size(BATCH)).device("cpu").quiet()
+            .model(bp).optimizer(opt).scheduler(ConstantLR().base_lr(lr)).total_epochs(1).data(feeder))
+    for args, kw in calls:
+        task.param_group(*args, **kw)
+    task.compile()
+    _load(tm, task.parameters())
+    start = [tuple(a.copy() for a in p) for p in task.parameters()]
+    losses = []
+    task.on_step(lambda k, r: losses.append(float(r[0])))
+    task.run()
+    topt = torch_opt(tm)
+    for k in range(STEPS):
+        xb = torch.from_numpy(x[k * BATCH:(k + 1) * BATCH]).double()
+        yb = torch.from_numpy(y[k * BATCH:(k + 1) * BATCH]).long()
+        topt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(tm(xb), yb)
+        loss.backward()
+        topt.step()
+        assert losses[k] == pytest.approx(loss.item(), rel=2e-4, abs=1e-5), f"step {k}"
+    final = task.parameters()
+    for (kind, m), p in zip(_param_modules(tm), final):
+        for name, got in zip(("weight", "bias"), p):
+            want = getattr(m, name).detach().numpy()
+            got = got.transpose(0, 3, 1, 2) if kind == "conv" and name == "weight" else got.reshape(want.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4, err_msg=f"{kind}.{name}")
+    return task, start, final
+
+
+@pytest.mark.parametrize("make", [_cnn, _resnet], ids=["cnn", "resnet"])
+def test_adamw_groups_follow_torch(make):
+    calls = [(("norm",), dict(lr_mult=0.5, weight_decay=0.01)), (("bias",), dict(lr_mult=2.0))]
+    _run(make, AdamW().weight_decay(0.05), 1e-2, calls,
+         lambda tm: torch.optim.AdamW(_torch_groups(tm, 1e-2, 0.05, {"norm": 0.5, "bias": 2.0}, {"norm": 0.01})))
+
+
+def test_sgd_groups_by_kind_and_by_name_follow_torch():
+    # (no weight decay: tr's SGD decays the weight outside the momentum, the seed's rule, torch's inside it)
+    calls = [(("weight",), dict(lr_mult=0.1)), (("fc_*",), dict(lr_mult=3.0))]  # fc_w: the later group counts
+    _run(_cnn, SGD().momentum(0.9), 0.05, calls,
+         lambda tm: torch.optim.SGD(_torch_groups(tm, 0.05, 0.0, {"weight": 0.1}, {}, linear_mult=3.0),
+                                    momentum=0.9))
+
+
+def test_a_frozen_group_does_not_move():
+    calls = [(("norm",), dict(lr_mult=0.0))]
+    task, start, final = _run(_cnn, SGD().momentum(0.9), 0.05, calls,
+                              lambda tm: torch.optim.SGD(_torch_groups(tm, 0.05, 0.0, {"norm": 0.0}, {}),
+                                                         momentum=0.9))
+    kinds = [k for k, _ in _param_modules(_cnn()[1])]
+    for kind, a, b in zip(kinds, start, final):
+        assert all(np.array_equal(x, y) for x, y in zip(a, b)) == (kind == "bn"), kind
+
+
+def _task(opt=None):
+    bp, _ = _cnn()
+    x, y = _images()
+    feeder = ArrayFeeder((x[:16], y[:16]), None, BATCH, shuffle=False, num_classes=CLASSES)
+    return (DeepLearningTask(Settings().global_batch_size(BATCH)).device("cpu").quiet().model(bp)
+            .optimizer(opt or SGD()).total_epochs(1).data(feeder))
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda t: t.param_group("ln_*", lr_mult=2.0).compile(), r"param_group\('ln_\*'\) selects no parameter of this "
+                                                             r"model: its parameter groups are \["),
+    (lambda t: t.param_group("norm", lr_mult=-1.0), r"param_group\('norm'\): lr_mult must be a finite number >= 0"),
+    (lambda t: t.param_group("norm", weight_decay=float("nan")), "weight_decay must be a finite number >= 0"),
+    (lambda t: t.param_group("", lr_mult=2.0), "a parameter group selects by kind"),
+])
+def test_a_bad_group_is_a_clear_error(call, message):
+    with pytest.raises(ConfigError, match=message):
+        call(_task())
+
+
+def test_groups_with_lars_are_refused_at_compile():
+    with pytest.raises(ConfigError, match="parameter groups with LARS are not supported"):
+        _task(LARS()).param_group("norm", lr_mult=0.5).compile()
+
+
+def test_without_groups_the_plan_is_the_two_range_updates_and_groups_are_recorded():
+    from tr.task import checkpoint
+
+    plain = _task().compile()
+    ops = [c for c in plain.program.steps["train_a"].calls if c.op == "range_optimizer"]
+    assert len(ops) == 2 and "param_groups" not in checkpoint.describe(plain)
+    grouped = _task().param_group("bias", lr_mult=2.0).compile()
+    ops = [c for c in grouped.program.steps["train_a"].calls if c.op == "range_optimizer"]
+    assert sorted(c.label for c in ops) == ["parameter group bn_b", "parameter group bn_w",
+                                            "parameter group fc_b", "parameter group fc_w",
+                                            "parameter group first_conv"]
+    assert checkpoint.describe(grouped)["param_groups"] == [{"select": "bias", "lr_mult": 2.0,
+                                                             "weight_decay": None}]

@@ -20,6 +20,7 @@ from test_cnn_resnet_vs_torch import _data as _images  # noqa: E402
 from tr.algo.optimizer import LARS, SGD, AdamW  # noqa: E402
 from tr.algo.scheduler import ConstantLR  # noqa: E402
 from tr.core.errors import ConfigError  # noqa: E402
+from tr.core.memory import Role  # noqa: E402
 from tr.core.settings import Settings  # noqa: E402
 from tr.task.deep_learning import DeepLearningTask  # noqa: E402
 from tr.task.feeder import ArrayFeeder  # noqa: E402
@@ -144,3 +145,79 @@ def test_without_groups_the_plan_is_the_two_range_updates_and_groups_are_recorde
                                             "parameter group first_conv"]
     assert checkpoint.describe(grouped)["param_groups"] == [{"select": "bias", "lr_mult": 2.0,
                                                              "weight_decay": None}]
+
+
+def _module_layers(task) -> list[int]:
+    """The tr layer of each module task.parameters() lists (its order: (layer, a norm's) sorted)."""
+    keys = {(i.layer, int(i.tensor.region.group.norm)) for i in task.program.inits
+            if i.tensor.region.role is Role.PARAM}
+    return [layer for layer, _ in sorted(keys)]
+
+
+@pytest.mark.parametrize("make", [_cnn, _resnet], ids=["cnn", "resnet"])
+def test_layer_wise_rate_decay_follows_torch(make):
+    """layer_decay(0.6): layer k of n trains at 0.6 ** (n - 1 - k) times the rate, the head at the full rate, on top
+    of a param group's multiplier (biases at twice): torch's per-layer param groups (BEiT/timm's recipe)."""
+    bp, tm = make()
+    probe = (_task().model(bp).layer_decay(0.6).compile())
+    calls = [c for c in probe.program.steps["train_a"].calls if c.op == "tensor_optimizer"]
+    layers = sorted({c.layer for c in calls})
+    factor = {layer: 0.6 ** (len(layers) - 1 - k) for k, layer in enumerate(layers)}
+    trained = [i for i in probe.program.inits if i.tensor.region.role is Role.PARAM]
+    # one update a tensor; (the cnn's conv and BN are one fused layer: two layers there, five in the resnet)
+    assert factor[layers[-1]] == 1.0 and len(calls) == len(trained) and len(layers) >= 2
+    module_layers = _module_layers(probe)
+
+    def torch_opt(m):
+        groups = []
+        for (kind, mod), layer in zip(_param_modules(m), module_layers):
+            for name, p in mod.named_parameters(recurse=False):
+                mult = 2.0 if (name == "bias" and kind != "bn") else 1.0
+                wd = 0.05 if (name == "weight" and kind != "bn") else 0.0
+                groups.append({"params": [p], "lr": 1e-2 * factor[layer] * mult, "weight_decay": wd})
+        return torch.optim.AdamW(groups)
+
+    task, _, _ = _run_with(make, AdamW().weight_decay(0.05), 1e-2, torch_opt,
+                           lambda t: t.param_group("bias", lr_mult=2.0).layer_decay(0.6))
+    assert _module_layers(task) == module_layers
+
+
+def _run_with(make, opt, lr, torch_opt, configure):
+    bp, tm = make()
+    tm = tm.double()
+    x, y = _images()
+    x, y = x[:STEPS * BATCH], y[:STEPS * BATCH]
+    feeder = ArrayFeeder((x, y), None, BATCH, shuffle=False, num_classes=CLASSES)
+    task = configure(DeepLearningTask(Settings().manual_seed(7).global_batch_size(BATCH)).device("cpu").quiet()
+                     .model(bp).optimizer(opt).scheduler(ConstantLR().base_lr(lr)).total_epochs(1).data(feeder))
+    task.compile()
+    _load(tm, task.parameters())
+    losses = []
+    task.on_step(lambda k, r: losses.append(float(r[0])))
+    task.run()
+    topt = torch_opt(tm)
+    for k in range(STEPS):
+        xb = torch.from_numpy(x[k * BATCH:(k + 1) * BATCH]).double()
+        yb = torch.from_numpy(y[k * BATCH:(k + 1) * BATCH]).long()
+        topt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(tm(xb), yb)
+        loss.backward()
+        topt.step()
+        assert losses[k] == pytest.approx(loss.item(), rel=2e-4, abs=1e-5), f"step {k}"
+    for (kind, m), p in zip(_param_modules(tm), task.parameters()):
+        for name, got in zip(("weight", "bias"), p):
+            want = getattr(m, name).detach().numpy()
+            got = got.transpose(0, 3, 1, 2) if kind == "conv" and name == "weight" else got.reshape(want.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4, err_msg=f"{kind}.{name}")
+    return task, None, None
+
+
+@pytest.mark.parametrize("decay", [0, 1.5, -0.1, True, "0.5"])
+def test_a_bad_layer_decay_is_refused_at_the_call(decay):
+    with pytest.raises(ConfigError, match=r"layer_decay must be a number in \(0, 1\]"):
+        _task().layer_decay(decay)
+
+
+def test_layer_decay_with_lars_is_refused_at_compile():
+    with pytest.raises(ConfigError, match="layer_decay with LARS is not supported"):
+        _task(LARS()).layer_decay(0.7).compile()

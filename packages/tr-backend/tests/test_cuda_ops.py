@@ -383,6 +383,28 @@ def test_range_optimizer_rules(rule, wd, scale, lr_scale):
         exact(tw, "wb", "ww", "mb", "mw")
 
 
+@pytest.mark.parametrize("rule", ["momentum", "adamw"])
+def test_tensor_optimizer_updates_one_tensor_as_the_cpu(rule):
+    """The layer-wise decay's per-tensor update: the weight tensor alone at its own rate, its neighbours untouched."""
+    tw = _ranges()
+    tw.write("step", [2])
+    adam = rule == "adamw"
+    before = tw.gpu.read(tw["wb"]).copy()
+    call = op("tensor_optimizer", w=tw["ww"], g=tw["gw"], m=tw["mw"], v=tw["vw"] if adam else None, lr=tw["lr"],
+              flag=tw["flag"], grad_scale=tw["scale"], step=tw["step"] if adam else None, rule=rule, beta1=0.9,
+              beta2=0.999, eps=1e-8, weight_decay=1e-3, lr_scale=0.4)
+    gc, gg = tw.run(call)
+    tw.cpu.launch(gc)
+    tw.gpu.launch(gg)
+    tw.gpu.synchronize()
+    if adam:
+        exact(tw, "mw", "vw")
+        check(tw, 1e-6, "ww")
+    else:
+        exact(tw, "mw", "ww")
+    assert np.array_equal(tw.gpu.read(tw["wb"]), before)
+
+
 def test_range_optimizer_skips_when_flag_set():
     tw = _ranges()
     tw.write("flag", [1])

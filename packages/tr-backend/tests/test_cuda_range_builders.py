@@ -136,6 +136,17 @@ def test_the_optimizer_passes_the_moments_its_rule_reads(a, rule):
                       "weight_decay": pytest.approx(0.01), "lr_scale": 1.0}
 
 
+def test_the_tensor_optimizer_is_the_range_update_over_one_tensor(a):
+    """tensor_optimizer (the layer-wise rate decay's per-tensor update) makes the native range_optimizer over the
+    tensors' own addresses and element counts, with its lr_scale."""
+    call = op("tensor_optimizer", w=a["lw"], g=a["lg"], m=a["lm"], lr=a["lr"], flag=a["flag"], grad_scale=a["scale"],
+              rule="momentum", beta1=0.9, weight_decay=0.0, lr_scale=0.25)
+    name, ptrs, ints, floats = build(call, a)
+    assert name == "range_optimizer" and ints["n"] == 30 and floats["lr_scale"] == 0.25
+    assert {k: ptrs[k] for k in ("w", "g", "m")} == {"w": addr(a, "lw"), "g": addr(a, "lg"), "m": addr(a, "lm")}
+    assert ints["rule"] == OPTIMIZER_RULES.index("momentum") and "v" not in ptrs
+
+
 def test_lars_passes_nesterov_and_every_coefficient(a):
     call = op("lars_update", w=a["lw"], g=a["lg"], m=a["lm"], lr=a["lr"], flag=a["flag"], grad_scale=a["scale"],
               ratio=a["ratio"], nesterov=True, trust_clip=5.0)

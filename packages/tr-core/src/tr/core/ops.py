@@ -315,6 +315,12 @@ _DEFS: list[OpDef] = [
           doc="rule in OPTIMIZER_RULES; g is divided by grad_scale; nothing happens when flag != 0. step counts "
               "completed updates (incremented after the optimizer); Adam's bias correction uses t = step + 1. "
               "The learning rate is lr[0] * lr_scale (default 1: a parameter group's multiplier)"),
+    OpDef("tensor_optimizer", "range",
+          (_t("w", "inout"), _t("g"), _t("m", "inout", True), _t("v", "inout", True), _t("lr"), _t("flag"),
+           _t("grad_scale"), _t("step", "in", True)),
+          ("rule", "beta1", "beta2", "eps", "weight_decay", "lr_scale"), kind="range",
+          doc="range_optimizer's update of one trained tensor and its twins (the layer-wise rate decay updates each "
+              "tensor with its own lr_scale)"),
     OpDef("lars_update", "range",
           (_t("w", "inout"), _t("g"), _t("m", "inout"), _t("lr"), _t("flag"), _t("grad_scale"), _t("ratio", "out")),
           ("nesterov", "momentum", "weight_decay", "trust_coefficient", "eps", "trust_clip"), kind="range",

@@ -138,8 +138,8 @@ class Compiler:
                    for n, i in enumerate(infos)}
         region_bytes = mp.bytes_by_region()
         nonempty = {r for r, b in region_bytes.items() if b > 0}
-        lars = [(i.layer, i.key.split(".", 1)[1]) for i in infos if i.twin == "w" and i.region.group.decayed]
-        add_update_graphs(cg, arch, spec, nonempty, lars)
+        trained = [(i.layer, i.key, i.region.group) for i in infos if i.twin == "w"]
+        add_update_graphs(cg, arch, spec, nonempty, trained)
         if ema:
             add_ema_graphs(cg, arch, spec, ema_twins([(i.key, i.twin) for i in infos]))
 

@@ -214,11 +214,12 @@ def _op(op: str, attrs: dict[str, Any] | None = None, label: str = "", layer: in
 
 
 def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, nonempty: set[Region],
-                      lars_weights: list[tuple[int, str]]) -> None:
+                      trained: list[tuple[int, str, Group]]) -> None:
     """Everything around the chains: transfers, clears, casts, collectives, NaN check, optimizer, stats.
 
     ``nonempty``: regions holding bytes (spans over nothing are not emitted, except the collectives);
-    ``lars_weights``: (layer, local name) of every decayed weight, for per-tensor LARS updates.
+    ``trained``: (layer, key, memory group) of every trained tensor, in plan order (per-tensor updates: LARS's
+    decayed weights, the layer-wise rate decay).
     """
     g = cg.graphs
 
@@ -280,7 +281,7 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
         # Flagged: a skipped (non-finite) step keeps the previous statistics.
         g[Part.UPDATE_RUNNING] = [_op("range_copy", src=RUNNING_NEXT, dst=RUNNING, flag="nan_flag")]
     params = [r.group for r in sorted(nonempty) if r.role is Role.PARAM]
-    g[Part.OPTIMIZER] = _optimizer(spec, has, lars_weights, params)
+    g[Part.OPTIMIZER] = _optimizer(spec, has, trained, params)
     amp_copies = Span.of(Role.AMP_COPY)
     if spec.amp and has(amp_copies):  # every group with a working copy, one range
         g[Part.CAST_WORKING] = [_op("range_cast", fp32, src=Span.of(Role.PARAM, amp_copy=True),
@@ -327,6 +328,13 @@ def group_settings(spec: CompileSpec, params: list[Group]) -> list[tuple[Group, 
     return out
 
 
+def layer_factors(decay: float, layers: list[int]) -> dict[int, float]:
+    """Each trained layer's rate factor under the layer-wise decay: decay ** (the layers after it), counting the
+    layers that own trained tensors in model order, so the last (the head) trains at the full rate."""
+    order = sorted(set(layers))
+    return {layer: decay ** (len(order) - 1 - k) for k, layer in enumerate(order)}
+
+
 def clips_norm(spec: CompileSpec) -> bool:
     """Whether the plan clips the gradients by their global norm (and declares grad_divisor and grad_norm)."""
     return spec.grad_clip_mode == "norm" and spec.grad_clip > 0
@@ -339,7 +347,7 @@ def _loss_scale_update(spec: CompileSpec) -> SymOp:
                flag="nan_flag", scale="loss_scale", tracker="loss_scale_tracker", label="dynamic loss scale")
 
 
-def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[tuple[int, str]],
+def _optimizer(spec: CompileSpec, has: Callable[..., bool], trained: list[tuple[int, str, Group]],
                params: list[Group]) -> list[SymOp]:
     # the step's learning rate from the device table (the host never writes lr): table[min(step, len - 1)]
     ops = [_op("lr_lookup", table="lr_table", step="step", lr="lr", label="learning rate of this step")]
@@ -354,6 +362,19 @@ def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[t
                    m=Span.of(Role.MOMENT1, decayed=decayed) if m else None,
                    v=Span.of(Role.MOMENT2, decayed=decayed) if v else None, **common)
 
+    if spec.layer_decay is not None:  # one update a trained tensor: its group's settings, its layer's rate factor
+        settings = dict(group_settings(spec, params))
+        factors = layer_factors(spec.layer_decay, [layer for layer, _, _ in trained])
+        for layer, key, group in trained:
+            mult, wd = settings[group]
+            rule = (WEIGHT_RULE if group.decayed or wd > 0 else BIAS_RULE)[spec.optimizer]
+            ops.append(_op("tensor_optimizer", {"rule": rule, "beta1": spec.beta1, "beta2": spec.beta2,
+                                                "eps": spec.eps, "weight_decay": wd,
+                                                "lr_scale": mult * factors[layer]},
+                           layer=layer, w=key, g=key + ".grad", m=key + ".m" if m else None,
+                           v=key + ".v" if v else None, **common))
+        ops.append(_op("scalar_increment", x="step", label="completed optimizer steps"))
+        return ops
     if spec.param_groups:  # one update a memory group, each with its group's rate and decay
         for group, (mult, wd) in group_settings(spec, params):
             rule = (WEIGHT_RULE if group.decayed or wd > 0 else BIAS_RULE)[spec.optimizer]
@@ -373,8 +394,9 @@ def _optimizer(spec: CompileSpec, has: Callable[..., bool], lars_weights: list[t
         attrs = {"nesterov": spec.optimizer == "lars_nesterov", "momentum": spec.beta1,
                  "weight_decay": spec.weight_decay, "trust_coefficient": spec.trust_coefficient, "eps": spec.eps,
                  "trust_clip": spec.trust_clip}
-        for layer, local in lars_weights:
-            p = f"L{layer}.{local}"
+        for layer, p, group in trained:
+            if not group.decayed:
+                continue
             ops.append(_op("lars_update", attrs, layer=layer, w=p, g=p + ".grad", m=p + ".m", lr="lr",
                            flag="nan_flag", grad_scale=divisor, ratio=p + ".ratio"))
     ops.append(_op("scalar_increment", x="step", label="completed optimizer steps"))

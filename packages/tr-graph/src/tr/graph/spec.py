@@ -46,6 +46,7 @@ class CompileSpec:
     trust_coefficient: float = 0.001  # LARS
     trust_clip: float = 100.0  # LARS: the trust ratio's upper bound
     param_groups: tuple[ParamGroup, ...] = ()  # per memory group LR multiplier and weight decay (tr.core.optim)
+    layer_decay: float | None = None  # in (0, 1]: layer k of n trains at decay ** (n - 1 - k) times the rate
     label_smoothing: float = 0.0
     loss: str = "softmax_ce"  # the loss layer appended after the model: softmax_ce, bce_logits or mse
     grad_clip: float = 0.0  # > 0: the clipping bound (grad_clip_mode's), 0: off
@@ -95,6 +96,12 @@ class CompileSpec:
         if self.param_groups and self.optimizer in LARS:
             raise ConfigError("parameter groups with LARS are not supported (its trust ratios are per tensor): use "
                               "SGD, Adam or AdamW, or no param_group()")
+        d = self.layer_decay
+        if d is not None:
+            if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 < d <= 1:
+                raise ConfigError(f"layer_decay must be a number in (0, 1], got {d!r}")
+            if self.optimizer in LARS:
+                raise ConfigError("layer_decay with LARS is not supported (its trust ratios set per-tensor rates)")
         if self.grad_clip_mode not in GRAD_CLIP_MODES:
             raise ConfigError(f"grad_clip_mode must be one of {GRAD_CLIP_MODES}, got {self.grad_clip_mode!r}")
         if not self.trust_clip > 0:

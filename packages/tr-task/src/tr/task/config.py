@@ -55,6 +55,7 @@ class TaskConfig(Section):
     loss: Any = field(default_factory=CrossEntropyLoss)
     optimizer: Any = None
     param_groups: tuple[ParamGroup, ...] = ()  # param_group(): per memory group LR multiplier and weight decay
+    layer_decay: float | None = None  # layer_decay(): the rate falls by this factor a layer away from the head
     scheduler: Scheduler | None = None  # None: a constant LR of 0.1
     initializer: Any = None
     epochs: int = DEFAULT_EPOCHS

@@ -114,6 +114,16 @@ class DeepLearningTask(TaskBase):
         self._cfg._set("param_groups", (*self._cfg.param_groups, group))
         return self
 
+    def layer_decay(self, decay: float) -> DeepLearningTask:
+        """Layer-wise rate decay (timm's --layer-decay, BEiT's fine-tuning recipe): layer k of the n layers that own
+        trained tensors, in model order, trains at decay ** (n - 1 - k) times the rate, the head at the full rate
+        (on top of param_group()'s multipliers). Each trained tensor is then updated by its own launch."""
+        self._plan("layer_decay()")
+        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay <= 1:
+            raise ConfigError(f"layer_decay must be a number in (0, 1], got {decay!r}")
+        self._cfg._set("layer_decay", float(decay))
+        return self
+
     def scheduler(self, sched: Scheduler) -> DeepLearningTask:
         self._plan("scheduler()")
         if not isinstance(sched, Scheduler):

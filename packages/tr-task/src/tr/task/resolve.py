@@ -73,6 +73,7 @@ class Resolved:
             last_val_batch=f.last_batch(False) if self.has_val else None, amp=s.amp_enabled,
             **loss_scale_fields(s), label_smoothing=float(t.loss.smoothing), loss=t.loss.kind,
             grad_clip=max(0.0, t.grad_clip), grad_clip_mode=t.grad_clip_mode, param_groups=t.param_groups,
+            layer_decay=t.layer_decay,
             lr_table_steps=self.schedule.total_steps,
             world_size=self.world_size, **self.optimizer,
             ema_decay=t.ema.decay if t.ema is not None else None,

@@ -55,6 +55,18 @@ class Optimizer:
 
 
 def range_optimizer(b: CallBinder) -> Optimizer:
+    return _optimizer(b, lambda name: b.span_size(name, 4))
+
+
+def tensor_optimizer(b: CallBinder) -> Optimizer:
+    """range_optimizer's rule over one FP32 tensor and its twins (each of w's elements)."""
+    for name in ("w", "g", "m", "v"):
+        if b.has(name):
+            b.expect_dtype(name, DType.FP32)
+    return _optimizer(b, lambda name: b.tensor(name).numel)
+
+
+def _optimizer(b: CallBinder, size) -> Optimizer:
     rule = b.attr("rule")
     if rule not in OPTIMIZER_RULES:
         b.fail(f"optimizer rule {rule!r} is not one of {list(OPTIMIZER_RULES)}")
@@ -72,12 +84,12 @@ def range_optimizer(b: CallBinder) -> Optimizer:
         b.fail(f"attribute 'lr_scale' = {lr_scale!r} must be a finite number >= 0")
     if adam and (b1 >= 1.0 or b2 >= 1.0):
         b.fail(f"adam needs beta1, beta2 < 1, got {b1}, {b2}")
-    n = b.span_size("w", 4)
+    n = size("w")
     for name in ("g", "m", "v"):
         if needs.get(name, True):
-            k = b.span_size(name, 4)
+            k = size(name)
             if k != n:
-                b.fail(f"span {name!r} has {k} FP32 elements but w has {n}; expected equal ranges", ShapeError)
+                b.fail(f"{name!r} has {k} FP32 elements but w has {n}; expected equal sizes", ShapeError)
     b.expect_dtype("lr", DType.FP32)
     b.expect_dtype("flag", DType.INT32)
     b.expect_dtype("grad_scale", DType.FP32)

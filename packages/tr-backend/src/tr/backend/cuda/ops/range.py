@@ -118,6 +118,18 @@ def range_optimizer(b: CudaBinder) -> Any:
                   weight_decay=float(r.weight_decay), lr_scale=float(r.lr_scale))
 
 
+@cuda_op("tensor_optimizer")
+def tensor_optimizer(b: CudaBinder) -> Any:
+    r = rules.tensor_optimizer(b)  # the native range update, over one tensor and its twins
+    if not r.n:
+        return None
+    return b.make(RANGE_OPTIMIZER, w=b.ptr("w"), g=b.ptr("g"), m=b.ptr("m") if r.m else None,
+                  v=b.ptr("v") if r.v else None, lr=b.dev("lr"), flag=b.dev("flag"), grad_scale=b.dev("grad_scale"),
+                  step=b.dev("step") if r.adam else None, n=r.n, rule=OPTIMIZER_RULE_CODES[r.rule],
+                  beta1=float(r.beta1), beta2=float(r.beta2), eps=float(r.eps), weight_decay=float(r.weight_decay),
+                  lr_scale=float(r.lr_scale))
+
+
 @cuda_op("lars_update")
 def lars_update(b: CudaBinder) -> Any:
     r = rules.lars_update(b)

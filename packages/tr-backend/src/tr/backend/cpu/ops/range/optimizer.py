@@ -112,10 +112,22 @@ assert set(_RULES) == set(OPTIMIZER_RULES)
 @cpu_op("range_optimizer")
 def range_optimizer(b: Binder) -> Step | None:
     r = rules.range_optimizer(b)
-    rule, b1, b2, eps, wd, adam = r.rule, r.beta1, r.beta2, r.eps, r.weight_decay, r.adam
     w, g = b.span("w", np.float32), b.span("g", np.float32)
     m = b.span("m", np.float32) if r.m else None
     v = b.span("v", np.float32) if r.v else None
+    return _update(b, r, w, g, m, v)
+
+
+@cpu_op("tensor_optimizer")
+def tensor_optimizer(b: Binder) -> Step | None:
+    r = rules.tensor_optimizer(b)
+    return _update(b, r, b.flat("w"), b.flat("g"), b.flat("m") if r.m else None, b.flat("v") if r.v else None)
+
+
+def _update(b: Binder, r: rules.Optimizer, w: np.ndarray, g: np.ndarray, m: np.ndarray | None,
+             v: np.ndarray | None) -> Step | None:
+    """The rule's update of ``w`` from ``g`` (and the moments), over blocks spread on threads."""
+    rule, b1, b2, eps, wd, adam = r.rule, r.beta1, r.beta2, r.eps, r.weight_decay, r.adam
     if not w.size:
         return None
     lr, flag, gscale = b.flat("lr"), b.flat("flag"), b.flat("grad_scale")

@@ -93,6 +93,8 @@ def _drop(d: dict[str, Any], keys) -> dict[str, Any]:
 
 def growth(saved: dict[str, Any], here: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], bool]:
     """(saved, here) to compare, and whether total_epochs grows (then without the keys that follow it)."""
+    if not isinstance(saved, dict):  # a damaged manifest's description: compared as it is (and refused)
+        return saved, here, False
     a, b = (sched.get("total_epochs") if isinstance(sched, dict) else None  # a damaged manifest: no growth
             for sched in (saved.get("schedule"), here.get("schedule")))
     if isinstance(a, int) and isinstance(b, int) and b > a:

@@ -139,7 +139,7 @@ def test_amp_clips_the_unscaled_gradients():
 
 
 @pytest.mark.parametrize("call,message", [
-    (lambda t: t.grad_clip(1.0, mode="agc"), r"grad_clip mode must be one of \('value', 'norm'\), got 'agc'"),
+    (lambda t: t.grad_clip(1.0, mode="l2"), r"grad_clip mode must be one of \('value', 'norm', 'agc'\), got 'l2'"),
     (lambda t: t.grad_clip(-0.5, mode="norm"), r"grad_clip must be a finite number > 0 \(or -1 to disable\)"),
     (lambda t: t.grad_clip(float("inf"), mode="norm"), r"grad_clip must be a finite number > 0"),
     (lambda t: t.grad_clip("1", mode="norm"), r"grad_clip must be a finite number > 0"),
@@ -166,3 +166,76 @@ def test_norm_clipping_is_recorded_and_off_leaves_the_plan_without_it():
 
     d = checkpoint.describe(clipped)
     assert (d["grad_clip"], d["grad_clip_mode"]) == (2.0, "norm") and "grad_clip_mode" not in checkpoint.describe(plain)
+
+
+def _unitwise_norm(t: torch.Tensor) -> torch.Tensor:
+    """timm's unitwise_norm: the whole tensor's norm when 1-D, else each first-dim row's (keepdim)."""
+    if t.ndim <= 1:
+        return torch.linalg.vector_norm(t, 2)
+    return torch.linalg.vector_norm(t, 2, dim=tuple(range(1, t.ndim)), keepdim=True)
+
+
+def _agc(params, clip: float, eps: float = 1e-3) -> int:
+    """timm's adaptive_clip_grad (timm/utils/agc.py), written out: unit-wise norms over every dim but the first.
+    Returns how many units it clipped."""
+    clipped = 0
+    for p in params:
+        g = p.grad.detach()
+        wn = _unitwise_norm(p.detach()).clamp(min=eps) * clip
+        gn = _unitwise_norm(g)
+        p.grad.detach().copy_(torch.where(gn < wn, g, g * (wn / gn.clamp(min=1e-6))))
+        clipped += int((gn >= wn).sum())
+    return clipped
+
+
+@pytest.mark.parametrize("make", [_cnn, _mlp], ids=["bn_cnn", "mlp"])
+def test_adaptive_clipping_follows_timm_s_rule(make):
+    """grad_clip(c, mode="agc"): every tensor but the head's clipped unit by unit as timm's adaptive_clip_grad
+    (exclude_head) before each SGD step; clipping is active (a small c)."""
+    x, y = (_images() if make is _cnn else _vectors())
+    x, y = x[:STEPS * BATCH], y[:STEPS * BATCH]
+    bp, tm = make()
+    feeder = ArrayFeeder((x, y), None, BATCH, shuffle=False, num_classes=CLASSES)
+    task = (DeepLearningTask(Settings().manual_seed(7).global_batch_size(BATCH)).device("cpu").quiet()
+            .model(bp).optimizer(SGD().momentum(0.9)).scheduler(ConstantLR().base_lr(0.1))
+            .grad_clip(0.02, mode="agc").total_epochs(1).data(feeder)).compile()
+    assert sum(c.op == "clip_agc" for c in task.program.steps["train_a"].calls) >= 2
+    tm = tm.double()
+    _load(tm, task.parameters())
+    losses = []
+    task.on_step(lambda k, r: losses.append(float(r[0])))
+    task.run()
+    topt = torch.optim.SGD(tm.parameters(), lr=0.1, momentum=0.9)
+    body = [p for _, m in _param_modules(tm)[:-1] for p in m.parameters(recurse=False)]  # the head excluded
+    clipped = 0
+    for k in range(STEPS):
+        xb = torch.from_numpy(x[k * BATCH:(k + 1) * BATCH]).double()
+        yb = torch.from_numpy(y[k * BATCH:(k + 1) * BATCH]).long()
+        topt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(tm(xb), yb)
+        loss.backward()
+        clipped += _agc(body, 0.02)
+        topt.step()
+        assert losses[k] == pytest.approx(loss.item(), rel=2e-4, abs=1e-5), f"step {k}"
+    for (kind, m), p in zip(_param_modules(tm), task.parameters()):
+        w = m.weight.detach().numpy()
+        got = p[0].transpose(0, 3, 1, 2) if kind == "conv" else p[0].reshape(w.shape)
+        np.testing.assert_allclose(got, w, rtol=1e-3, atol=1e-4, err_msg=kind)
+    assert clipped >= STEPS, f"AGC clipped {clipped} units in {STEPS} steps: the test would not see it"
+
+
+def test_adaptive_clipping_divides_the_loss_scale_out():
+    """Under AMP the scaled gradients are clipped as their unscaled values: two loss scales, the same bytes."""
+    x, y = _vectors()
+
+    def trained(init: float) -> list[bytes]:
+        s = Settings().manual_seed(7).global_batch_size(BATCH).amp().loss_scaling("dynamic", init=init)
+        feeder = ArrayFeeder((x.astype(np.float16), y), None, BATCH, shuffle=False, num_classes=CLASSES,
+                             dtype=np.float16)
+        task = (DeepLearningTask(s).device("cpu").quiet().model(_mlp()[0]).optimizer(SGD().momentum(0.9))
+                .scheduler(ConstantLR().base_lr(0.1)).grad_clip(0.02, mode="agc").total_epochs(1).data(feeder))
+        task.compile().run()
+        return [w.tobytes() for m in task.parameters() for w in m]
+
+    assert trained(1024.0) == trained(65536.0)
+

@@ -9,7 +9,7 @@ import pytest
 from backend_testkit import FC_W, SCALAR_FP32, SCALAR_INT32, op
 from cuda_testkit import Twin
 
-from tr.core.memory import Region, Role, Span
+from tr.core.memory import Region, Role, Span  # (FC_W: a decayed group, rows = units)
 
 pytestmark = pytest.mark.gpu
 
@@ -40,3 +40,26 @@ def test_the_norm_and_divisor_match_the_cpu(n, max_norm, scale, flag):
     tw.gpu.launch(gg)
     tw.gpu.synchronize()
     assert tw.gpu.read(tw["divisor"]).tobytes() == first.tobytes()  # a fixed order: the same bits every launch
+
+
+@pytest.mark.parametrize("per_unit", [True, False])
+@pytest.mark.parametrize("scale", [1.0, 4096.0])
+def test_adaptive_clipping_matches_the_cpu(per_unit, scale):
+    tw = Twin()
+    tw.add("w", (64, 3, 3, 32), "fp32", Region(Role.PARAM, FC_W))
+    tw.add("g", (64, 3, 3, 32), "fp32", Region(Role.GRAD, FC_W))
+    tw.add("scale", (1,), "fp32", SCALAR_FP32)
+    tw.add("flag", (1,), "int32", SCALAR_INT32)
+    tw.allocate()
+    w = tw.fill("w")
+    g = tw.rng.standard_normal(w.size).astype(np.float32) * np.float32(scale)
+    g[: w.size // 2] *= np.float32(1e-4)  # half the units keep their gradient, half are clipped
+    tw.write("g", g)
+    tw.write("scale", [scale])
+    tw.write("flag", [0])
+    tw.run(op("clip_agc", w=tw["w"], g=tw["g"], scale=tw["scale"], flag=tw["flag"], clip=0.01, eps=1e-3,
+              per_unit=per_unit))
+    c, gpu = tw.both("g")
+    np.testing.assert_array_equal(gpu, c)  # float64 sums rounded to one float32 factor a unit, then one multiply
+    assert not np.array_equal(c.ravel(), g)
+

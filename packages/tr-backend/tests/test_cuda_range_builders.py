@@ -147,6 +147,16 @@ def test_the_tensor_optimizer_is_the_range_update_over_one_tensor(a):
     assert ints["rule"] == OPTIMIZER_RULES.index("momentum") and "v" not in ptrs
 
 
+def test_adaptive_clipping_passes_its_units(a):
+    """clip_agc: per unit, the rows of w's first dimension (6 of 5 elements here); else the tensor as one unit."""
+    call = op("clip_agc", w=a["lw"], g=a["lg"], scale=a["scale"], flag=a["flag"], clip=0.01, eps=1e-3, per_unit=True)
+    name, ptrs, ints, floats = build(call, a)
+    assert name == "clip_agc" and set(ptrs) == {"w", "g", "scale", "flag"}
+    assert (ints["units"], ints["per"]) == (6, 5) and floats == {"clip": 0.01, "eps": 1e-3}
+    whole = op("clip_agc", w=a["lw"], g=a["lg"], scale=a["scale"], flag=a["flag"], clip=0.01)
+    assert (build(whole, a)[2]["units"], build(whole, a)[2]["per"]) == (1, 30)
+
+
 def test_lars_passes_nesterov_and_every_coefficient(a):
     call = op("lars_update", w=a["lw"], g=a["lg"], m=a["lm"], lr=a["lr"], flag=a["flag"], grad_scale=a["scale"],
               ratio=a["ratio"], nesterov=True, trust_clip=5.0)

@@ -648,6 +648,47 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"g", "ptr"}, {"n", "i64"}, {"scale", "tensor"}, {"flag", "tensor"}, {"divisor", "tensor"}, {"norm", "tensor"}, {"max_norm", "f64"}});
   }
   {
+    nb::class_<ClipAgcArgs> klass(m, "ClipAgcArgs", "Adaptive clipping of one tensor's gradient, unit by unit (one block a unit: float64 sums in a fixed tree): g *= clip * max(||w||, eps) / max(||g|| / scale, 1e-6) unless the ratio keeps it.\n\nKeyword-only fields:\n    w (tensor): FP32 [units * per]: the weights\n    g (tensor): FP32 [units * per]: the gradients, scaled\n    scale (tensor): FP32 [1]: the loss scale the gradients carry\n    flag (tensor): INT32 [1]: the skip flag\n    units (i64): units (rows) of the tensor\n    per (i64): elements a unit\n    clip (f64): the clipping factor (> 0)\n    eps (f64): the floor of a unit's weight norm");
+    klass.def(
+        "__init__",
+        [](ClipAgcArgs* self, const Dev& w, const Dev& g, const Dev& scale, const Dev& flag, std::int64_t units, std::int64_t per, double clip, double eps) {
+          ClipAgcArgs rec;
+          rec.w = dev_of("clip_agc", "w", w);
+          rec.g = dev_of("clip_agc", "g", g);
+          rec.scale = dev_of("clip_agc", "scale", scale);
+          rec.flag = dev_of("clip_agc", "flag", flag);
+          rec.units = units;
+          rec.per = per;
+          rec.clip = clip;
+          rec.eps = eps;
+          new (self) ClipAgcArgs(rec);
+        },
+        nb::kw_only(), "w"_a, "g"_a, "scale"_a, "flag"_a, "units"_a, "per"_a, "clip"_a, "eps"_a);
+    klass.def_prop_ro("w", [](const ClipAgcArgs& a) -> nb::object { return nb::cast(a.w); });
+    klass.def_prop_ro("g", [](const ClipAgcArgs& a) -> nb::object { return nb::cast(a.g); });
+    klass.def_prop_ro("scale", [](const ClipAgcArgs& a) -> nb::object { return nb::cast(a.scale); });
+    klass.def_prop_ro("flag", [](const ClipAgcArgs& a) -> nb::object { return nb::cast(a.flag); });
+    klass.def_prop_ro("units", [](const ClipAgcArgs& a) -> nb::object { return nb::cast(a.units); });
+    klass.def_prop_ro("per", [](const ClipAgcArgs& a) -> nb::object { return nb::cast(a.per); });
+    klass.def_prop_ro("clip", [](const ClipAgcArgs& a) -> nb::object { return nb::cast(a.clip); });
+    klass.def_prop_ro("eps", [](const ClipAgcArgs& a) -> nb::object { return nb::cast(a.eps); });
+    klass.def("fields", [](const ClipAgcArgs& a) {
+      nb::dict d;
+      d["w"] = nb::cast(a.w);
+      d["g"] = nb::cast(a.g);
+      d["scale"] = nb::cast(a.scale);
+      d["flag"] = nb::cast(a.flag);
+      d["units"] = nb::cast(a.units);
+      d["per"] = nb::cast(a.per);
+      d["clip"] = nb::cast(a.clip);
+      d["eps"] = nb::cast(a.eps);
+      return d;
+    }, "The fields by name, in declaration order.");
+    klass.def("__repr__", [](const ClipAgcArgs& a) { return record_repr("ClipAgcArgs", nb::cast(a).attr("fields")()); });
+    klass.attr("op") = "clip_agc";
+    klass.attr("field_types") = field_types({{"w", "tensor"}, {"g", "tensor"}, {"scale", "tensor"}, {"flag", "tensor"}, {"units", "i64"}, {"per", "i64"}, {"clip", "f64"}, {"eps", "f64"}});
+  }
+  {
     nb::class_<NcclAllreduceMeanArgs> klass(m, "NcclAllreduceMeanArgs", "span = the mean of span over the ranks (one in-place ncclAllReduce, ncclAvg).\n\nKeyword-only fields:\n    span (ptr): device address of n FP32 values\n    comm (ptr): the ncclComm_t: a tr.backend._native.NcclComm's handle, alive as long as the graphs\n    n (i64): elements (>= 0)");
     klass.def(
         "__init__",
@@ -2646,6 +2687,7 @@ void bind_op_args(nb::module_& m) {
         if (nb::isinstance<BnMaxpoolFwdArgs>(args)) return bn_maxpool_fwd(ctx, nb::cast<const BnMaxpoolFwdArgs&>(args));
         if (nb::isinstance<BnMaxpoolBwdArgs>(args)) return bn_maxpool_bwd(ctx, nb::cast<const BnMaxpoolBwdArgs&>(args));
         if (nb::isinstance<ClipGradNormArgs>(args)) return clip_grad_norm(ctx, nb::cast<const ClipGradNormArgs&>(args));
+        if (nb::isinstance<ClipAgcArgs>(args)) return clip_agc(ctx, nb::cast<const ClipAgcArgs&>(args));
         if (nb::isinstance<NcclAllreduceMeanArgs>(args)) return nccl_allreduce_mean(ctx, nb::cast<const NcclAllreduceMeanArgs&>(args));
         if (nb::isinstance<ConvFwdArgs>(args)) return conv_fwd(ctx, nb::cast<const ConvFwdArgs&>(args));
         if (nb::isinstance<ConvBwdArgs>(args)) return conv_bwd(ctx, nb::cast<const ConvBwdArgs&>(args));

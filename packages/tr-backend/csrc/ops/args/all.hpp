@@ -42,6 +42,7 @@ inline constexpr const char* kNativeOps[] = {
     "bn_maxpool_fwd",
     "bn_maxpool_bwd",
     "clip_grad_norm",
+    "clip_agc",
     "nccl_allreduce_mean",
     "conv_fwd",
     "conv_bwd",

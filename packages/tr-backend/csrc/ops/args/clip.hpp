@@ -30,4 +30,18 @@ struct ClipGradNormArgs {
 };
 std::unique_ptr<Op> clip_grad_norm(Context& ctx, const ClipGradNormArgs& a);
 
+// clip_agc: Adaptive clipping of one tensor's gradient, unit by unit (one block a unit: float64 sums in a fixed tree): g *= clip * max(||w||, eps) / max(||g|| / scale, 1e-6) unless the ratio keeps it.
+struct ClipAgcArgs {
+  static constexpr const char* op = "clip_agc";
+  Dev w;  // tensor: FP32 [units * per]: the weights
+  Dev g;  // tensor: FP32 [units * per]: the gradients, scaled
+  Dev scale;  // tensor: FP32 [1]: the loss scale the gradients carry
+  Dev flag;  // tensor: INT32 [1]: the skip flag
+  std::int64_t units = 0;  // i64: units (rows) of the tensor
+  std::int64_t per = 0;  // i64: elements a unit
+  double clip = 0.0;  // f64: the clipping factor (> 0)
+  double eps = 0.0;  // f64: the floor of a unit's weight norm
+};
+std::unique_ptr<Op> clip_agc(Context& ctx, const ClipAgcArgs& a);
+
 }  // namespace tr::native

@@ -306,6 +306,12 @@ _DEFS: list[OpDef] = [
               "span (a float64 sum of squares in a fixed order), coef = max_norm / (norm + 1e-6); divisor = "
               "scale[0] / min(coef, 1), what the optimizer divides g by instead of the loss scale. With flag set "
               "(a skipped step) divisor = scale[0]"),
+    OpDef("clip_agc", "clip", (_t("w"), _t("g", "inout"), _t("scale"), _t("flag")), ("clip", "eps", "per_unit"),
+          kind="range",
+          doc="adaptive gradient clipping (Brock et al. 2021; timm's adaptive_clip_grad) of one trained tensor: per "
+              "unit (per_unit: each row of the first dimension, a conv's or fc's output unit; else the whole "
+              "tensor), with gn = ||g|| / scale[0] and wn = clip * max(||w||, eps), g is multiplied by wn / max(gn, "
+              "1e-6) unless gn < wn (norms in float64, a fixed order). Nothing happens when flag != 0"),
     OpDef("range_allreduce_mean", "range", (_s("span", "inout"),), kind="range",
           doc="mean over ranks in place; identity with one rank"),
     OpDef("range_optimizer", "range",

@@ -21,8 +21,9 @@ from tr.core.ops import OPTIMIZER_RULES
 # in tr.algo.OptimizerKind's order
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "lars", "lars_nesterov", "adam", "adamw")
 # Gradient clipping before the update: "value" clamps each element to [-c, c] (the seed's); "norm" scales every
-# gradient by min(1, c / (||g|| + 1e-6)), ||g|| the L2 norm over all of them (torch.nn.utils.clip_grad_norm_).
-GRAD_CLIP_MODES = ("value", "norm")
+# gradient by min(1, c / (||g|| + 1e-6)), ||g|| the L2 norm over all of them (torch.nn.utils.clip_grad_norm_);
+# "agc" clips each unit's gradient to c times its weights' norm (adaptive clipping, timm's adaptive_clip_grad).
+GRAD_CLIP_MODES = ("value", "norm", "agc")
 LARS = frozenset({"lars", "lars_nesterov"})
 
 # the range_optimizer rule of the decayed weights (LARS updates them per tensor with lars_update instead)

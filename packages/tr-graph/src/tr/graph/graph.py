@@ -272,6 +272,12 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
     if clips_norm(spec):  # after the flag is known and before the loss scale moves: the optimizer divides by it
         nan.append(_op("clip_grad_norm", {"max_norm": spec.grad_clip}, "the global gradient norm", g=GRADS,
                        scale="loss_scale", flag="nan_flag", divisor="grad_divisor", norm="grad_norm"))
+    if spec.grad_clip_mode == "agc" and spec.grad_clip > 0:  # each tensor but the head's (timm's exclude_head)
+        head = max(layer for layer, _, _ in trained)
+        for layer, key, group in trained:
+            if layer != head:
+                nan.append(_op("clip_agc", {"clip": spec.grad_clip, "eps": 1e-3, "per_unit": group.decayed},
+                               layer=layer, w=key, g=key + ".grad", scale="loss_scale", flag="nan_flag"))
     nan.append(_op("count_flag", flag="nan_flag", count="skipped", label="skipped steps"))
     g[Part.CHECK_FINITE] = nan
     if spec.amp:  # after the optimizer: this step's gradients are divided by the scale they were made with

@@ -165,7 +165,10 @@ class DeepLearningTask(TaskBase):
         """Clip the gradients before every update (after the data-parallel all-reduce; a skipped step is left as
         it is). ``mode="value"`` (the seed's): clamp each element to [-limit, limit]. ``mode="norm"``
         (torch.nn.utils.clip_grad_norm_): scale all of them by min(1, limit / (norm + 1e-6)), norm the L2 norm
-        over every gradient of the model (one fixed-order float64 reduction: deterministic). -1 turns it off."""
+        over every gradient of the model (one fixed-order float64 reduction: deterministic). ``mode="agc"``
+        (adaptive clipping, timm's adaptive_clip_grad with eps 1e-3): each output unit's gradient (a bias-like
+        tensor's as a whole) is scaled down to ``limit`` times its weights' norm, the head's excepted (timm's
+        exclude_head). -1 turns it off."""
         self._plan("grad_clip()")
         if mode not in GRAD_CLIP_MODES:
             raise ConfigError(f"grad_clip mode must be one of {GRAD_CLIP_MODES}, got {mode!r}")

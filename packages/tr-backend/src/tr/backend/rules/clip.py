@@ -1,5 +1,6 @@
-"""The rule of gradient clipping by the global norm (clip_grad_norm): an FP32 span of gradients (scaled by the
-loss scale), FP32 scalars scale, divisor and norm, the INT32 skip flag, max_norm > 0."""
+"""The rules of gradient clipping: by the global norm (clip_grad_norm: an FP32 span of gradients scaled by the loss
+scale, FP32 scalars scale, divisor and norm, the INT32 skip flag, max_norm > 0) and adaptive (clip_agc: one FP32
+weight and its gradient, per unit or whole)."""
 
 from __future__ import annotations
 
@@ -31,3 +32,33 @@ def divisor(sum_squares: float, scale: float, max_norm: float) -> tuple[float, f
     norm = math.sqrt(sum_squares) / scale
     coef = max_norm / (norm + EPS)
     return norm, (scale / coef if coef < 1.0 else scale)
+
+
+AGC_GRAD_FLOOR = 1e-6  # timm's adaptive_clip_grad: grad_norm.clamp(min=1e-6)
+
+
+def clip_agc(b: CallBinder) -> tuple[int, int, float, float]:
+    """(units, elements a unit, clip, eps): the rows of w's first dimension when per_unit, else one."""
+    clip, eps = b.float_attr("clip", lo=0.0), b.float_attr("eps", 1e-3, lo=0.0)
+    if not (clip > 0.0 and math.isfinite(clip)):
+        b.fail(f"attribute 'clip' = {clip!r} must be a finite number > 0")
+    if not math.isfinite(eps):
+        b.fail(f"attribute 'eps' = {eps!r} must be a finite number >= 0")
+    for name in ("w", "g", "scale"):
+        b.expect_dtype(name, DType.FP32)
+    b.expect_dtype("flag", DType.INT32)
+    b.expect_numel("scale", 1)
+    b.expect_numel("flag", 1)
+    w = b.tensor("w")
+    b.expect_numel("g", w.numel)
+    units = w.shape.dims[0] if b.attr("per_unit", False) else 1
+    return units, w.numel // units, clip, eps
+
+
+def agc_factor(w_sq: float, g_sq: float, scale: float, clip: float, eps: float) -> float:
+    """The factor one unit's gradient is multiplied by (1.0: kept) from the float64 sums of squares of its weights
+    and of its scaled gradients."""
+    gn = math.sqrt(g_sq) / scale
+    wn = clip * max(math.sqrt(w_sq), eps)
+    return 1.0 if gn < wn else wn / max(gn, AGC_GRAD_FLOOR)
+

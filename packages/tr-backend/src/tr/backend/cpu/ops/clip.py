@@ -1,5 +1,7 @@
-"""clip_grad_norm on the CPU: the sum of squares in float64 (numpy's pairwise sum over a float64 copy: a fixed
-order for a given span), then the norm and the optimizer's divisor (tr.backend.rules.clip)."""
+"""Gradient clipping on the CPU. clip_grad_norm: the sum of squares in float64 (numpy's pairwise sum over a float64
+copy: a fixed order for a given span), then the norm and the optimizer's divisor. clip_agc: per unit float64 sums
+of squares of the weights and gradients, the factor (tr.backend.rules.clip), each unit's gradient times it in
+float32."""
 
 from __future__ import annotations
 
@@ -26,3 +28,28 @@ def clip_grad_norm(b: Binder) -> Step:
         div[0] = s if flag[0] else d
 
     return run
+
+
+@cpu_op("clip_agc")
+def clip_agc(b: Binder) -> Step:
+    units, per, clip, eps = rules.clip_agc(b)
+    w, g = b.flat("w").reshape(units, per), b.flat("g").reshape(units, per)
+    scale, flag = b.flat("scale"), b.flat("flag")
+    wide = b.scratch((units, per), np.float64)
+
+    def sums(x: np.ndarray) -> np.ndarray:
+        np.copyto(wide, x)
+        np.square(wide, out=wide)
+        return wide.sum(axis=1)
+
+    def run() -> None:
+        if flag[0]:
+            return
+        s = float(scale[0])
+        factors = [rules.agc_factor(ws, gs, s, clip, eps) for ws, gs in zip(sums(w), sums(g))]
+        for row, f in zip(g, factors):
+            if f != 1.0:
+                np.multiply(row, np.float32(f), out=row)
+
+    return run
+

@@ -12,4 +12,12 @@ CLIP_GRAD_NORM = native_op(
     tensor("divisor", "FP32 [1]: what the optimizer divides the gradients by"),
     tensor("norm", "FP32 [1]: the unscaled global norm"), f64("max_norm", "the largest norm kept (> 0)"))
 
-OPS = (CLIP_GRAD_NORM,)
+CLIP_AGC = native_op(
+    "clip_agc", "Adaptive clipping of one tensor's gradient, unit by unit (one block a unit: float64 sums in a fixed "
+    "tree): g *= clip * max(||w||, eps) / max(||g|| / scale, 1e-6) unless the ratio keeps it.",
+    tensor("w", "FP32 [units * per]: the weights"), tensor("g", "FP32 [units * per]: the gradients, scaled"),
+    tensor("scale", "FP32 [1]: the loss scale the gradients carry"), tensor("flag", "INT32 [1]: the skip flag"),
+    i64("units", "units (rows) of the tensor"), i64("per", "elements a unit"),
+    f64("clip", "the clipping factor (> 0)"), f64("eps", "the floor of a unit's weight norm"))
+
+OPS = (CLIP_GRAD_NORM, CLIP_AGC)

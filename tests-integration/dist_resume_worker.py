@@ -10,6 +10,8 @@
                                                        write OUT/<i>/rank<r>.npz (i: the CKPT's position)
     python dist_resume_worker.py rank0_saves CKPT      train one epoch, then only rank 0 calls save (a bug in a
                                                        user's script): rank 0 must fail naming rank 1
+    python dist_resume_worker.py rank1_other_data CKPT resume CKPT with rank 1's data changed (its own shard's
+                                                       fingerprint refuses it): every rank must fail at once
 
 Each .npz holds every state tensor of the checkpoint (``s:<name>``), this rank's dropout stream, the epoch
 metrics and the best value its checkpoint policy holds. The ranks' dropout streams differ (each draws its own
@@ -26,7 +28,7 @@ import numpy as np
 STEPS, GLOBAL_BATCH, IN, CLASSES, EPOCHS, HALF, VAL = 4, 16, 12, 4, 4, 2, 13
 
 
-def make_task():
+def make_task(data_seed: int = 7):
     from tr.algo.optimizer import SGD
     from tr.algo.scheduler import CosineAnnealingLR
     from tr.core.settings import Settings
@@ -34,7 +36,7 @@ def make_task():
     from tr.task.deep_learning import DeepLearningTask
     from tr.task.feeder import ArrayFeeder
 
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(data_seed)
     w = rng.standard_normal((IN, CLASSES))
     x = rng.standard_normal((STEPS * GLOBAL_BATCH + VAL, 1, 1, IN)).astype(np.float32)
     y = (x.reshape(-1, IN) @ w).argmax(1).astype(np.int32)
@@ -70,6 +72,8 @@ def main(argv: list[str]) -> int:
     elif mode == "plain":
         task = make_task().compile()
         dump(task, task.run(), argv[1])
+    elif mode == "rank1_other_data":
+        make_task(data_seed=8 if os.environ["RANK"] == "1" else 7).resume(argv[1]).run()
     elif mode == "rank0_saves":
         task = make_task().compile()
         task.run(1)

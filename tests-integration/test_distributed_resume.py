@@ -85,6 +85,18 @@ def test_a_rank_that_never_arrives_at_a_save_is_named_within_the_op_timeout(tmp_
     assert time.monotonic() - t0 < 90 and not (tmp_path / "ck").exists()
 
 
+def test_a_rank_that_refuses_the_resume_stops_every_rank_at_once(tmp_path):
+    """Rank 1 resumes on other data (its shard's fingerprint differs): instead of rank 0 waiting in the first
+    collective until the operation timeout, both ranks fail at the resume, rank 0 naming rank 1's reason."""
+    (tmp_path / "out").mkdir()
+    _tr_run("straight", str(tmp_path / "out"), str(tmp_path / "every"), str(tmp_path / "ck"))
+    t0 = time.monotonic()
+    run = _launch("rank1_other_data", str(tmp_path / "ck"), TR_DIST_OP_TIMEOUT="120")
+    assert run.returncode != 0
+    assert "the ranks disagree on the resume refused (rank 0: None, rank 1: " in run.stderr, run.stderr[-3000:]
+    assert time.monotonic() - t0 < 100  # far inside the 120 s operation timeout
+
+
 def test_a_one_process_checkpoint_is_refused_by_a_data_parallel_resume_with_dropout(tmp_path):
     sys.path.insert(0, str(HERE))
     import dist_resume_worker as W

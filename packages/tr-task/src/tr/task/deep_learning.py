@@ -12,7 +12,7 @@ import numpy as np
 from tr.algo.loss import CrossEntropyLoss
 from tr.algo.onehot_loss import BCEWithLogitsLoss, MSELoss
 from tr.algo.scheduler import Scheduler
-from tr.core.errors import CompileError, ConfigError, PhaseError
+from tr.core.errors import CompileError, ConfigError, PhaseError, TrError
 from tr.core.log import get_logger
 from tr.core.memory import Role
 from tr.core.optim import GRAD_CLIP_MODES, ParamGroup
@@ -259,7 +259,20 @@ class DeepLearningTask(TaskBase):
         if self._phase is Phase.PLANNING:
             checkpoint.compile_for(self, path)  # (autotuned engines pinned as the saved run chose them)
         self._require(Phase.COMPILED, "resume()")
-        checkpoint.load(self, path, allow_data_change)
+        if self.group is None:
+            checkpoint.load(self, path, allow_data_change)
+            return self
+        # Data-parallel: a rank that refuses (its own data, its own description) tells the others now, so every
+        # rank fails with the reason instead of the others waiting in the first collective until its timeout.
+        refused: TrError | None = None
+        try:
+            checkpoint.load(self, path, allow_data_change)
+        except TrError as e:
+            refused = e
+        self.group.agree("the resume", {"refused": None if refused is None else f"{type(refused).__name__}: "
+                                                                                 f"{refused}"})
+        if refused is not None:  # every rank refused alike
+            raise refused
         return self
 
     def quiet(self, quiet: bool = True) -> DeepLearningTask:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +69,7 @@ class ParamGroup:
         for name, v, optional in (("lr_mult", self.lr_mult, False), ("weight_decay", self.weight_decay, True)):
             if optional and v is None:
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
                 raise ConfigError(f"param_group({self.select!r}): {name} must be a finite number >= 0, got {v!r}")
 
     def picks(self, g: Group) -> bool:

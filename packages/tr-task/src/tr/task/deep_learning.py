@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from contextlib import closing
 from typing import Any
@@ -119,7 +120,7 @@ class DeepLearningTask(TaskBase):
         trained tensors, in model order, trains at decay ** (n - 1 - k) times the rate, the head at the full rate
         (on top of param_group()'s multipliers). Each trained tensor is then updated by its own launch."""
         self._plan("layer_decay()")
-        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay <= 1:
+        if isinstance(decay, bool) or not isinstance(decay, numbers.Real) or not 0 < decay <= 1:
             raise ConfigError(f"layer_decay must be a number in (0, 1], got {decay!r}")
         self._cfg._set("layer_decay", float(decay))
         return self
@@ -172,7 +173,7 @@ class DeepLearningTask(TaskBase):
         self._plan("grad_clip()")
         if mode not in GRAD_CLIP_MODES:
             raise ConfigError(f"grad_clip mode must be one of {GRAD_CLIP_MODES}, got {mode!r}")
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (
+        if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not (
                 (limit > 0 and math.isfinite(limit)) or limit == -1):
             raise ConfigError(f"grad_clip must be a finite number > 0 (or -1 to disable), got {limit!r}")
         self._cfg._set("grad_clip", float(limit))

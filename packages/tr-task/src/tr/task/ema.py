@@ -12,6 +12,7 @@ use_sema/sema_decay) is EMA plus a switch: at the end of every epoch the weights
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 from tr.core.errors import ConfigError
@@ -31,7 +32,7 @@ class EmaConfig:
         if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or not 0 < d < 1:
             raise ConfigError(f"{what} decay must be a number in (0, 1), got {d!r}")
         w = self.warmup
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w < 0:
             raise ConfigError(f"{what} warmup must be a finite number >= 0 (steps; 0: none), got {w!r}")
         if not isinstance(self.validate, bool):
             raise ConfigError(f"ema validate must be True or False, got {self.validate!r}")

@@ -221,3 +221,33 @@ def test_a_bad_layer_decay_is_refused_at_the_call(decay):
 def test_layer_decay_with_lars_is_refused_at_compile():
     with pytest.raises(ConfigError, match="layer_decay with LARS is not supported"):
         _task(LARS()).layer_decay(0.7).compile()
+
+
+def test_groups_by_tensor_name_follow_torch():
+    """param_group("L0.*") picks the first layer's tensors by name (each tensor then takes its own update); a later
+    kind group overrides it where both pick: against torch param groups built from the same layer map."""
+    bp, _ = _resnet()
+    module_layers = _module_layers(_task().model(bp).param_group("L0.*", lr_mult=0.3).compile())
+
+    def torch_opt(m):
+        groups = []
+        for (kind, mod), layer in zip(_param_modules(m), module_layers):
+            for name, p in mod.named_parameters(recurse=False):
+                mult = 0.3 if layer == 0 else 1.0
+                if name == "bias" and kind == "fc":
+                    mult = 2.0  # the "bias" group, given after
+                wd = 0.05 if (name == "weight" and kind != "bn") else 0.0
+                groups.append({"params": [p], "lr": 1e-2 * mult, "weight_decay": wd})
+        return torch.optim.AdamW(groups)
+
+    task, _, _ = _run_with(_resnet, AdamW().weight_decay(0.05), 1e-2, torch_opt,
+                           lambda t: t.param_group("L0.*", lr_mult=0.3).param_group("bias", lr_mult=2.0))
+    calls = [c for c in task.program.steps["train_a"].calls if c.op == "tensor_optimizer"]
+    assert {c.attrs["lr_scale"] for c in calls} == {0.3, 1.0, 2.0}
+
+
+def test_a_tensor_name_pattern_that_picks_nothing_names_the_tensors():
+    with pytest.raises(ConfigError, match=r"param_group\('L99\.\*'\) selects no parameter of this model: its "
+                                          r"trained tensors are \['L0\.w'"):
+        _task().param_group("L99.*", lr_mult=2.0).compile()
+

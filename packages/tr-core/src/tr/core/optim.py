@@ -47,7 +47,8 @@ def second_moment(optimizer: str) -> bool:
     return optimizer in ("adam", "adamw")
 
 
-PARAM_GROUP_KINDS = ("weight", "bias", "norm")  # the selectors by kind; anything else is a group name pattern
+PARAM_GROUP_KINDS = ("weight", "bias", "norm")  # the selectors by kind; with a ".": a tensor name pattern; else a
+# memory group name pattern
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,10 @@ class ParamGroup:
     """The learning-rate multiplier and the weight decay (None: the optimizer's, which the decayed groups take and
     the bias-like ones do not) of the parameters ``select`` picks: "weight" (the decayed memory groups: conv and
     fc weights), "bias" (the bias-like groups that are no normalisation's: conv and fc biases), "norm" (batch and
-    layer norm scales and shifts), or a pattern over memory group names (fnmatch: "deep_conv", "fc_*"; ``python -m
-    tr.graph`` lists a plan's groups). Where several select a group, the later one's values count."""
+    layer norm scales and shifts), a pattern over the trained tensors' names when it holds a "." (fnmatch over
+    "L<layer>.<name>": "L0.*" the first layer, "L*.b" every bias), or else a pattern over memory group names
+    ("deep_conv", "fc_*"); ``python -m tr.graph`` lists a plan's tensors and groups. Where several select a tensor,
+    the later one's values count."""
 
     select: str
     lr_mult: float = 1.0
@@ -72,7 +75,19 @@ class ParamGroup:
             if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
                 raise ConfigError(f"param_group({self.select!r}): {name} must be a finite number >= 0, got {v!r}")
 
+    @property
+    def by_name(self) -> bool:
+        """Whether it selects tensors by name (then the plan updates each trained tensor on its own)."""
+        return "." in self.select
+
+    def picks_tensor(self, key: str, g: Group) -> bool:
+        """Whether it picks the trained tensor ``key`` of memory group ``g``."""
+        return fnmatch.fnmatchcase(key, self.select) if self.by_name else self.picks(g)
+
     def picks(self, g: Group) -> bool:
+        """Whether it picks memory group ``g`` (a tensor-name selector picks no group as a whole)."""
+        if self.by_name:
+            return False
         if self.select == "weight":
             return g.decayed
         if self.select == "bias":

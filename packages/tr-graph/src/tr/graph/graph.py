@@ -316,6 +316,24 @@ def accum_metrics(batch_role: str, train: bool) -> list[SymOp]:
                 samples="accum_samples")]
 
 
+def tensor_settings(spec: CompileSpec, trained: list[tuple[int, str, Group]]) -> dict[str, tuple[float, float]]:
+    """{key: (lr multiplier, weight decay)} of every trained tensor under the spec's param_groups (by kind, memory
+    group or tensor name; see group_settings); one that picks no tensor is a ConfigError naming it."""
+    for pg in spec.param_groups:
+        if not any(pg.picks_tensor(key, g) for _, key, g in trained):
+            raise ConfigError(f"param_group({pg.select!r}) selects no parameter of this model: its trained tensors "
+                              f"are {[key for _, key, _ in trained]}, its groups "
+                              f"{sorted({g.name for _, _, g in trained})}")
+    out = {}
+    for _, key, g in trained:
+        s = (1.0, spec.weight_decay if g.decayed else 0.0)
+        for pg in spec.param_groups:
+            if pg.picks_tensor(key, g):
+                s = pg.settings(s)
+        out[key] = s
+    return out
+
+
 def group_settings(spec: CompileSpec, params: list[Group]) -> list[tuple[Group, tuple[float, float]]]:
     """(memory group, (lr multiplier, weight decay)) of every parameter group of the plan under the spec's
     param_groups: the optimizer's decay on decayed groups, none on bias-like ones, each ParamGroup that picks a group
@@ -368,11 +386,12 @@ def _optimizer(spec: CompileSpec, has: Callable[..., bool], trained: list[tuple[
                    m=Span.of(Role.MOMENT1, decayed=decayed) if m else None,
                    v=Span.of(Role.MOMENT2, decayed=decayed) if v else None, **common)
 
-    if spec.layer_decay is not None:  # one update a trained tensor: its group's settings, its layer's rate factor
-        settings = dict(group_settings(spec, params))
-        factors = layer_factors(spec.layer_decay, [layer for layer, _, _ in trained])
+    if spec.layer_decay is not None or any(pg.by_name for pg in spec.param_groups):
+        # one update a trained tensor: its groups' settings, its layer's rate factor
+        settings = tensor_settings(spec, trained)
+        factors = layer_factors(spec.layer_decay or 1.0, [layer for layer, _, _ in trained])
         for layer, key, group in trained:
-            mult, wd = settings[group]
+            mult, wd = settings[key]
             rule = (WEIGHT_RULE if group.decayed or wd > 0 else BIAS_RULE)[spec.optimizer]
             ops.append(_op("tensor_optimizer", {"rule": rule, "beta1": spec.beta1, "beta2": spec.beta2,
                                                 "eps": spec.eps, "weight_decay": wd,

@@ -106,10 +106,11 @@ class DeepLearningTask(TaskBase):
     def param_group(self, select: str, lr_mult: float = 1.0, weight_decay: float | None = None) -> DeepLearningTask:
         """Train the parameters ``select`` picks at ``lr_mult`` times the schedule's rate and with ``weight_decay``
         (None: the optimizer's on weights, none on bias-like parameters): "weight" (conv and fc weights), "bias"
-        (their biases), "norm" (batch and layer norm scales and shifts) or a pattern over the plan's memory group
-        names ("deep_conv", "fc_*"; ``python -m tr.graph`` lists them). Called again, a later group overrides an
-        earlier one where both pick; a selection that picks nothing is a ConfigError at compile. As torch's
-        optimizer param_groups (a torch group's lr is base lr * lr_mult here)."""
+        (their biases), "norm" (batch and layer norm scales and shifts), a pattern over the trained tensors' names
+        when it holds a "." ("L0.*": the first layer; "L*.b": every bias; each tensor is then updated on its own)
+        or a pattern over the plan's memory group names ("deep_conv", "fc_*"); ``python -m tr.graph`` lists both.
+        Called again, a later group overrides an earlier one where both pick; a selection that picks nothing is a
+        ConfigError at compile. As torch's optimizer param_groups (a torch group's lr is base lr * lr_mult)."""
         self._plan("param_group()")
         group = ParamGroup(select, lr_mult, weight_decay)
         self._cfg._set("param_groups", (*self._cfg.param_groups, group))

@@ -140,6 +140,32 @@ def _load(tm, params):
                 m.bias.copy_(torch.from_numpy(p[1].reshape(-1)))
 
 
+def torch_steps(tm, topt, x, y, steps: int, losses: list[float], between=None) -> None:
+    """``steps`` torch steps on the batches of ``x``, ``y`` (NHWC, BATCH each), each step's loss against tr's
+    ``losses[k]`` (relative 2e-4); ``between(k)``, when given, runs after the backward and before the update."""
+    for k in range(steps):
+        xb = torch.from_numpy(x[k * BATCH:(k + 1) * BATCH]).double()
+        yb = torch.from_numpy(y[k * BATCH:(k + 1) * BATCH]).long()
+        topt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(tm(xb), yb)
+        loss.backward()
+        if between is not None:
+            between(k)
+        topt.step()
+        assert losses[k] == pytest.approx(loss.item(), rel=2e-4, abs=1e-5), f"step {k}"
+
+
+def assert_same_weights(tm, params, biases: bool = True) -> None:
+    """tr's trained parameters (task.parameters()) against the torch model's, module by module (rtol 1e-3)."""
+    for (kind, m), p in zip(_param_modules(tm), params):
+        w = m.weight.detach().double().numpy()
+        got = p[0].transpose(0, 3, 1, 2) if kind == "conv" else p[0].reshape(w.shape)
+        np.testing.assert_allclose(got, w, rtol=1e-3, atol=1e-4, err_msg=kind)
+        if biases and m.bias is not None:
+            np.testing.assert_allclose(p[1].reshape(-1), m.bias.detach().double().numpy(), rtol=1e-3, atol=1e-4,
+                                       err_msg=f"{kind} bias")
+
+
 @pytest.mark.parametrize("make", [_cnn, _resnet, _separable, _biased], ids=["cnn", "resnet", "separable", "biased"])
 def test_50_steps_match_torch(make):
     bp, tm = make()
@@ -157,19 +183,5 @@ def test_50_steps_match_torch(make):
     task.run()
     topt = torch.optim.SGD(tm.parameters(), lr=LR, momentum=0.9)
     tm.train()
-    for k in range(steps):
-        xb = torch.from_numpy(x[k * BATCH:(k + 1) * BATCH]).double()
-        yb = torch.from_numpy(y[k * BATCH:(k + 1) * BATCH]).long()
-        topt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(tm(xb), yb)
-        loss.backward()
-        topt.step()
-        assert losses[k] == pytest.approx(loss.item(), rel=2e-4, abs=1e-5), f"step {k}"
-    final = task.parameters()
-    for (kind, m), p in zip(_param_modules(tm), final):
-        w = m.weight.detach().double().numpy()
-        got = p[0].transpose(0, 3, 1, 2) if kind == "conv" else p[0].reshape(w.shape)
-        np.testing.assert_allclose(got, w, rtol=1e-3, atol=1e-4, err_msg=kind)
-        if m.bias is not None:
-            np.testing.assert_allclose(p[1].reshape(-1), m.bias.detach().double().numpy(), rtol=1e-3, atol=1e-4,
-                                       err_msg=f"{kind} bias")
+    torch_steps(tm, topt, x, y, steps, losses)
+    assert_same_weights(tm, task.parameters())

@@ -15,7 +15,15 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_cnn_resnet_vs_torch import BATCH, CLASSES, _cnn, _load, _param_modules  # noqa: E402
+from test_cnn_resnet_vs_torch import (  # noqa: E402
+    BATCH,
+    CLASSES,
+    _cnn,
+    _load,
+    _param_modules,
+    assert_same_weights,
+    torch_steps,
+)
 from test_cnn_resnet_vs_torch import _data as _images  # noqa: E402
 
 from tr.algo.optimizer import SGD, AdamW  # noqa: E402
@@ -58,27 +66,17 @@ def _train(bp, tm, x, y, opt, lr, max_norm, torch_opt):
 
     task.on_step(step)
     task.run()
-    topt = torch_opt(tm)
     clipped = 0
-    for k in range(STEPS):
-        xb = torch.from_numpy(x[k * BATCH:(k + 1) * BATCH]).double()
-        yb = torch.from_numpy(y[k * BATCH:(k + 1) * BATCH]).long()
-        topt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(tm(xb), yb)
-        loss.backward()
+
+    def clip(k: int) -> None:
+        nonlocal clipped
         total = float(torch.nn.utils.clip_grad_norm_(tm.parameters(), max_norm))
         clipped += total > max_norm
-        topt.step()
-        assert losses[k] == pytest.approx(loss.item(), rel=2e-4, abs=1e-5), f"step {k}"
         assert norms[k] == pytest.approx(total, rel=2e-4), f"step {k}"
+
+    torch_steps(tm, torch_opt(tm), x, y, STEPS, losses, clip)
     assert clipped >= STEPS // 2, f"clipping was active on {clipped} of {STEPS} steps only"
-    for (kind, m), p in zip(_param_modules(tm), task.parameters()):
-        w = m.weight.detach().numpy()
-        got = p[0].transpose(0, 3, 1, 2) if kind == "conv" else p[0].reshape(w.shape)
-        np.testing.assert_allclose(got, w, rtol=1e-3, atol=1e-4, err_msg=kind)
-        if m.bias is not None:
-            np.testing.assert_allclose(p[1].reshape(-1), m.bias.detach().numpy(), rtol=1e-3, atol=1e-4,
-                                       err_msg=f"{kind} bias")
+    assert_same_weights(tm, task.parameters())
     return task
 
 
@@ -205,22 +203,15 @@ def test_adaptive_clipping_follows_timm_s_rule(make):
     losses = []
     task.on_step(lambda k, r: losses.append(float(r[0])))
     task.run()
-    topt = torch.optim.SGD(tm.parameters(), lr=0.1, momentum=0.9)
     body = [p for _, m in _param_modules(tm)[:-1] for p in m.parameters(recurse=False)]  # the head excluded
     clipped = 0
-    for k in range(STEPS):
-        xb = torch.from_numpy(x[k * BATCH:(k + 1) * BATCH]).double()
-        yb = torch.from_numpy(y[k * BATCH:(k + 1) * BATCH]).long()
-        topt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(tm(xb), yb)
-        loss.backward()
+
+    def agc(k: int) -> None:
+        nonlocal clipped
         clipped += _agc(body, 0.02)
-        topt.step()
-        assert losses[k] == pytest.approx(loss.item(), rel=2e-4, abs=1e-5), f"step {k}"
-    for (kind, m), p in zip(_param_modules(tm), task.parameters()):
-        w = m.weight.detach().numpy()
-        got = p[0].transpose(0, 3, 1, 2) if kind == "conv" else p[0].reshape(w.shape)
-        np.testing.assert_allclose(got, w, rtol=1e-3, atol=1e-4, err_msg=kind)
+
+    torch_steps(tm, torch.optim.SGD(tm.parameters(), lr=0.1, momentum=0.9), x, y, STEPS, losses, agc)
+    assert_same_weights(tm, task.parameters(), biases=False)
     assert clipped >= STEPS, f"AGC clipped {clipped} units in {STEPS} steps: the test would not see it"
 
 

@@ -14,7 +14,16 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_cnn_resnet_vs_torch import BATCH, CLASSES, _cnn, _load, _param_modules, _resnet  # noqa: E402
+from test_cnn_resnet_vs_torch import (  # noqa: E402
+    BATCH,
+    CLASSES,
+    _cnn,
+    _load,
+    _param_modules,
+    _resnet,
+    assert_same_weights,
+    torch_steps,
+)
 from test_cnn_resnet_vs_torch import _data as _images  # noqa: E402
 
 from tr.algo.optimizer import LARS, SGD, AdamW  # noqa: E402
@@ -49,37 +58,13 @@ def _torch_groups(tm, lr: float, wd: float, mult: dict, decay: dict, linear_mult
 
 
 def _run(make, opt, lr: float, calls, torch_opt):
-    bp, tm = make()
-    tm = tm.double()
-    x, y = _images()
-    x, y = x[:STEPS * BATCH], y[:STEPS * BATCH]
-    feeder = ArrayFeeder((x, y), None, BATCH, shuffle=False, num_classes=CLASSES)
-    task = (DeepLearningTask(Settings().manual_seed(7).global_batch_size(BATCH)).device("cpu").quiet()
-            .model(bp).optimizer(opt).scheduler(ConstantLR().base_lr(lr)).total_epochs(1).data(feeder))
-    for args, kw in calls:
-        task.param_group(*args, **kw)
-    task.compile()
-    _load(tm, task.parameters())
-    start = [tuple(a.copy() for a in p) for p in task.parameters()]
-    losses = []
-    task.on_step(lambda k, r: losses.append(float(r[0])))
-    task.run()
-    topt = torch_opt(tm)
-    for k in range(STEPS):
-        xb = torch.from_numpy(x[k * BATCH:(k + 1) * BATCH]).double()
-        yb = torch.from_numpy(y[k * BATCH:(k + 1) * BATCH]).long()
-        topt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(tm(xb), yb)
-        loss.backward()
-        topt.step()
-        assert losses[k] == pytest.approx(loss.item(), rel=2e-4, abs=1e-5), f"step {k}"
-    final = task.parameters()
-    for (kind, m), p in zip(_param_modules(tm), final):
-        for name, got in zip(("weight", "bias"), p):
-            want = getattr(m, name).detach().numpy()
-            got = got.transpose(0, 3, 1, 2) if kind == "conv" and name == "weight" else got.reshape(want.shape)
-            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4, err_msg=f"{kind}.{name}")
-    return task, start, final
+    """_run_with, the task configured by ``calls``: param_group's (args, kwargs) in order."""
+    def configure(task):
+        for args, kw in calls:
+            task.param_group(*args, **kw)
+        return task
+
+    return _run_with(make, opt, lr, torch_opt, configure)
 
 
 @pytest.mark.parametrize("make", [_cnn, _resnet], ids=["cnn", "resnet"])
@@ -183,6 +168,8 @@ def test_layer_wise_rate_decay_follows_torch(make):
 
 
 def _run_with(make, opt, lr, torch_opt, configure):
+    """Train ``make``'s model STEPS steps in tr (the task ``configure``d) and in torch (``torch_opt``), from the same
+    weights: the loss at every step and the final weights agree. Returns (task, its parameters before, after)."""
     bp, tm = make()
     tm = tm.double()
     x, y = _images()
@@ -192,24 +179,14 @@ def _run_with(make, opt, lr, torch_opt, configure):
                      .model(bp).optimizer(opt).scheduler(ConstantLR().base_lr(lr)).total_epochs(1).data(feeder))
     task.compile()
     _load(tm, task.parameters())
+    start = [tuple(a.copy() for a in p) for p in task.parameters()]
     losses = []
     task.on_step(lambda k, r: losses.append(float(r[0])))
     task.run()
-    topt = torch_opt(tm)
-    for k in range(STEPS):
-        xb = torch.from_numpy(x[k * BATCH:(k + 1) * BATCH]).double()
-        yb = torch.from_numpy(y[k * BATCH:(k + 1) * BATCH]).long()
-        topt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(tm(xb), yb)
-        loss.backward()
-        topt.step()
-        assert losses[k] == pytest.approx(loss.item(), rel=2e-4, abs=1e-5), f"step {k}"
-    for (kind, m), p in zip(_param_modules(tm), task.parameters()):
-        for name, got in zip(("weight", "bias"), p):
-            want = getattr(m, name).detach().numpy()
-            got = got.transpose(0, 3, 1, 2) if kind == "conv" and name == "weight" else got.reshape(want.shape)
-            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4, err_msg=f"{kind}.{name}")
-    return task, None, None
+    torch_steps(tm, torch_opt(tm), x, y, STEPS, losses)
+    final = task.parameters()
+    assert_same_weights(tm, final)
+    return task, start, final
 
 
 @pytest.mark.parametrize("decay", [0, 1.5, -0.1, True, "0.5"])

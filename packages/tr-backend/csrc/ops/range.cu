@@ -35,12 +35,19 @@ __global__ void scale_kernel(float* v, std::int64_t n, const float* factor) {
 }
 
 // A set flag (a skipped step) leaves dst as it is; flag may be null. With a step counter (a warmup), the decay
-// is decay * (1 - exp(-step / warmup)) in float64, it and 1 minus it rounded to float32 (rules/range.py's Ema).
+// is decay * (1 - exp(-step / warmup)) in float64, it and 1 minus it rounded to float32 (rules/range.py's Ema),
+// computed once a block.
 __global__ void ema_kernel(const float* src, float* dst, std::int64_t n, double decay, const int* flag,
                            const int* step, double warmup) {
   if (flag != nullptr && *flag != 0) return;
-  const double dd = step != nullptr ? decay * -expm1(-static_cast<double>(*step) / warmup) : decay;
-  const float d = static_cast<float>(dd), keep = static_cast<float>(1.0 - dd);
+  __shared__ float coef[2];
+  if (threadIdx.x == 0) {
+    const double dd = step != nullptr ? decay * -expm1(-static_cast<double>(*step) / warmup) : decay;
+    coef[0] = static_cast<float>(dd);
+    coef[1] = static_cast<float>(1.0 - dd);
+  }
+  __syncthreads();
+  const float d = coef[0], keep = coef[1];
   TR_GRID_STRIDE(i, n) { dst[i] = dst[i] * d + src[i] * keep; }
 }
 

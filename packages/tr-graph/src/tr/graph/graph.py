@@ -21,7 +21,7 @@ from typing import Any
 from tr.core.dtype import DType
 from tr.core.errors import ConfigError
 from tr.core.memory import Group, Region, Role, Span
-from tr.core.optim import BIAS_RULE, WEIGHT_RULE
+from tr.core.optim import BIAS_RULE, WEIGHT_RULE, ParamGroup
 from tr.graph.archplan import ArchPlan
 from tr.graph.jpeg_input import GEOM_A, GEOM_B, JPEG_SRC, JPEG_U8
 from tr.graph.layers import KINDS
@@ -324,14 +324,7 @@ def tensor_settings(spec: CompileSpec, trained: list[tuple[int, str, Group]]) ->
             raise ConfigError(f"param_group({pg.select!r}) selects no parameter of this model: its trained tensors "
                               f"are {[key for _, key, _ in trained]}, its groups "
                               f"{sorted({g.name for _, _, g in trained})}")
-    out = {}
-    for _, key, g in trained:
-        s = (1.0, spec.weight_decay if g.decayed else 0.0)
-        for pg in spec.param_groups:
-            if pg.picks_tensor(key, g):
-                s = pg.settings(s)
-        out[key] = s
-    return out
+    return {key: _settled(spec, g, lambda pg, key=key, g=g: pg.picks_tensor(key, g)) for _, key, g in trained}
 
 
 def group_settings(spec: CompileSpec, params: list[Group]) -> list[tuple[Group, tuple[float, float]]]:
@@ -342,14 +335,17 @@ def group_settings(spec: CompileSpec, params: list[Group]) -> list[tuple[Group, 
         if not any(pg.picks(g) for g in params):
             raise ConfigError(f"param_group({pg.select!r}) selects no parameter of this model: its parameter groups "
                               f"are {[g.name for g in params]} (kinds 'weight', 'bias', 'norm', or a name pattern)")
-    out = []
-    for g in params:
-        s = (1.0, spec.weight_decay if g.decayed else 0.0)
-        for pg in spec.param_groups:
-            if pg.picks(g):
-                s = pg.settings(s)
-        out.append((g, s))
-    return out
+    return [(g, _settled(spec, g, lambda pg, g=g: pg.picks(g))) for g in params]
+
+
+def _settled(spec: CompileSpec, g: Group, picks: Callable[[ParamGroup], bool]) -> tuple[float, float]:
+    """(lr multiplier, weight decay) of a tensor or group of memory group ``g``: the optimizer's decay on a decayed
+    group, none on a bias-like one, then every ParamGroup that ``picks`` it, in order."""
+    s = (1.0, spec.weight_decay if g.decayed else 0.0)
+    for pg in spec.param_groups:
+        if picks(pg):
+            s = pg.settings(s)
+    return s
 
 
 def layer_factors(decay: float, layers: list[int]) -> dict[int, float]:

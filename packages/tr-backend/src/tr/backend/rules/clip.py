@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from tr.backend.binding import CallBinder
 from tr.core.dtype import DType
 
@@ -55,10 +57,11 @@ def clip_agc(b: CallBinder) -> tuple[int, int, float, float]:
     return units, w.numel // units, clip, eps
 
 
-def agc_factor(w_sq: float, g_sq: float, scale: float, clip: float, eps: float) -> float:
-    """The factor one unit's gradient is multiplied by (1.0: kept) from the float64 sums of squares of its weights
-    and of its scaled gradients."""
-    gn = math.sqrt(g_sq) / scale
-    wn = clip * max(math.sqrt(w_sq), eps)
-    return 1.0 if gn < wn else wn / max(gn, AGC_GRAD_FLOOR)
+def agc_factor(w_sq: np.ndarray, g_sq: np.ndarray, scale: float, clip: float, eps: float) -> np.ndarray:
+    """The factor each unit's gradient is multiplied by (1.0: kept), in float64, from the float64 sums of squares
+    of its weights and of its scaled gradients (one a unit)."""
+    gn = np.sqrt(g_sq) / scale
+    wn = clip * np.maximum(np.sqrt(w_sq), eps)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(gn < wn, 1.0, wn / np.maximum(gn, AGC_GRAD_FLOOR))
 

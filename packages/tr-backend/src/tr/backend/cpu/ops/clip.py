@@ -45,11 +45,9 @@ def clip_agc(b: Binder) -> Step:
     def run() -> None:
         if flag[0]:
             return
-        s = float(scale[0])
-        factors = [rules.agc_factor(ws, gs, s, clip, eps) for ws, gs in zip(sums(w), sums(g))]
-        for row, f in zip(g, factors):
-            if f != 1.0:
-                np.multiply(row, np.float32(f), out=row)
+        w_sq = sums(w)  # (a copy: sums() reuses its scratch)
+        factors = rules.agc_factor(w_sq, sums(g), float(scale[0]), clip, eps).astype(np.float32)
+        np.multiply(g, factors[:, None], out=g)  # (a kept unit's factor is exactly 1: its bits stay)
 
     return run
 

@@ -69,6 +69,8 @@
 #                      (MNIST_RUNS, MNIST_EPOCHS, MNIST_SEEDS and TWIN_SEEDS (123), TWIN_EPOCHS (100), MNIST_EMA
 #                      (an EMA decay, validated, on both sides), MNIST_FC_GAIN (tr's FC init gain))
 #   restests           the device-augmentation GPU tests (test_gpu_resident.py, test_cuda_augment.py) alone
+#   cross              benchmarks/cross_machine.py (issue [14]): the weights' and states' hashes and the engines after 20
+#                      steps of VGG16-BN and ResNet-50, CROSS_ARGS (e.g. "--autotune"); JSON cross${CROSS_TAG}.json
 #   convergence        benchmarks/convergence.py (issue [14]): tr and its PyTorch twins trained to convergence, CONV_ARGS
 #                      (e.g. "--precisions fp32", "--imagenet"); JSON convergence${CONV_TAG}.json, log convergence.log
 # libjpeg-turbo: the machine lacks its headers; carry the prefix tools/fetch_device_jpeg.sh makes at .devdata/jpeg
@@ -291,6 +293,11 @@ stage_convergence() {  # benchmarks/convergence.py: starts no run it cannot fini
     --json "$OUT/convergence${CONV_TAG:-}.json"
 }
 
+stage_cross() {  # benchmarks/cross_machine.py: 20 steps of VGG16-BN and ResNet-50 from one seed, hashes and engines
+  # shellcheck disable=SC2086
+  "$PY" benchmarks/cross_machine.py ${CROSS_ARGS:-} --json "$OUT/cross${CROSS_TAG:-}.json"
+}
+
 stage_scaling_mnist() {
   "$PY" benchmarks/pipeline_scaling.py --workload mnist --workers "1,$(nproc)" --schemes claimed \
     --json "$OUT/pipeline_scaling_mnist.json"
@@ -426,7 +433,7 @@ for s in "${stages[@]}"; do
     profile-vgg16_bn|profile-resnet50|profile-mobilenet_v2|profile-efficientnet_b0|profile-mlp_mnist) plan+=("$s") ;;
     bench-vgg16_bn|bench-resnet50|bench-mobilenet_v2|bench-efficientnet_b0) plan+=("$s") ;;
     trace-vgg16_bn|trace-resnet50|trace-mlp_mnist) plan+=("$s") ;;
-    convergence) plan+=("$s") ;;
+    convergence|cross) plan+=("$s") ;;
     *) echo "unknown stage $s (build build-data gputests gpusuite datatests pipeline e2e[-LEVEL] profile[-MODEL]" \
             "trace[-MODEL] bench[-MODEL])" >&2; exit 2 ;;
   esac
@@ -499,6 +506,7 @@ for s in "${plan[@]}"; do
     hybrid) ensure_built "$s" && run hybrid pipeline.log 200 hybrid ;;
     e2e-refused) ensure_built "$s" && run e2e-refused e2e.log 300 e2e_refused ;;
     convergence) ensure_built "$s" && run convergence convergence.log 570 convergence ;;
+    cross) ensure_built "$s" && run cross cross.log 300 cross ;;
     e2e-dev-*) ensure_built "$s" && run "$s" e2e.log 400 e2e_dev "${s#e2e-dev-}" ;;
     e2e-*) ensure_built "$s" && run "$s" e2e.log 300 e2e "${s#e2e-}" ;;
     profile-*) ensure_built "$s" && run "$s" profile.log "$PROFILE_LIMIT" profile "${s#profile-}" ;;
@@ -528,6 +536,10 @@ for f in "$OUT"/pipeline.log "$OUT"/e2e.log "$OUT"/mnist.log; do
     | cut -c1-400 \
     | tail -n 60
 done
+if [ -f "$OUT/cross.log" ]; then
+  echo
+  grep -E 'weights sha256|wrote ' "$OUT/cross.log" | cut -c1-200
+fi
 if [ -f "$OUT/bench.log" ]; then
   echo
   awk '/ training step, /{p=1} /^=== /{p=0} p && !/^note: /{print}' "$OUT/bench.log" | tail -n 60

@@ -27,6 +27,9 @@ first conv has 3,136 weights more, which see only zeros; the counts are compared
 its first conv with tr's fan-in. Verdict: at every epoch tr's mean training loss lies within the twin's mean +- 2
 standard deviations over its seeds.
 
+With CUDA each framework's runs go to a child process of its own (``--isolate``, the default there): tr's cuDNN
+and torch's cannot share a process.
+
 Every run appends its record (per epoch: training loss, validation top-1 and loss, seconds, skipped steps) to the
 JSON, rewritten after each run, so a call cut off keeps what finished; ``--deadline-s`` stops starting runs that
 would not finish in time. ``--merge A.json B.json`` joins the runs of several calls into one summary.
@@ -374,6 +377,56 @@ def one_run(part: str, framework: str, arch: Arch, recipe: Recipe, precision: st
     return {**head, **r, "error": None, "wall_s": time.perf_counter() - t0}
 
 
+_WORKER_DATA: Any = None  # a framework process's data: loaded once by _worker_init
+
+
+def _worker_init(part: str, data: Any) -> None:
+    global _WORKER_DATA
+    _WORKER_DATA = load_mnist(*data) if part == "mnist" else data
+
+
+def _worker_run(part: str, framework: str, arch: Arch, recipe: Recipe, precision: str, seed: int,
+                table: np.ndarray, device: str) -> dict:
+    return one_run(part, framework, arch, recipe, precision, seed, _WORKER_DATA, table, device)
+
+
+class FrameworkProcesses:
+    """Each framework's runs in a child process of its own, kept for all of its runs (its data loaded once). One
+    process cannot hold both: tr loads the machine's cuDNN, torch its wheel's, and whichever comes second fails with
+    CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH. A child that dies becomes that run's error; the next run starts a
+    new one."""
+
+    def __init__(self, part: str, data: Any) -> None:
+        self._part, self._data = part, data
+        self._pools: dict[str, Any] = {}
+
+    def run(self, framework: str, arch: Arch, recipe: Recipe, precision: str, seed: int, table: np.ndarray,
+            device: str) -> dict:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        pool = self._pools.get(framework)
+        if pool is None:
+            pool = self._pools[framework] = ProcessPoolExecutor(
+                1, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+                initargs=(self._part, self._data))
+        t0 = time.perf_counter()
+        try:
+            return pool.submit(_worker_run, self._part, framework, arch, recipe, precision, seed, table,
+                               device).result()
+        except BrokenProcessPool as e:
+            self._pools.pop(framework).shutdown(wait=False, cancel_futures=True)
+            return {"part": self._part, "framework": framework, "model": arch.name, "precision": precision,
+                    "seed": seed, "lr_table": table_id(table), "lr_table_steps": len(table),
+                    "error": f"the {framework} process died: {e}", "epochs": [], "wall_s": time.perf_counter() - t0}
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.shutdown()
+        self._pools.clear()
+
+
 def environment(device: str) -> dict:
     env: dict[str, Any] = {"python": platform.python_version(), "cores": len(os.sched_getaffinity(0)),
                            "tree": os.environ.get("TR_TREE_HASH"), "device": device}
@@ -417,6 +470,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--workers", type=int, help="--imagenet: tr's pipeline threads and the DataLoader's worker processes "
         "(default: every core)")
     add("--device", choices=("auto", "cuda", "cpu"), help="both frameworks' device (default auto: cuda if any)")
+    add("--isolate", action=argparse.BooleanOptionalAction,
+        help="each framework's runs in a child process of its own (default: on with CUDA, where the two "
+             "frameworks' cuDNN libraries cannot share a process)")
     add("--deadline-s", type=float, help="start no run that would end later than this many seconds from now")
     add("--smoke", action="store_true", help="CPU smoke test: a few hundred samples, narrow models, 1 epoch, seed 0")
     add("--json", help="write the runs here after every run, or 'auto' (benchmarks/results/convergence_*.json)")
@@ -513,6 +569,8 @@ def main(argv: list[str] | None = None) -> int:
             "data": ({k: str(v) if isinstance(v, Path) else v for k, v in asdict(data).items()} if a.imagenet else
                      {"train": n_train, "val": len(data.val_y), "pad_to": 32, "augment": "RandomCrop(32, padding=2)"}),
             "smoke": a.smoke}
+    isolate = a.isolate if a.isolate is not None else device.startswith("cuda")
+    procs = FrameworkProcesses(part, data if a.imagenet else (a.train_limit, a.val_limit)) if isolate else None
     runs: list[dict] = []
     not_run: list[dict] = []
     took: dict[tuple, float] = {}
@@ -530,11 +588,14 @@ def main(argv: list[str] | None = None) -> int:
                                                "s allowed"})
                         print(f"not started (deadline): {fw} {arch.name} {precision} seed {seed}", flush=True)
                         continue
-                    r = one_run(part, fw, arch, recipe, precision, seed, data, table_, device)
+                    r = (procs.run(fw, arch, recipe, precision, seed, table_, device) if procs else
+                         one_run(part, fw, arch, recipe, precision, seed, data, table_, device))
                     took[(fw, arch.name, precision)] = r["wall_s"]
                     runs.append(r)
                     if out is not None:
                         write_json(out, document(meta, runs, not_run))
+    if procs:
+        procs.close()
     doc = document(meta, runs, not_run)
     print()
     print(table(runs, doc["summary_top1"], doc["summary_curves"]))

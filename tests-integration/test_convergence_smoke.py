@@ -20,10 +20,11 @@ import convergence_report as report  # noqa: E402
 import convergence_torch as twin  # noqa: E402
 
 
-def test_smoke_trains_both_frameworks_into_one_json(tmp_path):
+@pytest.mark.parametrize("isolate", ["--no-isolate", "--isolate"])  # --isolate: each framework in its own process
+def test_smoke_trains_both_frameworks_into_one_json(tmp_path, isolate):
     out = tmp_path / "conv.json"
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "convergence.py"), "--smoke", "--models", "vgg_bn",
-                        "--json", str(out)], capture_output=True, text=True, timeout=600)
+                        isolate, "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     doc = json.loads(out.read_text())
     runs = {r["framework"]: r for r in doc["runs"]}

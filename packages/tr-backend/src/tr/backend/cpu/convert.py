@@ -1,8 +1,8 @@
 """Element type conversion for the CPU backend.
 
-numpy has float32 and float16; BF16 is kept as its uint16 bit pattern (DType.BF16.np_dtype), so BF16 is
-converted here by bit manipulation: widening is a 16-bit left shift, narrowing rounds to nearest even
-(NaN stays a quiet NaN). FP32 <-> FP16 uses numpy's IEEE round-to-nearest-even cast (overflow -> inf),
+numpy has float32 and float16; BF16 is kept as its uint16 bit pattern (DType.BF16.np_dtype) and converted by
+tr.core.bf16's one definition (widening a 16-bit shift, narrowing to nearest even, NaN a quiet NaN).
+FP32 <-> FP16 uses numpy's IEEE round-to-nearest-even cast (overflow -> inf),
 like CUDA's ``__float2half``.
 """
 
@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tr.core.bf16 import bf16_bits, bf16_values
 from tr.core.dtype import DType
 
 Converter = Callable[[np.ndarray, np.ndarray], None]
@@ -19,21 +20,12 @@ Converter = Callable[[np.ndarray, np.ndarray], None]
 
 def bf16_to_f32(src: np.ndarray, dst: np.ndarray) -> None:
     """``dst`` (float32, C-contiguous) = widened bfloat16 bit patterns ``src`` (uint16)."""
-    bits = dst.view(np.uint32)
-    np.copyto(bits, src)
-    np.left_shift(bits, 16, out=bits)
+    bf16_values(src, out=dst)
 
 
 def f32_to_bf16(src: np.ndarray, dst: np.ndarray) -> None:
-    """``dst`` (uint16 bit patterns) = ``src`` (float32) rounded to bfloat16, nearest even."""
-    bits = np.ascontiguousarray(src, dtype=np.float32).view(np.uint32).astype(np.uint32)
-    lsb = (bits >> np.uint32(16)) & np.uint32(1)
-    bits += np.uint32(0x7FFF) + lsb
-    bits >>= np.uint32(16)
-    np.copyto(dst, bits, casting="unsafe")
-    nan = np.isnan(src)
-    if nan.any():
-        np.copyto(dst, np.uint16(0x7FC0), where=nan)
+    """``dst`` (uint16 bit patterns) = ``src`` (float32) rounded to bfloat16, nearest even (tr.core.bf16)."""
+    bf16_bits(src, out=dst)
 
 
 def _via_f32(first: Converter, second: Converter) -> Converter:

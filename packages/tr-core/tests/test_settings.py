@@ -32,7 +32,7 @@ def test_batch_and_resolution_errors():
         s.val_resolution(-5)
     with pytest.raises(ConfigError, match="does not divide by the number of GPUs 3"):
         Settings().use_gpu("0,1,2").global_batch_size(256)
-    with pytest.raises(ConfigError, match="amp must be True or False"):
+    with pytest.raises(ConfigError, match="settings.amp must be True, False, 'fp16', 'bf16' or 'off', got 'yes'"):
         s.amp("yes")
 
 
@@ -67,6 +67,26 @@ def test_loss_scaling():
         Settings().loss_scaling(growth_interval=0)
     with pytest.raises(FrozenError, match="cannot change loss_scale_rule"):
         Settings().freeze().loss_scaling("static")
+
+
+def test_amp_modes_set_the_16_bit_type_and_whether_the_loss_is_scaled():
+    from tr.core.dtype import DType
+
+    for mode, enabled, dtype, low, scale in ((True, True, "fp16", DType.FP16, 65536.0),
+                                             ("fp16", True, "fp16", DType.FP16, 65536.0),
+                                             ("bf16", True, "bf16", DType.BF16, 1.0),
+                                             (False, False, "fp16", None, 1.0), ("off", False, "fp16", None, 1.0)):
+        s = Settings().amp(mode)
+        assert (s.amp_enabled, s.amp_dtype, s.low_dtype, s.loss_scale) == (enabled, dtype, low, scale), mode
+        assert s.amp_mode == (dtype if enabled else "off")
+    assert Settings().amp("bf16").amp("off").amp_dtype == "fp16"  # off is one state, whatever came before
+    for bad in ("bf8", "FP16", 1, None, "float16"):
+        with pytest.raises(ConfigError, match=r"settings\.amp must be True, False, 'fp16', 'bf16' or 'off', got "):
+            Settings().amp(bad)
+    s = Settings().amp("bf16").freeze()
+    assert s.amp("bf16") is s
+    with pytest.raises(FrozenError, match="cannot change amp_dtype to 'fp16'"):
+        s.amp("fp16")
 
 
 def test_a_frozen_setting_takes_the_value_it_already_has_and_refuses_any_other():

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from tr.core.config import Section
+from tr.core.dtype import DType
 from tr.core.errors import ConfigError
 from tr.core.log import configure_logging
 from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_RULES
@@ -62,6 +63,18 @@ def check_batch_split(batch: int, parts: int, what: str) -> int:
     return batch // parts
 
 
+AMP_DTYPES = {"fp16": DType.FP16, "bf16": DType.BF16}
+
+
+def _amp_mode(mode: Any) -> tuple[bool, str]:
+    """amp()'s argument -> (amp_enabled, amp_dtype)."""
+    if isinstance(mode, bool):
+        return mode, "fp16"
+    if isinstance(mode, str) and mode in ("fp16", "bf16", "off"):
+        return mode != "off", "fp16" if mode == "off" else mode
+    raise ConfigError(f"settings.amp must be True, False, 'fp16', 'bf16' or 'off', got {mode!r}")
+
+
 def _positive_int(name: str, v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ConfigError(f"{name} must be an integer, got {v!r}")
@@ -80,6 +93,7 @@ class Settings(Section):
 
     gpu_ids: tuple[int, ...] = ()
     amp_enabled: bool = False
+    amp_dtype: str = "fp16"  # AMP's 16-bit type, one of AMP_DTYPES ("fp16" while AMP is off)
     seed: int = DEFAULT_SEED
     batch_size: int = 128
     input_res: int = 0  # 0: the dataset's native resolution
@@ -113,8 +127,14 @@ class Settings(Section):
         self._set("gpu_ids", ())
         return self._set("cpu_only", True)
 
-    def amp(self, enabled: bool = True) -> Settings:
-        return self._set("amp_enabled", self._bool("amp", enabled))
+    def amp(self, mode: bool | str = True) -> Settings:
+        """Mixed precision. True or "fp16": FP16 activations, gradients and weight working copies with a loss scale
+        (loss_scaling()); "bf16": BF16 ones and no loss scale (BF16 has FP32's exponent range); False or "off":
+        FP32. The master weights and the optimizer state are FP32 in every mode, and a step whose gradients are
+        not finite is skipped in every mode."""
+        enabled, dtype = _amp_mode(mode)
+        self._set("amp_enabled", enabled)
+        return self._set("amp_dtype", dtype)
 
     def loss_scaling(self, rule: str = "dynamic", init: float | None = None,
                      growth_interval: int = DEFAULT_GROWTH_INTERVAL) -> Settings:
@@ -193,9 +213,19 @@ class Settings(Section):
         return check_batch_split(self.batch_size, self.world_size, f"the number of GPUs {self.world_size}")
 
     @property
+    def amp_mode(self) -> str:
+        """"off", "fp16" or "bf16"."""
+        return self.amp_dtype if self.amp_enabled else "off"
+
+    @property
+    def low_dtype(self) -> DType | None:
+        """AMP's 16-bit type (activations, gradients, weight working copies, staged batches); None without AMP."""
+        return AMP_DTYPES[self.amp_dtype] if self.amp_enabled else None
+
+    @property
     def loss_scale(self) -> float:
-        """The first loss scale: 1 without AMP."""
-        if not self.amp_enabled:
+        """The first loss scale: 1 without one (FP32, BF16 AMP)."""
+        if not self.amp_enabled or self.amp_dtype != "fp16":
             return 1.0
         return self.loss_scale_init or INITIAL_LOSS_SCALE[self.loss_scale_rule]
 

@@ -107,7 +107,7 @@ class Compiler:
 
         table = TensorTable(variants)
         ema = spec.ema_decay is not None
-        cx = DeclCtx(spec.amp, spec.momentum_slot, spec.second_moment_slot, spec.lars, ema)
+        cx = DeclCtx(spec.amp, spec.momentum_slot, spec.second_moment_slot, spec.lars, ema, spec.low_dtype)
         self._declare_baseline(table, variants)
         for v, shapes in vshapes.items():
             for i, L in enumerate(arch.layers):
@@ -175,7 +175,7 @@ class Compiler:
 
     def _declare_baseline(self, table: TensorTable, variants: dict[str, VariantInfo]) -> None:
         spec = self.spec
-        data_dtype, data_pad = (DType.FP16, 4) if spec.amp else (DType.FP32, 1)
+        data_dtype, data_pad = (spec.low_dtype, 4) if spec.amp else (DType.FP32, 1)
         one = Shape(1, 1, 1, 1)
         batch_of = {"batch_train": variants["train"].batch, "batch_train_last": variants["train_last"].batch,
                     "batch_val": variants["val"].batch, "batch_val_last": variants["val_last"].batch}
@@ -228,7 +228,7 @@ class Compiler:
             if clips_norm(spec):  # the step's global gradient norm and what the optimizer divides by
                 add("grad_divisor", one, FP32_SCALAR, DType.FP32)
                 add("grad_norm", one, FP32_SCALAR, DType.FP32)
-            if spec.amp and spec.loss_scale_rule == "dynamic":  # clean steps in a row (GradScaler's tracker)
+            if spec.loss_scaled and spec.loss_scale_rule == "dynamic":  # clean steps in a row (GradScaler's)
                 add("loss_scale_tracker", one, INT32_SCALAR, DType.INT32, init=Init("zeros"))
             for role, b in batch_of.items():
                 add(role, one, FP32_SCALAR, DType.FP32, init=Init("const", value=float(b)))

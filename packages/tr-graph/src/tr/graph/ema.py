@@ -23,6 +23,7 @@ from tr.core.memory import Role, Span
 from tr.graph.archplan import ArchPlan
 from tr.graph.graph import ComputationGraph, SymOp
 from tr.graph.layers import KINDS
+from tr.graph.layers.base import working_suffix
 from tr.graph.spec import CompileSpec
 from tr.graph.steps import Part
 
@@ -38,14 +39,14 @@ def ema_key(key: str) -> str:
 
 
 def ema_twins(keys_by_twin: list[tuple[str, str]]) -> dict[str, str]:
-    """(key, twin role) of the declared tensors -> {master or FP16 working copy key: its EMA twin's key}."""
+    """(key, twin role) of the declared tensors -> {master or 16-bit working copy key: its EMA twin's key}."""
     out = {}
     declared = {key for key, _ in keys_by_twin}
     for key, twin in keys_by_twin:
         if twin == "w":
             out[key] = ema_key(key)
-        elif twin == "a":  # "<master>.fp16" -> "<master>.ema16", or the FP32 EMA master where it has no FP16 twin
-            master = key.removesuffix(".fp16")
+        elif twin == "a":  # "<master>.fp16" (.bf16) -> "<master>.ema16", or the FP32 EMA master without one
+            master = key.rsplit(".", 1)[0]
             out[key] = master + ".ema16" if master + ".ema16" in declared else ema_key(master)
     return out
 
@@ -71,9 +72,10 @@ def add_ema_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, twin
                 "gamma": ema_key(p + "gamma"), "beta": ema_key(p + "beta"), "mean": p + "prev_mean",
                 "var": p + "prev_var", "scale": p + "eq_scale", "bias": p + "eq_bias"},
                 {"eps": L.params["eps"]}, i, "EMA gamma/beta with the main model's statistics"))
-    if spec.amp and any(k.endswith(".fp16") for k in twins):
+    if spec.amp and any(k.endswith(working_suffix(spec.low_dtype)) for k in twins):
         prep.append(SymOp("range_cast", {"src": EMA_WITH_FP16, "dst": EMA_FP16},
-                          {"src_dtype": DType.FP32, "dst_dtype": DType.FP16}, -1, "EMA FP16 weights"))
+                          {"src_dtype": DType.FP32, "dst_dtype": spec.low_dtype}, -1,
+                          f"EMA {spec.low_dtype.name} weights"))
     if prep:
         cg.graphs[Part.PREPARE_EMA] = prep
     for main, part in INF_EMA.items():

@@ -256,7 +256,8 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
                                                key=ORDER_KEY, order=TRAIN_ORDER, pos=TRAIN_POS)]
         g[Part.RESIDENT_VAL_BEGIN] = [_op("batch_restart", label="validation from its first batch", pos=VAL_POS)]
     g[Part.ZERO_GRAD] = [_op("range_clear", span=ALL_GRADS, label="all gradients and the step result")]
-    fp16, fp32 = {"src_dtype": DType.FP16, "dst_dtype": DType.FP32}, {"src_dtype": DType.FP32, "dst_dtype": DType.FP16}
+    low = spec.low_dtype  # AMP's 16-bit type
+    fp16, fp32 = {"src_dtype": low, "dst_dtype": DType.FP32}, {"src_dtype": DType.FP32, "dst_dtype": low}
     for early, gid in ((True, Part.CAST_EARLY), (False, Part.CAST_LATE)):
         src = Span.of(Role.GRAD_FP16, early=early)  # (groups without an FP16 gradient, the FCs', have none here)
         if spec.amp and has(src):
@@ -280,7 +281,7 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
                                layer=layer, w=key, g=key + ".grad", scale="loss_scale", flag="nan_flag"))
     nan.append(_op("count_flag", flag="nan_flag", count="skipped", label="skipped steps"))
     g[Part.CHECK_FINITE] = nan
-    if spec.amp:  # after the optimizer: this step's gradients are divided by the scale they were made with
+    if spec.loss_scaled:  # after the optimizer: this step's gradients are divided by the scale they were made with
         g[Part.LOSS_SCALE] = [_loss_scale_update(spec)]
     if has(RUNNING_NEXT):
         g[Part.REDUCE_RUNNING] = [_op("range_allreduce_mean", span=RUNNING_NEXT, label="BN statistics")]

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from tr.core.dtype import DType
 from tr.core.errors import ConfigError
 from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_RULES
 from tr.core.optim import GRAD_CLIP_MODES, LARS, OPTIMIZERS, ParamGroup, first_moment, second_moment
@@ -35,6 +36,7 @@ class CompileSpec:
     train_resolution: int | None = None  # square training side; None: input H, W
     val_resolution: int | None = None  # None: = train_resolution
     amp: bool = False
+    amp_dtype: str = "fp16"  # AMP's 16-bit type: "fp16" (loss-scaled) or "bf16" (no loss scale); "fp16" without AMP
     loss_scale_rule: str = "dynamic"  # AMP: one of LOSS_SCALE_RULES (GradScaler's, or the seed's only-halving)
     loss_scale_init: float | None = None  # AMP's first loss scale; None: the rule's INITIAL_LOSS_SCALE
     loss_scale_growth_interval: int = DEFAULT_GROWTH_INTERVAL  # dynamic: clean steps in a row before doubling
@@ -82,6 +84,10 @@ class CompileSpec:
             raise ConfigError(f"last_val_batch {self.last_val_batch} exceeds val batch {self.val_batch_size}")
         if not isinstance(self.amp, bool):
             raise ConfigError(f"amp must be True or False, got {self.amp!r}")
+        if self.amp_dtype not in AMP_DTYPES:
+            raise ConfigError(f"amp_dtype must be one of {tuple(AMP_DTYPES)}, got {self.amp_dtype!r}")
+        if self.amp_dtype != "fp16" and not self.amp:
+            raise ConfigError(f"amp_dtype {self.amp_dtype!r} without AMP (amp is False)")
         self._validate_loss_scale()
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
@@ -150,6 +156,11 @@ class CompileSpec:
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf):
             raise ConfigError(f"loss_scale_init must be a finite number > 0 or None, got {v!r}")
         _positive("loss_scale_growth_interval", self.loss_scale_growth_interval)
+        if self.amp and not self.loss_scaled and (self.loss_scale_rule, self.loss_scale_init,
+                                                  self.loss_scale_growth_interval) != _NO_LOSS_SCALING:
+            raise ConfigError(f"settings.loss_scaling(): BF16 AMP has no loss scale (its range is FP32's), got rule "
+                              f"{self.loss_scale_rule!r}, init {self.loss_scale_init!r}, growth interval "
+                              f"{self.loss_scale_growth_interval}; drop the call or use amp('fp16')")
 
     # --- derived ----------------------------------------------------------------------------------
     @property
@@ -170,9 +181,19 @@ class CompileSpec:
         return self.optimizer in LARS
 
     @property
+    def low_dtype(self) -> DType:
+        """The type of activations, their gradients and the weights' working copies: FP32 without AMP."""
+        return AMP_DTYPES[self.amp_dtype] if self.amp else DType.FP32
+
+    @property
+    def loss_scaled(self) -> bool:
+        """Whether the loss is scaled and the scale updated (FP16 AMP); BF16's range needs no scale, FP32's none."""
+        return self.amp and self.amp_dtype == "fp16"
+
+    @property
     def loss_scale(self) -> float:
-        """The loss scale's first value: 1 without AMP."""
-        if not self.amp:
+        """The loss scale's first value: 1 without a loss scale (FP32, BF16)."""
+        if not self.loss_scaled:
             return 1.0
         return float(self.loss_scale_init or INITIAL_LOSS_SCALE[self.loss_scale_rule])
 
@@ -209,6 +230,10 @@ class CompileSpec:
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+AMP_DTYPES = {"fp16": DType.FP16, "bf16": DType.BF16}
+_NO_LOSS_SCALING = ("dynamic", None, DEFAULT_GROWTH_INTERVAL)  # loss_scaling()'s defaults: what BF16 accepts
 
 
 def loss_scale_fields(settings: Settings) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from tr.core import env as tr_env
 from tr.core import errors
 from tr.core.errors import BackendError, ConfigError, DataError
 from tr.core.log import get_logger
+from tr.core.settings import Settings
 from tr.graph.spec import CompileSpec
 from tr.task import checkpoint_checks, checkpoint_files, engines, plateau
 from tr.task.data_fingerprint import fingerprints
@@ -170,13 +171,13 @@ def _env_defaults(saved: Any) -> tuple[Any, list[str]]:
 def _as_recorded_then(saved: Any, here: dict[str, Any]) -> dict[str, Any]:
     """``here`` without what a checkpoint written before tr recorded it lacks: the data pipeline's fields, and a
     field of the plan (CompileSpec) or the EMA newer than the checkpoint while it holds its default (the run the
-    checkpoint's tree compiled had no other)."""
+    checkpoint's tree compiled had no other)."""  # (a field of the plan, the EMA or the settings)
     if not isinstance(saved, dict):
         return here
     data = saved.get("data")
     if isinstance(data, dict) and "transforms" in data and "pipeline" not in data:
         here = {**here, "data": {k: v for k, v in here["data"].items() if k != "pipeline"}}
-    for key, cls in (("spec", CompileSpec), ("ema", EmaConfig)):
+    for key, cls in (("spec", CompileSpec), ("ema", EmaConfig), ("settings", Settings)):
         old, new = saved.get(key), here.get(key)
         if isinstance(old, dict) and isinstance(new, dict):
             defaults = _jsonable({f.name: f.default for f in dataclasses.fields(cls)

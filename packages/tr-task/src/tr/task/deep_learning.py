@@ -342,7 +342,7 @@ class DeepLearningTask(TaskBase):
         self.backend.allocate(self.program.layout)
         if feeder.adopts_buffers:
             # staging buffers in the backend's pinned memory: DMA-able, never page-locked after the fact
-            pinned = self.backend.host_buffers(feeder.batch, feeder.staging_shape, feeder.dtype)
+            pinned = self.backend.host_buffers(feeder.batch, feeder.staging_shape, feeder.sample_dtype)
             if pinned is not None:
                 feeder.adopt_buffers(pinned)
         self.backend.bind_host_buffers(feeder.buffers())

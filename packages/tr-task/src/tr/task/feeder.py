@@ -21,6 +21,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from tr.core import philox
+from tr.core.bf16 import MAX as BF16_MAX
+from tr.core.bf16 import bf16_bits, round_bf16
+from tr.core.dtype import DType
 from tr.core.errors import ConfigError, DataError, DTypeError, ShapeError
 from tr.core.settings import check_batch_split
 from tr.data.labels import check_labels
@@ -65,6 +68,11 @@ class FeederDefaults:
     """The optional part of the Feeder protocol: what a feeder that has nothing to say about it means."""
 
     sample_shape: tuple[int, int, int]
+
+    @property
+    def sample_dtype(self) -> DType:
+        """The tr type of the staged samples (numpy has no bfloat16: a BF16 feeder stages its bits in uint16)."""
+        return DType.parse(getattr(self, "dtype", np.float32))
 
     @property
     def staging_shape(self) -> tuple[int, ...]:
@@ -122,7 +130,7 @@ class _Completed(FeederDefaults):
         setattr(object.__getattribute__(self, "_inner"), name, value)
 
 
-_OPTIONAL = frozenset({"staging_shape", "adopts_buffers", "adopt_buffers", "shard", "check_labels",
+_OPTIONAL = frozenset({"sample_dtype", "staging_shape", "adopts_buffers", "adopt_buffers", "shard", "check_labels",
                        "last_epoch_times", "resident_input", "jpeg_input", "decoded_on_cpu", "upload",
                        "begin_epoch"})
 
@@ -256,7 +264,8 @@ class DeviceSideFeeder(InMemoryFeeder):
         return None if labels is None else len(labels)
 
 
-_FEED_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+_FEED_DTYPES = {"float32": DType.FP32, "float16": DType.FP16, "bfloat16": DType.BF16}  # name -> what is staged
+_NAME = {d: n for n, d in _FEED_DTYPES.items()}
 _CHECK_ROWS = 1 << 14  # images checked at a time: the range check's temporaries stay small
 
 
@@ -265,31 +274,27 @@ class ArrayFeeder(InMemoryFeeder):
 
     The images are what the model sees, so they must already be normalised floats: integer images (raw uint8
     pixels 0..255) are refused, not cast (tr.data's pipeline takes those, with its normalization setting), and
-    so is a finite value that the staging ``dtype`` (float32 or float16) cannot hold (a float32 70000 would
-    become inf in float16), naming the image and the value. NaN and inf given as such reach the model as they
+    so is a finite value that the staging ``dtype`` (float32, float16 or bfloat16) cannot hold (a float32 70000
+    would become inf in float16), naming the image and the value. bfloat16 (BF16 AMP) is staged as its bits in
+    uint16, rounded once by tr.core.bf16 when the feeder is made. NaN and inf given as such reach the model as they
     are (the task skips a non-finite step and reports it)."""
 
     def __init__(self, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray] | None,
                  batch: int, seed: int = 0, shuffle: bool = True, drop_last: bool = False,
-                 dtype: np.dtype = np.float32, num_classes: int | None = None) -> None:
+                 dtype: Any = np.float32, num_classes: int | None = None) -> None:
         self.batch = self.global_batch = check_batch("ArrayFeeder", batch)
         if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
                                         or num_classes < 2):
             raise ConfigError(f"ArrayFeeder num_classes must be an integer >= 2, got {num_classes!r}")
-        try:
-            self._dtype = np.dtype(dtype)
-        except TypeError:
-            raise ConfigError(f"ArrayFeeder dtype must be float32 or float16, got {dtype!r}") from None
-        if self._dtype not in _FEED_DTYPES:
-            raise ConfigError(f"ArrayFeeder dtype must be float32 or float16 (the staging buffers the model reads), "
-                              f"got {self._dtype}")
+        self._staged = _feed_dtype(dtype)
+        self._dtype = self._staged.np_dtype
         self.rank, self.world_size = 0, 1
         self.seed = check_seed(seed, "ArrayFeeder seed")
         self.shuffle = _flag("ArrayFeeder", "shuffle", shuffle)
         self.drop_last = _flag("ArrayFeeder", "drop_last", drop_last)
         self.num_classes = num_classes
-        self._sets = {True: self._check(train, "train", num_classes, self._dtype),
-                      False: self._check(val, "val", num_classes, self._dtype) if val is not None else None}
+        self._sets = {True: self._check(train, "train", num_classes, self._staged),
+                      False: self._check(val, "val", num_classes, self._staged) if val is not None else None}
         self.sample_shape = tuple(self._sets[True][0].shape[1:])
         if self._sets[False] is not None and tuple(self._sets[False][0].shape[1:]) != self.sample_shape:
             raise DataError(f"val images are {tuple(self._sets[False][0].shape[1:])} (H, W, C) but train images "
@@ -316,7 +321,7 @@ class ArrayFeeder(InMemoryFeeder):
         super().shard(rank, world_size)
 
     @staticmethod
-    def _check(split: Any, name: str, num_classes: int | None, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    def _check(split: Any, name: str, num_classes: int | None, dtype: DType) -> tuple[np.ndarray, np.ndarray]:
         if not (isinstance(split, (tuple, list)) and len(split) == 2):
             raise ConfigError(f"ArrayFeeder {name} must be an (images, labels) pair, got {type(split).__name__}")
         x, y = np.asarray(split[0]), np.asarray(split[1])
@@ -331,11 +336,17 @@ class ArrayFeeder(InMemoryFeeder):
         if y.ndim == 1 and len(x) != len(y):
             raise DataError(f"{name} has {len(x)} images but {len(y)} labels")
         _check_fits(x, name, dtype)
+        if dtype is DType.BF16:  # rounded once, here: every epoch stages the same bits
+            x = bf16_bits(x)
         return x, check_labels(y, name, num_classes)
 
     @property
     def dtype(self) -> np.dtype:
         return self._bufs[0][1].dtype
+
+    @property
+    def sample_dtype(self) -> DType:
+        return self._staged
 
     def _split_size(self, train: bool) -> int | None:
         s = self._sets[train]
@@ -358,17 +369,36 @@ class ArrayFeeder(InMemoryFeeder):
             yield k, k % 2, m
 
 
-def _check_fits(x: np.ndarray, name: str, dtype: np.dtype) -> None:
+def _feed_dtype(dtype: Any) -> DType:
+    """ArrayFeeder's ``dtype`` argument (a name, a numpy dtype or a tr DType) -> the staged DType."""
+    if isinstance(dtype, DType):
+        d = dtype
+    else:
+        try:
+            name = "bfloat16" if isinstance(dtype, str) and dtype.lower() in ("bfloat16", "bf16") else \
+                np.dtype(dtype).name
+        except TypeError:
+            name = repr(dtype)
+        d = _FEED_DTYPES.get(name)
+    if d not in _FEED_DTYPES.values():
+        raise ConfigError(f"ArrayFeeder dtype must be float32, float16 or bfloat16 (the staging buffers the model "
+                          f"reads), got {name if not isinstance(dtype, DType) else dtype.name}")
+    return d
+
+
+def _check_fits(x: np.ndarray, name: str, dtype: DType) -> None:
     """DataError naming the first image and value that is finite but not once cast to the staging ``dtype``
     (a float64 or float32 beyond float16's range would silently become inf); nothing to check without a
     narrowing cast."""
-    if np.finfo(x.dtype).max <= np.finfo(dtype).max:
+    top = BF16_MAX if dtype is DType.BF16 else float(np.finfo(dtype.np_dtype).max)
+    if np.finfo(x.dtype).max <= top:
         return
+    cast = round_bf16 if dtype is DType.BF16 else (lambda b: b.astype(dtype.np_dtype))
     with np.errstate(over="ignore", invalid="ignore"):
         for start in range(0, len(x), _CHECK_ROWS):
             block = x[start:start + _CHECK_ROWS]
-            bad = np.isfinite(block) & ~np.isfinite(block.astype(dtype))
+            bad = np.isfinite(block) & ~np.isfinite(cast(block))
             if bad.any():
                 at = np.unravel_index(int(np.flatnonzero(bad)[0]), bad.shape)
                 raise DataError(f"{name} image {start + int(at[0])} has value {block[at].item()!r} at (h, w, c) "
-                                f"{tuple(int(i) for i in at[1:])}, which overflows the {dtype} staging buffers")
+                                f"{tuple(int(i) for i in at[1:])}, which overflows the {_NAME[dtype]} staging buffers")

@@ -81,7 +81,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
 
     def __init__(self, pre_settings: PreprocessorSettings, batch: int, seed: int | None = None, fp16: bool = False,
                  backend: str = "auto", cpu_share: float | str = "auto", cpu_threads: int | None = None,
-                 interpolate_chroma: bool = False, refused: str = "cpu") -> None:
+                 interpolate_chroma: bool = False, refused: str = "cpu", dtype: str | None = None) -> None:
         if cpu_share != "auto" and (isinstance(cpu_share, bool) or not isinstance(cpu_share, (int, float))
                                     or not 0.0 <= float(cpu_share) <= 1.0):
             raise ConfigError(f"DeviceJpegFeeder: cpu_share must be a number in [0, 1] or 'auto', got {cpu_share!r}")
@@ -100,7 +100,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
                               f"{name!r} holds decoded images (device_augment runs chains on those)")
         has_val = getattr(ds, "has_split", lambda split: True)("val")
         val = ds.load("val") if has_val else None
-        dtype = "float16" if fp16 else "float32"
+        dtype = dtype or ("float16" if fp16 else "float32")  # the decoded samples' type (the plan's input's)
         self._splits = {True: train, False: val}
         self._planners = {True: _planner(train, s, True, dtype),
                           False: None if val is None else _planner(val, s, False, dtype)}

@@ -23,12 +23,20 @@ from tr.data import PREPROCESSOR_SETTING, Preprocessor, PreprocessorSettings, Tr
 from tr.data.sharding import check_shard
 from tr.task.feeder import FeederDefaults
 
+STAGING = {"off": "float32", "fp16": "float16", "bf16": "bfloat16"}  # settings.amp_mode -> the batches' type
+
+
+def staging_dtype(settings: Settings) -> str:
+    """The type the host stages batches in: the plan's input type (AMP's 16-bit type, else float32)."""
+    return STAGING[settings.amp_mode]
+
 
 class PipelineFeeder(FeederDefaults):
     def __init__(self, pre_settings: PreprocessorSettings, batch: int, seed: int, fp16: bool = False,
-                 zones: Sequence[Any] | None = None) -> None:
+                 zones: Sequence[Any] | None = None, dtype: str | None = None) -> None:
+        """``dtype``: "float32", "float16" or "bfloat16" (default: "float16" when ``fp16``, else "float32")."""
         s = pre_settings if pre_settings.frozen else pre_settings.commit()
-        dtype = np.float16 if fp16 else np.float32
+        dtype = dtype or ("float16" if fp16 else "float32")
         ds = s.open_dataset()
         shape = s.sample_shape(True, getattr(ds, "image_shape", None))
         self.station = TransferStation(batch, shape, dtype, buffers=zones)
@@ -127,7 +135,7 @@ def feeder_from_preprocessor(settings: Settings, zones: Sequence[Any] | None = N
     if pre.device_dec:
         from tr.task.jpeg_feeder import DeviceJpegFeeder
 
-        return DeviceJpegFeeder(pre, settings.batch_size, settings.seed, fp16=settings.amp_enabled,
+        return DeviceJpegFeeder(pre, settings.batch_size, settings.seed, dtype=staging_dtype(settings),
                                 backend=pre.device_dec_backend, cpu_share=pre.device_dec_cpu_share,
                                 cpu_threads=pre.device_dec_cpu_threads,
                                 interpolate_chroma=pre.device_dec_interpolate_chroma,
@@ -136,4 +144,4 @@ def feeder_from_preprocessor(settings: Settings, zones: Sequence[Any] | None = N
         from tr.task.resident import ResidentFeeder
 
         return ResidentFeeder(pre, settings.batch_size, settings.seed)
-    return PipelineFeeder(pre, settings.batch_size, settings.seed, fp16=settings.amp_enabled, zones=zones)
+    return PipelineFeeder(pre, settings.batch_size, settings.seed, zones=zones, dtype=staging_dtype(settings))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tr.core.dtype import DType
 from tr.core.errors import CompileError, ConfigError
 from tr.core.settings import Settings
 
@@ -54,6 +55,21 @@ def resolutions(s: Settings, sample_shape: tuple[int, int, int], validates: bool
                               f"transforms in a {side}x{side} crop or resize, or leave {name} out")
     train = s.train_res_end or s.input_res or None
     return {"train_resolution": train, "val_resolution": (s.val_res or train) if validates else None}
+
+
+def staging(s: Settings, feeder: Any) -> None:
+    """A feeder that stages samples (not a resident set's indices nor JPEG geometry) stages them as float32 or as
+    AMP's 16-bit type: other 16-bit bits would be read as the plan's type (FP16 bits as BF16 or back)."""
+    if feeder.resident_input() is not None or feeder.jpeg_input() is not None:
+        return
+    got, want = feeder.sample_dtype, s.low_dtype or DType.FP32
+    if got is not DType.FP32 and got is not want:
+        hint = f" or set amp({got.value!r})" if got in (DType.FP16, DType.BF16) else ""
+        raise ConfigError(f"{type(feeder).__name__} stages {got.name} samples, but settings.amp is {s.amp_mode!r} "
+                          f"(the plan reads {want.name}): give the feeder dtype {_STAGED[want]!r}{hint}")
+
+
+_STAGED = {DType.FP32: "float32", DType.FP16: "float16", DType.BF16: "bfloat16"}
 
 
 def optimizer_spec(opt) -> dict[str, Any]:

@@ -71,6 +71,7 @@ class Resolved:
             input_shape=self.input_shape, num_classes=self.num_classes, batch=f.batch, **self.resolutions,
             last_train_batch=f.last_batch(True), val_batch=f.batch if self.has_val else None,
             last_val_batch=f.last_batch(False) if self.has_val else None, amp=s.amp_enabled,
+            amp_dtype=s.amp_dtype,
             **loss_scale_fields(s), label_smoothing=float(t.loss.smoothing), loss=t.loss.kind,
             grad_clip=max(0.0, t.grad_clip), grad_clip_mode=t.grad_clip_mode, param_groups=t.param_groups,
             layer_decay=t.layer_decay,
@@ -85,7 +86,7 @@ class Resolved:
         s = self.settings
         return {"global batch": s.batch_size, "seed": s.seed, "data seed": getattr(self.feeder, "seed", None),
                 "steps per epoch": self.steps_per_epoch, "epochs": self.config.task.epochs, "validates": self.has_val,
-                "amp": s.amp_enabled, "optimizer": spec.optimizer, "parameters": parameters,
+                "amp": s.amp_mode, "optimizer": spec.optimizer, "parameters": parameters,
                 "environment": self.recorded_env}  # TR_FC_DRELU & co.: one plan on every rank
 
 
@@ -111,6 +112,7 @@ def resolve(config: Config) -> Resolved:
     if feeder.batch != local_batch:
         raise ConfigError(f"the feeder's batch {feeder.batch} differs from the local batch size {local_batch} of the "
                           "settings")
+    plan_inputs.staging(s, feeder)
     num_classes = plan_inputs.num_classes(t.num_classes, t.model, getattr(feeder, "num_classes", None))
     feeder.check_labels(num_classes)  # labels past the logits are refused now, not wrapped in a step
     steps = feeder.steps(True)

@@ -75,11 +75,12 @@ class DeclCtx:
     momentum_slot: bool
     second_moment_slot: bool
     lars: bool
-    ema: bool = False  # EMA twins of every master weight, and under AMP of every decayed FP16 working copy
+    ema: bool = False  # EMA twins of every master weight, and under AMP of every decayed 16-bit working copy
+    low: DType = DType.FP16  # AMP's 16-bit type (FP16 or BF16): activations, their gradients, working copies
 
     @property
     def feature_dtype(self) -> DType:
-        return DType.FP16 if self.amp else DType.FP32
+        return self.low if self.amp else DType.FP32
 
     @property
     def feature_region(self) -> Region:
@@ -91,16 +92,17 @@ class DeclCtx:
 
     # --- declaration helpers --------------------------------------------------------------------
     def param(self, local: str, group: Group, shape: Shape, init: Init) -> list[Decl]:
-        """A trained tensor with its FP32 gradient, AMP twins and optimizer slots, as its group's traits ask."""
+        """A trained tensor with its FP32 gradient, AMP twins (16-bit gradient and working copy, of type
+        ``low``) and optimizer slots, as its group's traits ask."""
         def twin(suffix: str, role: Role, dtype: DType, name: str, s: Shape = shape) -> Decl:
             return Decl(local + suffix, Region(role, group), dtype, s, twin=name)
 
         out = [Decl(local, Region(Role.PARAM, group), DType.FP32, shape, init=init, twin="w"),
                twin(".grad", Role.GRAD, DType.FP32, "g")]
         if self.amp and group.fp16_grad:
-            out.append(twin(".grad16", Role.GRAD_FP16, DType.FP16, "g16"))
+            out.append(twin(".grad16", Role.GRAD_FP16, self.low, "g16"))
         if self.amp and group.amp_copy:
-            out.append(twin(".fp16", Role.AMP_COPY, DType.FP16, "a"))
+            out.append(twin(working_suffix(self.low), Role.AMP_COPY, self.low, "a"))
         if self.momentum_slot:
             out.append(twin(".m", Role.MOMENT1, DType.FP32, "m"))
         if self.second_moment_slot:
@@ -109,8 +111,8 @@ class DeclCtx:
             out.append(twin(".ratio", Role.TRUST_RATIO, DType.FP32, "n", Shape(1, 1, 1, 1)))
         if self.ema:  # the EMA twin sits at its master's offset within the EMA role (tr.graph.ema)
             out.append(twin(".ema", Role.EMA, DType.FP32, "e"))
-            if self.amp and group.amp_copy and group.decayed:  # (FP16 biases have no EMA twin: EMA inference
-                out.append(twin(".ema16", Role.EMA_FP16, DType.FP16, "e16"))  # reads the FP32 one)
+            if self.amp and group.amp_copy and group.decayed:  # (16-bit biases have no EMA twin: EMA inference
+                out.append(twin(".ema16", Role.EMA_FP16, self.low, "e16"))  # reads the FP32 one)
         return out
 
     def state(self, local: str, region: Region, shape: Shape, init: Init) -> Decl:
@@ -128,6 +130,11 @@ class DeclCtx:
 
     def stat(self, local: str, shape: Shape) -> Decl:
         return Decl(local, Region(Role.TEMP, dtype_group(DType.FP32)), DType.FP32, shape, 1, STAT, TRAIN)
+
+
+def working_suffix(low: DType) -> str:
+    """The key suffix of a weight's AMP working copy: ".fp16" or ".bf16" (its type in its name)."""
+    return ".bf16" if low is DType.BF16 else ".fp16"
 
 
 class IO:
@@ -167,12 +174,12 @@ class IO:
         return f"L{index}.{local}"
 
     def w(self, local: str) -> str:
-        """The weight as compute ops read it: the FP16 working copy under AMP when the group has one."""
-        k = self.t(local + ".fp16")
+        """The weight as compute ops read it: the 16-bit working copy under AMP when the group has one."""
+        k = self.t(local + working_suffix(self.spec.low_dtype))
         return k if self.amp and self._has(k) else self.t(local)
 
     def dw(self, local: str) -> str:
-        """Where the backward op writes the weight gradient: FP16 twin under AMP when there is one."""
+        """Where the backward op writes the weight gradient: the 16-bit twin under AMP when there is one."""
         k = self.t(local + ".grad16")
         return k if self.amp and self._has(k) else self.t(local + ".grad")
 

@@ -23,8 +23,10 @@ FusedSpec fused_spec(const FusedStage& s) {
     f.dtype = OutDType::F32;
   else if (s.dtype == "float16")
     f.dtype = OutDType::F16;
+  else if (s.dtype == "bfloat16")
+    f.dtype = OutDType::BF16;
   else
-    throw ConfigErr("output dtype must be float32 or float16, got " + s.dtype);
+    throw ConfigErr("output dtype must be float32, float16 or bfloat16, got " + s.dtype);
   if (s.pad_channels_to < 0 || s.pad_channels_to > 64)  // before narrowing; build() says the same
     throw ConfigErr("pad_channels_to must be in [0, 64], got " + std::to_string(s.pad_channels_to));
   f.pad_channels_to = int(s.pad_channels_to);
@@ -77,7 +79,9 @@ Shape3 to_shape(const py::handle& t) {
 
 py::array out_array(const Shape3& s, OutDType dt) {
   std::vector<py::ssize_t> shape{s.h, s.w, s.c};
-  return py::array(py::dtype(dt == OutDType::F16 ? "float16" : "float32"), shape);
+  // numpy has no bfloat16: its samples are uint16 bit patterns (DType.BF16's storage)
+  const char* name = dt == OutDType::F32 ? "float32" : dt == OutDType::F16 ? "float16" : "uint16";
+  return py::array(py::dtype(name), shape);
 }
 
 // A writable, C-contiguous buffer of at least `need` bytes.

@@ -409,12 +409,12 @@ void bind_op_params(py::module_& m) {
   }
   {
     py::class_<FusedStage> c(m, "FusedStage",
-        "The chain's last stage: normalisation to float32/float16, the flip and erasing folded in.\n"
+        "The chain's last stage: normalisation to float32/float16/bfloat16, the flip and erasing folded in.\n"
         "\n"
         "Keyword-only fields:\n"
         "    mean (floats): mean in [0, 1] units: one, or one per channel\n"
         "    std (floats): standard deviation: one, or one per channel\n"
-        "    dtype (str): output dtype: 'float32' or 'float16'\n"
+        "    dtype (str): output dtype: 'float32', 'float16' or 'bfloat16' (uint16 bit patterns)\n"
         "    pad_channels_to (int): at least this many output channels (the extra ones 0); 0: no padding\n"
         "    flip (RandomHorizontalFlipParams | None): the chain's flip, if any\n"
         "    erase (RandomErasingParams | None): the chain's erasing, if any");
@@ -431,7 +431,7 @@ void bind_op_params(py::module_& m) {
     }));
     c.def_readonly("mean", &FusedStage::mean, "mean in [0, 1] units: one, or one per channel");
     c.def_readonly("std", &FusedStage::std, "standard deviation: one, or one per channel");
-    c.def_readonly("dtype", &FusedStage::dtype, "output dtype: 'float32' or 'float16'");
+    c.def_readonly("dtype", &FusedStage::dtype, "output dtype: 'float32', 'float16' or 'bfloat16' (uint16 bit patterns)");
     c.def_readonly("pad_channels_to", &FusedStage::pad_channels_to, "at least this many output channels (the extra ones 0); 0: no padding");
     c.def_readonly("flip", &FusedStage::flip, "the chain's flip, if any");
     c.def_readonly("erase", &FusedStage::erase, "the chain's erasing, if any");

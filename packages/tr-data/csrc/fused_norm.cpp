@@ -130,6 +130,25 @@ void f32_to_f16(const float* src, uint16_t* dst, size_t n) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// FP32 -> BF16
+// ---------------------------------------------------------------------------------------------
+// bits + 0x7FFF + (bit 16) carries into the upper half exactly when the lower half is above the halfway point, or at
+// it with an odd upper half: round to nearest even, overflow to +-Inf (the carry reaches the exponent). A NaN whose
+// payload lies in the low half would truncate to Inf, so NaNs are set apart. Branch-free: the loop vectorises.
+namespace {
+TRD_CLONES void f2bf_n(const float* s, uint16_t* d, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t f;
+    std::memcpy(&f, s + i, 4);
+    const uint16_t r = uint16_t((f + 0x7FFFu + ((f >> 16) & 1u)) >> 16);
+    d[i] = (f & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t(0x7FC0) : r;
+  }
+}
+}  // namespace
+
+void f32_to_bf16(const float* src, uint16_t* dst, size_t n) { f2bf_n(src, dst, n); }
+
+// ---------------------------------------------------------------------------------------------
 // The fused pass
 // ---------------------------------------------------------------------------------------------
 namespace {
@@ -256,9 +275,10 @@ void fused_write(const FusedSpec& f, const FusedParams& p, const ImgC& img, void
   float ev[64];
   for (int c = 0; c < C; ++c) ev[c] = float(f.erase_value.size() == 1 ? f.erase_value[0] : f.erase_value[size_t(c)]);
   const bool f16 = f.dtype == OutDType::F16;
+  const bool narrow = f.dtype != OutDType::F32;  // the FP32 row goes through sc.row, then is rounded into dst
   const bool widen = oc != C || p.flip;  // the row goes through sc.px first
   if (widen) sc.px.resize(rowlen);
-  if (f16) sc.row.resize(rowlen);
+  if (narrow) sc.row.resize(rowlen);
   const float* A = sc.arow.data();
   const float* B = sc.brow.data();
   uint8_t* px = sc.px.data();
@@ -286,7 +306,7 @@ void fused_write(const FusedSpec& f, const FusedParams& p, const ImgC& img, void
   }
 #endif
   for (int y = 0; y < H; ++y) {
-    float* o = f16 ? frow : static_cast<float*>(dst) + size_t(y) * rowlen;
+    float* o = narrow ? frow : static_cast<float*>(dst) + size_t(y) * rowlen;
     const uint8_t* s = img.row(y);
     if (widen) {
       widen_row(s, px, W, C, oc, p.flip);
@@ -297,7 +317,11 @@ void fused_write(const FusedSpec& f, const FusedParams& p, const ImgC& img, void
       for (int x = p.ej; x < p.ej + p.ew; ++x)
         for (int c = 0; c < C; ++c) o[size_t(x) * size_t(oc) + size_t(c)] = ev[c];
     }
-    if (f16) f32_to_f16(o, static_cast<uint16_t*>(dst) + size_t(y) * rowlen, rowlen);
+    // BF16 from the same FP32 row: the erase values and the padded +0 round like every other value
+    if (f16)
+      f32_to_f16(o, static_cast<uint16_t*>(dst) + size_t(y) * rowlen, rowlen);
+    else if (narrow)
+      f32_to_bf16(o, static_cast<uint16_t*>(dst) + size_t(y) * rowlen, rowlen);
   }
 }
 

@@ -1,4 +1,4 @@
-// FusedNormalization: uint8 HWC -> normalised FP32 or FP16 HWC in one pass, with the horizontal
+// FusedNormalization: uint8 HWC -> normalised FP32, FP16 or BF16 HWC in one pass, with the horizontal
 // flip and the erasing rectangle folded in, written straight into the destination sample.
 #pragma once
 
@@ -8,7 +8,8 @@
 
 namespace trd {
 
-enum class OutDType : int { F32 = 0, F16 = 1 };
+// BF16 is stored as its uint16 bit patterns (tr.core.bf16; DType.BF16's numpy storage).
+enum class OutDType : int { F32 = 0, F16 = 1, BF16 = 2 };
 
 struct FusedSpec {
   std::vector<double> mean{0.0}, std{1.0};  // one value (all channels) or one per channel
@@ -26,7 +27,7 @@ struct FusedSpec {
   void coefficients(int C, std::vector<float>& a, std::vector<float>& b) const;
   void build();  // validates
   int out_channels(int c) const { return c > pad_channels_to ? c : pad_channels_to; }
-  size_t elem_bytes() const { return dtype == OutDType::F16 ? 2 : 4; }
+  size_t elem_bytes() const { return dtype == OutDType::F32 ? 4 : 2; }
 };
 
 struct FusedParams {
@@ -46,7 +47,7 @@ struct FusedScratch {
   int key_w = -1, key_c = -1, key_oc = -1;
   std::vector<float> key_a, key_b;
   std::vector<uint8_t> px;  // a source row flipped and/or widened to the output channels
-  std::vector<float> row;   // FP32 row before its FP16 conversion (the portable path)
+  std::vector<float> row;   // FP32 row before its FP16 / BF16 conversion (the portable path)
 };
 
 // Writes img (h, w, c) as (h, w, out_channels(c)) of f.dtype at dst.
@@ -57,5 +58,9 @@ void f32_to_f16(const float* src, uint16_t* dst, size_t n);
 bool cpu_has_f16c();
 void set_f16c_enabled(bool on);  // tests force the software path to compare both
 bool f16c_enabled();
+
+// FP32 -> BF16 bits: round to nearest even on the float32 bits, every NaN to the quiet 0x7FC0. The rounding of
+// tr.core.bf16.bf16_bits and CUDA's __float2bfloat16_rn, bit for bit.
+void f32_to_bf16(const float* src, uint16_t* dst, size_t n);
 
 }  // namespace trd

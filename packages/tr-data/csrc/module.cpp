@@ -1,7 +1,7 @@
 // pybind11 bindings of the tr.data native core (tr.data._native). The Python layer (tr/data/*.py)
 // validates arguments and builds the specs; the bindings convert, release the GIL, and map C++
 // errors to tr.core.errors classes. This file: the module, its error mapping, the RNG, limits and
-// switches, FP16, fused_normalize; the rest in bind_*.cpp and jpeg_regions.cpp.
+// switches, FP16 / BF16, fused_normalize; the rest in bind_*.cpp and jpeg_regions.cpp.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -103,13 +103,18 @@ PYBIND11_MODULE(_native, m) {
   bind_jpeg(m);
   bind_jpeg_regions(m);
 
-  // ---- FP16 ----
+  // ---- FP16, BF16 ----
   m.def("cpu_has_f16c", &cpu_has_f16c);
   m.def("f16c_enabled", &f16c_enabled);
   m.def("set_f16c_enabled", &set_f16c_enabled);
   m.def("f32_to_f16", [](py::array_t<float, py::array::c_style | py::array::forcecast> a) {
     py::array_t<uint16_t> out(a.size());
     f32_to_f16(a.data(), out.mutable_data(), size_t(a.size()));
+    return out;
+  });
+  m.def("f32_to_bf16", [](py::array_t<float, py::array::c_style | py::array::forcecast> a) {
+    py::array_t<uint16_t> out(a.size());
+    f32_to_bf16(a.data(), out.mutable_data(), size_t(a.size()));
     return out;
   });
 
@@ -129,8 +134,10 @@ PYBIND11_MODULE(_native, m) {
           f.dtype = OutDType::F32;
         else if (dt == "float16")
           f.dtype = OutDType::F16;
+        else if (dt == "uint16")  // bfloat16 bit patterns: numpy has no bfloat16
+          f.dtype = OutDType::BF16;
         else
-          throw ConfigErr("out must be float32 or float16, got " + dt);
+          throw ConfigErr("out must be float32, float16 or uint16 (bfloat16 bits), got " + dt);
         f.build();
         const long long n = images.shape(0);
         const Shape3 s{int(images.shape(1)), int(images.shape(2)), int(images.shape(3))};

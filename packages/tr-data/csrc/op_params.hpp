@@ -168,11 +168,11 @@ struct RandomErasingParams {
   std::vector<double> value;  // the value written, in normalised space: one, or one per channel
 };
 
-// The chain's last stage: normalisation to float32/float16, the flip and erasing folded in.
+// The chain's last stage: normalisation to float32/float16/bfloat16, the flip and erasing folded in.
 struct FusedStage {
   std::vector<double> mean;  // mean in [0, 1] units: one, or one per channel
   std::vector<double> std;  // standard deviation: one, or one per channel
-  std::string dtype;  // output dtype: 'float32' or 'float16'
+  std::string dtype;  // output dtype: 'float32', 'float16' or 'bfloat16' (uint16 bit patterns)
   int64_t pad_channels_to = 0;  // at least this many output channels (the extra ones 0); 0: no padding
   std::optional<RandomHorizontalFlipParams> flip;  // the chain's flip, if any
   std::optional<RandomErasingParams> erase;  // the chain's erasing, if any

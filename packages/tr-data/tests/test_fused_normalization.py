@@ -164,5 +164,5 @@ def test_bad_inputs():
         fn(np.zeros((1, 4, 4, 3), np.uint8), out=np.zeros((1, 4, 4, 3), np.float16))
     with pytest.raises(ShapeError, match="outside the image"):
         fn(np.zeros((1, 4, 4, 3), np.uint8), erase=np.array([[2, 2, 3, 3]]))
-    with pytest.raises(ConfigError, match="float32 or float16"):
+    with pytest.raises(ConfigError, match="float32, float16 or bfloat16, got float64"):
         FusedNormalization(NormMode.CIFAR, "float64")

@@ -56,7 +56,7 @@ def test_bad_arguments():
         TransferStation(0, (4, 4, 1))
     with pytest.raises(ShapeError, match="positive"):
         TransferStation(1, (4, 0, 1))
-    with pytest.raises(ConfigError, match="float32 or float16, got int8"):
+    with pytest.raises(ConfigError, match="float32, float16 or bfloat16, got int8"):
         TransferStation(1, (4, 4, 1), "int8")
 
 

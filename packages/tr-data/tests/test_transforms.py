@@ -516,7 +516,7 @@ class Normalize:  # a user's own normalisation transform: must be rejected
         (lambda: RandomRotation(-5), r"degrees must be >= 0"),
         (lambda: GaussianNoise(sigma=-1), r"sigma must be >= 0"),
         (lambda: Resize(0), r"size must be >= 1, got 0"),
-        (lambda: Compose([Pad(1)], dtype="int8"), r"float32 or float16"),
+        (lambda: Compose([Pad(1)], dtype="int8"), r"float32, float16 or bfloat16, got int8"),
         (lambda: Compose([object()]), r"not a tr.data transform"),
         (lambda: Compose([Normalize()]), r"Normalize cannot be a transform"),
         (lambda: Compose([RandomHorizontalFlip(), RandomHorizontalFlip()]), r"at most one RandomHorizontalFlip"),

@@ -151,10 +151,11 @@ RECORDS: tuple[Record, ...] = (
           f("ratio_lo", "float", "smallest aspect ratio of the rectangle"),
           f("ratio_hi", "float", "largest aspect ratio"),
           f("value", "floats", "the value written, in normalised space: one, or one per channel")),
-    Record("FusedStage", "The chain's last stage: normalisation to float32/float16, the flip and erasing folded in.", (
+    Record("FusedStage", "The chain's last stage: normalisation to float32/float16/bfloat16, the flip and erasing "
+                         "folded in.", (
         f("mean", "floats", "mean in [0, 1] units: one, or one per channel"),
         f("std", "floats", "standard deviation: one, or one per channel"),
-        f("dtype", "str", "output dtype: 'float32' or 'float16'"),
+        f("dtype", "str", "output dtype: 'float32', 'float16' or 'bfloat16' (uint16 bit patterns)"),
         f("pad_channels_to", "int", "at least this many output channels (the extra ones 0); 0: no padding"),
         f("flip", "RandomHorizontalFlipParams | None", "the chain's flip, if any"),
         f("erase", "RandomErasingParams | None", "the chain's erasing, if any"),

@@ -1,5 +1,8 @@
 """Normalisation: the (mean, std) of a NormMode or a pair, the output dtype, and FusedNormalization,
-the one-pass uint8 NHWC -> normalised float32/float16 of whole batches (the native fused_normalize)."""
+the one-pass uint8 NHWC -> normalised float32/float16/bfloat16 of whole batches (the native fused_normalize).
+
+bfloat16 has no numpy type: its samples are uint16 arrays of bit patterns (DType.BF16's storage), rounded as
+tr.core.bf16 rounds."""
 
 from __future__ import annotations
 
@@ -8,12 +11,16 @@ from typing import Any
 
 import numpy as np
 
+from tr.core import bf16
+from tr.core.dtype import DType
 from tr.core.errors import ConfigError, ShapeError
 from tr.core.norm import NormMode
 from tr.data import _native
 from tr.data.checks import integer, is_num, num
 
 MAX_NORM_CHANNELS = 64  # as pad_channels_to: no image the pipeline takes has more
+OUT_DTYPES = ("float32", "float16", "bfloat16")
+_DTYPE_NAMES = {DType.FP32: "float32", DType.FP16: "float16", DType.BF16: "bfloat16"}
 
 
 def _per_channel(name: str, v: Any) -> tuple[float, ...]:
@@ -50,7 +57,7 @@ def norm_range(mean: Sequence[float], std: Sequence[float], dtype: str) -> float
     """The largest |(x / 255 - mean) / std| over x in [0, 255]; ConfigError when it is not finite in ``dtype``
     (a tiny std would make every sample inf, and the erased or padded zeros NaN, in the training step)."""
     top = max(max(abs(-m / s), abs((1.0 - m) / s)) for m, s in zip(mean, std))
-    limit = float(np.finfo(dtype).max)
+    limit = finite_max(dtype)
     if not top <= limit:
         raise ConfigError(f"normalization mean={tuple(mean)}, std={tuple(std)} maps pixels to values up to {top:.4g}, "
                           f"beyond {dtype}'s largest finite value {limit:.6g}: the samples would be inf")
@@ -63,29 +70,52 @@ def check_erase_value(owner: str, value: Sequence[float], dtype: str) -> tuple[f
         value = value.tolist()
     vals = tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else (value,)
     out = tuple(num(owner, "erase value", v) for v in vals)
-    limit = float(np.finfo(dtype).max)
+    limit = finite_max(dtype)
     for v in out:
         if abs(v) > limit:
             raise ConfigError(f"{owner}: erase value {v:g} is beyond {dtype}'s largest finite value {limit:.6g}")
     return out
 
 
+def finite_max(dtype: str) -> float:
+    """The largest finite value of output dtype ``dtype`` (np.finfo knows no bfloat16)."""
+    return bf16.MAX if dtype == "bfloat16" else float(np.finfo(dtype).max)
+
+
+def storage_dtype(dtype: str) -> np.dtype:
+    """The numpy dtype that holds samples of output dtype ``dtype``: uint16 bit patterns for bfloat16."""
+    return DType.BF16.np_dtype if dtype == "bfloat16" else np.dtype(dtype)
+
+
 def out_dtype(dtype: Any) -> str:
+    """The name of an output dtype (float32, float16 or bfloat16), from that name, a tr DType ("bf16", DType.BF16)
+    or a numpy dtype. uint16 is refused: it is bfloat16's storage, but as a dtype it says nothing of floats."""
+    if isinstance(dtype, str) and dtype.strip().lower() in ("bfloat16", "bf16"):
+        return "bfloat16"
+    if isinstance(dtype, DType):
+        if dtype in _DTYPE_NAMES:
+            return _DTYPE_NAMES[dtype]
+        raise ConfigError(f"output dtype must be {_allowed()}, got {dtype}")
     try:
         name = np.dtype(dtype).name
     except TypeError as e:
-        raise ConfigError(f"output dtype must be float32 or float16, got {dtype!r}") from e
-    if name not in ("float32", "float16"):
-        raise ConfigError(f"output dtype must be float32 or float16, got {name}")
+        raise ConfigError(f"output dtype must be {_allowed()}, got {dtype!r}") from e
+    if name not in OUT_DTYPES:
+        raise ConfigError(f"output dtype must be {_allowed()}, got {name}")
     return name
 
 
+def _allowed() -> str:
+    return ", ".join(OUT_DTYPES[:-1]) + " or " + OUT_DTYPES[-1]
+
+
 class FusedNormalization:
-    """uint8 NHWC -> (x / 255 - mean) / std as float32 or float16 NHWC, in one native pass.
+    """uint8 NHWC -> (x / 255 - mean) / std as float32, float16 or bfloat16 NHWC, in one native pass.
 
     Each value is the float64 formula rounded once to float32 (and float16 is rounded from that float32,
-    by F16C when the CPU has it). ``flip``: one bool per image; ``erase``: one (top, left, height, width)
-    per image (height 0: none), set to ``erase_value`` (normalised space).
+    by F16C when the CPU has it; bfloat16 too, to nearest even as tr.core.bf16.bf16_bits, given as uint16 bit
+    patterns). ``flip``: one bool per image; ``erase``: one (top, left, height, width) per image (height 0:
+    none), set to ``erase_value`` (normalised space).
     """
 
     def __init__(
@@ -118,12 +148,14 @@ class FusedNormalization:
         if self.pad_channels_to and self.pad_channels_to < c:
             raise ShapeError(f"pad_channels_to={self.pad_channels_to} is fewer than the images' {c} channels")
         oc = max(c, self.pad_channels_to)
+        store = storage_dtype(self.dtype)
         if out is None:
-            out = np.empty((n, h, w, oc), dtype=self.dtype)
+            out = np.empty((n, h, w, oc), dtype=store)
         elif single and out.ndim == 3:
             out = out[None]
-        if out.dtype != np.dtype(self.dtype):
-            raise ConfigError(f"out must be {self.dtype}, got {out.dtype}")
+        if out.dtype != store:
+            what = "bfloat16 (uint16 bit patterns)" if self.dtype == "bfloat16" else self.dtype
+            raise ConfigError(f"out must be {what}, got {out.dtype}")
         ev = list(check_erase_value("FusedNormalization", erase_value, self.dtype))
         if flip is not None:
             flip = _flip_flags(flip, n)

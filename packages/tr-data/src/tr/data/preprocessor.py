@@ -189,13 +189,14 @@ class Preprocessor:
             raise ConfigError("Preprocessor needs at least one TransferStation (one per device)")
         first = sts[0]
         for st in sts[1:]:
-            if (st.batch_size, st.sample_shape, st.dtype) != (first.batch_size, first.sample_shape, first.dtype):
+            if (st.batch_size, st.sample_shape, st.sample_dtype) != (first.batch_size, first.sample_shape,
+                                                                     first.sample_dtype):
                 raise ConfigError(f"all TransferStations must match: {first!r} vs {st!r}")
         self.stations = sts
         self.seed = data_seed(seed, s.seed_value)
         self.dataset = s.open_dataset()
         self._splits: dict[str, Split | None] = {"train": None, "val": None}
-        dt = first.dtype.name
+        dt = first.dtype_name  # "bfloat16", not its storage's "uint16"
         self.chains = {"train": s.chain(True, dt), "val": s.chain(False, dt)}
         self._engine: _native.Engine | None = None
         self._run: EpochRun | None = None
@@ -227,7 +228,7 @@ class Preprocessor:
         if len(sts) != len(self.stations):
             raise ConfigError(f"replace_stations needs {len(self.stations)} station(s), got {len(sts)}")
         for old, new in zip(self.stations, sts):
-            if (new.sample_shape, new.dtype) != (old.sample_shape, old.dtype):
+            if (new.sample_shape, new.sample_dtype) != (old.sample_shape, old.sample_dtype):
                 raise ConfigError(f"replacement station {new!r} differs from {old!r} in sample shape or dtype")
             if new.batch_size != sts[0].batch_size:
                 raise ConfigError(f"all TransferStations must match: {sts[0]!r} vs {new!r}")

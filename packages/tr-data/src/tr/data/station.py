@@ -5,9 +5,9 @@ the consumer ``acquire(k)`` blocks (on a condition variable, GIL released) until
 in, reads or copies it, and ``release(k)``, which hands the zone to batch k + 2. So the workers fill
 one zone while the consumer reads the other.
 
-Zone layout (bytes, each part 256-aligned): int32 labels at 0, then the samples (NHWC, float32 or
-float16) at ``data_offset``. The buffers may be numpy arrays made here or memory handed in (e.g.
-pinned host memory from a backend) as any writable buffer.
+Zone layout (bytes, each part 256-aligned): int32 labels at 0, then the samples (NHWC, float32, float16 or
+bfloat16 as uint16 bit patterns) at ``data_offset``. The buffers may be numpy arrays made here or memory handed
+in (e.g. pinned host memory from a backend) as any writable buffer.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from tr.core.dtype import DType
 from tr.core.errors import ConfigError, DTypeError, ShapeError
 from tr.data import _native
 from tr.data.checks import MAX_IMAGE_BYTES, MAX_SIDE
+from tr.data.fused import out_dtype
 
 MAX_BATCH = 1 << 20  # samples per batch (a zone of MAX_BATCH 224x224x3 FP32 samples is already 600 GiB)
 
@@ -37,20 +38,37 @@ def _batch_index(k: object) -> int:
     return int(k)
 
 
-def _np_dtype(dtype: Any) -> np.dtype:
+_SAMPLE_DTYPES = (DType.FP32, DType.FP16, DType.BF16)
+_ALLOWED = "float32, float16 or bfloat16"
+
+
+def _sample_dtype(dtype: Any) -> DType:
+    """The samples' tr DType: FP32, FP16 or BF16, from a DType, a tr name ("bf16"), "bfloat16" or a numpy dtype.
+    A numpy uint16 is refused although it is BF16's storage: as a dtype it does not say the samples are floats."""
+    d: DType | None
     if isinstance(dtype, DType):
-        d = dtype.np_dtype
+        d, shown = dtype, dtype.value
+    elif isinstance(dtype, str) and dtype.strip().lower() == "bfloat16":
+        d, shown = DType.BF16, dtype
     else:
         try:
-            d = np.dtype(dtype)
-        except TypeError:
-            try:
-                d = DType.parse(dtype).np_dtype
-            except DTypeError:
-                raise ConfigError(f"sample dtype must be float32 or float16, got {dtype!r}") from None
-    if d not in (np.dtype(np.float32), np.dtype(np.float16)):
-        raise ConfigError(f"sample dtype must be float32 or float16, got {d}")
+            npd: np.dtype | None = np.dtype(dtype)
+        except TypeError:  # not numpy's: maybe a tr name ("fp16", "bf16")
+            npd = None
+        try:
+            d = DType.parse(dtype if npd is None else npd)
+        except DTypeError:
+            d = None
+        shown = repr(dtype) if npd is None else npd.name
+    if d is None or d not in _SAMPLE_DTYPES:
+        hint = " (bfloat16's bit patterns: pass 'bfloat16' or DType.BF16)" if shown == "uint16" else ""
+        raise ConfigError(f"sample dtype must be {_ALLOWED}, got {shown}{hint}")
     return d
+
+
+def _np_dtype(dtype: Any) -> np.dtype:
+    """The numpy dtype the samples are stored as (uint16 for BF16)."""
+    return _sample_dtype(dtype).np_dtype
 
 
 @dataclass(frozen=True)
@@ -83,12 +101,16 @@ class Batch:
 
     def torch(self) -> tuple[Any, Any]:
         """(data, labels) of the valid rows as torch tensors sharing this batch's memory (DLPack, no copy; torch
-        is not a dependency of tr-data). Valid until the batch is released: copy what must outlive it."""
+        is not a dependency of tr-data; bfloat16 samples as torch.bfloat16). Valid until the batch is released:
+        copy what must outlive it."""
         try:
             import torch
         except ImportError:
             raise ConfigError("Batch.torch() needs PyTorch: pip install torch") from None
-        return torch.from_dlpack(self.valid_data), torch.from_dlpack(self.valid_labels)
+        x = self.valid_data
+        if x.dtype == np.uint16:  # bfloat16 bit patterns, the only samples stored as uint16; int16: DLPack-safe
+            return torch.from_dlpack(x.view(np.int16)).view(torch.bfloat16), torch.from_dlpack(self.valid_labels)
+        return torch.from_dlpack(x), torch.from_dlpack(self.valid_labels)
 
 
 class TransferStation:
@@ -123,9 +145,10 @@ class TransferStation:
             )
         self.batch_size = batch_size
         self.sample_shape: tuple[int, int, int] = shape  # type: ignore[assignment]
-        self.dtype = _np_dtype(dtype)
+        self.sample_dtype = _sample_dtype(dtype)  # what the samples are (the numpy dtype alone cannot say BF16)
+        self.dtype = self.sample_dtype.np_dtype  # how they are stored
         self.sample_bytes = int(np.prod(shape)) * self.dtype.itemsize
-        lay = self.layout(batch_size, shape, self.dtype)
+        lay = self.layout(batch_size, shape, self.sample_dtype)
         self._raw: list[np.ndarray | None] = [None, None]
         zones: list[tuple[np.ndarray, np.ndarray]] = []
         if buffers is None:
@@ -156,6 +179,14 @@ class TransferStation:
             zones[1][1].reshape(-1).view(np.uint8),
             zones[1][0],
         )
+
+    @property
+    def dtype_name(self) -> str:
+        """The samples' dtype as FusedNormalization and Compose name it: float32, float16 or bfloat16."""
+        return out_dtype(self.sample_dtype)
+
+    def _storage(self) -> str:
+        return "uint16 (bfloat16 bit patterns)" if self.sample_dtype is DType.BF16 else self.dtype.name
 
     # ---- layout ---------------------------------------------------------------------------------
     @staticmethod
@@ -197,7 +228,7 @@ class TransferStation:
         want = (self.batch_size, *self.sample_shape)
         if data.dtype != self.dtype or data.shape != want or not data.flags.c_contiguous:
             raise ConfigError(
-                f"zone {'AB'[z]} data must be C-contiguous {self.dtype} {want}, got {data.dtype} {data.shape}"
+                f"zone {'AB'[z]} data must be C-contiguous {self._storage()} {want}, got {data.dtype} {data.shape}"
             )
         if not (labels.flags.writeable and data.flags.writeable):
             raise ConfigError(f"zone {'AB'[z]} arrays must be writable")
@@ -253,4 +284,5 @@ class TransferStation:
         self._native.abort()
 
     def __repr__(self) -> str:
-        return f"TransferStation(batch_size={self.batch_size}, sample_shape={self.sample_shape}, dtype={self.dtype})"
+        return (f"TransferStation(batch_size={self.batch_size}, sample_shape={self.sample_shape}, "
+                f"dtype={self.dtype_name})")

@@ -552,7 +552,7 @@ class Compose:
             check_channels(type(t).__name__, t.channels, shape, error, what)
 
     def __call__(self, image: Any, *, seed: int = 0, epoch: int = 0, index: int = 0, train: bool = True) -> np.ndarray:
-        """The normalised sample (h, w, c_out) float32/float16."""
+        """The normalised sample (h, w, c_out): float32, float16 or bfloat16 (uint16 bit patterns)."""
         return self._native.apply(self._image(image), sample_seed(seed, epoch, index, train))
 
     def apply_uint8(

@@ -72,7 +72,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 MODELS = ("vgg16_bn", "resnet50", "mobilenet_v2", "efficientnet_b0")
 MOMENTUM, WD, LS, SEED = 0.9, 1e-4, 0.1, 123
-NAMES = {"tr": "tr", "tr_autotune": "tr (cuDNN autotuned)", "pytorch_eager": "pytorch eager",
+NAMES = {"tr": "tr", "tr_autotune": "tr (cuDNN autotuned)", "tr_fp16": "tr (FP16 AMP)",
+         "pytorch_eager": "pytorch eager",
          "pytorch_cuda_graph": "pytorch cuda graph (step)",
          "pytorch_cuda_graph_fwd_bwd": "pytorch cuda graph (fwd+bwd)"}
 
@@ -138,7 +139,8 @@ def engines(graph: Any) -> dict[str, int]:
     return dict(Counter(" ".join(i.split()[:2]) for i in infos if i))
 
 
-def run_tr(a: argparse.Namespace) -> dict:
+def run_tr(a: argparse.Namespace, fp16: bool = False) -> dict:
+    """tr's row; ``fp16``: FP16 AMP whatever --amp-dtype says (row tr_fp16, beside a BF16 run's rows)."""
     from tr.algo.loss import CrossEntropyLoss
     from tr.algo.optimizer import SGD
     from tr.algo.scheduler import ConstantLR
@@ -149,11 +151,12 @@ def run_tr(a: argparse.Namespace) -> dict:
     from tr.task.executor import scalar
     from tr.task.feeder import ArrayFeeder
 
-    dtype = np.float16 if a.amp else np.float32
-    x, y = synthetic(a.batch * a.tr_batches, a.resolution, a.classes, dtype, SEED)
-    feeder = ArrayFeeder((x, y), None, a.batch, seed=SEED, shuffle=False, drop_last=True, dtype=dtype,
-                         num_classes=a.classes)
-    settings = Settings().amp(a.amp).manual_seed(SEED).global_batch_size(a.batch).use_tf32(a.tf32)
+    mode = (fp16 and "fp16") or (a.amp_dtype if a.amp else "off")  # tr's AMP: settings.amp's argument
+    staged = {"off": np.float32, "fp16": np.float16, "bf16": np.float32}[mode]  # (bf16: the feeder rounds)
+    x, y = synthetic(a.batch * a.tr_batches, a.resolution, a.classes, staged, SEED)
+    feeder = ArrayFeeder((x, y), None, a.batch, seed=SEED, shuffle=False, drop_last=True,
+                         dtype="bfloat16" if mode == "bf16" else staged, num_classes=a.classes)
+    settings = Settings().amp(mode).manual_seed(SEED).global_batch_size(a.batch).use_tf32(a.tf32)
     task = (DeepLearningTask(settings).device(a.device).quiet().model(tr_model(a.classes, a.model))
             .loss(CrossEntropyLoss().label_smoothing(LS))
             .optimizer(SGD().momentum(MOMENTUM).nesterov(True).weight_decay(WD))
@@ -196,9 +199,9 @@ def run_tr(a: argparse.Namespace) -> dict:
 def run_row(a: argparse.Namespace, key: str) -> dict:
     """Run one row in this process; an exception becomes {"error": ...} (the traceback goes to stderr)."""
     try:
-        if key in ("tr", "tr_autotune"):  # read at every capture: set before the task compiles
+        if key in ("tr", "tr_autotune", "tr_fp16"):  # read at every capture: set before the task compiles
             os.environ["TR_CUDNN_AUTOTUNE"] = "1" if key == "tr_autotune" else "0"
-            return run_tr(a)
+            return run_tr(a, fp16=key == "tr_fp16")
         from cnn_torch import run_torch
 
         variant = key.removeprefix("pytorch_").replace("compile_", "compile:", 1)
@@ -231,6 +234,8 @@ def run_child(a: argparse.Namespace, argv: list[str], key: str, timeout: float) 
 def row_keys(a: argparse.Namespace) -> list[str]:
     keys = [] if a.skip_tr else [k for k, c in (("tr", "heuristic"), ("tr_autotune", "autotune"))
                                  if a.conv_choice in (c, "both")]
+    if not a.skip_tr and a.amp and a.amp_dtype == "bf16" and a.tr_fp16_row:
+        keys.append("tr_fp16")
     if not a.skip_torch:
         keys.append("pytorch_eager")
         if a.torch_cuda_graph:
@@ -280,7 +285,7 @@ def environment(a: argparse.Namespace) -> dict:
 
 def auto_json(a: argparse.Namespace) -> Path:
     """benchmarks/results naming: <model>_b<batch>_<UTC date>.json, tagged when the run is not the default."""
-    tags = "" if a.amp else ("_tf32" if a.tf32 else "_fp32")
+    tags = ("_bf16" if a.amp_dtype == "bf16" else "") if a.amp else ("_tf32" if a.tf32 else "_fp32")
     if a.conv_choice == "autotune":
         tags += "_autotune"
     if a.resolution != 224:
@@ -303,6 +308,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
                     help="FP16 mixed precision (default: on with --device cuda, off with --device cpu)")
+    ap.add_argument("--amp-dtype", choices=("fp16", "bf16"), default="fp16",
+                    help="AMP's 16-bit type on both sides: fp16 (loss-scaled) or bf16 (no loss scale)")
+    ap.add_argument("--tr-fp16-row", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --amp-dtype bf16: also tr with FP16 AMP (row tr_fp16), BF16's cost against it")
     ap.add_argument("--tf32", action="store_true", help="FP32 runs: allow TF32 tensor cores on both sides")
     ap.add_argument("--steps", type=int, default=50, help="timed steps")
     ap.add_argument("--warmup", type=int, default=10, help="untimed steps before the timed ones")
@@ -333,12 +342,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--row", help=argparse.SUPPRESS)  # internal: run one row (a child of an isolated run)
     ap.add_argument("--row-out", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    if a.device == "cpu" and a.amp:
+    if a.device == "cpu" and a.amp and a.amp_dtype == "fp16":
         ap.error("--amp needs --device cuda (FP16 autocast on the CPU is neither the seed's config nor fast); "
-                 "leave it out or pass --no-amp")
+                 "leave it out, pass --no-amp, or --amp-dtype bf16 (a CPU smoke test of both sides)")
+    if a.amp is False and a.amp_dtype != "fp16":
+        ap.error("--amp-dtype bf16 with --no-amp: leave one out")
     a.amp_note = None
     if a.amp is None:
-        a.amp = a.device == "cuda"
+        a.amp = a.device == "cuda" or a.amp_dtype == "bf16"
         if not a.amp:
             a.amp_note = "AMP off: --device cpu runs FP32"
     if a.torch_cuda_graph is None:
@@ -360,13 +371,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def amp_name(a: argparse.Namespace) -> str:
+    if a.amp:
+        return "AMP BF16" if a.amp_dtype == "bf16" else "AMP"
+    return "FP32" + (" (TF32)" if a.tf32 else "")
+
+
 def report(a: argparse.Namespace, results: dict[str, dict]) -> None:
     base = results.get("pytorch_eager", {}).get("images_per_s")
     torch_rows = {k: v for k, v in results.items() if k.startswith("pytorch") and "images_per_s" in v}
     best = max(torch_rows, key=lambda k: torch_rows[k]["images_per_s"]) if torch_rows else None
     print()
     print(f"{a.model} training step, {a.device}, batch {a.batch}, {a.resolution}x{a.resolution}x3, "
-          f"{a.classes} classes, {'AMP' if a.amp else 'FP32' + (' (TF32)' if a.tf32 else '')}, "
+          f"{a.classes} classes, {amp_name(a)}, "
           f"{a.steps} timed steps after {a.warmup}")
     print(f"{'framework':<32} {'images/s':>10} {'ms/step':>9} {'vs eager':>9} {'compile s':>10}  note")
     for key, r in results.items():
@@ -391,6 +408,10 @@ def report(a: argparse.Namespace, results: dict[str, dict]) -> None:
         if best:
             print(f"tr vs strongest PyTorch ({label(best)}): "
                   f"{(t['images_per_s'] / torch_rows[best]['images_per_s'] - 1) * 100:+.1f} %")
+    f16 = results.get("tr_fp16", {})
+    if "images_per_s" in t and "images_per_s" in f16:
+        print(f"tr BF16 {t['images_per_s']:.1f} images/s vs tr FP16 {f16['images_per_s']:.1f}: "
+              f"{(t['images_per_s'] / f16['images_per_s'] - 1) * 100:+.2f} %")
     tuned = results.get("tr_autotune", {})
     if "images_per_s" in t and "images_per_s" in tuned:
         print(f"tr autotuned {tuned['images_per_s']:.1f} images/s vs the deterministic rule {t['images_per_s']:.1f}: "
@@ -420,6 +441,8 @@ def write_json(a: argparse.Namespace, results: dict[str, dict], env: dict) -> No
         doc["strongest_pytorch"] = best
         if "images_per_s" in results.get("tr", {}):
             doc["tr_vs_strongest_pytorch"] = results["tr"]["images_per_s"] / torch_rows[best]
+    if all("images_per_s" in results.get(k, {}) for k in ("tr", "tr_fp16")):
+        doc["tr_vs_tr_fp16"] = results["tr"]["images_per_s"] / results["tr_fp16"]["images_per_s"]
     if all("images_per_s" in results.get(k, {}) for k in ("tr", "tr_autotune")):
         doc["tr_autotune_vs_tr"] = results["tr_autotune"]["images_per_s"] / results["tr"]["images_per_s"]
     a.json_path.parent.mkdir(parents=True, exist_ok=True)

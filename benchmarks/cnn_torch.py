@@ -90,10 +90,13 @@ def run_torch(a: argparse.Namespace, variant: str) -> dict:
     opt = torch.optim.SGD([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}],
                           lr=a.lr, momentum=MOMENTUM, nesterov=True, fused=fused or None,
                           foreach=None if fused else True)
-    scaler = torch.amp.GradScaler(dev.type, enabled=a.amp)
+    bf16 = a.amp and a.amp_dtype == "bf16"  # autocast to bfloat16: no loss scale (a disabled scaler passes through)
+    low = torch.bfloat16 if bf16 else torch.float16
+    scaler = torch.amp.GradScaler(dev.type, enabled=a.amp and not bf16)
     loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=LS)
-    x, y = synthetic(a.batch, a.resolution, a.classes, np.float16 if a.amp else np.float32, SEED)
-    xb = torch.from_numpy(x).permute(0, 3, 1, 2).to(dev).contiguous(memory_format=torch.channels_last)
+    x, y = synthetic(a.batch, a.resolution, a.classes, np.float16 if a.amp and not bf16 else np.float32, SEED)
+    xb = torch.from_numpy(x).to(low if bf16 else None).permute(0, 3, 1, 2).to(dev).contiguous(
+        memory_format=torch.channels_last)  # (bfloat16: the same nearest-even rounding as tr's staging)
     yb = torch.from_numpy(y).long().to(dev)
     net = model
     if variant.startswith("compile:"):
@@ -104,7 +107,7 @@ def run_torch(a: argparse.Namespace, variant: str) -> dict:
         raise SystemExit(f"unknown PyTorch variant {variant!r}")
 
     def forward_backward(cache: bool = True) -> Any:
-        with torch.autocast(dev.type, dtype=torch.float16, enabled=a.amp, cache_enabled=cache):
+        with torch.autocast(dev.type, dtype=low, enabled=a.amp, cache_enabled=cache):
             loss = loss_fn(net(xb), yb)
         scaler.scale(loss).backward()
         return loss
@@ -140,14 +143,14 @@ def run_torch(a: argparse.Namespace, variant: str) -> dict:
     for _ in range(warm):
         step()
     sync()
-    scale0 = scaler.get_scale() if a.amp else 1.0
+    scale0 = scaler.get_scale() if scaler.is_enabled() else 1.0
     t0 = time.perf_counter()
     for _ in range(a.steps):
         loss = step()
     sync()
     dt = (time.perf_counter() - t0) / a.steps
     out.update(images_per_s=a.batch / dt, ms_per_step=dt * 1e3, last_loss=float(loss.detach().float()))
-    if a.amp:  # GradScaler halves its scale per skipped step and grows only after 2000 clean steps
+    if scaler.is_enabled():  # GradScaler halves its scale per skipped step and grows only after 2000 clean steps
         out["skipped_steps_timed"] = round(math.log2(scale0 / scaler.get_scale()))
         out["loss_scale_end"] = scaler.get_scale()
     if cuda:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tr.core.dtype import DType
 from tr.core.settings import Settings, check_batch_split
 from tr.data import PREPROCESSOR_SETTING, Preprocessor, PreprocessorSettings, TransferStation
 from tr.data.sharding import check_shard
@@ -53,6 +54,10 @@ class PipelineFeeder(FeederDefaults):
         return self.station.dtype
 
     @property
+    def sample_dtype(self) -> DType:
+        return self.station.sample_dtype
+
+    @property
     def seed(self) -> int:
         """The shuffle and augmentation seed (every rank must use the same)."""
         return self.pre.seed
@@ -65,7 +70,7 @@ class PipelineFeeder(FeederDefaults):
         self.pre.shard(rank, world_size)  # checks the phase and the validation split first
         local = self.global_batch // world_size
         if local != self.station.batch_size:
-            st = TransferStation(local, self.sample_shape, self.station.dtype)
+            st = TransferStation(local, self.sample_shape, self.station.sample_dtype)
             self.pre.replace_stations(st)
             self.station = st
         self.rank, self.world_size, self.batch = rank, world_size, local
@@ -79,7 +84,7 @@ class PipelineFeeder(FeederDefaults):
 
     def adopt_buffers(self, pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
         """Let the workers write into these (labels, data) pairs, e.g. pinned memory from the backend."""
-        st = TransferStation(self.batch, self.sample_shape, self.station.dtype, buffers=list(pairs))
+        st = TransferStation(self.batch, self.sample_shape, self.station.sample_dtype, buffers=list(pairs))
         self.pre.replace_stations(st)
         self.station = st
 

@@ -41,6 +41,7 @@ from op_diff import backward_from_test_forward, build_task, epoch_calls, example
 
 from tr.algo.optimizer import SGD
 from tr.algo.scheduler import ConstantLR
+from tr.core.bf16 import round_bf16
 from tr.core.memory import Role
 from tr.core.settings import Settings
 from tr.task.deep_learning import DeepLearningTask
@@ -52,16 +53,21 @@ LOSS_SCALE = 1024.0  # AMP's first loss scale (the default 65536 overflows these
 LR = 1e-4  # small: 20 steps of a deep net on random labels stay near-linear, so rounding does not grow chaotically
 
 
+STAGED = {False: "float32", True: "float16", "bf16": "bfloat16"}  # amp -> the feeder's type
+
+
 def _task(name, device, amp, steps=STEPS, res=RES, batch=BATCH, fp16_inputs=False):
+    """``amp``: False, True (FP16) or "bf16"; ``fp16_inputs``: the images rounded as that AMP run stages them (True:
+    FP16, "bf16": BF16), for an FP32 run on the AMP run's images."""
     rng = np.random.default_rng(5)
     x = rng.standard_normal((steps * batch, res, res, 3)).astype(np.float32)
-    if fp16_inputs:  # an FP32 run on the AMP run's (FP16-rounded) images
-        x = x.astype(np.float16).astype(np.float32)
+    if fp16_inputs:  # an FP32 run on the AMP run's (16-bit-rounded) images
+        x = round_bf16(x) if fp16_inputs == "bf16" else x.astype(np.float16).astype(np.float32)
     y = rng.integers(0, CLASSES, steps * batch).astype(np.int32)
-    dt = np.float16 if amp else np.float32
-    feeder = ArrayFeeder((x.astype(dt), y), None, batch, shuffle=False, num_classes=CLASSES, dtype=dt)
-    # a first loss scale that does not overflow the first AMP step (the default 65536 does, for these nets)
-    s = Settings().manual_seed(11).global_batch_size(batch).amp(amp).loss_scaling("dynamic", init=LOSS_SCALE)
+    feeder = ArrayFeeder((x, y), None, batch, shuffle=False, num_classes=CLASSES, dtype=STAGED[amp])
+    s = Settings().manual_seed(11).global_batch_size(batch).amp(amp)
+    if amp is True:  # a first loss scale that does not overflow the first FP16 step (the default 65536 does)
+        s.loss_scaling("dynamic", init=LOSS_SCALE)
     t = (DeepLearningTask(s).device(device).quiet().model(example(name, CLASSES))
          .optimizer(SGD().momentum(0.9).nesterov(True).weight_decay(1e-4))
          .scheduler(ConstantLR().base_lr(LR)).total_epochs(1).data(feeder))
@@ -75,7 +81,7 @@ def _gradients(task, amp):
     AMP the gradient regions hold the loss-scaled gradients (the optimizer divides by the scale), so they are
     divided by the step's scale here; the step must have been applied (its scale unchanged, not halved)."""
     scale = 1.0
-    if amp:
+    if amp is True:  # FP16 (BF16 has no loss scale)
         (t,) = [t for t in task.program.tensors if t.name == "loss_scale"]
         scale = float(task.backend.read(t).ravel()[0])
         assert scale == LOSS_SCALE, f"the first AMP step was skipped (loss scale now {scale})"

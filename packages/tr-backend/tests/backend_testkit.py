@@ -109,11 +109,85 @@ def assert_close(actual: Any, expected: Any, tol: float = 1e-5) -> None:
     assert err <= tol * scale, f"max abs error {err:.3g} > {tol:.1g} * {scale:.3g}"
 
 
-def nchw(a: np.ndarray) -> Any:
-    """NHWC numpy -> NCHW float64 torch tensor that requires grad."""
+# --- 16-bit floats: FP16 (numpy float16) and BF16 (its uint16 bit patterns, tr.core.bf16) -------------------------
+#
+# The rule for an op in FP16 or BF16 (AMP): it reads the rounded inputs, computes in float32 and rounds its result
+# once to the output's dtype (the CPU Binder's store, CUDA's ``from_f``). The reference is torch in float32 from the
+# same rounded inputs, its result rounded to the dtype by torch: exact where both evaluate the same float32
+# operations in the same order, else within one unit in the last place of the dtype (two float32 evaluations of one
+# value differ by a few float32 ulps, so their roundings differ by at most one ulp of the output), plus a floor of
+# a few 2^-24 * max|e| where terms cancel to a value far below the tensor's scale (there float32 rounding of the
+# terms is many ulps of the small result).
+
+HALF_DTYPES = ("fp16", "bf16")
+_BITS = {"fp16": (10, -14), "bf16": (7, -126)}  # explicit mantissa bits, smallest normal exponent
+
+
+def as_dtype(x: Any, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """(what a ``dtype`` tensor holds for the values ``x`` rounded once from float32: float32, float16 or BF16 bit
+    patterns, the array to ``write``; those values as float32)."""
+    from tr.core.bf16 import bf16_bits, bf16_values
+
+    x32 = np.asarray(x, np.float32)
+    if dtype == "bf16":
+        bits = bf16_bits(x32)
+        return bits, bf16_values(bits)
+    if dtype == "fp16":
+        h = x32.astype(np.float16)
+        return h, h.astype(np.float32)
+    return x32, x32.copy()
+
+
+def values(a: Any) -> np.ndarray:
+    """float64 values of an array read from a tensor (BF16 bit patterns widened)."""
+    a = np.asarray(a)
+    if a.dtype == np.uint16:
+        return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return a.astype(np.float64)
+
+
+def rounded(e: Any, dtype: str) -> np.ndarray:
+    """float64 values of ``e`` (a float32 evaluation: torch tensor or array) rounded once to ``dtype`` by torch."""
     import torch
 
-    return torch.tensor(np.ascontiguousarray(a.transpose(0, 3, 1, 2)), dtype=torch.float64, requires_grad=True)
+    t = e.detach() if isinstance(e, torch.Tensor) else torch.from_numpy(np.asarray(e, np.float32))
+    t = t.to(torch.float32)
+    if dtype in _BITS:
+        t = t.to(torch.float16 if dtype == "fp16" else torch.bfloat16)
+    return t.to(torch.float64).numpy()
+
+
+def ulp(e: np.ndarray, dtype: str) -> np.ndarray:
+    """The spacing of ``dtype`` values at |e| (its subnormal spacing below the normal range)."""
+    mant, lowest = _BITS[dtype]
+    exp = np.floor(np.log2(np.where(e != 0, np.abs(e), 1.0)))
+    return 2.0 ** (np.maximum(exp, lowest) - mant)
+
+
+def assert_rounded(actual: Any, expected: Any, dtype: str) -> None:
+    """``actual`` (read from a ``dtype`` tensor) is ``expected`` rounded once to ``dtype``, exactly."""
+    np.testing.assert_array_equal(values(actual), rounded(expected, dtype))
+
+
+def assert_within_ulp(actual: Any, expected: Any, dtype: str, floor: float = 0.0) -> float:
+    """|a - e| <= ulp(e) + floor * 2^-24 * max|e| everywhere, ``e`` the float32 ``expected`` rounded to ``dtype``;
+    returns the largest |a - e| in ulps of e (at most 1 where ``floor`` is 0)."""
+    a, e = values(actual), rounded(expected, dtype)
+    assert a.shape == e.shape, f"shape {a.shape} != {e.shape}"
+    u = ulp(e, dtype)
+    bound = u + floor * 2.0 ** -24 * float(np.abs(e).max(initial=0.0))
+    err = np.abs(a - e)
+    assert np.all(err <= bound), (f"{int((err > bound).sum())} elements past one {dtype} ulp"
+                                  f" (+ {floor} * 2^-24 * max|e|): worst {float((err / u).max()):.2f} ulps")
+    return float((err / u).max(initial=0.0))
+
+
+def nchw(a: np.ndarray, dtype: Any = None) -> Any:
+    """NHWC numpy -> NCHW torch tensor (float64 unless ``dtype``) that requires grad."""
+    import torch
+
+    return torch.tensor(np.ascontiguousarray(a.transpose(0, 3, 1, 2)), dtype=dtype or torch.float64,
+                        requires_grad=True)
 
 
 def nhwc(t: Any) -> np.ndarray:

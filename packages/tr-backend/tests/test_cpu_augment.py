@@ -1,11 +1,11 @@
 """augment_affine on the CPU backend: its Philox and splitmix64 are tr.core.philox's, the op writes what the
-module's numpy function computes (FP32 and FP16, padded channels), draws follow the documented streams, and bad
+module's numpy function computes (FP32, FP16 and BF16, padded channels), draws follow the documented streams, and bad
 calls are refused when the graph is captured. (Its draws against tr.data's workers, and the pixels against the
 workers' chain: tests-integration/test_device_augment.py.)"""
 
 import numpy as np
 import pytest
-from backend_testkit import SimpleArena, op, run
+from backend_testkit import SimpleArena, assert_rounded, op, run
 
 from tr.backend.cpu.ops.augment import Streams, augment, draws
 from tr.backend.rules.augment import AugmentSpec
@@ -48,8 +48,9 @@ def _arena(n, h, w, c, batch, c_out, ydt):
     return a.allocate(), t
 
 
-@pytest.mark.parametrize("ydt, c, c_out", [("fp32", 1, 1), ("fp16", 3, 4)])
+@pytest.mark.parametrize("ydt, c, c_out", [("fp32", 1, 1), ("fp16", 3, 4), ("bf16", 3, 4), ("bf16", 1, 1)])
 def test_the_op_writes_the_reference_batch(ydt, c, c_out):
+    """The float32 batch rounded once to y's dtype (CUDA's from_f on store): exactly; BF16 as torch rounds it."""
     imgs = _images(c=c)
     spec = dict(MNIST_SPEC, flip_p=0.5)
     if c > 1:
@@ -63,7 +64,7 @@ def test_the_op_writes_the_reference_batch(ydt, c, c_out):
     run(be, op("augment_affine", src=t["src"], index=t["index"], key=t["key"], y=t["y"], **spec))
     want = augment(imgs, idx.astype(np.int64), prefix, AugmentSpec(**spec), c_out)
     got = be.read(t["y"])
-    np.testing.assert_array_equal(got, want.astype(np.float16 if ydt == "fp16" else np.float32))
+    assert_rounded(got, want, ydt)
     assert (got[..., c:] == 0).all()
     np.testing.assert_array_equal(got[3], got[4])  # the same sample, the same key: the same augmentation
     assert not np.array_equal(got[0], got[1])

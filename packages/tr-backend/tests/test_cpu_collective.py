@@ -1,5 +1,6 @@
-"""GlooCollective: mean all-reduce, broadcast and barrier over real gloo groups (one thread per rank, over
-127.0.0.1), range_allreduce_mean through CPU backends, and the one-rank / no-torch cases."""
+"""GlooCollective: mean all-reduce, broadcast (FP16, BF16 bit patterns, bytes) and barrier over real gloo groups
+(one thread per rank, over 127.0.0.1), range_allreduce_mean through CPU backends, and the one-rank / no-torch
+cases."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from backend_testkit import DEEP_CONV, RESULT, SimpleArena, op, run
 
 from tr.backend.base import Collective
 from tr.backend.cpu.collective import GlooCollective
+from tr.core.bf16 import bf16_bits
 from tr.core.errors import BackendError, ConfigError
 from tr.core.memory import Region, Role, Span
 
@@ -57,15 +59,18 @@ def test_allreduce_mean_broadcast_barrier_three_ranks():
         x = np.arange(5, dtype=np.float32) * (c.rank + 1)  # mean over ranks 1, 2, 3 -> 2
         c.allreduce_mean(x)
         h = np.full((2, 3), c.rank, np.float16)
+        bf = bf16_bits(np.full((3, 2), c.rank - 1.00390625, np.float32))  # BF16 travels as its bit patterns
         b = np.arange(7, dtype=np.uint8) + 10 * c.rank
         c.broadcast(h)
+        c.broadcast(bf)
         c.broadcast(b)
         c.barrier()
-        return x, h, b
+        return x, h, bf, b
 
-    for x, h, b in _ranks(3, body):
+    for x, h, bf, b in _ranks(3, body):
         np.testing.assert_array_equal(x, np.arange(5, dtype=np.float32) * 2)
         np.testing.assert_array_equal(h, np.zeros((2, 3), np.float16))
+        np.testing.assert_array_equal(bf, np.full((3, 2), 0xBF80, np.uint16))  # rank 0's -1.00390625 -> -1.0
         np.testing.assert_array_equal(b, np.arange(7, dtype=np.uint8))
 
 

@@ -1,11 +1,15 @@
 """Grouped and depthwise conv_fwd / conv_bwd (attribute ``groups``) against torch.nn.functional.conv2d's
 ``groups`` (float64 reference, NCHW <-> NHWC, KRSC weights [K, R, S, C/groups]); FP32 within 1e-5 of the
-reference's scale, FP16 (AMP) within 3e-3, as test_cpu_conv.py."""
+reference's scale, FP16 (AMP) within 3e-3, as test_cpu_conv.py; FP16 and BF16 also within one ulp of torch's
+float32 results from the same rounded inputs, rounded to the dtype, plus FLOOR * 2^-24 * max|e| where products
+cancel, as test_cpu_conv.py."""
 
 import numpy as np
 import pytest
 import torch
-from backend_testkit import SimpleArena, assert_close, nchw, nhwc, op, run
+from backend_testkit import SimpleArena, as_dtype, assert_close, assert_within_ulp, nchw, nhwc, op, run, values
+
+FLOOR = 2.0  # test_cpu_conv.py's
 
 # (N, H, W, C, K, R, stride, padding, groups)
 CASES = [
@@ -30,35 +34,41 @@ def _setup(n, h, w, c, k, r, stride, pad, groups, dtype="fp32", with_dx=True):
     return a, t
 
 
-def _reference(be, t, stride, pad, groups):
-    x, w = nchw(be.read(t["x"]).astype(np.float64)), nchw(be.read(t["w"]).astype(np.float64))
+def _reference(be, t, stride, pad, groups, dtype=torch.float64):
+    x, w = nchw(values(be.read(t["x"])), dtype), nchw(values(be.read(t["w"])), dtype)
     y = torch.nn.functional.conv2d(x, w, stride=stride, padding=pad, groups=groups)
-    y.backward(nchw(be.read(t["dy"]).astype(np.float64)))
+    y.backward(nchw(values(be.read(t["dy"])), dtype))
     return nhwc(y), nhwc(w.grad), nhwc(x.grad)
 
 
-def _fill(be, t, seed, dtype=np.float64):
+def _fill(be, t, seed, dtype="fp64"):
     rng = np.random.default_rng(seed)
     for name in ("x", "w", "dy"):
-        be.write(t[name], rng.standard_normal(t[name].shape.dims).astype(dtype))
+        v = rng.standard_normal(t[name].shape.dims)
+        be.write(t[name], v if dtype == "fp64" else as_dtype(v, dtype)[0])
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("n,h,w,c,k,r,stride,pad,groups", CASES)
 def test_grouped_conv_forward_backward(n, h, w, c, k, r, stride, pad, groups, dtype):
-    """FP16 (AMP): the op reads and writes FP16, computes in FP32 (the view's dtype is FP16)."""
+    """FP16 / BF16 (AMP): the op reads and writes the 16-bit dtype (BF16 as bit patterns), computes in FP32."""
     a, t = _setup(n, h, w, c, k, r, stride, pad, groups, dtype)
     be = a.allocate()
-    _fill(be, t, h * 13 + k + groups, np.float16 if dtype == "fp16" else np.float64)
+    _fill(be, t, h * 13 + k + groups, "fp64" if dtype == "fp32" else dtype)
     attrs = {"kernel": r, "stride": stride, "padding": pad, "groups": groups}
     run(be, op("conv_fwd", x=t["x"], w=t["w"], y=t["y"], **attrs),
         op("conv_bwd", x=t["x"], w=t["w"], dy=t["dy"], dw=t["dw"], dx=t["dx"], **attrs))
-    assert be.view(t["y"]).dtype == (np.float16 if dtype == "fp16" else np.float32)
-    y, dw, dx = _reference(be, t, stride, pad, groups)
-    tol = 3e-3 if dtype == "fp16" else 1e-5
-    assert_close(be.read(t["y"]), y, tol)
-    assert_close(be.read(t["dw"]), dw, tol)
-    assert_close(be.read(t["dx"]), dx, tol)
+    assert be.view(t["y"]).dtype == {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}[dtype]
+    if dtype != "bf16":
+        y, dw, dx = _reference(be, t, stride, pad, groups)
+        tol = 3e-3 if dtype == "fp16" else 1e-5
+        assert_close(be.read(t["y"]), y, tol)
+        assert_close(be.read(t["dw"]), dw, tol)
+        assert_close(be.read(t["dx"]), dx, tol)
+    if dtype != "fp32":
+        ref32 = _reference(be, t, stride, pad, groups, torch.float32)
+        for name, e in zip(("y", "dw", "dx"), ref32, strict=True):
+            assert_within_ulp(be.read(t[name]), e, dtype, FLOOR)
 
 
 def test_grouped_conv_repeated_launches_and_wgrad_only():

@@ -1,8 +1,9 @@
-"""copy, accumulate, flatten_fwd/bwd, channel_pad_fwd/bwd: data movement, compared exactly."""
+"""copy, accumulate, flatten_fwd/bwd, channel_pad_fwd/bwd: data movement, compared exactly (FP16 and BF16 too)."""
 
 import numpy as np
 import pytest
-from backend_testkit import SimpleArena, op, run
+import torch
+from backend_testkit import HALF_DTYPES, SimpleArena, as_dtype, assert_rounded, op, run
 
 
 def test_copy_and_accumulate():
@@ -25,6 +26,26 @@ def test_copy_and_accumulate():
     np.testing.assert_array_equal(be.read(acc), (hv.astype(np.float32) + av.astype(np.float32)).astype(np.float16))
 
 
+@pytest.mark.parametrize("xdt, ydt", [("fp16", "fp16"), ("bf16", "bf16"), ("fp32", "bf16"), ("bf16", "fp32"),
+                                      ("fp16", "bf16")])
+def test_accumulate_in_16_bits_rounds_the_float32_sum_once(xdt, ydt):
+    """y += x: both widened, one float32 add, rounded once to y's dtype (CUDA's from_f(to_f(y) + to_f(x))): torch's
+    float32 sum of the same values rounded to y's dtype, exactly. copy moves the bits (BF16's too)."""
+    shape = (2, 3, 4, 5)
+    a = SimpleArena()
+    x, y, z = a.add("x", shape, xdt), a.add("y", shape, ydt), a.add("z", shape, xdt)
+    be = a.allocate()
+    rng = np.random.default_rng(4)
+    xs, x32 = as_dtype(rng.standard_normal(shape), xdt)
+    ys, y32 = as_dtype(rng.standard_normal(shape), ydt)
+    be.write(x, xs)
+    be.write(y, ys)
+    run(be, op("accumulate", x=x, y=y))
+    assert_rounded(be.read(y), torch.from_numpy(y32) + torch.from_numpy(x32), ydt)
+    run(be, op("copy", x=x, y=z))
+    np.testing.assert_array_equal(be.read(z), xs)
+
+
 def test_copy_rejects_a_cast():
     a = SimpleArena()
     x, y = a.add("x", (4,)), a.add("y", (4,), "fp16")
@@ -44,15 +65,16 @@ def test_flatten_round_trip():
     np.testing.assert_array_equal(be.read(dx), xv)
 
 
-def test_channel_padding():
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_channel_padding(dtype):
     a = SimpleArena()
-    x, y, dx = a.add("x", (2, 3, 3, 3), "fp16"), a.add("y", (2, 3, 3, 8), "fp16"), a.add("dx", (2, 3, 3, 3), "fp16")
+    x, y, dx = a.add("x", (2, 3, 3, 3), dtype), a.add("y", (2, 3, 3, 8), dtype), a.add("dx", (2, 3, 3, 3), dtype)
     be = a.allocate()
     be.write(y, np.full((2, 3, 3, 8), 7.0))  # stale values in the padding must be cleared
-    xv = np.random.default_rng(2).standard_normal((2, 3, 3, 3)).astype(np.float16)
+    xv = as_dtype(np.random.default_rng(2).standard_normal((2, 3, 3, 3)), dtype)[0]  # float16 or BF16 bits
     be.write(x, xv)
     run(be, op("channel_pad_fwd", x=x, y=y), op("channel_pad_bwd", dy=y, dx=dx))
     out = be.read(y)
     np.testing.assert_array_equal(out[..., :3], xv)
-    assert not out[..., 3:].any()
+    assert not out[..., 3:].any()  # +0.0: zero bits
     np.testing.assert_array_equal(be.read(dx), xv)

@@ -1,12 +1,14 @@
 """dropout_fwd / dropout_bwd: counter-based masks from tr.core.philox, checked exactly.
 
 The mask is a pure function of (seed, flat index), so the test recomputes it with tr.core.philox and
-compares bit for bit; values are compared exactly too (x / (1-p) in float32 on both sides).
+compares bit for bit; values are compared exactly too (x / (1-p) in float32 on both sides; FP16 and BF16: that
+quotient of the rounded values rounded once, as torch's float32 quotient rounded to the dtype).
 """
 
 import numpy as np
 import pytest
-from backend_testkit import SimpleArena, op, run
+import torch
+from backend_testkit import HALF_DTYPES, SimpleArena, as_dtype, assert_rounded, op, run
 
 from tr.core import philox
 
@@ -74,14 +76,35 @@ def test_dropout_backward_and_in_place():
     np.testing.assert_array_equal(be.read(t["dy"]), be.read(t["dx"]))
 
 
-def test_dropout_p_zero_is_identity_and_fp16():
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_dropout_p_zero_is_identity_in_16_bits(dtype):
     shape = (2, 2, 2, 8)
-    be, t = _setup(shape, 5, "fp16")
-    x = np.random.default_rng(3).standard_normal(shape).astype(np.float16)
+    be, t = _setup(shape, 5, dtype)
+    x = as_dtype(np.random.default_rng(3).standard_normal(shape), dtype)[0]  # float16 or BF16 bits
     be.write(t["x"], x)
     run(be, op("dropout_fwd", x=t["x"], y=t["y"], mask=t["mask"], seed=t["seed"], p=0.0))
     np.testing.assert_array_equal(be.read(t["y"]), x)
     assert be.read(t["mask"]).all()
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_dropout_in_16_bits_rounds_the_float32_quotient_once(dtype):
+    """y = x / (1-p) and dx = dy / (1-p) in float32 from the rounded values, rounded once (CUDA's from_f): torch's
+    float32 division rounded to the dtype, exactly; the mask is the FP32 plan's."""
+    shape, p = (3, 4, 5, 8), 0.3
+    be, t = _setup(shape, 0xFEEDFACE, dtype)
+    rng = np.random.default_rng(4)
+    (x, x32), (dy, dy32) = as_dtype(rng.standard_normal(shape), dtype), as_dtype(rng.standard_normal(shape), dtype)
+    be.write(t["x"], x)
+    be.write(t["dy"], dy)
+    run(be, op("dropout_fwd", x=t["x"], y=t["y"], mask=t["mask"], seed=t["seed"], p=p),
+        op("dropout_bwd", dy=t["dy"], mask=t["mask"], dx=t["dx"], p=p))
+    keep = philox.uniform(philox.splitmix64(0xFEEDFACE), 0, x.size).reshape(shape) >= np.float32(p)
+    np.testing.assert_array_equal(be.read(t["mask"]), keep.astype(np.int8))
+    q, k = torch.tensor(1 - p, dtype=torch.float32), torch.from_numpy(keep)
+    zero = torch.zeros(shape)
+    assert_rounded(be.read(t["y"]), torch.where(k, torch.from_numpy(x32) / q, zero), dtype)
+    assert_rounded(be.read(t["dx"]), torch.where(k, torch.from_numpy(dy32) / q, zero), dtype)
 
 
 def test_dropout_rejects_p_one():

@@ -1,8 +1,8 @@
 """image_resample on the CPU backend: the resize weights are tr.data's build_axis (checked here against a plain
 transcription of it and the properties that pin them: a shift is a copy, a constant stays constant, weights sum to
-2^14 within rounding), flip, erase, normalisation and padded channels as FusedNormalization writes them, and bad
-geometry or shapes are named. Against tr.data's CPU chain on real JPEGs, byte for byte:
-tests-integration/test_jpeg_device_chain.py."""
+2^14 within rounding), flip, erase, normalisation and padded channels as FusedNormalization writes them (FP32, or
+rounded once to FP16 or BF16: exactly), and bad geometry or shapes are named. Against tr.data's CPU chain on real
+JPEGs, byte for byte: tests-integration/test_jpeg_device_chain.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from backend_testkit import SimpleArena, op, run
+from backend_testkit import SimpleArena, assert_rounded, op, rounded, run, values
 
 from tr.backend.cpu.ops.image import resize_crop
 from tr.backend.rules.image import COL, GEOM_COLS, PREC, axis, vertical_first
@@ -94,8 +94,9 @@ def _arena(src_bytes: int, batch: int, oh: int, ow: int, c_out: int, ydt: str):
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-@pytest.mark.parametrize("ydt, c_out", [("fp32", 3), ("fp16", 4)])
+@pytest.mark.parametrize("ydt, c_out", [("fp32", 3), ("fp16", 4), ("bf16", 4), ("bf16", 3)])
 def test_the_op_flips_erases_and_normalises_as_fused_normalization(ydt, c_out):
+    """A 16-bit y holds the float32 values rounded once (CUDA's from_f on store): exactly; BF16 as its bits."""
     rng = np.random.default_rng(1)
     r0 = rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)
     r1 = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
@@ -109,17 +110,16 @@ def test_the_op_flips_erases_and_normalises_as_fused_normalization(ydt, c_out):
     be.write(t["src"], src)
     be.write(t["geom"], geom.reshape(2, 1, 1, GEOM_COLS))
     run(be, op("image_resample", src=t["src"], geom=t["geom"], y=t["y"], mean=MEAN, std=STD, erase_value=(0.0,)))
-    y = be.read(t["y"]).astype(np.float32)
+    y = values(be.read(t["y"]))
     a = np.array([1.0 / (255.0 * s) for s in STD], np.float32)
     b = np.array([-m / s for m, s in zip(MEAN, STD)], np.float32)
     px0 = resize_crop(r0, 2, 5, 25, 33, 16, 16)[:, ::-1]
     want0 = px0.astype(np.float32) * a + b
     want0[3:8, 4:10] = 0.0
     want1 = r1.astype(np.float32) * a + b  # a shift: the pixels themselves
-    dt = np.float16 if ydt == "fp16" else np.float32
-    np.testing.assert_array_equal(y[0, ..., :3], want0.astype(dt).astype(np.float32))
-    np.testing.assert_array_equal(y[1, ..., :3], want1.astype(dt).astype(np.float32))
-    assert (y[..., 3:] == 0).all()
+    np.testing.assert_array_equal(y[0, ..., :3], rounded(want0, ydt))
+    np.testing.assert_array_equal(y[1, ..., :3], rounded(want1, ydt))
+    assert (be.read(t["y"])[..., 3:] == 0).all()  # +0.0: zero bits in every dtype
 
 
 def test_geometry_outside_src_or_its_region_is_named_at_launch():
@@ -147,13 +147,14 @@ def test_bad_calls_are_refused_at_capture():
         a.allocate().capture("g", [op("image_resample", **s)])
 
 
-def test_a_jitter_with_no_op_on_only_flips_erases_and_normalises():
+@pytest.mark.parametrize("ydt", ["fp32", "fp16", "bf16"])
+def test_a_jitter_with_no_op_on_only_flips_erases_and_normalises(ydt):
     rng = np.random.default_rng(3)
     x = rng.integers(0, 256, (2, 6, 5, 3), dtype=np.uint8)
     geom = _geom([dict(flip=1, erase_y=1, erase_x=2, erase_h=2, erase_w=2, jit_order=0b11100100), dict()])
     a = SimpleArena()
     t = {"x": a.add("x", x.shape, "uint8"), "geom": a.add("geom", (2, 1, 1, GEOM_COLS), "int32"),
-         "y": a.add("y", (2, 6, 5, 3), "fp32")}
+         "y": a.add("y", (2, 6, 5, 3), ydt)}
     be = a.allocate()
     be.write(t["x"], x)
     be.write(t["geom"], geom.reshape(2, 1, 1, GEOM_COLS))
@@ -163,5 +164,5 @@ def test_a_jitter_with_no_op_on_only_flips_erases_and_normalises():
               np.array([-m / s for m, s in zip(MEAN, STD, strict=True)], np.float32))
     want0 = x[0, :, ::-1].astype(np.float32) * a_ + b_
     want0[1:3, 2:4] = 0.0
-    np.testing.assert_array_equal(y[0], want0)
-    np.testing.assert_array_equal(y[1], x[1].astype(np.float32) * a_ + b_)
+    assert_rounded(y[0], want0, ydt)
+    assert_rounded(y[1], x[1].astype(np.float32) * a_ + b_, ydt)

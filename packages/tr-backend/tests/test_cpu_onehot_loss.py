@@ -2,14 +2,16 @@
 one-hot label) against torch's binary_cross_entropy_with_logits and mse_loss (float64).
 
 Loss within 1e-6 relative (float64 sums over float32 logits); gradients within 1e-6 of the data's scale (FP32)
-or 2e-3 (FP16 logits and gradient); top-1/top-5 as softmax cross-entropy ranks them; the gradient may be written
-over the logits."""
+or 2e-3 (FP16 logits and gradient); FP16 and BF16 gradients also within one ulp of torch's float32 gradient from
+the same rounded logits, rounded to the dtype (sigmoid or z, minus the target, times scale / (N*K): other float32
+evaluations), plus 2 * 2^-24 * max|e| where the target cancels sigmoid(z) or z; top-1/top-5 as softmax
+cross-entropy ranks them; the gradient may be written over the logits."""
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from backend_testkit import SimpleArena, assert_close, op, run
+from backend_testkit import SimpleArena, as_dtype, assert_close, assert_within_ulp, op, run
 
 from tr.core.errors import BackendError, DataError
 
@@ -24,9 +26,9 @@ def _setup(n, k, dtype="fp32"):
     return a, t
 
 
-def _torch(kind, z, y, ls, scale):
-    zt = torch.tensor(z.astype(np.float64), requires_grad=True)
-    target = F.one_hot(torch.tensor(y, dtype=torch.long), z.shape[1]).double() * (1 - ls) + ls / z.shape[1]
+def _torch(kind, z, y, ls, scale, dtype=torch.float64):
+    zt = torch.tensor(z, dtype=dtype, requires_grad=True)
+    target = F.one_hot(torch.tensor(y, dtype=torch.long), z.shape[1]).to(dtype) * (1 - ls) + ls / z.shape[1]
     loss = TORCH[kind](zt, target)
     (loss * scale).backward()
     return loss.item(), zt.grad.numpy()
@@ -39,14 +41,15 @@ def _topk(z, y, k):
 
 @pytest.mark.parametrize("kind", ["bce_logits", "mse"])
 @pytest.mark.parametrize("n,k,ls,scale,dtype", [(8, 10, 0.0, 1.0, "fp32"), (16, 7, 0.1, 1.0, "fp32"),
-                                                (5, 3, 0.2, 8192.0, "fp32"), (32, 100, 0.05, 1024.0, "fp16")])
+                                                (5, 3, 0.2, 8192.0, "fp32"), (32, 100, 0.05, 1024.0, "fp16"),
+                                                (32, 100, 0.05, 1024.0, "bf16")])
 def test_onehot_losses_against_torch(kind, n, k, ls, scale, dtype):
     a, t = _setup(n, k, dtype)
     be = a.allocate()
     rng = np.random.default_rng(n + k)
-    z = (4 * rng.standard_normal((n, k))).astype(np.float16 if dtype == "fp16" else np.float32)
+    stored, z = as_dtype(4 * rng.standard_normal((n, k)), dtype)  # z: the rounded logits' float32 values
     y = rng.integers(0, k, n).astype(np.int32)
-    be.write(t["logits"], z)
+    be.write(t["logits"], stored)
     be.write(t["labels"], y)
     be.write(t["scale"], [scale])
     attrs = {"loss": kind, "label_smoothing": ls}
@@ -62,7 +65,11 @@ def test_onehot_losses_against_torch(kind, n, k, ls, scale, dtype):
     assert res[2] == pytest.approx(_topk(z.astype(np.float32), y, 5), abs=1e-7)
     np.testing.assert_array_equal(be.read(t["result_inf"]).ravel(), res)
     np.testing.assert_array_equal(be.read(t["pred"]).ravel(), np.argmax(z, axis=1))
-    assert_close(be.read(t["dlogits"]).reshape(n, k), grad, 1e-6 if dtype == "fp32" else 2e-3)
+    if dtype != "bf16":
+        assert_close(be.read(t["dlogits"]).reshape(n, k), grad, 1e-6 if dtype == "fp32" else 2e-3)
+    if dtype != "fp32":
+        grad32 = _torch(kind, z, y, ls, scale, torch.float32)[1]
+        assert_within_ulp(be.read(t["dlogits"]).reshape(n, k), grad32, dtype, 2.0)
 
 
 @pytest.mark.parametrize("kind", ["bce_logits", "mse"])

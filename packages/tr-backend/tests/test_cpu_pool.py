@@ -3,12 +3,26 @@
 Cases cover overlapping windows (stride < kernel), tiling (stride = kernel), gaps (stride > kernel),
 padding, rectangular kernels and sizes the stride does not divide. Max pooling values, masks and gradients
 must match exactly (they are selections and sums of equal-order values); averages within 1e-6 relative.
+FP16 and BF16: against torch in float32 from the same rounded inputs, its results rounded to the dtype.
 """
 
 import numpy as np
 import pytest
+import torch
 import torch.nn.functional as F
-from backend_testkit import SimpleArena, assert_close, nchw, nhwc, op, run
+from backend_testkit import (
+    HALF_DTYPES,
+    SimpleArena,
+    as_dtype,
+    assert_close,
+    assert_rounded,
+    assert_within_ulp,
+    nchw,
+    nhwc,
+    op,
+    run,
+    values,
+)
 
 # (N, H, W, C, kernel, stride, padding)
 CASES = [
@@ -111,19 +125,58 @@ def test_global_average_pool():
     assert_close(be.read(t["dx"]), nhwc(x.grad), 1e-6)
 
 
-def test_fp16_pooling():
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_half_max_pooling(dtype):
+    """y selects a rounded input: exactly. dx (3x3 windows, stride 2: up to 4 dy a position) is a float32 sum of at
+    most 4 values of 11 or 8 significant bits, exact in float32 in any order, rounded once: torch's float32 sum rounded
+    to the dtype, exactly."""
     a = SimpleArena()
-    t = {"x": a.add("x", (2, 6, 6, 8), "fp16"), "y": a.add("y", (2, 3, 3, 8), "fp16"),
-         "mask": a.add("mask", (2, 3, 3, 8), "int8"), "dy": a.add("dy", (2, 3, 3, 8), "fp16"),
-         "dx": a.add("dx", (2, 6, 6, 8), "fp16")}
+    t = {"x": a.add("x", (2, 6, 6, 8), dtype), "y": a.add("y", (2, 3, 3, 8), dtype),
+         "mask": a.add("mask", (2, 3, 3, 8), "int8"), "dy": a.add("dy", (2, 3, 3, 8), dtype),
+         "dx": a.add("dx", (2, 6, 6, 8), dtype)}
     be = a.allocate()
     rng = np.random.default_rng(10)
-    be.write(t["x"], rng.standard_normal((2, 6, 6, 8)).astype(np.float16))
-    be.write(t["dy"], rng.standard_normal((2, 3, 3, 8)).astype(np.float16))
+    be.write(t["x"], as_dtype(rng.standard_normal((2, 6, 6, 8)), dtype)[0])
+    be.write(t["dy"], as_dtype(rng.standard_normal((2, 3, 3, 8)), dtype)[0])
     run(be, op("maxpool_fwd", x=t["x"], y=t["y"], mask=t["mask"], kernel=3, stride=2, padding=1),
         op("maxpool_bwd", dy=t["dy"], mask=t["mask"], dx=t["dx"], kernel=3, stride=2, padding=1))
-    x = nchw(be.read(t["x"]).astype(np.float64))
+    if dtype == "fp16":
+        x = nchw(be.read(t["x"]).astype(np.float64))
+        y = F.max_pool2d(x, 3, 2, 1)
+        y.backward(nchw(be.read(t["dy"]).astype(np.float64)))
+        np.testing.assert_array_equal(be.read(t["y"]), nhwc(y).astype(np.float16))
+        assert_close(be.read(t["dx"]), nhwc(x.grad), 1e-3)
+    x = nchw(values(be.read(t["x"])), torch.float32)
     y = F.max_pool2d(x, 3, 2, 1)
-    y.backward(nchw(be.read(t["dy"]).astype(np.float64)))
-    np.testing.assert_array_equal(be.read(t["y"]), nhwc(y).astype(np.float16))
-    assert_close(be.read(t["dx"]), nhwc(x.grad), 1e-3)
+    y.backward(nchw(values(be.read(t["dy"])), torch.float32))
+    assert_rounded(be.read(t["y"]), nhwc(y), dtype)
+    assert_rounded(be.read(t["dx"]), nhwc(x.grad), dtype)
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_half_average_pooling(dtype):
+    """avg pool and gap read and write the 16-bit dtype and average in float32 (tr: a sum in kernel-position order
+    times 1/count; torch: its sum over the window divided by the count), rounded once: within one ulp of torch's
+    float32 results rounded to the dtype, plus 2 * 2^-24 * max|e| where the window's values cancel."""
+    a = SimpleArena()
+    t = {"x": a.add("x", (2, 7, 7, 8), dtype), "y": a.add("y", (2, 4, 4, 8), dtype),
+         "dy": a.add("dy", (2, 4, 4, 8), dtype), "dx": a.add("dx", (2, 7, 7, 8), dtype),
+         "g": a.add("g", (2, 1, 1, 8), dtype), "dg": a.add("dg", (2, 1, 1, 8), dtype),
+         "gx": a.add("gx", (2, 7, 7, 8), dtype)}
+    be = a.allocate()
+    rng = np.random.default_rng(12)
+    for name in ("x", "dy", "dg"):
+        be.write(t[name], as_dtype(rng.standard_normal(t[name].shape.dims), dtype)[0])
+    run(be, op("avgpool_fwd", x=t["x"], y=t["y"], kernel=3, stride=2, padding=1),
+        op("avgpool_bwd", dy=t["dy"], dx=t["dx"], kernel=3, stride=2, padding=1),
+        op("gap_fwd", x=t["x"], y=t["g"]), op("gap_bwd", dy=t["dg"], dx=t["gx"]))
+    x = nchw(values(be.read(t["x"])), torch.float32)
+    y = F.avg_pool2d(x, 3, 2, 1, count_include_pad=False)
+    y.backward(nchw(values(be.read(t["dy"])), torch.float32))
+    assert_within_ulp(be.read(t["y"]), nhwc(y), dtype, 2.0)
+    assert_within_ulp(be.read(t["dx"]), nhwc(x.grad), dtype, 2.0)
+    x = nchw(values(be.read(t["x"])), torch.float32)
+    g = x.mean(dim=(2, 3), keepdim=True)
+    g.backward(nchw(values(be.read(t["dg"])), torch.float32))
+    assert_within_ulp(be.read(t["g"]), nhwc(g), dtype, 2.0)
+    assert_within_ulp(be.read(t["gx"]), nhwc(x.grad), dtype, 2.0)

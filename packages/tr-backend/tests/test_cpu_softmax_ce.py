@@ -2,14 +2,14 @@
 
 Loss within 1e-6 relative (float64 per-sample sums over float32 log-probabilities), probabilities and
 gradients within 1e-6 of the data's scale; top-1/top-5 fractions exactly, including ties ("first max
-wins") and K < 5.
+wins") and K < 5. FP16 and BF16 logits: see test_half_logits.
 """
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from backend_testkit import SimpleArena, assert_close, op, run
+from backend_testkit import HALF_DTYPES, SimpleArena, as_dtype, assert_close, assert_within_ulp, op, run
 
 
 def _setup(n, k, dtype="fp32"):
@@ -79,23 +79,32 @@ def test_top5_ranks_ties_by_index():
     assert be.read(t["result"]).ravel()[2] == pytest.approx(0.5)
 
 
-def test_fp16_logits():
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+def test_half_logits(dtype):
+    """16-bit logits and dlogits (FP32 probs): the loss within 1e-6 relative of torch's float64 one on the same
+    rounded logits; probs within 1e-6 of torch's float32 softmax, dlogits within one ulp of torch's float32 gradient
+    rounded to the dtype (p - onehot, another float32 softmax), plus 2 * 2^-24 * max|e| where p - 1 cancels."""
     n, k = 16, 10
-    a, t = _setup(n, k, "fp16")
+    a, t = _setup(n, k, dtype)
     be = a.allocate()
     rng = np.random.default_rng(3)
-    z = rng.standard_normal((n, k)).astype(np.float16)
+    z, z32 = as_dtype(rng.standard_normal((n, k)), dtype)
     y = rng.integers(0, k, n).astype(np.int32)
     be.write(t["logits"], z)
     be.write(t["labels"], y)
     be.write(t["scale"], [1.0])
     run(be, op("softmax_ce_fwd", logits=t["logits"], labels=t["labels"], probs=t["probs"], result=t["result"]),
         op("softmax_ce_bwd", probs=t["probs"], labels=t["labels"], scale=t["scale"], dlogits=t["dlogits"]))
-    zt = torch.tensor(z.astype(np.float64), requires_grad=True)
+    zt = torch.tensor(z32.astype(np.float64), requires_grad=True)
     loss = F.cross_entropy(zt, torch.tensor(y, dtype=torch.long))
     loss.backward()
     assert be.read(t["result"]).ravel()[0] == pytest.approx(loss.item(), rel=1e-6)
-    assert_close(be.read(t["dlogits"]).reshape(n, k), zt.grad.numpy(), 1e-3)
+    if dtype == "fp16":
+        assert_close(be.read(t["dlogits"]).reshape(n, k), zt.grad.numpy(), 1e-3)
+    z32t = torch.tensor(z32, requires_grad=True)
+    F.cross_entropy(z32t, torch.tensor(y, dtype=torch.long)).backward()
+    assert_close(be.read(t["probs"]).reshape(n, k), torch.softmax(z32t, 1).detach().numpy(), 1e-6)
+    assert_within_ulp(be.read(t["dlogits"]).reshape(n, k), z32t.grad, dtype, 2.0)
 
 
 def test_label_out_of_range_raises_at_launch():

@@ -1,9 +1,12 @@
-"""h2d_copy: the first N samples of host buffer A or B land in the device input tensors."""
+"""h2d_copy: the first N samples of host buffer A or B land in the device input tensors; float32 host data into
+an FP16 or BF16 tensor is rounded once (BF16 to torch's bfloat16, bit for bit), 16-bit host data is copied."""
 
 import numpy as np
 import pytest
-from backend_testkit import A_DATA, A_LABEL, B_DATA, B_LABEL, SimpleArena, op
+import torch
+from backend_testkit import A_DATA, A_LABEL, B_DATA, B_LABEL, SimpleArena, as_dtype, op, rounded, values
 
+from tr.core.errors import DTypeError
 from tr.core.memory import Region, Role
 
 
@@ -49,3 +52,38 @@ def test_h2d_casts_to_fp16_and_checks_shapes():
         be.bind_host_buffers(_buffers(2, (4, 4, 4), np.float16))
     with pytest.raises(Exception, match="labels must be int32"):
         be.bind_host_buffers([(np.zeros(2, np.int64), np.zeros((2, 4, 4, 3)))] * 2)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_h2d_rounds_float32_host_data_into_a_16_bit_tensor(dtype):
+    a = SimpleArena()
+    la, da = a.add("la", (3, 1, 1, 1), "int32"), a.add("da", (3, 4, 4, 4), dtype)
+    be = a.allocate()
+    bufs = _buffers(4, (4, 4, 4))  # float32, one more sample than the batch
+    bufs[0][1].reshape(-1)[:6] = [np.inf, -np.inf, 3.4e38, 1e-40, 1.00390625, 1.01171875]  # overflow, ties
+    g = be.capture("t", [op("h2d_copy", labels=la, data=da, buffer=0)])
+    be.bind_host_buffers(bufs)
+    be.launch(g)
+    got = be.read(da)
+    assert got.dtype == (np.uint16 if dtype == "bf16" else np.float16)  # BF16: bit patterns
+    np.testing.assert_array_equal(values(got), rounded(bufs[0][1][:3], dtype))
+    if dtype == "bf16":
+        want = torch.from_numpy(bufs[0][1][:3].copy()).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_h2d_copies_16_bit_host_data(dtype):
+    a = SimpleArena()
+    la, da = a.add("la", (2, 1, 1, 1), "int32"), a.add("da", (2, 3, 3, 4), dtype)
+    be = a.allocate()
+    g = be.capture("t", [op("h2d_copy", labels=la, data=da, buffer=1)])
+    host = [(labels, as_dtype(data, dtype)[0]) for labels, data in _buffers(2, (3, 3, 4))]
+    be.bind_host_buffers(host)
+    be.launch(g)
+    np.testing.assert_array_equal(be.read(da), host[1][1])  # the host's 16-bit values (BF16 bits) as they are
+    if dtype == "bf16":  # float32 values or the bit patterns: a numpy cast of other data would write values as bits
+        for other in (np.float16, np.float64, np.uint8, np.bool_):
+            with pytest.raises(DTypeError, match=f"host buffer B data is {np.dtype(other).name}, the device tensor "
+                                                 r"BF16 \(uint16\)"):
+                be.bind_host_buffers([(labels, data.astype(other)) for labels, data in host])

@@ -5,7 +5,9 @@ Each sample's resize is tr.data's (csrc/resample.cpp): both axes' 14-bit weights
 ``axis``), an int32 accumulation from 2^13 shifted right by 14 and clamped to u8 after each pass, the two passes
 in tr.data's order (vertical first when the output has fewer rows than the source rows read): integer
 arithmetic, so the bytes are tr.data's whatever the order of the sums. The normalisation is FusedNormalization's
-float(x) * a + b, flip applied to the resized row, the erase box written over the normalised values.
+float(x) * a + b, flip applied to the resized row, the erase box written over the normalised values. A float y is
+computed in float32 and rounded once to its dtype on store (the Binder's narrowing: FP16 numpy's cast, BF16
+tr.core.bf16), as the CUDA kernel's ``from_f`` does; a UINT8 y is written in place.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tr.backend.rules.image import (
     vertical_first,
     window,
 )
+from tr.core.dtype import DType
 from tr.core.errors import DataError
 
 HALF = 1 << (PREC - 1)
@@ -94,10 +97,11 @@ def _finish(px: np.ndarray, g: np.ndarray, a: np.ndarray, bias: np.ndarray, ev: 
 @cpu_op("image_resample")
 def image_resample(b: Binder) -> Step:
     spec, sh = spec_of(b), shapes_of(b)
-    src, geom, y = b.flat("src"), b.view("geom").reshape(sh.batch, GEOM_COLS), b.view("y")
+    src, geom = b.flat("src"), b.view("geom").reshape(sh.batch, GEOM_COLS)
+    pixels_only = b.dtype("y") is DType.UINT8  # image_jitter's input: the resized pixels alone
+    y, narrow = (b.view("y"), None) if pixels_only else b.store("y")
     a, bias = coefficients(spec)
     ev = np.array(per_channel(spec.erase_value), np.float32)
-    pixels_only = y.dtype == np.uint8  # image_jitter's input: the resized pixels alone
     where = b.where
 
     def run() -> None:
@@ -115,6 +119,8 @@ def image_resample(b: Binder) -> Step:
                 y[k] = px
             else:
                 _finish(px, g, a, bias, ev, y[k])
+        if narrow is not None:
+            narrow()
 
     return run
 
@@ -196,12 +202,15 @@ def color_jitter(px: np.ndarray, j: Jitter) -> np.ndarray:
 @cpu_op("image_jitter")
 def image_jitter(b: Binder) -> Step:
     spec, sh = spec_of(b), shapes_of(b, "x")
-    x, geom, y = b.view("x"), b.view("geom").reshape(sh.batch, GEOM_COLS), b.view("y")
+    x, geom = b.view("x"), b.view("geom").reshape(sh.batch, GEOM_COLS)
+    y, narrow = b.store("y")
     a, bias = coefficients(spec)
     ev = np.array(per_channel(spec.erase_value), np.float32)
 
     def run() -> None:
         for k in range(sh.batch):
             _finish(color_jitter(x[k], jitter_of(geom[k])), geom[k], a, bias, ev, y[k])
+        if narrow is not None:
+            narrow()
 
     return run

@@ -2,7 +2,9 @@
 
 N is the batch of the ``data`` DTensor (the last batch of an epoch is smaller). The host buffers are bound
 with ``CpuBackend.bind_host_buffers`` before or after capture; binding precomputes the source slices, so a
-launch is two ``np.copyto`` calls.
+launch is two copies. Host data of the device tensor's numpy type is copied; other host data is cast where numpy
+casts it within its kind (float32 into FP16: round to nearest even). A BF16 tensor holds uint16 bit patterns, which
+a numpy cast would fill with values: it takes float32 host data, rounded by tr.core.bf16, or those bit patterns.
 """
 
 from __future__ import annotations
@@ -13,17 +15,24 @@ import numpy as np
 
 from tr.backend.base import HostBuffer
 from tr.backend.cpu.binder import Binder, Step
+from tr.backend.cpu.convert import Converter, converter
 from tr.backend.cpu.ops._register import cpu_op
 from tr.backend.rules import transfer as rules
+from tr.core.dtype import DType
 from tr.core.errors import BackendError, DTypeError, ShapeError
 
 
-class _Site:
-    """One h2d_copy call: its destination views and, once bound, its source slices."""
+def _copy(src: np.ndarray, dst: np.ndarray) -> None:
+    np.copyto(dst, src)
 
-    def __init__(self, where: str, buffer: int, labels: np.ndarray, data: np.ndarray) -> None:
-        self.where, self.buffer, self.labels, self.data = where, buffer, labels, data
+
+class _Site:
+    """One h2d_copy call: its destination views and, once bound, its source slices and their cast."""
+
+    def __init__(self, where: str, buffer: int, labels: np.ndarray, data: np.ndarray, dtype: DType) -> None:
+        self.where, self.buffer, self.labels, self.data, self.dtype = where, buffer, labels, data, dtype
         self.src: tuple[np.ndarray, np.ndarray] | None = None
+        self.cast: Converter = _copy
 
     def bind(self, buffers: Sequence[HostBuffer]) -> None:
         labels, data = buffers[self.buffer]
@@ -32,22 +41,27 @@ class _Site:
         if data.shape[0] < n or data.shape[1:] != self.data.shape[1:]:
             raise ShapeError(f"{self.where}: host buffer {name} data {data.shape} cannot supply "
                              f"{self.data.shape} (first {n} samples of [B, H, W, C])")
-        if not np.can_cast(data.dtype, self.data.dtype, "same_kind"):
+        if self.dtype is DType.BF16:  # float32 values, rounded, or the bit patterns themselves (uint16)
+            ok = data.dtype in (np.float32, np.uint16)
+            cast = converter(DType.FP32, DType.BF16) if data.dtype == np.float32 else _copy
+        else:
+            ok, cast = np.can_cast(data.dtype, self.data.dtype, "same_kind"), _copy
+        if not ok:
             raise DTypeError(f"{self.where}: host buffer {name} data is {data.dtype}, the device tensor "
-                             f"{self.data.dtype}")
-        self.src = (labels[:n], data[:n])
+                             f"{self.dtype.name} ({self.data.dtype})")
+        self.src, self.cast = (labels[:n], data[:n]), cast
 
     def __call__(self) -> None:
         src = self.src
         if src is None:
             raise BackendError(f"{self.where}: no host buffers are bound; call bind_host_buffers first")
         np.copyto(self.labels, src[0])
-        np.copyto(self.data, src[1])
+        self.cast(src[1], self.data)
 
 
 @cpu_op("h2d_copy")
 def h2d_copy(b: Binder) -> Step:
     buffer, n = rules.h2d_copy(b)
-    site = _Site(b.where, buffer, b.view("labels", (n,)), b.view("data"))
+    site = _Site(b.where, buffer, b.view("labels", (n,)), b.view("data"), b.dtype("data"))
     b.backend.add_host_consumer(site)
     return site

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from backend_testkit import SimpleArena, as_dtype, assert_close, assert_within_ulp, op, run
 
-from tr.core.errors import BackendError, DataError
+from tr.core.errors import BackendError, DataError, ShapeError
 
 TORCH = {"bce_logits": F.binary_cross_entropy_with_logits, "mse": F.mse_loss}
 
@@ -98,3 +98,27 @@ def test_bad_labels_and_attributes_are_named():
     with pytest.raises(BackendError, match="label_smoothing"):
         be.capture("g", [op("onehot_loss_fwd", logits=t["logits"], labels=t["labels"], result=t["result"],
                             loss="mse", label_smoothing=1.0)])
+
+
+@pytest.mark.parametrize("kind", ["bce_logits", "mse"])
+def test_div_takes_the_batch_count_s_place(kind):
+    """onehot_loss_bwd's div: div[0] * K in N * K's place; div == N gives the bytes of no div, 2N half of them."""
+    n, k = 6, 5
+    a, t = _setup(n, k)
+    a.add("div", (1,))
+    a.add("plain", (n, 1, 1, k))
+    be = a.allocate()
+    rng = np.random.default_rng(4)
+    be.write(t["logits"], rng.standard_normal((n, k)).astype(np.float32))
+    be.write(t["labels"], rng.integers(0, k, n).astype(np.int32))
+    be.write(t["scale"], [8.0])
+    common = {"logits": t["logits"], "labels": t["labels"], "scale": t["scale"], "loss": kind, "label_smoothing": 0.1}
+    run(be, op("onehot_loss_bwd", **common, dlogits=a["plain"]))
+    plain = be.read(a["plain"])
+    g = be.capture("div", [op("onehot_loss_bwd", **common, dlogits=t["dlogits"], div=a["div"])])
+    for div, expect in ((n, plain), (2 * n, plain * np.float32(0.5))):
+        be.write(a["div"], [div])
+        be.launch(g)
+        np.testing.assert_array_equal(be.read(t["dlogits"]), expect)
+    with pytest.raises(ShapeError, match="argument .div. .* has 3 elements; expected 1"):
+        be.capture("bad", [op("onehot_loss_bwd", **common, dlogits=t["dlogits"], div=t["result"])])

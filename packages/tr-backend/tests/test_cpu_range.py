@@ -335,3 +335,47 @@ def test_accum_metrics_skips_flagged_steps_and_counts_samples():
             n_total += n
     np.testing.assert_allclose(be.read(accum).ravel(), total, rtol=1e-7)  # finite: the NaN step left no trace
     assert be.read(samples).ravel()[0] == n_total
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_range_check_finite_hold_reads_nothing(accumulate):
+    """Gradient accumulation's hold: set, the span is neither read nor clipped; a setting check sets the flag (every
+    flagged op then skips the micro-step), an accumulating one leaves it. Clear, the op is the one without hold."""
+    a = SimpleArena()
+    g = a.add("g", (2, 1, 1, 5), region=Region(Role.GRAD, FC_W))
+    flag, hold = a.add("flag", (1,), "int32", SCALAR_INT32), a.add("hold", (1,), "int32", SCALAR_INT32)
+    flag2 = a.add("flag2", (1,), "int32", SCALAR_INT32)
+    be = a.allocate()
+    s = Span.of(Role.GRAD)
+    held = be.capture("h", [op("range_check_finite", span=s, flag=flag, hold=hold, clip=0.5, accumulate=accumulate)])
+    plain = be.capture("p", [op("range_check_finite", span=s, flag=flag2, clip=0.5, accumulate=accumulate)])
+    vals = 3.0 * np.arange(10, dtype=np.float32).reshape(2, 1, 1, 5)
+    vals.ravel()[4] = np.nan
+    for start in (0, 1):
+        be.write(g, vals)
+        be.write(hold, [1])
+        be.write(flag, [start])
+        be.launch(held)
+        assert be.read(flag).ravel()[0] == (start if accumulate else 1)
+        np.testing.assert_array_equal(be.read(g), vals)  # not clipped
+        be.write(hold, [0])
+        be.write(flag2, [start])
+        be.launch(held)
+        after_held = be.read(g).copy()
+        be.write(g, vals)
+        be.launch(plain)
+        assert be.read(flag).ravel()[0] == be.read(flag2).ravel()[0] == 1
+        np.testing.assert_array_equal(after_held, be.read(g))
+        assert np.abs(np.nan_to_num(after_held)).max() == 0.5
+
+
+def test_range_check_finite_hold_over_an_empty_span():
+    a = SimpleArena()
+    a.add("w", (4,), region=Region(Role.PARAM, FC_W))
+    flag, hold = a.add("flag", (1,), "int32", SCALAR_INT32), a.add("hold", (1,), "int32", SCALAR_INT32)
+    be = a.allocate()
+    g = be.capture("h", [op("range_check_finite", span=Span.of(Role.GRAD), flag=flag, hold=hold)])
+    for h in (1, 0, 1):
+        be.write(hold, [h])
+        be.launch(g)
+        assert be.read(flag).ravel()[0] == h

@@ -113,3 +113,43 @@ def test_dynamic_loss_scale_needs_a_tracker_and_a_valid_interval():
                             growth_interval=0)])
     with pytest.raises(BackendError, match="loss-scale rule 'grow' is not one of"):
         be.capture("g", [op("loss_scale_update", flag=flag, scale=scale, rule="grow")])
+
+
+def _held_arena():
+    a = SimpleArena()
+    a.add("scale", (1,))
+    for name in ("step", "flag", "count", "tracker", "hold"):
+        a.add(name, (1,), "int32")
+    return a, a.allocate()
+
+
+@pytest.mark.parametrize("rule", ["static", "dynamic"])
+def test_hold_makes_the_step_s_bookkeeping_a_no_op(rule):
+    """Gradient accumulation's hold (a micro-step inside its window): set, the step counter, the skipped-step count
+    and the loss scale (and its tracker) stay; clear, each op does what it does without hold."""
+    a, be = _held_arena()
+    scale_args = {"tracker": a["tracker"], "growth_interval": 2} if rule == "dynamic" else {}
+    g = be.capture("g", [op("scalar_increment", x=a["step"], hold=a["hold"]),
+                         op("count_flag", flag=a["flag"], count=a["count"], hold=a["hold"]),
+                         op("loss_scale_update", flag=a["flag"], scale=a["scale"], hold=a["hold"], rule=rule,
+                            **scale_args)])
+    be.write(a["scale"], [1024.0])
+    be.write(a["tracker"], [1])
+    history = []
+    for h, f in ((1, 1), (1, 0), (0, 0), (1, 1), (0, 1), (1, 0), (0, 0)):
+        be.write(a["hold"], [h])
+        be.write(a["flag"], [f])
+        be.launch(g)
+        history.append(tuple(float(be.read(a[n]).ravel()[0]) for n in ("step", "count", "scale", "tracker")))
+    if rule == "dynamic":  # the clean step with tracker 1 doubles (interval 2), the flagged one halves
+        assert history == [(0, 0, 1024, 1), (0, 0, 1024, 1), (1, 0, 2048, 0), (1, 0, 2048, 0), (2, 1, 1024, 0),
+                           (2, 1, 1024, 0), (3, 1, 1024, 1)]
+    else:
+        assert history == [(0, 0, 1024, 1), (0, 0, 1024, 1), (1, 0, 1024, 1), (1, 0, 1024, 1), (2, 1, 512, 1),
+                           (2, 1, 512, 1), (3, 1, 512, 1)]
+
+
+def test_hold_must_be_one_int32():
+    a, be = _held_arena()
+    with pytest.raises(BackendError, match="argument 'hold' has dtype FP32; expected INT32"):
+        be.capture("g", [op("scalar_increment", x=a["step"], hold=a["scale"])])

@@ -135,3 +135,32 @@ def test_non_finite_logits_are_never_correct(bad, k):
     for name in ("result", "result_inf"):
         res = be.read(t[name]).ravel()
         assert res[1] == 0.5 and res[2] == 0.5, (name, res)
+
+
+def test_div_takes_the_batch_count_s_place():
+    """softmax_ce_bwd's div (a gradient-accumulation window's samples): div == N gives the bytes of no div, div = 2N
+    exactly half of them (a power of two), any div the factor fl32(scale / div) of the float64 quotient."""
+    n, k, ls = 12, 7, 0.1
+    a, t = _setup(n, k)
+    a.add("div", (1,))
+    a.add("plain", (n, 1, 1, k))
+    be = a.allocate()
+    rng = np.random.default_rng(3)
+    p = rng.dirichlet(np.ones(k), n).astype(np.float32)
+    be.write(t["probs"], p)
+    be.write(t["labels"], rng.integers(0, k, n).astype(np.int32))
+    be.write(t["scale"], [1024.0])
+    common = {"probs": t["probs"], "labels": t["labels"], "scale": t["scale"], "label_smoothing": ls}
+    run(be, op("softmax_ce_bwd", **common, dlogits=a["plain"]))
+    plain = be.read(a["plain"])
+    g = be.capture("div", [op("softmax_ce_bwd", **common, dlogits=t["dlogits"], div=a["div"])])
+    for div, expect in ((n, plain), (2 * n, plain * np.float32(0.5)), (37, None)):
+        be.write(a["div"], [div])
+        be.launch(g)
+        got = be.read(t["dlogits"])
+        if expect is None:  # the factor of the float64 quotient, rounded once, times (p - smoothed one-hot)
+            rows = np.arange(n)
+            d = p - np.float32(ls / k)
+            d[rows, be.read(t["labels"]).ravel()] -= np.float32(1.0 - ls)
+            expect = (d * np.float32(1024.0 / div)).reshape(got.shape)
+        np.testing.assert_array_equal(got, expect)

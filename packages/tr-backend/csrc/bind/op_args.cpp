@@ -29,6 +29,114 @@ namespace tr::native::bind {
 void bind_op_args(nb::module_& m) {
   bind_dev(m);
   {
+    nb::class_<AccumWindowArgs> klass(m, "AccumWindowArgs", "One thread: p = pos, w0 = p - p % k, n = min(k, steps - w0); hold = (p != w0 + n - 1), first = (p == w0), div = (n - 1) * batch + (w0 + n == steps ? last_batch : batch), pos = (p + 1 == steps ? 0 : p + 1).\n\nKeyword-only fields:\n    pos (tensor): INT32 [1]: the micro-step of the epoch, in [0, steps)\n    hold (tensor): INT32 [1]\n    first (tensor): INT32 [1]\n    div (tensor): FP32 [1]: the window's samples\n    k (i64): micro-steps a window, >= 2\n    steps (i64): micro-steps an epoch, in [1, 2^31)\n    batch (i64): samples a micro-batch, >= 1\n    last_batch (i64): the epoch's last micro-batch's, in [1, batch]");
+    klass.def(
+        "__init__",
+        [](AccumWindowArgs* self, const Dev& pos, const Dev& hold, const Dev& first, const Dev& div, std::int64_t k, std::int64_t steps, std::int64_t batch, std::int64_t last_batch) {
+          AccumWindowArgs rec;
+          rec.pos = dev_of("accum_window", "pos", pos);
+          rec.hold = dev_of("accum_window", "hold", hold);
+          rec.first = dev_of("accum_window", "first", first);
+          rec.div = dev_of("accum_window", "div", div);
+          rec.k = k;
+          rec.steps = steps;
+          rec.batch = batch;
+          rec.last_batch = last_batch;
+          new (self) AccumWindowArgs(rec);
+        },
+        nb::kw_only(), "pos"_a, "hold"_a, "first"_a, "div"_a, "k"_a, "steps"_a, "batch"_a, "last_batch"_a);
+    klass.def_prop_ro("pos", [](const AccumWindowArgs& a) -> nb::object { return nb::cast(a.pos); });
+    klass.def_prop_ro("hold", [](const AccumWindowArgs& a) -> nb::object { return nb::cast(a.hold); });
+    klass.def_prop_ro("first", [](const AccumWindowArgs& a) -> nb::object { return nb::cast(a.first); });
+    klass.def_prop_ro("div", [](const AccumWindowArgs& a) -> nb::object { return nb::cast(a.div); });
+    klass.def_prop_ro("k", [](const AccumWindowArgs& a) -> nb::object { return nb::cast(a.k); });
+    klass.def_prop_ro("steps", [](const AccumWindowArgs& a) -> nb::object { return nb::cast(a.steps); });
+    klass.def_prop_ro("batch", [](const AccumWindowArgs& a) -> nb::object { return nb::cast(a.batch); });
+    klass.def_prop_ro("last_batch", [](const AccumWindowArgs& a) -> nb::object { return nb::cast(a.last_batch); });
+    klass.def("fields", [](const AccumWindowArgs& a) {
+      nb::dict d;
+      d["pos"] = nb::cast(a.pos);
+      d["hold"] = nb::cast(a.hold);
+      d["first"] = nb::cast(a.first);
+      d["div"] = nb::cast(a.div);
+      d["k"] = nb::cast(a.k);
+      d["steps"] = nb::cast(a.steps);
+      d["batch"] = nb::cast(a.batch);
+      d["last_batch"] = nb::cast(a.last_batch);
+      return d;
+    }, "The fields by name, in declaration order.");
+    klass.def("__repr__", [](const AccumWindowArgs& a) { return record_repr("AccumWindowArgs", nb::cast(a).attr("fields")()); });
+    klass.attr("op") = "accum_window";
+    klass.attr("field_types") = field_types({{"pos", "tensor"}, {"hold", "tensor"}, {"first", "tensor"}, {"div", "tensor"}, {"k", "i64"}, {"steps", "i64"}, {"batch", "i64"}, {"last_batch", "i64"}});
+  }
+  {
+    nb::class_<RangeAccumulateArgs> klass(m, "RangeAccumulateArgs", "Element-wise FP32: hold: acc = first ? src : acc + src; else src = first ? src : acc + src.\n\nKeyword-only fields:\n    src (ptr): device address of n FP32 values (the gradients)\n    acc (ptr): device address of n FP32 values (their sums so far)\n    hold (tensor): INT32 [1]: set while the window goes on (accum_window's)\n    first (tensor): INT32 [1]: set on the window's first micro-step (accum_window's)\n    n (i64): elements");
+    klass.def(
+        "__init__",
+        [](RangeAccumulateArgs* self, std::uintptr_t src, std::uintptr_t acc, const Dev& hold, const Dev& first, std::int64_t n) {
+          RangeAccumulateArgs rec;
+          rec.src = address_of("range_accumulate", "src", src);
+          rec.acc = address_of("range_accumulate", "acc", acc);
+          rec.hold = dev_of("range_accumulate", "hold", hold);
+          rec.first = dev_of("range_accumulate", "first", first);
+          rec.n = n;
+          new (self) RangeAccumulateArgs(rec);
+        },
+        nb::kw_only(), "src"_a, "acc"_a, "hold"_a, "first"_a, "n"_a);
+    klass.def_prop_ro("src", [](const RangeAccumulateArgs& a) -> nb::object { return nb::cast(reinterpret_cast<std::uintptr_t>(a.src)); });
+    klass.def_prop_ro("acc", [](const RangeAccumulateArgs& a) -> nb::object { return nb::cast(reinterpret_cast<std::uintptr_t>(a.acc)); });
+    klass.def_prop_ro("hold", [](const RangeAccumulateArgs& a) -> nb::object { return nb::cast(a.hold); });
+    klass.def_prop_ro("first", [](const RangeAccumulateArgs& a) -> nb::object { return nb::cast(a.first); });
+    klass.def_prop_ro("n", [](const RangeAccumulateArgs& a) -> nb::object { return nb::cast(a.n); });
+    klass.def("fields", [](const RangeAccumulateArgs& a) {
+      nb::dict d;
+      d["src"] = nb::cast(reinterpret_cast<std::uintptr_t>(a.src));
+      d["acc"] = nb::cast(reinterpret_cast<std::uintptr_t>(a.acc));
+      d["hold"] = nb::cast(a.hold);
+      d["first"] = nb::cast(a.first);
+      d["n"] = nb::cast(a.n);
+      return d;
+    }, "The fields by name, in declaration order.");
+    klass.def("__repr__", [](const RangeAccumulateArgs& a) { return record_repr("RangeAccumulateArgs", nb::cast(a).attr("fields")()); });
+    klass.attr("op") = "range_accumulate";
+    klass.attr("field_types") = field_types({{"src", "ptr"}, {"acc", "ptr"}, {"hold", "tensor"}, {"first", "tensor"}, {"n", "i64"}});
+  }
+  {
+    nb::class_<WindowResultArgs> klass(m, "WindowResultArgs", "In float32: first: window = 0; window[:n] += result * batch[0]; window[n] += batch[0]; not hold: result = window[:n] / window[n].\n\nKeyword-only fields:\n    result (tensor): FP32 [n]: the micro-step's result row\n    window (tensor): FP32 [n + 1]: the sums, the samples\n    batch (tensor): FP32 [1]: the micro-batch's samples\n    hold (tensor): INT32 [1]: set while the window goes on (accum_window's)\n    first (tensor): INT32 [1]: set on the window's first micro-step (accum_window's)\n    n (i64): values of the result");
+    klass.def(
+        "__init__",
+        [](WindowResultArgs* self, const Dev& result, const Dev& window, const Dev& batch, const Dev& hold, const Dev& first, std::int64_t n) {
+          WindowResultArgs rec;
+          rec.result = dev_of("window_result", "result", result);
+          rec.window = dev_of("window_result", "window", window);
+          rec.batch = dev_of("window_result", "batch", batch);
+          rec.hold = dev_of("window_result", "hold", hold);
+          rec.first = dev_of("window_result", "first", first);
+          rec.n = n;
+          new (self) WindowResultArgs(rec);
+        },
+        nb::kw_only(), "result"_a, "window"_a, "batch"_a, "hold"_a, "first"_a, "n"_a);
+    klass.def_prop_ro("result", [](const WindowResultArgs& a) -> nb::object { return nb::cast(a.result); });
+    klass.def_prop_ro("window", [](const WindowResultArgs& a) -> nb::object { return nb::cast(a.window); });
+    klass.def_prop_ro("batch", [](const WindowResultArgs& a) -> nb::object { return nb::cast(a.batch); });
+    klass.def_prop_ro("hold", [](const WindowResultArgs& a) -> nb::object { return nb::cast(a.hold); });
+    klass.def_prop_ro("first", [](const WindowResultArgs& a) -> nb::object { return nb::cast(a.first); });
+    klass.def_prop_ro("n", [](const WindowResultArgs& a) -> nb::object { return nb::cast(a.n); });
+    klass.def("fields", [](const WindowResultArgs& a) {
+      nb::dict d;
+      d["result"] = nb::cast(a.result);
+      d["window"] = nb::cast(a.window);
+      d["batch"] = nb::cast(a.batch);
+      d["hold"] = nb::cast(a.hold);
+      d["first"] = nb::cast(a.first);
+      d["n"] = nb::cast(a.n);
+      return d;
+    }, "The fields by name, in declaration order.");
+    klass.def("__repr__", [](const WindowResultArgs& a) { return record_repr("WindowResultArgs", nb::cast(a).attr("fields")()); });
+    klass.attr("op") = "window_result";
+    klass.attr("field_types") = field_types({{"result", "tensor"}, {"window", "tensor"}, {"batch", "tensor"}, {"hold", "tensor"}, {"first", "tensor"}, {"n", "i64"}});
+  }
+  {
     nb::class_<ActFwdArgs> klass(m, "ActFwdArgs", "y = act(x); mask = [x > 0] when mask is given (relu's backward reads it).\n\nKeyword-only fields:\n    x (tensor): [n]\n    y (tensor): [n]\n    mask (tensor?): INT8 [n]; absent: no mask is written\n    n (i64): elements\n    kind (act): the activation (tr.core.ops.ACTIVATION_CODES)");
     klass.def(
         "__init__",
@@ -1491,26 +1599,28 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"logits", "tensor"}, {"labels", "tensor"}, {"result", "tensor"}, {"n", "i64"}, {"k", "i64"}, {"loss", "onehot_loss"}, {"label_smoothing", "f64"}});
   }
   {
-    nb::class_<OnehotLossBwdArgs> klass(m, "OnehotLossBwdArgs", "dlogits = dl/dz * scale[0] / (n * k): sigmoid(z) - t (bce_logits) or 2 (z - t) (mse).\n\nKeyword-only fields:\n    logits (tensor): [n, k]\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    scale (tensor): FP32 [1]: the loss scale\n    dlogits (tensor): [n, k]; may be logits\n    n (i64): samples\n    k (i64): classes\n    loss (onehot_loss): tr.core.ops.ONEHOT_LOSS_CODES: bce_logits or mse\n    label_smoothing (f64): label smoothing, in [0, 1)");
+    nb::class_<OnehotLossBwdArgs> klass(m, "OnehotLossBwdArgs", "dlogits = dl/dz * scale[0] / (n * k): sigmoid(z) - t (bce_logits) or 2 (z - t) (mse).\n\nKeyword-only fields:\n    logits (tensor): [n, k]\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    scale (tensor): FP32 [1]: the loss scale\n    dlogits (tensor): [n, k]; may be logits\n    div (tensor?): FP32 [1]: the count in n's place (a gradient-accumulation window's samples)\n    n (i64): samples\n    k (i64): classes\n    loss (onehot_loss): tr.core.ops.ONEHOT_LOSS_CODES: bce_logits or mse\n    label_smoothing (f64): label smoothing, in [0, 1)");
     klass.def(
         "__init__",
-        [](OnehotLossBwdArgs* self, const Dev& logits, const Dev& labels, const Dev& scale, const Dev& dlogits, std::int64_t n, std::int64_t k, std::int64_t loss, double label_smoothing) {
+        [](OnehotLossBwdArgs* self, const Dev& logits, const Dev& labels, const Dev& scale, const Dev& dlogits, std::optional<Dev> div, std::int64_t n, std::int64_t k, std::int64_t loss, double label_smoothing) {
           OnehotLossBwdArgs rec;
           rec.logits = dev_of("onehot_loss_bwd", "logits", logits);
           rec.labels = dev_of("onehot_loss_bwd", "labels", labels);
           rec.scale = dev_of("onehot_loss_bwd", "scale", scale);
           rec.dlogits = dev_of("onehot_loss_bwd", "dlogits", dlogits);
+          rec.div = div ? dev_of("onehot_loss_bwd", "div", *div) : Dev{};
           rec.n = n;
           rec.k = k;
           rec.loss = code_of<OneHotLoss>("onehot_loss_bwd", "loss", loss, kNumOneHotLosses, "OneHotLoss");
           rec.label_smoothing = label_smoothing;
           new (self) OnehotLossBwdArgs(rec);
         },
-        nb::kw_only(), "logits"_a, "labels"_a, "scale"_a, "dlogits"_a, "n"_a, "k"_a, "loss"_a, "label_smoothing"_a);
+        nb::kw_only(), "logits"_a, "labels"_a, "scale"_a, "dlogits"_a, "div"_a.none() = nb::none(), "n"_a, "k"_a, "loss"_a, "label_smoothing"_a);
     klass.def_prop_ro("logits", [](const OnehotLossBwdArgs& a) -> nb::object { return nb::cast(a.logits); });
     klass.def_prop_ro("labels", [](const OnehotLossBwdArgs& a) -> nb::object { return nb::cast(a.labels); });
     klass.def_prop_ro("scale", [](const OnehotLossBwdArgs& a) -> nb::object { return nb::cast(a.scale); });
     klass.def_prop_ro("dlogits", [](const OnehotLossBwdArgs& a) -> nb::object { return nb::cast(a.dlogits); });
+    klass.def_prop_ro("div", [](const OnehotLossBwdArgs& a) -> nb::object { return nb::cast(a.div ? nb::cast(a.div) : nb::object(nb::none())); });
     klass.def_prop_ro("n", [](const OnehotLossBwdArgs& a) -> nb::object { return nb::cast(a.n); });
     klass.def_prop_ro("k", [](const OnehotLossBwdArgs& a) -> nb::object { return nb::cast(a.k); });
     klass.def_prop_ro("loss", [](const OnehotLossBwdArgs& a) -> nb::object { return nb::cast(static_cast<std::int64_t>(a.loss)); });
@@ -1521,6 +1631,7 @@ void bind_op_args(nb::module_& m) {
       d["labels"] = nb::cast(a.labels);
       d["scale"] = nb::cast(a.scale);
       d["dlogits"] = nb::cast(a.dlogits);
+      d["div"] = nb::cast(a.div ? nb::cast(a.div) : nb::object(nb::none()));
       d["n"] = nb::cast(a.n);
       d["k"] = nb::cast(a.k);
       d["loss"] = nb::cast(static_cast<std::int64_t>(a.loss));
@@ -1529,7 +1640,7 @@ void bind_op_args(nb::module_& m) {
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const OnehotLossBwdArgs& a) { return record_repr("OnehotLossBwdArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "onehot_loss_bwd";
-    klass.attr("field_types") = field_types({{"logits", "tensor"}, {"labels", "tensor"}, {"scale", "tensor"}, {"dlogits", "tensor"}, {"n", "i64"}, {"k", "i64"}, {"loss", "onehot_loss"}, {"label_smoothing", "f64"}});
+    klass.attr("field_types") = field_types({{"logits", "tensor"}, {"labels", "tensor"}, {"scale", "tensor"}, {"dlogits", "tensor"}, {"div", "tensor?"}, {"n", "i64"}, {"k", "i64"}, {"loss", "onehot_loss"}, {"label_smoothing", "f64"}});
   }
   {
     nb::class_<OnehotLossInfArgs> klass(m, "OnehotLossInfArgs", "result = (mean loss, top-1, top-5); pred = the argmax when given.\n\nKeyword-only fields:\n    logits (tensor): [n, k]\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    result (tensor): FP32 [3]: (mean loss over n * k, top-1 fraction, top-5 fraction)\n    pred (tensor?): INT32 [n]: each sample's argmax; absent: not written\n    n (i64): samples\n    k (i64): classes\n    loss (onehot_loss): tr.core.ops.ONEHOT_LOSS_CODES: bce_logits or mse\n    label_smoothing (f64): label smoothing, in [0, 1)");
@@ -2108,21 +2219,23 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"src", "tensor"}, {"dst", "tensor"}, {"n", "i64"}});
   }
   {
-    nb::class_<RangeCheckFiniteArgs> klass(m, "RangeCheckFiniteArgs", "flag = 1 when a value of the span is not finite, else 0; with clip > 0 the values are clamped to [-clip, clip] (NaN stays NaN).\n\nKeyword-only fields:\n    span (ptr): device address of n FP32 values\n    flag (tensor): INT32 [1]\n    n (i64): elements\n    clip (f64): > 0: the clamp's bound; 0: no clamp\n    accumulate (bool): OR into flag (which is then not cleared first)");
+    nb::class_<RangeCheckFiniteArgs> klass(m, "RangeCheckFiniteArgs", "flag = 1 when a value of the span is not finite, else 0; with clip > 0 the values are clamped to [-clip, clip] (NaN stays NaN). With hold set nothing is read and flag = 1 (unless accumulate).\n\nKeyword-only fields:\n    span (ptr): device address of n FP32 values\n    flag (tensor): INT32 [1]\n    hold (tensor?): INT32 [1]: gradient accumulation's; set: the span is not read, flag = 1 (accumulate: as it is)\n    n (i64): elements\n    clip (f64): > 0: the clamp's bound; 0: no clamp\n    accumulate (bool): OR into flag (which is then not cleared first)");
     klass.def(
         "__init__",
-        [](RangeCheckFiniteArgs* self, std::uintptr_t span, const Dev& flag, std::int64_t n, double clip, bool accumulate) {
+        [](RangeCheckFiniteArgs* self, std::uintptr_t span, const Dev& flag, std::optional<Dev> hold, std::int64_t n, double clip, bool accumulate) {
           RangeCheckFiniteArgs rec;
           rec.span = address_of("range_check_finite", "span", span);
           rec.flag = dev_of("range_check_finite", "flag", flag);
+          rec.hold = hold ? dev_of("range_check_finite", "hold", *hold) : Dev{};
           rec.n = n;
           rec.clip = clip;
           rec.accumulate = accumulate;
           new (self) RangeCheckFiniteArgs(rec);
         },
-        nb::kw_only(), "span"_a, "flag"_a, "n"_a, "clip"_a, "accumulate"_a);
+        nb::kw_only(), "span"_a, "flag"_a, "hold"_a.none() = nb::none(), "n"_a, "clip"_a, "accumulate"_a);
     klass.def_prop_ro("span", [](const RangeCheckFiniteArgs& a) -> nb::object { return nb::cast(reinterpret_cast<std::uintptr_t>(a.span)); });
     klass.def_prop_ro("flag", [](const RangeCheckFiniteArgs& a) -> nb::object { return nb::cast(a.flag); });
+    klass.def_prop_ro("hold", [](const RangeCheckFiniteArgs& a) -> nb::object { return nb::cast(a.hold ? nb::cast(a.hold) : nb::object(nb::none())); });
     klass.def_prop_ro("n", [](const RangeCheckFiniteArgs& a) -> nb::object { return nb::cast(a.n); });
     klass.def_prop_ro("clip", [](const RangeCheckFiniteArgs& a) -> nb::object { return nb::cast(a.clip); });
     klass.def_prop_ro("accumulate", [](const RangeCheckFiniteArgs& a) -> nb::object { return nb::cast(a.accumulate); });
@@ -2130,6 +2243,7 @@ void bind_op_args(nb::module_& m) {
       nb::dict d;
       d["span"] = nb::cast(reinterpret_cast<std::uintptr_t>(a.span));
       d["flag"] = nb::cast(a.flag);
+      d["hold"] = nb::cast(a.hold ? nb::cast(a.hold) : nb::object(nb::none()));
       d["n"] = nb::cast(a.n);
       d["clip"] = nb::cast(a.clip);
       d["accumulate"] = nb::cast(a.accumulate);
@@ -2137,7 +2251,7 @@ void bind_op_args(nb::module_& m) {
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const RangeCheckFiniteArgs& a) { return record_repr("RangeCheckFiniteArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "range_check_finite";
-    klass.attr("field_types") = field_types({{"span", "ptr"}, {"flag", "tensor"}, {"n", "i64"}, {"clip", "f64"}, {"accumulate", "bool"}});
+    klass.attr("field_types") = field_types({{"span", "ptr"}, {"flag", "tensor"}, {"hold", "tensor?"}, {"n", "i64"}, {"clip", "f64"}, {"accumulate", "bool"}});
   }
   {
     nb::class_<RangeScaleArgs> klass(m, "RangeScaleArgs", "span *= factor.\n\nKeyword-only fields:\n    span (ptr): device address of n FP32 values\n    factor (tensor): FP32 [1]\n    n (i64): elements");
@@ -2338,50 +2452,56 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"pos", "tensor"}});
   }
   {
-    nb::class_<CountFlagArgs> klass(m, "CountFlagArgs", "count += 1 when flag != 0.\n\nKeyword-only fields:\n    flag (tensor): INT32 [1]: the step's NaN/Inf flag\n    count (tensor): INT32 [1]");
+    nb::class_<CountFlagArgs> klass(m, "CountFlagArgs", "count += 1 when flag != 0.\n\nKeyword-only fields:\n    flag (tensor): INT32 [1]: the step's NaN/Inf flag\n    count (tensor): INT32 [1]\n    hold (tensor?): INT32 [1]: gradient accumulation's (a micro-step inside its window); set: nothing is done");
     klass.def(
         "__init__",
-        [](CountFlagArgs* self, const Dev& flag, const Dev& count) {
+        [](CountFlagArgs* self, const Dev& flag, const Dev& count, std::optional<Dev> hold) {
           CountFlagArgs rec;
           rec.flag = dev_of("count_flag", "flag", flag);
           rec.count = dev_of("count_flag", "count", count);
+          rec.hold = hold ? dev_of("count_flag", "hold", *hold) : Dev{};
           new (self) CountFlagArgs(rec);
         },
-        nb::kw_only(), "flag"_a, "count"_a);
+        nb::kw_only(), "flag"_a, "count"_a, "hold"_a.none() = nb::none());
     klass.def_prop_ro("flag", [](const CountFlagArgs& a) -> nb::object { return nb::cast(a.flag); });
     klass.def_prop_ro("count", [](const CountFlagArgs& a) -> nb::object { return nb::cast(a.count); });
+    klass.def_prop_ro("hold", [](const CountFlagArgs& a) -> nb::object { return nb::cast(a.hold ? nb::cast(a.hold) : nb::object(nb::none())); });
     klass.def("fields", [](const CountFlagArgs& a) {
       nb::dict d;
       d["flag"] = nb::cast(a.flag);
       d["count"] = nb::cast(a.count);
+      d["hold"] = nb::cast(a.hold ? nb::cast(a.hold) : nb::object(nb::none()));
       return d;
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const CountFlagArgs& a) { return record_repr("CountFlagArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "count_flag";
-    klass.attr("field_types") = field_types({{"flag", "tensor"}, {"count", "tensor"}});
+    klass.attr("field_types") = field_types({{"flag", "tensor"}, {"count", "tensor"}, {"hold", "tensor?"}});
   }
   {
-    nb::class_<ScalarIncrementArgs> klass(m, "ScalarIncrementArgs", "x += 1.\n\nKeyword-only fields:\n    x (tensor): INT32 or FP32 [n]\n    n (i64): elements");
+    nb::class_<ScalarIncrementArgs> klass(m, "ScalarIncrementArgs", "x += 1.\n\nKeyword-only fields:\n    x (tensor): INT32 or FP32 [n]\n    hold (tensor?): INT32 [1]: gradient accumulation's (a micro-step inside its window); set: nothing is done\n    n (i64): elements");
     klass.def(
         "__init__",
-        [](ScalarIncrementArgs* self, const Dev& x, std::int64_t n) {
+        [](ScalarIncrementArgs* self, const Dev& x, std::optional<Dev> hold, std::int64_t n) {
           ScalarIncrementArgs rec;
           rec.x = dev_of("scalar_increment", "x", x);
+          rec.hold = hold ? dev_of("scalar_increment", "hold", *hold) : Dev{};
           rec.n = n;
           new (self) ScalarIncrementArgs(rec);
         },
-        nb::kw_only(), "x"_a, "n"_a);
+        nb::kw_only(), "x"_a, "hold"_a.none() = nb::none(), "n"_a);
     klass.def_prop_ro("x", [](const ScalarIncrementArgs& a) -> nb::object { return nb::cast(a.x); });
+    klass.def_prop_ro("hold", [](const ScalarIncrementArgs& a) -> nb::object { return nb::cast(a.hold ? nb::cast(a.hold) : nb::object(nb::none())); });
     klass.def_prop_ro("n", [](const ScalarIncrementArgs& a) -> nb::object { return nb::cast(a.n); });
     klass.def("fields", [](const ScalarIncrementArgs& a) {
       nb::dict d;
       d["x"] = nb::cast(a.x);
+      d["hold"] = nb::cast(a.hold ? nb::cast(a.hold) : nb::object(nb::none()));
       d["n"] = nb::cast(a.n);
       return d;
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const ScalarIncrementArgs& a) { return record_repr("ScalarIncrementArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "scalar_increment";
-    klass.attr("field_types") = field_types({{"x", "tensor"}, {"n", "i64"}});
+    klass.attr("field_types") = field_types({{"x", "tensor"}, {"hold", "tensor?"}, {"n", "i64"}});
   }
   {
     nb::class_<LrLookupArgs> klass(m, "LrLookupArgs", "lr = table[step], step clamped to [0, len - 1].\n\nKeyword-only fields:\n    table (tensor): FP32 [len]\n    step (tensor): INT32 [1]\n    lr (tensor): FP32 [1]\n    len (i64): entries of the table (>= 1)");
@@ -2413,22 +2533,24 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"table", "tensor"}, {"step", "tensor"}, {"lr", "tensor"}, {"len", "i64"}});
   }
   {
-    nb::class_<LossScaleUpdateArgs> klass(m, "LossScaleUpdateArgs", "After a step: static, halve scale on overflow (never below 1, never grow); dynamic (torch.amp.GradScaler's rule), halve on overflow, double after growth_interval clean steps in a row.\n\nKeyword-only fields:\n    flag (tensor): INT32 [1]: the step's NaN/Inf flag\n    scale (tensor): FP32 [1]\n    tracker (tensor?): INT32 [1]: clean steps in a row; the dynamic rule's\n    dynamic (bool): the dynamic rule (needs tracker); False: the static one\n    growth_interval (i64): the dynamic rule's clean steps before doubling, in [1, 2^31); unused when static");
+    nb::class_<LossScaleUpdateArgs> klass(m, "LossScaleUpdateArgs", "After a step: static, halve scale on overflow (never below 1, never grow); dynamic (torch.amp.GradScaler's rule), halve on overflow, double after growth_interval clean steps in a row.\n\nKeyword-only fields:\n    flag (tensor): INT32 [1]: the step's NaN/Inf flag\n    scale (tensor): FP32 [1]\n    tracker (tensor?): INT32 [1]: clean steps in a row; the dynamic rule's\n    hold (tensor?): INT32 [1]: gradient accumulation's (a micro-step inside its window); set: nothing is done\n    dynamic (bool): the dynamic rule (needs tracker); False: the static one\n    growth_interval (i64): the dynamic rule's clean steps before doubling, in [1, 2^31); unused when static");
     klass.def(
         "__init__",
-        [](LossScaleUpdateArgs* self, const Dev& flag, const Dev& scale, std::optional<Dev> tracker, bool dynamic, std::int64_t growth_interval) {
+        [](LossScaleUpdateArgs* self, const Dev& flag, const Dev& scale, std::optional<Dev> tracker, std::optional<Dev> hold, bool dynamic, std::int64_t growth_interval) {
           LossScaleUpdateArgs rec;
           rec.flag = dev_of("loss_scale_update", "flag", flag);
           rec.scale = dev_of("loss_scale_update", "scale", scale);
           rec.tracker = tracker ? dev_of("loss_scale_update", "tracker", *tracker) : Dev{};
+          rec.hold = hold ? dev_of("loss_scale_update", "hold", *hold) : Dev{};
           rec.dynamic = dynamic;
           rec.growth_interval = growth_interval;
           new (self) LossScaleUpdateArgs(rec);
         },
-        nb::kw_only(), "flag"_a, "scale"_a, "tracker"_a.none() = nb::none(), "dynamic"_a, "growth_interval"_a);
+        nb::kw_only(), "flag"_a, "scale"_a, "tracker"_a.none() = nb::none(), "hold"_a.none() = nb::none(), "dynamic"_a, "growth_interval"_a);
     klass.def_prop_ro("flag", [](const LossScaleUpdateArgs& a) -> nb::object { return nb::cast(a.flag); });
     klass.def_prop_ro("scale", [](const LossScaleUpdateArgs& a) -> nb::object { return nb::cast(a.scale); });
     klass.def_prop_ro("tracker", [](const LossScaleUpdateArgs& a) -> nb::object { return nb::cast(a.tracker ? nb::cast(a.tracker) : nb::object(nb::none())); });
+    klass.def_prop_ro("hold", [](const LossScaleUpdateArgs& a) -> nb::object { return nb::cast(a.hold ? nb::cast(a.hold) : nb::object(nb::none())); });
     klass.def_prop_ro("dynamic", [](const LossScaleUpdateArgs& a) -> nb::object { return nb::cast(a.dynamic); });
     klass.def_prop_ro("growth_interval", [](const LossScaleUpdateArgs& a) -> nb::object { return nb::cast(a.growth_interval); });
     klass.def("fields", [](const LossScaleUpdateArgs& a) {
@@ -2436,13 +2558,14 @@ void bind_op_args(nb::module_& m) {
       d["flag"] = nb::cast(a.flag);
       d["scale"] = nb::cast(a.scale);
       d["tracker"] = nb::cast(a.tracker ? nb::cast(a.tracker) : nb::object(nb::none()));
+      d["hold"] = nb::cast(a.hold ? nb::cast(a.hold) : nb::object(nb::none()));
       d["dynamic"] = nb::cast(a.dynamic);
       d["growth_interval"] = nb::cast(a.growth_interval);
       return d;
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const LossScaleUpdateArgs& a) { return record_repr("LossScaleUpdateArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "loss_scale_update";
-    klass.attr("field_types") = field_types({{"flag", "tensor"}, {"scale", "tensor"}, {"tracker", "tensor?"}, {"dynamic", "bool"}, {"growth_interval", "i64"}});
+    klass.attr("field_types") = field_types({{"flag", "tensor"}, {"scale", "tensor"}, {"tracker", "tensor?"}, {"hold", "tensor?"}, {"dynamic", "bool"}, {"growth_interval", "i64"}});
   }
   {
     nb::class_<ScaleFwdArgs> klass(m, "ScaleFwdArgs", "y = x * s (each FP32, FP16 or BF16).\n\nKeyword-only fields:\n    x (tensor): [n, hw, c]\n    s (tensor): [n, c]\n    y (tensor): [n, hw, c]\n    n (i64): samples\n    hw (i64): positions per sample (H*W)\n    c (i64): channels");
@@ -2559,25 +2682,27 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"logits", "tensor"}, {"labels", "tensor"}, {"probs", "tensor"}, {"result", "tensor"}, {"n", "i64"}, {"k", "i64"}, {"label_smoothing", "f64"}});
   }
   {
-    nb::class_<SoftmaxCeBwdArgs> klass(m, "SoftmaxCeBwdArgs", "dlogits = (probs - smoothed one-hot) * scale[0] / n.\n\nKeyword-only fields:\n    probs (tensor): [n, k]: the forward's\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    scale (tensor): FP32 [1]: the loss scale\n    dlogits (tensor): [n, k]\n    n (i64): samples\n    k (i64): classes\n    label_smoothing (f64): label smoothing, in [0, 1]");
+    nb::class_<SoftmaxCeBwdArgs> klass(m, "SoftmaxCeBwdArgs", "dlogits = (probs - smoothed one-hot) * float(double(scale[0]) / double(div ? div[0] : n)).\n\nKeyword-only fields:\n    probs (tensor): [n, k]: the forward's\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    scale (tensor): FP32 [1]: the loss scale\n    dlogits (tensor): [n, k]\n    div (tensor?): FP32 [1]: the count in n's place (a gradient-accumulation window's samples)\n    n (i64): samples\n    k (i64): classes\n    label_smoothing (f64): label smoothing, in [0, 1]");
     klass.def(
         "__init__",
-        [](SoftmaxCeBwdArgs* self, const Dev& probs, const Dev& labels, const Dev& scale, const Dev& dlogits, std::int64_t n, std::int64_t k, double label_smoothing) {
+        [](SoftmaxCeBwdArgs* self, const Dev& probs, const Dev& labels, const Dev& scale, const Dev& dlogits, std::optional<Dev> div, std::int64_t n, std::int64_t k, double label_smoothing) {
           SoftmaxCeBwdArgs rec;
           rec.probs = dev_of("softmax_ce_bwd", "probs", probs);
           rec.labels = dev_of("softmax_ce_bwd", "labels", labels);
           rec.scale = dev_of("softmax_ce_bwd", "scale", scale);
           rec.dlogits = dev_of("softmax_ce_bwd", "dlogits", dlogits);
+          rec.div = div ? dev_of("softmax_ce_bwd", "div", *div) : Dev{};
           rec.n = n;
           rec.k = k;
           rec.label_smoothing = label_smoothing;
           new (self) SoftmaxCeBwdArgs(rec);
         },
-        nb::kw_only(), "probs"_a, "labels"_a, "scale"_a, "dlogits"_a, "n"_a, "k"_a, "label_smoothing"_a);
+        nb::kw_only(), "probs"_a, "labels"_a, "scale"_a, "dlogits"_a, "div"_a.none() = nb::none(), "n"_a, "k"_a, "label_smoothing"_a);
     klass.def_prop_ro("probs", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.probs); });
     klass.def_prop_ro("labels", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.labels); });
     klass.def_prop_ro("scale", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.scale); });
     klass.def_prop_ro("dlogits", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.dlogits); });
+    klass.def_prop_ro("div", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.div ? nb::cast(a.div) : nb::object(nb::none())); });
     klass.def_prop_ro("n", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.n); });
     klass.def_prop_ro("k", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.k); });
     klass.def_prop_ro("label_smoothing", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.label_smoothing); });
@@ -2587,6 +2712,7 @@ void bind_op_args(nb::module_& m) {
       d["labels"] = nb::cast(a.labels);
       d["scale"] = nb::cast(a.scale);
       d["dlogits"] = nb::cast(a.dlogits);
+      d["div"] = nb::cast(a.div ? nb::cast(a.div) : nb::object(nb::none()));
       d["n"] = nb::cast(a.n);
       d["k"] = nb::cast(a.k);
       d["label_smoothing"] = nb::cast(a.label_smoothing);
@@ -2594,7 +2720,7 @@ void bind_op_args(nb::module_& m) {
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const SoftmaxCeBwdArgs& a) { return record_repr("SoftmaxCeBwdArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "softmax_ce_bwd";
-    klass.attr("field_types") = field_types({{"probs", "tensor"}, {"labels", "tensor"}, {"scale", "tensor"}, {"dlogits", "tensor"}, {"n", "i64"}, {"k", "i64"}, {"label_smoothing", "f64"}});
+    klass.attr("field_types") = field_types({{"probs", "tensor"}, {"labels", "tensor"}, {"scale", "tensor"}, {"dlogits", "tensor"}, {"div", "tensor?"}, {"n", "i64"}, {"k", "i64"}, {"label_smoothing", "f64"}});
   }
   {
     nb::class_<SoftmaxCeInfArgs> klass(m, "SoftmaxCeInfArgs", "result = (mean loss, top-1, top-5); pred = the argmax when given.\n\nKeyword-only fields:\n    logits (tensor): [n, k]\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    result (tensor): FP32 [3]: (mean loss, top-1 fraction, top-5 fraction)\n    pred (tensor?): INT32 [n]: each sample's argmax; absent: not written\n    n (i64): samples\n    k (i64): classes\n    label_smoothing (f64): label smoothing, in [0, 1]");
@@ -2676,6 +2802,9 @@ void bind_op_args(nb::module_& m) {
   m.def(
       "make_op",
       [](Context& ctx, nb::handle args) -> std::unique_ptr<Op> {
+        if (nb::isinstance<AccumWindowArgs>(args)) return accum_window(ctx, nb::cast<const AccumWindowArgs&>(args));
+        if (nb::isinstance<RangeAccumulateArgs>(args)) return range_accumulate(ctx, nb::cast<const RangeAccumulateArgs&>(args));
+        if (nb::isinstance<WindowResultArgs>(args)) return window_result(ctx, nb::cast<const WindowResultArgs&>(args));
         if (nb::isinstance<ActFwdArgs>(args)) return act_fwd(ctx, nb::cast<const ActFwdArgs&>(args));
         if (nb::isinstance<ActBwdArgs>(args)) return act_bwd(ctx, nb::cast<const ActBwdArgs&>(args));
         if (nb::isinstance<ActInfArgs>(args)) return act_inf(ctx, nb::cast<const ActInfArgs&>(args));

@@ -119,10 +119,11 @@ std::unique_ptr<Op> onehot_forward(const A& args, const Dev& pred_t) {
 }
 
 // dlogits = (sigmoid(z) - t) (bce) or 2 (z - t) (mse), times scale[0] / (N*K); reads z[i] before writing d[i].
+// With div (a gradient-accumulation window's samples; null when absent) div[0] takes N's place, in double.
 template <class TZ, class TD>
-__global__ void onehot_bwd_kernel(const TZ* z, const int* labels, const float* scale, TD* d, std::int64_t n, int k,
-                                  int loss, float off, float hit) {
-  const double count = static_cast<double>(n) * k;
+__global__ void onehot_bwd_kernel(const TZ* z, const int* labels, const float* scale, const float* div, TD* d,
+                                  std::int64_t n, int k, int loss, float off, float hit) {
+  const double count = (div != nullptr ? static_cast<double>(div[0]) : static_cast<double>(n)) * k;
   const float factor = static_cast<float>((loss == 1 ? 2.0 : 1.0) * static_cast<double>(scale[0]) / count);
   TR_GRID_STRIDE(i, n * k) {
     const std::int64_t b = i / k;
@@ -153,6 +154,7 @@ std::unique_ptr<Op> onehot_loss_bwd(Context&, const OnehotLossBwdArgs& args) {
   const void* z = args.logits.ptr;
   const int* labels = static_cast<const int*>(args.labels.ptr);
   const float* scale = static_cast<const float*>(args.scale.ptr);
+  const float* div = static_cast<const float*>(args.div.ptr);  // null when absent
   void* d = args.dlogits.ptr;
   kern::dispatch_float(zdt, args, "logits", [](auto) {});
   kern::dispatch_float(ddt, args, "dlogits", [](auto) {});
@@ -162,7 +164,7 @@ std::unique_ptr<Op> onehot_loss_bwd(Context&, const OnehotLossBwdArgs& args) {
       kern::dispatch_float(ddt, args, "dlogits", [&](auto td) {
         using TD = typename decltype(td)::type;
         onehot_bwd_kernel<TZ, TD><<<kern::blocks_for(n * k), kern::kThreads, 0, s>>>(
-            static_cast<const TZ*>(z), labels, scale, static_cast<TD*>(d), n, k, loss, off, hit);
+            static_cast<const TZ*>(z), labels, scale, div, static_cast<TD*>(d), n, k, loss, off, hit);
       });
     });
     check_launch("onehot_loss_bwd");

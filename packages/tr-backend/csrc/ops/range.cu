@@ -19,7 +19,9 @@ __global__ void cast_kernel(const TS* src, TD* dst, std::int64_t n) {
 
 // flag = 1 if any element is not finite (a plain store: every writer writes the same value, no atomics);
 // with clip > 0, finite and infinite elements are clamped to [-clip, clip] and NaN stays NaN (numpy's clip).
-__global__ void check_finite_kernel(float* v, std::int64_t n, int* flag, float clip) {
+// A set hold (gradient accumulation's, may be null) reads nothing: flag_kernel has set the flag already.
+__global__ void check_finite_kernel(float* v, std::int64_t n, int* flag, float clip, const int* hold) {
+  if (hold != nullptr && *hold != 0) return;
   bool bad = false;
   TR_GRID_STRIDE(i, n) {
     const float x = v[i];
@@ -28,6 +30,9 @@ __global__ void check_finite_kernel(float* v, std::int64_t n, int* flag, float c
   }
   if (bad) *flag = 1;
 }
+
+// The flag's start with a hold: set (every flagged op skips a micro-step inside its window) or cleared.
+__global__ void flag_kernel(int* flag, const int* hold) { *flag = *hold != 0 ? 1 : 0; }
 
 __global__ void scale_kernel(float* v, std::int64_t n, const float* factor) {
   const float f = *factor;
@@ -95,17 +100,25 @@ std::unique_ptr<Op> range_cast(Context&, const RangeCastArgs& args) {
   });
 }
 
-// accumulate: OR into the flag (the kernel only ever stores 1), so the flag is not cleared first.
+// accumulate: OR into the flag (the kernel only ever stores 1), so the flag is not cleared first. A hold (null
+// when absent) is read on the device: without accumulate, flag_kernel replaces the memset (flag = hold != 0);
+// the check kernel returns when it is set.
 std::unique_ptr<Op> range_check_finite(Context&, const RangeCheckFiniteArgs& args) {
   const std::int64_t n = args.n;
   const float clip = static_cast<float>(args.clip);
   const bool accumulate = args.accumulate;
   float* v = n > 0 ? static_cast<float*>(args.span) : nullptr;
   int* flag = static_cast<int*>(args.flag.ptr);
+  const int* hold = static_cast<const int*>(args.hold.ptr);
   return fn_op([=](cudaStream_t s) {
-    if (!accumulate) cuda::check(cudaMemsetAsync(flag, 0, sizeof(int), s), "cudaMemsetAsync(flag)");
+    if (!accumulate && hold == nullptr) {
+      cuda::check(cudaMemsetAsync(flag, 0, sizeof(int), s), "cudaMemsetAsync(flag)");
+    } else if (!accumulate) {
+      flag_kernel<<<1, 1, 0, s>>>(flag, hold);
+      check_launch("range_check_finite flag");
+    }
     if (n > 0) {
-      check_finite_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(v, n, flag, clip);
+      check_finite_kernel<<<kern::blocks_for(n), kern::kThreads, 0, s>>>(v, n, flag, clip, hold);
       check_launch("range_check_finite");
     }
   });

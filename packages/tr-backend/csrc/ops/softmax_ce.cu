@@ -125,10 +125,13 @@ std::unique_ptr<Op> sce_forward(const A& args, const Dev& probs_t, const Dev& pr
   });
 }
 
+// factor = scale[0] / count in double, rounded once (the CPU backend's float64 quotient); count is div[0] (a
+// gradient-accumulation window's samples) when div is given, else n: div[0] == n gives the same factor.
 template <class TP, class TD>
-__global__ void sce_bwd_kernel(const TP* probs, const int* labels, const float* scale, TD* d, std::int64_t n, int k,
-                               float off, float hit) {
-  const float factor = static_cast<float>(static_cast<double>(scale[0]) / static_cast<double>(n));
+__global__ void sce_bwd_kernel(const TP* probs, const int* labels, const float* scale, const float* div, TD* d,
+                               std::int64_t n, int k, float off, float hit) {
+  const double count = div != nullptr ? static_cast<double>(div[0]) : static_cast<double>(n);
+  const float factor = static_cast<float>(static_cast<double>(scale[0]) / count);
   TR_GRID_STRIDE(i, n * k) {
     const std::int64_t b = i / k;
     const int c = static_cast<int>(i - b * k);
@@ -157,6 +160,7 @@ std::unique_ptr<Op> softmax_ce_bwd(Context&, const SoftmaxCeBwdArgs& args) {
   const void* probs = args.probs.ptr;
   const int* labels = static_cast<const int*>(args.labels.ptr);
   const float* scale = static_cast<const float*>(args.scale.ptr);
+  const float* div = static_cast<const float*>(args.div.ptr);  // null when absent
   void* d = args.dlogits.ptr;
   kern::dispatch_float(pdt, args, "probs", [](auto) {});
   kern::dispatch_float(ddt, args, "dlogits", [](auto) {});
@@ -166,7 +170,7 @@ std::unique_ptr<Op> softmax_ce_bwd(Context&, const SoftmaxCeBwdArgs& args) {
       kern::dispatch_float(ddt, args, "dlogits", [&](auto td) {
         using TD = typename decltype(td)::type;
         sce_bwd_kernel<TP, TD><<<kern::blocks_for(n * k), kern::kThreads, 0, s>>>(
-            static_cast<const TP*>(probs), labels, scale, static_cast<TD*>(d), n, k, off, hit);
+            static_cast<const TP*>(probs), labels, scale, div, static_cast<TD*>(d), n, k, off, hit);
       });
     });
     check_launch("softmax_ce_bwd");

@@ -4,6 +4,7 @@
 // Every family's native op records, and the list of native ops.
 #pragma once
 
+#include "ops/args/accum.hpp"
 #include "ops/args/activation.hpp"
 #include "ops/args/augment.hpp"
 #include "ops/args/bn.hpp"
@@ -31,6 +32,9 @@ namespace tr::native {
 
 // Every native op, in declaration order.
 inline constexpr const char* kNativeOps[] = {
+    "accum_window",
+    "range_accumulate",
+    "window_result",
     "act_fwd",
     "act_bwd",
     "act_inf",

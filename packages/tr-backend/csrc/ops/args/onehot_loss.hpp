@@ -37,6 +37,7 @@ struct OnehotLossBwdArgs {
   Dev labels;  // tensor: INT32 [n]: a label outside [0, k) makes the sample's loss NaN
   Dev scale;  // tensor: FP32 [1]: the loss scale
   Dev dlogits;  // tensor: [n, k]; may be logits
+  Dev div;  // tensor?: FP32 [1]: the count in n's place (a gradient-accumulation window's samples)
   std::int64_t n = 0;  // i64: samples
   std::int64_t k = 0;  // i64: classes
   OneHotLoss loss{static_cast<OneHotLoss>(0)};  // onehot_loss: tr.core.ops.ONEHOT_LOSS_CODES: bce_logits or mse

@@ -34,11 +34,12 @@ struct RangeCastArgs {
 };
 std::unique_ptr<Op> range_cast(Context& ctx, const RangeCastArgs& a);
 
-// range_check_finite: flag = 1 when a value of the span is not finite, else 0; with clip > 0 the values are clamped to [-clip, clip] (NaN stays NaN).
+// range_check_finite: flag = 1 when a value of the span is not finite, else 0; with clip > 0 the values are clamped to [-clip, clip] (NaN stays NaN). With hold set nothing is read and flag = 1 (unless accumulate).
 struct RangeCheckFiniteArgs {
   static constexpr const char* op = "range_check_finite";
   void* span = nullptr;  // ptr: device address of n FP32 values
   Dev flag;  // tensor: INT32 [1]
+  Dev hold;  // tensor?: INT32 [1]: gradient accumulation's; set: the span is not read, flag = 1 (accumulate: as it is)
   std::int64_t n = 0;  // i64: elements
   double clip = 0.0;  // f64: > 0: the clamp's bound; 0: no clamp
   bool accumulate = false;  // bool: OR into flag (which is then not cleared first)

@@ -22,6 +22,7 @@ struct CountFlagArgs {
   static constexpr const char* op = "count_flag";
   Dev flag;  // tensor: INT32 [1]: the step's NaN/Inf flag
   Dev count;  // tensor: INT32 [1]
+  Dev hold;  // tensor?: INT32 [1]: gradient accumulation's (a micro-step inside its window); set: nothing is done
 };
 std::unique_ptr<Op> count_flag(Context& ctx, const CountFlagArgs& a);
 
@@ -29,6 +30,7 @@ std::unique_ptr<Op> count_flag(Context& ctx, const CountFlagArgs& a);
 struct ScalarIncrementArgs {
   static constexpr const char* op = "scalar_increment";
   Dev x;  // tensor: INT32 or FP32 [n]
+  Dev hold;  // tensor?: INT32 [1]: gradient accumulation's (a micro-step inside its window); set: nothing is done
   std::int64_t n = 0;  // i64: elements
 };
 std::unique_ptr<Op> scalar_increment(Context& ctx, const ScalarIncrementArgs& a);
@@ -49,6 +51,7 @@ struct LossScaleUpdateArgs {
   Dev flag;  // tensor: INT32 [1]: the step's NaN/Inf flag
   Dev scale;  // tensor: FP32 [1]
   Dev tracker;  // tensor?: INT32 [1]: clean steps in a row; the dynamic rule's
+  Dev hold;  // tensor?: INT32 [1]: gradient accumulation's (a micro-step inside its window); set: nothing is done
   bool dynamic = false;  // bool: the dynamic rule (needs tracker); False: the static one
   std::int64_t growth_interval = 0;  // i64: the dynamic rule's clean steps before doubling, in [1, 2^31); unused when static
 };

@@ -30,13 +30,14 @@ struct SoftmaxCeFwdArgs {
 };
 std::unique_ptr<Op> softmax_ce_fwd(Context& ctx, const SoftmaxCeFwdArgs& a);
 
-// softmax_ce_bwd: dlogits = (probs - smoothed one-hot) * scale[0] / n.
+// softmax_ce_bwd: dlogits = (probs - smoothed one-hot) * float(double(scale[0]) / double(div ? div[0] : n)).
 struct SoftmaxCeBwdArgs {
   static constexpr const char* op = "softmax_ce_bwd";
   Dev probs;  // tensor: [n, k]: the forward's
   Dev labels;  // tensor: INT32 [n]: a label outside [0, k) makes the sample's loss NaN
   Dev scale;  // tensor: FP32 [1]: the loss scale
   Dev dlogits;  // tensor: [n, k]
+  Dev div;  // tensor?: FP32 [1]: the count in n's place (a gradient-accumulation window's samples)
   std::int64_t n = 0;  // i64: samples
   std::int64_t k = 0;  // i64: classes
   double label_smoothing = 0.0;  // f64: label smoothing, in [0, 1]

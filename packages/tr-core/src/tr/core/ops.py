@@ -258,8 +258,11 @@ _DEFS: list[OpDef] = [
           (_t("logits"), _t("labels"), _t("probs", "out"), _t("result", "out")), ("label_smoothing",),
           doc="probs = softmax(logits); result[0] = mean loss, result[1:3] = top1, top5 fractions"),
     OpDef("softmax_ce_bwd", "softmax_ce",
-          (_t("probs"), _t("labels"), _t("scale"), _t("dlogits", "out")), ("label_smoothing",),
-          doc="dlogits = (probs - smooth(onehot)) * scale[0] / N"),
+          (_t("probs"), _t("labels"), _t("scale"), _t("dlogits", "out"), _t("div", optional=True)),
+          ("label_smoothing",),
+          doc="dlogits = (probs - smooth(onehot)) * factor, factor = fl32(scale[0] / N) (the quotient in float64); "
+              "with div (FP32 [1]: a gradient-accumulation window's samples, task.accumulate) div[0] takes N's "
+              "place, so div[0] == N gives the same bytes"),
     OpDef("softmax_ce_inf", "softmax_ce",
           (_t("logits"), _t("labels"), _t("result", "out"), _t("pred", "out", True)), ("label_smoothing",),
           doc="result = (mean loss, top1, top5); pred = argmax"),
@@ -268,24 +271,31 @@ _DEFS: list[OpDef] = [
           ("loss", "label_smoothing"),
           doc="loss 'bce_logits' or 'mse' of the logits against t = (1-ls)*onehot + ls/K, mean over N*K; result = "
               "(loss, top1, top5 fractions)"),
-    OpDef("onehot_loss_bwd", "onehot_loss", (_t("logits"), _t("labels"), _t("scale"), _t("dlogits", "out")),
+    OpDef("onehot_loss_bwd", "onehot_loss",
+          (_t("logits"), _t("labels"), _t("scale"), _t("dlogits", "out"), _t("div", optional=True)),
           ("loss", "label_smoothing"), inplace=(("dlogits", "logits"),),
-          doc="dlogits = dl/dz * scale[0] / (N*K): sigmoid(z) - t (bce_logits) or 2 (z - t) (mse)"),
+          doc="dlogits = dl/dz * scale[0] / (N*K): sigmoid(z) - t (bce_logits) or 2 (z - t) (mse); with div (FP32 "
+              "[1], as softmax_ce_bwd's) div[0]*K takes N*K's place"),
     OpDef("onehot_loss_inf", "onehot_loss",
           (_t("logits"), _t("labels"), _t("result", "out"), _t("pred", "out", True)), ("loss", "label_smoothing"),
           doc="result = (mean loss, top1, top5); pred = argmax"),
     # --- scalars -----------------------------------------------------------------------------------
-    OpDef("scalar_increment", "scalar", (_t("x", "inout"),), doc="x += 1 (INT32 step counters)"),
-    OpDef("count_flag", "scalar", (_t("flag"), _t("count", "inout")),
-          doc="count += (flag != 0) (INT32): skipped steps counted on the device, read once per epoch"),
+    # hold (optional, INT32 [1]) gates a step's bookkeeping on a gradient-accumulation window: when hold[0] != 0
+    # (a micro-step that does not close its window, accum_window's) the op does nothing
+    OpDef("scalar_increment", "scalar", (_t("x", "inout"), _t("hold", optional=True)),
+          doc="x += 1 (INT32 step counters); nothing when hold[0] != 0"),
+    OpDef("count_flag", "scalar", (_t("flag"), _t("count", "inout"), _t("hold", optional=True)),
+          doc="count += (flag != 0) (INT32): skipped steps counted on the device, read once per epoch; nothing "
+              "when hold[0] != 0"),
     OpDef("lr_lookup", "scalar", (_t("table"), _t("step"), _t("lr", "out")),
           doc="lr = table[min(step, len-1)]: the learning rate stays on the device"),
-    OpDef("loss_scale_update", "scalar", (_t("flag"), _t("scale", "inout"), _t("tracker", "inout", True)),
+    OpDef("loss_scale_update", "scalar",
+          (_t("flag"), _t("scale", "inout"), _t("tracker", "inout", True), _t("hold", optional=True)),
           ("rule", "growth_interval"),
           doc="rule 'static' (the seed's, the default): if flag: scale = max(1, scale/2). rule 'dynamic' "
               "(torch.amp.GradScaler's; needs tracker, INT32 clean steps in a row): if flag: scale /= 2, tracker "
               "= 0; else tracker += 1 and when it reaches growth_interval, scale *= 2 (kept only if finite) and "
-              "tracker = 0"),
+              "tracker = 0. Nothing (scale and tracker untouched) when hold[0] != 0"),
     # --- range ops (one kernel per byte range, independent of the number of layers) ----------------
     OpDef("range_clear", "range", (_s("span", "out"),), kind="range"),
     OpDef("range_copy", "range", (_s("src", "in"), _s("dst", "out"), _t("flag", "in", True)), kind="range",
@@ -293,11 +303,13 @@ _DEFS: list[OpDef] = [
               "discarded: the next forward rewrites the statistics it writes from the ones it reads)"),
     OpDef("range_cast", "range", (_s("src", "in"), _s("dst", "out")), ("src_dtype", "dst_dtype"), kind="range",
           doc="element-wise cast; FP32 slots are twice their FP16 twins' so elements line up"),
-    OpDef("range_check_finite", "range", (_s("span", "inout"), _t("flag", "inout")), ("clip", "accumulate"),
-          kind="range",
+    OpDef("range_check_finite", "range", (_s("span", "inout"), _t("flag", "inout"), _t("hold", optional=True)),
+          ("clip", "accumulate"), kind="range",
           doc="flag = any(!isfinite) (set, not OR-ed; Inf is flagged even when clipping); with accumulate, "
               "flag |= any(!isfinite) instead (a second span, e.g. the BN statistics, joins the gradients' "
-              "flag); with clip > 0 also clamp elements to [-clip, clip]"),
+              "flag); with clip > 0 also clamp elements to [-clip, clip]. With hold (INT32 [1]) and hold[0] != 0 "
+              "nothing is read or clipped and flag = 1 (a held micro-step skips the optimizer and every flagged "
+              "op); with accumulate the flag is then left as it is"),
     OpDef("range_scale", "range", (_s("span", "inout"), _t("factor")), kind="range", doc="x *= factor[0]"),
     OpDef("clip_grad_norm", "clip",
           (_s("g", "in"), _t("scale"), _t("flag"), _t("divisor", "out"), _t("norm", "out")), ("max_norm",),
@@ -341,6 +353,27 @@ _DEFS: list[OpDef] = [
           kind="range",
           doc="accum += result * batch[0] and samples += batch[0] (when given); with a flag, nothing happens "
               "when flag != 0 (a skipped step's loss is not part of the epoch's mean)"),
+    # --- gradient accumulation (task.accumulate): a window of k micro-steps makes one optimizer step ---------
+    OpDef("accum_window", "accum", (_t("pos", "inout"), _t("hold", "out"), _t("first", "out"), _t("div", "out")),
+          ("accumulate", "steps", "batch", "last_batch"), kind="range",
+          doc="the micro-step's place in its window (pos, hold, first INT32 [1], div FP32 [1]; attributes "
+              "accumulate = k >= 2 micro-steps a window, steps = S >= 1 micro-steps an epoch, batch = m >= 1 "
+              "samples a micro-batch, last_batch = the epoch's last micro-batch's, in [1, m]): p = pos[0] (in [0, "
+              "S)), w0 = p - p % k, n = min(k, S - w0); hold = (p != w0 + n - 1) (the window goes on), first = "
+              "(p == w0), div = (n - 1) * m + (w0 + n == S ? last_batch : m) (the window's samples), pos = (p + 1 "
+              "== S ? 0 : p + 1)"),
+    OpDef("range_accumulate", "accum",
+          (_s("src", "inout"), _s("acc", "inout"), _t("hold"), _t("first")), kind="range",
+          doc="a window's gradient sum, element-wise in FP32 over spans of one size (src: GRAD, acc: its "
+              "GRAD_ACCUM twins; hold, first INT32 [1]): if hold[0]: acc = first[0] ? src : acc + src; else (the "
+              "closing micro-step): src = first[0] ? src : acc + src, so the sum lands in src, which every later "
+              "op reads"),
+    OpDef("window_result", "accum",
+          (_t("result", "inout"), _t("window", "inout"), _t("batch"), _t("hold"), _t("first")), kind="range",
+          doc="a window's mean of the step results, in float32: result FP32 [n] (the loss's result row), window "
+              "FP32 [n + 1], batch FP32 [1] (the micro-batch's samples), hold, first INT32 [1]. If first[0]: "
+              "window = 0; window[:n] += result * batch[0]; window[n] += batch[0]; if not hold[0]: result = "
+              "window[:n] / window[n]"),
     OpDef("h2d_copy", "transfer", (_t("labels", "out"), _t("data", "out")), ("buffer",), kind="range",
           doc="copy host staging buffer `buffer` (0 = A, 1 = B) into the device input tensors"),
 ]

@@ -142,6 +142,8 @@ def check_range_ops(layout: ArenaLayout, tensors: Sequence[DTensor], calls: Iter
             check_twins(layout, tensors, spans["src"], spans["dst"], dst_size / src_size)
         elif c.op == "range_copy":
             check_twins(layout, tensors, spans["src"], spans["dst"], 1)
+        elif c.op == "range_accumulate":  # GRAD and its GRAD_ACCUM twins, element for element
+            check_twins(layout, tensors, spans["src"], spans["acc"], 1)
         elif c.op == "range_optimizer":
             for other in ("g", "m", "v"):
                 if other in spans:

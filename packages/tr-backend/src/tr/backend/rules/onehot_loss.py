@@ -1,7 +1,8 @@
 """The rules of the one-hot losses (onehot_loss_fwd, onehot_loss_inf, onehot_loss_bwd): logits [N, K] of a float
 dtype, INT32 labels one per sample, the loss 'bce_logits' or 'mse', label smoothing in [0, 1), an FP32 result of
 (loss, top-1, top-5), dlogits of the logits' size, an FP32 loss scale, an optional INT32 prediction per sample.
-The logits, labels, result and prediction follow softmax cross-entropy's rules (rules/softmax_ce.py)."""
+The logits, labels, result, prediction and the backward's optional divisor follow softmax cross-entropy's rules
+(rules/softmax_ce.py)."""
 
 from __future__ import annotations
 
@@ -52,4 +53,5 @@ def onehot_loss_bwd(b: CallBinder) -> OneHotLoss:
     r = _common(b)
     softmax_ce.same_size(b, "dlogits", "logits", r.n, r.k)
     b.expect_dtype("scale", DType.FP32)
+    softmax_ce.divisor(b)
     return r

@@ -1,6 +1,6 @@
-"""The rules of the range ops that both backends check alike: range_copy, range_cast, range_optimizer and
-lars_update. A span is a byte range over whole regions (tr.core.memory.Span); element counts are FP32 unless the
-op says otherwise."""
+"""The rules of the range ops that both backends check alike: range_copy, range_cast, range_check_finite,
+range_optimizer, lars_update, range_ema and accum_metrics. A span is a byte range over whole regions
+(tr.core.memory.Span); element counts are FP32 unless the op says otherwise."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 
 from tr.backend.binding import CallBinder
+from tr.backend.rules.scalar import one_int32
 from tr.core.dtype import DType
 from tr.core.errors import ShapeError
 from tr.core.ops import OPTIMIZER_RULES
@@ -35,6 +36,20 @@ def range_cast(b: CallBinder) -> tuple[DType, DType, int]:
         if not dt.is_float:
             b.fail(f"range_cast converts between float types, got {dt.name}")
     return sdt, ddt, min(b.span_size("src", sdt.itemsize), b.span_size("dst", ddt.itemsize))
+
+
+@dataclass(frozen=True, slots=True)
+class CheckFinite:
+    n: int  # FP32 elements of the span
+    clip: float  # > 0: clamp to [-clip, clip]
+    accumulate: bool  # OR into the flag instead of setting it
+    hold: bool  # a hold argument is given: when set, nothing is read and (unless accumulate) flag = 1
+
+
+def range_check_finite(b: CallBinder) -> CheckFinite:
+    b.expect_dtype("flag", DType.INT32)
+    return CheckFinite(b.span_size("span", 4), b.float_attr("clip", 0.0, 0.0), b.bool_attr("accumulate", False),
+                       one_int32(b, "hold"))
 
 
 @dataclass(frozen=True, slots=True)

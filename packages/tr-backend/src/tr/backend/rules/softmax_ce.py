@@ -1,6 +1,7 @@
 """The rules of softmax cross-entropy (softmax_ce_fwd, softmax_ce_inf, softmax_ce_bwd): logits or probs [N, K]
 of a float dtype, INT32 labels one per sample, label smoothing in [0, 1], an FP32 result of (loss, top-1,
-top-5), probs and dlogits of the logits' size, an FP32 loss scale, an optional INT32 prediction per sample."""
+top-5), probs and dlogits of the logits' size, an FP32 loss scale, an optional INT32 prediction per sample, and
+the backward's optional divisor, one FP32 (a gradient-accumulation window's samples, in N's place)."""
 
 from __future__ import annotations
 
@@ -58,8 +59,18 @@ def prediction(b: CallBinder, n: int) -> None:
         b.expect_numel("pred", n)
 
 
+def divisor(b: CallBinder) -> bool:
+    """The backward's optional ``div``: one FP32, the count the loss's mean divides by instead of N."""
+    if not b.has("div"):
+        return False
+    b.expect_dtype("div", DType.FP32)
+    b.expect_numel("div", 1)
+    return True
+
+
 def softmax_ce_bwd(b: CallBinder) -> tuple[int, int, float]:
     n, k = label_dims(b, "probs")
     same_size(b, "dlogits", "probs", n, k)
     b.expect_dtype("scale", DType.FP32)
+    divisor(b)
     return n, k, smoothing(b)

@@ -3,8 +3,9 @@ top-1/top-5 accuracy (tr.algo.onehot_loss is the math).
 
 With t = (1-ls) onehot + ls/K: bce l = max(z,0) - z t + log(1 + e^-|z|), mse l = (z - t)^2, result =
 [mean of l over the N*K elements (summed in float64), top-1, top-5] ranked as softmax cross-entropy ranks.
-Backward: dlogits = (sigmoid(z) - t) or 2 (z - t), times scale[0] / (N*K), computed in float32 in place where
-dlogits is the logits (sigmoid as (1 + tanh(z/2)) / 2: no overflow). A label outside [0, K) raises at launch.
+Backward: dlogits = (sigmoid(z) - t) or 2 (z - t), times scale[0] / (N*K) (the factor in float64, N: div[0] when
+the optional div is given), computed in float32 in place where dlogits is the logits (sigmoid as (1 + tanh(z/2)) /
+2: no overflow). A label outside [0, K) raises at launch.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def onehot_loss_bwd(b: Binder) -> Step:
     d, store_d = b.store("dlogits", (r.n, r.k))
     labels = b.view("labels", (r.n,))
     scale = b.view("scale", (-1,))
+    div = b.view("div", (-1,)) if b.has("div") else None
     rows = np.arange(r.n)
     off, hit = np.float32(r.smoothing / r.k), np.float32(1.0 - r.smoothing)
     mse = r.loss == "mse"
@@ -84,6 +86,7 @@ def onehot_loss_bwd(b: Binder) -> Step:
             np.add(d, np.float32(0.5), out=d)
         np.subtract(d, off, out=d)
         d[rows, labels] -= hit
-        np.multiply(d, np.float32((2.0 if mse else 1.0) * float(scale[0]) / (r.n * r.k)), out=d)
+        count = r.n * r.k if div is None else float(div[0]) * r.k  # float64: div[0] == N gives the same factor
+        np.multiply(d, np.float32((2.0 if mse else 1.0) * float(scale[0]) / count), out=d)
 
     return seq(load_z, core, store_d)

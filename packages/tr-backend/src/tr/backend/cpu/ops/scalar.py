@@ -1,4 +1,6 @@
-"""Device-side scalars: step counters, the learning-rate table lookup, the loss scale (static or dynamic)."""
+"""Device-side scalars: step counters, the learning-rate table lookup, the loss scale (static or dynamic). The
+counters and the loss scale take gradient accumulation's optional hold: set (a micro-step that does not close its
+window), the op does nothing, decided when it runs, as the CUDA kernels decide it on the device."""
 
 from __future__ import annotations
 
@@ -11,11 +13,24 @@ from tr.backend.cpu.ops._register import cpu_op
 from tr.backend.rules import scalar as rules
 
 
+def unless_held(b: Binder, step: Step) -> Step:
+    """``step``, or, with a hold argument, a step that runs it only while hold[0] == 0."""
+    if not b.has("hold"):
+        return step
+    hold = b.flat("hold")
+
+    def run() -> None:
+        if not hold[0]:
+            step()
+
+    return run
+
+
 @cpu_op("scalar_increment")
 def scalar_increment(b: Binder) -> Step:
     rules.scalar_increment(b)
     x = b.flat("x")
-    return partial(np.add, x, x.dtype.type(1), out=x)
+    return unless_held(b, partial(np.add, x, x.dtype.type(1), out=x))
 
 
 @cpu_op("lr_lookup")
@@ -39,7 +54,7 @@ def count_flag(b: Binder) -> Step:
         if flag[0]:
             count[0] += 1
 
-    return run
+    return unless_held(b, run)
 
 
 _FP32_MAX = float(np.finfo(np.float32).max)
@@ -50,8 +65,8 @@ def loss_scale_update(b: Binder) -> Step:
     r = rules.loss_scale_update(b)
     flag, scale = b.flat("flag"), b.flat("scale")
     if not r.dynamic:
-        return partial(_static_step, flag, scale)
-    return partial(_dynamic_step, flag, scale, b.flat("tracker"), r.growth_interval)
+        return unless_held(b, partial(_static_step, flag, scale))
+    return unless_held(b, partial(_dynamic_step, flag, scale, b.flat("tracker"), r.growth_interval))
 
 
 def _static_step(flag: np.ndarray, scale: np.ndarray) -> None:

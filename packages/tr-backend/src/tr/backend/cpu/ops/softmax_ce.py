@@ -5,7 +5,8 @@ loss_b = -(1-ls) l_y - (ls/K) sum_c l_c; result = [mean_b loss_b, top-1 fraction
 Ranks follow "first max wins": class c ranks above y iff z_c > z_y, or z_c == z_y and c < y, so top-1 is
 argmax (first maximal index) == y and top-k is rank(y) < k; a sample whose logits hold any NaN or Inf is a
 miss in both (a diverged model must not score 100 %). Backward:
-dlogits = (p - ls/K - (1-ls)[c = y]) * scale[0] / N. A label outside [0, K) raises at launch.
+dlogits = (p - ls/K - (1-ls)[c = y]) * fl32(scale[0] / N), the quotient in float64 (N: div[0] when the optional div
+is given, a gradient-accumulation window's samples). A label outside [0, K) raises at launch.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ def softmax_ce_bwd(b: Binder) -> Step:
     d, store_d = b.store("dlogits", (n, k))
     labels = b.view("labels", (n,))
     scale = b.view("scale", (-1,))
+    div = b.view("div", (-1,)) if b.has("div") else None
     rows = np.arange(n)
     off, hit = np.float32(ls / k), np.float32(1.0 - ls)
     where = b.where
@@ -132,6 +134,7 @@ def softmax_ce_bwd(b: Binder) -> Step:
         label_check(labels, k, where)
         np.subtract(p, off, out=d)
         d[rows, labels] -= hit
-        np.multiply(d, np.float32(float(scale[0]) / n), out=d)
+        count = n if div is None else float(div[0])  # float64 either way: div[0] == N gives the same factor
+        np.multiply(d, np.float32(float(scale[0]) / count), out=d)
 
     return seq(load_p, core, store_d)

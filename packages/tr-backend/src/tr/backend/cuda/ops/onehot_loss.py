@@ -35,4 +35,4 @@ def onehot_loss_inf(b: CudaBinder) -> Any:
 def onehot_loss_bwd(b: CudaBinder) -> Any:
     r = rules.onehot_loss_bwd(b)
     return b.make(ONEHOT_LOSS_BWD, logits=b.dev("logits"), labels=b.dev("labels"), scale=b.dev("scale"),
-                  dlogits=b.dev("dlogits"), **_params(r))
+                  dlogits=b.dev("dlogits"), div=b.dev("div"), **_params(r))

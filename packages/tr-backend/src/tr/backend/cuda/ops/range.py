@@ -58,13 +58,13 @@ def range_cast(b: CudaBinder) -> Any:
 
 @cuda_op("range_check_finite")
 def range_check_finite(b: CudaBinder) -> Any:
+    r = rules.range_check_finite(b)
     ptr, n = b.span_elems("span")
-    b.expect_dtype("flag", DType.INT32)
-    clip = b.float_attr("clip", 0.0, 0.0)
-    accumulate = b.bool_attr("accumulate", False)
-    if accumulate and not n:
+    if r.accumulate and not n:
         return None  # OR-ing nothing into the flag
-    return b.make(RANGE_CHECK_FINITE, span=ptr, flag=b.dev("flag"), n=n, clip=float(clip), accumulate=accumulate)
+    # hold (gradient accumulation's) is read on the device: set, the span is not read and the flag is set
+    return b.make(RANGE_CHECK_FINITE, span=ptr, flag=b.dev("flag"), hold=b.dev("hold"), n=n, clip=float(r.clip),
+                  accumulate=r.accumulate)
 
 
 @cuda_op("range_scale")

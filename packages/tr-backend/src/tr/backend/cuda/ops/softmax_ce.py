@@ -30,4 +30,4 @@ def softmax_ce_inf(b: CudaBinder) -> Any:
 def softmax_ce_bwd(b: CudaBinder) -> Any:
     n, k, ls = rules.softmax_ce_bwd(b)
     return b.make(SOFTMAX_CE_BWD, probs=b.dev("probs"), labels=b.dev("labels"), scale=b.dev("scale"),
-                  dlogits=b.dev("dlogits"), n=n, k=k, label_smoothing=ls)
+                  dlogits=b.dev("dlogits"), div=b.dev("div"), n=n, k=k, label_smoothing=ls)

@@ -19,7 +19,9 @@ ONEHOT_LOSS_FWD = native_op(
 ONEHOT_LOSS_BWD = native_op(
     "onehot_loss_bwd", "dlogits = dl/dz * scale[0] / (n * k): sigmoid(z) - t (bce_logits) or 2 (z - t) (mse).",
     tensor("logits", "[n, k]"), _LABELS, tensor("scale", "FP32 [1]: the loss scale"),
-    tensor("dlogits", "[n, k]; may be logits"), *_FIELDS)
+    tensor("dlogits", "[n, k]; may be logits"),
+    tensor("div", "FP32 [1]: the count in n's place (a gradient-accumulation window's samples)", optional=True),
+    *_FIELDS)
 
 ONEHOT_LOSS_INF = native_op(
     "onehot_loss_inf", "result = (mean loss, top-1, top-5); pred = the argmax when given.",

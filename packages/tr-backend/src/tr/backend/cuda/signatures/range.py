@@ -20,8 +20,10 @@ RANGE_CAST = native_op(
 
 RANGE_CHECK_FINITE = native_op(
     "range_check_finite", "flag = 1 when a value of the span is not finite, else 0; with clip > 0 the values are "
-    "clamped to [-clip, clip] (NaN stays NaN).",
-    ptr("span", "device address of n FP32 values"), tensor("flag", "INT32 [1]"), _N,
+    "clamped to [-clip, clip] (NaN stays NaN). With hold set nothing is read and flag = 1 (unless accumulate).",
+    ptr("span", "device address of n FP32 values"), tensor("flag", "INT32 [1]"),
+    tensor("hold", "INT32 [1]: gradient accumulation's; set: the span is not read, flag = 1 (accumulate: as it is)",
+           optional=True), _N,
     f64("clip", "> 0: the clamp's bound; 0: no clamp"),
     flag("accumulate", "OR into flag (which is then not cleared first)"))
 

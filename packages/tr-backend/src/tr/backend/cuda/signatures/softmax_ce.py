@@ -15,9 +15,11 @@ SOFTMAX_CE_FWD = native_op(
     tensor("logits", "[n, k]"), _LABELS, tensor("probs", "[n, k]"), _RESULT, *_SIZES, _LS)
 
 SOFTMAX_CE_BWD = native_op(
-    "softmax_ce_bwd", "dlogits = (probs - smoothed one-hot) * scale[0] / n.",
+    "softmax_ce_bwd", "dlogits = (probs - smoothed one-hot) * float(double(scale[0]) / double(div ? div[0] : n)).",
     tensor("probs", "[n, k]: the forward's"), _LABELS, tensor("scale", "FP32 [1]: the loss scale"),
-    tensor("dlogits", "[n, k]"), *_SIZES, _LS)
+    tensor("dlogits", "[n, k]"),
+    tensor("div", "FP32 [1]: the count in n's place (a gradient-accumulation window's samples)", optional=True),
+    *_SIZES, _LS)
 
 SOFTMAX_CE_INF = native_op(
     "softmax_ce_inf", "result = (mean loss, top-1, top-5); pred = the argmax when given.",

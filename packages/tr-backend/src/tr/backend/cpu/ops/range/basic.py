@@ -44,17 +44,27 @@ def range_cast(b: Binder) -> Step | None:
 
 
 @cpu_op("range_check_finite")
-def range_check_finite(b: Binder) -> Step:
+def range_check_finite(b: Binder) -> Step | None:
+    r = rules.range_check_finite(b)
     v = b.span("span", np.float32)
-    b.expect_dtype("flag", DType.INT32)
     flag = b.flat("flag")
-    clip = b.float_attr("clip", 0.0, 0.0)
-    accumulate = b.bool_attr("accumulate", False)
+    hold = b.flat("hold") if r.hold else None
+    clip, accumulate = r.clip, r.accumulate
     lo, hi = np.float32(-clip), np.float32(clip)
     if v.size == 0:
-        return None if accumulate else partial(flag.fill, 0)
+        if accumulate:
+            return None
+        if hold is None:
+            return partial(flag.fill, 0)
 
     def run() -> None:
+        if hold is not None and hold[0]:  # a micro-step inside its window: skip every flagged op, read nothing
+            if not accumulate:
+                flag[0] = 1
+            return
+        if v.size == 0:
+            flag[0] = 0
+            return
         # max/min propagate NaN and expose +-inf: two vectorised passes, no boolean temporaries
         bad = not (np.isfinite(v.max()) and np.isfinite(v.min()))
         if bad or not accumulate:  # accumulate: OR into the flag, never clear it

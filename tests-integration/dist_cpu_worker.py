@@ -1,11 +1,12 @@
 """One rank of test_distributed_cpu.py's runs: an MLP (no BN, no dropout) trained data-parallel on the CPU.
 
-    python dist_cpu_worker.py OUT_DIR [--timeout S] [--die-rank R]
+    python dist_cpu_worker.py OUT_DIR [--timeout S] [--die-rank R] [--accumulate K]
 
 Reads its rank from the launcher's variables (tr-run sets them), trains with SGD momentum and then with
 AdamW (two tasks sharing the process's rank group), and writes OUT_DIR/rank<r>_<optimizer>.npz: the final
 weights, the loss of every step and the reported epoch metrics. ``--die-rank R``: rank R exits at once
-with code 3, before joining (a rank that dies during bootstrap).
+with code 3, before joining (a rank that dies during bootstrap). ``--accumulate K``: task.accumulate(K) (each
+rank's micro-batch GLOBAL_BATCH / (world x K); test_accumulate.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def data() -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]
     return (x[:n], y[:n]), (x[n:], y[n:])
 
 
-def train(opt_name: str, env=None, timeout_s: float | None = None, quiet: bool = True):
+def train(opt_name: str, env=None, timeout_s: float | None = None, quiet: bool = True, accumulate: int = 1):
     """(task, result, per-step losses) of one run; ``env`` None: the launcher's (distributed() default)."""
     from tr.algo.optimizer import SGD, AdamW
     from tr.algo.scheduler import ConstantLR
@@ -49,6 +50,8 @@ def train(opt_name: str, env=None, timeout_s: float | None = None, quiet: bool =
             .model(seq(fc(32, True), relu(), fc(24, True), relu(), fc(CLASSES, True)))
             .optimizer(opt).scheduler(ConstantLR().base_lr(lr)).total_epochs(EPOCHS).data(feeder)
             .on_step(lambda k, r: losses.append(float(r[0]))))
+    if accumulate > 1:
+        task.accumulate(accumulate)
     task.compile()
     result = task.run()
     return task, result, losses
@@ -59,13 +62,14 @@ def main() -> int:
     p.add_argument("out")
     p.add_argument("--timeout", type=float, default=None)
     p.add_argument("--die-rank", type=int, default=-1)
+    p.add_argument("--accumulate", type=int, default=1)
     a = p.parse_args()
     rank = int(os.environ["RANK"])
     if rank == a.die_rank:
         print(f"rank {rank} dies before joining", file=sys.stderr)
         return 3
     for opt_name in ("sgd", "adamw"):
-        task, result, losses = train(opt_name, timeout_s=a.timeout, quiet=opt_name != "sgd")
+        task, result, losses = train(opt_name, timeout_s=a.timeout, quiet=opt_name != "sgd", accumulate=a.accumulate)
         h = result.history
         np.savez(os.path.join(a.out, f"rank{rank}_{opt_name}.npz"), losses=np.array(losses),
                  train_loss=[r.train_loss for r in h], val_loss=[r.val_loss for r in h],

@@ -185,9 +185,11 @@ BEFORE_ROLES = RESULTS / "plan_identity_84bb0c5.json"  # the tree before the mem
 # Plans moved on purpose since 84bb0c5 (benchmarks/RESULTS.md says why): AMP's loss-scale update went after the
 # optimizer (the steps of every AMP plan), and range_ema gained an optional step argument (the EMA plans' steps
 # list it, absent); nothing else moved.
-MOVED_SINCE_84BB0C5 = {"mobilenet_amp.steps", "resnet_amp.steps", "spec_jpeg_amp_w2.steps", "spec_mlp_amp_w2.steps",
-                       "spec_resnet_amp_w2_ema.steps", "spec_vgg_lars_amp.steps", "spec_vgg_lars_amp_ema_w4.steps",
-                       "residual_bce.steps", "spec_vgg_adam_w2_ema.steps"}
+MOVED_SINCE_84BB0C5 = {"conv_bias.steps", "mlp_mnist.steps", "mobilenet_amp.steps", "resident_mnist.steps",
+                       "residual_bce.steps", "resnet_amp.steps", "spec_jpeg_amp_w2.steps", "spec_jpeg_jitter.steps",
+                       "spec_mlp_amp_w2.steps", "spec_resident_w2.steps", "spec_resnet_amp_w2_ema.steps",
+                       "spec_vgg_adam_w2_ema.steps", "spec_vgg_lars_amp.steps", "spec_vgg_lars_amp_ema_w4.steps",
+                       "vgg_lars.steps"}
 
 
 def test_the_plans_are_the_reference_trees(tool, plans):

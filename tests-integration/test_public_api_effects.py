@@ -373,6 +373,7 @@ EFFECTS: dict[str, Callable[..., None]] = {
     "DeepLearningTask.grad_clip": lambda: run_differs(grad_clip=(1e-4,)),
     "DeepLearningTask.param_group": lambda: run_differs(param_group=("norm", 3.0)),
     "DeepLearningTask.layer_decay": lambda: run_differs(layer_decay=(0.5,)),
+    "DeepLearningTask.accumulate": lambda: run_differs(accumulate=(2,)),  # (MODEL has BN: per micro-batch)
     "DeepLearningTask.data": lambda: run_differs(data=(_feeder(seed=9),)),
     "DeepLearningTask.device": _device,
     "DeepLearningTask.distributed": _distributed,

@@ -16,8 +16,8 @@ from tr.core import DType
 from tr.core.memory import PLAIN, Group, Region, Role, Select, Span, dtype_group
 
 LAYOUT_ORDER = ["running", "running_next", "folded", "param", "ema", "ema_fp16", "amp_copy", "grad", "result",
-                "grad_fp16", "moment1", "moment2", "trust_ratio", "input", "activation", "scalar", "mask", "temp",
-                "predicted", "result_sum", "resident"]
+                "grad_fp16", "grad_accum", "moment1", "moment2", "trust_ratio", "input", "activation", "scalar", "mask",
+                "temp", "predicted", "result_sum", "resident"]
 SHARED = {"running", "running_next", "folded", "param", "ema", "ema_fp16"}
 STATE = SHARED | {"amp_copy", "moment1", "moment2", "trust_ratio", "scalar", "result_sum"}
 SCRATCH = {"activation", "mask", "temp"}

@@ -40,12 +40,15 @@ def test_the_training_step_is_four_branches(ab, last):
     assert [(stream, after) for stream, _, after in r] == [(S.COMP_1, ()), (S.UPDATE, (0,)), (S.COMP_1, (0,)),
                                                            (S.COMP_1, (1, 2))]
     assert [parts for _, parts, _ in r] == [
-        (P.ZERO_GRAD, first_fwd, P.DEEP_FWD_BWD),
-        (P.CAST_EARLY, P.REDUCE_EARLY),  # the early bucket beside the first layer's backward
-        (first_bwd, P.CAST_LATE),
+        (P.ACCUM_WINDOW, P.ZERO_GRAD, first_fwd, P.DEEP_FWD_BWD),  # (ACCUM_*: only with gradient accumulation)
+        (P.CAST_EARLY, P.ACCUM_EARLY, P.ACCUM_RESULT, P.REDUCE_EARLY),  # the early bucket beside the first layer's
+        (first_bwd, P.CAST_LATE, P.ACCUM_LATE),  # backward, its sum before the all-reduce
         (P.REDUCE_LATE, P.REDUCE_RUNNING, P.CHECK_FINITE, metrics, P.UPDATE_RUNNING, P.OPTIMIZER, P.LOSS_SCALE,
          P.EMA_UPDATE, P.CAST_WORKING),  # after both buckets and the backward
     ]
+    held = train_recipe(ab, last, collectives=False)  # a data-parallel window's holding micro-step
+    assert [parts for _, parts, _ in held] == [tuple(p for p in parts if p not in (
+        P.REDUCE_EARLY, P.REDUCE_LATE, P.REDUCE_RUNNING)) for _, parts, _ in r]
 
 
 @pytest.mark.parametrize("last", [False, True])
@@ -65,7 +68,7 @@ def test_each_recipe_names_each_part_once_and_only_its_own_buffer():
     for ab, other in (("a", "b"), ("b", "a")):
         for last in (False, True):
             parts = [x for _, ps, _ in train_recipe(ab, last) for x in ps]
-            assert len(parts) == len(set(parts)) == 16
+            assert len(parts) == len(set(parts)) == 20  # (4 of them gradient accumulation's)
             assert not any(x.value.endswith(f"_{other}") for x in parts)
             assert P.TRANSFER_A not in parts and P.TRANSFER_B not in parts  # the transfers are steps of their own
     assert val_parts("b", False) == (P.INFER_B, P.ACCUM_METRICS)
@@ -83,13 +86,17 @@ class Fake:
     variant: str = ""
 
 
-def _calls(empty=()):
-    """calls(part) -> one Fake per part, none for the parts in ``empty``."""
-    return lambda p: () if p in empty else (Fake(p.value),)
+ACCUM = frozenset([P.ACCUM_WINDOW, P.ACCUM_EARLY, P.ACCUM_LATE, P.ACCUM_RESULT, P.ACCUM_RESET])  # accumulation's
+
+
+def _calls(empty=(), accumulate=False):
+    """calls(part) -> one Fake per part, none for the parts in ``empty`` nor, unless ``accumulate``, for gradient
+    accumulation's parts (a plan without it has no calls there)."""
+    return lambda p: () if p in empty or (p in ACCUM and not accumulate) else (Fake(p.value),)
 
 
 def _order(recipe):
-    return [Fake(x.value) for _, parts, _ in recipe for x in parts]
+    return [Fake(x.value) for _, parts, _ in recipe for x in parts if x not in ACCUM]
 
 
 def test_assemble_keeps_every_branch_with_calls():
@@ -157,6 +164,8 @@ def test_build_steps_binds_each_step_to_its_variant(ema, resident):
     asked: list[tuple[str, P]] = []
 
     def bound(variant: str, part: P):
+        if part in ACCUM:  # (no gradient accumulation: nothing there)
+            return ()
         asked.append((variant, part))
         return (Fake(part.value, variant),)
 
@@ -177,6 +186,19 @@ def test_build_steps_binds_each_step_to_its_variant(ema, resident):
     assert [c.part for c in steps["epoch_begin"].calls] == ["cast_working_copies"]
     assert [c.part for c in steps["epoch_end"].calls] == ["fold_running_stats"]
     assert [c.part for c in steps["val_end"].calls] == ["reduce_result_sum"]
+
+
+def test_accumulation_on_several_ranks_adds_the_steps_without_collectives():
+    def bound(variant: str, part: P):
+        return (Fake(part.value, variant),)
+
+    steps = build_steps(bound, has_ema=False, has_resident_val=False, hold_steps=True)
+    assert sorted(steps) == sorted(PLAIN_STEPS + ["train_hold_a", "train_hold_b"])
+    held = [c.part for c in steps["train_hold_b"].calls]
+    assert held == [c.part for c in steps["train_b"].calls
+                    if c.part not in ("reduce_early_grads", "reduce_late_grads", "reduce_running_stats")]
+    assert held[:2] == ["accum_window", "zero_grad"] and {c.variant for c in steps["train_hold_b"].calls} == {"train"}
+    assert [c.part for c in steps["epoch_begin"].calls] == ["cast_working_copies", "accum_reset"]
 
 
 def _resident() -> ResidentInput:

@@ -57,7 +57,7 @@ def test_the_agreement_is_read_from_the_resolved_configuration():
     t = _task().compile()
     a = t._resolved.agreement(t.spec, [[1, 2]])
     assert a == {"global batch": 8, "seed": 3, "data seed": t.feeder.seed, "steps per epoch": 5, "epochs": 2,
-                 "validates": True, "amp": "off", "optimizer": "adamw", "parameters": [[1, 2]],
+                 "validates": True, "amp": "off", "accumulate": 1, "optimizer": "adamw", "parameters": [[1, 2]],
                  "environment": t._recorded_env}
 
 

@@ -40,6 +40,7 @@ class Role(Enum):
     GRAD = "grad"  # FP32 gradients of the master parameters
     RESULT = "result"  # a step's (loss, top1, top5): between the FP32 and FP16 gradients, one collective
     GRAD_FP16 = "grad_fp16"  # FP16 gradients backward ops write under AMP, cast into GRAD
+    GRAD_ACCUM = "grad_accum"  # FP32 sums of a window's micro-batch gradients (task.accumulate; dead between windows)
     MOMENT1 = "moment1"  # momentum / first moment
     MOMENT2 = "moment2"  # second moment
     TRUST_RATIO = "trust_ratio"  # LARS per-tensor trust ratios

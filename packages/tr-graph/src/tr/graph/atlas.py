@@ -13,12 +13,13 @@ from collections.abc import Mapping, Sequence
 
 from tr.core.ops import OpCall
 from tr.core.shape import Shape
+from tr.graph.accumulate import window_result
 from tr.graph.graph import ComputationGraph, SymOp, accum_metrics
 from tr.graph.steps import INFER_PARTS, TRAIN_PARTS, Part
 from tr.tensor.dtensor import DTensor
 from tr.tensor.program import SHAPE_INVARIANT, TRAIN_LAST, VAL_LAST, VariantInfo
 
-PER_VARIANT = TRAIN_PARTS | INFER_PARTS | {Part.ACCUM_METRICS}
+PER_VARIANT = TRAIN_PARTS | INFER_PARTS | {Part.ACCUM_METRICS, Part.ACCUM_RESULT}
 Bound = dict[tuple[str, Part], tuple[OpCall, ...]]
 
 
@@ -62,7 +63,12 @@ class GraphAtlas:
                 per: dict[str, tuple[OpCall, ...]] = {}
                 for name, info in self.variants.items():
                     if part == Part.ACCUM_METRICS:
-                        ops = accum_metrics(batch_role(info), info.train)
+                        weight = cg.train_metrics_weight if info.train else None
+                        ops = accum_metrics(weight or batch_role(info), info.train)
+                    elif part == Part.ACCUM_RESULT:  # gradient accumulation's window means (tr.graph.accumulate)
+                        if not (info.train and cg.train_metrics_weight):
+                            continue
+                        ops = window_result(batch_role(info))
                     elif (part in TRAIN_PARTS) == info.train:
                         ops = cg.ops(part)
                     else:

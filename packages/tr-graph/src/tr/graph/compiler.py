@@ -24,6 +24,7 @@ from tr.core.errors import CompileError
 from tr.core.memory import Group, Region, Role, Span, dtype_group
 from tr.core.ops import IMAGE_GEOM_COLS
 from tr.core.shape import Shape
+from tr.graph.accumulate import DIV, FIRST, HOLD, POS, STATS_FLAG, WINDOW, accumulates, add_accumulation
 from tr.graph.archplan import ArchPlan, params
 from tr.graph.atlas import GraphAtlas, lookup
 from tr.graph.checker import check_program
@@ -107,7 +108,8 @@ class Compiler:
 
         table = TensorTable(variants)
         ema = spec.ema_decay is not None
-        cx = DeclCtx(spec.amp, spec.momentum_slot, spec.second_moment_slot, spec.lars, ema, spec.low_dtype)
+        cx = DeclCtx(spec.amp, spec.momentum_slot, spec.second_moment_slot, spec.lars, ema, spec.low_dtype,
+                     spec.accumulate > 1)
         self._declare_baseline(table, variants)
         for v, shapes in vshapes.items():
             for i, L in enumerate(arch.layers):
@@ -140,12 +142,15 @@ class Compiler:
         nonempty = {r for r, b in region_bytes.items() if b > 0}
         trained = [(i.layer, i.key, i.region.group) for i in infos if i.twin == "w"]
         add_update_graphs(cg, arch, spec, nonempty, trained)
+        if accumulates(spec):
+            add_accumulation(cg, spec, lambda s: any(s.matches(r) for r in nonempty))
         if ema:
             add_ema_graphs(cg, arch, spec, ema_twins([(i.key, i.twin) for i in infos]))
 
         bound = GraphAtlas(variants, tensors, {i.key: i.shapes for i in infos}).build(cg)
         steps = build_steps(lambda v, p: lookup(bound, v, p), has_ema=ema,
-                            has_resident_val=bool(lookup(bound, "val", Part.RESIDENT_VAL_A)))
+                            has_resident_val=bool(lookup(bound, "val", Part.RESIDENT_VAL_A)),
+                            hold_steps=accumulates(spec) and spec.world_size > 1)
         named = {r: tensors[r] for r in NAMED if r in tensors}
         if cg.logits_inf in tensors:
             named["logits"] = tensors[cg.logits_inf]
@@ -233,6 +238,11 @@ class Compiler:
             for role, b in batch_of.items():
                 add(role, one, FP32_SCALAR, DType.FP32, init=Init("const", value=float(b)))
             add("lr_table", Shape(1, 1, 1, spec.lr_table_steps), FP32_SCALAR, DType.FP32)  # the task writes it
+            if accumulates(spec):  # tr.graph.accumulate: the window's place, divisor and sums
+                for name in (POS, HOLD, FIRST, STATS_FLAG):
+                    add(name, one, INT32_SCALAR, DType.INT32, init=Init("zeros"))
+                add(DIV, one, FP32_SCALAR, DType.FP32, init=Init("zeros"))
+                add(WINDOW, Shape(1, 1, 1, 4), FP32_SCALAR, DType.FP32, init=Init("zeros"))
             add("result", Shape(1, 1, 1, 3), Region(Role.RESULT), DType.FP32)
             add("accum", Shape(1, 1, 1, 3), Region(Role.RESULT_SUM), DType.FP32)
             # samples of the applied (not skipped) training steps: the epoch's mean loss divides by them

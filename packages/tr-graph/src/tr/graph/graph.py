@@ -72,6 +72,7 @@ class ComputationGraph:
         self.graphs: dict[Part, list[SymOp]] = {}
         self.value_keys: dict[str, tuple[int, str, str]] = {}  # key -> (value index, cls, phase)
         self.logits_inf = ""
+        self.train_metrics_weight: str | None = None  # what training steps' metric sums weigh by (None: the batch)
 
     def sink(self, part: Part) -> list[SymOp]:
         return self.graphs.setdefault(part, [])

@@ -29,7 +29,7 @@ from tr.tensor.program import TRAIN, TRAIN_LAST, VAL, VAL_LAST, VariantInfo
 class CompileSpec:
     input_shape: tuple[int, int, int]  # one sample (H, W, C) as the loader delivers it
     num_classes: int
-    batch: int  # per-device training batch
+    batch: int  # per-device training batch (with accumulate > 1: the micro-batch)
     last_train_batch: int | None = None  # the epoch's last (partial) batch; None: = batch
     val_batch: int | None = None  # None: = batch
     last_val_batch: int | None = None  # None: = val_batch
@@ -61,6 +61,8 @@ class CompileSpec:
     ema_warmup: float = 0.0  # > 0: the EMA's decay ramps up over about this many steps (tr.graph.ema); 0: constant
     resident: ResidentInput | None = None  # the data sets in the arena, augmented in the step (tr.graph.resident)
     jpeg: JpegInput | None = None  # batches arrive as JPEG files, decoded and augmented on the device (jpeg_input)
+    accumulate: int = 1  # micro-batches an optimizer step consumes (tr.graph.accumulate); 1: every step updates
+    micro_steps: int | None = None  # with accumulate > 1: the training micro-steps of an epoch (its windows' ends)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -131,6 +133,12 @@ class CompileSpec:
             raise ConfigError(f"ema warmup {w!r} without an EMA (ema_decay is None)")
         if self.bn_eps is not None and (not isinstance(self.bn_eps, (int, float)) or not self.bn_eps > 0):
             raise ConfigError(f"bn_eps must be > 0, got {self.bn_eps!r}")
+        _positive("accumulate", self.accumulate)
+        if (self.accumulate > 1) != (self.micro_steps is not None):
+            raise ConfigError(f"micro_steps is given exactly when accumulate > 1, got accumulate {self.accumulate}, "
+                              f"micro_steps {self.micro_steps!r}")
+        if self.micro_steps is not None:
+            _positive("micro_steps", self.micro_steps)
         if self.resident is not None:
             if not isinstance(self.resident, ResidentInput):
                 raise ConfigError(f"resident must be a ResidentInput or None, got {self.resident!r}")

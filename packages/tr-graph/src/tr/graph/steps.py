@@ -62,6 +62,11 @@ class Part(Enum):
     RESIDENT_VAL_BEGIN = "resident_val_begin"
     RESIDENT_VAL_A = "resident_val_a"  # the next validation batch of a resident data set
     RESIDENT_VAL_B = "resident_val_b"
+    ACCUM_WINDOW = "accum_window"  # gradient accumulation (tr.graph.accumulate): the micro-step's place in its window
+    ACCUM_EARLY = "accum_early_grads"  # the window's gradient sum, early groups
+    ACCUM_LATE = "accum_late_grads"
+    ACCUM_RESULT = "accum_result"  # per training variant: the window's mean loss and metrics
+    ACCUM_RESET = "accum_reset"  # windows start with the epoch
 
 
 P = Part
@@ -76,17 +81,25 @@ TRANSFER = {"a": P.TRANSFER_A, "b": P.TRANSFER_B}
 Recipe = tuple[tuple[StreamKind, tuple[Part, ...], tuple[int, ...]], ...]
 
 
-def train_recipe(ab: str, last: bool) -> Recipe:
+COLLECTIVES = frozenset([P.REDUCE_EARLY, P.REDUCE_LATE, P.REDUCE_RUNNING])
+
+
+def train_recipe(ab: str, last: bool, collectives: bool = True) -> Recipe:
+    """The training step; without ``collectives``, the one a data-parallel run launches where its window holds
+    (gradient accumulation: the ranks' sums are all-reduced at the window's end)."""
     first_fwd, deep, first_bwd = TRAIN_CHAIN[ab]
     comp, update = StreamKind.COMP_1, StreamKind.UPDATE
-    return (
-        (comp, (P.ZERO_GRAD, first_fwd, deep), ()),
-        (update, (P.CAST_EARLY, P.REDUCE_EARLY), (0,)),
-        (comp, (first_bwd, P.CAST_LATE), (0,)),
+    recipe = (
+        (comp, (P.ACCUM_WINDOW, P.ZERO_GRAD, first_fwd, deep), ()),
+        (update, (P.CAST_EARLY, P.ACCUM_EARLY, P.ACCUM_RESULT, P.REDUCE_EARLY), (0,)),
+        (comp, (first_bwd, P.CAST_LATE, P.ACCUM_LATE), (0,)),
         (comp, (P.REDUCE_LATE, P.REDUCE_RUNNING, P.CHECK_FINITE,
                 P.ACCUM_METRICS_TRAIN_LAST if last else P.ACCUM_METRICS, P.UPDATE_RUNNING, P.OPTIMIZER,
                 P.LOSS_SCALE, P.EMA_UPDATE, P.CAST_WORKING), (1, 2)),
     )
+    if collectives:
+        return recipe
+    return tuple((s, tuple(p for p in parts if p not in COLLECTIVES), after) for s, parts, after in recipe)
 
 
 def val_parts(ab: str, last: bool, ema: bool = False) -> tuple[Part, ...]:
@@ -119,13 +132,18 @@ def chain(name: str, parts: Sequence[Part], calls: Callable[[Part], Sequence[OpC
     return assemble(name, ((StreamKind.COMP_1, tuple(parts), ()),), calls)
 
 
-def build_steps(bound: Callable[[str, Part], Sequence[OpCall]], has_ema: bool, has_resident_val: bool
-                ) -> dict[str, Step]:
-    """Every step a task captures, by name. ``bound(variant, part)``: the part's calls bound to that variant."""
+def build_steps(bound: Callable[[str, Part], Sequence[OpCall]], has_ema: bool, has_resident_val: bool,
+                hold_steps: bool = False) -> dict[str, Step]:
+    """Every step a task captures, by name. ``bound(variant, part)``: the part's calls bound to that variant.
+    ``hold_steps``: also train_hold_{a,b}, the training step without collectives (gradient accumulation on
+    several ranks); the epoch's last micro-step always closes its window, so there is no train_last twin."""
     steps: list[Step] = []
     for ab in AB:
         steps.append(assemble(f"train_{ab}", train_recipe(ab, False), lambda p: bound("train", p)))
         steps.append(assemble(f"train_last_{ab}", train_recipe(ab, True), lambda p: bound("train_last", p)))
+        if hold_steps:
+            steps.append(assemble(f"train_hold_{ab}", train_recipe(ab, False, collectives=False),
+                                  lambda p: bound("train", p)))
     for ab in AB:
         steps.append(chain(f"val_{ab}", val_parts(ab, False), lambda p: bound("val", p)))
         steps.append(chain(f"val_last_{ab}", val_parts(ab, True), lambda p: bound("val_last", p)))
@@ -133,11 +151,13 @@ def build_steps(bound: Callable[[str, Part], Sequence[OpCall]], has_ema: bool, h
         if has_resident_val:
             resident = {"a": P.RESIDENT_VAL_A, "b": P.RESIDENT_VAL_B}[ab]
             steps.append(chain(f"val_transfer_{ab}", (resident,), lambda p: bound("val", p)))
-    for name, part, variant in (("clear_metrics", P.CLEAR_METRICS, "train"), ("epoch_begin", P.CAST_WORKING, "train"),
-                                ("epoch_order", P.RESIDENT_TRAIN_BEGIN, "train"),
-                                ("val_begin", P.RESIDENT_VAL_BEGIN, "val"), ("epoch_end", P.FOLD_RUNNING, "train"),
-                                ("val_end", P.REDUCE_RESULT_SUM, "val")):
-        steps.append(chain(name, (part,), lambda p, v=variant: bound(v, p)))
+    for name, parts, variant in (("clear_metrics", (P.CLEAR_METRICS,), "train"),
+                                 ("epoch_begin", (P.CAST_WORKING, P.ACCUM_RESET), "train"),
+                                 ("epoch_order", (P.RESIDENT_TRAIN_BEGIN,), "train"),
+                                 ("val_begin", (P.RESIDENT_VAL_BEGIN,), "val"),
+                                 ("epoch_end", (P.FOLD_RUNNING,), "train"),
+                                 ("val_end", (P.REDUCE_RESULT_SUM,), "val")):
+        steps.append(chain(name, parts, lambda p, v=variant: bound(v, p)))
     if has_ema:
         steps.append(chain("ema_prepare", (P.PREPARE_EMA,), lambda p: bound("val", p)))
         steps.append(chain("ema_start", (P.EMA_START,), lambda p: bound("train", p)))

@@ -65,7 +65,7 @@ _CONFIG_TENSORS = frozenset({"lr_table", "batch_train", "batch_train_last", "bat
 # The task section's recorded fields (tr.task.config.TaskConfig.recorded_names()), each under the key the
 # description gives it (a test holds the two alike, so a new recorded field cannot go unrecorded).
 TASK_FIELDS = ("model", "loss", "optimizer", "param_groups", "layer_decay", "scheduler", "epochs", "grad_clip",
-               "grad_clip_mode", "ema")
+               "grad_clip_mode", "ema", "accumulate")
 
 
 def state_tensors(program) -> list[DTensor]:

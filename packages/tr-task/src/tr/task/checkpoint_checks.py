@@ -35,7 +35,8 @@ _GROWS = (("schedule", "total_epochs"), ("schedule", "lr_table_sha256"), ("spec"
 
 
 def steps_per_epoch(task) -> int:
-    return int(task._feeder.steps(True))
+    """Optimizer steps an epoch (with gradient accumulation, windows of micro-steps): what the step counter counts."""
+    return int(task._resolved.steps_per_epoch)
 
 
 def device_step(arrays: dict[str, tuple[np.ndarray, Any]]) -> int | None:

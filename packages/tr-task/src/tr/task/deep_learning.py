@@ -116,6 +116,21 @@ class DeepLearningTask(TaskBase):
         self._cfg._set("param_groups", (*self._cfg.param_groups, group))
         return self
 
+    def accumulate(self, k: int) -> DeepLearningTask:
+        """Gradient accumulation: each optimizer step consumes k micro-batches, the global batch size b split into
+        micro-batches of b / (k x ranks) on each rank (b must divide). The captured step is the micro-step; it sums
+        the gradients in FP32 and applies the optimizer, the EMA, the loss scale's update and the all-reduce on the
+        window's last micro-step, decided on the device (tr.graph.accumulate). The LR schedule, on_step, the epoch
+        table and checkpoints count optimizer steps. Each micro-batch's loss gradient is divided by the window's
+        samples, so a network without batch norm or dropout trains as with one batch b, up to the FP32 rounding of
+        the regrouped sum; batch norm normalises and updates its running statistics per micro-batch (as PyTorch
+        does), and dropout draws per micro-batch. Windows never cross an epoch's end: its last may be shorter."""
+        self._plan("accumulate()")
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+            raise ConfigError(f"task.accumulate must be an integer >= 1 (micro-batches a step), got {k!r}")
+        self._cfg._set("accumulate", int(k))
+        return self
+
     def layer_decay(self, decay: float) -> DeepLearningTask:
         """Layer-wise rate decay (timm's --layer-decay, BEiT's fine-tuning recipe): layer k of the n layers that own
         trained tensors, in model order, trains at decay ** (n - 1 - k) times the rate, the head at the full rate
@@ -224,7 +239,8 @@ class DeepLearningTask(TaskBase):
         return self
 
     def on_step(self, fn) -> DeepLearningTask:
-        """Call ``fn(step_in_epoch, result)`` after every training step (result = [loss, top1, top5]).
+        """Call ``fn(step_in_epoch, result)`` after every training step (result = [loss, top1, top5]); with
+        accumulate(k), after every optimizer step, with the window's mean result.
 
         For tests and debugging: it reads device memory every step, which a production loop never does.
         """
@@ -464,7 +480,7 @@ class DeepLearningTask(TaskBase):
         feeder, be, prog, st, launch = self._feeder, self.backend, self.program, self._steps, self._launch
         if launch.watchdog is not None:
             launch.watchdog.arm()
-        steps = feeder.steps(True)
+        steps, window = feeder.steps(True), self._cfg.accumulate  # micro-steps; micro-batches an optimizer step
         feeder.begin_epoch(be, prog, epoch)  # (a resident input: the epoch's augmentation key)
         be.launch(st.clear_metrics)
         be.launch(st.epoch_begin)
@@ -474,10 +490,13 @@ class DeepLearningTask(TaskBase):
         t_pass = time.perf_counter()
         with closing(feeder.epoch(epoch, True)) as batches:  # closed on an exception too: zones released
             for k, buf, _n in batches:
-                launch(st.transfer[buf], (st.train_last if k == steps - 1 else st.train)[buf], buf)
+                closes = k % window == window - 1 or k == steps - 1  # the device decides too (accum_window)
+                graphs = (st.train_last if k == steps - 1 else st.train if closes or st.train_hold is None
+                          else st.train_hold)
+                launch(st.transfer[buf], graphs[buf], buf)
                 feeder.release(k)
-                if self._cfg.on_step is not None:
-                    self._cfg.on_step(k, be.read(prog.tensor("result")).reshape(-1))
+                if closes and self._cfg.on_step is not None:  # once an optimizer step, numbered as such
+                    self._cfg.on_step(k // window, be.read(prog.tensor("result")).reshape(-1))
                 bar.update(k + 1)
         bar.close()
         be.launch(st.epoch_end)

@@ -40,6 +40,7 @@ class CapturedSteps:
     epoch_end: object  # fold BN statistics into inference scale/bias
     val_end: object
     launches_per_step: int
+    train_hold: list | None = None  # [buffer]: a data-parallel window's holding micro-step (no collectives)
 
 
 def capture_step(backend, program: Program, name: str,
@@ -68,6 +69,7 @@ def capture_steps(backend, program: Program, has_val: bool,
         val_transfer=[cap(f"val_transfer_{ab}") for ab in AB] if resident else transfer,
         clear_metrics=cap("clear_metrics"), epoch_begin=cap("epoch_begin"), epoch_order=cap("epoch_order"),
         val_begin=cap("val_begin"), epoch_end=cap("epoch_end"), val_end=cap("val_end"), launches_per_step=2,
+        train_hold=[cap(f"train_hold_{ab}") for ab in AB] if "train_hold_a" in program.steps else None,
     )
 
 

@@ -78,6 +78,12 @@ class FeederDefaults:
     def staging_shape(self) -> tuple[int, ...]:
         return tuple(self.sample_shape)
 
+    def micro_batches(self, k: int) -> None:
+        """Serve batches of global / k for task.accumulate(k)."""
+        name = type(getattr(self, "wrapped", self)).__name__  # (a user's feeder: its own name)
+        raise ConfigError(f"task.accumulate({k}): {name} cannot serve micro-batches (ArrayFeeder and the tr.data "
+                          "pipeline can)")
+
     @property
     def adopts_buffers(self) -> bool:
         return False
@@ -130,8 +136,8 @@ class _Completed(FeederDefaults):
         setattr(object.__getattribute__(self, "_inner"), name, value)
 
 
-_OPTIONAL = frozenset({"sample_dtype", "staging_shape", "adopts_buffers", "adopt_buffers", "shard", "check_labels",
-                       "last_epoch_times", "resident_input", "jpeg_input", "decoded_on_cpu", "upload",
+_OPTIONAL = frozenset({"sample_dtype", "micro_batches", "staging_shape", "adopts_buffers", "adopt_buffers", "shard",
+                       "check_labels", "last_epoch_times", "resident_input", "jpeg_input", "decoded_on_cpu", "upload",
                        "begin_epoch"})
 
 
@@ -154,14 +160,15 @@ def _flag(owner: str, name: str, v: Any) -> bool:
     return bool(v)
 
 
-def steps_for(samples: int, batch: int, drop_last: bool) -> tuple[int, int]:
-    """(steps per epoch, size of the last batch)."""
+def steps_for(samples: int, batch: int, drop_last: bool, window: int = 1) -> tuple[int, int]:
+    """(steps per epoch, size of the last batch); with drop_last only whole windows of ``window`` batches."""
     if samples <= 0:
         raise ConfigError(f"the dataset has {samples} samples")
     if drop_last:
-        steps = samples // batch
+        steps = samples // (batch * window) * window
         if steps == 0:
-            raise ConfigError(f"drop_last with batch {batch} leaves no batch from {samples} samples")
+            raise ConfigError(f"drop_last with batch {batch}{f' x {window} micro-batches' if window > 1 else ''} "
+                              f"leaves no batch from {samples} samples")
         return steps, batch
     steps = -(-samples // batch)
     return steps, samples - (steps - 1) * batch
@@ -178,6 +185,7 @@ class InMemoryFeeder(FeederDefaults):
     world_size: int
     drop_last: bool
     _bufs: list[tuple[np.ndarray, np.ndarray]]
+    window: int = 1  # micro-batches an optimizer step consumes (micro_batches)
 
     def _split_size(self, train: bool) -> int | None:  # None: no such split
         raise NotImplementedError
@@ -206,6 +214,16 @@ class InMemoryFeeder(FeederDefaults):
         self.rank, self.world_size, self.batch = rank, world_size, self.global_batch // world_size
         self._alloc()
 
+    def micro_batches(self, k: int) -> None:
+        """Serve training batches of global / k (task.accumulate(k)), before ``shard``: k of them make one
+        optimizer step's batch (consecutive slices of the epoch's order, so a window holds that batch's samples).
+        With drop_last an epoch keeps whole windows only. Validation batches shrink alike (the arithmetic per
+        sample is the same)."""
+        check_batch_split(self.global_batch, k, f"task.accumulate({k})")
+        self.window, self.global_batch = k, self.global_batch // k
+        self.batch = self.global_batch // self.world_size
+        self._alloc()
+
     def _alloc(self) -> None:
         raise NotImplementedError
 
@@ -214,10 +232,13 @@ class InMemoryFeeder(FeederDefaults):
         return 0 if n is None else shard_size(n, self.rank, self.world_size, pad=train)
 
     def steps(self, train: bool) -> int:
-        return steps_for(self.num_samples(train), self.batch, self.drop_last and train)[0]
+        return self._steps_for(train)[0]
 
     def last_batch(self, train: bool) -> int:
-        return steps_for(self.num_samples(train), self.batch, self.drop_last and train)[1]
+        return self._steps_for(train)[1]
+
+    def _steps_for(self, train: bool) -> tuple[int, int]:
+        return steps_for(self.num_samples(train), self.batch, self.drop_last and train, self.window if train else 1)
 
     def release(self, k: int) -> None:  # single-threaded: nothing to signal
         pass
@@ -233,6 +254,10 @@ class DeviceSideFeeder(InMemoryFeeder):
 
     _labels: dict[bool, np.ndarray | None]
     setting: str = "device"
+
+    def micro_batches(self, k: int) -> None:
+        raise ConfigError(f"task.accumulate({k}) with {self.setting}(True) is not supported: its batches are chosen on "
+                          f"the device; accumulate from the CPU pipeline or an ArrayFeeder")
 
     def _keep(self, s: Any, ds: Any, train: Any, val: Any, batch: int, seed: int | None) -> None:
         """What every device-side feeder keeps of committed PreprocessorSettings ``s`` and the data set's splits:

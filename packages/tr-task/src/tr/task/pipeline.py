@@ -75,6 +75,15 @@ class PipelineFeeder(FeederDefaults):
             self.station = st
         self.rank, self.world_size, self.batch = rank, world_size, local
 
+    def micro_batches(self, k: int) -> None:
+        """Serve batches of global / k (task.accumulate(k)), before ``shard``. With drop_last the pipeline drops the
+        partial micro-batch, so an epoch's last window may hold fewer micro-batches than k."""
+        check_batch_split(self.global_batch, k, f"task.accumulate({k})")
+        self.global_batch //= k
+        st = TransferStation(self.global_batch, self.sample_shape, self.station.sample_dtype)
+        self.pre.replace_stations(st)
+        self.station, self.batch = st, self.global_batch
+
     def buffers(self) -> list[tuple[np.ndarray, np.ndarray]]:
         return [self.station.zone(0), self.station.zone(1)]
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tr.algo.scheduler import ConstantLR
 from tr.core import env as tr_env
 from tr.core.errors import ConfigError
-from tr.core.settings import Settings
+from tr.core.settings import Settings, check_batch_split
 from tr.data.settings import PreprocessorSettings
 from tr.task import devices, plan_inputs
 from tr.task.config import Config
@@ -45,7 +45,8 @@ class Resolved:
     input_shape: tuple[int, int, int]  # (H, W, C) of one sample
     resolutions: dict[str, int | None]  # CompileSpec's train_resolution and val_resolution
     has_val: bool
-    steps_per_epoch: int
+    steps_per_epoch: int  # optimizer steps (with accumulate > 1, windows of micro-steps)
+    micro_steps: int  # the training steps an epoch launches (= steps_per_epoch without accumulation)
     schedule: Any  # the task's scheduler prepared for (total epochs, steps per epoch)
     optimizer: dict[str, Any]  # CompileSpec's optimizer fields (tr.task.plan_inputs.optimizer_spec)
     recorded_env: dict[str, Any]  # the plan-changing TR_* variables as this compile reads them
@@ -76,7 +77,8 @@ class Resolved:
             grad_clip=max(0.0, t.grad_clip), grad_clip_mode=t.grad_clip_mode, param_groups=t.param_groups,
             layer_decay=t.layer_decay,
             lr_table_steps=self.schedule.total_steps,
-            world_size=self.world_size, **self.optimizer,
+            world_size=self.world_size, **self.optimizer, accumulate=t.accumulate,
+            micro_steps=self.micro_steps if t.accumulate > 1 else None,
             ema_decay=t.ema.decay if t.ema is not None else None,
             ema_warmup=float(t.ema.warmup) if t.ema is not None else 0.0, resident=f.resident_input(),
             jpeg=f.jpeg_input())
@@ -85,7 +87,8 @@ class Resolved:
         """What every rank of a data-parallel run must hold alike (tr.task.distributed.Group.agree)."""
         s = self.settings
         return {"global batch": s.batch_size, "seed": s.seed, "data seed": getattr(self.feeder, "seed", None),
-                "steps per epoch": self.steps_per_epoch, "epochs": self.config.task.epochs, "validates": self.has_val,
+                "steps per epoch": self.steps_per_epoch,
+                "accumulate": self.config.task.accumulate, "epochs": self.config.task.epochs, "validates": self.has_val,
                 "amp": s.amp_mode, "optimizer": spec.optimizer, "parameters": parameters,
                 "environment": self.recorded_env}  # TR_FC_DRELU & co.: one plan on every rank
 
@@ -107,15 +110,21 @@ def resolve(config: Config) -> Resolved:
     if t.data is None:  # the data section, checked whole and committed; the run reads a frozen copy of it,
         config = dataclasses.replace(config, data=_committed(config))  # immune to later edits of the global
     feeder = complete_feeder(t.data if t.data is not None else feeder_from_preprocessor(s, pre=config.data))
+    k = t.accumulate
+    if k > 1:  # micro-batches of global / (ranks x k) (tr.graph.accumulate)
+        world = 1 if env is None else env.world_size
+        check_batch_split(s.batch_size, world * k, f"{world} rank(s) x task.accumulate({k})")
+        feeder.micro_batches(k)
     if env is not None:
         feeder.shard(env.rank, env.world_size)
-    if feeder.batch != local_batch:
-        raise ConfigError(f"the feeder's batch {feeder.batch} differs from the local batch size {local_batch} of the "
-                          "settings")
+    if feeder.batch * k != local_batch:
+        raise ConfigError(f"the feeder's batch {feeder.batch}{f' x task.accumulate({k})' if k > 1 else ''} differs "
+                          f"from the local batch size {local_batch} of the settings")
     plan_inputs.staging(s, feeder)
     num_classes = plan_inputs.num_classes(t.num_classes, t.model, getattr(feeder, "num_classes", None))
     feeder.check_labels(num_classes)  # labels past the logits are refused now, not wrapped in a step
-    steps = feeder.steps(True)
+    micro = feeder.steps(True)
+    steps = -(-micro // k)  # optimizer steps: windows of k micro-steps, the epoch's last possibly shorter
     has_val = feeder.num_samples(False) > 0
     if t.ema is not None and t.ema.validate and not has_val:
         raise ConfigError("EMA validation needs validation data (the feeder has none): ema(validate=False)")
@@ -128,7 +137,7 @@ def resolve(config: Config) -> Resolved:
         feeder=feeder, num_classes=num_classes,
         input_shape=plan_inputs.input_shape(t.model, feeder.sample_shape),
         resolutions=plan_inputs.resolutions(s, feeder.sample_shape, has_val), has_val=has_val,
-        steps_per_epoch=steps, schedule=schedule, optimizer=plan_inputs.optimizer_spec(t.optimizer),
+        steps_per_epoch=steps, micro_steps=micro, schedule=schedule, optimizer=plan_inputs.optimizer_spec(t.optimizer),
         recorded_env=tr_env.recorded())
 
 

@@ -64,7 +64,7 @@ class Decl:
     cls: str = PARAM
     phase: str = ANY
     init: Init | None = None
-    twin: str = ""  # a parameter's tensor: w (master), g, g16, a (AMP copy), m, v, n (trust ratio), e, e16 (EMA)
+    twin: str = ""  # a parameter's tensor: w (master), g, g16, a (AMP copy), gacc, m, v, n (trust ratio), e, e16
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +77,7 @@ class DeclCtx:
     lars: bool
     ema: bool = False  # EMA twins of every master weight, and under AMP of every decayed 16-bit working copy
     low: DType = DType.FP16  # AMP's 16-bit type (FP16 or BF16): activations, their gradients, working copies
+    accumulate: bool = False  # gradient accumulation: an FP32 window sum beside every gradient (tr.graph.accumulate)
 
     @property
     def feature_dtype(self) -> DType:
@@ -103,6 +104,8 @@ class DeclCtx:
             out.append(twin(".grad16", Role.GRAD_FP16, self.low, "g16"))
         if self.amp and group.amp_copy:
             out.append(twin(working_suffix(self.low), Role.AMP_COPY, self.low, "a"))
+        if self.accumulate:
+            out.append(twin(".gacc", Role.GRAD_ACCUM, DType.FP32, "gacc"))
         if self.momentum_slot:
             out.append(twin(".m", Role.MOMENT1, DType.FP32, "m"))
         if self.second_moment_slot:
@@ -182,6 +185,11 @@ class IO:
         """Where the backward op writes the weight gradient: the 16-bit twin under AMP when there is one."""
         k = self.t(local + ".grad16")
         return k if self.amp and self._has(k) else self.t(local + ".grad")
+
+    def loss_divisor(self) -> dict[str, str]:
+        """A loss backward's ``div`` argument: with gradient accumulation the window's samples (tr.graph.accumulate's
+        accum_div), else nothing (the op divides by its batch)."""
+        return {"div": "accum_div"} if self.spec.accumulate > 1 else {}
 
     def dx_or_none(self, k: int = 0) -> str | None:
         return self.dx[k] if self.need[k] else None

@@ -32,7 +32,7 @@ class OneHotLossKind(LayerKind):
     def backward(self, layer, io: IO) -> list[str | None]:
         dx = io.dx[0]
         io.op("onehot_loss_bwd", self._attrs(layer, io), logits=io.x[0], labels=io.labels, scale="loss_scale",
-              dlogits=dx)
+              dlogits=dx, **io.loss_divisor())
         return [dx]
 
     def inference(self, layer, io: IO) -> str:

@@ -53,7 +53,7 @@ class SoftmaxCEKind(LayerKind):
     def backward(self, layer, io: IO) -> list[str | None]:
         dx = io.dx[0]
         io.op("softmax_ce_bwd", {"label_smoothing": io.spec.label_smoothing}, probs="probs", labels=io.labels,
-              scale="loss_scale", dlogits=dx)
+              scale="loss_scale", dlogits=dx, **io.loss_divisor())
         return [dx]
 
     def inference(self, layer, io: IO) -> str:

@@ -13,6 +13,7 @@ worker-count rows (it uses no workers). Compile / warm-up time is excluded. Prin
 
     python benchmarks/mlp_mnist.py --epochs 100 --torch-epochs 4 --workers 8,16 --gpu-twin-epochs 100
     python benchmarks/mlp_mnist.py --workers '' --gpu-twin-epochs 100 --json out.json   # tr-device vs the twin
+    python benchmarks/mlp_mnist.py --workers '' --gpu-twin-epochs 100 --amp-dtype bf16  # BF16 on both sides
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def emit(framework, metric, value, **extra):
 
 
 def run_tr(epochs: int, workers: int, device: str, device_augment: bool = False, seed: int = 123,
-           ema: float | None = None, fc_gain: float | None = None) -> dict:
+           ema: float | None = None, fc_gain: float | None = None, amp_dtype: str = "fp16") -> dict:
     """tr end to end. ``device_augment``: the data set in the arena, the chain inside the captured step
     (PREPROCESSOR_SETTING.device_augment; ``workers`` then only loads the files). ``ema``: also keep an EMA of
     the weights with this decay (task.ema) and validate it every epoch (best_ema_top1). ``fc_gain``: the FC
@@ -73,7 +74,7 @@ def run_tr(epochs: int, workers: int, device: str, device_augment: bool = False,
 
     reset_global_settings()
     reset_preprocessor_settings()
-    GLOBAL_SETTING.amp(True).manual_seed(seed).global_batch_size(BATCH).input_resolution(28)
+    GLOBAL_SETTING.amp(amp_dtype).manual_seed(seed).global_batch_size(BATCH).input_resolution(28)
     PREPROCESSOR_SETTING.dataset("mnist", str(DATA)).preprocess_workers(workers).normalization(NormMode.MNIST) \
         .train_transforms(Pad(2), RandomCrop(28), RandomRotation(20.0, 0), RandomScale(0.8, 1.2),
                           RandomErasing(0.5)).device_augment(device_augment).commit()
@@ -107,7 +108,7 @@ def run_tr(epochs: int, workers: int, device: str, device_augment: bool = False,
             "rest_ms": epoch_ms - steps * step_us / 1e3}
 
 
-def run_torch(epochs: int, workers: int) -> dict:
+def run_torch(epochs: int, workers: int, amp_dtype: str = "fp16") -> dict:
     import torch
     from torchvision import datasets
     from torchvision.transforms import v2 as T
@@ -146,7 +147,8 @@ def run_torch(epochs: int, workers: int) -> dict:
         return (1e-6 + (BASE_LR - 1e-6) * (1 + math.cos(math.pi * p)) / 2) / BASE_LR
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
-    scaler = torch.amp.GradScaler()
+    low = torch.bfloat16 if amp_dtype == "bf16" else torch.float16  # bf16: no loss scale (a disabled scaler)
+    scaler = torch.amp.GradScaler(enabled=amp_dtype == "fp16")
     loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=LS)
     times, best = [], 0.0
     for _ in range(epochs + 1):
@@ -155,7 +157,7 @@ def run_torch(epochs: int, workers: int) -> dict:
         for x, y in tl:
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=torch.float16):
+            with torch.autocast("cuda", dtype=low):
                 loss = loss_fn(model(x), y)
             scaler.scale(loss).backward()
             scaler.step(opt)
@@ -163,7 +165,7 @@ def run_torch(epochs: int, workers: int) -> dict:
             sched.step()
         model.eval()
         correct = 0
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+        with torch.no_grad(), torch.autocast("cuda", dtype=low):
             for x, y in vl:
                 correct += (model(x.to(dev)).argmax(1) == y.to(dev)).sum().item()
         torch.cuda.synchronize()
@@ -177,7 +179,7 @@ def run_torch(epochs: int, workers: int) -> dict:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.float16):
+        with torch.autocast("cuda", dtype=low):
             loss = loss_fn(model(x), y)
         scaler.scale(loss).backward()
         scaler.step(opt)
@@ -222,6 +224,8 @@ def main() -> None:
                          "torch.nn.Linear's init)")
     ap.add_argument("--twin-seeds", default="123", help="the GPU-resident twin once per seed (comma-separated)")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--amp-dtype", choices=("fp16", "bf16"), default="fp16",
+                    help="AMP's 16-bit type on every row: fp16 (loss-scaled) or bf16 (no loss scale)")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-tr", action="store_true")
     ap.add_argument("--gpu-twin-epochs", type=int, default=100, help="0: skip the GPU-resident PyTorch twin")
@@ -230,27 +234,28 @@ def main() -> None:
     rows: list[dict] = []
 
     def out(framework, metric, value, **extra):
+        extra = {"amp_dtype": args.amp_dtype, **extra}
         rows.append({"framework": framework, "metric": metric, "value": value, **extra})
         emit(framework, metric, value, **extra)
 
     tr_rates = []
     for seed in (int(x) for x in args.seeds.split(",") if args.tr_device_augment and not args.skip_tr):
         r = run_tr(args.epochs, 1, args.device, device_augment=True, seed=seed, ema=args.ema,
-                   fc_gain=args.fc_gain)
+                   fc_gain=args.fc_gain, amp_dtype=args.amp_dtype)
         tr_rates.append(r["epochs_per_s"])
         out("tr-device", "epochs_per_s", r["epochs_per_s"], seed=seed,
             **{k: v for k, v in r.items() if k != "epochs_per_s"})
     for w in (int(x) for x in args.workers.split(",") if x):
         r = None
         if not args.skip_tr:
-            r = run_tr(args.epochs, w, args.device)
+            r = run_tr(args.epochs, w, args.device, amp_dtype=args.amp_dtype)
             tr_rates.append(r["epochs_per_s"])
             out("tr", "epochs_per_s", r["epochs_per_s"], workers=w,
                 **{k: v for k, v in r.items() if k != "epochs_per_s"})
         if args.skip_torch:
             continue
         try:
-            t = run_torch(args.torch_epochs, w)
+            t = run_torch(args.torch_epochs, w, args.amp_dtype)
         except Exception as e:  # report and go on: the tr figures above stand on their own
             out("pytorch", "error", 0, workers=w, error=f"{type(e).__name__}: {e}")
             continue
@@ -264,7 +269,7 @@ def main() -> None:
         twin_rates = []
         for seed in (int(x) for x in args.twin_seeds.split(",")):
             try:
-                g = run_gpu_twin(args.gpu_twin_epochs, args.device, seed=seed, ema=args.ema)
+                g = run_gpu_twin(args.gpu_twin_epochs, args.device, seed=seed, ema=args.ema, amp_dtype=args.amp_dtype)
             except Exception as e:
                 out("pytorch-gpu", "error", 0, seed=seed, error=f"{type(e).__name__}: {e}")
                 continue

@@ -89,9 +89,11 @@ def lr_table(epochs: int, steps: int, device):
     return torch.as_tensor(np.where(s < warm, BASE_LR * s / max(1, warm), cos), dtype=torch.float32, device=device)
 
 
-def run(epochs: int, device: str = "cuda", seed: int = 123, ema: float | None = None) -> dict:
+def run(epochs: int, device: str = "cuda", seed: int = 123, ema: float | None = None, amp_dtype: str = "fp16"
+        ) -> dict:
     """``ema``: also keep an EMA of the parameters with this decay inside the captured step (after the
-    optimizer, one ``_foreach_lerp_``) and validate it every epoch (best_ema_top1), as tr's task.ema."""
+    optimizer, one ``_foreach_lerp_``) and validate it every epoch (best_ema_top1), as tr's task.ema.
+    ``amp_dtype``: autocast's type, "fp16" (with GradScaler) or "bf16" (no loss scale)."""
     import copy
 
     import torch
@@ -110,7 +112,8 @@ def run(epochs: int, device: str = "cuda", seed: int = 123, ema: float | None = 
     lr = lrs[0].clone()
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}],
                             lr=lr if cuda else BASE_LR, fused=cuda, capturable=cuda)
-    scaler = torch.amp.GradScaler(device=dev.type, enabled=cuda)
+    low = torch.bfloat16 if amp_dtype == "bf16" else torch.float16
+    scaler = torch.amp.GradScaler(device=dev.type, enabled=cuda and amp_dtype == "fp16")
     loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=LS)
     perm = torch.randperm(n, device=dev)
     step_t = torch.zeros((), dtype=torch.int64, device=dev)  # the step within the epoch
@@ -124,7 +127,7 @@ def run(epochs: int, device: str = "cuda", seed: int = 123, ema: float | None = 
     def step() -> None:
         idx = perm.index_select(0, step_t * BATCH + offs)
         x, y = augment(xtr.index_select(0, idx)), ytr.index_select(0, idx)
-        with torch.autocast(dev.type, dtype=torch.float16, enabled=cuda):
+        with torch.autocast(dev.type, dtype=low, enabled=cuda):
             loss = loss_fn(model(x), y)
         scaler.scale(loss).backward()
         scaler.step(opt)
@@ -166,7 +169,7 @@ def run(epochs: int, device: str = "cuda", seed: int = 123, ema: float | None = 
 
     def evaluate(m) -> float:
         m.eval()
-        with torch.no_grad(), torch.autocast(dev.type, dtype=torch.float16, enabled=cuda):
+        with torch.no_grad(), torch.autocast(dev.type, dtype=low, enabled=cuda):
             logits = m(((xva[:, None].float() * (1 / 255)) - MEAN) / STD)
         m.train()
         return float((logits.argmax(1) == yva).float().mean())  # the one read-back of the epoch

@@ -186,3 +186,30 @@ def test_bf16_refuses_a_loss_scale_and_a_float16_feeder():
     with pytest.raises(ConfigError, match="ArrayFeeder stages FP16 samples, but settings.amp is 'bf16'.*'bfloat16'"):
         (DeepLearningTask(s).device("cpu").quiet().model(bp).optimizer(SGD()).total_epochs(1)
          .data(ArrayFeeder((x, y), None, BATCH, dtype="float16", num_classes=CLASSES))).compile()
+
+
+def test_a_bf16_checkpoint_resumes_byte_identically(tmp_path):
+    x, y = _data()
+
+    def task(epochs):
+        bp, _ = _resnet()
+        feeder = ArrayFeeder((x[:4 * BATCH], y[:4 * BATCH]), None, BATCH, num_classes=CLASSES, dtype="bfloat16")
+        return (DeepLearningTask(Settings().manual_seed(7).global_batch_size(BATCH).amp("bf16")).device("cpu")
+                .quiet().model(bp).optimizer(SGD().momentum(0.9)).scheduler(ConstantLR().base_lr(LR))
+                .total_epochs(epochs).data(feeder))
+
+    straight = task(3).compile()
+    straight.run()
+    first = task(2).compile()
+    first.run()
+    first.save(tmp_path / "ck")
+    resumed = task(3).resume(tmp_path / "ck")
+    resumed.run()
+    a, b = straight.weights(), resumed.weights()
+    assert all(a[k].tobytes() == b[k].tobytes() for k in a)
+    fp16 = DeepLearningTask(Settings().manual_seed(7).global_batch_size(BATCH).amp(True))
+    with pytest.raises(ConfigError, match="settings.amp_dtype"):  # a BF16 checkpoint into an FP16 task
+        bp, _ = _resnet()
+        (fp16.device("cpu").quiet().model(bp).optimizer(SGD().momentum(0.9)).scheduler(ConstantLR().base_lr(LR))
+         .total_epochs(3).data(ArrayFeeder((x[:4 * BATCH], y[:4 * BATCH]), None, BATCH, num_classes=CLASSES,
+                                           dtype="float16")).resume(tmp_path / "ck"))

@@ -229,7 +229,8 @@ def test_a_checkpoint_of_another_input_or_chain_is_refused(digits, tmp_path):
     configure(digits, device_augment=False)
     task().save(tmp_path / "ck")
     configure(digits)
-    with pytest.raises(ConfigError, match="another plan.*aug_key"):
+    with pytest.raises(ConfigError, match="another configuration.*data.feeder: the checkpoint has 'PipelineFeeder', "
+                                          "this task has 'ResidentFeeder'"):
         task().resume(tmp_path / "ck")
     configure(digits)
     task().save(tmp_path / "ck2")

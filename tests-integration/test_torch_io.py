@@ -219,16 +219,23 @@ def test_save_torch_file_loads_with_torch(tmp_path):
     _close(_torch_logits(model, x), task.predict(x))
 
 
-def test_amp_plan_predicts_what_torch_computes_in_fp32():
+@pytest.mark.parametrize("amp", ["fp16", "bf16"])
+def test_amp_plan_predicts_what_torch_computes_in_fp32(amp):
     bp, hwc, model = _cnn()
     x = np.random.default_rng(3).standard_normal((BATCH, *hwc)).astype(np.float32)
     feeder = ArrayFeeder((x, np.zeros(BATCH, np.int32)), (x, np.zeros(BATCH, np.int32)), BATCH, shuffle=False,
-                         num_classes=CLASSES)
-    task = (DeepLearningTask(Settings().manual_seed(5).global_batch_size(BATCH).amp()).device("cpu").quiet()
+                         num_classes=CLASSES, dtype="bfloat16" if amp == "bf16" else "float32")
+    task = (DeepLearningTask(Settings().manual_seed(5).global_batch_size(BATCH).amp(amp)).device("cpu").quiet()
             .model(bp).optimizer(SGD()).total_epochs(1).data(feeder)).compile()
-    task.load_torch(_randomize(model))  # the FP16 working weights are refreshed from the loaded masters
+    task.load_torch(_randomize(model))  # the 16-bit working weights are refreshed from the loaded masters
     ref = _torch_logits(model, x)
-    np.testing.assert_allclose(task.predict(x), ref, atol=2e-2 * float(np.abs(ref).max()))
+    # BF16 keeps 8 bits of mantissa to FP16's 11: its logits are ~8x farther from FP32's
+    tol = 2e-2 if amp == "fp16" else 8e-2
+    np.testing.assert_allclose(task.predict(x), ref, atol=tol * float(np.abs(ref).max()))
+    back = task.to_torch(_cnn()[2])  # the FP32 masters out again, unchanged by the 16-bit plan
+    for k, w in model.state_dict().items():
+        if k.endswith("weight"):  # (the conv bias is not tr's: a BN follows it)
+            assert torch.equal(back[k], w), k
 
 
 def test_without_validation_data_predict_works_and_no_torch_is_a_clear_error(monkeypatch):

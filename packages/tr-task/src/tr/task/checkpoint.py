@@ -329,14 +329,7 @@ def load(task, path: str | Path, allow_data_change: bool = False) -> dict[str, A
         if streams[1] is not seed.dtype or tuple(streams[0].shape[1:]) != tuple(seed.shape.dims):
             raise DataError(f"{where}: {RANK_STREAMS} is {streams[0].shape} {streams[1].name}, expected "
                             f"({world}, {', '.join(map(str, seed.shape.dims))}) {seed.dtype.name} (nothing loaded)")
-    tensors = state_tensors(task.program)
-    listed, here = manifest.get("tensors"), _tensor_list(tensors)
-    if listed != here:
-        i = next((i for i, (x, y) in enumerate(zip(listed or [], here)) if x != y), min(len(listed or []), len(here)))
-        have = _row(listed[i]) if listed and i < len(listed) else "nothing"
-        want = _row(here[i]) if i < len(here) else "nothing"
-        raise ConfigError(f"{mpath}: a checkpoint of another plan (nothing loaded): state tensor {i} is {have} "
-                          f"in the checkpoint, {want} in this task")
+    # the configuration first: a difference there names the setting (the tensors' then only say which plan)
     saved_config = manifest.get("config", {})
     per_rank = manifest.get("config_ranks")
     if isinstance(per_rank, list) and len(per_rank) == world and world > 1:  # this rank's own description
@@ -347,6 +340,14 @@ def load(task, path: str | Path, allow_data_change: bool = False) -> dict[str, A
     if diff is not None:
         raise ConfigError(f"{mpath}: a checkpoint of another configuration (nothing loaded): {diff}"
                           f"{_env_note(diff, assumed)}")
+    tensors = state_tensors(task.program)
+    listed, here = manifest.get("tensors"), _tensor_list(tensors)
+    if listed != here:
+        i = next((i for i, (x, y) in enumerate(zip(listed or [], here)) if x != y), min(len(listed or []), len(here)))
+        have = _row(listed[i]) if listed and i < len(listed) else "nothing"
+        want = _row(here[i]) if i < len(here) else "nothing"
+        raise ConfigError(f"{mpath}: a checkpoint of another plan (nothing loaded): state tensor {i} is {have} "
+                          f"in the checkpoint, {want} in this task")
     for key, t in zip(_keys(tensors), tensors):
         got = arrays.get(key)
         if got is None or got[1] is not t.dtype or tuple(got[0].shape) != tuple(t.shape.dims):

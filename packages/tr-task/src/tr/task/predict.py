@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from tr.core.bf16 import bf16_values
+from tr.core.dtype import DType
 from tr.core.errors import ConfigError, DataError
 from tr.graph.steps import Part
 from tr.task.base import require_compiled
@@ -107,7 +109,8 @@ def _forward(task, graph, data, logits, s) -> np.ndarray:
     be = task.backend
     be.launch(task._steps.epoch_begin)  # FP16 working weights (AMP) and folded BN scale/bias are current
     be.launch(task._steps.epoch_end)
-    x = np.empty(full, data.dtype.np_dtype)
+    # the plan's input type, but BF16 (numpy has none) staged as float32: the backend's write rounds it as tr.core.bf16
+    x = np.empty(full, np.float32 if data.dtype is DType.BF16 else data.dtype.np_dtype)
     out: np.ndarray | None = None
     for start in range(0, s.n, full[0]):
         m = min(full[0], s.n - start)
@@ -117,6 +120,8 @@ def _forward(task, graph, data, logits, s) -> np.ndarray:
         be.launch(graph)
         be.synchronize()
         y = be.read(logits).reshape(full[0], -1)[:m]
+        if logits.dtype is DType.BF16:  # (read as its bit patterns)
+            y = bf16_values(np.ascontiguousarray(y))
         if out is None:
             out = np.empty((s.n, y.shape[1]), np.float32)
         out[start:start + m] = y

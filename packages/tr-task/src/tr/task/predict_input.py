@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tr.core.dtype import DType
 from tr.core.errors import ConfigError, DataError, DTypeError, ShapeError
 from tr.core.log import get_logger
 
@@ -97,7 +98,8 @@ def _normalized(task: Any, batch: Any, data: Any) -> Samples:
         raise DTypeError("predict(): the batch is uint8 (pixels?), but input='normalized' takes the normalised "
                          "float samples validation feeds the model; pass input='raw' to have predict apply the "
                          "task's validation transforms and normalisation, or normalise them yourself")
-    allowed = {np.dtype(np.float32), np.dtype(data.dtype.np_dtype)}
+    # a BF16 plan takes float32 samples (rounded on the way in): a uint16 array does not say it holds bfloat16 bits
+    allowed = {np.dtype(np.float32)} | ({np.dtype(data.dtype.np_dtype)} if data.dtype is not DType.BF16 else set())
     if batch.dtype not in allowed:
         raise DTypeError(f"predict(): batch dtype {batch.dtype}; expected {' or '.join(sorted(map(str, allowed)))}")
     if batch.ndim != 4 or tuple(batch.shape[1:]) != full[1:] or batch.shape[0] < 1:

@@ -193,3 +193,25 @@ def test_bad_accumulation_settings_are_clear_errors():
          .optimizer(SGD()).total_epochs(1).data(Plain()).accumulate(2))
     with pytest.raises(ConfigError, match=r"task\.accumulate\(2\): Plain cannot serve micro-batches"):
         t.compile()
+
+
+def test_a_save_after_an_epoch_cancelled_inside_a_window_is_refused(tmp_path):
+    """Micro-steps move batch norm's running statistics before the window's optimizer step: a cancel there leaves
+    the arena past the last whole epoch although the step counter did not move."""
+    from tr.core.errors import PhaseError
+
+    class Interrupted(ArrayFeeder):
+        def release(self, k):
+            if k == 1:
+                raise KeyboardInterrupt
+
+    x, y = _data()
+    feeder = Interrupted((x, y), None, BATCH, num_classes=CLASSES)
+    t = (DeepLearningTask(Settings().manual_seed(3).global_batch_size(BATCH)).device("cpu").quiet()
+         .model(seq(conv(6, 3, 1, 1), bn(), relu(), gap(), fc(CLASSES))).optimizer(SGD())
+         .total_epochs(1).data(feeder).accumulate(4)).compile()
+    with pytest.raises(KeyboardInterrupt):
+        t.run()
+    assert int(t.weights()["step"].reshape(-1)[0]) == 0
+    with pytest.raises(PhaseError, match=r"unfinished accumulation window \(task\.accumulate\) moved the batch norm"):
+        t.save(tmp_path / "ck")

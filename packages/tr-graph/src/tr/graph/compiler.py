@@ -25,6 +25,7 @@ from tr.core.memory import Group, Region, Role, Span, dtype_group
 from tr.core.ops import IMAGE_GEOM_COLS
 from tr.core.shape import Shape
 from tr.graph.accumulate import DIV, FIRST, HOLD, POS, STATS_FLAG, WINDOW, accumulates, add_accumulation
+from tr.graph.accumulate import SCALARS as ACCUM_SCALARS
 from tr.graph.archplan import ArchPlan, params
 from tr.graph.atlas import GraphAtlas, lookup
 from tr.graph.checker import check_program
@@ -45,7 +46,7 @@ NAMED = ("labels_a", "data_a", "labels_b", "data_b", "labels", "nan_flag", "step
          "loss_scale", "loss_scale_tracker", "batch_train", "batch_train_last", "batch_val", "batch_val_last",
          "lr_table", "result", "accum", "accum_samples", "probs", "pred", "train_set", "val_set", "aug_key", "aug_x",
          "train_labels", "val_labels", "train_order", "train_pos", "val_pos", "order_key", "data_rank", "jpeg_src",
-         "geom_a", "geom_b", "jpeg_u8", "grad_divisor", "grad_norm")
+         "geom_a", "geom_b", "jpeg_u8", "grad_divisor", "grad_norm", *ACCUM_SCALARS)
 
 
 # the double-buffered batch: buffer a's labels and data, then buffer b's (one INPUT span)

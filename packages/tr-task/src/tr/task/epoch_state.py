@@ -64,7 +64,9 @@ class EpochState:
             launch.watchdog.disarm()
         now = _step(task)
         applied = None if now is None or step0 is None else now - step0
-        if applied != 0:  # (none applied: the arena is still the last completed epoch's)
+        # none applied: the arena is still the last completed epoch's, unless gradient accumulation's open window
+        # already moved batch norm's running statistics (micro-steps do, optimizer steps are at its end)
+        if applied != 0 or _open_window(task):
             self.cancelled = (epoch, applied, type(exc).__name__)
         log.warning("epoch %d cancelled by %s after %s training step(s); run() starts it again from these weights",
                     epoch + 1, type(exc).__name__, "an unknown number of" if applied is None else applied)
@@ -84,12 +86,25 @@ class EpochState:
         if cancelled_too and self.cancelled is not None:
             epoch, applied, exc = self.cancelled
             steps = "an unknown number of" if applied is None else str(applied)
-            raise PhaseError(f"{action} after epoch {epoch + 1} was cancelled ({exc}): {steps} of its training "
-                             f"steps are in the weights, optimizer state and step counter, and a checkpoint "
+            what = (f"{steps} of its training steps are in the weights, optimizer state and step counter"
+                    if applied != 0 else "the micro-steps of its unfinished accumulation window (task.accumulate) "
+                    "moved the batch norm running statistics")
+            raise PhaseError(f"{action} after epoch {epoch + 1} was cancelled ({exc}): {what}, and a checkpoint "
                              f"records whole epochs, so this state could not resume exactly. run() trains epoch "
                              f"{epoch + 1} again from these weights (not what an unbroken run does) and a save is "
                              f"possible once an epoch completes; for the unbroken run, resume the last checkpoint "
                              f"in a new task")
+
+
+def _open_window(task: Any) -> bool:
+    """Whether gradient accumulation stopped inside a window (its position, accum_pos, is not at a window's
+    start: tr.graph.accumulate); False without accumulation or when the device cannot be read."""
+    if "accum_pos" not in task.program.named:
+        return False
+    try:
+        return int(scalar(task.backend, task.program, "accum_pos")[0]) % task._cfg.accumulate != 0
+    except Exception:  # noqa: BLE001 - after a device error: the step counter's answer stands
+        return False
 
 
 def _step(task: Any) -> int | None:

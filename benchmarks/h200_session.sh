@@ -67,7 +67,8 @@
 #   mnist-twin         benchmarks/mnist_torch_gpu.py alone (TWIN_EPOCHS, default 100)
 #   mnist              benchmarks/mlp_mnist.py: tr-device, tr on MNIST_WORKERS (16) workers, torchvision, the twin
 #                      (MNIST_RUNS, MNIST_EPOCHS, MNIST_SEEDS and TWIN_SEEDS (123), TWIN_EPOCHS (100), MNIST_EMA
-#                      (an EMA decay, validated, on both sides), MNIST_FC_GAIN (tr's FC init gain))
+#                      (an EMA decay, validated, on both sides), MNIST_FC_GAIN (tr's FC init gain), MNIST_AMP_DTYPE
+#                      (fp16 | bf16: AMP's type on every row))
 #   restests           the device-augmentation GPU tests (test_gpu_resident.py, test_cuda_augment.py) alone
 #   cross              benchmarks/cross_machine.py (issue [14]): the weights' and states' hashes and the engines after 20
 #                      steps of VGG16-BN and ResNet-50, CROSS_ARGS (e.g. "--autotune"); JSON cross${CROSS_TAG}.json
@@ -278,7 +279,8 @@ stage_mnist() {  # the MNIST MLP: tr-device, tr on CPU workers, torchvision and 
   for r in $(seq "${MNIST_RUNS:-1}"); do
     "$PY" benchmarks/mlp_mnist.py --epochs "${MNIST_EPOCHS:-100}" --workers "${MNIST_WORKERS-16}" --torch-epochs 2 \
       --gpu-twin-epochs "${TWIN_EPOCHS:-100}" --seeds "${MNIST_SEEDS:-123}" --twin-seeds "${TWIN_SEEDS:-123}" \
-      ${MNIST_EMA:+--ema "$MNIST_EMA"} ${MNIST_FC_GAIN:+--fc-gain "$MNIST_FC_GAIN"} --json "$OUT/mlp_mnist_$r.json" || return 1
+      ${MNIST_EMA:+--ema "$MNIST_EMA"} ${MNIST_FC_GAIN:+--fc-gain "$MNIST_FC_GAIN"} \
+      ${MNIST_AMP_DTYPE:+--amp-dtype "$MNIST_AMP_DTYPE"} --json "$OUT/mlp_mnist_$r.json" || return 1
   done
 }
 

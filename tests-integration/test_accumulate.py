@@ -48,7 +48,9 @@ def _data(n: int = N):
 def _task(k: int, opt=None, epochs: int = 2, drop_last: bool = False, amp=False, model=None, sched=None,
           data=None, batch: int = BATCH):
     x, y = data if data is not None else _data()
-    feeder = ArrayFeeder((x, y), None, batch, shuffle=True, num_classes=CLASSES, drop_last=drop_last, seed=4)
+    staged = {True: "float16", "bf16": "bfloat16"}.get(amp, "float32")  # (CUDA takes only the plan's input type)
+    feeder = ArrayFeeder((x, y), None, batch, shuffle=True, num_classes=CLASSES, drop_last=drop_last, seed=4,
+                         dtype=staged)
     t = (DeepLearningTask(Settings().manual_seed(3).global_batch_size(batch).amp(amp)).device("cpu").quiet()
          .model(model or seq(fc(12), relu(), fc(CLASSES))).optimizer(opt or SGD().momentum(0.9))
          .scheduler(sched or ConstantLR().base_lr(0.1)).total_epochs(epochs).data(feeder))
@@ -215,3 +217,58 @@ def test_a_save_after_an_epoch_cancelled_inside_a_window_is_refused(tmp_path):
     assert int(t.weights()["step"].reshape(-1)[0]) == 0
     with pytest.raises(PhaseError, match=r"unfinished accumulation window \(task\.accumulate\) moved the batch norm"):
         t.save(tmp_path / "ck")
+
+
+def test_predict_inside_an_epoch_leaves_the_windows_alone():
+    """predict() launches the working-copy refresh in the middle of an epoch: the windows' position is reset only
+    by the training loop's epoch start, so the run is the one without the predict."""
+    x, y = _data()
+    plain, probed = _task(2), _task(2)
+    _run(plain)
+    probed.compile()
+    probed.on_step(lambda i, r: probed.predict(x[:3]) if i == 1 else None)
+    probed.run()
+    assert int(probed.weights()["step"].reshape(-1)[0]) == 12
+    a, b = plain.weights(), probed.weights()
+    assert all(a[k].tobytes() == b[k].tobytes() for k in a)
+
+
+def test_a_feeder_serves_micro_batches_again_for_a_second_task():
+    x, y = _data()
+    feeder = ArrayFeeder((x, y), None, BATCH, num_classes=CLASSES)
+    for _ in range(2):  # (a retried compile, a second task, a resume: the feeder keeps the batch it was given)
+        t = (DeepLearningTask(Settings().global_batch_size(BATCH)).device("cpu").quiet().model(seq(fc(CLASSES)))
+             .optimizer(SGD()).total_epochs(1).data(feeder).accumulate(4)).compile()
+        assert t.program.variants["train"].batch == 4
+    t = (DeepLearningTask(Settings().global_batch_size(BATCH)).device("cpu").quiet().model(seq(fc(CLASSES)))
+         .optimizer(SGD()).total_epochs(1).data(feeder).accumulate(2)).compile()
+    assert t.program.variants["train"].batch == 8
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_the_data_pipeline_serves_micro_batches_as_arrayfeeder_does(drop_last):
+    from tr.data import ArrayDataset, PreprocessorSettings
+    from tr.task.pipeline import PipelineFeeder
+
+    rng = np.random.default_rng(2)
+    imgs = rng.integers(0, 255, (N, 4, 4, 3), dtype=np.uint8)
+    labels = rng.integers(0, CLASSES, N).astype(np.int32)
+
+    def run(k):
+        pre = PreprocessorSettings().dataset(ArrayDataset((imgs, labels), num_classes=CLASSES)).preprocess_workers(2) \
+            .seed(5).drop_last(drop_last)
+        t = (DeepLearningTask(Settings().manual_seed(3).global_batch_size(BATCH)).device("cpu").quiet()
+             .model(seq(fc(12), relu(), fc(CLASSES))).optimizer(SGD().momentum(0.9)).total_epochs(2)
+             .data(PipelineFeeder(pre, BATCH, seed=5)))
+        if k > 1:
+            t.accumulate(k)
+        return t, _run(t)[1]
+
+    one, s1 = run(1)
+    acc, sk = run(4)
+    assert len(sk) == len(s1) == 2 * (5 if drop_last else 6)  # drop_last: whole windows, as one batch of 16 each
+    np.testing.assert_allclose([v for _, v in sk], [v for _, v in s1], rtol=RTOL, atol=ATOL)
+    for name, w in _params(one).items():
+        np.testing.assert_allclose(_params(acc)[name], w, rtol=RTOL, atol=ATOL, err_msg=name)
+    for t in (one, acc):
+        t.feeder.close()

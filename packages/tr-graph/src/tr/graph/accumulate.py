@@ -7,7 +7,7 @@ host read and, on one rank, no second capture:
   ``accum_hold`` (this micro-step does not close its window), ``accum_first`` (it opens one) and ``accum_div`` (this
   rank's samples in the window: the loss gradient's divisor, so each sample's gradient is the one a single batch
   of the window's samples would give it). A window is k micro-steps, the epoch's last one possibly fewer; windows
-  never cross epochs (epoch_begin resets the position).
+  never cross epochs (epoch_order, which only the training loop launches, resets the position).
 - ``range_accumulate`` (after the 16-bit gradients are widened, before the all-reduce) keeps the window's FP32 sum
   in GRAD_ACCUM on a holding micro-step and writes the window's sum into GRAD on the closing one, so every reader of
   GRAD (the all-reduce, the finite check, clipping, the optimizers) is unchanged. The sum is a left fold in

@@ -152,8 +152,10 @@ def build_steps(bound: Callable[[str, Part], Sequence[OpCall]], has_ema: bool, h
             resident = {"a": P.RESIDENT_VAL_A, "b": P.RESIDENT_VAL_B}[ab]
             steps.append(chain(f"val_transfer_{ab}", (resident,), lambda p: bound("val", p)))
     for name, parts, variant in (("clear_metrics", (P.CLEAR_METRICS,), "train"),
-                                 ("epoch_begin", (P.CAST_WORKING, P.ACCUM_RESET), "train"),
-                                 ("epoch_order", (P.RESIDENT_TRAIN_BEGIN,), "train"),
+                                 ("epoch_begin", (P.CAST_WORKING,), "train"),
+                                 # (only the training loop launches epoch_order: predict and load_torch launch
+                                 # epoch_begin in the middle of an epoch, where an accumulation window may be open)
+                                 ("epoch_order", (P.RESIDENT_TRAIN_BEGIN, P.ACCUM_RESET), "train"),
                                  ("val_begin", (P.RESIDENT_VAL_BEGIN,), "val"),
                                  ("epoch_end", (P.FOLD_RUNNING,), "train"),
                                  ("val_end", (P.REDUCE_RESULT_SUM,), "val")):

@@ -604,7 +604,8 @@ class DeepLearningTask(TaskBase):
 
     def time_train_step(self, n: int = 100, warmup: int = 10) -> float:
         """Seconds per launch of the captured full-batch training step (a benchmark helper: trains warmup + n
-        more steps on buffer A's batch, so call it after run()); see tr.task.step_timing."""
+        more steps on buffer A's batch, so call it after run()); see tr.task.step_timing. With accumulate(k) a
+        launch is a micro-step (every k-th also applies the optimizer)."""
         self._require(Phase.COMPILED, "time_train_step()")
         return step_timing.time_train_step(self.backend, self._steps, n, warmup)
 

@@ -72,7 +72,12 @@ class FeederDefaults:
     @property
     def sample_dtype(self) -> DType:
         """The tr type of the staged samples (numpy has no bfloat16: a BF16 feeder stages its bits in uint16)."""
-        return DType.parse(getattr(self, "dtype", np.float32))
+        dtype = np.dtype(getattr(self, "dtype", np.float32))
+        if dtype == np.uint16:
+            name = type(getattr(self, "wrapped", self)).__name__
+            raise ConfigError(f"{name} stages uint16 samples: if they are bfloat16 bit patterns, give the feeder a "
+                              f"sample_dtype property returning tr.core.dtype.DType.BF16")
+        return DType.parse(dtype)
 
     @property
     def staging_shape(self) -> tuple[int, ...]:
@@ -219,8 +224,9 @@ class InMemoryFeeder(FeederDefaults):
         optimizer step's batch (consecutive slices of the epoch's order, so a window holds that batch's samples).
         With drop_last an epoch keeps whole windows only. Validation batches shrink alike (the arithmetic per
         sample is the same)."""
-        check_batch_split(self.global_batch, k, f"task.accumulate({k})")
-        self.window, self.global_batch = k, self.global_batch // k
+        full = self.__dict__.setdefault("_full_batch", self.global_batch)  # as given: a compile may be retried
+        check_batch_split(full, k, f"task.accumulate({k})")
+        self.window, self.global_batch = k, full // k
         self.batch = self.global_batch // self.world_size
         self._alloc()
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from tr.core.dtype import DType
+from tr.core.errors import ConfigError
 from tr.core.settings import Settings, check_batch_split
 from tr.data import PREPROCESSOR_SETTING, Preprocessor, PreprocessorSettings, TransferStation
 from tr.data.sharding import check_shard
@@ -33,6 +34,8 @@ def staging_dtype(settings: Settings) -> str:
 
 
 class PipelineFeeder(FeederDefaults):
+    window = 1  # micro-batches an optimizer step consumes (micro_batches)
+
     def __init__(self, pre_settings: PreprocessorSettings, batch: int, seed: int, fp16: bool = False,
                  zones: Sequence[Any] | None = None, dtype: str | None = None) -> None:
         """``dtype``: "float32", "float16" or "bfloat16" (default: "float16" when ``fp16``, else "float32")."""
@@ -77,9 +80,10 @@ class PipelineFeeder(FeederDefaults):
 
     def micro_batches(self, k: int) -> None:
         """Serve batches of global / k (task.accumulate(k)), before ``shard``. With drop_last the pipeline drops the
-        partial micro-batch, so an epoch's last window may hold fewer micro-batches than k."""
-        check_batch_split(self.global_batch, k, f"task.accumulate({k})")
-        self.global_batch //= k
+        partial micro-batch and the epoch then keeps only whole windows (as ArrayFeeder)."""
+        full = self.__dict__.setdefault("_full_batch", self.global_batch)  # as given: a compile may be retried
+        check_batch_split(full, k, f"task.accumulate({k})")
+        self.window, self.global_batch = k, full // k
         st = TransferStation(self.global_batch, self.sample_shape, self.station.sample_dtype)
         self.pre.replace_stations(st)
         self.station, self.batch = st, self.global_batch
@@ -107,7 +111,13 @@ class PipelineFeeder(FeederDefaults):
             return 0
 
     def steps(self, train: bool) -> int:
-        return self.pre.plan(train).num_batches
+        n = self.pre.plan(train).num_batches
+        if train and self.window > 1 and self.pre.settings.drop_last_enabled:  # whole accumulation windows only
+            n = n // self.window * self.window
+            if n == 0:
+                raise ConfigError(f"drop_last with batch {self.batch} x task.accumulate({self.window}) leaves no "
+                                  f"whole window of the epoch's {self.pre.plan(train).num_batches} micro-batches")
+        return n
 
     def last_batch(self, train: bool) -> int:
         return self.pre.plan(train).last_batch_size
@@ -115,7 +125,7 @@ class PipelineFeeder(FeederDefaults):
     def epoch(self, epoch: int, train: bool) -> Iterator[tuple[int, int, int]]:
         run = self._run = self.pre.epoch(epoch, train)
         try:
-            for k in range(run.num_batches):
+            for k in range(self.steps(train)):  # (drop_last under accumulation: the workers' last batches unread)
                 b = self.station.acquire(k)
                 self._held.add(k)
                 yield k, b.zone, b.size

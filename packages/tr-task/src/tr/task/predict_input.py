@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tr.core.bf16 import round_bf16
 from tr.core.dtype import DType
 from tr.core.errors import ConfigError, DataError, DTypeError, ShapeError
 from tr.core.log import get_logger
@@ -224,11 +225,12 @@ def _raw(task: Any, images: Any, data: Any) -> Samples:
 def normalize_raw(task: Any, images: Any) -> np.ndarray:
     """The samples predict(images, input='raw') feeds the plan: each uint8 image through the task's validation
     chain (val transforms, FusedNormalization with its mean/std, channel padding, the plan's dtype), as
-    validation computes them."""
+    validation computes them; for a BF16 plan float32 values rounded to BF16 (numpy has no bfloat16)."""
     from tr.task.predict import input_tensor
 
     data = input_tensor(task)
     s = _raw(task, images, data)
-    x = np.zeros((s.n, *data.shape.dims[1:]), data.dtype.np_dtype)
+    bf16 = data.dtype is DType.BF16
+    x = np.zeros((s.n, *data.shape.dims[1:]), np.float32 if bf16 else data.dtype.np_dtype)
     s.fill(x, 0, s.n)
-    return x
+    return round_bf16(x) if bf16 else x

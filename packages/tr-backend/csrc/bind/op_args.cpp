@@ -233,6 +233,94 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"x", "tensor"}, {"y", "tensor"}, {"n", "i64"}, {"kind", "act"}});
   }
   {
+    nb::class_<AttentionFwdArgs> klass(m, "AttentionFwdArgs", "y = softmax(scale * q k^T) v per sample and head, in float32; stats = the rows' log-sum-exp when given (training).\n\nKeyword-only fields:\n    qkv (tensor): [n, t, 3d]: [q | k | v] per token\n    y (tensor): [n, t, d]\n    stats (tensor?): FP32 [n, heads, t]: written when given\n    n (i64): samples\n    t (i64): tokens\n    d (i64): y's channels (heads * dh)\n    heads (i64): heads (dividing d)\n    scale (f64): the scores' factor (finite, > 0)");
+    klass.def(
+        "__init__",
+        [](AttentionFwdArgs* self, const Dev& qkv, const Dev& y, std::optional<Dev> stats, std::int64_t n, std::int64_t t, std::int64_t d, std::int64_t heads, double scale) {
+          AttentionFwdArgs rec;
+          rec.qkv = dev_of("attention_fwd", "qkv", qkv);
+          rec.y = dev_of("attention_fwd", "y", y);
+          rec.stats = stats ? dev_of("attention_fwd", "stats", *stats) : Dev{};
+          rec.n = n;
+          rec.t = t;
+          rec.d = d;
+          rec.heads = heads;
+          rec.scale = scale;
+          new (self) AttentionFwdArgs(rec);
+        },
+        nb::kw_only(), "qkv"_a, "y"_a, "stats"_a.none() = nb::none(), "n"_a, "t"_a, "d"_a, "heads"_a, "scale"_a);
+    klass.def_prop_ro("qkv", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.qkv); });
+    klass.def_prop_ro("y", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.y); });
+    klass.def_prop_ro("stats", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.stats ? nb::cast(a.stats) : nb::object(nb::none())); });
+    klass.def_prop_ro("n", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.n); });
+    klass.def_prop_ro("t", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.t); });
+    klass.def_prop_ro("d", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.d); });
+    klass.def_prop_ro("heads", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.heads); });
+    klass.def_prop_ro("scale", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.scale); });
+    klass.def("fields", [](const AttentionFwdArgs& a) {
+      nb::dict d;
+      d["qkv"] = nb::cast(a.qkv);
+      d["y"] = nb::cast(a.y);
+      d["stats"] = nb::cast(a.stats ? nb::cast(a.stats) : nb::object(nb::none()));
+      d["n"] = nb::cast(a.n);
+      d["t"] = nb::cast(a.t);
+      d["d"] = nb::cast(a.d);
+      d["heads"] = nb::cast(a.heads);
+      d["scale"] = nb::cast(a.scale);
+      return d;
+    }, "The fields by name, in declaration order.");
+    klass.def("__repr__", [](const AttentionFwdArgs& a) { return record_repr("AttentionFwdArgs", nb::cast(a).attr("fields")()); });
+    klass.attr("op") = "attention_fwd";
+    klass.attr("field_types") = field_types({{"qkv", "tensor"}, {"y", "tensor"}, {"stats", "tensor?"}, {"n", "i64"}, {"t", "i64"}, {"d", "i64"}, {"heads", "i64"}, {"scale", "f64"}});
+  }
+  {
+    nb::class_<AttentionBwdArgs> klass(m, "AttentionBwdArgs", "dqkv = [dQ | dK | dV] of attention_fwd, in float32 from qkv, y, dy and the saved stats.\n\nKeyword-only fields:\n    qkv (tensor): [n, t, 3d]\n    y (tensor): [n, t, d]: the forward's\n    dy (tensor): [n, t, d]\n    stats (tensor): FP32 [n, heads, t]: the forward's\n    dqkv (tensor): [n, t, 3d]\n    n (i64): samples\n    t (i64): tokens\n    d (i64): y's channels (heads * dh)\n    heads (i64): heads (dividing d)\n    scale (f64): the scores' factor (finite, > 0)");
+    klass.def(
+        "__init__",
+        [](AttentionBwdArgs* self, const Dev& qkv, const Dev& y, const Dev& dy, const Dev& stats, const Dev& dqkv, std::int64_t n, std::int64_t t, std::int64_t d, std::int64_t heads, double scale) {
+          AttentionBwdArgs rec;
+          rec.qkv = dev_of("attention_bwd", "qkv", qkv);
+          rec.y = dev_of("attention_bwd", "y", y);
+          rec.dy = dev_of("attention_bwd", "dy", dy);
+          rec.stats = dev_of("attention_bwd", "stats", stats);
+          rec.dqkv = dev_of("attention_bwd", "dqkv", dqkv);
+          rec.n = n;
+          rec.t = t;
+          rec.d = d;
+          rec.heads = heads;
+          rec.scale = scale;
+          new (self) AttentionBwdArgs(rec);
+        },
+        nb::kw_only(), "qkv"_a, "y"_a, "dy"_a, "stats"_a, "dqkv"_a, "n"_a, "t"_a, "d"_a, "heads"_a, "scale"_a);
+    klass.def_prop_ro("qkv", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.qkv); });
+    klass.def_prop_ro("y", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.y); });
+    klass.def_prop_ro("dy", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.dy); });
+    klass.def_prop_ro("stats", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.stats); });
+    klass.def_prop_ro("dqkv", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.dqkv); });
+    klass.def_prop_ro("n", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.n); });
+    klass.def_prop_ro("t", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.t); });
+    klass.def_prop_ro("d", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.d); });
+    klass.def_prop_ro("heads", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.heads); });
+    klass.def_prop_ro("scale", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.scale); });
+    klass.def("fields", [](const AttentionBwdArgs& a) {
+      nb::dict d;
+      d["qkv"] = nb::cast(a.qkv);
+      d["y"] = nb::cast(a.y);
+      d["dy"] = nb::cast(a.dy);
+      d["stats"] = nb::cast(a.stats);
+      d["dqkv"] = nb::cast(a.dqkv);
+      d["n"] = nb::cast(a.n);
+      d["t"] = nb::cast(a.t);
+      d["d"] = nb::cast(a.d);
+      d["heads"] = nb::cast(a.heads);
+      d["scale"] = nb::cast(a.scale);
+      return d;
+    }, "The fields by name, in declaration order.");
+    klass.def("__repr__", [](const AttentionBwdArgs& a) { return record_repr("AttentionBwdArgs", nb::cast(a).attr("fields")()); });
+    klass.attr("op") = "attention_bwd";
+    klass.attr("field_types") = field_types({{"qkv", "tensor"}, {"y", "tensor"}, {"dy", "tensor"}, {"stats", "tensor"}, {"dqkv", "tensor"}, {"n", "i64"}, {"t", "i64"}, {"d", "i64"}, {"heads", "i64"}, {"scale", "f64"}});
+  }
+  {
     nb::class_<AugmentAffineArgs> klass(m, "AugmentAffineArgs", "y[i] = src[index[i]] scaled, rotated and shifted (bilinear, zeros outside), normalised, flipped and erased, with the parameters tr.data's workers draw for the sample.\n\nKeyword-only fields:\n    src (tensor): UINT8 [n, h, w, c]: the resident images\n    index (tensor): INT32 [batch]: the sample of each row (one outside 0..n-1 gives zeros before normalising)\n    key (tensor): INT32 [2]: the epoch's key prefix, one little-endian uint64\n    y (tensor): FP32, FP16 or BF16 [batch, h, w, c_out]\n    n (i64): samples in src\n    h (i64): image height\n    w (i64): image width\n    c (i64): channels of src (1 to 4)\n    c_out (i64): channels of y (c to 4; the extra ones are zeros)\n    batch (i64): rows of y (0: nothing is launched)\n    pad (i64): Pad(pad) + RandomCrop: a shift of -pad..pad (0: none)\n    crop_slot (i64): the crop's chain slot: its Philox stream\n    rotation_slot (i64): the rotation's chain slot\n    scale_slot (i64): the scale's chain slot\n    degrees (f64): RandomRotation(-degrees, degrees) (0: none)\n    scale_lo (f64): RandomScale's low factor\n    scale_hi (f64): RandomScale's high factor (1, 1: none)\n    erase_p (f64): RandomErasing's probability (0: none)\n    erase_scale_lo (f64): the erased area's low fraction\n    erase_scale_hi (f64): its high fraction\n    erase_ratio_lo (f64): the erased box's low aspect ratio\n    erase_ratio_hi (f64): its high aspect ratio\n    erase_value (f64): the erased pixels' value (normalised)\n    flip_p (f64): the horizontal flip's probability\n    mean (f64s): c values: the mean subtracted from x / 255, per channel\n    std (f64s): c values (> 0): the divisor after the mean, per channel");
     klass.def(
         "__init__",
@@ -2761,6 +2849,123 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"logits", "tensor"}, {"labels", "tensor"}, {"result", "tensor"}, {"pred", "tensor?"}, {"n", "i64"}, {"k", "i64"}, {"label_smoothing", "f64"}});
   }
   {
+    nb::class_<TokensFwdArgs> klass(m, "TokensFwdArgs", "y[n, 0] = cls + pos[0] (with a class token), y[n, c0 + p] = x[n, p] + pos[c0 + p], in float32.\n\nKeyword-only fields:\n    x (tensor): [n, p, c]\n    cls (tensor?): FP32 [c]\n    pos (tensor?): FP32 [t, c]\n    y (tensor): [n, t, c]\n    n (i64): samples\n    p (i64): patch tokens (the input's H*W)\n    t (i64): tokens (p, + 1 with cls)\n    c (i64): channels");
+    klass.def(
+        "__init__",
+        [](TokensFwdArgs* self, const Dev& x, std::optional<Dev> cls, std::optional<Dev> pos, const Dev& y, std::int64_t n, std::int64_t p, std::int64_t t, std::int64_t c) {
+          TokensFwdArgs rec;
+          rec.x = dev_of("tokens_fwd", "x", x);
+          rec.cls = cls ? dev_of("tokens_fwd", "cls", *cls) : Dev{};
+          rec.pos = pos ? dev_of("tokens_fwd", "pos", *pos) : Dev{};
+          rec.y = dev_of("tokens_fwd", "y", y);
+          rec.n = n;
+          rec.p = p;
+          rec.t = t;
+          rec.c = c;
+          new (self) TokensFwdArgs(rec);
+        },
+        nb::kw_only(), "x"_a, "cls"_a.none() = nb::none(), "pos"_a.none() = nb::none(), "y"_a, "n"_a, "p"_a, "t"_a, "c"_a);
+    klass.def_prop_ro("x", [](const TokensFwdArgs& a) -> nb::object { return nb::cast(a.x); });
+    klass.def_prop_ro("cls", [](const TokensFwdArgs& a) -> nb::object { return nb::cast(a.cls ? nb::cast(a.cls) : nb::object(nb::none())); });
+    klass.def_prop_ro("pos", [](const TokensFwdArgs& a) -> nb::object { return nb::cast(a.pos ? nb::cast(a.pos) : nb::object(nb::none())); });
+    klass.def_prop_ro("y", [](const TokensFwdArgs& a) -> nb::object { return nb::cast(a.y); });
+    klass.def_prop_ro("n", [](const TokensFwdArgs& a) -> nb::object { return nb::cast(a.n); });
+    klass.def_prop_ro("p", [](const TokensFwdArgs& a) -> nb::object { return nb::cast(a.p); });
+    klass.def_prop_ro("t", [](const TokensFwdArgs& a) -> nb::object { return nb::cast(a.t); });
+    klass.def_prop_ro("c", [](const TokensFwdArgs& a) -> nb::object { return nb::cast(a.c); });
+    klass.def("fields", [](const TokensFwdArgs& a) {
+      nb::dict d;
+      d["x"] = nb::cast(a.x);
+      d["cls"] = nb::cast(a.cls ? nb::cast(a.cls) : nb::object(nb::none()));
+      d["pos"] = nb::cast(a.pos ? nb::cast(a.pos) : nb::object(nb::none()));
+      d["y"] = nb::cast(a.y);
+      d["n"] = nb::cast(a.n);
+      d["p"] = nb::cast(a.p);
+      d["t"] = nb::cast(a.t);
+      d["c"] = nb::cast(a.c);
+      return d;
+    }, "The fields by name, in declaration order.");
+    klass.def("__repr__", [](const TokensFwdArgs& a) { return record_repr("TokensFwdArgs", nb::cast(a).attr("fields")()); });
+    klass.attr("op") = "tokens_fwd";
+    klass.attr("field_types") = field_types({{"x", "tensor"}, {"cls", "tensor?"}, {"pos", "tensor?"}, {"y", "tensor"}, {"n", "i64"}, {"p", "i64"}, {"t", "i64"}, {"c", "i64"}});
+  }
+  {
+    nb::class_<TokensBwdArgs> klass(m, "TokensBwdArgs", "dx[n, p] = dy[n, c0 + p]; dcls, dpos = the batch's sums of dy, float32 in sample order.\n\nKeyword-only fields:\n    dy (tensor): [n, t, c]\n    dx (tensor?): [n, p, c]; absent: nothing before the tokens is trained\n    dcls (tensor?): FP32 [c]\n    dpos (tensor?): FP32 [t, c]\n    n (i64): samples\n    p (i64): patch tokens (the input's H*W)\n    t (i64): tokens (p, + 1 with cls)\n    c (i64): channels");
+    klass.def(
+        "__init__",
+        [](TokensBwdArgs* self, const Dev& dy, std::optional<Dev> dx, std::optional<Dev> dcls, std::optional<Dev> dpos, std::int64_t n, std::int64_t p, std::int64_t t, std::int64_t c) {
+          TokensBwdArgs rec;
+          rec.dy = dev_of("tokens_bwd", "dy", dy);
+          rec.dx = dx ? dev_of("tokens_bwd", "dx", *dx) : Dev{};
+          rec.dcls = dcls ? dev_of("tokens_bwd", "dcls", *dcls) : Dev{};
+          rec.dpos = dpos ? dev_of("tokens_bwd", "dpos", *dpos) : Dev{};
+          rec.n = n;
+          rec.p = p;
+          rec.t = t;
+          rec.c = c;
+          new (self) TokensBwdArgs(rec);
+        },
+        nb::kw_only(), "dy"_a, "dx"_a.none() = nb::none(), "dcls"_a.none() = nb::none(), "dpos"_a.none() = nb::none(), "n"_a, "p"_a, "t"_a, "c"_a);
+    klass.def_prop_ro("dy", [](const TokensBwdArgs& a) -> nb::object { return nb::cast(a.dy); });
+    klass.def_prop_ro("dx", [](const TokensBwdArgs& a) -> nb::object { return nb::cast(a.dx ? nb::cast(a.dx) : nb::object(nb::none())); });
+    klass.def_prop_ro("dcls", [](const TokensBwdArgs& a) -> nb::object { return nb::cast(a.dcls ? nb::cast(a.dcls) : nb::object(nb::none())); });
+    klass.def_prop_ro("dpos", [](const TokensBwdArgs& a) -> nb::object { return nb::cast(a.dpos ? nb::cast(a.dpos) : nb::object(nb::none())); });
+    klass.def_prop_ro("n", [](const TokensBwdArgs& a) -> nb::object { return nb::cast(a.n); });
+    klass.def_prop_ro("p", [](const TokensBwdArgs& a) -> nb::object { return nb::cast(a.p); });
+    klass.def_prop_ro("t", [](const TokensBwdArgs& a) -> nb::object { return nb::cast(a.t); });
+    klass.def_prop_ro("c", [](const TokensBwdArgs& a) -> nb::object { return nb::cast(a.c); });
+    klass.def("fields", [](const TokensBwdArgs& a) {
+      nb::dict d;
+      d["dy"] = nb::cast(a.dy);
+      d["dx"] = nb::cast(a.dx ? nb::cast(a.dx) : nb::object(nb::none()));
+      d["dcls"] = nb::cast(a.dcls ? nb::cast(a.dcls) : nb::object(nb::none()));
+      d["dpos"] = nb::cast(a.dpos ? nb::cast(a.dpos) : nb::object(nb::none()));
+      d["n"] = nb::cast(a.n);
+      d["p"] = nb::cast(a.p);
+      d["t"] = nb::cast(a.t);
+      d["c"] = nb::cast(a.c);
+      return d;
+    }, "The fields by name, in declaration order.");
+    klass.def("__repr__", [](const TokensBwdArgs& a) { return record_repr("TokensBwdArgs", nb::cast(a).attr("fields")()); });
+    klass.attr("op") = "tokens_bwd";
+    klass.attr("field_types") = field_types({{"dy", "tensor"}, {"dx", "tensor?"}, {"dcls", "tensor?"}, {"dpos", "tensor?"}, {"n", "i64"}, {"p", "i64"}, {"t", "i64"}, {"c", "i64"}});
+  }
+  {
+    nb::class_<TokenPickArgs> klass(m, "TokenPickArgs", "forward: y[n] = x[n, 0]; backward: dx[n, 0] = dy[n], dx = 0 at the other tokens.\n\nKeyword-only fields:\n    src (tensor): forward x [n, t, c]; backward dy [n, c]\n    dst (tensor): forward y [n, c]; backward dx [n, t, c]\n    n (i64): samples\n    t (i64): tokens\n    c (i64): channels\n    backward (bool): the gradient's direction");
+    klass.def(
+        "__init__",
+        [](TokenPickArgs* self, const Dev& src, const Dev& dst, std::int64_t n, std::int64_t t, std::int64_t c, bool backward) {
+          TokenPickArgs rec;
+          rec.src = dev_of("token_pick", "src", src);
+          rec.dst = dev_of("token_pick", "dst", dst);
+          rec.n = n;
+          rec.t = t;
+          rec.c = c;
+          rec.backward = backward;
+          new (self) TokenPickArgs(rec);
+        },
+        nb::kw_only(), "src"_a, "dst"_a, "n"_a, "t"_a, "c"_a, "backward"_a);
+    klass.def_prop_ro("src", [](const TokenPickArgs& a) -> nb::object { return nb::cast(a.src); });
+    klass.def_prop_ro("dst", [](const TokenPickArgs& a) -> nb::object { return nb::cast(a.dst); });
+    klass.def_prop_ro("n", [](const TokenPickArgs& a) -> nb::object { return nb::cast(a.n); });
+    klass.def_prop_ro("t", [](const TokenPickArgs& a) -> nb::object { return nb::cast(a.t); });
+    klass.def_prop_ro("c", [](const TokenPickArgs& a) -> nb::object { return nb::cast(a.c); });
+    klass.def_prop_ro("backward", [](const TokenPickArgs& a) -> nb::object { return nb::cast(a.backward); });
+    klass.def("fields", [](const TokenPickArgs& a) {
+      nb::dict d;
+      d["src"] = nb::cast(a.src);
+      d["dst"] = nb::cast(a.dst);
+      d["n"] = nb::cast(a.n);
+      d["t"] = nb::cast(a.t);
+      d["c"] = nb::cast(a.c);
+      d["backward"] = nb::cast(a.backward);
+      return d;
+    }, "The fields by name, in declaration order.");
+    klass.def("__repr__", [](const TokenPickArgs& a) { return record_repr("TokenPickArgs", nb::cast(a).attr("fields")()); });
+    klass.attr("op") = "token_pick";
+    klass.attr("field_types") = field_types({{"src", "tensor"}, {"dst", "tensor"}, {"n", "i64"}, {"t", "i64"}, {"c", "i64"}, {"backward", "bool"}});
+  }
+  {
     nb::class_<H2dCopyArgs> klass(m, "H2dCopyArgs", "labels = the host bytes at src_labels, data = those at src_data (two cudaMemcpyAsync).\n\nKeyword-only fields:\n    src_labels (ptr): host address (pinned or registered) of label_bytes bytes\n    src_data (ptr): host address (pinned or registered) of data_bytes bytes\n    labels (tensor): the device labels\n    data (tensor): the device input\n    label_bytes (i64): bytes of labels to copy; 0: none\n    data_bytes (i64): bytes of data to copy; 0: none");
     klass.def(
         "__init__",
@@ -2808,6 +3013,8 @@ void bind_op_args(nb::module_& m) {
         if (nb::isinstance<ActFwdArgs>(args)) return act_fwd(ctx, nb::cast<const ActFwdArgs&>(args));
         if (nb::isinstance<ActBwdArgs>(args)) return act_bwd(ctx, nb::cast<const ActBwdArgs&>(args));
         if (nb::isinstance<ActInfArgs>(args)) return act_inf(ctx, nb::cast<const ActInfArgs&>(args));
+        if (nb::isinstance<AttentionFwdArgs>(args)) return attention_fwd(ctx, nb::cast<const AttentionFwdArgs&>(args));
+        if (nb::isinstance<AttentionBwdArgs>(args)) return attention_bwd(ctx, nb::cast<const AttentionBwdArgs&>(args));
         if (nb::isinstance<AugmentAffineArgs>(args)) return augment_affine(ctx, nb::cast<const AugmentAffineArgs&>(args));
         if (nb::isinstance<BnFwdArgs>(args)) return bn_fwd(ctx, nb::cast<const BnFwdArgs&>(args));
         if (nb::isinstance<BnBwdArgs>(args)) return bn_bwd(ctx, nb::cast<const BnBwdArgs&>(args));
@@ -2865,6 +3072,9 @@ void bind_op_args(nb::module_& m) {
         if (nb::isinstance<SoftmaxCeFwdArgs>(args)) return softmax_ce_fwd(ctx, nb::cast<const SoftmaxCeFwdArgs&>(args));
         if (nb::isinstance<SoftmaxCeBwdArgs>(args)) return softmax_ce_bwd(ctx, nb::cast<const SoftmaxCeBwdArgs&>(args));
         if (nb::isinstance<SoftmaxCeInfArgs>(args)) return softmax_ce_inf(ctx, nb::cast<const SoftmaxCeInfArgs&>(args));
+        if (nb::isinstance<TokensFwdArgs>(args)) return tokens_fwd(ctx, nb::cast<const TokensFwdArgs&>(args));
+        if (nb::isinstance<TokensBwdArgs>(args)) return tokens_bwd(ctx, nb::cast<const TokensBwdArgs&>(args));
+        if (nb::isinstance<TokenPickArgs>(args)) return token_pick(ctx, nb::cast<const TokenPickArgs&>(args));
         if (nb::isinstance<H2dCopyArgs>(args)) return h2d_copy(ctx, nb::cast<const H2dCopyArgs&>(args));
         not_a_record(args);
       },

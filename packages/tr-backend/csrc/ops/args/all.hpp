@@ -6,6 +6,7 @@
 
 #include "ops/args/accum.hpp"
 #include "ops/args/activation.hpp"
+#include "ops/args/attention.hpp"
 #include "ops/args/augment.hpp"
 #include "ops/args/bn.hpp"
 #include "ops/args/bn_pool.hpp"
@@ -26,6 +27,7 @@
 #include "ops/args/scalar.hpp"
 #include "ops/args/scale.hpp"
 #include "ops/args/softmax_ce.hpp"
+#include "ops/args/tokens.hpp"
 #include "ops/args/transfer.hpp"
 
 namespace tr::native {
@@ -38,6 +40,8 @@ inline constexpr const char* kNativeOps[] = {
     "act_fwd",
     "act_bwd",
     "act_inf",
+    "attention_fwd",
+    "attention_bwd",
     "augment_affine",
     "bn_fwd",
     "bn_bwd",
@@ -95,6 +99,9 @@ inline constexpr const char* kNativeOps[] = {
     "softmax_ce_fwd",
     "softmax_ce_bwd",
     "softmax_ce_inf",
+    "tokens_fwd",
+    "tokens_bwd",
+    "token_pick",
     "h2d_copy",
 };
 

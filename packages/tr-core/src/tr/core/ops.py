@@ -184,6 +184,20 @@ _DEFS: list[OpDef] = [
               "(None when the input needs no gradient); dgamma = sum over rows of dy * xhat, dbeta = sum over rows "
               "of dy (FP32; fixed-order sums, no atomics: the same bytes on every run; the CPU backend adds rows into "
               "float64, the CUDA one adds four rows in float32 and then float64)"),
+    # --- attention: multi-head scaled dot-product self-attention over tokens [N,1,T,C] (ViT's; H = 1, W = T) ----
+    OpDef("attention_fwd", "attention", (_t("qkv"), _t("y", "out"), _t("stats", "out", True)), ("heads", "scale"),
+          doc="qkv [N,1,T,3D] (FP32, FP16 or BF16) holds per token [q (D) | k (D) | v (D)], each split into `heads` "
+              "heads of dh = D / heads channels, head h on channels [h*dh, (h+1)*dh) (torch.nn.MultiheadAttention's "
+              "packed in_proj output); per sample and head, in float32 from the widened values: S = (q k^T) * scale, "
+              "P = softmax(S) by rows (max subtracted), y = P v rounded once to y's dtype (qkv's; y [N,1,T,D], the "
+              "heads concatenated in order); stats FP32 [N,1,heads,T] = each row's log-sum-exp of S, saved for the "
+              "backward in training (inference passes none). Fixed order: the same bytes on every run"),
+    OpDef("attention_bwd", "attention",
+          (_t("qkv"), _t("y"), _t("dy"), _t("stats"), _t("dqkv", "out")), ("heads", "scale"),
+          doc="attention_fwd's gradient, in float32: P = exp(S - stats) recomputed from qkv; dV = P^T dy, dP = dy "
+              "V^T, D_i = rowsum(dy * y) (y as stored, widened), dS = P * (dP - D_i), dQ = (dS K) * scale, dK = "
+              "(dS^T Q) * scale; dqkv [N,1,T,3D] = [dQ | dK | dV] per token in qkv's layout and dtype (dy's, y's), "
+              "rounded once"),
     # --- activations (kind in ACTIVATIONS) ----------------------------------------------------------
     OpDef("act_fwd", "activation", (_t("x"), _t("y", "out"), _t("mask", "out", True)), ("kind",),
           doc="y = f(x); when a mask is given, also write the INT8 mask (x > 0) (only relu's backward reads it)"),
@@ -248,6 +262,19 @@ _DEFS: list[OpDef] = [
     # --- residual ----------------------------------------------------------------------------------
     OpDef("add_fwd", "add", (_t("a"), _t("b"), _t("y", "out")), ("activation",),
           doc="y = a + b, then optional relu (activation None or 'relu')", inplace=(("y", "a"), ("y", "b"))),
+    # --- a Vision Transformer's tokens: [N, 1, T, C] (H = 1, W = T tokens, C channels) ----------------
+    OpDef("tokens_fwd", "tokens", (_t("x"), _t("cls", "in", True), _t("pos", "in", True), _t("y", "out")),
+          doc="x [N,H,W,C] (a patch embedding's output) -> y [N,1,T,C]: T = H*W, + 1 with a class token cls (FP32 "
+              "[1,1,1,C]) as token 0; the patch tokens in row order; plus pos (FP32 [1,1,T,C]) when given; float32, "
+              "rounded once"),
+    OpDef("tokens_bwd", "tokens", (_t("dy"), _t("dx", "out", True), _t("dcls", "out", True),
+                                    _t("dpos", "out", True)),
+          doc="dx = dy's patch tokens (unless dx is None); dcls = sum over samples of dy's token 0, dpos = sum over "
+              "samples of dy (FP32, samples added in order)"),
+    OpDef("token_pick_fwd", "tokens", (_t("x"), _t("y", "out")),
+          doc="y [N,1,1,C] = token 0 of x [N,1,T,C] (class-token pooling)"),
+    OpDef("token_pick_bwd", "tokens", (_t("dy"), _t("dx", "out")),
+          doc="dx [N,1,T,C]: dy at token 0, zero at the others"),
     # --- channel scaling (squeeze-excitation's join) ------------------------------------------------
     OpDef("scale_fwd", "scale", (_t("x"), _t("s"), _t("y", "out")),
           doc="y[n,h,w,c] = x[n,h,w,c] * s[n,0,0,c] (s [N,1,1,C]: one factor per sample and channel)"),

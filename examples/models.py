@@ -1,5 +1,5 @@
-"""Example BluePrints: the seed's MNIST MLP, VGG16-BN, ResNet-50, MobileNetV2 and EfficientNet-B0 (ImageNet,
-224x224, 1000 classes).
+"""Example BluePrints: the seed's MNIST MLP, VGG16-BN, ResNet-50, MobileNetV2, EfficientNet-B0 and ViT-B/16
+(ImageNet, 224x224, 1000 classes), and a small ViT for CPU tests and demos.
 
 Inspect one with:  python -m tr.graph examples/models.py:resnet50 --batch 256 --resolution 224 --amp
 """
@@ -8,14 +8,20 @@ from __future__ import annotations
 
 from tr.graph.blueprint import (
     BluePrint,
+    add2,
+    attention,
     block,
     bn,
     cbr,
+    class_token,
     conv,
     dropout,
     fc,
     flatten,
     gap,
+    gelu,
+    identity,
+    layernorm,
     maxpool,
     mbconv,
     relu,
@@ -23,6 +29,7 @@ from tr.graph.blueprint import (
     repeat,
     seq,
     silu,
+    tokens,
 )
 
 # The seed's MLP: 784-1024-512-256-10 with relu.
@@ -92,5 +99,25 @@ def efficientnet_b0_net(num_classes: int = 1000, dropout_p: float = 0.2):
 efficientnet_b0 = BluePrint(efficientnet_b0_net(), name="efficientnet_b0", input_shape=(224, 224, 3),
                             num_classes=1000)
 
+def vit_net(patch: int, depth: int, width: int, heads: int, mlp_ratio: int = 4, num_classes: int = 1000,
+            eps: float = 1e-6):
+    """torchvision's VisionTransformer, layer for layer: conv_proj (a patch x patch conv, stride patch, with bias),
+    a class token and a learned position embedding, ``depth`` encoder blocks (pre-norm: x + attention(ln_1(x)),
+    then x + mlp(ln_2(x)); the attention's fused in_proj and its out_proj are 1x1 convs with bias on the tokens,
+    the MLP fc - GELU (exact) - fc), a final LayerNorm and the head on the class token. No dropout (torchvision's
+    default is 0)."""
+    attend = seq(layernorm(eps), conv(3 * width, 1, bias=True), attention(heads), conv(width, 1, bias=True))
+    mlp = seq(layernorm(eps), conv(mlp_ratio * width, 1, bias=True), gelu(), conv(width, 1, bias=True))
+    encoder = seq(add2(identity(), attend), add2(identity(), mlp))
+    return seq(conv(width, patch, patch, bias=True), tokens(), repeat(encoder, depth), layernorm(eps),
+               class_token(), fc(num_classes))
+
+
+# torchvision.models.vit_b_16: patch 16, 12 blocks of width 768, 12 heads, MLP 3072
+vit_b_16 = BluePrint(vit_net(16, 12, 768, 12), name="vit_b_16", input_shape=(224, 224, 3), num_classes=1000)
+# a small ViT for the CPU: MNIST-sized (28x28x1, patch 7: 16 tokens and the class token), width 64, 4 heads
+vit_tiny_mnist = BluePrint(vit_net(7, 2, 64, 4, mlp_ratio=2, num_classes=10), name="vit_tiny_mnist",
+                           input_shape=(28, 28, 1), num_classes=10)
+
 MODELS = {"mlp_mnist": mlp_mnist, "vgg16_bn": vgg16_bn, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2,
-          "efficientnet_b0": efficientnet_b0}
+          "efficientnet_b0": efficientnet_b0, "vit_b_16": vit_b_16, "vit_tiny_mnist": vit_tiny_mnist}

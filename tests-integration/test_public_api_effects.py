@@ -544,6 +544,14 @@ for _name, _init in {"conv": lambda i: i.conv(R.InitKind.XAVIER_NORMAL), "fc": l
                      "constant": lambda i: i.fc(R.InitKind.CONSTANT).constant(0.25)}.items():
     EFFECTS[f"Initializer.{_name}"] = lambda f=_init: init_differs(f(R.Initializer()))
 
+
+def _embedding_init() -> None:  # a model with a position embedding (the only "embedding" weight)
+    vit = R.seq(R.conv(4, 2, 2, bias=True), R.tokens(), R.layernorm(), R.class_token(), R.fc(K))
+    assert weights(task(model=vit)) != weights(task(model=vit, initializer=(R.Initializer().embedding(0.5),)))
+
+
+EFFECTS["Initializer.embedding"] = _embedding_init
+
 # Public methods of those classes that configure nothing (queries, the lifecycle, the math the ops are checked
 # against): they are not settings.
 # what every configuration section has besides its setters: freeze/thaw/snapshot/copy and the readers

@@ -31,6 +31,9 @@ LAYERS = {  # factory -> a model fragment using it (shape-preserving on [B, 4, 4
     "conv": R.conv(4, 1), "seq": R.seq(R.relu(), R.relu()), "fc": None, "gap": None, "flatten": None,
     "identity": None, "channel_padding": R.channel_padding(),  # (4 -> 8 channels; gap takes any)
     "cbrp": R.cbrp(4, 3, 1, 1, 3, 1, 1), "gap_fc": None, "mbconv": R.mbconv(2, 4), "layernorm": R.layernorm(),
+    # the Vision Transformer's (tokens [B, 1, T, 4]; gap then means them)
+    "tokens": R.tokens(), "class_token": R.seq(R.tokens(), R.class_token()),
+    "attention": R.seq(R.tokens(), R.conv(12, 1, bias=True), R.attention(2)),
 }
 TRANSFORMS = {
     "CenterCrop": R.CenterCrop(4), "ColorJitter": R.ColorJitter(brightness=0.5), "GaussianBlur": R.GaussianBlur(3, 1.0),

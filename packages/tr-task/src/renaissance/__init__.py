@@ -49,6 +49,7 @@ from tr.data import (
 from tr.graph.blueprint import (
     BluePrint,
     add2,
+    attention,
     avgpool,
     basic_block,
     block,
@@ -57,6 +58,7 @@ from tr.graph.blueprint import (
     cbr,
     cbrp,
     channel_padding,
+    class_token,
     conv,
     dropout,
     elu,
@@ -78,6 +80,7 @@ from tr.graph.blueprint import (
     sigmoid,
     silu,
     tanh,
+    tokens,
 )
 from tr.task.deep_learning import DeepLearningTask
 from tr.task.distributed import DistEnv

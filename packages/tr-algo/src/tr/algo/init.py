@@ -263,7 +263,7 @@ def initialize(
     return _drawn(n, draw).reshape(dims)
 
 
-FAMILIES = ("conv", "fc")  # the weight families a policy sets (tr.tensor.program.InitSpec.family)
+FAMILIES = ("conv", "fc", "embedding")  # the weight families a policy sets (tr.tensor.program.InitSpec.family)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -283,6 +283,7 @@ class Initializer:
     gain_factor: float | None = None
     variance_scale: float = 2.0
     constant_value: float = 0.0
+    embedding_std: float = 0.02  # a learned position embedding's (timm's trunc_normal_(std=.02), cut at 2 sigma)
 
     def __post_init__(self) -> None:
         # Building the two specs validates every field (and names the bad one).
@@ -307,10 +308,16 @@ class Initializer:
     def constant(self, value: float) -> Initializer:
         return replace(self, constant_value=value)
 
+    def embedding(self, std: float) -> Initializer:
+        return replace(self, embedding_std=std)
+
     def spec_for(self, family: str) -> InitSpec:
-        """The InitSpec of a weight of ``family``: "fc" (FC weights) or "conv" (convolution weights)."""
+        """The InitSpec of a weight of ``family``: "fc" (FC weights), "conv" (convolution weights) or "embedding"
+        (a learned position embedding: a truncated normal of std embedding_std, declared with fan_in 1)."""
         if family not in FAMILIES:
             raise ConfigError(f"initializer family {family!r} is not one of {list(FAMILIES)} (the policy draws "
-                              f"fc and conv weights; other tensors are filled by their InitSpec's kind)")
+                              f"fc, conv and embedding weights; other tensors are filled by their InitSpec's kind)")
+        if family == "embedding":
+            return InitSpec(kind=InitKind.TRUNC_NORMAL, mode=FanMode.FAN_IN, scale=self.embedding_std ** 2)
         return InitSpec(kind=self.fc_kind if family == "fc" else self.conv_kind, mode=self.fan_mode,
                         gain=self.gain_factor, scale=self.variance_scale, value=self.constant_value)

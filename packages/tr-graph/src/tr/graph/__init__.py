@@ -13,6 +13,7 @@ from tr.graph.blueprint import (
     Layer,
     activation,
     add2,
+    attention,
     avgpool,
     basic_block,
     block,
@@ -21,6 +22,7 @@ from tr.graph.blueprint import (
     cbr,
     cbrp,
     channel_padding,
+    class_token,
     conv,
     dropout,
     elu,
@@ -44,17 +46,17 @@ from tr.graph.blueprint import (
     silu,
     softmax_ce,
     tanh,
+    tokens,
 )
 from tr.graph.checker import check_program
 from tr.graph.compiler import Compiled, Compiler, arch_plan, compile_program, compile_with_plan
 from tr.graph.spec import OPTIMIZERS, CompileSpec
 
 __all__ = [
-    "ArchLayer", "ArchPlan", "BluePrint", "Layer", "activation", "add2", "avgpool", "basic_block", "block", "bn",
-    "bottleneck", "cbr", "cbrp", "channel_padding", "conv", "dropout", "elu", "fc", "flatten", "gap", "gap_fc",
-    "gelu", "hardswish", "identity", "layernorm", "leaky_relu", "maxpool", "mbconv", "relu", "relu6", "repeat", "se",
-    "seq", "sigmoid",
-    "silu", "softmax_ce", "tanh", "check_program", "Compiled", "Compiler", "arch_plan", "compile_program",
-    "compile_with_plan", "OPTIMIZERS", "CompileSpec"
+    "ArchLayer", "ArchPlan", "BluePrint", "Layer", "activation", "add2", "attention", "avgpool", "basic_block",
+    "block", "bn", "bottleneck", "cbr", "cbrp", "channel_padding", "conv", "dropout", "elu", "fc", "flatten", "gap",
+    "gap_fc", "gelu", "hardswish", "identity", "layernorm", "leaky_relu", "maxpool", "mbconv", "relu", "relu6",
+    "repeat", "se", "seq", "sigmoid", "silu", "softmax_ce", "tanh", "tokens", "class_token", "check_program",
+    "Compiled", "Compiler", "arch_plan", "compile_program", "compile_with_plan", "OPTIMIZERS", "CompileSpec"
 ]
 __version__ = "0.1.0"

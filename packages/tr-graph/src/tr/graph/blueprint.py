@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from tr.core.errors import CompileError
+from tr.core.errors import CompileError, ConfigError
 
 ACT_KINDS = ("relu", "tanh", "silu", "sigmoid", "relu6", "leaky_relu", "hardswish", "elu", "gelu")
 BLOCK_KINDS = ("basic", "bottleneck")
@@ -73,6 +73,22 @@ class BN(Layer):
 @dataclass(frozen=True, repr=False)
 class LayerNorm(Layer):
     eps: float = 1e-5
+
+
+@dataclass(frozen=True, repr=False)
+class Tokens(Layer):
+    cls: bool = True
+    pos: bool = True
+
+
+@dataclass(frozen=True, repr=False)
+class ClassToken(Layer):
+    pass
+
+
+@dataclass(frozen=True, repr=False)
+class Attention(Layer):
+    heads: int = 1
 
 
 @dataclass(frozen=True, repr=False)
@@ -338,6 +354,28 @@ def layernorm(eps: float = 1e-5) -> LayerNorm:
     """Normalise each position's C values (ViT's LayerNorm over the embedding: tokens as positions), then a
     trained per-channel scale (ones) and shift (zeros); after a flatten, a sample's whole row."""
     return LayerNorm(_number("layernorm eps", eps))
+
+
+def tokens(cls: bool = True, pos: bool = True) -> Tokens:
+    """A Vision Transformer's token sequence from a patch embedding's [N, H, W, C] output: its H*W positions as
+    tokens [N, 1, T, C] in row order, a learned class token first (``cls``; zeros at the start, as torchvision's),
+    a learned position embedding added (``pos``; timm's truncated normal, std Initializer.embedding_std)."""
+    if not isinstance(cls, bool) or not isinstance(pos, bool):
+        raise ConfigError(f"tokens(cls, pos) take True or False, got {cls!r}, {pos!r}")
+    return Tokens(cls, pos)
+
+
+def attention(heads: int) -> Attention:
+    """Multi-head scaled dot-product self-attention on tokens: reads the fused projection's [N, 1, T, 3D] (q, k, v,
+    torch.nn.MultiheadAttention's packed layout: a 1x1 conv of 3D channels with bias before it), writes the heads'
+    outputs [N, 1, T, D] (the output projection is a 1x1 conv after it); scale 1 / sqrt(D / heads)."""
+    _ints("attention", heads=heads)
+    return Attention(heads)
+
+
+def class_token() -> ClassToken:
+    """Class-token pooling: token 0 of [N, 1, T, C] as [N, 1, 1, C] (torchvision's ViT head input)."""
+    return ClassToken()
 
 
 def cbr(out: int, k: int, s: int = 1, p: int = 0, momentum: float = 0.1, eps: float = 1e-5) -> CBR:

@@ -108,7 +108,10 @@ def expand(root: Any, in_channels: int | None) -> list[ArchLayer]:
         kind = NODE_KINDS.get(type(node))  # a leaf: its kind says what it becomes
         if kind is None:
             raise CompileError(f"layer {len(out)} ({type(node).__name__} at {path}): not a known layer")
-        e = kind.expand(node, c)
+        try:
+            e = kind.expand(node, c)
+        except LayerProblem as problem:  # (the kind says why; here is which layer)
+            raise CompileError(f"layer {len(out)} ({node!r} at {path}): {problem}") from None
         emit(e.kind, path, **e.params)
         return e.channels
 

@@ -15,6 +15,7 @@ from tr.core.errors import ConfigError
 from tr.graph.blueprint import Layer
 from tr.graph.layers.activation import ActKind
 from tr.graph.layers.add import AddKind
+from tr.graph.layers.attention import AttentionKind
 from tr.graph.layers.base import LayerKind, LayerProblem
 from tr.graph.layers.bn import BNKind
 from tr.graph.layers.cbr import CBRKind
@@ -28,11 +29,12 @@ from tr.graph.layers.onehot_loss import OneHotLossKind
 from tr.graph.layers.pool import AvgPoolKind, GapKind, MaxPoolKind
 from tr.graph.layers.scale import ScaleKind
 from tr.graph.layers.softmax_ce import SoftmaxCEKind
+from tr.graph.layers.tokens import ClassTokenKind, TokensKind
 
 KINDS: dict[str, LayerKind] = {}
 for _k in (FCKind(), ConvKind(), BNKind(), ActKind(), MaxPoolKind(), AvgPoolKind(), GapKind(), FlattenKind(),
            DropoutKind(), AddKind(), ScaleKind(), SoftmaxCEKind(), OneHotLossKind(), CBRKind(), ChannelPadKind(),
-           LayerNormKind()):
+           LayerNormKind(), TokensKind(), ClassTokenKind(), AttentionKind()):
     for _name in _k.kinds:
         KINDS[_name] = _k
 

@@ -242,7 +242,7 @@ void allow_shared(const A& args, Context& ctx, K* kernel, std::size_t bytes, con
                   std::to_string(allowed) + " (at most T=" + std::to_string(most) + " with dh=" +
                   std::to_string(g.dh) + ")");
   }
-  if (bytes > kDefaultShared) {
+  if (bytes + fa.sharedSizeBytes > kDefaultShared) {  // (the static part counts against the 48 KiB default too)
     cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(allowed)),
                 "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
   }

@@ -283,10 +283,13 @@ class Initializer:
     gain_factor: float | None = None
     variance_scale: float = 2.0
     constant_value: float = 0.0
-    embedding_std: float = 0.02  # a learned position embedding's (timm's trunc_normal_(std=.02), cut at 2 sigma)
+    # a learned position embedding's normal std (torchvision draws normal(0.02)); tr's TRUNC_NORMAL cuts at 2 sigma
+    # without rescaling, so the drawn values' std is about 0.88 of it
+    embedding_std: float = 0.02
 
     def __post_init__(self) -> None:
-        # Building the two specs validates every field (and names the bad one).
+        object.__setattr__(self, "embedding_std", v.positive("embedding std", self.embedding_std))
+        # Building the specs validates every other field (and names the bad one).
         for family in FAMILIES:
             self.spec_for(family)
 

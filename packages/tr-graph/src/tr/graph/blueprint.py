@@ -359,7 +359,7 @@ def layernorm(eps: float = 1e-5) -> LayerNorm:
 def tokens(cls: bool = True, pos: bool = True) -> Tokens:
     """A Vision Transformer's token sequence from a patch embedding's [N, H, W, C] output: its H*W positions as
     tokens [N, 1, T, C] in row order, a learned class token first (``cls``; zeros at the start, as torchvision's),
-    a learned position embedding added (``pos``; timm's truncated normal, std Initializer.embedding_std)."""
+    a learned position embedding added (``pos``; a normal of std Initializer.embedding_std cut at 2 sigma)."""
     if not isinstance(cls, bool) or not isinstance(pos, bool):
         raise ConfigError(f"tokens(cls, pos) take True or False, got {cls!r}, {pos!r}")
     return Tokens(cls, pos)

@@ -134,7 +134,9 @@ class DeepLearningTask(TaskBase):
     def layer_decay(self, decay: float) -> DeepLearningTask:
         """Layer-wise rate decay (timm's --layer-decay, BEiT's fine-tuning recipe): layer k of the n layers that own
         trained tensors, in model order, trains at decay ** (n - 1 - k) times the rate, the head at the full rate
-        (on top of param_group()'s multipliers). Each trained tensor is then updated by its own launch."""
+        (on top of param_group()'s multipliers). Each trained tensor is then updated by its own launch. Layers, not
+        blocks: a ViT encoder block is 6 layers with trained tensors here where timm counts 1, so take decay ** (1/6)
+        for timm's per-block value."""
         self._plan("layer_decay()")
         if isinstance(decay, bool) or not isinstance(decay, numbers.Real) or not 0 < decay <= 1:
             raise ConfigError(f"layer_decay must be a number in (0, 1], got {decay!r}")

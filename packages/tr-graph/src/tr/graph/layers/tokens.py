@@ -5,7 +5,7 @@ with bias) writes [N, H, W, C] and its H*W positions are the patch tokens in row
 per-token linear layer is a 1x1 conv, LayerNorm normalises each token's C values, gap is mean pooling.
 
 ``tokens``: y = [cls; x's tokens] + pos. The class token [1,1,1,C] (zeros at the start, as torchvision's) and the
-position embedding [1,1,T,C] (timm's truncated normal, std Initializer.embedding_std) live in the group "tokens":
+position embedding [1,1,T,C] (a normal of std Initializer.embedding_std cut at 2 sigma) live in the group "tokens":
 no weight decay (the ViT recipe's), no 16-bit working copy (the kernels read the FP32 masters whatever the feature
 type, as LayerNorm's do), FP32 gradients summed over the batch. ``class_token``: token 0 of [N,1,T,C] as [N,1,1,C].
 """

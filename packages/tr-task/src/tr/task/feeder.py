@@ -26,6 +26,7 @@ from tr.core.bf16 import bf16_bits, round_bf16
 from tr.core.dtype import DType
 from tr.core.errors import ConfigError, DataError, DTypeError, ShapeError
 from tr.core.settings import check_batch_split
+from tr.data.fused import out_dtype
 from tr.data.labels import check_labels
 from tr.data.seeds import check_seed, data_seed
 from tr.data.sharding import check_shard, shard_positions, shard_size
@@ -296,7 +297,6 @@ class DeviceSideFeeder(InMemoryFeeder):
 
 
 _FEED_DTYPES = {"float32": DType.FP32, "float16": DType.FP16, "bfloat16": DType.BF16}  # name -> what is staged
-_NAME = {d: n for n, d in _FEED_DTYPES.items()}
 _CHECK_ROWS = 1 << 14  # images checked at a time: the range check's temporaries stay small
 
 
@@ -432,4 +432,5 @@ def _check_fits(x: np.ndarray, name: str, dtype: DType) -> None:
             if bad.any():
                 at = np.unravel_index(int(np.flatnonzero(bad)[0]), bad.shape)
                 raise DataError(f"{name} image {start + int(at[0])} has value {block[at].item()!r} at (h, w, c) "
-                                f"{tuple(int(i) for i in at[1:])}, which overflows the {_NAME[dtype]} staging buffers")
+                                f"{tuple(int(i) for i in at[1:])}, which overflows the {out_dtype(dtype)} staging "
+                                "buffers")

@@ -22,15 +22,14 @@ from tr.core.dtype import DType
 from tr.core.errors import ConfigError
 from tr.core.settings import Settings, check_batch_split
 from tr.data import PREPROCESSOR_SETTING, Preprocessor, PreprocessorSettings, TransferStation
+from tr.data.fused import out_dtype
 from tr.data.sharding import check_shard
 from tr.task.feeder import FeederDefaults
-
-STAGING = {"off": "float32", "fp16": "float16", "bf16": "bfloat16"}  # settings.amp_mode -> the batches' type
 
 
 def staging_dtype(settings: Settings) -> str:
     """The type the host stages batches in: the plan's input type (AMP's 16-bit type, else float32)."""
-    return STAGING[settings.amp_mode]
+    return out_dtype(settings.low_dtype or DType.FP32)
 
 
 class PipelineFeeder(FeederDefaults):

@@ -15,6 +15,7 @@ from typing import Any
 from tr.core.dtype import DType
 from tr.core.errors import CompileError, ConfigError
 from tr.core.settings import Settings
+from tr.data.fused import out_dtype
 
 
 def num_classes(explicit: int | None, blueprint: Any, data_classes: int | None) -> int:
@@ -66,10 +67,7 @@ def staging(s: Settings, feeder: Any) -> None:
     if got is not DType.FP32 and got is not want:
         hint = f" or set amp({got.value!r})" if got in (DType.FP16, DType.BF16) else ""
         raise ConfigError(f"{type(feeder).__name__} stages {got.name} samples, but settings.amp is {s.amp_mode!r} "
-                          f"(the plan reads {want.name}): give the feeder dtype {_STAGED[want]!r}{hint}")
-
-
-_STAGED = {DType.FP32: "float32", DType.FP16: "float16", DType.BF16: "bfloat16"}
+                          f"(the plan reads {want.name}): give the feeder dtype {out_dtype(want)!r}{hint}")
 
 
 def optimizer_spec(opt) -> dict[str, Any]:

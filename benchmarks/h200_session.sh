@@ -74,6 +74,11 @@
 #                      steps of VGG16-BN and ResNet-50, CROSS_ARGS (e.g. "--autotune"); JSON cross${CROSS_TAG}.json
 #   convergence        benchmarks/convergence.py (issue [14]): tr and its PyTorch twins trained to convergence, CONV_ARGS
 #                      (e.g. "--precisions fp32", "--imagenet"); JSON convergence${CONV_TAG}.json, log convergence.log
+#   convergence-tr, convergence-pytorch   the same for one framework (JSON convergence_FW${CONV_TAG}.json, log
+#                      convergence-FW.log)
+#   bg:STAGE           STAGE (convergence[-FW], cross) in the background, its output in its log only, joined before the
+#                      summary: e.g. "build bg:convergence-tr bg:convergence-pytorch gpusuite" trains both sides' MNIST
+#                      runs on the GPU beside the suite (neither measures speed; the suite's tests take longer)
 # libjpeg-turbo: the machine lacks its headers; carry the prefix tools/fetch_device_jpeg.sh makes at .devdata/jpeg
 # (include/ jpeglib.h, jconfig.h, jmorecfg.h, jerror.h; lib/ libjpeg.so and libjpeg.so.62, plain copies: links do
 # not travel): CMake finds it through CMAKE_PREFIX_PATH and the extension loads it through LD_LIBRARY_PATH.
@@ -290,9 +295,11 @@ stage_restests() {  # the device-augmentation GPU tests alone
 }
 
 stage_convergence() {  # benchmarks/convergence.py: starts no run it cannot finish 20 s before the stage's limit
+  # [FRAMEWORK]: that framework's runs only, in convergence_FRAMEWORK${CONV_TAG}.json (two such stages run side by side)
+  local fw=${1:-}
   # shellcheck disable=SC2086
-  "$PY" benchmarks/convergence.py ${CONV_ARGS:-} --deadline-s $(( ${TR_STAGE_LIMIT_S:-570} - 20 )) \
-    --json "$OUT/convergence${CONV_TAG:-}.json"
+  "$PY" benchmarks/convergence.py ${CONV_ARGS:-} ${fw:+--frameworks "$fw"} \
+    --deadline-s $(( ${TR_STAGE_LIMIT_S:-570} - 20 )) --json "$OUT/convergence${fw:+_$fw}${CONV_TAG:-}.json"
 }
 
 stage_cross() {  # benchmarks/cross_machine.py: 20 steps of VGG16-BN and ResNet-50 from one seed, hashes and engines
@@ -435,7 +442,8 @@ for s in "${stages[@]}"; do
     profile-vgg16_bn|profile-resnet50|profile-mobilenet_v2|profile-efficientnet_b0|profile-mlp_mnist) plan+=("$s") ;;
     bench-vgg16_bn|bench-resnet50|bench-mobilenet_v2|bench-efficientnet_b0) plan+=("$s") ;;
     trace-vgg16_bn|trace-resnet50|trace-mlp_mnist) plan+=("$s") ;;
-    convergence|cross) plan+=("$s") ;;
+    convergence|convergence-tr|convergence-pytorch|cross) plan+=("$s") ;;
+    bg:convergence|bg:convergence-tr|bg:convergence-pytorch|bg:cross) plan+=("$s") ;;
     *) echo "unknown stage $s (build build-data gputests gpusuite datatests pipeline e2e[-LEVEL] profile[-MODEL]" \
             "trace[-MODEL] bench[-MODEL])" >&2; exit 2 ;;
   esac
@@ -460,6 +468,13 @@ run() {  # run STAGE LOG LIMIT ARGS...: one stage under a timeout cut to the ses
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && why="timed out after $limit s"
   results+=("$stage|$rc|$((SECONDS - t0))|$why")
   return $rc
+}
+
+bg_pids=()
+run_bg() {  # run_bg STAGE LOG LIMIT ARGS...: run in the background (its output only in LOG); joined before the summary
+  local stage=$1
+  ( run "$@" >/dev/null; printf '%s\n' "${results[-1]}" >"$BUILD/summary/bg_$stage.result" ) &
+  bg_pids+=($!)
 }
 
 build_failed=0
@@ -508,6 +523,12 @@ for s in "${plan[@]}"; do
     hybrid) ensure_built "$s" && run hybrid pipeline.log 200 hybrid ;;
     e2e-refused) ensure_built "$s" && run e2e-refused e2e.log 300 e2e_refused ;;
     convergence) ensure_built "$s" && run convergence convergence.log 570 convergence ;;
+    convergence-tr|convergence-pytorch)
+      ensure_built "$s" && run "$s" "$s.log" 570 convergence "${s#convergence-}" ;;
+    bg:convergence) ensure_built "$s" && run_bg convergence convergence.log 570 convergence ;;
+    bg:convergence-tr|bg:convergence-pytorch)
+      ensure_built "$s" && run_bg "${s#bg:}" "${s#bg:}.log" 570 convergence "${s#bg:convergence-}" ;;
+    bg:cross) ensure_built "$s" && run_bg cross cross.log 300 cross ;;
     cross) ensure_built "$s" && run cross cross.log 300 cross ;;
     e2e-dev-*) ensure_built "$s" && run "$s" e2e.log 400 e2e_dev "${s#e2e-dev-}" ;;
     e2e-*) ensure_built "$s" && run "$s" e2e.log 300 e2e "${s#e2e-}" ;;
@@ -522,6 +543,12 @@ for s in "${plan[@]}"; do
 done
 
 # --- summary (the last lines of the call's output) -----------------------------------------------------------
+for p in "${bg_pids[@]}"; do wait "$p"; done
+for f in "$BUILD"/summary/bg_*.result; do
+  [ -f "$f" ] || continue
+  results+=("$(cat "$f")")
+  rm -f "$f"
+done
 for f in "$OUT"/profile.log; do
   [ -f "$f" ] || continue
   echo

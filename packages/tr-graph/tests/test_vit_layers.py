@@ -70,6 +70,9 @@ def test_amp_keeps_the_tokens_fp32_and_the_features_16_bit():
      r"must divide by 3"),
     (lambda: seq(conv(24, 4, 4), attention(2), gap(), fc(5)), r"attention reads tokens \[N, 1, T, 3D\]"),
     (lambda: seq(conv(8, 4, 4), class_token(), fc(5)), r"class_token pools tokens \[N, 1, T, C\]"),
+    (lambda: seq(conv(8, 3, 3, bias=True), tokens(), class_token(), fc(5)),
+     r"layer 1 \(tokens at model\[1\]\): its patch embedding \(conv 3x3 stride 3\) does not tile the 8x8 image: "
+     r"the last 2 rows and 2 columns would be dropped"),
 ])
 def test_bad_vit_models_are_refused_at_compile_naming_the_layer(model, message):
     with pytest.raises(CompileError, match=message):

@@ -267,9 +267,11 @@ def _is_loss(L: ArchLayer) -> bool:
 def infer_shapes(layers: Sequence[ArchLayer], x: Shape, where: str = "") -> dict[int, Shape]:
     """Output shape of every layer (by uid) for input ``x``; ``where`` is appended to error messages."""
     shapes: dict[int, Shape] = {DATA: x}
+    by_uid = {L.uid: L for L in layers}
     for i, L in enumerate(layers):
         try:
             shapes[L.uid] = KINDS[L.kind].out_shape(L, [shapes[u] for u in L.inputs])
+            KINDS[L.kind].check_producers(L, [by_uid.get(u) for u in L.inputs], shapes)
         except LayerProblem as e:
             raise layer_error(i, L, f"{e}{where}") from None
     return shapes

@@ -250,6 +250,11 @@ class LayerKind:
     def out_shape(self, layer: ArchLayer, ins: Sequence[Shape]) -> Shape:
         raise NotImplementedError
 
+    def check_producers(self, layer: ArchLayer, producers: Sequence[ArchLayer | None],
+                        shapes: Mapping[int, Shape]) -> None:
+        """Validate what the layer reads beyond its input shapes: the layers writing its inputs (None: the input
+        batch) and every shape so far, by uid; raise LayerProblem."""
+
     def num_params(self, layer: ArchLayer, ins: Sequence[Shape], out: Shape) -> int:
         """Trained scalars (weights, biases, BN gamma and beta), counted as other frameworks count them."""
         return 0

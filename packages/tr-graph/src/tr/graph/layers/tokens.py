@@ -49,6 +49,20 @@ class TokensKind(LayerKind):
         x = ins[0]
         return Shape(x.n, 1, x.h * x.w + int(layer.params["cls"]), x.c)
 
+    def check_producers(self, layer, producers, shapes) -> None:
+        # a patch embedding (kernel = stride, no padding) that does not tile the image drops its last rows or
+        # columns without a word, as any strided conv may; for tokens that is a lost part of the image, and
+        # torchvision's VisionTransformer refuses such an image size too
+        conv = producers[0]
+        if conv is None or conv.kind != "conv":
+            return
+        k, s, p = conv.params["k"], conv.params["s"], conv.params["p"]
+        x = shapes[conv.inputs[0]]
+        if k == s > 1 and p == 0 and (x.h % k or x.w % k):
+            raise LayerProblem(f"its patch embedding (conv {k}x{k} stride {s}) does not tile the {x.h}x{x.w} image: "
+                               f"the last {x.h % k} rows and {x.w % k} columns would be dropped; use an image size "
+                               f"divisible by the patch {k}")
+
     def num_params(self, layer, ins, out) -> int:
         return out.c * (int(layer.params["cls"]) + out.w * int(layer.params["pos"]))
 

@@ -1,5 +1,5 @@
-"""Convolutional training step on one device (VGG16-BN, ResNet-50 or MobileNetV2): tr vs its strongest PyTorch twins,
-one run.
+"""A vision model's training step on one device (VGG16-BN, ResNet-50, MobileNetV2, EfficientNet-B0 or ViT-B/16): tr vs
+its strongest PyTorch twins, one run.
 
 What is timed, on every side: the full training step (forward, loss, backward, optimizer update, AMP loss
 scaling when on) on one resident synthetic batch: the batch is already on the device and the same batch is
@@ -10,7 +10,9 @@ Configuration (both frameworks; the seed's ImageNet configs, SEED_SYSTEM.md sect
 AMP (FP16 autocast + dynamic loss scaling), SGD momentum 0.9 nesterov, weight decay 1e-4 on conv/fc weights
 only (not on BN parameters or biases), label smoothing 0.1, constant learning rate ``--lr`` (the schedule
 does not change the cost of a step), input [N, R, R, 3] random normal images (FP16 under AMP, as tr's
-pipeline delivers them, else FP32) and random labels from a fixed seed.
+pipeline delivers them, else FP32) and random labels from a fixed seed. ``vit_b_16`` trains with the ViT recipe's
+optimizer instead: AdamW (betas 0.9, 0.999), weight decay 0.05 on weights only (not on norms, biases, the class
+token or the position embedding), on both sides; run it with ``--amp-dtype bf16`` (the ViT default).
 
 * tr: the ``vgg16_bn`` / ``resnet50`` BluePrint of examples/models.py (its last fc follows ``--classes``;
   the input shape is the feeder's sample shape), trained for one epoch of ``--tr-batches`` batches on an
@@ -70,8 +72,9 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-MODELS = ("vgg16_bn", "resnet50", "mobilenet_v2", "efficientnet_b0")
+MODELS = ("vgg16_bn", "resnet50", "mobilenet_v2", "efficientnet_b0", "vit_b_16")
 MOMENTUM, WD, LS, SEED = 0.9, 1e-4, 0.1, 123
+VIT_WD, VIT_BETAS = 0.05, (0.9, 0.999)  # the ViT recipe's AdamW (timm's, torchvision's reference recipe)
 NAMES = {"tr": "tr", "tr_autotune": "tr (cuDNN autotuned)", "tr_fp16": "tr (FP16 AMP)",
          "pytorch_eager": "pytorch eager",
          "pytorch_cuda_graph": "pytorch cuda graph (step)",
@@ -142,10 +145,10 @@ def engines(graph: Any) -> dict[str, int]:
 def run_tr(a: argparse.Namespace, fp16: bool = False) -> dict:
     """tr's row; ``fp16``: FP16 AMP whatever --amp-dtype says (row tr_fp16, beside a BF16 run's rows)."""
     from tr.algo.loss import CrossEntropyLoss
-    from tr.algo.optimizer import SGD
+    from tr.algo.optimizer import SGD, AdamW
     from tr.algo.scheduler import ConstantLR
+    from tr.core.memory import Role
     from tr.core.settings import Settings
-    from tr.graph.layers.groups import BN_B, BN_W
     from tr.task import engines as task_engines
     from tr.task.deep_learning import DeepLearningTask
     from tr.task.executor import scalar
@@ -159,7 +162,8 @@ def run_tr(a: argparse.Namespace, fp16: bool = False) -> dict:
     settings = Settings().amp(mode).manual_seed(SEED).global_batch_size(a.batch).use_tf32(a.tf32)
     task = (DeepLearningTask(settings).device(a.device).quiet().model(tr_model(a.classes, a.model))
             .loss(CrossEntropyLoss().label_smoothing(LS))
-            .optimizer(SGD().momentum(MOMENTUM).nesterov(True).weight_decay(WD))
+            .optimizer(AdamW().betas(*VIT_BETAS).weight_decay(VIT_WD) if a.model.startswith("vit") else
+                       SGD().momentum(MOMENTUM).nesterov(True).weight_decay(WD))
             .scheduler(ConstantLR().base_lr(a.lr)).total_epochs(1).data(feeder))
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -175,8 +179,7 @@ def run_tr(a: argparse.Namespace, fp16: bool = False) -> dict:
     step_s = task.time_train_step(a.steps, a.warmup)
     skipped = int(scalar(be, prog, "skipped")[0]) - skipped0
     loss = float(scalar(be, prog, "result")[0])  # the last timed step's loss
-    params = sum(int(np.prod(i.tensor.shape.dims)) for i in prog.inits
-                 if i.kind in ("weight", "bias") or i.tensor.region.group in (BN_W, BN_B))
+    params = sum(int(np.prod(i.tensor.shape.dims)) for i in prog.inits if i.tensor.region.role is Role.PARAM)
     out = {"images_per_s": a.batch / step_s, "ms_per_step": step_s * 1e3, "compile_s": compile_s,
            "compile_split_s": phases, "first_epoch_s": epoch_s, "first_epoch_steps": a.tr_batches,
            "first_epoch_train_loss": epoch.history[-1].train_loss, "arena_bytes": int(prog.layout.total_bytes),
@@ -315,7 +318,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--tf32", action="store_true", help="FP32 runs: allow TF32 tensor cores on both sides")
     ap.add_argument("--steps", type=int, default=50, help="timed steps")
     ap.add_argument("--warmup", type=int, default=10, help="untimed steps before the timed ones")
-    ap.add_argument("--lr", type=float, default=0.01, help="constant learning rate (both sides)")
+    ap.add_argument("--lr", type=float, help="constant learning rate (both sides; default 0.01, vit_b_16 1e-3)")
     ap.add_argument("--tr-batches", type=int, default=2, help="batches in tr's one untimed epoch (>= 2: A and B)")
     ap.add_argument("--host-steps", type=int, default=20,
                     help="steps for tr's host_us_per_step (transfer + step launches); 0 skips it")
@@ -348,6 +351,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if a.amp is False and a.amp_dtype != "fp16":
         ap.error("--amp-dtype bf16 with --no-amp: leave one out")
     a.amp_note = None
+    if a.lr is None:
+        a.lr = 1e-3 if a.model.startswith("vit") else 0.01
     if a.amp is None:
         a.amp = a.device == "cuda" or a.amp_dtype == "bf16"
         if not a.amp:

@@ -1,5 +1,8 @@
 """The PyTorch twins of benchmarks/cnn.py: eager, CUDA-graphed (the whole step, or forward + backward) and
-torch.compile'd training steps of torchvision's vgg16_bn / resnet50 on one resident synthetic batch.
+torch.compile'd training steps of torchvision's vgg16_bn / resnet50 / mobilenet_v2 / efficientnet_b0 / vit_b_16 on
+one resident synthetic batch. vit_b_16 trains with fused AdamW (weight decay on weights only, as cnn.py's tr row),
+capturable where the step is captured; its attention is torch's scaled_dot_product_attention (torchvision's encoder
+calls MultiheadAttention with need_weights=False), flash attention under BF16 on Hopper.
 
 Every variant: channels_last, ``torch.autocast`` FP16 + ``GradScaler`` (AMP), ``SGD(momentum=0.9,
 nesterov=True)`` fused on CUDA (weight decay 1e-4 on conv/fc weights only, as tr), CrossEntropyLoss with label
@@ -57,6 +60,10 @@ def torch_model(a: argparse.Namespace, torch: Any) -> tuple[Any, list[str]]:
         model = torchvision.models.mobilenet_v2(num_classes=a.classes)
         notes.insert(0, "torchvision.models.mobilenet_v2 as is (width 1.0, dropout 0.2, bias-free convs, fc with "
                         "bias): the layers of tr's mobilenet_v2 BluePrint (17 depthwise 3x3 convs)")
+    elif a.model == "vit_b_16":
+        model = torchvision.models.vit_b_16(num_classes=a.classes, image_size=a.resolution)
+        notes.insert(0, "torchvision.models.vit_b_16 as is (patch 16, 12 blocks of width 768, 12 heads, MLP 3072, "
+                        "LayerNorm eps 1e-6, class-token head with bias, dropout 0): tr's vit_b_16 layer for layer")
     elif a.model == "efficientnet_b0":
         model = torchvision.models.efficientnet_b0(num_classes=a.classes, stochastic_depth_prob=0.0)
         notes.insert(0, "torchvision.models.efficientnet_b0 with stochastic_depth_prob=0 (tr has no stochastic "
@@ -82,14 +89,25 @@ def run_torch(a: argparse.Namespace, variant: str) -> dict:
         raise RuntimeError("CUDA graphs need --device cuda")
     model, notes = torch_model(a, torch)
     model = model.to(dev, memory_format=torch.channels_last).train()
-    decay = [p for p in model.parameters() if p.ndim > 1]
-    rest = [p for p in model.parameters() if p.ndim <= 1]
+    vit = a.model.startswith("vit")
+    # weights decay; biases, norms and (ViT) the class token and position embedding do not, as in tr
+    undecayed = {"class_token", "encoder.pos_embedding"}
+    named = list(model.named_parameters())
+    decay = [p for n, p in named if p.ndim > 1 and n not in undecayed]
+    rest = [p for n, p in named if p.ndim <= 1 or n in undecayed]
     fused = cuda and a.torch_fused
     if graphed and not fused:
-        raise RuntimeError("the CUDA-graphed step needs the fused SGD (drop --no-torch-fused)")
-    opt = torch.optim.SGD([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}],
-                          lr=a.lr, momentum=MOMENTUM, nesterov=True, fused=fused or None,
-                          foreach=None if fused else True)
+        raise RuntimeError("the CUDA-graphed step needs the fused optimizer (drop --no-torch-fused)")
+    if vit:  # capturable: AdamW's step counters on the device, as capture needs
+        from cnn import VIT_BETAS, VIT_WD
+
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": VIT_WD}, {"params": rest, "weight_decay": 0.0}],
+                                lr=a.lr, betas=VIT_BETAS, fused=fused or None, foreach=None if fused else True,
+                                capturable=graphed)
+    else:
+        opt = torch.optim.SGD([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}],
+                              lr=a.lr, momentum=MOMENTUM, nesterov=True, fused=fused or None,
+                              foreach=None if fused else True)
     bf16 = a.amp and a.amp_dtype == "bf16"  # autocast to bfloat16: no loss scale (a disabled scaler passes through)
     low = torch.bfloat16 if bf16 else torch.float16
     scaler = torch.amp.GradScaler(dev.type, enabled=a.amp and not bf16)
@@ -123,7 +141,8 @@ def run_torch(a: argparse.Namespace, variant: str) -> dict:
         if cuda:
             torch.cuda.synchronize(dev)
 
-    out: dict = {"variant": variant, "notes": notes, "optimizer": "SGD fused" if fused else "SGD foreach",
+    out: dict = {"variant": variant, "notes": notes,
+                 "optimizer": ("AdamW" if vit else "SGD") + (" fused" if fused else " foreach"),
                  "trainable_params": sum(p.numel() for p in model.parameters())}
     step = eager_step
     sync()

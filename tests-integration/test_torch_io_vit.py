@@ -72,11 +72,13 @@ def task():
     return t
 
 
-def _compile(bp, x, amp="off"):
+def _compile(bp, x, amp="off", device="cpu"):
     feeder = ArrayFeeder((x, np.zeros(len(x), np.int32)), (x, np.zeros(len(x), np.int32)), BATCH, shuffle=False,
                          num_classes=CLASSES, dtype="bfloat16" if amp == "bf16" else "float32")
-    return (DeepLearningTask(Settings().manual_seed(5).global_batch_size(BATCH).amp(amp)).device("cpu").quiet()
-            .model(bp).optimizer(SGD()).total_epochs(1).data(feeder)).compile()
+    t = (DeepLearningTask(Settings().manual_seed(5).global_batch_size(BATCH).amp(amp)).device(device).quiet()
+         .model(bp).optimizer(SGD()).total_epochs(1).data(feeder)).compile()
+    assert t.backend.name == device
+    return t
 
 
 def _batch(n=8, seed=11):
@@ -121,6 +123,21 @@ def test_torchvision_weights_give_torchvisions_logits(task):
     assert (ours.argmax(1) == t64.argmax(1)).all()
     back = to_torch_state_dict(task, model)  # and out again: the same tensors
     for k, v in model.float().state_dict().items():
+        assert torch.equal(back[k], v), k
+
+
+@pytest.mark.gpu
+def test_torchvision_weights_on_cuda():
+    """The same from a plan compiled for the CUDA backend (FP32, TF32 off): torchvision's weights in, its logits
+    out (test_torch_io.py's FP32 bound: not yet run on a GPU), and out again unchanged."""
+    x = _batch(BATCH)
+    t = _compile(vit_net(PATCH, DEPTH, WIDTH, HEADS, MLP // WIDTH, CLASSES), x, device="cuda")
+    model = _randomize(_torchvision())
+    load_torch(t, model)
+    ref = _logits(model, x)
+    np.testing.assert_allclose(predict(t, x), ref, rtol=0, atol=1e-4 * float(np.abs(ref).max()) + 1e-5)
+    back = to_torch_state_dict(t, model)
+    for k, v in model.state_dict().items():
         assert torch.equal(back[k], v), k
 
 

@@ -1,6 +1,7 @@
 """A small Vision Transformer (examples/models.py's vit_net: patch embedding, class token, position embedding,
 pre-norm encoder blocks of multi-head attention and a GELU MLP, final LayerNorm, class-token head) on the CPU
-backend against torchvision's VisionTransformer of the same sizes, from tr's initial weights copied into torch:
+backend against torchvision's VisionTransformer of the same sizes, from tr's initial weights copied into torch
+(tr.task.torch_io; the gradients compared tensor by tensor in torch's layout):
 
 - the parameter count is torchvision's (and vit_b_16's is torchvision's 86,567,656);
 - the first step's loss and every weight gradient (read as (w0 - w1) / lr after one plain-SGD step) against torch
@@ -29,6 +30,7 @@ from tr.graph.compiler import arch_plan  # noqa: E402
 from tr.graph.spec import CompileSpec  # noqa: E402
 from tr.task.deep_learning import DeepLearningTask  # noqa: E402
 from tr.task.feeder import ArrayFeeder  # noqa: E402
+from tr.task.torch_io import to_torch_state_dict  # noqa: E402
 
 torchvision = pytest.importorskip("torchvision")
 IMAGE, PATCH, DEPTH, WIDTH, HEADS, MLP, CLASSES, BATCH, LR = 16, 4, 2, 32, 4, 2, 5, 4, 0.05
@@ -40,45 +42,16 @@ def _twin():
                                                 num_classes=CLASSES)
 
 
-def _modules(tm) -> list[tuple[str, list[torch.Tensor]]]:
-    """torchvision's parameters in tr's module order: (kind, tensors) with tr's layouts' meaning."""
-    out = [("conv", [tm.conv_proj.weight, tm.conv_proj.bias]), ("tokens", [tm.class_token, tm.encoder.pos_embedding])]
-    for blk in tm.encoder.layers:
-        a = blk.self_attention
-        out += [("ln", [blk.ln_1.weight, blk.ln_1.bias]), ("linear", [a.in_proj_weight, a.in_proj_bias]),
-                ("linear", [a.out_proj.weight, a.out_proj.bias]), ("ln", [blk.ln_2.weight, blk.ln_2.bias]),
-                ("linear", [blk.mlp[0].weight, blk.mlp[0].bias]), ("linear", [blk.mlp[3].weight, blk.mlp[3].bias])]
-    out += [("ln", [tm.encoder.ln.weight, tm.encoder.ln.bias]), ("linear", [tm.heads.head.weight, tm.heads.head.bias])]
-    return out
+def _to_torch(task, *tms) -> dict[str, np.ndarray]:
+    """tr's weights into the torch models (of any dtype); returns them by torch's name, in float64."""
+    state = to_torch_state_dict(task, tms[0])
+    for tm in tms:
+        tm.load_state_dict(state)
+    return _weights(state)
 
 
-def _to_torch(tr_params, tm) -> None:
-    mods = _modules(tm)
-    assert len(mods) == len(tr_params)
-    with torch.no_grad():
-        for (kind, ts), ps in zip(mods, tr_params):
-            for t, p in zip(ts, ps):
-                if kind == "conv" and p.ndim == 4 and t.ndim == 4:
-                    p = p.transpose(0, 3, 1, 2)  # KRSC -> KCRS
-                t.copy_(torch.from_numpy(np.ascontiguousarray(p).reshape(t.shape)))
-
-
-def _torch_weights(tm) -> list[np.ndarray]:
-    out = []
-    for kind, ts in _modules(tm):
-        for t in ts:
-            w = t.detach().double().numpy()
-            out.append(w.transpose(0, 2, 3, 1) if kind == "conv" and w.ndim == 4 else w)
-    return out
-
-
-def _tr_weights(params, tm) -> list[np.ndarray]:
-    out = []
-    for (kind, ts), ps in zip(_modules(tm), params):
-        for t, p in zip(ts, ps):
-            shape = t.shape if not (kind == "conv" and p.ndim == 4) else p.shape
-            out.append(np.asarray(p, np.float64).reshape(shape))
-    return out
+def _weights(state) -> dict[str, np.ndarray]:
+    return {k: v.detach().double().numpy() for k, v in state.items()}
 
 
 def _data(steps: int):
@@ -125,17 +98,16 @@ def test_the_parameter_counts_are_torchvisions():
 def test_the_first_step_is_torchs():
     task, losses, x, y = _task(1, 0.0)
     tm64, tm32 = _twin(), _twin()
-    _to_torch(task.parameters(), tm64)
-    _to_torch(task.parameters(), tm32)
-    w0 = _torch_weights(tm64)
+    w0 = _to_torch(task, tm64, tm32)
     task.run()
     l64 = _torch_run(tm64, x, y, 1, 0.0, torch.float64)
     l32 = _torch_run(tm32, x, y, 1, 0.0, torch.float32)
     assert abs(losses[0] - l64[0]) <= 3 * abs(l32[0] - l64[0]) + 1e-6
-    g_tr = [(a - b) / LR for a, b in zip(w0, _tr_weights(task.parameters(), tm64))]
-    g64 = [(a - b) / LR for a, b in zip(w0, _torch_weights(tm64))]
-    g32 = [(a - b) / LR for a, b in zip(w0, _torch_weights(tm32))]
-    for k, (a, b, c) in enumerate(zip(g_tr, g64, g32)):
+    w_tr = _weights(to_torch_state_dict(task, _twin()))
+    w64, w32 = _weights(tm64.state_dict()), _weights(tm32.state_dict())
+    assert w0.keys() == w_tr.keys() == w64.keys() and len(w0) == 4 + 12 * DEPTH + 4
+    for k in w0:
+        a, b, c = ((w0[k] - w[k]) / LR for w in (w_tr, w64, w32))
         ref = np.linalg.norm(b)
         assert ref > 0, k
         assert np.linalg.norm(a - b) <= 3 * np.linalg.norm(c - b) + 1e-6 * ref + 1e-7, (k, np.linalg.norm(a - b), ref)
@@ -144,8 +116,7 @@ def test_the_first_step_is_torchs():
 def test_50_steps_follow_torch():
     task, losses, x, y = _task(50, 0.9)
     tm64, tm32 = _twin(), _twin()
-    _to_torch(task.parameters(), tm64)
-    _to_torch(task.parameters(), tm32)
+    _to_torch(task, tm64, tm32)
     task.run()
     l64 = np.array(_torch_run(tm64, x, y, 50, 0.9, torch.float64))
     l32 = np.array(_torch_run(tm32, x, y, 50, 0.9, torch.float32))

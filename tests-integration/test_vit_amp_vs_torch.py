@@ -29,6 +29,7 @@ from tr.algo.scheduler import ConstantLR  # noqa: E402
 from tr.core.settings import Settings  # noqa: E402
 from tr.task.deep_learning import DeepLearningTask  # noqa: E402
 from tr.task.feeder import ArrayFeeder  # noqa: E402
+from tr.task.torch_io import to_torch_state_dict  # noqa: E402
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -67,17 +68,15 @@ def test_the_first_amp_step_is_as_close_to_fp32_as_torchs_autocast(amp):
     losses: list[float] = []
     task.on_step(lambda k, r: losses.append(float(r[0])))
     tm_ac, tm32 = vit._twin(), vit._twin()
-    vit._to_torch(task.parameters(), tm_ac)
-    vit._to_torch(task.parameters(), tm32)
-    w0 = vit._torch_weights(tm_ac)
+    w0 = vit._to_torch(task, tm_ac, tm32)
     task.run()
     loss_ac = _torch_step(tm_ac, x, y, AUTOCAST[amp])
     _torch_step(tm32, x, y, None)
     assert losses[0] == pytest.approx(loss_ac, rel=2e-3)
-    g_tr = [(a - b) / vit.LR for a, b in zip(w0, vit._tr_weights(task.parameters(), tm_ac))]
-    g_ac = [(a - b) / vit.LR for a, b in zip(w0, vit._torch_weights(tm_ac))]
-    g32 = [(a - b) / vit.LR for a, b in zip(w0, vit._torch_weights(tm32))]
-    assert len(g_tr) == len(g32) == 32
-    for k, (ours, theirs, ref) in enumerate(zip(g_tr, g_ac, g32)):
+    w_tr = vit._weights(to_torch_state_dict(task, vit._twin()))
+    w_ac, w32 = vit._weights(tm_ac.state_dict()), vit._weights(tm32.state_dict())
+    assert w0.keys() == w_tr.keys() == w32.keys() and len(w0) == 4 + 12 * vit.DEPTH + 4
+    for k in w0:
+        ours, theirs, ref = ((w0[k] - w[k]) / vit.LR for w in (w_tr, w_ac, w32))
         assert np.linalg.norm(ref) > 0 and _rel(theirs, ref) > 0, k  # autocast moved it: not vacuous
         assert _rel(ours, ref) <= 1.5 * _rel(theirs, ref) + 1e-4, (k, _rel(ours, ref), _rel(theirs, ref))

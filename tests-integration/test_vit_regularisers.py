@@ -7,7 +7,8 @@ stochastic depth (drop_path, timm's linear decay over depth) and dropout on the 
   another seed; with the initial weights held, another dropout stream alone changes the training (the layers draw
   from it), and a model without the regularisers never reads it;
 - inference ignores both: the validation step runs the plain model's ops, and predictions equal the plain model's
-  from the same weights, without moving the stream.
+  from the same weights, without moving the stream;
+- a checkpoint carries the stream: an epoch, a save and a resumed epoch give the bytes of two epochs in a row.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from tr.graph.blueprint import (  # noqa: E402
 )
 from tr.graph.compiler import arch_plan  # noqa: E402
 from tr.graph.spec import CompileSpec  # noqa: E402
+from tr.task.checkpoint import _has_dropout  # noqa: E402
 from tr.task.deep_learning import DeepLearningTask  # noqa: E402
 from tr.task.feeder import ArrayFeeder  # noqa: E402
 
@@ -49,13 +51,17 @@ def _model(drop_path: float = 0.2, attention_dropout: float = 0.1):
     return vit_net(PATCH, DEPTH, WIDTH, HEADS, MLP, CLASSES, drop_path=drop_path, attention_dropout=attention_dropout)
 
 
-def _task(seed: int = 7, **model):
+def _build(seed: int = 7, epochs: int = 1, **model) -> DeepLearningTask:
     rng = np.random.default_rng(1)
     x = rng.standard_normal((STEPS * BATCH, IMAGE, IMAGE, 3)).astype(np.float32)
     y = rng.integers(0, CLASSES, STEPS * BATCH).astype(np.int32)
-    t = (DeepLearningTask(Settings().manual_seed(seed).global_batch_size(BATCH)).device("cpu").quiet()
-         .model(_model(**model)).optimizer(AdamW().weight_decay(0.05)).scheduler(ConstantLR().base_lr(2e-3))
-         .total_epochs(1).data(ArrayFeeder((x, y), None, BATCH, shuffle=False, num_classes=CLASSES))).compile()
+    return (DeepLearningTask(Settings().manual_seed(seed).global_batch_size(BATCH)).device("cpu").quiet()
+            .model(_model(**model)).optimizer(AdamW().weight_decay(0.05)).scheduler(ConstantLR().base_lr(2e-3))
+            .total_epochs(epochs).data(ArrayFeeder((x, y), None, BATCH, shuffle=True, num_classes=CLASSES)))
+
+
+def _task(seed: int = 7, **model):
+    t = _build(seed, **model).compile()
     losses: list[float] = []
     t.on_step(lambda k, r: losses.append(float(r[0])))
     return t, losses
@@ -125,6 +131,7 @@ def test_inference_ignores_both():
     assert val_ops[0] == val_ops[1]  # the plain model's inference ops
     train_ops = {c.op for c in reg.program.steps["train_a"].calls}
     assert {"drop_path_fwd", "drop_path_bwd"} <= train_ops
+    assert _has_dropout(reg.program) and not _has_dropout(plain.program)  # (a checkpoint's rank streams)
     assert _weights(reg) == _weights(plain)  # the same initial weights (no parameter in either regulariser)
     x = np.random.default_rng(2).standard_normal((BATCH, IMAGE, IMAGE, 3)).astype(np.float32)
     stream = _stream(reg)
@@ -133,3 +140,14 @@ def test_inference_ignores_both():
     reg.run()
     after = reg.predict(x)
     assert after.tobytes() == reg.predict(x).tobytes() and _stream(reg) != stream
+
+
+def test_a_resumed_run_continues_the_stream(tmp_path):
+    straight = _build(epochs=2).compile()
+    straight.run()
+    first = _build(epochs=2).compile()
+    first.run(1)
+    first.save(tmp_path / "ck")
+    resumed = _build(epochs=2).resume(tmp_path / "ck")
+    resumed.run()
+    assert _weights(resumed) == _weights(straight) and _stream(resumed) == _stream(straight)

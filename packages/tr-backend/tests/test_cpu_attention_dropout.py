@@ -8,8 +8,9 @@ softmax(q k^T * scale)). The backward redraws the bits from the key. Checked her
   are the dropped elements; they are recomputed with tr.core.philox;
 - FP32 values against torch in float64 given the same mask (the math of scaled_dot_product_attention with F.dropout:
   P * mask / (1-p), then @ v, and autograd), within test_cpu_attention.py's bounds (4e-6 of max |e|; the
-  probabilities' 1 / (1-p) scales values and errors alike); tr's backward against central differences of tr's own
-  forward (the seed written back before each);
+  probabilities' 1 / (1-p) scales values and errors alike; measured over the cases below, p 0.1 and 0.5, four seeds
+  each: y 5.6e-7, dqkv 9.8e-7); tr's backward against central differences of tr's own forward (the seed written
+  back before each);
 - FP16/BF16: tr's float32 result on the rounded values rounded once (test_cpu_attention.py holds that float32
   result to torch in 16 bits);
 - the kept fraction within a binomial bound, the same seed giving the same bytes, two layers different bits.

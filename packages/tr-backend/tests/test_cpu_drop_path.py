@@ -181,6 +181,26 @@ def test_the_same_seed_gives_the_same_mask_another_seed_another():
     assert masks["a"] != masks["c"]
 
 
+def test_two_layers_on_one_stream_draw_different_masks():
+    """Each forward advances the shared seed, so the second layer draws from the first one's successor."""
+    n, p, seed = 128, 0.5, 0xABCDEF
+    a = SimpleArena()
+    t = {name: a.add(name, (n, 1, 1, 4)) for name in ("x", "y1", "y2")}
+    for name in ("m1", "m2"):
+        t[name] = a.add(name, (n, 1, 1, 1), "int8")
+    t["seed"] = a.add("seed", (2,), "int32")
+    be = a.allocate()
+    be.write(t["seed"], np.array([seed], dtype="<u8").view(np.int32))
+    be.write(t["x"], np.ones((n, 1, 1, 4)))
+    run(be, op("drop_path_fwd", x=t["x"], y=t["y1"], mask=t["m1"], seed=t["seed"], p=p),
+        op("drop_path_fwd", x=t["y1"], y=t["y2"], mask=t["m2"], seed=t["seed"], p=p))
+    first, second = philox.splitmix64(seed), philox.splitmix64(philox.splitmix64(seed))
+    m1, m2 = be.read(t["m1"]).reshape(-1), be.read(t["m2"]).reshape(-1)
+    np.testing.assert_array_equal(m1, _keep(first, n, p))
+    np.testing.assert_array_equal(m2, _keep(second, n, p))
+    assert not np.array_equal(m1, m2)
+
+
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_16_bits_round_the_float32_quotient_once(dtype):
     p = 0.2

@@ -72,14 +72,13 @@ class AttentionKind(LayerKind):
         heads = layer.params["heads"]
         return {"heads": heads, "scale": 1.0 / math.sqrt(layer.params["dim"] // heads)}
 
-    def _training(self, layer, io: IO, keys: tuple[str, ...]) -> tuple[dict, dict]:
-        """The training calls' attributes and dropout arguments: none at all without dropout."""
+    def _training(self, layer, io: IO, forward: bool) -> tuple[dict, dict]:
+        """The training calls' attributes and dropout arguments (the forward draws from the stream into the layer's
+        key, the backward reads the key): none at all without dropout."""
         p = layer.params["dropout"]
         if not p:
             return self._attrs(layer), {}
-        args = {"key": io.t("key")}
-        if "seed" in keys:
-            args["seed"] = "dropout_seed"
+        args = {"key": io.t("key"), **({"seed": "dropout_seed"} if forward else {})}
         return {**self._attrs(layer), "dropout": p}, args
 
     def declare(self, layer, ins: Sequence[Shape], out: Shape, cx: DeclCtx) -> list[Decl]:
@@ -89,13 +88,13 @@ class AttentionKind(LayerKind):
         return decls
 
     def forward(self, layer, io: IO) -> None:
-        attrs, drop = self._training(layer, io, ("seed", "key"))
+        attrs, drop = self._training(layer, io, forward=True)
         io.op("attention_fwd", attrs, qkv=io.x[0], y=io.y, stats=io.t("lse"), **drop)
 
     def backward(self, layer, io: IO) -> list[str | None]:
         dx = io.dx_or_none(0)
         if dx is not None:
-            attrs, drop = self._training(layer, io, ("key",))
+            attrs, drop = self._training(layer, io, forward=False)
             io.op("attention_bwd", attrs, qkv=io.x[0], y=io.y, dy=io.dy, stats=io.t("lse"), dqkv=dx, **drop)
         return [dx]
 

@@ -31,6 +31,7 @@ from tr.graph.blueprint import (
     silu,
     tokens,
 )
+from tr.graph.blueprint import drop_path as stochastic_depth
 
 # The seed's MLP: 784-1024-512-256-10 with relu.
 mlp_mnist = BluePrint(
@@ -100,17 +101,28 @@ efficientnet_b0 = BluePrint(efficientnet_b0_net(), name="efficientnet_b0", input
                             num_classes=1000)
 
 def vit_net(patch: int, depth: int, width: int, heads: int, mlp_ratio: int = 4, num_classes: int = 1000,
-            eps: float = 1e-6):
+            eps: float = 1e-6, drop_path: float = 0.0, attention_dropout: float = 0.0):
     """torchvision's VisionTransformer, layer for layer: conv_proj (a patch x patch conv, stride patch, with bias),
     a class token and a learned position embedding, ``depth`` encoder blocks (pre-norm: x + attention(ln_1(x)),
     then x + mlp(ln_2(x)); the attention's fused in_proj and its out_proj are 1x1 convs with bias on the tokens,
-    the MLP fc - GELU (exact) - fc), a final LayerNorm and the head on the class token. No dropout (torchvision's
-    default is 0)."""
-    attend = seq(layernorm(eps), conv(3 * width, 1, bias=True), attention(heads), conv(width, 1, bias=True))
-    mlp = seq(layernorm(eps), conv(mlp_ratio * width, 1, bias=True), gelu(), conv(width, 1, bias=True))
-    encoder = seq(add2(identity(), attend), add2(identity(), mlp))
-    return seq(conv(width, patch, patch, bias=True), tokens(), repeat(encoder, depth), layernorm(eps),
-               class_token(), fc(num_classes))
+    the MLP fc - GELU (exact) - fc), a final LayerNorm and the head on the class token.
+
+    The ViT recipe's regularisers, both off by default (torchvision's model): ``drop_path``, stochastic depth with
+    timm's linear decay over depth (block i drops both its residual branches per sample with probability
+    drop_path * i / (depth - 1): never the first block, the last at drop_path), a drop_path layer ending each
+    branch; ``attention_dropout``, dropout on the attention probabilities (torchvision's attention_dropout)."""
+    def encoder(rate: float):
+        tail = (stochastic_depth(rate),) if rate else ()
+        attend = seq(layernorm(eps), conv(3 * width, 1, bias=True), attention(heads, attention_dropout),
+                     conv(width, 1, bias=True), *tail)
+        mlp = seq(layernorm(eps), conv(mlp_ratio * width, 1, bias=True), gelu(), conv(width, 1, bias=True), *tail)
+        return seq(add2(identity(), attend), add2(identity(), mlp))
+
+    if drop_path and depth > 1:
+        blocks = seq(*(encoder(drop_path * i / (depth - 1)) for i in range(depth)))
+    else:  # (timm's decay over one block is [0])
+        blocks = repeat(encoder(0.0), depth)
+    return seq(conv(width, patch, patch, bias=True), tokens(), blocks, layernorm(eps), class_token(), fc(num_classes))
 
 
 # torchvision.models.vit_b_16: patch 16, 12 blocks of width 768, 12 heads, MLP 3072

@@ -34,6 +34,7 @@ LAYERS = {  # factory -> a model fragment using it (shape-preserving on [B, 4, 4
     # the Vision Transformer's (tokens [B, 1, T, 4]; gap then means them)
     "tokens": R.tokens(), "class_token": R.seq(R.tokens(), R.class_token()),
     "attention": R.seq(R.tokens(), R.conv(12, 1, bias=True), R.attention(2)),
+    "drop_path": R.add2(R.identity(), R.seq(R.conv(4, 1), R.drop_path(0.2))),  # a residual branch dropped
 }
 TRANSFORMS = {
     "CenterCrop": R.CenterCrop(4), "ColorJitter": R.ColorJitter(brightness=0.5), "GaussianBlur": R.GaussianBlur(3, 1.0),

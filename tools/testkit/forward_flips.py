@@ -1,4 +1,5 @@
-"""Where two backends' forwards of one plan decide differently: relu masks, max-pool argmaxes, dropout masks.
+"""Where two backends' forwards of one plan decide differently: relu masks, max-pool argmaxes, dropout (and drop path)
+masks.
 
 A whole-network comparison (tests-integration/test_gpu_cnn_training.py) parts by far more than rounding when a
 pre-activation within rounding of zero takes its relu the other way on one side, or two window values within
@@ -52,7 +53,7 @@ class Flip:
     op: str
     layer: int
     tensor: str  # the output whose decision differs
-    kind: str  # "relu", "relu6", "argmax" or "dropout"
+    kind: str  # "relu", "relu6", "argmax", "dropout" or "drop_path"
     position: tuple[int, ...]  # in that output
     margin: float  # the reference's distance from the threshold / the rms of the values decided on
 
@@ -178,14 +179,19 @@ def _add_fwd(c: _Call) -> list[Flip]:
     return _relu_flips(c, "y", "relu", _f32(c.ref_in["a"]) + _f32(c.ref_in["b"]))
 
 
-def _dropout_fwd(c: _Call) -> list[Flip]:
-    return c.flips("mask", "dropout", np.asarray(c.ref_out["mask"]) != 0, np.asarray(c.test_out["mask"]) != 0,
-                   math.inf)
+def _drawn(kind: str) -> Callable[[_Call], list[Flip]]:
+    """A mask drawn from the dropout stream (dropout's, drop path's): no rounding to blame, so an infinite margin."""
+    def flips(c: _Call) -> list[Flip]:
+        return c.flips("mask", kind, np.asarray(c.ref_out["mask"]) != 0, np.asarray(c.test_out["mask"]) != 0,
+                       math.inf)
+
+    return flips
 
 
 DECISIONS: dict[str, Callable[[_Call], list[Flip]]] = {
     "bn_fwd": _bn_fwd, "bn_maxpool_fwd": _bn_maxpool_fwd, "maxpool_fwd": _maxpool_fwd, "fc_fwd": _fc_fwd,
-    "act_fwd": _act_fwd, "add_fwd": _add_fwd, "dropout_fwd": _dropout_fwd,
+    "act_fwd": _act_fwd, "add_fwd": _add_fwd, "dropout_fwd": _drawn("dropout"),
+    "drop_path_fwd": _drawn("drop_path"),
 }
 
 

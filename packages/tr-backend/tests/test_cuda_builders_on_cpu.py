@@ -181,6 +181,28 @@ def test_copy_dropout_and_scalar_builders():
     assert build(op("loss_scale_update", flag=a["flag"], scale=a["scale"], rule="static"))[2]["dynamic"] == 0
 
 
+def test_drop_path_and_attention_dropout_builders():
+    """Stochastic depth passes its samples and their size; attention passes its dropout with the stream and the
+    layer's key, and without dropout neither (dropout 0: the plain kernels)."""
+    a = arena(("x", (4, 1, 5, 8), "fp16"), ("y", (4, 1, 5, 8), "fp16"), ("mask", (4, 1, 1, 1), "int8"),
+              ("seed", (2,), "int32"), ("key", (2,), "int32"), ("qkv", (4, 1, 5, 24), "bf16"),
+              ("o", (4, 1, 5, 8), "bf16"), ("do", (4, 1, 5, 8), "bf16"), ("stats", (4, 1, 2, 5), "fp32"),
+              ("dqkv", (4, 1, 5, 24), "bf16"))
+    name, ptrs, ints, floats = build(op("drop_path_fwd", x=a["x"], y=a["y"], mask=a["mask"], seed=a["seed"], p=0.2))
+    assert name == "drop_path_fwd" and set(ptrs) == {"x", "y", "mask", "seed"}
+    assert (ints["n"], ints["per_sample"], ints["mask_dt"], floats) == (4, 40, DType.INT8.code, {"p": 0.2})
+    name, ptrs, ints, _ = build(op("drop_path_bwd", dy=a["y"], mask=a["mask"], dx=a["y"], p=0.2))
+    assert name == "drop_path_bwd" and ptrs["dx"] == ptrs["dy"] and ints["per_sample"] == 40
+    t = {k: a[k] for k in ("qkv", "stats", "seed", "key")}
+    _, ptrs, ints, floats = build(op("attention_fwd", y=a["o"], heads=2, scale=0.5, dropout=0.1, **t))
+    assert set(ptrs) == {"qkv", "y", "stats", "seed", "key"} and floats == {"scale": 0.5, "dropout": 0.1}
+    _, ptrs, _, floats = build(op("attention_fwd", qkv=a["qkv"], y=a["o"], stats=a["stats"], heads=2, scale=0.5))
+    assert set(ptrs) == {"qkv", "y", "stats"} and floats["dropout"] == 0.0
+    _, ptrs, ints, floats = build(op("attention_bwd", qkv=a["qkv"], y=a["o"], dy=a["do"], stats=a["stats"],
+                                     dqkv=a["dqkv"], key=a["key"], heads=2, scale=0.5, dropout=0.1))
+    assert "key" in ptrs and "seed" not in ptrs and ints["key_dt"] == DType.INT32.code and floats["dropout"] == 0.1
+
+
 def test_pool_and_activation_builders():
     a = arena(("x", (2, 6, 6, 4), "fp16"), ("y", (2, 3, 3, 4), "fp16"), ("mask", (2, 3, 3, 4), "int8"),
               ("g", (2, 1, 1, 4), "fp16"), ("amask", (2, 6, 6, 4), "int8"), ("x2", (2, 6, 6, 4), "fp16"))
@@ -217,6 +239,14 @@ BAD = [
               ("r", (3,), "fp32")))),
     ("dropout: p", lambda: (lambda a: op("dropout_bwd", dy=a["d"], mask=a["m"], dx=a["d"], p=1.0))(
         arena(("d", (8,), "fp32"), ("m", (8,), "int8")))),
+    ("drop_path: p", lambda: (lambda a: op("drop_path_bwd", dy=a["d"], mask=a["m"], dx=a["d"], p=1.0))(
+        arena(("d", (2, 1, 1, 4), "fp32"), ("m", (2, 1, 1, 1), "int8")))),
+    ("drop_path: a byte a sample", lambda: (lambda a: op("drop_path_bwd", dy=a["d"], mask=a["m"], dx=a["d"], p=0.1))(
+        arena(("d", (2, 1, 1, 4), "fp32"), ("m", (2, 1, 1, 4), "int8")))),
+    ("attention: dropout's key", lambda: (lambda a: op("attention_bwd", qkv=a["q"], y=a["y"], dy=a["y"],
+                                                       stats=a["s"], dqkv=a["g"], heads=2, scale=0.5, dropout=0.2))(
+        arena(("q", (2, 1, 5, 24), "fp32"), ("y", (2, 1, 5, 8), "fp32"), ("s", (2, 1, 2, 5), "fp32"),
+              ("g", (2, 1, 5, 24), "fp32")))),
     ("copy: no cast", lambda: (lambda a: op("copy", x=a["x"], y=a["y"]))(
         arena(("x", (8,), "fp32"), ("y", (8,), "fp16")))),
     ("loss scale: tracker", lambda: (lambda a: op("loss_scale_update", flag=a["f"], scale=a["s"], rule="dynamic"))(

@@ -233,75 +233,88 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"x", "tensor"}, {"y", "tensor"}, {"n", "i64"}, {"kind", "act"}});
   }
   {
-    nb::class_<AttentionFwdArgs> klass(m, "AttentionFwdArgs", "y = softmax(scale * q k^T) v per sample and head, in float32; stats = the rows' log-sum-exp when given (training).\n\nKeyword-only fields:\n    qkv (tensor): [n, t, 3d]: [q | k | v] per token\n    y (tensor): [n, t, d]\n    stats (tensor?): FP32 [n, heads, t]: written when given\n    n (i64): samples\n    t (i64): tokens\n    d (i64): y's channels (heads * dh)\n    heads (i64): heads (dividing d)\n    scale (f64): the scores' factor (finite, > 0)");
+    nb::class_<AttentionFwdArgs> klass(m, "AttentionFwdArgs", "y = softmax(scale * q k^T) v per sample and head, in float32; stats = the rows' log-sum-exp when given (training); with dropout > 0, seed <- splitmix64(seed), key <- seed, and y = (keep * P / (1 - p)) v.\n\nKeyword-only fields:\n    qkv (tensor): [n, t, 3d]: [q | k | v] per token\n    y (tensor): [n, t, d]\n    stats (tensor?): FP32 [n, heads, t]: written when given\n    seed (tensor?): INT32 [2]: the dropout stream (one uint64), advanced when dropout > 0\n    key (tensor?): INT32 [2]: the draw's key, written when dropout > 0 for the backward\n    n (i64): samples\n    t (i64): tokens\n    d (i64): y's channels (heads * dh)\n    heads (i64): heads (dividing d)\n    scale (f64): the scores' factor (finite, > 0)\n    dropout (f64): the probabilities' drop probability p in [0, 1); 0: none (no seed, no key)");
     klass.def(
         "__init__",
-        [](AttentionFwdArgs* self, const Dev& qkv, const Dev& y, std::optional<Dev> stats, std::int64_t n, std::int64_t t, std::int64_t d, std::int64_t heads, double scale) {
+        [](AttentionFwdArgs* self, const Dev& qkv, const Dev& y, std::optional<Dev> stats, std::optional<Dev> seed, std::optional<Dev> key, std::int64_t n, std::int64_t t, std::int64_t d, std::int64_t heads, double scale, double dropout) {
           AttentionFwdArgs rec;
           rec.qkv = dev_of("attention_fwd", "qkv", qkv);
           rec.y = dev_of("attention_fwd", "y", y);
           rec.stats = stats ? dev_of("attention_fwd", "stats", *stats) : Dev{};
+          rec.seed = seed ? dev_of("attention_fwd", "seed", *seed) : Dev{};
+          rec.key = key ? dev_of("attention_fwd", "key", *key) : Dev{};
           rec.n = n;
           rec.t = t;
           rec.d = d;
           rec.heads = heads;
           rec.scale = scale;
+          rec.dropout = dropout;
           new (self) AttentionFwdArgs(rec);
         },
-        nb::kw_only(), "qkv"_a, "y"_a, "stats"_a.none() = nb::none(), "n"_a, "t"_a, "d"_a, "heads"_a, "scale"_a);
+        nb::kw_only(), "qkv"_a, "y"_a, "stats"_a.none() = nb::none(), "seed"_a.none() = nb::none(), "key"_a.none() = nb::none(), "n"_a, "t"_a, "d"_a, "heads"_a, "scale"_a, "dropout"_a);
     klass.def_prop_ro("qkv", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.qkv); });
     klass.def_prop_ro("y", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.y); });
     klass.def_prop_ro("stats", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.stats ? nb::cast(a.stats) : nb::object(nb::none())); });
+    klass.def_prop_ro("seed", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.seed ? nb::cast(a.seed) : nb::object(nb::none())); });
+    klass.def_prop_ro("key", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.key ? nb::cast(a.key) : nb::object(nb::none())); });
     klass.def_prop_ro("n", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.n); });
     klass.def_prop_ro("t", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.t); });
     klass.def_prop_ro("d", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.d); });
     klass.def_prop_ro("heads", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.heads); });
     klass.def_prop_ro("scale", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.scale); });
+    klass.def_prop_ro("dropout", [](const AttentionFwdArgs& a) -> nb::object { return nb::cast(a.dropout); });
     klass.def("fields", [](const AttentionFwdArgs& a) {
       nb::dict d;
       d["qkv"] = nb::cast(a.qkv);
       d["y"] = nb::cast(a.y);
       d["stats"] = nb::cast(a.stats ? nb::cast(a.stats) : nb::object(nb::none()));
+      d["seed"] = nb::cast(a.seed ? nb::cast(a.seed) : nb::object(nb::none()));
+      d["key"] = nb::cast(a.key ? nb::cast(a.key) : nb::object(nb::none()));
       d["n"] = nb::cast(a.n);
       d["t"] = nb::cast(a.t);
       d["d"] = nb::cast(a.d);
       d["heads"] = nb::cast(a.heads);
       d["scale"] = nb::cast(a.scale);
+      d["dropout"] = nb::cast(a.dropout);
       return d;
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const AttentionFwdArgs& a) { return record_repr("AttentionFwdArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "attention_fwd";
-    klass.attr("field_types") = field_types({{"qkv", "tensor"}, {"y", "tensor"}, {"stats", "tensor?"}, {"n", "i64"}, {"t", "i64"}, {"d", "i64"}, {"heads", "i64"}, {"scale", "f64"}});
+    klass.attr("field_types") = field_types({{"qkv", "tensor"}, {"y", "tensor"}, {"stats", "tensor?"}, {"seed", "tensor?"}, {"key", "tensor?"}, {"n", "i64"}, {"t", "i64"}, {"d", "i64"}, {"heads", "i64"}, {"scale", "f64"}, {"dropout", "f64"}});
   }
   {
-    nb::class_<AttentionBwdArgs> klass(m, "AttentionBwdArgs", "dqkv = [dQ | dK | dV] of attention_fwd, in float32 from qkv, y, dy and the saved stats.\n\nKeyword-only fields:\n    qkv (tensor): [n, t, 3d]\n    y (tensor): [n, t, d]: the forward's\n    dy (tensor): [n, t, d]\n    stats (tensor): FP32 [n, heads, t]: the forward's\n    dqkv (tensor): [n, t, 3d]\n    n (i64): samples\n    t (i64): tokens\n    d (i64): y's channels (heads * dh)\n    heads (i64): heads (dividing d)\n    scale (f64): the scores' factor (finite, > 0)");
+    nb::class_<AttentionBwdArgs> klass(m, "AttentionBwdArgs", "dqkv = [dQ | dK | dV] of attention_fwd, in float32 from qkv, y, dy and the saved stats (and with dropout > 0 the keep bits redrawn from the forward's key).\n\nKeyword-only fields:\n    qkv (tensor): [n, t, 3d]\n    y (tensor): [n, t, d]: the forward's\n    dy (tensor): [n, t, d]\n    stats (tensor): FP32 [n, heads, t]: the forward's\n    dqkv (tensor): [n, t, 3d]\n    key (tensor?): INT32 [2]: the forward's draw key, read when dropout > 0\n    n (i64): samples\n    t (i64): tokens\n    d (i64): y's channels (heads * dh)\n    heads (i64): heads (dividing d)\n    scale (f64): the scores' factor (finite, > 0)\n    dropout (f64): the probabilities' drop probability p in [0, 1); 0: none (no seed, no key)");
     klass.def(
         "__init__",
-        [](AttentionBwdArgs* self, const Dev& qkv, const Dev& y, const Dev& dy, const Dev& stats, const Dev& dqkv, std::int64_t n, std::int64_t t, std::int64_t d, std::int64_t heads, double scale) {
+        [](AttentionBwdArgs* self, const Dev& qkv, const Dev& y, const Dev& dy, const Dev& stats, const Dev& dqkv, std::optional<Dev> key, std::int64_t n, std::int64_t t, std::int64_t d, std::int64_t heads, double scale, double dropout) {
           AttentionBwdArgs rec;
           rec.qkv = dev_of("attention_bwd", "qkv", qkv);
           rec.y = dev_of("attention_bwd", "y", y);
           rec.dy = dev_of("attention_bwd", "dy", dy);
           rec.stats = dev_of("attention_bwd", "stats", stats);
           rec.dqkv = dev_of("attention_bwd", "dqkv", dqkv);
+          rec.key = key ? dev_of("attention_bwd", "key", *key) : Dev{};
           rec.n = n;
           rec.t = t;
           rec.d = d;
           rec.heads = heads;
           rec.scale = scale;
+          rec.dropout = dropout;
           new (self) AttentionBwdArgs(rec);
         },
-        nb::kw_only(), "qkv"_a, "y"_a, "dy"_a, "stats"_a, "dqkv"_a, "n"_a, "t"_a, "d"_a, "heads"_a, "scale"_a);
+        nb::kw_only(), "qkv"_a, "y"_a, "dy"_a, "stats"_a, "dqkv"_a, "key"_a.none() = nb::none(), "n"_a, "t"_a, "d"_a, "heads"_a, "scale"_a, "dropout"_a);
     klass.def_prop_ro("qkv", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.qkv); });
     klass.def_prop_ro("y", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.y); });
     klass.def_prop_ro("dy", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.dy); });
     klass.def_prop_ro("stats", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.stats); });
     klass.def_prop_ro("dqkv", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.dqkv); });
+    klass.def_prop_ro("key", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.key ? nb::cast(a.key) : nb::object(nb::none())); });
     klass.def_prop_ro("n", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.n); });
     klass.def_prop_ro("t", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.t); });
     klass.def_prop_ro("d", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.d); });
     klass.def_prop_ro("heads", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.heads); });
     klass.def_prop_ro("scale", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.scale); });
+    klass.def_prop_ro("dropout", [](const AttentionBwdArgs& a) -> nb::object { return nb::cast(a.dropout); });
     klass.def("fields", [](const AttentionBwdArgs& a) {
       nb::dict d;
       d["qkv"] = nb::cast(a.qkv);
@@ -309,16 +322,18 @@ void bind_op_args(nb::module_& m) {
       d["dy"] = nb::cast(a.dy);
       d["stats"] = nb::cast(a.stats);
       d["dqkv"] = nb::cast(a.dqkv);
+      d["key"] = nb::cast(a.key ? nb::cast(a.key) : nb::object(nb::none()));
       d["n"] = nb::cast(a.n);
       d["t"] = nb::cast(a.t);
       d["d"] = nb::cast(a.d);
       d["heads"] = nb::cast(a.heads);
       d["scale"] = nb::cast(a.scale);
+      d["dropout"] = nb::cast(a.dropout);
       return d;
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const AttentionBwdArgs& a) { return record_repr("AttentionBwdArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "attention_bwd";
-    klass.attr("field_types") = field_types({{"qkv", "tensor"}, {"y", "tensor"}, {"dy", "tensor"}, {"stats", "tensor"}, {"dqkv", "tensor"}, {"n", "i64"}, {"t", "i64"}, {"d", "i64"}, {"heads", "i64"}, {"scale", "f64"}});
+    klass.attr("field_types") = field_types({{"qkv", "tensor"}, {"y", "tensor"}, {"dy", "tensor"}, {"stats", "tensor"}, {"dqkv", "tensor"}, {"key", "tensor?"}, {"n", "i64"}, {"t", "i64"}, {"d", "i64"}, {"heads", "i64"}, {"scale", "f64"}, {"dropout", "f64"}});
   }
   {
     nb::class_<AugmentAffineArgs> klass(m, "AugmentAffineArgs", "y[i] = src[index[i]] scaled, rotated and shifted (bilinear, zeros outside), normalised, flipped and erased, with the parameters tr.data's workers draw for the sample.\n\nKeyword-only fields:\n    src (tensor): UINT8 [n, h, w, c]: the resident images\n    index (tensor): INT32 [batch]: the sample of each row (one outside 0..n-1 gives zeros before normalising)\n    key (tensor): INT32 [2]: the epoch's key prefix, one little-endian uint64\n    y (tensor): FP32, FP16 or BF16 [batch, h, w, c_out]\n    n (i64): samples in src\n    h (i64): image height\n    w (i64): image width\n    c (i64): channels of src (1 to 4)\n    c_out (i64): channels of y (c to 4; the extra ones are zeros)\n    batch (i64): rows of y (0: nothing is launched)\n    pad (i64): Pad(pad) + RandomCrop: a shift of -pad..pad (0: none)\n    crop_slot (i64): the crop's chain slot: its Philox stream\n    rotation_slot (i64): the rotation's chain slot\n    scale_slot (i64): the scale's chain slot\n    degrees (f64): RandomRotation(-degrees, degrees) (0: none)\n    scale_lo (f64): RandomScale's low factor\n    scale_hi (f64): RandomScale's high factor (1, 1: none)\n    erase_p (f64): RandomErasing's probability (0: none)\n    erase_scale_lo (f64): the erased area's low fraction\n    erase_scale_hi (f64): its high fraction\n    erase_ratio_lo (f64): the erased box's low aspect ratio\n    erase_ratio_hi (f64): its high aspect ratio\n    erase_value (f64): the erased pixels' value (normalised)\n    flip_p (f64): the horizontal flip's probability\n    mean (f64s): c values: the mean subtracted from x / 255, per channel\n    std (f64s): c values (> 0): the divisor after the mean, per channel");
@@ -1242,6 +1257,79 @@ void bind_op_args(nb::module_& m) {
     klass.def("__repr__", [](const AddFwdArgs& a) { return record_repr("AddFwdArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "add_fwd";
     klass.attr("field_types") = field_types({{"a", "tensor"}, {"b", "tensor"}, {"y", "tensor"}, {"n", "i64"}, {"relu", "bool"}});
+  }
+  {
+    nb::class_<DropPathFwdArgs> klass(m, "DropPathFwdArgs", "seed <- splitmix64(seed); keep sample s iff Philox uniform(seed, s) >= p: y[s] = x[s] / (1 - p) where kept, else 0.\n\nKeyword-only fields:\n    x (tensor): [n, per_sample]\n    y (tensor): [n, per_sample]\n    mask (tensor): INT8 [n]: 1 kept, 0 dropped\n    seed (tensor): INT32 [2]: one little-endian uint64, advanced by each launch\n    n (i64): samples (x's first dimension)\n    per_sample (i64): elements of one sample\n    p (f64): the probability of dropping a sample's branch");
+    klass.def(
+        "__init__",
+        [](DropPathFwdArgs* self, const Dev& x, const Dev& y, const Dev& mask, const Dev& seed, std::int64_t n, std::int64_t per_sample, double p) {
+          DropPathFwdArgs rec;
+          rec.x = dev_of("drop_path_fwd", "x", x);
+          rec.y = dev_of("drop_path_fwd", "y", y);
+          rec.mask = dev_of("drop_path_fwd", "mask", mask);
+          rec.seed = dev_of("drop_path_fwd", "seed", seed);
+          rec.n = n;
+          rec.per_sample = per_sample;
+          rec.p = p;
+          new (self) DropPathFwdArgs(rec);
+        },
+        nb::kw_only(), "x"_a, "y"_a, "mask"_a, "seed"_a, "n"_a, "per_sample"_a, "p"_a);
+    klass.def_prop_ro("x", [](const DropPathFwdArgs& a) -> nb::object { return nb::cast(a.x); });
+    klass.def_prop_ro("y", [](const DropPathFwdArgs& a) -> nb::object { return nb::cast(a.y); });
+    klass.def_prop_ro("mask", [](const DropPathFwdArgs& a) -> nb::object { return nb::cast(a.mask); });
+    klass.def_prop_ro("seed", [](const DropPathFwdArgs& a) -> nb::object { return nb::cast(a.seed); });
+    klass.def_prop_ro("n", [](const DropPathFwdArgs& a) -> nb::object { return nb::cast(a.n); });
+    klass.def_prop_ro("per_sample", [](const DropPathFwdArgs& a) -> nb::object { return nb::cast(a.per_sample); });
+    klass.def_prop_ro("p", [](const DropPathFwdArgs& a) -> nb::object { return nb::cast(a.p); });
+    klass.def("fields", [](const DropPathFwdArgs& a) {
+      nb::dict d;
+      d["x"] = nb::cast(a.x);
+      d["y"] = nb::cast(a.y);
+      d["mask"] = nb::cast(a.mask);
+      d["seed"] = nb::cast(a.seed);
+      d["n"] = nb::cast(a.n);
+      d["per_sample"] = nb::cast(a.per_sample);
+      d["p"] = nb::cast(a.p);
+      return d;
+    }, "The fields by name, in declaration order.");
+    klass.def("__repr__", [](const DropPathFwdArgs& a) { return record_repr("DropPathFwdArgs", nb::cast(a).attr("fields")()); });
+    klass.attr("op") = "drop_path_fwd";
+    klass.attr("field_types") = field_types({{"x", "tensor"}, {"y", "tensor"}, {"mask", "tensor"}, {"seed", "tensor"}, {"n", "i64"}, {"per_sample", "i64"}, {"p", "f64"}});
+  }
+  {
+    nb::class_<DropPathBwdArgs> klass(m, "DropPathBwdArgs", "dx[s] = dy[s] / (1 - p) where mask[s], else 0 (dx may be dy).\n\nKeyword-only fields:\n    dy (tensor): [n, per_sample]\n    mask (tensor): INT8 [n], the forward's\n    dx (tensor): [n, per_sample]\n    n (i64): samples (x's first dimension)\n    per_sample (i64): elements of one sample\n    p (f64): the probability of dropping a sample's branch");
+    klass.def(
+        "__init__",
+        [](DropPathBwdArgs* self, const Dev& dy, const Dev& mask, const Dev& dx, std::int64_t n, std::int64_t per_sample, double p) {
+          DropPathBwdArgs rec;
+          rec.dy = dev_of("drop_path_bwd", "dy", dy);
+          rec.mask = dev_of("drop_path_bwd", "mask", mask);
+          rec.dx = dev_of("drop_path_bwd", "dx", dx);
+          rec.n = n;
+          rec.per_sample = per_sample;
+          rec.p = p;
+          new (self) DropPathBwdArgs(rec);
+        },
+        nb::kw_only(), "dy"_a, "mask"_a, "dx"_a, "n"_a, "per_sample"_a, "p"_a);
+    klass.def_prop_ro("dy", [](const DropPathBwdArgs& a) -> nb::object { return nb::cast(a.dy); });
+    klass.def_prop_ro("mask", [](const DropPathBwdArgs& a) -> nb::object { return nb::cast(a.mask); });
+    klass.def_prop_ro("dx", [](const DropPathBwdArgs& a) -> nb::object { return nb::cast(a.dx); });
+    klass.def_prop_ro("n", [](const DropPathBwdArgs& a) -> nb::object { return nb::cast(a.n); });
+    klass.def_prop_ro("per_sample", [](const DropPathBwdArgs& a) -> nb::object { return nb::cast(a.per_sample); });
+    klass.def_prop_ro("p", [](const DropPathBwdArgs& a) -> nb::object { return nb::cast(a.p); });
+    klass.def("fields", [](const DropPathBwdArgs& a) {
+      nb::dict d;
+      d["dy"] = nb::cast(a.dy);
+      d["mask"] = nb::cast(a.mask);
+      d["dx"] = nb::cast(a.dx);
+      d["n"] = nb::cast(a.n);
+      d["per_sample"] = nb::cast(a.per_sample);
+      d["p"] = nb::cast(a.p);
+      return d;
+    }, "The fields by name, in declaration order.");
+    klass.def("__repr__", [](const DropPathBwdArgs& a) { return record_repr("DropPathBwdArgs", nb::cast(a).attr("fields")()); });
+    klass.attr("op") = "drop_path_bwd";
+    klass.attr("field_types") = field_types({{"dy", "tensor"}, {"mask", "tensor"}, {"dx", "tensor"}, {"n", "i64"}, {"per_sample", "i64"}, {"p", "f64"}});
   }
   {
     nb::class_<DropoutFwdArgs> klass(m, "DropoutFwdArgs", "seed <- splitmix64(seed); keep element i iff Philox uniform(seed, i) >= p: y = x / (1 - p) where kept, else 0.\n\nKeyword-only fields:\n    x (tensor): [n]\n    y (tensor): [n]\n    mask (tensor): INT8 [n]: 1 kept, 0 dropped\n    seed (tensor): INT32 [2]: one little-endian uint64, advanced by each launch\n    n (i64): elements\n    p (f64): the drop probability");
@@ -3033,6 +3121,8 @@ void bind_op_args(nb::module_& m) {
         if (nb::isinstance<AccumulateArgs>(args)) return accumulate(ctx, nb::cast<const AccumulateArgs&>(args));
         if (nb::isinstance<RowCopyArgs>(args)) return row_copy(ctx, nb::cast<const RowCopyArgs&>(args));
         if (nb::isinstance<AddFwdArgs>(args)) return add_fwd(ctx, nb::cast<const AddFwdArgs&>(args));
+        if (nb::isinstance<DropPathFwdArgs>(args)) return drop_path_fwd(ctx, nb::cast<const DropPathFwdArgs&>(args));
+        if (nb::isinstance<DropPathBwdArgs>(args)) return drop_path_bwd(ctx, nb::cast<const DropPathBwdArgs&>(args));
         if (nb::isinstance<DropoutFwdArgs>(args)) return dropout_fwd(ctx, nb::cast<const DropoutFwdArgs&>(args));
         if (nb::isinstance<DropoutBwdArgs>(args)) return dropout_bwd(ctx, nb::cast<const DropoutBwdArgs&>(args));
         if (nb::isinstance<ExternKernelArgs>(args)) return extern_kernel(ctx, nb::cast<const ExternKernelArgs&>(args));

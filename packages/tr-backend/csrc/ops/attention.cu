@@ -17,6 +17,13 @@
 // * P_ij for all i into shared memory, then dV_j[c] = sum_i P_ij dy_i[c] and dK_j[c] = (sum_i dS_ij q_i[c]) * scale
 // with i in order; a block per query i: dS_ij likewise for all j, then dQ_i[c] = (sum_j dS_ij k_j[c]) * scale.
 // dqkv = [dQ | dK | dV], each value rounded once. No atomics and fixed orders: every launch gives the same bytes.
+//
+// Dropout on the probabilities (attribute dropout = p > 0; the kernels' kDrop instantiations, so p = 0 runs the
+// code it ran before dropout existed): a one-thread kernel advances the dropout stream, seed <- splitmix64(seed),
+// and stores it into the layer's key; element (n, h, i, j) is kept iff Philox uniform(key, ((n*heads + h)*T + i)*T
+// + j) >= p (kept(), the CPU backend's draw bit for bit). The forward uses p'_j = keep ? p_j / (1 - p) : 0 for y
+// (stats stay the undropped row's); the backward redraws the bits from the key in both its kernels (no mask is
+// saved): dV from P', dP = keep ? (v_j . dy_i) / (1 - p) : 0, and D_i = dy_i . y_i as before (y = P' v).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -24,6 +31,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "cuda/check.hpp"
 #include "cuda/context.hpp"
@@ -58,10 +66,30 @@ __device__ __forceinline__ void load_row(float* dst, const T* src, int dh) {
   for (int c = threadIdx.x; c < dh; c += blockDim.x) dst[c] = kern::to_f(src[c]);
 }
 
+// ---- dropout on the probabilities -----------------------------------------------------------------------------
+struct Drop {
+  unsigned long long* key;  // the layer's draw key (null without dropout)
+  float p, q;               // drop probability, 1 - p
+};
+
+// Whether probability (n, h, i, j) is kept: one Philox draw, keyed like dropout's, at the element's flat index.
+__device__ __forceinline__ bool kept(unsigned long long key, const Drop& dr, const Geo& g, std::int64_t n, int h,
+                                     int i, int j) {
+  const unsigned long long row = (static_cast<unsigned long long>(n) * g.heads + h) * g.t + i;
+  return kern::philox_uniform(key, row * static_cast<unsigned long long>(g.t) + j) >= dr.p;
+}
+
+// The forward's draw: the dropout stream advances and its new value is this layer's key.
+__global__ void attn_drop_key_kernel(unsigned long long* seed, unsigned long long* key) {
+  const unsigned long long k = kern::splitmix64(*seed);
+  *seed = k;
+  *key = k;
+}
+
 // ---- forward: grid (T, heads, min(N, 65535)); dynamic shared: q_i (dh floats), then the scores (T floats) ------
-template <class T>
+template <class T, bool kDrop>
 __global__ void __launch_bounds__(kBlock) attn_fwd_kernel(const T* __restrict__ qkv, T* __restrict__ y,
-                                                          float* __restrict__ stats, Geo g) {
+                                                          float* __restrict__ stats, Geo g, Drop dr) {
   extern __shared__ float sh[];
   __shared__ float red[32];
   float* qs = sh;
@@ -69,6 +97,8 @@ __global__ void __launch_bounds__(kBlock) attn_fwd_kernel(const T* __restrict__ 
   const int i = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
   const std::int64_t row = 3 * g.d;
   const std::int64_t off = static_cast<std::int64_t>(h) * g.dh;
+  unsigned long long key = 0;
+  if constexpr (kDrop) key = *dr.key;
   for (std::int64_t n = blockIdx.z; n < g.n; n += gridDim.z) {  // uniform across the block
     const T* base = qkv + n * g.t * row;
     load_row(qs, base + i * row + off, g.dh);
@@ -87,7 +117,10 @@ __global__ void __launch_bounds__(kBlock) attn_fwd_kernel(const T* __restrict__ 
       l = l + e;
     }
     l = kern::block_reduce(l, kern::Sum{}, red);  // (its barriers also publish s)
-    for (int j = threadIdx.x; j < g.t; j += kBlock) s[j] = s[j] / l;
+    for (int j = threadIdx.x; j < g.t; j += kBlock) {
+      s[j] = s[j] / l;
+      if constexpr (kDrop) s[j] = kept(key, dr, g, n, h, i, j) ? s[j] / dr.q : 0.0f;
+    }
     __syncthreads();
     const T* v0 = base + 2 * g.d + off;
     T* yi = y + (n * g.t + i) * g.d + off;
@@ -116,11 +149,11 @@ __global__ void attn_delta_kernel(const T* __restrict__ y, const T* __restrict__
 }
 
 // dK and dV of key j: grid (T, heads, min(N, 65535)); dynamic shared: k_j, v_j (dh floats each), P and dS (T each).
-template <class T>
+template <class T, bool kDrop>
 __global__ void __launch_bounds__(kBlock) attn_dkv_kernel(const T* __restrict__ qkv, const T* __restrict__ dy,
                                                           const float* __restrict__ lse,
                                                           const float* __restrict__ delta, T* __restrict__ dqkv,
-                                                          Geo g) {
+                                                          Geo g, Drop dr) {
   extern __shared__ float sh[];
   float* ks = sh;
   float* vs = ks + g.dh;
@@ -129,20 +162,27 @@ __global__ void __launch_bounds__(kBlock) attn_dkv_kernel(const T* __restrict__ 
   const int j = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
   const std::int64_t row = 3 * g.d;
   const std::int64_t off = static_cast<std::int64_t>(h) * g.dh;
+  unsigned long long key = 0;
+  if constexpr (kDrop) key = *dr.key;
   for (std::int64_t n = blockIdx.z; n < g.n; n += gridDim.z) {
     const T* base = qkv + n * g.t * row;
     const T* q0 = base + off;
     const T* dy0 = dy + n * g.t * g.d + off;
     const float* lr = lse + (n * g.heads + h) * g.t;
-    const float* dr = delta + n * g.t * g.heads + h;
+    const float* dl = delta + n * g.t * g.heads + h;
     load_row(ks, base + j * row + g.d + off, g.dh);
     load_row(vs, base + j * row + 2 * g.d + off, g.dh);
     __syncthreads();
     for (int i = threadIdx.x; i < g.t; i += kBlock) {
       const float pij = expf(dot(ks, q0 + i * row, g.dh) * g.scale - lr[i]);
-      const float dp = dot(vs, dy0 + i * g.d, g.dh);
+      float dp = dot(vs, dy0 + i * g.d, g.dh);
       p[i] = pij;
-      ds[i] = (dp - dr[static_cast<std::int64_t>(i) * g.heads]) * pij;
+      if constexpr (kDrop) {  // dV from P', dP through the same bits
+        const bool keep = kept(key, dr, g, n, h, i, j);
+        p[i] = keep ? pij / dr.q : 0.0f;
+        dp = keep ? dp / dr.q : 0.0f;
+      }
+      ds[i] = (dp - dl[static_cast<std::int64_t>(i) * g.heads]) * pij;
     }
     __syncthreads();
     T* out = dqkv + (n * g.t + j) * row + off;
@@ -160,11 +200,11 @@ __global__ void __launch_bounds__(kBlock) attn_dkv_kernel(const T* __restrict__ 
 }
 
 // dQ of query i: grid (T, heads, min(N, 65535)); dynamic shared: q_i, dy_i (dh floats each), dS (T floats).
-template <class T>
+template <class T, bool kDrop>
 __global__ void __launch_bounds__(kBlock) attn_dq_kernel(const T* __restrict__ qkv, const T* __restrict__ dy,
                                                          const float* __restrict__ lse,
                                                          const float* __restrict__ delta, T* __restrict__ dqkv,
-                                                         Geo g) {
+                                                         Geo g, Drop dr) {
   extern __shared__ float sh[];
   float* qs = sh;
   float* gs = qs + g.dh;
@@ -172,6 +212,8 @@ __global__ void __launch_bounds__(kBlock) attn_dq_kernel(const T* __restrict__ q
   const int i = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
   const std::int64_t row = 3 * g.d;
   const std::int64_t off = static_cast<std::int64_t>(h) * g.dh;
+  unsigned long long key = 0;
+  if constexpr (kDrop) key = *dr.key;
   for (std::int64_t n = blockIdx.z; n < g.n; n += gridDim.z) {
     const T* base = qkv + n * g.t * row;
     const T* k0 = base + g.d + off;
@@ -183,7 +225,8 @@ __global__ void __launch_bounds__(kBlock) attn_dq_kernel(const T* __restrict__ q
     __syncthreads();
     for (int j = threadIdx.x; j < g.t; j += kBlock) {
       const float pij = expf(dot(qs, k0 + j * row, g.dh) * g.scale - li);
-      const float dp = dot(gs, v0 + j * row, g.dh);
+      float dp = dot(gs, v0 + j * row, g.dh);
+      if constexpr (kDrop) dp = kept(key, dr, g, n, h, i, j) ? dp / dr.q : 0.0f;
       ds[j] = (dp - di) * pij;
     }
     __syncthreads();
@@ -253,26 +296,64 @@ dim3 grid_of(const Geo& g) {
               static_cast<unsigned>(std::min<std::int64_t>(g.n, kMaxGridYZ)));
 }
 
+// The dropout of a call: p in [0, 1); with p > 0 the tensors it needs (names: the record's) must be INT32 [2]s given.
+template <class A>
+Drop drop_of(const A& args, std::initializer_list<Named> needs) {
+  const double p = args.dropout;
+  if (!(p >= 0.0 && p < 1.0)) bad(args, "dropout=" + std::to_string(p) + " must be in [0, 1)");
+  if (p == 0.0) return {nullptr, 0.0f, 1.0f};
+  for (const Named& f : needs) {
+    if (!f.t) bad(args, std::string("dropout > 0 needs ") + f.name);
+    if (f.t.dt != DT::I32) bad(args, std::string(f.name) + " must be INT32 (one uint64), got " + dtype_name(f.t.dt));
+  }
+  return {static_cast<unsigned long long*>(args.key.ptr), static_cast<float>(p), static_cast<float>(1.0 - p)};
+}
+
+// Calls body(std::integral_constant<bool, drop>{}): the kernels' kDrop, from the call's dropout.
+template <class Body>
+void dispatch_drop(bool drop, Body&& body) {
+  if (drop) {
+    body(std::true_type{});
+  } else {
+    body(std::false_type{});
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Op> attention_fwd(Context& ctx, const AttentionFwdArgs& args) {
   const Geo g = geometry(args, {{"y", args.y}});
+  const Drop dr = drop_of(args, {{"seed", args.seed}, {"key", args.key}});
+  const bool drop = dr.key != nullptr;
+  if (drop && !args.stats) bad(args, "dropout > 0 is a training forward's, which saves stats");
   const std::size_t bytes = (static_cast<std::size_t>(g.dh) + static_cast<std::size_t>(g.t)) * sizeof(float);
   const DT dt = args.qkv.dt;
   kern::dispatch_float(dt, args, "qkv", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    allow_shared(args, ctx, attn_fwd_kernel<T>, bytes, g, "q_i and the row's T scores", sizeof(float));
+    dispatch_drop(drop, [&](auto kd) {
+      allow_shared(args, ctx, attn_fwd_kernel<T, decltype(kd)::value>, bytes, g, "q_i and the row's T scores",
+                   sizeof(float));
+    });
   });
   const void* qkv = args.qkv.ptr;
   void* y = args.y.ptr;
   float* stats = args.stats ? static_cast<float*>(args.stats.ptr) : nullptr;  // null: inference
+  auto* seed = static_cast<unsigned long long*>(args.seed.ptr);  // (with dropout only)
   const dim3 grid = grid_of(g);
-  std::string info = "block per query, " + std::to_string(bytes) + " B shared" + (stats ? ", saves stats" : "");
+  std::string info = "block per query, " + std::to_string(bytes) + " B shared" + (stats ? ", saves stats" : "") +
+                     (drop ? ", dropout " + std::to_string(args.dropout) : "");
   return fn_op(
       [=](cudaStream_t s) {
+        if (drop) {
+          attn_drop_key_kernel<<<1, 1, 0, s>>>(seed, dr.key);
+          check_launch("attention dropout key");
+        }
         kern::dispatch_float(dt, args, "qkv", [&](auto tag) {
           using T = typename decltype(tag)::type;
-          attn_fwd_kernel<T><<<grid, kBlock, bytes, s>>>(static_cast<const T*>(qkv), static_cast<T*>(y), stats, g);
+          dispatch_drop(drop, [&](auto kd) {
+            attn_fwd_kernel<T, decltype(kd)::value><<<grid, kBlock, bytes, s>>>(static_cast<const T*>(qkv),
+                                                                               static_cast<T*>(y), stats, g, dr);
+          });
         });
         check_launch("attention_fwd");
       },
@@ -281,15 +362,20 @@ std::unique_ptr<Op> attention_fwd(Context& ctx, const AttentionFwdArgs& args) {
 
 std::unique_ptr<Op> attention_bwd(Context& ctx, const AttentionBwdArgs& args) {
   const Geo g = geometry(args, {{"y", args.y}, {"dy", args.dy}, {"dqkv", args.dqkv}});
+  const Drop dr = drop_of(args, {{"key", args.key}});
+  const bool drop = dr.key != nullptr;
   const std::size_t dh = static_cast<std::size_t>(g.dh), t = static_cast<std::size_t>(g.t);
   const std::size_t dkv_bytes = (2 * dh + 2 * t) * sizeof(float), dq_bytes = (2 * dh + t) * sizeof(float);
   const DT dt = args.qkv.dt;
   kern::dispatch_float(dt, args, "qkv", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    allow_shared(args, ctx, attn_dkv_kernel<T>, dkv_bytes, g, "k_j, v_j and a column's T probabilities and "
-                 "score gradients", 2 * sizeof(float));
-    allow_shared(args, ctx, attn_dq_kernel<T>, dq_bytes, g, "q_i, dy_i and the row's T score gradients",
-                 sizeof(float));
+    dispatch_drop(drop, [&](auto kd) {
+      constexpr bool kDrop = decltype(kd)::value;
+      allow_shared(args, ctx, attn_dkv_kernel<T, kDrop>, dkv_bytes, g, "k_j, v_j and a column's T probabilities "
+                   "and score gradients", 2 * sizeof(float));
+      allow_shared(args, ctx, attn_dq_kernel<T, kDrop>, dq_bytes, g, "q_i, dy_i and the row's T score gradients",
+                   sizeof(float));
+    });
   });
   const std::int64_t rows = g.n * g.t * g.heads;
   // D_i per token and head lives as long as the op (its graph)
@@ -300,7 +386,8 @@ std::unique_ptr<Op> attention_bwd(Context& ctx, const AttentionBwdArgs& args) {
   const float* lse = static_cast<const float*>(args.stats.ptr);
   void* dqkv = args.dqkv.ptr;
   const dim3 grid = grid_of(g);
-  std::string info = "block per key (dK, dV) and per query (dQ), " + std::to_string(dkv_bytes) + " B shared";
+  std::string info = "block per key (dK, dV) and per query (dQ), " + std::to_string(dkv_bytes) + " B shared" +
+                     (drop ? ", dropout " + std::to_string(args.dropout) : "");
   return fn_op(
       [=](cudaStream_t s) {
         float* dl = delta->as<float>();
@@ -311,8 +398,11 @@ std::unique_ptr<Op> attention_bwd(Context& ctx, const AttentionBwdArgs& args) {
           T* out = static_cast<T*>(dqkv);
           attn_delta_kernel<T><<<kern::blocks_for(rows), kern::kThreads, 0, s>>>(static_cast<const T*>(y), g_dy,
                                                                                   dl, rows, g.dh);
-          attn_dkv_kernel<T><<<grid, kBlock, dkv_bytes, s>>>(q, g_dy, lse, dl, out, g);
-          attn_dq_kernel<T><<<grid, kBlock, dq_bytes, s>>>(q, g_dy, lse, dl, out, g);
+          dispatch_drop(drop, [&](auto kd) {
+            constexpr bool kDrop = decltype(kd)::value;
+            attn_dkv_kernel<T, kDrop><<<grid, kBlock, dkv_bytes, s>>>(q, g_dy, lse, dl, out, g, dr);
+            attn_dq_kernel<T, kDrop><<<grid, kBlock, dq_bytes, s>>>(q, g_dy, lse, dl, out, g, dr);
+          });
         });
         check_launch("attention_bwd");
       },

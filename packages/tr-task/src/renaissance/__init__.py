@@ -60,6 +60,7 @@ from tr.graph.blueprint import (
     channel_padding,
     class_token,
     conv,
+    drop_path,
     dropout,
     elu,
     fc,

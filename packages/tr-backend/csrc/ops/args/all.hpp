@@ -14,6 +14,7 @@
 #include "ops/args/collective.hpp"
 #include "ops/args/conv.hpp"
 #include "ops/args/copy.hpp"
+#include "ops/args/drop_path.hpp"
 #include "ops/args/dropout.hpp"
 #include "ops/args/extern_kernel.hpp"
 #include "ops/args/fc.hpp"
@@ -60,6 +61,8 @@ inline constexpr const char* kNativeOps[] = {
     "accumulate",
     "row_copy",
     "add_fwd",
+    "drop_path_fwd",
+    "drop_path_bwd",
     "dropout_fwd",
     "dropout_bwd",
     "extern_kernel",

@@ -17,21 +17,24 @@ namespace tr::native {
 class Context;
 class Op;
 
-// attention_fwd: y = softmax(scale * q k^T) v per sample and head, in float32; stats = the rows' log-sum-exp when given (training).
+// attention_fwd: y = softmax(scale * q k^T) v per sample and head, in float32; stats = the rows' log-sum-exp when given (training); with dropout > 0, seed <- splitmix64(seed), key <- seed, and y = (keep * P / (1 - p)) v.
 struct AttentionFwdArgs {
   static constexpr const char* op = "attention_fwd";
   Dev qkv;  // tensor: [n, t, 3d]: [q | k | v] per token
   Dev y;  // tensor: [n, t, d]
   Dev stats;  // tensor?: FP32 [n, heads, t]: written when given
+  Dev seed;  // tensor?: INT32 [2]: the dropout stream (one uint64), advanced when dropout > 0
+  Dev key;  // tensor?: INT32 [2]: the draw's key, written when dropout > 0 for the backward
   std::int64_t n = 0;  // i64: samples
   std::int64_t t = 0;  // i64: tokens
   std::int64_t d = 0;  // i64: y's channels (heads * dh)
   std::int64_t heads = 0;  // i64: heads (dividing d)
   double scale = 0.0;  // f64: the scores' factor (finite, > 0)
+  double dropout = 0.0;  // f64: the probabilities' drop probability p in [0, 1); 0: none (no seed, no key)
 };
 std::unique_ptr<Op> attention_fwd(Context& ctx, const AttentionFwdArgs& a);
 
-// attention_bwd: dqkv = [dQ | dK | dV] of attention_fwd, in float32 from qkv, y, dy and the saved stats.
+// attention_bwd: dqkv = [dQ | dK | dV] of attention_fwd, in float32 from qkv, y, dy and the saved stats (and with dropout > 0 the keep bits redrawn from the forward's key).
 struct AttentionBwdArgs {
   static constexpr const char* op = "attention_bwd";
   Dev qkv;  // tensor: [n, t, 3d]
@@ -39,11 +42,13 @@ struct AttentionBwdArgs {
   Dev dy;  // tensor: [n, t, d]
   Dev stats;  // tensor: FP32 [n, heads, t]: the forward's
   Dev dqkv;  // tensor: [n, t, 3d]
+  Dev key;  // tensor?: INT32 [2]: the forward's draw key, read when dropout > 0
   std::int64_t n = 0;  // i64: samples
   std::int64_t t = 0;  // i64: tokens
   std::int64_t d = 0;  // i64: y's channels (heads * dh)
   std::int64_t heads = 0;  // i64: heads (dividing d)
   double scale = 0.0;  // f64: the scores' factor (finite, > 0)
+  double dropout = 0.0;  // f64: the probabilities' drop probability p in [0, 1); 0: none (no seed, no key)
 };
 std::unique_ptr<Op> attention_bwd(Context& ctx, const AttentionBwdArgs& a);
 

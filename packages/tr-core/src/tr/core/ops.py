@@ -185,19 +185,27 @@ _DEFS: list[OpDef] = [
               "of dy (FP32; fixed-order sums, no atomics: the same bytes on every run; the CPU backend adds rows into "
               "float64, the CUDA one adds four rows in float32 and then float64)"),
     # --- attention: multi-head scaled dot-product self-attention over tokens [N,1,T,C] (ViT's; H = 1, W = T) ----
-    OpDef("attention_fwd", "attention", (_t("qkv"), _t("y", "out"), _t("stats", "out", True)), ("heads", "scale"),
+    OpDef("attention_fwd", "attention",
+          (_t("qkv"), _t("y", "out"), _t("stats", "out", True), _t("seed", "inout", True), _t("key", "out", True)),
+          ("heads", "scale", "dropout"),
           doc="qkv [N,1,T,3D] (FP32, FP16 or BF16) holds per token [q (D) | k (D) | v (D)], each split into `heads` "
               "heads of dh = D / heads channels, head h on channels [h*dh, (h+1)*dh) (torch.nn.MultiheadAttention's "
               "packed in_proj output); per sample and head, in float32 from the widened values: S = (q k^T) * scale, "
               "P = softmax(S) by rows (max subtracted), y = P v rounded once to y's dtype (qkv's; y [N,1,T,D], the "
               "heads concatenated in order); stats FP32 [N,1,heads,T] = each row's log-sum-exp of S, saved for the "
-              "backward in training (inference passes none). Fixed order: the same bytes on every run"),
+              "backward in training (inference passes none). Fixed order: the same bytes on every run. With "
+              "dropout = p > 0 (training only; absent or 0: none, and no seed or key): seed (INT32[2] = uint64) is "
+              "first advanced, seed = splitmix64(seed), and stored into key (INT32[2], the layer's, for the "
+              "backward); P_ij of sample n and head h is kept iff philox.uniform(key, ((n*heads + h)*T + i)*T + j) "
+              ">= p, y = (keep * P / (1-p)) v; stats stay the undropped rows' log-sum-exp"),
     OpDef("attention_bwd", "attention",
-          (_t("qkv"), _t("y"), _t("dy"), _t("stats"), _t("dqkv", "out")), ("heads", "scale"),
+          (_t("qkv"), _t("y"), _t("dy"), _t("stats"), _t("dqkv", "out"), _t("key", "in", True)),
+          ("heads", "scale", "dropout"),
           doc="attention_fwd's gradient, in float32: P = exp(S - stats) recomputed from qkv; dV = P^T dy, dP = dy "
               "V^T, D_i = rowsum(dy * y) (y as stored, widened), dS = P * (dP - D_i), dQ = (dS K) * scale, dK = "
               "(dS^T Q) * scale; dqkv [N,1,T,3D] = [dQ | dK | dV] per token in qkv's layout and dtype (dy's, y's), "
-              "rounded once"),
+              "rounded once. With dropout = p > 0 the keep bits are redrawn from the forward's key: dV = P'^T dy and "
+              "dP = keep * (dy V^T) / (1-p), P' = keep * P / (1-p) (D_i = rowsum(dy * y) still: y = P' v)"),
     # --- activations (kind in ACTIVATIONS) ----------------------------------------------------------
     OpDef("act_fwd", "activation", (_t("x"), _t("y", "out"), _t("mask", "out", True)), ("kind",),
           doc="y = f(x); when a mask is given, also write the INT8 mask (x > 0) (only relu's backward reads it)"),
@@ -211,6 +219,14 @@ _DEFS: list[OpDef] = [
           doc="seed (INT32[2] = uint64 little-endian) is first advanced: seed = splitmix64(seed), stored back; "
               "then element i (flat NHWC index) is kept iff philox.uniform(seed, i) >= p; y = keep*x/(1-p)"),
     OpDef("dropout_bwd", "dropout", (_t("dy"), _t("mask"), _t("dx", "out")), ("p",), inplace=(("dx", "dy"),)),
+    # --- stochastic depth (drop path): a residual branch dropped for a whole sample ---------------------
+    OpDef("drop_path_fwd", "drop_path", (_t("x"), _t("y", "out"), _t("mask", "out"), _t("seed", "inout")), ("p",),
+          doc="seed (INT32[2] = uint64 little-endian) is first advanced: seed = splitmix64(seed), stored back; then "
+              "sample n (x's first dimension) is kept iff philox.uniform(seed, n) >= p: y[n] = x[n]/(1-p) where "
+              "kept, else 0 (even for inf or NaN); mask INT8 [N] 0/1 (timm's DropPath, torchvision's "
+              "StochasticDepth(p, 'row'))"),
+    OpDef("drop_path_bwd", "drop_path", (_t("dy"), _t("mask"), _t("dx", "out")), ("p",),
+          doc="dx[n] = dy[n]/(1-p) where mask[n], else 0", inplace=(("dx", "dy"),)),
     # --- device-resident augmentation ------------------------------------------------------------
     OpDef("augment_affine", "augment", (_t("src"), _t("index"), _t("key"), _t("y", "out")),
           ("pad", "degrees", "scale", "erase_p", "erase_scale", "erase_ratio", "erase_value", "flip_p", "mean", "std",

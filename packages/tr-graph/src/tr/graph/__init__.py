@@ -24,6 +24,7 @@ from tr.graph.blueprint import (
     channel_padding,
     class_token,
     conv,
+    drop_path,
     dropout,
     elu,
     fc,
@@ -54,9 +55,10 @@ from tr.graph.spec import OPTIMIZERS, CompileSpec
 
 __all__ = [
     "ArchLayer", "ArchPlan", "BluePrint", "Layer", "activation", "add2", "attention", "avgpool", "basic_block",
-    "block", "bn", "bottleneck", "cbr", "cbrp", "channel_padding", "conv", "dropout", "elu", "fc", "flatten", "gap",
-    "gap_fc", "gelu", "hardswish", "identity", "layernorm", "leaky_relu", "maxpool", "mbconv", "relu", "relu6",
-    "repeat", "se", "seq", "sigmoid", "silu", "softmax_ce", "tanh", "tokens", "class_token", "check_program",
-    "Compiled", "Compiler", "arch_plan", "compile_program", "compile_with_plan", "OPTIMIZERS", "CompileSpec"
+    "block", "bn", "bottleneck", "cbr", "cbrp", "channel_padding", "conv", "drop_path", "dropout", "elu", "fc",
+    "flatten", "gap", "gap_fc", "gelu", "hardswish", "identity", "layernorm", "leaky_relu", "maxpool", "mbconv",
+    "relu", "relu6", "repeat", "se", "seq", "sigmoid", "silu", "softmax_ce", "tanh", "tokens", "class_token",
+    "check_program", "Compiled", "Compiler", "arch_plan", "compile_program", "compile_with_plan", "OPTIMIZERS",
+    "CompileSpec"
 ]
 __version__ = "0.1.0"

@@ -89,6 +89,7 @@ class ClassToken(Layer):
 @dataclass(frozen=True, repr=False)
 class Attention(Layer):
     heads: int = 1
+    dropout: float = 0.0
 
 
 @dataclass(frozen=True, repr=False)
@@ -137,6 +138,17 @@ class ChannelPadding(Layer):
 @dataclass(frozen=True, repr=False)
 class Dropout(Layer):
     p: float = 0.5
+
+    def _positional(self) -> tuple[str, ...]:
+        return ("p",)
+
+
+@dataclass(frozen=True, repr=False)
+class DropPath(Layer):
+    p: float
+
+    def _call(self) -> str:
+        return "drop_path"
 
     def _positional(self) -> tuple[str, ...]:
         return ("p",)
@@ -365,12 +377,14 @@ def tokens(cls: bool = True, pos: bool = True) -> Tokens:
     return Tokens(cls, pos)
 
 
-def attention(heads: int) -> Attention:
+def attention(heads: int, dropout: float = 0.0) -> Attention:
     """Multi-head scaled dot-product self-attention on tokens: reads the fused projection's [N, 1, T, 3D] (q, k, v,
     torch.nn.MultiheadAttention's packed layout: a 1x1 conv of 3D channels with bias before it), writes the heads'
-    outputs [N, 1, T, D] (the output projection is a 1x1 conv after it); scale 1 / sqrt(D / heads)."""
+    outputs [N, 1, T, D] (the output projection is a 1x1 conv after it); scale 1 / sqrt(D / heads). ``dropout``
+    (in [0, 1)) drops attention probabilities in training, the kept ones scaled by 1 / (1 - dropout), as
+    torch.nn.MultiheadAttention's dropout (scaled_dot_product_attention's dropout_p); none at inference."""
     _ints("attention", heads=heads)
-    return Attention(heads)
+    return Attention(heads, _number("attention dropout", dropout))
 
 
 def class_token() -> ClassToken:
@@ -471,6 +485,13 @@ def channel_padding(multiple: int = 8) -> ChannelPadding:
 
 def dropout(p: float = 0.5) -> Dropout:
     return Dropout(_number("dropout p", p))
+
+
+def drop_path(p: float) -> DropPath:
+    """Stochastic depth: in training each sample's value is zeroed with probability ``p`` (in [0, 1)) and kept ones
+    are scaled by 1 / (1 - p); the identity at inference (timm's DropPath, torchvision's StochasticDepth(p, "row")).
+    Placed at the end of a residual branch, it drops the branch per sample: add2(identity(), seq(..., drop_path(p)))."""
+    return DropPath(_number("drop_path p", p))
 
 
 def identity() -> Identity:

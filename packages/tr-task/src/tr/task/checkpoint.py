@@ -199,7 +199,10 @@ def _record(rec) -> dict[str, Any] | None:
 
 
 def _has_dropout(program) -> bool:
-    return any(c.op == "dropout_fwd" for step in program.steps.values() for c in step.calls)
+    """Whether a step draws from the dropout stream (dropout, drop path, attention dropout: each advances it)."""
+    seed = program.named.get("dropout_seed")
+    return seed is not None and any(v == seed for step in program.steps.values() for c in step.calls
+                                    for v in c.args.values() if isinstance(v, DTensor))
 
 
 RANK_STREAMS = "dropout_seed@ranks"  # every rank's dropout_seed, (world, 1, 1, 1, 2) INT32

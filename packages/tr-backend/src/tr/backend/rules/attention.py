@@ -5,6 +5,11 @@ token; y and dy are [N,1,T,D] and dqkv has qkv's shape. Every token tensor of on
 FP16 or BF16); stats (each softmax row's log-sum-exp) is FP32 [N,1,heads,T], written by attention_fwd in training
 (inference passes none) and read by attention_bwd. Attributes: heads (an integer >= 1
 dividing D) and scale (the scores' factor, a finite number > 0, usually 1 / sqrt(D / heads)); both required.
+
+Dropout on the probabilities: the attribute ``dropout`` (p in [0, 1); absent: 0). With p > 0 the forward is a
+training one (stats given) and takes the dropout stream ``seed`` (INT32[2], advanced by the launch) and the layer's
+``key`` (INT32[2], where the forward leaves the draw's key), and the backward takes that key; with p = 0 neither
+is given, so a call without dropout is exactly the call of a model that has none.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class AttentionCall:
     heads: int
     scale: float
     stats: bool  # attention_fwd: the log-sum-exp is saved (training)
+    dropout: float = 0.0  # the probabilities' drop probability (0: none)
 
     @property
     def dh(self) -> int:  # channels a head
@@ -60,7 +66,8 @@ def _attrs(b: CallBinder) -> tuple[int, float]:
     return heads, scale
 
 
-def _rules(b: CallBinder, y_like: tuple[str, ...], qkv_like: tuple[str, ...]) -> AttentionCall:
+def _rules(b: CallBinder, y_like: tuple[str, ...], qkv_like: tuple[str, ...],
+           keys: tuple[str, ...]) -> AttentionCall:
     heads, scale = _attrs(b)
     n, t, c3 = _tokens(b, "qkv")
     if c3 % 3:
@@ -88,12 +95,33 @@ def _rules(b: CallBinder, y_like: tuple[str, ...], qkv_like: tuple[str, ...]) ->
         if st.dtype is not DType.FP32:
             b.fail(f"stats is {st.dtype.name}; the softmax rows' log-sum-exp is FP32", DTypeError)
     _same_dtype(b, y_like + qkv_like)
-    return AttentionCall(n, t, d, heads, scale, b.has("stats"))
+    return AttentionCall(n, t, d, heads, scale, b.has("stats"), _dropout(b, keys))
+
+
+def _dropout(b: CallBinder, keys: tuple[str, ...]) -> float:
+    """The attribute dropout (0 when absent), checked with the INT32[2] tensors ``keys`` it needs when > 0."""
+    p = b.float_attr("dropout", 0.0, lo=0.0)
+    if p >= 1.0:
+        b.fail(f"attribute 'dropout' (the probabilities' drop probability) must be in [0, 1), got {p}")
+    if p == 0.0:
+        given = [name for name in keys if b.has(name)]
+        if given:
+            b.fail(f"{' and '.join(given)} given without dropout: they are read only with dropout > 0")
+        return 0.0
+    if "seed" in keys and not b.has("stats"):
+        b.fail(f"dropout = {p} is a training forward's, which saves stats; inference passes no stats and no dropout")
+    for name in keys:
+        if not b.has(name):
+            b.fail(f"dropout = {p} needs {name!r} (INT32[2]: one uint64; the forward advances the dropout stream "
+                   "'seed' and leaves the draw's 'key' for the backward)")
+        b.expect_dtype(name, DType.INT32)
+        b.expect_numel(name, 2)
+    return p
 
 
 def attention_fwd_rules(b: CallBinder) -> AttentionCall:
-    return _rules(b, ("y",), ())
+    return _rules(b, ("y",), (), ("seed", "key"))
 
 
 def attention_bwd_rules(b: CallBinder) -> AttentionCall:
-    return _rules(b, ("y", "dy"), ("dqkv",))
+    return _rules(b, ("y", "dy"), ("dqkv",), ("key",))

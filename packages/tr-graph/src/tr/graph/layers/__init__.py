@@ -21,6 +21,7 @@ from tr.graph.layers.bn import BNKind
 from tr.graph.layers.cbr import CBRKind
 from tr.graph.layers.channel_pad import ChannelPadKind
 from tr.graph.layers.conv import ConvKind
+from tr.graph.layers.drop_path import DropPathKind
 from tr.graph.layers.dropout import DropoutKind
 from tr.graph.layers.fc import FCKind
 from tr.graph.layers.flatten import FlattenKind
@@ -34,7 +35,7 @@ from tr.graph.layers.tokens import ClassTokenKind, TokensKind
 KINDS: dict[str, LayerKind] = {}
 for _k in (FCKind(), ConvKind(), BNKind(), ActKind(), MaxPoolKind(), AvgPoolKind(), GapKind(), FlattenKind(),
            DropoutKind(), AddKind(), ScaleKind(), SoftmaxCEKind(), OneHotLossKind(), CBRKind(), ChannelPadKind(),
-           LayerNormKind(), TokensKind(), ClassTokenKind(), AttentionKind()):
+           LayerNormKind(), TokensKind(), ClassTokenKind(), AttentionKind(), DropPathKind()):
     for _name in _k.kinds:
         KINDS[_name] = _k
 

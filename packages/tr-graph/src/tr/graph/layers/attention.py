@@ -7,6 +7,11 @@ after it. So a ViT block's attention is layernorm -> conv(3D, 1, bias) -> attent
 inside a residual add, every piece a layer of its own. scale = 1 / sqrt(D / heads) (torch's default). Training
 saves each softmax row's log-sum-exp (FP32 [N, 1, heads, T]) for the backward, which recomputes the
 probabilities from it (flash attention's scheme: no [T, T] tensor lives between the passes); inference saves none.
+
+``attention(heads, dropout=p)`` drops probabilities in training (torch.nn.MultiheadAttention's dropout): the forward
+advances the dropout_seed stream, as a dropout layer does (so each layer, and each step, draws its own bits), and
+leaves the draw's key in an INT32[2] of the layer's (MASK role, pooled like a mask) for the backward, which redraws
+the same bits from it; no [T, T] mask is saved. p = 0 emits exactly the calls of an attention without dropout.
 """
 
 from __future__ import annotations
@@ -15,15 +20,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tr.core.dtype import DType
+from tr.core.memory import Region, Role
 from tr.core.shape import Shape
 from tr.graph.blueprint import Attention
-from tr.graph.layers.base import IO, Decl, DeclCtx, Expansion, LayerKind, LayerProblem, positive_int
+from tr.graph.layers.base import IO, MASK, TRAIN, Decl, DeclCtx, Expansion, LayerKind, LayerProblem, positive_int
 
 
 @dataclass(frozen=True, slots=True)
 class AttentionParams:
     heads: int = 1
     dim: int = 0  # D, the output's channels: set by expand from the channels before the layer
+    dropout: float = 0.0  # the probability of dropping an attention probability in training, in [0, 1)
 
 
 class AttentionKind(LayerKind):
@@ -36,15 +44,20 @@ class AttentionKind(LayerKind):
             raise LayerProblem("attention reads tokens of a known channel count (it cannot follow a flatten)")
         if channels % 3:
             raise LayerProblem(f"attention reads q, k and v: its input's {channels} channels must divide by 3")
-        return Expansion("attention", {"heads": node.heads, "dim": channels // 3}, channels // 3)
+        return Expansion("attention", {"heads": node.heads, "dim": channels // 3, "dropout": node.dropout},
+                         channels // 3)
 
     def describe(self, layer) -> str:
-        return f"attention heads={layer.params['heads']}"
+        p = layer.params["dropout"]
+        return f"attention heads={layer.params['heads']}" + (f" dropout={p}" if p else "")
 
     def check(self, layer) -> None:
         heads, dim = positive_int("attention heads", layer.params["heads"]), layer.params["dim"]
         if dim % heads:
             raise LayerProblem(f"attention with {heads} heads needs a width D divisible by them, got D = {dim}")
+        p = layer.params["dropout"]
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0.0 <= p < 1.0:
+            raise LayerProblem(f"attention dropout must be in [0, 1), got {p!r}")
 
     def out_shape(self, layer, ins: Sequence[Shape]) -> Shape:
         x, heads = ins[0], layer.params["heads"]
@@ -59,17 +72,30 @@ class AttentionKind(LayerKind):
         heads = layer.params["heads"]
         return {"heads": heads, "scale": 1.0 / math.sqrt(layer.params["dim"] // heads)}
 
+    def _training(self, layer, io: IO, forward: bool) -> tuple[dict, dict]:
+        """The training calls' attributes and dropout arguments (the forward draws from the stream into the layer's
+        key, the backward reads the key): none at all without dropout."""
+        p = layer.params["dropout"]
+        if not p:
+            return self._attrs(layer), {}
+        args = {"key": io.t("key"), **({"seed": "dropout_seed"} if forward else {})}
+        return {**self._attrs(layer), "dropout": p}, args
+
     def declare(self, layer, ins: Sequence[Shape], out: Shape, cx: DeclCtx) -> list[Decl]:
-        return [cx.stat("lse", Shape(out.n, 1, layer.params["heads"], out.w))]
+        decls = [cx.stat("lse", Shape(out.n, 1, layer.params["heads"], out.w))]
+        if layer.params["dropout"]:  # the forward's draw key (one uint64), read back by the backward
+            decls.append(Decl("key", Region(Role.MASK), DType.INT32, Shape(1, 1, 1, 2), 1, MASK, TRAIN))
+        return decls
 
     def forward(self, layer, io: IO) -> None:
-        io.op("attention_fwd", self._attrs(layer), qkv=io.x[0], y=io.y, stats=io.t("lse"))
+        attrs, drop = self._training(layer, io, forward=True)
+        io.op("attention_fwd", attrs, qkv=io.x[0], y=io.y, stats=io.t("lse"), **drop)
 
     def backward(self, layer, io: IO) -> list[str | None]:
         dx = io.dx_or_none(0)
         if dx is not None:
-            io.op("attention_bwd", self._attrs(layer), qkv=io.x[0], y=io.y, dy=io.dy,
-                  stats=io.t("lse"), dqkv=dx)
+            attrs, drop = self._training(layer, io, forward=False)
+            io.op("attention_bwd", attrs, qkv=io.x[0], y=io.y, dy=io.dy, stats=io.t("lse"), dqkv=dx, **drop)
         return [dx]
 
     def inference(self, layer, io: IO) -> str:

@@ -11,6 +11,13 @@ Backward, in float32: P = exp(S - stats) with S recomputed as above; dV = P^T dy
 over each head's dh values (y as stored, widened: what flash attention and cuDNN use); dS = P * (dP - D_i);
 dQ = (dS K) * scale, dK = (dS^T Q) * scale, written into dqkv's [dQ | dK | dV] thirds and rounded once.
 
+Dropout on the probabilities (attribute dropout = p > 0, training only): the forward advances the dropout stream,
+seed <- splitmix64(seed), stores it into the layer's key, and keeps P_ij of sample n and head h iff
+philox.uniform(key, ((n*heads + h)*T + i)*T + j) >= p (drawn by the allocation-free PhiloxBlocks, chunk by chunk at
+the chunk's offset), P' = keep ? P / (1-p) : 0, y = P' v; stats stay the undropped rows' log-sum-exp. The backward
+redraws the same bits from the key (no mask is saved): dV = P'^T dy, dP = keep ? (dy V^T) / (1-p) : 0, and D_i =
+rowsum(dy * y) is still rowsum(P * dP) since y = P' v.
+
 Samples go through in chunks whose scores fit _SCORES float32 elements, so the scratch stays bounded for large
 batches; each (sample, head) product is its own GEMM and every reduction runs along one row, so the chunking does
 not change a byte. Row sums are numpy's (pairwise, fixed order) and the BLAS GEMMs do not split their inner
@@ -24,7 +31,9 @@ import numpy as np
 
 from tr.backend.cpu.binder import Binder, Step, seq
 from tr.backend.cpu.ops._register import cpu_op
+from tr.backend.cpu.philox_fast import PhiloxBlocks, keep_threshold
 from tr.backend.rules.attention import AttentionCall, attention_bwd_rules, attention_fwd_rules
+from tr.core import philox
 
 _SCORES = 1 << 22  # score elements (16 MiB of float32) a chunk of samples holds at once
 
@@ -38,6 +47,36 @@ def _chunks(r: AttentionCall) -> tuple[int, list[slice]]:
 def _heads(a: np.ndarray) -> list[np.ndarray]:
     """q, k, v (or dq, dk, dv) of an [N, T, 3, heads, dh] array as [N, heads, T, dh] views."""
     return [a[:, :, i].transpose(0, 2, 1, 3) for i in range(3)]
+
+
+class _Dropout:
+    """The keep bits of the probabilities of one call, drawn chunk by chunk: element ((n*heads + h)*T + i)*T + j of
+    the [N, heads, T, T] probabilities is kept iff philox.uniform(key, that index) >= p."""
+
+    def __init__(self, b: Binder, r: AttentionCall, m: int, chunks: list[slice]) -> None:
+        self.per = r.heads * r.t * r.t  # draws a sample
+        self.q = np.float32(1.0 - r.dropout)
+        self.threshold = keep_threshold(r.dropout)
+        self.keep = b.scratch((m, r.heads, r.t, r.t), np.bool_)
+        self.dropped = b.scratch((m, r.heads, r.t, r.t), np.bool_)
+        self.draws: dict[int, PhiloxBlocks] = {}  # samples of a chunk -> its generator (the last chunk may be short)
+        for c in chunks:
+            j = c.stop - c.start
+            if j not in self.draws:
+                self.draws[j] = PhiloxBlocks(j * self.per)
+
+    def draw(self, key: int, c: slice) -> np.ndarray:
+        """Draw chunk ``c``'s bits; return where its elements are dropped ([samples, heads, T, T] bool)."""
+        j = c.stop - c.start
+        keep, dropped = self.keep[:j], self.dropped[:j]
+        self.draws[j].keep_mask(key, self.threshold, keep.reshape(-1), offset=c.start * self.per)
+        np.logical_not(keep, out=dropped)
+        return dropped
+
+    def apply(self, a: np.ndarray, dropped: np.ndarray, out: np.ndarray) -> None:
+        """out = a / (1-p) where kept, else 0 (out may be a)."""
+        np.divide(a, self.q, out=out)
+        np.copyto(out, np.float32(0), where=dropped)
 
 
 @cpu_op("attention_fwd")
@@ -55,8 +94,15 @@ def attention_fwd(b: Binder) -> Step:
     row = b.scratch((m, h, t, 1))
     o = b.scratch((m, h, t, dh))
     scale = np.float32(r.scale)
+    drop = _Dropout(b, r, m, chunks) if r.dropout else None
+    if drop is not None:  # the dropout stream, and where this layer's draw key goes for the backward
+        stream, key = b.view("seed", (2,)).view("<u8"), b.view("key", (2,)).view("<u8")
 
     def core() -> None:
+        if drop is not None:
+            k = philox.splitmix64(int(stream[0]))
+            stream[0] = k
+            key[0] = k
         for c in chunks:
             j = c.stop - c.start
             sc, rw, oc, lc = s[:j], row[:j], o[:j], lse[c]
@@ -70,6 +116,8 @@ def attention_fwd(b: Binder) -> Step:
             np.divide(sc, rw, out=sc)  # P
             np.log(rw, out=rw)
             np.add(lc, rw[..., 0], out=lc)
+            if drop is not None:
+                drop.apply(sc, drop.draw(k, c), sc)  # P'
             np.matmul(sc, v[c], out=oc)
             np.copyto(yh[c], oc)
 
@@ -97,6 +145,10 @@ def attention_bwd(b: Binder) -> Step:
     ds = b.scratch((m, h, t, t))
     g = b.scratch((m, h, t, dh))
     scale = np.float32(r.scale)
+    drop = _Dropout(b, r, m, chunks) if r.dropout else None
+    if drop is not None:
+        key = b.view("key", (2,)).view("<u8")  # the forward's draw
+        pd = b.scratch((m, h, t, t))
 
     def core() -> None:
         np.multiply(dy, y, out=prod)
@@ -108,9 +160,16 @@ def attention_bwd(b: Binder) -> Step:
             np.multiply(pc, scale, out=pc)
             np.subtract(pc, lse[c], out=pc)
             np.exp(pc, out=pc)  # P, from the forward's log-sum-exp
-            np.matmul(pc.swapaxes(-1, -2), dyh[c], out=gc)
+            if drop is None:
+                np.matmul(pc.swapaxes(-1, -2), dyh[c], out=gc)
+            else:
+                dropped = drop.draw(int(key[0]), c)
+                drop.apply(pc, dropped, pd[:j])  # P', as the forward used it
+                np.matmul(pd[:j].swapaxes(-1, -2), dyh[c], out=gc)
             np.copyto(dv[c], gc)
-            np.matmul(dyh[c], vt[c], out=dc)  # dP
+            np.matmul(dyh[c], vt[c], out=dc)  # dP' (of the dropped probabilities)
+            if drop is not None:
+                drop.apply(dc, dropped, dc)  # dP
             np.subtract(dc, dlt[c], out=dc)
             np.multiply(dc, pc, out=dc)  # dS
             np.matmul(dc, k[c], out=gc)

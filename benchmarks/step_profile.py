@@ -1,9 +1,9 @@
 """Where a captured training step spends its time, op by op, against the device's ceilings.
 
-Compiles a model as benchmarks/cnn.py does (vgg16_bn, resnet50, mobilenet_v2, efficientnet_b0) or the MNIST
-MLP, runs one epoch so every graph is built, then captures every op of the full-batch training step ALONE in
-its own graph and times ``--reps`` launches of it between two events (CUDA; on the CPU backend a wall clock,
-for smoke tests only). The per-op times add up to a little more than the whole step (each op then runs without
+Compiles a model as benchmarks/cnn.py does (vgg16_bn, resnet50, mobilenet_v2, efficientnet_b0, vit_b_16: its
+AdamW) or the MNIST MLP, runs one epoch so every graph is built, then captures every op of the full-batch training
+step ALONE in its own graph and times ``--reps`` launches of it between two events (CUDA; on the CPU backend a wall
+clock, for smoke tests only). The per-op times add up to a little more than the whole step (each op then runs without
 its neighbours' overlap and pays one graph launch, a few microseconds, which dominates the smallest ops),
 which ``step`` reports beside them.
 
@@ -12,8 +12,10 @@ For every op the table gives what it must move and compute, from the op call in 
   an ``inout`` argument counted twice (read and written), a span (range ops) by its byte range; what
   the op reads or writes more than once (a two-pass reduction, a conv re-reading its input) is not counted,
   so achieved GB/s is a lower bound of the traffic;
-* FLOPs, for convolutions and fully connected layers only: 2*N*P*Q*K*C*R*S per direction (conv_bwd: dgrad,
-  when it has dx, plus wgrad), 2*N*in*out for an FC (fc_bwd: dW plus dX when it has dx);
+* FLOPs, for convolutions, fully connected layers and attention only: 2*N*P*Q*K*C*R*S per direction (conv_bwd:
+  dgrad, when it has dx, plus wgrad; a ViT's per-token linear layers are 1x1 convs), 2*N*in*out for an FC (fc_bwd:
+  dW plus dX when it has dx), attention's matrix products 4*N*T*T*D forward (QK^T and PV) and 10*N*T*T*D
+  backward (QK^T recomputed, dV, dP, dQ, dK), whatever engine runs them;
 * achieved GB/s and TFLOP/s, and their percentages of the ceilings ``--peak-gbs`` (default 4300: the H200's
   measured device-to-device copy, bytes read + written) and ``--peak-tflops`` (default 790: its measured dense
   FP16/BF16 tensor rate; pass the FP32 figure for --no-amp runs);
@@ -29,6 +31,7 @@ tensors), and a summary by op name is printed last.
     python benchmarks/step_profile.py --model vgg16_bn --batch 64 --top 25 --json profile.json
     python benchmarks/step_profile.py --model resnet50 --batch 256 --json profile_resnet50.json
     python benchmarks/step_profile.py --model mlp_mnist --batch 128
+    python benchmarks/step_profile.py --model vit_b_16 --batch 256 --amp-dtype bf16 --json profile_vit_b_16.json
     python benchmarks/step_profile.py --device cpu --model resnet50 --batch 2 --resolution 32 --classes 10 \\
         --no-amp --reps 1                                                 # CPU smoke test
 """
@@ -47,14 +50,14 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-MODELS = ("vgg16_bn", "resnet50", "mobilenet_v2", "efficientnet_b0", "mlp_mnist")
+MODELS = ("vgg16_bn", "resnet50", "mobilenet_v2", "efficientnet_b0", "vit_b_16", "mlp_mnist")
 
 
 def build(a: argparse.Namespace) -> Any:
-    from cnn import synthetic, tr_model
+    from cnn import VIT_BETAS, VIT_WD, synthetic, tr_model
 
     from tr.algo.loss import CrossEntropyLoss
-    from tr.algo.optimizer import SGD
+    from tr.algo.optimizer import SGD, AdamW
     from tr.algo.scheduler import ConstantLR
     from tr.core.settings import Settings
     from tr.task.deep_learning import DeepLearningTask
@@ -67,14 +70,18 @@ def build(a: argparse.Namespace) -> Any:
         model, res, ch, classes = mlp_mnist, 28, 1, 10
     else:
         model, res, ch, classes = tr_model(a.classes, a.model), a.resolution, 3, a.classes
-    dtype = np.float16 if a.amp else np.float32
+    mode = a.amp_dtype if a.amp else "off"
+    dtype = np.float16 if mode == "fp16" else np.float32
     x, y = synthetic(2 * a.batch, res, classes, dtype, 123)
     if ch == 1:
         x = x[..., :1].copy()
-    feeder = ArrayFeeder((x, y), None, a.batch, shuffle=False, drop_last=True, dtype=dtype, num_classes=classes)
-    task = (DeepLearningTask(Settings().amp(a.amp).manual_seed(123).global_batch_size(a.batch)).device(a.device)
+    feeder = ArrayFeeder((x, y), None, a.batch, shuffle=False, drop_last=True, num_classes=classes,
+                         dtype="bfloat16" if mode == "bf16" else dtype)
+    opt = (AdamW().betas(*VIT_BETAS).weight_decay(VIT_WD) if a.model.startswith("vit") else
+           SGD().momentum(0.9).nesterov(True).weight_decay(1e-4))
+    task = (DeepLearningTask(Settings().amp(mode).manual_seed(123).global_batch_size(a.batch)).device(a.device)
             .quiet().model(model).loss(CrossEntropyLoss().label_smoothing(0.1))
-            .optimizer(SGD().momentum(0.9).nesterov(True).weight_decay(1e-4))
+            .optimizer(opt)
             .scheduler(ConstantLR().base_lr(1e-3)).total_epochs(1).data(feeder))
     task.compile()
     task.run()
@@ -136,6 +143,9 @@ def call_flops(call: Any) -> float:
         n = args["x"].shape.n
         passes = 1 if call.op == "fc_fwd" else 1 + (args.get("dx") is not None)  # dW (+ dX)
         return 2.0 * n * numel("w") * passes
+    if call.op in ("attention_fwd", "attention_bwd"):
+        n, _, t, d = args["y"].shape.dims  # [N, 1, T, D]
+        return (4.0 if call.op == "attention_fwd" else 10.0) * n * t * t * d
     return 0.0
 
 
@@ -251,7 +261,7 @@ def print_tables(rows: list[dict], step_ms: float, a: argparse.Namespace) -> dic
         g.update(rates(g["ms"], g["bytes"], g["flops"], a))
     print(f"\nsummary by op (whole step {step_ms:.3f} ms; ops alone add up to {total:.3f} ms over {len(rows)} ops; "
           f"{a.model} batch {a.batch}{'' if a.model == 'mlp_mnist' else f' {a.resolution}x{a.resolution}'} "
-          f"{'AMP' if a.amp else 'FP32'}):")
+          f"{('AMP BF16' if a.amp_dtype == 'bf16' else 'AMP') if a.amp else 'FP32'}):")
     print(f"{'op':<22} {'n':>4} {'ms':>9} {'%':>5} {'GB':>8} {'GB/s':>7} {'%bw':>5} {'TFLOP':>7} {'TFLOP/s':>7} "
           f"{'%pk':>5}  engines")
     for op, g in sorted(by_op.items(), key=lambda kv: -kv[1]["ms"]):
@@ -277,14 +287,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--resolution", type=int, default=224)
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--amp-dtype", choices=("fp16", "bf16"), default="fp16", help="AMP's 16-bit type")
     ap.add_argument("--reps", type=int, default=10, help="timed launches per op (after one untimed)")
     ap.add_argument("--top", type=int, default=25, help="also list the N slowest ops (0: no such list)")
     ap.add_argument("--peak-gbs", type=float, default=4300.0, help="memory ceiling, GB/s (bytes read + written)")
     ap.add_argument("--peak-tflops", type=float, default=790.0, help="compute ceiling, TFLOP/s")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
-    if a.device == "cpu" and a.amp:
-        ap.error("the CPU backend runs FP32: pass --no-amp with --device cpu")
+    if a.device == "cpu" and a.amp and a.amp_dtype == "fp16":
+        ap.error("FP16 AMP needs --device cuda: pass --no-amp or --amp-dtype bf16 with --device cpu")
     if min(a.batch, a.reps) < 1:
         ap.error("--batch and --reps must be >= 1")
     t0 = time.perf_counter()
@@ -308,6 +319,7 @@ def main(argv: list[str] | None = None) -> None:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps({
             "command": sys.argv, "model": a.model, "batch": a.batch, "resolution": a.resolution, "amp": a.amp,
+            "amp_dtype": a.amp_dtype if a.amp else None,
             "device": a.device, "peak_gbs": a.peak_gbs, "peak_tflops": a.peak_tflops, "step_ms": step_ms,
             "ops_total_ms": sum(r["ms"] for r in rows), "nan_flag_after": flag, "by_op": by_op, "ops": rows},
             indent=1, default=str) + "\n")

@@ -34,6 +34,10 @@ token or the position embedding), on both sides; run it with ``--amp-dtype bf16`
   (tr.graph.passes); both have bias-free convs and an fc with bias. torchvision's VGG16-BN keeps its conv
   biases (tr's have none: a BN follows each conv).
 
+A row with a skipped timed step (non-finite gradients: a loss scale still calibrating, or a diverged loss) is
+not quotable: it is flagged, never the strongest PyTorch row, and no ratio is quoted for it (JSON: not_quotable);
+each PyTorch row also reports the steps it skipped before timing and its loss after warm-up.
+
 Each row runs in its own child process (``--no-isolate``: all in this one), so a crash or a failed capture
 costs that row only, and no row inherits another's device memory; ``--deadline-s`` skips rows that would
 start too late and bounds the others, so the table and the JSON always come out. The JSON (``--json PATH``,
@@ -382,10 +386,21 @@ def amp_name(a: argparse.Namespace) -> str:
     return "FP32" + (" (TF32)" if a.tf32 else "")
 
 
+def quotable(r: dict) -> bool:
+    """A row whose every timed step applied its update: a step skipped for non-finite gradients costs less than
+    one that steps, so a row with any is not compared with anything."""
+    return "images_per_s" in r and not r.get("skipped_steps_timed")
+
+
+def strongest(results: dict[str, dict]) -> str | None:
+    """The fastest quotable PyTorch row."""
+    rows = {k: v for k, v in results.items() if k.startswith("pytorch") and quotable(v)}
+    return max(rows, key=lambda k: rows[k]["images_per_s"]) if rows else None
+
+
 def report(a: argparse.Namespace, results: dict[str, dict]) -> None:
     base = results.get("pytorch_eager", {}).get("images_per_s")
-    torch_rows = {k: v for k, v in results.items() if k.startswith("pytorch") and "images_per_s" in v}
-    best = max(torch_rows, key=lambda k: torch_rows[k]["images_per_s"]) if torch_rows else None
+    best = strongest(results)
     print()
     print(f"{a.model} training step, {a.device}, batch {a.batch}, {a.resolution}x{a.resolution}x3, "
           f"{a.classes} classes, {amp_name(a)}, "
@@ -399,7 +414,7 @@ def report(a: argparse.Namespace, results: dict[str, dict]) -> None:
         comp = r.get("compile_s", r.get("capture_s"))
         note = []
         if r.get("skipped_steps_timed"):
-            note.append(f"{r['skipped_steps_timed']}/{a.steps} timed steps skipped (non-finite grads)")
+            note.append(f"NOT QUOTABLE: {r['skipped_steps_timed']}/{a.steps} timed steps skipped (non-finite grads)")
         if key == best:
             note.append("strongest PyTorch")
         print(f"{label(key):<32} {r['images_per_s']:>10.1f} {r['ms_per_step']:>9.2f} {vs:>9} "
@@ -410,9 +425,13 @@ def report(a: argparse.Namespace, results: dict[str, dict]) -> None:
         print(f"tr: compile {t['compile_s']:.1f} s ({split}), arena {t['arena_gib']:.2f} GiB, "
               f"{t['launches_per_step']} launches/step, {t.get('host_us_per_step', float('nan')):.0f} us host/step, "
               f"backend {t['backend']}, engines {t.get('engines', {})}")
-        if best:
+        if best and quotable(t):
             print(f"tr vs strongest PyTorch ({label(best)}): "
-                  f"{(t['images_per_s'] / torch_rows[best]['images_per_s'] - 1) * 100:+.1f} %")
+                  f"{(t['images_per_s'] / results[best]['images_per_s'] - 1) * 100:+.1f} %")
+        elif not quotable(t):
+            print("tr vs PyTorch: not quoted (tr skipped timed steps)")
+        else:
+            print("tr vs PyTorch: not quoted (no PyTorch row applied every timed update)")
     f16 = results.get("tr_fp16", {})
     if "images_per_s" in t and "images_per_s" in f16:
         print(f"tr BF16 {t['images_per_s']:.1f} images/s vs tr FP16 {f16['images_per_s']:.1f}: "
@@ -440,12 +459,12 @@ def write_json(a: argparse.Namespace, results: dict[str, dict], env: dict) -> No
            "results": results,
            "vs_pytorch_eager": {k: v["images_per_s"] / base for k, v in results.items()
                                 if base and "images_per_s" in v}}
-    torch_rows = {k: v["images_per_s"] for k, v in results.items() if k.startswith("pytorch") and "images_per_s" in v}
-    if torch_rows:
-        best = max(torch_rows, key=torch_rows.__getitem__)
+    doc["not_quotable"] = sorted(k for k, v in results.items() if "images_per_s" in v and not quotable(v))
+    best = strongest(results)
+    if best:
         doc["strongest_pytorch"] = best
-        if "images_per_s" in results.get("tr", {}):
-            doc["tr_vs_strongest_pytorch"] = results["tr"]["images_per_s"] / torch_rows[best]
+        if quotable(results.get("tr", {})):
+            doc["tr_vs_strongest_pytorch"] = results["tr"]["images_per_s"] / results[best]["images_per_s"]
     if all("images_per_s" in results.get(k, {}) for k in ("tr", "tr_fp16")):
         doc["tr_vs_tr_fp16"] = results["tr"]["images_per_s"] / results["tr_fp16"]["images_per_s"]
     if all("images_per_s" in results.get(k, {}) for k in ("tr", "tr_autotune")):

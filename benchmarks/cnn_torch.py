@@ -141,6 +141,7 @@ def run_torch(a: argparse.Namespace, variant: str) -> dict:
         if cuda:
             torch.cuda.synchronize(dev)
 
+    scale_start = scaler.get_scale() if scaler.is_enabled() else 1.0
     out: dict = {"variant": variant, "notes": notes,
                  "optimizer": ("AdamW" if vit else "SGD") + (" fused" if fused else " foreach"),
                  "trainable_params": sum(p.numel() for p in model.parameters())}
@@ -160,9 +161,13 @@ def run_torch(a: argparse.Namespace, variant: str) -> dict:
             out["compile_s"] = out["first_step_s"]
         warm = a.warmup - 1
     for _ in range(warm):
-        step()
+        loss = step()
     sync()
     scale0 = scaler.get_scale() if scaler.is_enabled() else 1.0
+    if warm > 0:
+        out["loss_after_warmup"] = float(loss.detach().float())
+    if scaler.is_enabled():  # the steps skipped before timing (calibration, or a loss that diverged)
+        out["skipped_steps_untimed"] = round(math.log2(scale_start / scale0))
     t0 = time.perf_counter()
     for _ in range(a.steps):
         loss = step()

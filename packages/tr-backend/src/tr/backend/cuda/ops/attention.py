@@ -1,30 +1,43 @@
-"""Multi-head scaled dot-product self-attention over tokens (csrc/ops/attention.cu; argument rules:
-tr.backend.rules.attention).
+"""Multi-head scaled dot-product self-attention over tokens (argument rules: tr.backend.rules.attention).
 
-Straightforward deterministic kernels, the CPU backend's float32 arithmetic in a fixed order: the forward takes a
-block per (query, head, sample), its scores in shared memory, the row's max and sum by a fixed block tree; the
-backward computes D_i = rowsum(dy * y) into op scratch, then dK and dV a block per key and dQ a block per query,
-each summing over the other tokens in order. No atomics: every launch gives the same bytes."""
+Two engines, chosen per op at capture (tr.backend.cuda.attention_engines says which and why, and records it):
+cuDNN's SDPA graphs for FP16 and BF16 (flash attention forward and backward, reading Q, K and V in place from qkv
+and writing dQ, dK, dV in place into dqkv; the deterministic backward unless the backend opts out;
+csrc/ops/attention_sdpa.cpp), and tr's kernels (csrc/ops/attention.cu) for FP32, attention with dropout and
+whatever cuDNN cannot take.
+
+tr's kernels are straightforward deterministic kernels, the CPU backend's float32 arithmetic in a fixed order: the
+forward takes a block per (query, head, sample), its scores in shared memory, the row's max and sum by a fixed
+block tree; the backward computes D_i = rowsum(dy * y) into op scratch, then dK and dV a block per key and dQ a
+block per query, each summing over the other tokens in order. No atomics: every launch gives the same bytes."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from tr.backend.cuda import attention_engines
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
 from tr.backend.cuda.signatures.attention import ATTENTION_BWD, ATTENTION_FWD
+from tr.backend.cuda.signatures.attention_sdpa import ATTENTION_SDPA_BWD, ATTENTION_SDPA_FWD
 from tr.backend.rules.attention import attention_bwd_rules, attention_fwd_rules
+
+# The call's attention dropout probability: none in this family yet. Dropout > 0 keeps tr's kernels
+# (attention_engines.kernel_reason): their masks are tr's Philox streams, bit-exact with the CPU backend.
+_NO_DROPOUT = 0.0
 
 
 @cuda_op("attention_fwd")
 def attention_fwd(b: CudaBinder) -> Any:
     r = attention_fwd_rules(b)  # stats None: inference
-    return b.make(ATTENTION_FWD, qkv=b.dev("qkv"), y=b.dev("y"), stats=b.dev("stats"), n=r.n, t=r.t, d=r.d,
-                  heads=r.heads, scale=r.scale)
+    fields = dict(qkv=b.dev("qkv"), y=b.dev("y"), stats=b.dev("stats"), n=r.n, t=r.t, d=r.d, heads=r.heads,
+                  scale=r.scale)
+    return attention_engines.build(b, r, (ATTENTION_FWD, fields), ATTENTION_SDPA_FWD, dropout=_NO_DROPOUT)
 
 
 @cuda_op("attention_bwd")
 def attention_bwd(b: CudaBinder) -> Any:
     r = attention_bwd_rules(b)
-    return b.make(ATTENTION_BWD, qkv=b.dev("qkv"), y=b.dev("y"), dy=b.dev("dy"), stats=b.dev("stats"),
-                  dqkv=b.dev("dqkv"), n=r.n, t=r.t, d=r.d, heads=r.heads, scale=r.scale)
+    fields = dict(qkv=b.dev("qkv"), y=b.dev("y"), dy=b.dev("dy"), stats=b.dev("stats"), dqkv=b.dev("dqkv"), n=r.n,
+                  t=r.t, d=r.d, heads=r.heads, scale=r.scale)
+    return attention_engines.build(b, r, (ATTENTION_BWD, fields), ATTENTION_SDPA_BWD, dropout=_NO_DROPOUT)

@@ -155,8 +155,8 @@ def test_the_non_deterministic_backward_is_an_opt_in_recorded_in_the_key():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_the_same_plan_serves_every_op_of_a_key(dtype):
-    """Two captures of one shape make one plan a direction (the records' keys), and their ops share it."""
+def test_repeated_captures_of_a_key_record_one_plan_a_direction(dtype):
+    """Two captures of one shape leave one record a direction: the second capture's ops found the first's plans."""
     n, t, nheads, dh = 2, 17, 4, 64
     scale = dh ** -0.5
     tw = _twin(n, t, nheads, dh, dtype)

@@ -383,7 +383,16 @@ std::shared_ptr<Plan> plan_for(Context& ctx, const A& args, bool backward, bool 
         !(why = bad_step(graph.get_plan_name(rec.engine), "plan name")).empty()) {
       return refuse(why);
     }
-    auto ws = workspace_for(device, static_cast<std::size_t>(rec.workspace));
+    std::shared_ptr<DeviceBuffer> ws;
+    try {
+      ws = workspace_for(device, static_cast<std::size_t>(rec.workspace));
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::OutOfMemory) throw;
+      fail(ErrorKind::OutOfMemory, "native op " + std::string(A::op) + ": cuDNN's SDPA " + dir + " (" + rec.engine +
+                                       ") needs a workspace of " + std::to_string(rec.workspace) + " bytes" +
+                                       (backward && det ? " (the deterministic backward's grows with N * heads * T^2)"
+                                                        : "") + ": " + e.what());
+    }
     auto ptrs = pointers(c, args);
     why = warm_up(ctx, handle, *plan, ptrs, ws ? ws->get() : nullptr);
     if (!why.empty()) return refuse(std::string(dir) + ": " + why);

@@ -17,8 +17,8 @@
 // first that builds, untimed, as convolutions' default rule: a function of the GPU model, the cuDNN and frontend
 // versions and the key, so two machines of one model choose alike. The backward asks for cuDNN's deterministic
 // algorithm unless the op's record opts out (CudaBackend.configure(attention_deterministic=False)), and then
-// deselects engines noted NONDETERMINISTIC; the forward has no such option (flash forward does not accumulate
-// across blocks).
+// deselects engines noted NONDETERMINISTIC; the forward has no such option (its query blocks do not share sums;
+// tests/test_cuda_attention_sdpa.py checks that its bytes repeat).
 //
 // The frontend's dynamic-loading shim would otherwise open libcudart itself: the SM version is given (not queried)
 // and CUDA-graph retention is off (the op holds its plan as long as any graph captured with it), so no frontend
@@ -304,8 +304,8 @@ std::unordered_map<std::int64_t, void*> pointers(const Call& c, const AttentionS
   char* qkv = static_cast<char*>(a.qkv.ptr);
   char* dqkv = static_cast<char*>(a.dqkv.ptr);
   const std::int64_t third = c.d * dtype_size(c.dt);
-  return {{kQ, qkv},       {kK, qkv + third},   {kV, qkv + 2 * third},  {kO, a.y.ptr},          {kDO, a.dy.ptr},
-          {kStats, a.stats.ptr}, {kDQ, dqkv}, {kDK, dqkv + third}, {kDV, dqkv + 2 * third}};
+  return {{kQ, qkv},   {kK, qkv + third},   {kV, qkv + 2 * third},   {kO, a.y.ptr},          {kDO, a.dy.ptr},
+          {kDQ, dqkv}, {kDK, dqkv + third}, {kDV, dqkv + 2 * third}, {kStats, a.stats.ptr}};
 }
 
 // Runs a new plan once, outside any stream capture, with the device idle (the shared workspace and the op's

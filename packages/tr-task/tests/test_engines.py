@@ -12,6 +12,7 @@ import pytest
 from tr.algo.optimizer import SGD
 from tr.algo.scheduler import ConstantLR
 from tr.backend.cuda import conv_engines
+from tr.backend.cuda.attention_engines import AttentionEngine
 from tr.backend.cuda.conv_engines import ConvEngine
 from tr.backend.cuda.native import native_module
 from tr.core.errors import ConfigError, PhaseError
@@ -30,6 +31,10 @@ RECORDS = [ConvEngine("fprop:n4:h8:w8:c3:k4:r3:s3:sh1:sw1:ph1:pw1:FP32,FP32,FP32
                       "timed", 2, 4096, 8, "conv_fwd"),
            ConvEngine("wgrad:n4:h8:w8:c3:k4:r3:s3:sh1:sw1:ph1:pw1:FP32,FP32,FP32:tf32=0", "wgrad", "direct", "direct",
                       op="conv_bwd", note="direct conv wgrad (cuDNN: no deterministic engine without TF32)")]
+ATTENTION = [AttentionEngine("bprop:FP16:n2:t197:h12:d64:qkv=453888,64,2304,1:o=151296,64,768,1:det=1:scale=0x3e000000",
+                             "attention_bwd", "eng8_k3=1", "cudnn", workspace=1 << 20),
+             AttentionEngine("fprop:FP32:n2:t197:h12:d64:qkv=453888,64,2304,1:o=151296,64,768,1:stats=1:"
+                             "scale=0x3e000000", "attention_fwd", "kernel", "kernel", note="FP32 attention ...")]
 
 
 def _task(device: str = "cpu") -> DeepLearningTask:
@@ -48,6 +53,9 @@ class _CudaBackend:
 
     def conv_engines(self) -> list[ConvEngine]:
         return list(RECORDS)
+
+    def attention_engines(self) -> list[AttentionEngine]:
+        return list(ATTENTION)
 
 
 class _CompiledOnCuda:
@@ -77,8 +85,10 @@ def test_a_cpu_task_describes_no_engine_choice():
 
 def test_a_cuda_task_describes_its_engines_and_their_facts(on_cuda):
     d = engines.used(on_cuda)
-    assert d == {"backend": "cuda", **FACTS, "convolutions": [r.as_dict() for r in RECORDS]}
+    assert d == {"backend": "cuda", **FACTS, "convolutions": [r.as_dict() for r in RECORDS],
+                 "attention": [r.as_dict() for r in ATTENTION]}
     assert d["convolutions"][0]["source"] == "timed" and d["convolutions"][1]["engine"] == "direct"
+    assert engines.malformed(d) is None
 
 
 def test_recorded_engines_are_pinned_before_compile(on_cuda, pin_calls):
@@ -130,6 +140,21 @@ def test_differences_name_the_facts_then_the_engines(on_cuda):
         f"{RECORDS[1].key}: direct / not run"]
     timed_vs_pinned = {**a, "convolutions": [{**r, "source": "pinned"} for r in a["convolutions"]]}
     assert engines.differences(a, timed_vs_pinned) == []  # the engines are what decides the bytes
+
+
+def test_differences_compare_the_attention_engines_where_both_record_them(on_cuda):
+    a = engines.used(on_cuda)
+    kernels = {**a, "attention": [{**r, "engine": "kernel", "source": "kernel"} for r in a["attention"]]}
+    assert engines.differences(a, kernels) == [f"attention {ATTENTION[0].key}: eng8_k3=1 / kernel"]
+    older = {k: v for k, v in a.items() if k != "attention"}  # a manifest from before attention was recorded
+    assert engines.differences(older, a) == [] and engines.malformed(older) is None
+
+
+def test_a_malformed_attention_list_is_named():
+    d = {"backend": "cuda", "convolutions": [], "attention": {"key": "x"}}
+    assert engines.malformed(d) == "'attention' is dict, not a list"
+    d["attention"] = [{"key": "fprop:...", "engine": 3}]
+    assert engines.malformed(d).startswith("attention op 0 is {'key': 'fprop:...', 'engine': 3}")
 
 
 @pytest.mark.skipif(native is None or not hasattr(native, "set_cudnn_conv_pins"),

@@ -336,6 +336,97 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"qkv", "tensor"}, {"y", "tensor"}, {"dy", "tensor"}, {"stats", "tensor"}, {"dqkv", "tensor"}, {"key", "tensor?"}, {"n", "i64"}, {"t", "i64"}, {"d", "i64"}, {"heads", "i64"}, {"scale", "f64"}, {"dropout", "f64"}});
   }
   {
+    nb::class_<AttentionSdpaFwdArgs> klass(m, "AttentionSdpaFwdArgs", "attention_fwd by cuDNN's SDPA forward (Q, K, V read in place from qkv); stats = the rows' natural-log log-sum-exp when given (training). attention_fwd's kernels where cuDNN cannot take it.\n\nKeyword-only fields:\n    qkv (tensor): [n, t, 3d]: [q | k | v] per token\n    y (tensor): [n, t, d]\n    stats (tensor?): FP32 [n, heads, t]: written when given\n    n (i64): samples\n    t (i64): tokens\n    d (i64): y's channels (heads * dh)\n    heads (i64): heads (dividing d)\n    scale (f64): the scores' factor (finite, > 0)");
+    klass.def(
+        "__init__",
+        [](AttentionSdpaFwdArgs* self, const Dev& qkv, const Dev& y, std::optional<Dev> stats, std::int64_t n, std::int64_t t, std::int64_t d, std::int64_t heads, double scale) {
+          AttentionSdpaFwdArgs rec;
+          rec.qkv = dev_of("attention_sdpa_fwd", "qkv", qkv);
+          rec.y = dev_of("attention_sdpa_fwd", "y", y);
+          rec.stats = stats ? dev_of("attention_sdpa_fwd", "stats", *stats) : Dev{};
+          rec.n = n;
+          rec.t = t;
+          rec.d = d;
+          rec.heads = heads;
+          rec.scale = scale;
+          new (self) AttentionSdpaFwdArgs(rec);
+        },
+        nb::kw_only(), "qkv"_a, "y"_a, "stats"_a.none() = nb::none(), "n"_a, "t"_a, "d"_a, "heads"_a, "scale"_a);
+    klass.def_prop_ro("qkv", [](const AttentionSdpaFwdArgs& a) -> nb::object { return nb::cast(a.qkv); });
+    klass.def_prop_ro("y", [](const AttentionSdpaFwdArgs& a) -> nb::object { return nb::cast(a.y); });
+    klass.def_prop_ro("stats", [](const AttentionSdpaFwdArgs& a) -> nb::object { return nb::cast(a.stats ? nb::cast(a.stats) : nb::object(nb::none())); });
+    klass.def_prop_ro("n", [](const AttentionSdpaFwdArgs& a) -> nb::object { return nb::cast(a.n); });
+    klass.def_prop_ro("t", [](const AttentionSdpaFwdArgs& a) -> nb::object { return nb::cast(a.t); });
+    klass.def_prop_ro("d", [](const AttentionSdpaFwdArgs& a) -> nb::object { return nb::cast(a.d); });
+    klass.def_prop_ro("heads", [](const AttentionSdpaFwdArgs& a) -> nb::object { return nb::cast(a.heads); });
+    klass.def_prop_ro("scale", [](const AttentionSdpaFwdArgs& a) -> nb::object { return nb::cast(a.scale); });
+    klass.def("fields", [](const AttentionSdpaFwdArgs& a) {
+      nb::dict d;
+      d["qkv"] = nb::cast(a.qkv);
+      d["y"] = nb::cast(a.y);
+      d["stats"] = nb::cast(a.stats ? nb::cast(a.stats) : nb::object(nb::none()));
+      d["n"] = nb::cast(a.n);
+      d["t"] = nb::cast(a.t);
+      d["d"] = nb::cast(a.d);
+      d["heads"] = nb::cast(a.heads);
+      d["scale"] = nb::cast(a.scale);
+      return d;
+    }, "The fields by name, in declaration order.");
+    klass.def("__repr__", [](const AttentionSdpaFwdArgs& a) { return record_repr("AttentionSdpaFwdArgs", nb::cast(a).attr("fields")()); });
+    klass.attr("op") = "attention_sdpa_fwd";
+    klass.attr("field_types") = field_types({{"qkv", "tensor"}, {"y", "tensor"}, {"stats", "tensor?"}, {"n", "i64"}, {"t", "i64"}, {"d", "i64"}, {"heads", "i64"}, {"scale", "f64"}});
+  }
+  {
+    nb::class_<AttentionSdpaBwdArgs> klass(m, "AttentionSdpaBwdArgs", "attention_bwd by cuDNN's SDPA backward (dQ, dK, dV written in place into dqkv); attention_bwd's kernels where cuDNN cannot take it.\n\nKeyword-only fields:\n    qkv (tensor): [n, t, 3d]\n    y (tensor): [n, t, d]: the forward's\n    dy (tensor): [n, t, d]\n    stats (tensor): FP32 [n, heads, t]: the forward's\n    dqkv (tensor): [n, t, 3d]\n    n (i64): samples\n    t (i64): tokens\n    d (i64): y's channels (heads * dh)\n    heads (i64): heads (dividing d)\n    scale (f64): the scores' factor (finite, > 0)\n    deterministic (bool): cuDNN's deterministic backward (the default); false only as an explicit opt-in");
+    klass.def(
+        "__init__",
+        [](AttentionSdpaBwdArgs* self, const Dev& qkv, const Dev& y, const Dev& dy, const Dev& stats, const Dev& dqkv, std::int64_t n, std::int64_t t, std::int64_t d, std::int64_t heads, double scale, bool deterministic) {
+          AttentionSdpaBwdArgs rec;
+          rec.qkv = dev_of("attention_sdpa_bwd", "qkv", qkv);
+          rec.y = dev_of("attention_sdpa_bwd", "y", y);
+          rec.dy = dev_of("attention_sdpa_bwd", "dy", dy);
+          rec.stats = dev_of("attention_sdpa_bwd", "stats", stats);
+          rec.dqkv = dev_of("attention_sdpa_bwd", "dqkv", dqkv);
+          rec.n = n;
+          rec.t = t;
+          rec.d = d;
+          rec.heads = heads;
+          rec.scale = scale;
+          rec.deterministic = deterministic;
+          new (self) AttentionSdpaBwdArgs(rec);
+        },
+        nb::kw_only(), "qkv"_a, "y"_a, "dy"_a, "stats"_a, "dqkv"_a, "n"_a, "t"_a, "d"_a, "heads"_a, "scale"_a, "deterministic"_a);
+    klass.def_prop_ro("qkv", [](const AttentionSdpaBwdArgs& a) -> nb::object { return nb::cast(a.qkv); });
+    klass.def_prop_ro("y", [](const AttentionSdpaBwdArgs& a) -> nb::object { return nb::cast(a.y); });
+    klass.def_prop_ro("dy", [](const AttentionSdpaBwdArgs& a) -> nb::object { return nb::cast(a.dy); });
+    klass.def_prop_ro("stats", [](const AttentionSdpaBwdArgs& a) -> nb::object { return nb::cast(a.stats); });
+    klass.def_prop_ro("dqkv", [](const AttentionSdpaBwdArgs& a) -> nb::object { return nb::cast(a.dqkv); });
+    klass.def_prop_ro("n", [](const AttentionSdpaBwdArgs& a) -> nb::object { return nb::cast(a.n); });
+    klass.def_prop_ro("t", [](const AttentionSdpaBwdArgs& a) -> nb::object { return nb::cast(a.t); });
+    klass.def_prop_ro("d", [](const AttentionSdpaBwdArgs& a) -> nb::object { return nb::cast(a.d); });
+    klass.def_prop_ro("heads", [](const AttentionSdpaBwdArgs& a) -> nb::object { return nb::cast(a.heads); });
+    klass.def_prop_ro("scale", [](const AttentionSdpaBwdArgs& a) -> nb::object { return nb::cast(a.scale); });
+    klass.def_prop_ro("deterministic", [](const AttentionSdpaBwdArgs& a) -> nb::object { return nb::cast(a.deterministic); });
+    klass.def("fields", [](const AttentionSdpaBwdArgs& a) {
+      nb::dict d;
+      d["qkv"] = nb::cast(a.qkv);
+      d["y"] = nb::cast(a.y);
+      d["dy"] = nb::cast(a.dy);
+      d["stats"] = nb::cast(a.stats);
+      d["dqkv"] = nb::cast(a.dqkv);
+      d["n"] = nb::cast(a.n);
+      d["t"] = nb::cast(a.t);
+      d["d"] = nb::cast(a.d);
+      d["heads"] = nb::cast(a.heads);
+      d["scale"] = nb::cast(a.scale);
+      d["deterministic"] = nb::cast(a.deterministic);
+      return d;
+    }, "The fields by name, in declaration order.");
+    klass.def("__repr__", [](const AttentionSdpaBwdArgs& a) { return record_repr("AttentionSdpaBwdArgs", nb::cast(a).attr("fields")()); });
+    klass.attr("op") = "attention_sdpa_bwd";
+    klass.attr("field_types") = field_types({{"qkv", "tensor"}, {"y", "tensor"}, {"dy", "tensor"}, {"stats", "tensor"}, {"dqkv", "tensor"}, {"n", "i64"}, {"t", "i64"}, {"d", "i64"}, {"heads", "i64"}, {"scale", "f64"}, {"deterministic", "bool"}});
+  }
+  {
     nb::class_<AugmentAffineArgs> klass(m, "AugmentAffineArgs", "y[i] = src[index[i]] scaled, rotated and shifted (bilinear, zeros outside), normalised, flipped and erased, with the parameters tr.data's workers draw for the sample.\n\nKeyword-only fields:\n    src (tensor): UINT8 [n, h, w, c]: the resident images\n    index (tensor): INT32 [batch]: the sample of each row (one outside 0..n-1 gives zeros before normalising)\n    key (tensor): INT32 [2]: the epoch's key prefix, one little-endian uint64\n    y (tensor): FP32, FP16 or BF16 [batch, h, w, c_out]\n    n (i64): samples in src\n    h (i64): image height\n    w (i64): image width\n    c (i64): channels of src (1 to 4)\n    c_out (i64): channels of y (c to 4; the extra ones are zeros)\n    batch (i64): rows of y (0: nothing is launched)\n    pad (i64): Pad(pad) + RandomCrop: a shift of -pad..pad (0: none)\n    crop_slot (i64): the crop's chain slot: its Philox stream\n    rotation_slot (i64): the rotation's chain slot\n    scale_slot (i64): the scale's chain slot\n    degrees (f64): RandomRotation(-degrees, degrees) (0: none)\n    scale_lo (f64): RandomScale's low factor\n    scale_hi (f64): RandomScale's high factor (1, 1: none)\n    erase_p (f64): RandomErasing's probability (0: none)\n    erase_scale_lo (f64): the erased area's low fraction\n    erase_scale_hi (f64): its high fraction\n    erase_ratio_lo (f64): the erased box's low aspect ratio\n    erase_ratio_hi (f64): its high aspect ratio\n    erase_value (f64): the erased pixels' value (normalised)\n    flip_p (f64): the horizontal flip's probability\n    mean (f64s): c values: the mean subtracted from x / 255, per channel\n    std (f64s): c values (> 0): the divisor after the mean, per channel");
     klass.def(
         "__init__",
@@ -3103,6 +3194,8 @@ void bind_op_args(nb::module_& m) {
         if (nb::isinstance<ActInfArgs>(args)) return act_inf(ctx, nb::cast<const ActInfArgs&>(args));
         if (nb::isinstance<AttentionFwdArgs>(args)) return attention_fwd(ctx, nb::cast<const AttentionFwdArgs&>(args));
         if (nb::isinstance<AttentionBwdArgs>(args)) return attention_bwd(ctx, nb::cast<const AttentionBwdArgs&>(args));
+        if (nb::isinstance<AttentionSdpaFwdArgs>(args)) return attention_sdpa_fwd(ctx, nb::cast<const AttentionSdpaFwdArgs&>(args));
+        if (nb::isinstance<AttentionSdpaBwdArgs>(args)) return attention_sdpa_bwd(ctx, nb::cast<const AttentionSdpaBwdArgs&>(args));
         if (nb::isinstance<AugmentAffineArgs>(args)) return augment_affine(ctx, nb::cast<const AugmentAffineArgs&>(args));
         if (nb::isinstance<BnFwdArgs>(args)) return bn_fwd(ctx, nb::cast<const BnFwdArgs&>(args));
         if (nb::isinstance<BnBwdArgs>(args)) return bn_bwd(ctx, nb::cast<const BnBwdArgs&>(args));

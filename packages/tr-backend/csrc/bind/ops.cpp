@@ -20,7 +20,9 @@
 #include "cuda/cudnn.hpp"
 #include "cuda/jpeg_decoder.hpp"
 #include "cuda/nccl.hpp"
+#include "ops/args/attention_sdpa.hpp"
 #include "ops/args/conv.hpp"
+#include "ops/attention_sdpa.hpp"
 #include "ops/conv_cudnn.hpp"
 #include "ops/conv_plan_cache.hpp"
 #include "ops/op.hpp"
@@ -135,6 +137,40 @@ void bind_conv_engines(nb::module_& m) {
   m.def(
       "cublaslt_version", [] { return cuda::lt().get_version(); },
       "cublasLtGetVersion() of the loaded cuBLASLt (its heuristic picks the GEMM algorithms). Loads it.");
+}
+
+// Which engine each attention op made through attention_sdpa_fwd / _bwd runs (cuDNN's SDPA or tr's kernels).
+void bind_attention_plans(nb::module_& m) {
+  auto plan_dict = [](bool found, const SdpaPlanRecord& r) -> nb::object {
+    if (!found) return nb::none();
+    nb::dict d;
+    d["key"] = r.key;
+    d["engine"] = r.engine;
+    d["note"] = r.note;
+    d["workspace"] = r.workspace;
+    d["deterministic"] = r.deterministic;
+    return d;
+  };
+  m.def(
+      "attention_sdpa_plan",
+      [plan_dict](int device, const AttentionSdpaFwdArgs& args) {
+        SdpaPlanRecord r;
+        const bool found = attention_sdpa_plan(device, args, r);
+        return plan_dict(found, r);
+      },
+      "device"_a, "args"_a,
+      "The plan the attention_sdpa_fwd or attention_sdpa_bwd op made on `device` from this record (make_op's) "
+      "uses: a dict of key, engine (cuDNN's plan name, or 'kernel': tr's kernels), note (why tr's kernels run), "
+      "workspace (bytes) and deterministic (the backward asked for cuDNN's deterministic algorithm); None when "
+      "no op of that key was made on `device`.");
+  m.def(
+      "attention_sdpa_plan",
+      [plan_dict](int device, const AttentionSdpaBwdArgs& args) {
+        SdpaPlanRecord r;
+        const bool found = attention_sdpa_plan(device, args, r);
+        return plan_dict(found, r);
+      },
+      "device"_a, "args"_a);
 }
 
 // cuDNN convolution planning: its cost, its cache file, and hooks that test the file format without a GPU.
@@ -367,6 +403,7 @@ void bind_ops(nb::module_& m) {
         "Library paths the cuBLASLt loader tries first (before TR_CUBLASLT_PATH's built-in fallbacks).");
   bind_nccl(m);
   bind_conv_plans(m);
+  bind_attention_plans(m);
 }
 
 }  // namespace tr::native::bind

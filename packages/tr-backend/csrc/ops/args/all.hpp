@@ -7,6 +7,7 @@
 #include "ops/args/accum.hpp"
 #include "ops/args/activation.hpp"
 #include "ops/args/attention.hpp"
+#include "ops/args/attention_sdpa.hpp"
 #include "ops/args/augment.hpp"
 #include "ops/args/bn.hpp"
 #include "ops/args/bn_pool.hpp"
@@ -43,6 +44,8 @@ inline constexpr const char* kNativeOps[] = {
     "act_inf",
     "attention_fwd",
     "attention_bwd",
+    "attention_sdpa_fwd",
+    "attention_sdpa_bwd",
     "augment_affine",
     "bn_fwd",
     "bn_bwd",

@@ -1,13 +1,15 @@
 """Which engines a task's convolutions ran, and the same engines on a later compile (cross-machine determinism).
 
-On the CUDA backend every convolution shape's cuDNN engine is chosen at compile (tr.backend.cuda.conv_engines).
+On the CUDA backend every convolution shape's cuDNN engine is chosen at compile (tr.backend.cuda.conv_engines),
+and every attention op's engine, cuDNN's SDPA or tr's kernels, by a rule (tr.backend.cuda.attention_engines).
 The default rule depends on the GPU model, the cuDNN and frontend versions and the shape alone: two fresh
 machines of one model train to the same bytes. Autotuning (an opt-in: TR_CUDNN_AUTOTUNE=1) times candidates
 and may choose otherwise on another machine, or once the plan cache is gone; recording its engines and pinning
 them on the next compile reproduces the bytes anyway.
 
 - :func:`used`: a JSON-able description of a compiled task's engines and of what the choice depended on (GPU,
-  library versions, workspace caps, how engines were chosen), for the checkpoint manifest and logs.
+  library versions, workspace caps, how engines were chosen), for the checkpoint manifest and logs; on CUDA its
+  "attention" list holds the attention ops' engines (nothing to pin: their rule involves no timing).
 - :func:`pin`: before ``compile()``, force the engines of an earlier :func:`used` on every convolution of those
   shapes compiled in this process from then on (process-wide, as the backend's plans are; :func:`unpin` ends
   it, :func:`pinned` is the scoped form). An engine that cannot run here fails the compile naming the
@@ -41,30 +43,38 @@ _CHOICE_FACTS = ("gpu", "capability", "multiprocessors", "cudnn", "cudnn_fronten
 
 
 def used(task: Any) -> dict[str, Any]:
-    """The engines ``task``'s convolutions run, by plan key, with what the choice depended on (JSON values):
-    ``{"backend": "cuda", "gpu": ..., "cudnn": ..., ..., "convolutions": [{"key", "direction", "engine",
-    "source", "rank", "workspace", "timed", "op", "note"}, ...]}`` (see tr.backend.cuda.conv_engines)."""
+    """The engines ``task``'s convolutions and attention ops run, by plan key, with what the choice depended on
+    (JSON values): ``{"backend": "cuda", "gpu": ..., "cudnn": ..., ..., "convolutions": [{"key", "direction",
+    "engine", "source", "rank", "workspace", "timed", "op", "note"}, ...], "attention": [{"key", "op", "engine",
+    "source", "deterministic", "workspace", "note"}, ...]}`` (see tr.backend.cuda.conv_engines and
+    attention_engines)."""
     require_compiled(task, "engines.used()")
     backend = task.backend
     if backend.name != "cuda":
         return {"backend": backend.name, "convolutions": []}
     from tr.backend.cuda.conv_engines import facts
 
-    return {"backend": "cuda", **facts(backend), "convolutions": [e.as_dict() for e in backend.conv_engines()]}
+    return {"backend": "cuda", **facts(backend), "convolutions": [e.as_dict() for e in backend.conv_engines()],
+            "attention": [e.as_dict() for e in backend.attention_engines()]}
 
 
 def malformed(recorded: Any) -> str | None:
     """Why ``recorded`` is not a description :func:`used` makes (a checkpoint's may be damaged), or None: a dict
-    with a 'backend' string and a 'convolutions' list of records with 'key' and 'engine' strings."""
+    with a 'backend' string, a 'convolutions' list and an optional 'attention' list of records with 'key' and
+    'engine' strings."""
     if not isinstance(recorded, Mapping) or not isinstance(recorded.get("backend"), str):
         return f"{type(recorded).__name__} without a 'backend' string"
     convs = recorded.get("convolutions")
     if not isinstance(convs, list):
         return f"'convolutions' is {type(convs).__name__}, not a list"
-    for i, c in enumerate(convs):
-        if not (isinstance(c, Mapping) and isinstance(c.get("key"), str) and isinstance(c.get("engine"), str)
-                and isinstance(c.get("source", ""), str)):
-            return f"convolution {i} is {repr(c)[:60]}, not a record with 'key', 'engine' and 'source' strings"
+    attention = recorded.get("attention", [])  # (absent in descriptions made before attention was recorded)
+    if not isinstance(attention, list):
+        return f"'attention' is {type(attention).__name__}, not a list"
+    for what, records in (("convolution", convs), ("attention op", attention)):
+        for i, c in enumerate(records):
+            if not (isinstance(c, Mapping) and isinstance(c.get("key"), str) and isinstance(c.get("engine"), str)
+                    and isinstance(c.get("source", ""), str)):
+                return f"{what} {i} is {repr(c)[:60]}, not a record with 'key', 'engine' and 'source' strings"
     return None
 
 
@@ -150,17 +160,21 @@ def pinned(task: Any, recorded: Mapping[str, Any]) -> Iterator[dict[str, str]]:
 
 def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """What differs between two :func:`used` descriptions ``a`` and ``b``: the facts the choice depends on,
-    then each plan key whose engine differs or that only one ran; [] when they agree."""
+    then each plan key whose engine differs or that only one ran (the attention ops' too when both descriptions
+    record them: a checkpoint of a tr before they were recorded has none); [] when they agree."""
     out = [f"{k}: {a.get(k)!r} / {b.get(k)!r}" for k in ("backend", *_CHOICE_FACTS) if a.get(k) != b.get(k)]
-    ea, eb = (_engines(d) for d in (a, b))
-    for key in sorted(ea.keys() | eb.keys()):
-        if ea.get(key) != eb.get(key):
-            out.append(f"{key}: {ea.get(key, 'not run')} / {eb.get(key, 'not run')}")
+    lists = ["convolutions"] + (["attention"] if "attention" in a and "attention" in b else [])
+    for name in lists:
+        ea, eb = (_engines(d, name) for d in (a, b))
+        prefix = "attention " if name == "attention" else ""
+        for key in sorted(ea.keys() | eb.keys()):
+            if ea.get(key) != eb.get(key):
+                out.append(f"{prefix}{key}: {ea.get(key, 'not run')} / {eb.get(key, 'not run')}")
     return out
 
 
-def _engines(d: Mapping[str, Any]) -> dict[str, str]:
+def _engines(d: Mapping[str, Any], name: str) -> dict[str, str]:
     by_key: dict[str, list[str]] = {}
-    for r in d.get("convolutions", []):
+    for r in d.get(name, []):
         by_key.setdefault(r["key"], []).append(r["engine"])
     return {k: " + ".join(sorted(v)) for k, v in by_key.items()}

@@ -29,6 +29,8 @@ from tr.backend.base import Branch, CapturedGraph, Collective, HostBuffer, check
 from tr.backend.binding import bind_call
 from tr.backend.checks import check_host_buffers
 from tr.backend.cpu.convert import converter
+from tr.backend.cuda import attention_engines
+from tr.backend.cuda.attention_engines import AttentionEngine
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.conv_engines import ConvEngine, used_by
 from tr.backend.cuda.device import require_cuda
@@ -150,6 +152,7 @@ class CudaBackend:
         self.device = device
         self.use_tf32 = bool(use_tf32)
         self.conv_autotune: bool | None = None  # None: TR_CUDNN_AUTOTUNE decides (tr.backend.cuda.cudnn.autotune)
+        self.attention_deterministic = True  # cuDNN's deterministic attention backward (attention_engines)
         self.collective = collective
         self.nccl = nccl
         native.add_cublaslt_candidates(_cublaslt_candidates())
@@ -163,20 +166,31 @@ class CudaBackend:
         self._registered: list[int] = []  # page-locked foreign host ranges (start addresses)
         self._sites: list[_HostSite] = []
 
-    def configure(self, tf32: bool | None = None, conv_autotune: bool | None = None) -> None:
+    def configure(self, tf32: bool | None = None, conv_autotune: bool | None = None,
+                  attention_deterministic: bool | None = None) -> None:
         """Settings read at capture (graphs captured later): ``tf32`` lets FP32 GEMMs use TF32 tensor cores;
         ``conv_autotune`` times cuDNN's candidate engines and keeps the fastest (an opt-in: the choice may
-        differ between machines, and so may the bytes) instead of the deterministic rule; None leaves either
-        as it is (conv_autotune starts unset: TR_CUDNN_AUTOTUNE decides)."""
+        differ between machines, and so may the bytes) instead of the deterministic rule;
+        ``attention_deterministic=False`` lets FP16/BF16 attention backwards use cuDNN's non-deterministic
+        algorithm (an opt-in: faster, and other bytes on every run; tr.backend.cuda.attention_engines); None
+        leaves each as it is (conv_autotune starts unset: TR_CUDNN_AUTOTUNE decides; attention_deterministic
+        starts True)."""
         if tf32 is not None:
             self.use_tf32 = bool(tf32)
         if conv_autotune is not None:
             self.conv_autotune = bool(conv_autotune)
+        if attention_deterministic is not None:
+            self.attention_deterministic = bool(attention_deterministic)
 
     def conv_engines(self) -> list[ConvEngine]:
         """The cuDNN engines (or direct kernels) the convolutions captured so far use, by plan key
         (tr.backend.cuda.conv_engines)."""
         return used_by(self)
+
+    def attention_engines(self) -> list[AttentionEngine]:
+        """The engines (cuDNN's SDPA plans or tr's kernels) the attention ops captured so far use, by plan key
+        (tr.backend.cuda.attention_engines)."""
+        return attention_engines.used_by(self)
 
     def close(self) -> None:
         """Un-pin the host memory that bind_host_buffers page-locked (also done when the backend is deleted)."""

@@ -8,8 +8,10 @@ Training chain: FIRST_FWD_{A,B} (label copy + layer 0 forward on data_{a,b}) -> 
 (forward of layers 1..L including the loss, loss backward, backward L..1) -> FIRST_BWD_{A,B}
 (layer 0 backward, no input gradient). Gradients flow backwards through the ArchPlan's DAG: a value read
 by several layers (a residual branch point) receives its contributions in reverse layer order and the
-compiler sums them with ``accumulate``; input gradients are only computed where some layer upstream has
-parameters. Inference: INFER_{A,B}, the inference ops of every layer, dropout omitted.
+compiler sums them with ``accumulate``, unless a kind adds them as it reads them (``takes_second_gradient``: a
+cbr's dy2) or as it writes its input gradient (``adds_input_gradient``: a normalisation's dx2); input gradients
+are only computed where some layer upstream has parameters. Inference: INFER_{A,B}, the inference ops of every
+layer, dropout omitted.
 """
 
 from __future__ import annotations

@@ -325,7 +325,8 @@ def _readers(layers: Sequence[ArchLayer]) -> dict[int, int]:
 
 
 def fuse(layers: Sequence[ArchLayer], amp: bool) -> list[ArchLayer]:
-    """relu into fc/add (the ops have a relu epilogue), then conv+bn2d(+add)(+relu) into cbr layers.
+    """relu into fc/add (the ops have a relu epilogue), then conv+bn2d(+add)(+relu) into cbr layers, then a join
+    into the normalisation after it (fuse_add_norm).
 
     ``amp`` is accepted for the pass signature; the fusions are exact on FP32 too, so they always apply."""
     return fuse_add_norm(fuse_pool(fuse_cbr(fuse_drelu(fuse_relu(layers)))))

@@ -75,6 +75,28 @@ def test_ln_bwd_builder_passes_dx_only_when_given():
     assert "dx" not in ptrs and "dx_dt" not in ints and ptrs["dgamma"] == _addr(a, "dgamma")
 
 
+def test_the_fused_residual_join_and_skip_gradient_are_passed_when_given():
+    a = _arena((2, 1, 17, 64), "bf16")
+    a.add("z", (2, 1, 17, 64), "bf16")
+    a.add("sum", (2, 1, 17, 64), "bf16")
+    a.add("dx2", (2, 1, 17, 64), "bf16")
+    fwd = dict(x=a["x"], gamma=a["gamma"], beta=a["beta"], y=a["y"], saved_mean=a["saved_mean"],
+               saved_rstd=a["saved_rstd"], z=a["z"])
+    name, ptrs, ints, _ = build(op("ln_fwd", sum=a["sum"], **fwd))
+    assert name == "ln_fwd" and (ptrs["z"], ptrs["sum"]) == (_addr(a, "z"), _addr(a, "sum"))
+    assert (ints["z_dt"], ints["sum_dt"], ints["rows"], ints["c"]) == (BF16, BF16, 34, 64)
+    _, ptrs, ints, _ = build(op("ln_fwd", **fwd))  # the sum not kept (inference: nothing else reads it)
+    assert "sum" not in ptrs and ptrs["z"] == _addr(a, "z")
+    _, ptrs, ints, _ = build(op("ln_bwd", x=a["sum"], gamma=a["gamma"], dy=a["dy"], saved_mean=a["saved_mean"],
+                                saved_rstd=a["saved_rstd"], dgamma=a["dgamma"], dbeta=a["dbeta"], dx=a["dx"],
+                                dx2=a["dx2"]))
+    assert (ptrs["x"], ptrs["dx"], ptrs["dx2"], ints["dx2_dt"]) == (_addr(a, "sum"), _addr(a, "dx"), _addr(a, "dx2"),
+                                                                   BF16)
+    _, ptrs, _, _ = build(op("ln_bwd", x=a["sum"], gamma=a["gamma"], dy=a["dy"], saved_mean=a["saved_mean"],
+                             saved_rstd=a["saved_rstd"], dgamma=a["dgamma"], dbeta=a["dbeta"], dx=a["dx"]))
+    assert "dx2" not in ptrs
+
+
 def _refusal(backend: str, a: SimpleArena, call: OpCall) -> str:
     try:
         if backend == "cuda":
@@ -93,7 +115,11 @@ def test_both_backends_refuse_a_bad_call_with_one_message():
     half_stats = op("ln_fwd", x=a["x"], gamma=a["gamma"], beta=a["beta"], y=a["y"], saved_rstd=a["saved_rstd"])
     mixed = op("ln_bwd", x=a["x"], gamma=a["gamma"], dy=a["dy_bf16"], saved_mean=a["saved_mean"],
                saved_rstd=a["saved_rstd"], dgamma=a["dgamma"], dbeta=a["dbeta"])
+    lone_sum = op("ln_fwd", x=a["x"], gamma=a["gamma"], beta=a["beta"], y=a["y"], sum=a["dy"])
+    lone_dx2 = op("ln_bwd", x=a["x"], gamma=a["gamma"], dy=a["dy"], saved_mean=a["saved_mean"],
+                  saved_rstd=a["saved_rstd"], dgamma=a["dgamma"], dbeta=a["dbeta"], dx2=a["dx"])
     for call, says in ((bad_gamma, "gamma [2,2,2,1] must be [1,1,1,6]"),
+                       (lone_sum, "sum is given without z"), (lone_dx2, "dx2 is given without dx"),
                        (half_stats, "saved_rstd is given without saved_mean"),
                        (mixed, "dy is BF16 but x is FP16; a layer-norm call has one feature dtype")):
         cuda, cpu = _refusal("cuda", a, call), _refusal("cpu", a, call)

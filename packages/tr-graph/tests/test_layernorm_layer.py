@@ -5,6 +5,7 @@ beta under AMP. Adding it changed nothing in tr-core's memory vocabulary or the 
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -165,6 +166,19 @@ def test_after_a_flatten_it_normalises_the_whole_row():
 
 # --- nothing in tr-core's memory vocabulary or the compiler's step vocabulary names it ----------------------------
 
+def _outside_the_fusion(src: str) -> str:
+    """passes.py without its docstring and fuse_add_norm: a fusion pattern names its participants (as conv -> bn2d
+    -> act is a cbr), and the residual join -> layernorm one is the only place the passes may."""
+    tree = ast.parse(src)
+    lines = src.splitlines()
+    drop = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "fuse_add_norm"]
+    drop += [tree.body[0]]  # the module docstring (it lists every pass)
+    assert len(drop) == 2 and isinstance(drop[1], ast.Expr)
+    for node in sorted(drop, key=lambda n: -n.lineno):
+        del lines[node.lineno - 1:node.end_lineno]
+    return "\n".join(lines)
+
+
 def test_tr_core_and_the_step_vocabulary_do_not_name_the_kind():
     for mod in (memory_mod, steps_mod):
         src = Path(mod.__file__).read_text()
@@ -172,4 +186,6 @@ def test_tr_core_and_the_step_vocabulary_do_not_name_the_kind():
     graph_dir = Path(steps_mod.__file__).parent
     for name in ("compiler.py", "graph.py", "memory_plan.py", "steps.py", "ema.py", "passes.py"):
         src = (graph_dir / name).read_text()
+        if name == "passes.py":
+            src = _outside_the_fusion(src)
         assert re.search(r"layer_?norm|\bln_|LN_[WB]", src, re.IGNORECASE) is None, name

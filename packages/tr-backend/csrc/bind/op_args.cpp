@@ -1737,10 +1737,10 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"x", "tensor"}, {"geom", "tensor"}, {"y", "tensor"}, {"batch", "i64"}, {"h", "i64"}, {"w", "i64"}, {"c_out", "i64"}, {"norm_a", "f64s"}, {"norm_b", "f64s"}, {"erase", "f64s"}});
   }
   {
-    nb::class_<LnFwdArgs> klass(m, "LnFwdArgs", "y = (x - mean) * rstd * gamma + beta per row; the statistics saved when given (training).\n\nKeyword-only fields:\n    x (tensor): [rows, c]\n    gamma (tensor): FP32 [c]\n    beta (tensor): FP32 [c]\n    y (tensor): [rows, c]\n    saved_mean (tensor?): FP32 [rows]: written when given, with saved_rstd\n    saved_rstd (tensor?): FP32 [rows]: 1 / sqrt(var + eps), written when given, with saved_mean\n    rows (i64): rows: N*H*W\n    c (i64): values normalised together\n    eps (f64): variance term (> 0)");
+    nb::class_<LnFwdArgs> klass(m, "LnFwdArgs", "y = (x - mean) * rstd * gamma + beta per row of x (or of x + z); the statistics saved when given.\n\nKeyword-only fields:\n    x (tensor): [rows, c]\n    gamma (tensor): FP32 [c]\n    beta (tensor): FP32 [c]\n    y (tensor): [rows, c]\n    saved_mean (tensor?): FP32 [rows]: written when given, with saved_rstd\n    saved_rstd (tensor?): FP32 [rows]: 1 / sqrt(var + eps), written when given, with saved_mean\n    z (tensor?): [rows, c]: the residual join fused in: the row normalised is x + z, rounded to x's dtype\n    sum (tensor?): [rows, c]: x + z as normalised, written when given (with z); may be x or z\n    rows (i64): rows: N*H*W\n    c (i64): values normalised together\n    eps (f64): variance term (> 0)");
     klass.def(
         "__init__",
-        [](LnFwdArgs* self, const Dev& x, const Dev& gamma, const Dev& beta, const Dev& y, std::optional<Dev> saved_mean, std::optional<Dev> saved_rstd, std::int64_t rows, std::int64_t c, double eps) {
+        [](LnFwdArgs* self, const Dev& x, const Dev& gamma, const Dev& beta, const Dev& y, std::optional<Dev> saved_mean, std::optional<Dev> saved_rstd, std::optional<Dev> z, std::optional<Dev> sum, std::int64_t rows, std::int64_t c, double eps) {
           LnFwdArgs rec;
           rec.x = dev_of("ln_fwd", "x", x);
           rec.gamma = dev_of("ln_fwd", "gamma", gamma);
@@ -1748,18 +1748,22 @@ void bind_op_args(nb::module_& m) {
           rec.y = dev_of("ln_fwd", "y", y);
           rec.saved_mean = saved_mean ? dev_of("ln_fwd", "saved_mean", *saved_mean) : Dev{};
           rec.saved_rstd = saved_rstd ? dev_of("ln_fwd", "saved_rstd", *saved_rstd) : Dev{};
+          rec.z = z ? dev_of("ln_fwd", "z", *z) : Dev{};
+          rec.sum = sum ? dev_of("ln_fwd", "sum", *sum) : Dev{};
           rec.rows = rows;
           rec.c = c;
           rec.eps = eps;
           new (self) LnFwdArgs(rec);
         },
-        nb::kw_only(), "x"_a, "gamma"_a, "beta"_a, "y"_a, "saved_mean"_a.none() = nb::none(), "saved_rstd"_a.none() = nb::none(), "rows"_a, "c"_a, "eps"_a);
+        nb::kw_only(), "x"_a, "gamma"_a, "beta"_a, "y"_a, "saved_mean"_a.none() = nb::none(), "saved_rstd"_a.none() = nb::none(), "z"_a.none() = nb::none(), "sum"_a.none() = nb::none(), "rows"_a, "c"_a, "eps"_a);
     klass.def_prop_ro("x", [](const LnFwdArgs& a) -> nb::object { return nb::cast(a.x); });
     klass.def_prop_ro("gamma", [](const LnFwdArgs& a) -> nb::object { return nb::cast(a.gamma); });
     klass.def_prop_ro("beta", [](const LnFwdArgs& a) -> nb::object { return nb::cast(a.beta); });
     klass.def_prop_ro("y", [](const LnFwdArgs& a) -> nb::object { return nb::cast(a.y); });
     klass.def_prop_ro("saved_mean", [](const LnFwdArgs& a) -> nb::object { return nb::cast(a.saved_mean ? nb::cast(a.saved_mean) : nb::object(nb::none())); });
     klass.def_prop_ro("saved_rstd", [](const LnFwdArgs& a) -> nb::object { return nb::cast(a.saved_rstd ? nb::cast(a.saved_rstd) : nb::object(nb::none())); });
+    klass.def_prop_ro("z", [](const LnFwdArgs& a) -> nb::object { return nb::cast(a.z ? nb::cast(a.z) : nb::object(nb::none())); });
+    klass.def_prop_ro("sum", [](const LnFwdArgs& a) -> nb::object { return nb::cast(a.sum ? nb::cast(a.sum) : nb::object(nb::none())); });
     klass.def_prop_ro("rows", [](const LnFwdArgs& a) -> nb::object { return nb::cast(a.rows); });
     klass.def_prop_ro("c", [](const LnFwdArgs& a) -> nb::object { return nb::cast(a.c); });
     klass.def_prop_ro("eps", [](const LnFwdArgs& a) -> nb::object { return nb::cast(a.eps); });
@@ -1771,6 +1775,8 @@ void bind_op_args(nb::module_& m) {
       d["y"] = nb::cast(a.y);
       d["saved_mean"] = nb::cast(a.saved_mean ? nb::cast(a.saved_mean) : nb::object(nb::none()));
       d["saved_rstd"] = nb::cast(a.saved_rstd ? nb::cast(a.saved_rstd) : nb::object(nb::none()));
+      d["z"] = nb::cast(a.z ? nb::cast(a.z) : nb::object(nb::none()));
+      d["sum"] = nb::cast(a.sum ? nb::cast(a.sum) : nb::object(nb::none()));
       d["rows"] = nb::cast(a.rows);
       d["c"] = nb::cast(a.c);
       d["eps"] = nb::cast(a.eps);
@@ -1778,13 +1784,13 @@ void bind_op_args(nb::module_& m) {
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const LnFwdArgs& a) { return record_repr("LnFwdArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "ln_fwd";
-    klass.attr("field_types") = field_types({{"x", "tensor"}, {"gamma", "tensor"}, {"beta", "tensor"}, {"y", "tensor"}, {"saved_mean", "tensor?"}, {"saved_rstd", "tensor?"}, {"rows", "i64"}, {"c", "i64"}, {"eps", "f64"}});
+    klass.attr("field_types") = field_types({{"x", "tensor"}, {"gamma", "tensor"}, {"beta", "tensor"}, {"y", "tensor"}, {"saved_mean", "tensor?"}, {"saved_rstd", "tensor?"}, {"z", "tensor?"}, {"sum", "tensor?"}, {"rows", "i64"}, {"c", "i64"}, {"eps", "f64"}});
   }
   {
-    nb::class_<LnBwdArgs> klass(m, "LnBwdArgs", "dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy; dx when given.\n\nKeyword-only fields:\n    x (tensor): [rows, c]\n    gamma (tensor): FP32 [c]\n    dy (tensor): [rows, c]\n    saved_mean (tensor): FP32 [rows]: the forward's\n    saved_rstd (tensor): FP32 [rows]: the forward's\n    dgamma (tensor): FP32 [c]\n    dbeta (tensor): FP32 [c]\n    dx (tensor?): [rows, c]; absent: not written (a first layer)\n    rows (i64): rows: N*H*W\n    c (i64): values normalised together");
+    nb::class_<LnBwdArgs> klass(m, "LnBwdArgs", "dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy; dx (+ dx2) when given.\n\nKeyword-only fields:\n    x (tensor): [rows, c]\n    gamma (tensor): FP32 [c]\n    dy (tensor): [rows, c]\n    saved_mean (tensor): FP32 [rows]: the forward's\n    saved_rstd (tensor): FP32 [rows]: the forward's\n    dgamma (tensor): FP32 [c]\n    dbeta (tensor): FP32 [c]\n    dx (tensor?): [rows, c]; absent: not written (a first layer)\n    dx2 (tensor?): [rows, c]: added to dx as it is written (dx rounded first), with dx; may be dx\n    rows (i64): rows: N*H*W\n    c (i64): values normalised together");
     klass.def(
         "__init__",
-        [](LnBwdArgs* self, const Dev& x, const Dev& gamma, const Dev& dy, const Dev& saved_mean, const Dev& saved_rstd, const Dev& dgamma, const Dev& dbeta, std::optional<Dev> dx, std::int64_t rows, std::int64_t c) {
+        [](LnBwdArgs* self, const Dev& x, const Dev& gamma, const Dev& dy, const Dev& saved_mean, const Dev& saved_rstd, const Dev& dgamma, const Dev& dbeta, std::optional<Dev> dx, std::optional<Dev> dx2, std::int64_t rows, std::int64_t c) {
           LnBwdArgs rec;
           rec.x = dev_of("ln_bwd", "x", x);
           rec.gamma = dev_of("ln_bwd", "gamma", gamma);
@@ -1794,11 +1800,12 @@ void bind_op_args(nb::module_& m) {
           rec.dgamma = dev_of("ln_bwd", "dgamma", dgamma);
           rec.dbeta = dev_of("ln_bwd", "dbeta", dbeta);
           rec.dx = dx ? dev_of("ln_bwd", "dx", *dx) : Dev{};
+          rec.dx2 = dx2 ? dev_of("ln_bwd", "dx2", *dx2) : Dev{};
           rec.rows = rows;
           rec.c = c;
           new (self) LnBwdArgs(rec);
         },
-        nb::kw_only(), "x"_a, "gamma"_a, "dy"_a, "saved_mean"_a, "saved_rstd"_a, "dgamma"_a, "dbeta"_a, "dx"_a.none() = nb::none(), "rows"_a, "c"_a);
+        nb::kw_only(), "x"_a, "gamma"_a, "dy"_a, "saved_mean"_a, "saved_rstd"_a, "dgamma"_a, "dbeta"_a, "dx"_a.none() = nb::none(), "dx2"_a.none() = nb::none(), "rows"_a, "c"_a);
     klass.def_prop_ro("x", [](const LnBwdArgs& a) -> nb::object { return nb::cast(a.x); });
     klass.def_prop_ro("gamma", [](const LnBwdArgs& a) -> nb::object { return nb::cast(a.gamma); });
     klass.def_prop_ro("dy", [](const LnBwdArgs& a) -> nb::object { return nb::cast(a.dy); });
@@ -1807,6 +1814,7 @@ void bind_op_args(nb::module_& m) {
     klass.def_prop_ro("dgamma", [](const LnBwdArgs& a) -> nb::object { return nb::cast(a.dgamma); });
     klass.def_prop_ro("dbeta", [](const LnBwdArgs& a) -> nb::object { return nb::cast(a.dbeta); });
     klass.def_prop_ro("dx", [](const LnBwdArgs& a) -> nb::object { return nb::cast(a.dx ? nb::cast(a.dx) : nb::object(nb::none())); });
+    klass.def_prop_ro("dx2", [](const LnBwdArgs& a) -> nb::object { return nb::cast(a.dx2 ? nb::cast(a.dx2) : nb::object(nb::none())); });
     klass.def_prop_ro("rows", [](const LnBwdArgs& a) -> nb::object { return nb::cast(a.rows); });
     klass.def_prop_ro("c", [](const LnBwdArgs& a) -> nb::object { return nb::cast(a.c); });
     klass.def("fields", [](const LnBwdArgs& a) {
@@ -1819,13 +1827,14 @@ void bind_op_args(nb::module_& m) {
       d["dgamma"] = nb::cast(a.dgamma);
       d["dbeta"] = nb::cast(a.dbeta);
       d["dx"] = nb::cast(a.dx ? nb::cast(a.dx) : nb::object(nb::none()));
+      d["dx2"] = nb::cast(a.dx2 ? nb::cast(a.dx2) : nb::object(nb::none()));
       d["rows"] = nb::cast(a.rows);
       d["c"] = nb::cast(a.c);
       return d;
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const LnBwdArgs& a) { return record_repr("LnBwdArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "ln_bwd";
-    klass.attr("field_types") = field_types({{"x", "tensor"}, {"gamma", "tensor"}, {"dy", "tensor"}, {"saved_mean", "tensor"}, {"saved_rstd", "tensor"}, {"dgamma", "tensor"}, {"dbeta", "tensor"}, {"dx", "tensor?"}, {"rows", "i64"}, {"c", "i64"}});
+    klass.attr("field_types") = field_types({{"x", "tensor"}, {"gamma", "tensor"}, {"dy", "tensor"}, {"saved_mean", "tensor"}, {"saved_rstd", "tensor"}, {"dgamma", "tensor"}, {"dbeta", "tensor"}, {"dx", "tensor?"}, {"dx2", "tensor?"}, {"rows", "i64"}, {"c", "i64"}});
   }
   {
     nb::class_<OnehotLossFwdArgs> klass(m, "OnehotLossFwdArgs", "result = (mean loss, top-1, top-5).\n\nKeyword-only fields:\n    logits (tensor): [n, k]\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    result (tensor): FP32 [3]: (mean loss over n * k, top-1 fraction, top-5 fraction)\n    n (i64): samples\n    k (i64): classes\n    loss (onehot_loss): tr.core.ops.ONEHOT_LOSS_CODES: bce_logits or mse\n    label_smoothing (f64): label smoothing, in [0, 1)");

@@ -12,6 +12,13 @@
 //             dx = ((g - t1) - xhat * t2) * r
 // so the two backends differ only by the order of the float64 sums.
 //
+// The residual join fused in (tr.graph.passes.fuse_add_norm): ln_fwd with z normalises the row x + z, added in
+// float and rounded to T as add_fwd rounds it (the CPU's order too). The first pass writes it to sum when given and
+// the later passes re-read it from there; each thread reads and writes only its own elements of the row, in every
+// pass, so sum may be x or z (the catalogue's in-place pairs) and needs no barrier. Without sum (inference, nothing
+// else reads it) each pass recomputes the rounded x + z. ln_bwd with dx2 rounds dx to T and adds dx2 in float,
+// accumulate's operations, as it stores dx (which may be dx2: each element is read before its thread writes it).
+//
 // dgamma = sum over rows of dy * xhat and dbeta = sum over rows of dy are column sums: batch norm's chunked
 // reduction (bn_kernels.cuh): a block holds a tile of channels and one chunk of rows, each thread adds its rows
 // in float over four rows and then in float64, a fixed tree over the block's lanes writes the chunk's partial,
@@ -22,6 +29,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "cuda/context.hpp"
 #include "ops/args/layernorm.hpp"
@@ -71,8 +79,34 @@ __device__ __forceinline__ void load_fp32(const float* p, float (&out)[V]) {
   for (std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (kBlock / TPR) + threadIdx.x / TPR; \
        row < rows; row += static_cast<std::int64_t>(gridDim.x) * (kBlock / TPR))
 
-template <class T, int V, int TPR>
-__global__ void __launch_bounds__(kBlock) ln_fwd_kernel(const T* __restrict__ x, const float* __restrict__ gamma,
+// Join: the row is x + z (rounded to T). xs: where that row is kept (null: recomputed in every pass). x, z and xs
+// are not __restrict__: xs may be x or z.
+template <class T, int V, bool Join>
+struct RowIn {
+  static constexpr bool kJoin = Join;
+  const T* x;
+  const T* z;
+  T* xs;
+
+  // The row's values at offset off (a join's first pass also stores them to xs).
+  __device__ __forceinline__ void get(std::int64_t off, bool first, float (&v)[V]) const {
+    if constexpr (!Join) {
+      bnk::load<T, V>(x + off, v);
+    } else if (xs != nullptr && !first) {
+      bnk::load<T, V>(xs + off, v);
+    } else {
+      float w[V];
+      bnk::load<T, V>(x + off, v);
+      bnk::load<T, V>(z + off, w);
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] = kern::to_f(kern::from_f<T>(v[j] + w[j]));  // add_fwd's value
+      if (first && xs != nullptr) bnk::store<T, V>(xs + off, v);
+    }
+  }
+};
+
+template <class T, int V, int TPR, bool Join>
+__global__ void __launch_bounds__(kBlock) ln_fwd_kernel(RowIn<T, V, Join> in, const float* __restrict__ gamma,
                                                         const float* __restrict__ beta, T* __restrict__ y,
                                                         float* smean, float* srstd, std::int64_t rows, int c,
                                                         double eps) {
@@ -80,11 +114,11 @@ __global__ void __launch_bounds__(kBlock) ln_fwd_kernel(const T* __restrict__ x,
   const int lane = threadIdx.x % TPR;
   const int nv = c / V;
   TR_LN_ROWS(row) {
-    const T* xr = x + row * c;
+    const std::int64_t base = row * c;
     double s = 0.0;
     for (int k = lane; k < nv; k += TPR) {
       float v[V];
-      bnk::load<T, V>(xr + k * V, v);
+      in.get(base + k * V, true, v);
 #pragma unroll
       for (int j = 0; j < V; ++j) s += static_cast<double>(v[j]);
     }
@@ -92,7 +126,7 @@ __global__ void __launch_bounds__(kBlock) ln_fwd_kernel(const T* __restrict__ x,
     double q = 0.0;
     for (int k = lane; k < nv; k += TPR) {
       float v[V];
-      bnk::load<T, V>(xr + k * V, v);
+      in.get(base + k * V, false, v);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         const double d = static_cast<double>(v[j]) - mean;
@@ -106,10 +140,10 @@ __global__ void __launch_bounds__(kBlock) ln_fwd_kernel(const T* __restrict__ x,
       smean[row] = mu;
       srstd[row] = r;
     }
-    T* yr = y + row * c;
+    T* yr = y + base;
     for (int k = lane; k < nv; k += TPR) {
       float v[V], gm[V], bt[V];
-      bnk::load<T, V>(xr + k * V, v);
+      in.get(base + k * V, false, v);
       load_fp32<V>(gamma + k * V, gm);
       load_fp32<V>(beta + k * V, bt);
 #pragma unroll
@@ -120,10 +154,11 @@ __global__ void __launch_bounds__(kBlock) ln_fwd_kernel(const T* __restrict__ x,
 }
 
 // dx of each row (the per-row half of ln_bwd).
-template <class T, int V, int TPR>
+// dx2 (Add): added to the rounded dx; it may be dx itself, so neither is __restrict__.
+template <class T, int V, int TPR, bool Add>
 __global__ void __launch_bounds__(kBlock) ln_dx_kernel(const T* __restrict__ x, const T* __restrict__ dy,
                                                        const float* __restrict__ gamma, const float* smean,
-                                                       const float* srstd, T* __restrict__ dx, std::int64_t rows,
+                                                       const float* srstd, const T* dx2, T* dx, std::int64_t rows,
                                                        int c) {
   __shared__ double red[kBlock / 32];
   const int lane = threadIdx.x % TPR;
@@ -150,15 +185,17 @@ __global__ void __launch_bounds__(kBlock) ln_dx_kernel(const T* __restrict__ x, 
     const float t2 = static_cast<float>(row_sum<TPR>(b, red) / static_cast<double>(c));
     T* out = dx + row * c;
     for (int k = lane; k < nv; k += TPR) {
-      float xv[V], dv[V], gm[V];
+      float xv[V], dv[V], gm[V], d2[V];
       bnk::load<T, V>(xr + k * V, xv);
       bnk::load<T, V>(dr + k * V, dv);
       load_fp32<V>(gamma + k * V, gm);
+      if constexpr (Add) bnk::load<T, V>(dx2 + row * c + k * V, d2);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         const float xhat = (xv[j] - mu) * r;
         const float g = dv[j] * gm[j];
         xv[j] = ((g - t1) - xhat * t2) * r;
+        if constexpr (Add) xv[j] = kern::to_f(kern::from_f<T>(xv[j])) + d2[j];  // accumulate on the stored dx
       }
       bnk::store<T, V>(out + k * V, xv);
     }
@@ -257,16 +294,20 @@ std::string row_info(int v, int c) {
 }  // namespace
 
 std::unique_ptr<Op> ln_fwd(Context&, const LnFwdArgs& args) {
-  const Sizes sz = sizes(args, {{"y", args.y}},
+  const Sizes sz = sizes(args, {{"y", args.y}, {"z", args.z}, {"sum", args.sum}},
                          {{"gamma", args.gamma}, {"beta", args.beta}, {"saved_mean", args.saved_mean},
                           {"saved_rstd", args.saved_rstd}});
   const bool train = static_cast<bool>(args.saved_mean);
   if (train != static_cast<bool>(args.saved_rstd)) {
     bad(args, "saved_mean and saved_rstd go together (training) or not at all");
   }
+  const bool join = static_cast<bool>(args.z);
+  if (args.sum && !join) bad(args, "sum is given without z");
   const double eps = args.eps;
-  const int v = bnk::vector_width(args.x.dt, sz.c, {args.x, args.y});
+  const int v = bnk::vector_width(args.x.dt, sz.c, {args.x, args.y, args.z, args.sum});
   const void* x = args.x.ptr;
+  const void* z = args.z.ptr;  // null: no join
+  void* xs = args.sum.ptr;     // null: the join's row is not kept
   void* y = args.y.ptr;
   const float* gamma = bnk::fp32(args.gamma);
   const float* beta = bnk::fp32(args.beta);
@@ -280,27 +321,38 @@ std::unique_ptr<Op> ln_fwd(Context&, const LnFwdArgs& args) {
         bnk::dispatch(args, v, [&](auto tag, auto vc) {
           using T = typename decltype(tag)::type;
           constexpr int V = decltype(vc)::value;
-          if (c <= kWarpMaxC) {
-            ln_fwd_kernel<T, V, 32><<<blocks, kBlock, 0, s>>>(static_cast<const T*>(x), gamma, beta,
-                                                              static_cast<T*>(y), smean, srstd, rows, c, eps);
+          auto launch = [&](auto in) {
+            constexpr bool J = decltype(in)::kJoin;
+            T* yp = static_cast<T*>(y);
+            if (c <= kWarpMaxC) {
+              ln_fwd_kernel<T, V, 32, J><<<blocks, kBlock, 0, s>>>(in, gamma, beta, yp, smean, srstd, rows, c, eps);
+            } else {
+              ln_fwd_kernel<T, V, kBlock, J><<<blocks, kBlock, 0, s>>>(in, gamma, beta, yp, smean, srstd, rows, c, eps);
+            }
+          };
+          const T* xp = static_cast<const T*>(x);
+          if (join) {
+            launch(RowIn<T, V, true>{xp, static_cast<const T*>(z), static_cast<T*>(xs)});
           } else {
-            ln_fwd_kernel<T, V, kBlock><<<blocks, kBlock, 0, s>>>(static_cast<const T*>(x), gamma, beta,
-                                                                  static_cast<T*>(y), smean, srstd, rows, c, eps);
+            launch(RowIn<T, V, false>{xp, nullptr, nullptr});
           }
         });
         check_launch("ln_fwd");
       },
-      row_info(v, c) + (train ? ", saves statistics" : ""));
+      row_info(v, c) + (join ? (xs != nullptr ? ", x + z kept in sum" : ", x + z recomputed") : "") +
+          (train ? ", saves statistics" : ""));
 }
 
 std::unique_ptr<Op> ln_bwd(Context&, const LnBwdArgs& args) {
-  const Sizes sz = sizes(args, {{"dy", args.dy}, {"dx", args.dx}},
+  const Sizes sz = sizes(args, {{"dy", args.dy}, {"dx", args.dx}, {"dx2", args.dx2}},
                          {{"gamma", args.gamma}, {"saved_mean", args.saved_mean}, {"saved_rstd", args.saved_rstd},
                           {"dgamma", args.dgamma}, {"dbeta", args.dbeta}});
-  const int v = bnk::vector_width(args.x.dt, sz.c, {args.x, args.dy, args.dx});
+  if (args.dx2 && !args.dx) bad(args, "dx2 is given without dx");
+  const int v = bnk::vector_width(args.x.dt, sz.c, {args.x, args.dy, args.dx, args.dx2});
   const void* x = args.x.ptr;
   const void* dy = args.dy.ptr;
   void* dx = args.dx.ptr;  // null: a first layer, no dx
+  const void* dx2 = args.dx2.ptr;  // null: nothing to add
   const float *gamma = bnk::fp32(args.gamma), *smean = bnk::fp32(args.saved_mean), *srstd = bnk::fp32(args.saved_rstd);
   float *dgamma = bnk::fp32(args.dgamma), *dbeta = bnk::fp32(args.dbeta);
   const std::int64_t rows = sz.rows;
@@ -312,7 +364,8 @@ std::unique_ptr<Op> ln_bwd(Context&, const LnBwdArgs& args) {
   const dim3 grid(static_cast<unsigned>(g.chunks), static_cast<unsigned>(g.tiles));
   const dim3 block(static_cast<unsigned>(g.gx), static_cast<unsigned>(g.lanes));
   const unsigned blocks = row_blocks(rows, c);
-  std::string info = (dx != nullptr ? row_info(v, c) + " for dx, " : std::string("no dx, ")) +
+  std::string info = (dx != nullptr ? row_info(v, c) + (dx2 != nullptr ? " for dx + dx2, " : " for dx, ")
+                                     : std::string("no dx, ")) +
                      std::to_string(g.chunks) + "x" + std::to_string(g.tiles) + " blocks of " + std::to_string(g.gx) +
                      "x" + std::to_string(g.lanes) + " for dgamma, dbeta";
   return fn_op(
@@ -325,12 +378,20 @@ std::unique_ptr<Op> ln_bwd(Context&, const LnBwdArgs& args) {
           const T* dyp = static_cast<const T*>(dy);
           ln_param_grad_kernel<T, V><<<grid, block, 0, s>>>(xp, dyp, smean, srstd, g, partials);
           if (dx == nullptr) return;
-          if (c <= kWarpMaxC) {
-            ln_dx_kernel<T, V, 32><<<blocks, kBlock, 0, s>>>(xp, dyp, gamma, smean, srstd, static_cast<T*>(dx), rows,
-                                                             c);
+          T* dxp = static_cast<T*>(dx);
+          const T* d2 = static_cast<const T*>(dx2);
+          auto launch = [&](auto add) {
+            constexpr bool A = decltype(add)::value;
+            if (c <= kWarpMaxC) {
+              ln_dx_kernel<T, V, 32, A><<<blocks, kBlock, 0, s>>>(xp, dyp, gamma, smean, srstd, d2, dxp, rows, c);
+            } else {
+              ln_dx_kernel<T, V, kBlock, A><<<blocks, kBlock, 0, s>>>(xp, dyp, gamma, smean, srstd, d2, dxp, rows, c);
+            }
+          };
+          if (d2 != nullptr) {
+            launch(std::true_type{});
           } else {
-            ln_dx_kernel<T, V, kBlock><<<blocks, kBlock, 0, s>>>(xp, dyp, gamma, smean, srstd, static_cast<T*>(dx),
-                                                                 rows, c);
+            launch(std::false_type{});
           }
         });
         ln_param_finish_kernel<<<bnk::finish_blocks(c), bnk::finish_block(), 0, s>>>(partials, g, dgamma, dbeta);

@@ -17,7 +17,7 @@ namespace tr::native {
 class Context;
 class Op;
 
-// ln_fwd: y = (x - mean) * rstd * gamma + beta per row; the statistics saved when given (training).
+// ln_fwd: y = (x - mean) * rstd * gamma + beta per row of x (or of x + z); the statistics saved when given.
 struct LnFwdArgs {
   static constexpr const char* op = "ln_fwd";
   Dev x;  // tensor: [rows, c]
@@ -26,13 +26,15 @@ struct LnFwdArgs {
   Dev y;  // tensor: [rows, c]
   Dev saved_mean;  // tensor?: FP32 [rows]: written when given, with saved_rstd
   Dev saved_rstd;  // tensor?: FP32 [rows]: 1 / sqrt(var + eps), written when given, with saved_mean
+  Dev z;  // tensor?: [rows, c]: the residual join fused in: the row normalised is x + z, rounded to x's dtype
+  Dev sum;  // tensor?: [rows, c]: x + z as normalised, written when given (with z); may be x or z
   std::int64_t rows = 0;  // i64: rows: N*H*W
   std::int64_t c = 0;  // i64: values normalised together
   double eps = 0.0;  // f64: variance term (> 0)
 };
 std::unique_ptr<Op> ln_fwd(Context& ctx, const LnFwdArgs& a);
 
-// ln_bwd: dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy; dx when given.
+// ln_bwd: dgamma = sum over rows of dy * xhat, dbeta = sum over rows of dy; dx (+ dx2) when given.
 struct LnBwdArgs {
   static constexpr const char* op = "ln_bwd";
   Dev x;  // tensor: [rows, c]
@@ -43,6 +45,7 @@ struct LnBwdArgs {
   Dev dgamma;  // tensor: FP32 [c]
   Dev dbeta;  // tensor: FP32 [c]
   Dev dx;  // tensor?: [rows, c]; absent: not written (a first layer)
+  Dev dx2;  // tensor?: [rows, c]: added to dx as it is written (dx rounded first), with dx; may be dx
   std::int64_t rows = 0;  // i64: rows: N*H*W
   std::int64_t c = 0;  // i64: values normalised together
 };

@@ -172,18 +172,24 @@ _DEFS: list[OpDef] = [
     # --- layer norm: each N*H*W position normalised over its C values (ViT's LayerNorm over the embedding) --
     OpDef("ln_fwd", "layernorm",
           (_t("x"), _t("gamma"), _t("beta"), _t("y", "out"), _t("saved_mean", "out", True),
-           _t("saved_rstd", "out", True)), ("eps",),
+           _t("saved_rstd", "out", True), _t("z", optional=True), _t("sum", "out", True)), ("eps",),
+          inplace=(("sum", "x"), ("sum", "z")),
           doc="per row of C values: mean, biased var (both accumulated in float64), rstd = 1/sqrt(var + eps); "
               "y = (x - mean) * rstd * gamma + beta in float32 with mean and rstd rounded to float32. gamma, beta: "
               "FP32 [1,1,1,C]. Training passes saved_mean and saved_rstd (FP32 [N,H,W,1]: one per row) for the "
-              "backward; inference passes neither"),
+              "backward; inference passes neither. With z (the residual join before a pre-norm LayerNorm, fused in) "
+              "the row normalised is x + z, added in float32 and rounded to x's dtype as add_fwd rounds it, and "
+              "written to sum when given (the skip path and ln_bwd read it)"),
     OpDef("ln_bwd", "layernorm",
           (_t("x"), _t("gamma"), _t("dy"), _t("saved_mean"), _t("saved_rstd"), _t("dx", "out", True),
-           _t("dgamma", "out"), _t("dbeta", "out")),
+           _t("dgamma", "out"), _t("dbeta", "out"), _t("dx2", optional=True)),
+          inplace=(("dx", "dx2"),),
           doc="xhat = (x - mean) * rstd, g = dy * gamma; dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)) "
               "(None when the input needs no gradient); dgamma = sum over rows of dy * xhat, dbeta = sum over rows "
               "of dy (FP32; fixed-order sums, no atomics: the same bytes on every run; the CPU backend adds rows into "
-              "float64, the CUDA one adds four rows in float32 and then float64)"),
+              "float64, the CUDA one adds four rows in float32 and then float64). dx2 (with dx): a contribution "
+              "x's gradient already has (a branch point's skip path), added to dx as it is written: dx is rounded "
+              "to its dtype, then dx2 added and rounded again, as an accumulate op would"),
     # --- attention: multi-head scaled dot-product self-attention over tokens [N,1,T,C] (ViT's; H = 1, W = T) ----
     OpDef("attention_fwd", "attention",
           (_t("qkv"), _t("y", "out"), _t("stats", "out", True), _t("seed", "inout", True), _t("key", "out", True)),

@@ -8,8 +8,10 @@ Training chain: FIRST_FWD_{A,B} (label copy + layer 0 forward on data_{a,b}) -> 
 (forward of layers 1..L including the loss, loss backward, backward L..1) -> FIRST_BWD_{A,B}
 (layer 0 backward, no input gradient). Gradients flow backwards through the ArchPlan's DAG: a value read
 by several layers (a residual branch point) receives its contributions in reverse layer order and the
-compiler sums them with ``accumulate``; input gradients are only computed where some layer upstream has
-parameters. Inference: INFER_{A,B}, the inference ops of every layer, dropout omitted.
+compiler sums them with ``accumulate``, unless a kind adds them as it reads them (``takes_second_gradient``: a
+cbr's dy2) or as it writes its input gradient (``adds_input_gradient``: a normalisation's dx2); input gradients
+are only computed where some layer upstream has parameters. Inference: INFER_{A,B}, the inference ops of every
+layer, dropout omitted.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from tr.core.dtype import DType
 from tr.core.errors import ConfigError
 from tr.core.memory import Group, Region, Role, Span
 from tr.core.optim import BIAS_RULE, WEIGHT_RULE, ParamGroup
-from tr.graph.archplan import ArchPlan
+from tr.graph.archplan import ArchLayer, ArchPlan
 from tr.graph.jpeg_input import GEOM_A, GEOM_B, JPEG_SRC, JPEG_U8
 from tr.graph.layers import KINDS
 from tr.graph.layers.base import FEATURE, GRAD, INF, IO, TRAIN
@@ -148,7 +150,7 @@ class ChainBuilder:
         for i in range(1, n):
             L = layers[i]
             KINDS[L.kind].forward(L, self._io(i, deep, x=[self.y(u) for u in L.inputs],
-                                              y=self.y(i) if i < last else ""))
+                                              y=self.y(i) if i < last else "", terms=self._terms(L, self.y)))
         need = need_grad(self.arch)
         grads: dict[int, list[tuple[str, bool]]] = {}  # value -> its gradient's contributions (key, owned)
         for i in range(last, 0, -1):
@@ -159,15 +161,19 @@ class ChainBuilder:
                 continue
             dx = [self._value_key(f"L{i}.dx" if len(L.inputs) == 1 else f"L{i}.dx{k}", max(u, 0), GRAD, TRAIN)
                   for k, u in enumerate(L.inputs)]
-            dy = dy2 = ""
+            dy = dy2 = dx2 = ""
             if i < last:
                 parts = grads[i]
                 if len(parts) == 2 and kind.takes_second_gradient(L):
                     (dy, _), (dy2, _) = parts  # the layer's backward adds them as it reads them
                 else:
                     dy = self._sum(deep, parts, i, i)
+            u0 = L.inputs[0]
+            if need_in[0] and kind.adds_input_gradient(L) and grads.get(u0):
+                # what the readers after this one gave its input (a skip path's gradient): added as dx is written
+                dx2 = self._sum(deep, grads.pop(u0), u0, i)
             io = self._io(i, deep, x=[self.y(u) for u in L.inputs], y=self.y(i) if i < last else "",
-                          dy=dy, dy2=dy2, dx=dx, need=need_in)
+                          dy=dy, dy2=dy2, dx=dx, dx2=dx2, need=need_in)
             for k, c in enumerate(kind.backward(L, io)):
                 if c is not None and need_in[k]:
                     grads.setdefault(L.inputs[k], []).append((c, c == dx[k]))
@@ -176,6 +182,13 @@ class ChainBuilder:
             for ab in (A, B):
                 k0.backward(l0, self._io(0, self.cg.sink(FIRST_BWD[ab]), x=[x0[ab]], y=self.y(0),
                                          dy=dy0, dx=[""], need=[False]))
+
+    def _terms(self, L: ArchLayer, key: Callable[[int], str]) -> list[str]:
+        """For a layer that computes its input itself (a normalisation with the residual join before it fused in:
+        tr.graph.passes.fuse_add_norm), the keys of what that input's producer reads; else none."""
+        if not KINDS[L.kind].computes_input(L):
+            return []
+        return [key(u) for u in self.arch.layers[L.inputs[0]].inputs]
 
     def _sum(self, sink: list[SymOp], parts: list[tuple[str, bool]], u: int, layer: int) -> str:
         """The key holding the sum of value u's gradient contributions (accumulated into an owned one where
@@ -203,7 +216,8 @@ class ChainBuilder:
             vals = {-1: self._input(ab, sink, False)}
             for i, L in enumerate(layers):
                 y = self._value_key(f"L{i}.y@inf", i, FEATURE, INF) if i < len(layers) - 1 else ""
-                io = self._io(i, sink, x=[vals[u] for u in L.inputs], y=y, labels=f"labels_{ab}")
+                io = self._io(i, sink, x=[vals[u] for u in L.inputs], y=y, labels=f"labels_{ab}",
+                              terms=self._terms(L, vals.__getitem__))
                 vals[i] = KINDS[L.kind].inference(L, io)
             self.cg.logits_inf = vals[layers[-1].inputs[0]]
 

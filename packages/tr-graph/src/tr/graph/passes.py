@@ -15,7 +15,8 @@
                      fc hands that fc its relu mask, whose dx GEMM then applies the relu's backward (DRELU);
                      conv+bn2d+relu/relu6/silu and conv+bn2d+add(+relu) -> cbr (the activation and the
                      residual add run inside the BN kernels); cbr(relu) + maxpool -> one cbr that pools in
-                     its BN kernels
+                     its BN kernels; add -> layernorm (the layernorm right after the add, reading it: a pre-norm
+                     transformer's block boundary) -> the layernorm's ln_fwd computes the sum too
 11. mark_first       layer 0 is the first layer (fc, conv, cbr or flatten); nothing else reads the input
 12. renumber         uid = index
 """
@@ -324,10 +325,11 @@ def _readers(layers: Sequence[ArchLayer]) -> dict[int, int]:
 
 
 def fuse(layers: Sequence[ArchLayer], amp: bool) -> list[ArchLayer]:
-    """relu into fc/add (the ops have a relu epilogue), then conv+bn2d(+add)(+relu) into cbr layers.
+    """relu into fc/add (the ops have a relu epilogue), then conv+bn2d(+add)(+relu) into cbr layers, then a join
+    into the normalisation after it (fuse_add_norm).
 
     ``amp`` is accepted for the pass signature; the fusions are exact on FP32 too, so they always apply."""
-    return fuse_pool(fuse_cbr(fuse_drelu(fuse_relu(layers))))
+    return fuse_add_norm(fuse_pool(fuse_cbr(fuse_drelu(fuse_relu(layers)))))
 
 
 def fuse_relu(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
@@ -433,6 +435,23 @@ def fuse_pool(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
             fused[L.uid] = replace(c, params=params(**{**c.params, "pool": pool}), uid=L.uid)
             dropped.add(c.uid)
     return [fused.get(L.uid, L) for L in layers if L.uid not in dropped]
+
+
+def fuse_add_norm(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
+    """add -> layernorm, where the layernorm comes right after the add (no other reader of the sum runs between
+    them) and reads it: the add gets ``norm`` (no op of its own) and the layernorm ``residual`` (its ln_fwd reads
+    the add's inputs and writes the sum beside y), and ``shared`` when other layers read the sum too (a pre-norm
+    transformer's next join, on its skip path: inference then writes the sum as well). Exact in every dtype (the
+    sum is rounded as add_fwd rounds it), so it always applies. An add with a fused relu is left alone."""
+    n_readers = _readers(layers)
+    out = list(layers)
+    for j in range(1, len(out)):
+        L, p = out[j], out[j - 1]
+        if L.kind != "layernorm" or L.inputs != (p.uid,) or p.kind != "add" or p.params["activation"]:
+            continue
+        out[j - 1] = replace(p, params=params(**{**p.params, "norm": True}))
+        out[j] = replace(L, params=params(**{**L.params, "residual": True, "shared": n_readers[p.uid] > 1}))
+    return out
 
 
 # --- 11. mark_first -------------------------------------------------------------------------------

@@ -145,14 +145,19 @@ class IO:
 
     ``x``: input value keys; ``y``: output value key; ``dy``: key of the output's gradient (backward);
     ``dy2``: a second part of it, to be added, for kinds whose ``takes_second_gradient`` says so (else "");
-    ``dx``: keys where the input gradients go; ``need``: whether each input needs its gradient at all.
+    ``dx``: keys where the input gradients go; ``need``: whether each input needs its gradient at all;
+    ``dx2``: the contributions the first input's gradient already has, to be added into ``dx[0]``, for kinds whose
+    ``adds_input_gradient`` says so (else ""); ``terms``: for kinds whose ``computes_input`` says so, the keys its
+    input's producer reads (the sum's terms; else empty).
     """
 
-    __slots__ = ("index", "layer", "x", "y", "dy", "dy2", "dx", "need", "amp", "spec", "labels", "_emit", "_has")
+    __slots__ = ("index", "layer", "x", "y", "dy", "dy2", "dx", "dx2", "terms", "need", "amp", "spec", "labels",
+                 "_emit", "_has")
 
     def __init__(self, index: int, layer: ArchLayer, *, x: Sequence[str], y: str = "", dy: str = "", dy2: str = "",
-                 dx: Sequence[str] = (), need: Sequence[bool] = (), amp: bool, spec: CompileSpec,
-                 labels: str = "labels", emit: Callable[..., None], has: Callable[[str], bool]) -> None:
+                 dx: Sequence[str] = (), dx2: str = "", terms: Sequence[str] = (), need: Sequence[bool] = (),
+                 amp: bool, spec: CompileSpec, labels: str = "labels", emit: Callable[..., None],
+                 has: Callable[[str], bool]) -> None:
         self.index = index
         self.layer = layer
         self.x = list(x)
@@ -160,6 +165,8 @@ class IO:
         self.dy = dy
         self.dy2 = dy2
         self.dx = list(dx)
+        self.dx2 = dx2
+        self.terms = list(terms)
         self.need = list(need)
         self.amp = amp
         self.spec = spec
@@ -271,6 +278,17 @@ class LayerKind:
     def takes_second_gradient(self, layer: ArchLayer) -> bool:
         """Whether backward adds ``io.dy2`` to ``io.dy`` itself (a branch point's two gradient contributions,
         summed as the kernel reads them instead of by an accumulate op)."""
+        return False
+
+    def adds_input_gradient(self, layer: ArchLayer) -> bool:
+        """Whether backward adds ``io.dx2``, the contributions its (first) input's gradient already has from the
+        readers after it (a branch point's skip path), into the ``dx[0]`` it writes, instead of an accumulate op
+        after it."""
+        return False
+
+    def computes_input(self, layer: ArchLayer) -> bool:
+        """Whether the layer's forward computes its input value itself from its producer's inputs (``io.terms``)
+        and writes it (a layernorm with the add before it fused in); the producer then emits no op."""
         return False
 
     def backward(self, layer: ArchLayer, io: IO) -> list[str | None]:

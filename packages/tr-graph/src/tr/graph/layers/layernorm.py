@@ -9,6 +9,13 @@ memory plan places the groups by these traits (tr.core.memory.Group), so the opt
 gradient clear and the EMA cover them with no change elsewhere. Training saves each row's mean and 1/std (FP32
 [N,H,W,1], pooled temporaries: they live from the forward to the backward); inference saves nothing. No running
 statistics: training and inference compute the same function.
+
+Fused with the residual join before it (``residual``, set by tr.graph.passes.fuse_add_norm where an add is followed
+by the layernorm that reads it, a pre-norm transformer's block boundary): ln_fwd reads the add's two inputs as x and
+z and writes their sum (the add's value, which the add no longer computes) beside y, in one pass over the row; in
+inference the sum is written only where another layer reads it (``shared``). Whatever its input, the backward adds
+the gradient contributions its input already has (the skip path's, from the readers after it) into the dx it writes
+(ln_bwd's dx2), where an accumulate op would otherwise follow it. Both give the unfused ops' bytes.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ LN_B = Group("ln_b", norm=True)
 @dataclass(frozen=True, slots=True)
 class LayerNormParams:
     eps: float = 1e-5
+    residual: bool = False  # its input is the add before it, whose sum its ln_fwd computes (fuse_add_norm)
+    shared: bool = False  # (with residual) other layers read that sum too: inference writes it as well
 
 
 class LayerNormKind(LayerKind):
@@ -44,7 +53,8 @@ class LayerNormKind(LayerKind):
 
     def describe(self, layer) -> str:
         eps = layer.params["eps"]
-        return "layernorm" if eps == LayerNormParams.eps else f"layernorm eps={eps:g}"
+        name = "layernorm+add" if layer.params["residual"] else "layernorm"
+        return name if eps == LayerNormParams.eps else f"{name} eps={eps:g}"
 
     def check(self, layer) -> None:
         eps = layer.params["eps"]
@@ -67,16 +77,31 @@ class LayerNormKind(LayerKind):
         return (cx.param("gamma", LN_W, s, Init("ones")) + cx.param("beta", LN_B, s, Init("zeros"))
                 + [cx.stat("saved_mean", rows), cx.stat("saved_rstd", rows)])
 
+    def computes_input(self, layer) -> bool:
+        return layer.params["residual"]
+
+    def adds_input_gradient(self, layer) -> bool:
+        return True
+
+    def _input(self, layer, io: IO, keep_sum: bool) -> dict[str, str | None]:
+        """ln_fwd's input arguments: x, or the add's terms as x and z and (``keep_sum``) the sum it writes."""
+        if not layer.params["residual"]:
+            return {"x": io.x[0]}
+        shortcut, stem = io.terms
+        return {"x": shortcut, "z": stem, "sum": io.x[0] if keep_sum else None}
+
     def forward(self, layer, io: IO) -> None:
-        io.op("ln_fwd", {"eps": layer.params["eps"]}, x=io.x[0], gamma=io.t("gamma"), beta=io.t("beta"), y=io.y,
-              saved_mean=io.t("saved_mean"), saved_rstd=io.t("saved_rstd"))
+        io.op("ln_fwd", {"eps": layer.params["eps"]}, **self._input(layer, io, True), gamma=io.t("gamma"),
+              beta=io.t("beta"), y=io.y, saved_mean=io.t("saved_mean"), saved_rstd=io.t("saved_rstd"))
 
     def backward(self, layer, io: IO) -> list[str | None]:
         dx = io.dx_or_none(0)
         io.op("ln_bwd", x=io.x[0], gamma=io.t("gamma"), dy=io.dy, saved_mean=io.t("saved_mean"),
-              saved_rstd=io.t("saved_rstd"), dx=dx, dgamma=io.t("gamma.grad"), dbeta=io.t("beta.grad"))
+              saved_rstd=io.t("saved_rstd"), dx=dx, dgamma=io.t("gamma.grad"), dbeta=io.t("beta.grad"),
+              dx2=io.dx2 or None)
         return [dx]
 
     def inference(self, layer, io: IO) -> str:
-        io.op("ln_fwd", {"eps": layer.params["eps"]}, x=io.x[0], gamma=io.t("gamma"), beta=io.t("beta"), y=io.y)
+        io.op("ln_fwd", {"eps": layer.params["eps"]}, **self._input(layer, io, layer.params["shared"]),
+              gamma=io.t("gamma"), beta=io.t("beta"), y=io.y)
         return io.y

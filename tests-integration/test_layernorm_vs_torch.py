@@ -17,7 +17,7 @@ import torch
 
 from tr.algo.optimizer import SGD, AdamW
 from tr.algo.scheduler import ConstantLR
-from tr.core.errors import ConfigError
+from tr.core.errors import ShapeError
 from tr.core.settings import Settings
 from tr.graph.blueprint import conv, fc, gap, layernorm, relu, seq
 from tr.task.deep_learning import DeepLearningTask
@@ -152,13 +152,18 @@ def test_amp_training_follows_the_fp32_run(make):
     assert amp[1][-1] < amp[1][0] - 0.1  # it learns
 
 
-def test_parameters_hold_the_layernorms_and_torch_export_refuses_to_drop_them():
+def test_parameters_hold_the_layernorms_and_torch_interop_maps_them():
     task, _ = _tr_losses(_mlp, "sgd", 0.05, 0.0)
     params = task.parameters()
     w = task.weights()
     # one entry per module in layer order: fc, layernorm (gamma, beta), fc, layernorm, fc
     assert [len(p) for p in params] == [2, 2, 2, 2, 2]
     assert np.array_equal(params[1][0], w["L1.gamma"]) and np.array_equal(params[1][1], w["L1.beta"])
-    # torch_io maps fc, conv and BN parameters: a LayerNorm's would be left out of the export, so it is refused
-    with pytest.raises(ConfigError, match=r"layer 1: parameter L1.gamma \(region param/ln_w\) has no torch "):
+    # torch_io maps a LayerNorm's weight and bias both ways (its ViT support) ...
+    tm = _mlp()[1]
+    state = task.to_torch(tm)
+    assert np.array_equal(state["1.weight"].numpy(), w["L1.gamma"].reshape(-1))
+    assert np.array_equal(state["4.bias"].numpy(), w["L4.beta"].reshape(-1))
+    # ... and a template without them is refused, naming tr's layer norm, rather than exported without it
+    with pytest.raises(ShapeError, match=r"tr's layer L1 \(layernorm\) has no torch counterpart"):
         task.to_torch(torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU()))

@@ -181,8 +181,8 @@ def test_dropout_keeps_tr_s_kernels_for_16_bit_attention_too():
     fwd = _calls(a)[0]
     b = CudaBinder(backend, "g", 0, fwd, CATALOGUE[fwd.op])
     r = attention_fwd_rules(b)
-    fields = dict(qkv=b.dev("qkv"), y=b.dev("y"), stats=b.dev("stats"), n=r.n, t=r.t, d=r.d, heads=r.heads,
-                  scale=r.scale)
+    fields = dict(qkv=b.dev("qkv"), y=b.dev("y"), stats=b.dev("stats"), seed=None, key=None, n=r.n, t=r.t, d=r.d,
+                  heads=r.heads, scale=r.scale, dropout=0.1)
     assert ae.build(b, r, (ATTENTION_FWD, fields), ATTENTION_SDPA_FWD, dropout=0.1)[0] == "attention_fwd"
     (e,) = ae.used_by(backend)
     assert e.source == "kernel" and "dropout p=0.1" in e.note

@@ -183,7 +183,7 @@ def test_copy_dropout_and_scalar_builders():
 
 def test_drop_path_and_attention_dropout_builders():
     """Stochastic depth passes its samples and their size; attention passes its dropout with the stream and the
-    layer's key, and without dropout neither (dropout 0: the plain kernels)."""
+    layer's key, and without dropout neither (dropout 0 in BF16: cuDNN's SDPA op)."""
     a = arena(("x", (4, 1, 5, 8), "fp16"), ("y", (4, 1, 5, 8), "fp16"), ("mask", (4, 1, 1, 1), "int8"),
               ("seed", (2,), "int32"), ("key", (2,), "int32"), ("qkv", (4, 1, 5, 24), "bf16"),
               ("o", (4, 1, 5, 8), "bf16"), ("do", (4, 1, 5, 8), "bf16"), ("stats", (4, 1, 2, 5), "fp32"),
@@ -196,8 +196,9 @@ def test_drop_path_and_attention_dropout_builders():
     t = {k: a[k] for k in ("qkv", "stats", "seed", "key")}
     _, ptrs, ints, floats = build(op("attention_fwd", y=a["o"], heads=2, scale=0.5, dropout=0.1, **t))
     assert set(ptrs) == {"qkv", "y", "stats", "seed", "key"} and floats == {"scale": 0.5, "dropout": 0.1}
-    _, ptrs, _, floats = build(op("attention_fwd", qkv=a["qkv"], y=a["o"], stats=a["stats"], heads=2, scale=0.5))
-    assert set(ptrs) == {"qkv", "y", "stats"} and floats["dropout"] == 0.0
+    name, ptrs, _, floats = build(op("attention_fwd", qkv=a["qkv"], y=a["o"], stats=a["stats"], heads=2, scale=0.5))
+    # BF16 without dropout: cuDNN's SDPA op, which has no dropout (tr's masks are tr's Philox bits)
+    assert name == "attention_sdpa_fwd" and set(ptrs) == {"qkv", "y", "stats"} and "dropout" not in floats
     _, ptrs, ints, floats = build(op("attention_bwd", qkv=a["qkv"], y=a["o"], dy=a["do"], stats=a["stats"],
                                      dqkv=a["dqkv"], key=a["key"], heads=2, scale=0.5, dropout=0.1))
     assert "key" in ptrs and "seed" not in ptrs and ints["key_dt"] == DType.INT32.code and floats["dropout"] == 0.1

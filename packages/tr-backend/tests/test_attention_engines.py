@@ -71,6 +71,20 @@ def test_fp32_and_dropout_keep_tr_s_kernels_and_say_why():
     why = ae.kernel_reason(DType.FP16, 0.1)
     assert "dropout p=0.1" in why and "Philox" in why
     assert ae.kernel_reason(DType.FP16, 0.0) is None and ae.kernel_reason(DType.BF16, 0.0) is None
+    assert "attention_sdpa=False" in ae.kernel_reason(DType.BF16, 0.0, sdpa=False)
+
+
+def test_a_backend_without_sdpa_makes_tr_s_kernel_ops_for_16_bit_attention():
+    a = _arena("bf16")
+    backend = RecordingBackend(a.layout())
+    backend.attention_sdpa = False
+    fwd, bwd = _calls(a)
+    assert _build(backend, fwd)[0] == "attention_fwd" and _build(backend, bwd)[0] == "attention_bwd"
+    assert all(e.source == "kernel" and "attention_sdpa=False" in e.note for e in ae.used_by(backend))
+    b = CudaBackend.__new__(CudaBackend)  # the setting's default and configure(), no device
+    b.attention_sdpa, b.attention_deterministic = True, True
+    b.configure(attention_sdpa=False)
+    assert b.attention_sdpa is False and b.attention_deterministic is True
 
 
 def test_the_backward_is_deterministic_unless_the_backend_opts_out():

@@ -1,5 +1,7 @@
-"""The CUDA attention (csrc/ops/attention.cu: attention_fwd, attention_bwd) against the CPU backend
-(tr/backend/cpu/ops/attention.py, which test_cpu_attention.py holds to torch). GPU-only.
+"""tr's CUDA attention kernels (csrc/ops/attention.cu: attention_fwd, attention_bwd) against the CPU backend
+(tr/backend/cpu/ops/attention.py, which test_cpu_attention.py holds to torch). GPU-only. FP16 and BF16 attention
+runs cuDNN's SDPA by default: these tests configure the backend with attention_sdpa=False to hold tr's kernels to
+their bounds; cuDNN's engine has its own (test_cuda_attention_sdpa.py: its probabilities are rounded to 16 bits).
 
 Both backends compute in float32 from the same widened values and round each output once; they differ only in
 the order of their sums (the CPU's BLAS GEMMs and numpy's pairwise row sums; the kernels' channel-order dot
@@ -53,6 +55,7 @@ def _twin(n: int, t: int, heads: int, dh: int, dtype: str, seed: int = 0) -> Twi
         tw.add(name, (n, 1, t, d), dtype)
     tw.add("stats", (n, 1, heads, t))
     tw.allocate()
+    tw.gpu.configure(attention_sdpa=False)  # tr's kernels in every dtype (read at capture)
     rng = np.random.default_rng(seed + n + t + heads + dh)
     tw.write("qkv", 1.5 * rng.standard_normal((n, 1, t, 3 * d)))
     tw.write("dy", rng.standard_normal((n, 1, t, d)))

@@ -3,8 +3,9 @@
 attention_fwd and attention_bwd (tr.backend.cuda.ops.attention) choose at capture, i.e. at compile, per op:
 
 - tr's kernels (csrc/ops/attention.cu) for FP32: cuDNN's SDPA takes FP16 and BF16, and FP32 attention keeps its
-  float32 arithmetic; and for attention with dropout, whose masks are tr's Philox streams, the CPU backend's bit
-  for bit (cuDNN would draw its own). :func:`kernel_reason` is that rule.
+  float32 arithmetic; for attention with dropout, whose masks are tr's Philox streams, the CPU backend's bit
+  for bit (cuDNN would draw its own); and for every call of a backend configured ``attention_sdpa=False``.
+  :func:`kernel_reason` is that rule.
 - otherwise the native op attention_sdpa_fwd / _bwd (csrc/ops/attention_sdpa.cpp): it builds cuDNN's graph for
   the call's plan key when the op is made and runs it, or, where cuDNN cannot take the key (the frontend refuses
   the graph: a head size not a multiple of 8 or above 256, one token in the backward; no engine builds; no cuDNN
@@ -78,8 +79,11 @@ def plan_key(backward: bool, dtype: DType, r: AttentionCall, deterministic: bool
     return f"{key}:scale=0x{bits:08x}"
 
 
-def kernel_reason(dtype: DType, dropout: float) -> str | None:
-    """Why an attention call runs tr's kernels whatever cuDNN could do, or None: cuDNN's SDPA is tried."""
+def kernel_reason(dtype: DType, dropout: float, sdpa: bool = True) -> str | None:
+    """Why an attention call runs tr's kernels whatever cuDNN could do, or None: cuDNN's SDPA is tried. ``sdpa``:
+    the backend's attention_sdpa setting (False: tr's kernels for every call)."""
+    if not sdpa:
+        return "attention_sdpa=False (CudaBackend.configure): tr's kernels for every attention"
     if dtype is DType.FP32:
         return "FP32 attention runs tr's float32 kernels (cuDNN's SDPA takes FP16 and BF16)"
     if dropout > 0.0:
@@ -127,7 +131,7 @@ def build(b: Any, r: AttentionCall, kernel: tuple[NativeOp, dict[str, Any]], sdp
     dtype = b.dtype("qkv")
     det = deterministic(b.backend) if backward else True
     key = plan_key(backward, dtype, r, det)
-    why = kernel_reason(dtype, dropout)
+    why = kernel_reason(dtype, dropout, bool(getattr(b.backend, "attention_sdpa", True)))
     if why is not None:
         made = b.make(sig, **fields)
         _keep(b.backend, AttentionEngine(key, sig.name, "kernel", "kernel", note=why))

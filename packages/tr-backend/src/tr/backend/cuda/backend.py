@@ -153,6 +153,7 @@ class CudaBackend:
         self.use_tf32 = bool(use_tf32)
         self.conv_autotune: bool | None = None  # None: TR_CUDNN_AUTOTUNE decides (tr.backend.cuda.cudnn.autotune)
         self.attention_deterministic = True  # cuDNN's deterministic attention backward (attention_engines)
+        self.attention_sdpa = True  # FP16/BF16 attention may run cuDNN's SDPA (False: tr's kernels everywhere)
         self.collective = collective
         self.nccl = nccl
         native.add_cublaslt_candidates(_cublaslt_candidates())
@@ -167,20 +168,24 @@ class CudaBackend:
         self._sites: list[_HostSite] = []
 
     def configure(self, tf32: bool | None = None, conv_autotune: bool | None = None,
-                  attention_deterministic: bool | None = None) -> None:
+                  attention_deterministic: bool | None = None, attention_sdpa: bool | None = None) -> None:
         """Settings read at capture (graphs captured later): ``tf32`` lets FP32 GEMMs use TF32 tensor cores;
         ``conv_autotune`` times cuDNN's candidate engines and keeps the fastest (an opt-in: the choice may
         differ between machines, and so may the bytes) instead of the deterministic rule;
         ``attention_deterministic=False`` lets FP16/BF16 attention backwards use cuDNN's non-deterministic
-        algorithm (an opt-in: faster, and other bytes on every run; tr.backend.cuda.attention_engines); None
-        leaves each as it is (conv_autotune starts unset: TR_CUDNN_AUTOTUNE decides; attention_deterministic
-        starts True)."""
+        algorithm (an opt-in: faster, and other bytes on every run; tr.backend.cuda.attention_engines);
+        ``attention_sdpa=False`` keeps FP16/BF16 attention on tr's kernels (the CPU backend's float32 arithmetic
+        rounded once, slower than cuDNN's flash attention, whose probabilities are rounded to 16 bits); None leaves
+        each as it is (conv_autotune starts unset: TR_CUDNN_AUTOTUNE decides; attention_deterministic and
+        attention_sdpa start True)."""
         if tf32 is not None:
             self.use_tf32 = bool(tf32)
         if conv_autotune is not None:
             self.conv_autotune = bool(conv_autotune)
         if attention_deterministic is not None:
             self.attention_deterministic = bool(attention_deterministic)
+        if attention_sdpa is not None:
+            self.attention_sdpa = bool(attention_sdpa)
 
     def conv_engines(self) -> list[ConvEngine]:
         """The cuDNN engines (or direct kernels) the convolutions captured so far use, by plan key

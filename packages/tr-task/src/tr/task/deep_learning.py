@@ -538,6 +538,17 @@ class DeepLearningTask(TaskBase):
         acc = scalar(be, self.program, "accum").astype(np.float64) / self._val_samples
         return float(acc[0]), float(acc[1]), float(acc[2])
 
+    def dry_run(self):
+        """One training and one validation step on the task's data, then every state tensor restored (a following
+        run() gives the bytes it gives without it); returns (and unless quiet logs) a tr.task.dry_run.DryRunReport:
+        arena bytes by memory role, op calls per step, launches per step, engines, host buffers."""
+        from tr.task.dry_run import dry_run
+
+        report = dry_run(self)
+        if not self._cfg.quiet:
+            log.info("%s", report)
+        return report
+
     # --- inspection -------------------------------------------------------------------------------
     def weights(self) -> dict[str, np.ndarray]:
         """Copies of every parameter tensor (master weights, FP32), by name."""

@@ -374,6 +374,8 @@ EFFECTS: dict[str, Callable[..., None]] = {
     "DeepLearningTask.param_group": lambda: run_differs(param_group=("norm", 3.0)),
     "DeepLearningTask.layer_decay": lambda: run_differs(layer_decay=(0.5,)),
     "DeepLearningTask.accumulate": lambda: run_differs(accumulate=(2,)),  # (MODEL has BN: per micro-batch)
+    "DeepLearningTask.freeze_first_layer_after": lambda: differs(lambda t: weights(t, 2), total_epochs=(2,),
+                                                                 freeze_first_layer_after=(1,)),
     "DeepLearningTask.data": lambda: run_differs(data=(_feeder(seed=9),)),
     "DeepLearningTask.device": _device,
     "DeepLearningTask.distributed": _distributed,
@@ -558,7 +560,7 @@ EFFECTS["Initializer.embedding"] = _embedding_init
 SECTION = {m for m, _ in inspect.getmembers(Section, inspect.isfunction) if not m.startswith("_")}
 NOT_SETTERS = {
     "DeepLearningTask": {"compile", "run", "weights", "parameters", "describe", "host_us_per_step",
-                         "time_train_step", "save", "resume", "predict", "load_torch", "to_torch"},
+                         "time_train_step", "save", "resume", "predict", "load_torch", "to_torch", "dry_run"},
     "Settings": SECTION,
     "PreprocessorSettings": SECTION | {"commit", "open_dataset", "chain", "sample_shape"},
     "CrossEntropyLoss": {"forward", "backward"},

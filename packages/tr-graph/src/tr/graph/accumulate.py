@@ -78,7 +78,7 @@ def add_accumulation(cg: ComputationGraph, spec: CompileSpec, has: object) -> No
     g[Part.CHECK_FINITE] = checks
     g[Part.UPDATE_RUNNING] = [replace(op, args={**op.args, "flag": STATS_FLAG}) if op.op == "range_copy" else op
                               for op in g.get(Part.UPDATE_RUNNING, [])]
-    for part in (Part.LOSS_SCALE, Part.OPTIMIZER):
+    for part in (Part.LOSS_SCALE, Part.OPTIMIZER, Part.OPTIMIZER_FROZEN):
         g[part] = [replace(op, args={**op.args, "hold": HOLD})
                    if op.op in ("loss_scale_update", "scalar_increment") else op for op in g.get(part, [])]
     g[Part.ACCUM_METRICS_TRAIN_LAST] = [replace(op, args={**op.args, "batch": DIV})

@@ -151,7 +151,8 @@ class Compiler:
         bound = GraphAtlas(variants, tensors, {i.key: i.shapes for i in infos}).build(cg)
         steps = build_steps(lambda v, p: lookup(bound, v, p), has_ema=ema,
                             has_resident_val=bool(lookup(bound, "val", Part.RESIDENT_VAL_A)),
-                            hold_steps=accumulates(spec) and spec.world_size > 1)
+                            hold_steps=accumulates(spec) and spec.world_size > 1,
+                            frozen_layer=min(layer for layer, _, _ in trained) if spec.freeze_first_layer else None)
         named = {r: tensors[r] for r in NAMED if r in tensors}
         if cg.logits_inf in tensors:
             named["logits"] = tensors[cg.logits_inf]

@@ -304,6 +304,9 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
         g[Part.UPDATE_RUNNING] = [_op("range_copy", src=RUNNING_NEXT, dst=RUNNING, flag="nan_flag")]
     params = [r.group for r in sorted(nonempty) if r.role is Role.PARAM]
     g[Part.OPTIMIZER] = _optimizer(spec, has, trained, params)
+    if spec.freeze_first_layer:  # every trained tensor but the first trained layer's, one update each
+        first = min(layer for layer, _, _ in trained)
+        g[Part.OPTIMIZER_FROZEN] = _optimizer(spec, has, trained, params, frozen=first)
     amp_copies = Span.of(Role.AMP_COPY)
     if spec.amp and has(amp_copies):  # every group with a working copy, one range
         g[Part.CAST_WORKING] = [_op("range_cast", fp32, src=Span.of(Role.PARAM, amp_copy=True),
@@ -384,7 +387,9 @@ def _loss_scale_update(spec: CompileSpec) -> SymOp:
 
 
 def _optimizer(spec: CompileSpec, has: Callable[..., bool], trained: list[tuple[int, str, Group]],
-               params: list[Group]) -> list[SymOp]:
+               params: list[Group], frozen: int | None = None) -> list[SymOp]:
+    """The optimizer part; with ``frozen``, one update a trained tensor but layer ``frozen``'s (whose settings and
+    rate factors are those of the whole model's, so the other tensors train as in the step without it)."""
     # the step's learning rate from the device table (the host never writes lr): table[min(step, len - 1)]
     ops = [_op("lr_lookup", table="lr_table", step="step", lr="lr", label="learning rate of this step")]
     m, v = spec.momentum_slot, spec.second_moment_slot
@@ -398,11 +403,13 @@ def _optimizer(spec: CompileSpec, has: Callable[..., bool], trained: list[tuple[
                    m=Span.of(Role.MOMENT1, decayed=decayed) if m else None,
                    v=Span.of(Role.MOMENT2, decayed=decayed) if v else None, **common)
 
-    if spec.layer_decay is not None or any(pg.by_name for pg in spec.param_groups):
+    if frozen is not None or spec.layer_decay is not None or any(pg.by_name for pg in spec.param_groups):
         # one update a trained tensor: its groups' settings, its layer's rate factor
         settings = tensor_settings(spec, trained)
         factors = layer_factors(spec.layer_decay or 1.0, [layer for layer, _, _ in trained])
         for layer, key, group in trained:
+            if layer == frozen:
+                continue
             mult, wd = settings[key]
             rule = (WEIGHT_RULE if group.decayed or wd > 0 else BIAS_RULE)[spec.optimizer]
             ops.append(_op("tensor_optimizer", {"rule": rule, "beta1": spec.beta1, "beta2": spec.beta2,

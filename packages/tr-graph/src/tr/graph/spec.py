@@ -49,6 +49,8 @@ class CompileSpec:
     trust_clip: float = 100.0  # LARS: the trust ratio's upper bound
     param_groups: tuple[ParamGroup, ...] = ()  # per memory group LR multiplier and weight decay (tr.core.optim)
     layer_decay: float | None = None  # in (0, 1]: layer k of n trains at decay ** (n - 1 - k) times the rate
+    freeze_first_layer: bool = False  # also the train*_frozen_* steps: the first trained layer neither
+    # updated nor differentiated (task.freeze_first_layer_after launches them from its epoch on)
     label_smoothing: float = 0.0
     loss: str = "softmax_ce"  # the loss layer appended after the model: softmax_ce, bce_logits or mse
     grad_clip: float = 0.0  # > 0: the clipping bound (grad_clip_mode's), 0: off
@@ -110,6 +112,11 @@ class CompileSpec:
                 raise ConfigError(f"layer_decay must be a number in (0, 1], got {d!r}")
             if self.optimizer in LARS:
                 raise ConfigError("layer_decay with LARS is not supported (its trust ratios set per-tensor rates)")
+        if not isinstance(self.freeze_first_layer, bool):
+            raise ConfigError(f"freeze_first_layer must be True or False, got {self.freeze_first_layer!r}")
+        if self.freeze_first_layer and self.optimizer in LARS:
+            raise ConfigError("freezing the first layer with LARS is not supported (its decayed weights' update "
+                              "is one trust-ratio op a tensor, its bias-like ones a range): use SGD, Adam or AdamW")
         if self.grad_clip_mode not in GRAD_CLIP_MODES:
             raise ConfigError(f"grad_clip_mode must be one of {GRAD_CLIP_MODES}, got {self.grad_clip_mode!r}")
         if not self.trust_clip > 0:

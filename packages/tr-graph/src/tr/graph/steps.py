@@ -42,6 +42,7 @@ class Part(Enum):
     REDUCE_RUNNING = "reduce_running_stats"
     UPDATE_RUNNING = "update_running_stats"
     OPTIMIZER = "optimizer"
+    OPTIMIZER_FROZEN = "optimizer_frozen"  # one update a trained tensor but the first trained layer's
     LOSS_SCALE = "loss_scale"  # AMP's scale update, after the optimizer divided by the step's own scale
     EMA_UPDATE = "ema_update"
     INFER_A = "infer_a"
@@ -102,6 +103,26 @@ def train_recipe(ab: str, last: bool, collectives: bool = True) -> Recipe:
     return tuple((s, tuple(p for p in parts if p not in COLLECTIVES), after) for s, parts, after in recipe)
 
 
+def frozen_recipe(recipe: Recipe) -> Recipe:
+    """A training recipe with the first trained layer frozen: its backward dropped (FIRST_BWD: no gradient of it is
+    needed, the zeroed gradients stay zero) and the optimizer part that leaves its tensors alone."""
+    first_bwd = {P.FIRST_BWD_A, P.FIRST_BWD_B}
+    return tuple((s, tuple(P.OPTIMIZER_FROZEN if p is P.OPTIMIZER else p for p in parts if p not in first_bwd), after)
+                 for s, parts, after in recipe)
+
+
+def without_backward_of(calls: Sequence[OpCall], layer: int) -> tuple[OpCall, ...]:
+    """The deep chain's calls without layer ``layer``'s backward: its calls after the first call of a later layer
+    (the chain runs the forward of layers in order, then the backward in reverse). Only for the first trained
+    layer, whose input gradient nothing reads."""
+    out, later = [], False
+    for c in calls:
+        later = later or c.layer > layer
+        if not (later and c.layer == layer):
+            out.append(c)
+    return tuple(out)
+
+
 def val_parts(ab: str, last: bool, ema: bool = False) -> tuple[Part, ...]:
     """One validation step of the main model, or with ``ema`` of the EMA weights."""
     infer = {"a": P.INFER_EMA_A, "b": P.INFER_EMA_B}[ab] if ema else INFER_CHAIN[ab][0]
@@ -133,17 +154,28 @@ def chain(name: str, parts: Sequence[Part], calls: Callable[[Part], Sequence[OpC
 
 
 def build_steps(bound: Callable[[str, Part], Sequence[OpCall]], has_ema: bool, has_resident_val: bool,
-                hold_steps: bool = False) -> dict[str, Step]:
+                hold_steps: bool = False, frozen_layer: int | None = None) -> dict[str, Step]:
     """Every step a task captures, by name. ``bound(variant, part)``: the part's calls bound to that variant.
     ``hold_steps``: also train_hold_{a,b}, the training step without collectives (gradient accumulation on
-    several ranks); the epoch's last micro-step always closes its window, so there is no train_last twin."""
+    several ranks); the epoch's last micro-step always closes its window, so there is no train_last twin.
+    ``frozen_layer``: also a ``*_frozen`` twin of each training step, that layer (the first trained one) neither
+    differentiated nor updated (frozen_recipe, without_backward_of)."""
     steps: list[Step] = []
-    for ab in AB:
-        steps.append(assemble(f"train_{ab}", train_recipe(ab, False), lambda p: bound("train", p)))
-        steps.append(assemble(f"train_last_{ab}", train_recipe(ab, True), lambda p: bound("train_last", p)))
-        if hold_steps:
-            steps.append(assemble(f"train_hold_{ab}", train_recipe(ab, False, collectives=False),
-                                  lambda p: bound("train", p)))
+    twins = [("", lambda r: r, bound)]
+    if frozen_layer is not None:
+        def frozen_bound(v: str, p: Part) -> Sequence[OpCall]:
+            calls = bound(v, p)
+            return without_backward_of(calls, frozen_layer) if p is P.DEEP_FWD_BWD else calls
+
+        twins.append(("_frozen", frozen_recipe, frozen_bound))
+    for suffix, shape, b in twins:
+        for ab in AB:
+            steps.append(assemble(f"train_{ab}{suffix}", shape(train_recipe(ab, False)), lambda p, b=b: b("train", p)))
+            steps.append(assemble(f"train_last_{ab}{suffix}", shape(train_recipe(ab, True)),
+                                  lambda p, b=b: b("train_last", p)))
+            if hold_steps:
+                steps.append(assemble(f"train_hold_{ab}{suffix}", shape(train_recipe(ab, False, collectives=False)),
+                                      lambda p, b=b: b("train", p)))
     for ab in AB:
         steps.append(chain(f"val_{ab}", val_parts(ab, False), lambda p: bound("val", p)))
         steps.append(chain(f"val_last_{ab}", val_parts(ab, True), lambda p: bound("val_last", p)))

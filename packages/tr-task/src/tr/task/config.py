@@ -65,6 +65,7 @@ class TaskConfig(Section):
     grad_clip: float = -1.0  # the clipping bound; -1: off
     grad_clip_mode: str = "value"  # tr.core.optim.GRAD_CLIP_MODES: clamp each element, or the global norm
     accumulate: int = 1  # accumulate(): micro-batches an optimizer step consumes (tr.graph.accumulate)
+    freeze_first_after: int | None = None  # freeze_first_layer_after(): epochs the first trained layer trains
     ema: EmaConfig | None = None
     data: Feeder | None = None  # data(feeder); None: built from the data section
     device: str = "auto"

@@ -143,6 +143,19 @@ class DeepLearningTask(TaskBase):
         self._cfg._set("layer_decay", float(decay))
         return self
 
+    def freeze_first_layer_after(self, epoch: int) -> DeepLearningTask:
+        """After ``epoch`` epochs (1 <= epoch <= total_epochs, checked at compile) the first layer with trained
+        tensors stops training: its optimizer update (moments, decay) is skipped and its weight gradients are not
+        computed (its backward is left out; its zeroed gradients count as zero in a norm clip). The compiled plan
+        holds both training steps; the loop launches the frozen one from epoch ``epoch`` + 1 on (the seed's
+        freeze_first_layer_after). Its batch norm still updates running statistics in training, as in torch."""
+        self._plan("freeze_first_layer_after()")
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 1:
+            raise ConfigError(f"freeze_first_layer_after must be an integer >= 1 (epochs the first layer trains), "
+                              f"got {epoch!r}")
+        self._cfg._set("freeze_first_after", int(epoch))
+        return self
+
     def scheduler(self, sched: Scheduler) -> DeepLearningTask:
         self._plan("scheduler()")
         if not isinstance(sched, Scheduler):
@@ -491,10 +504,11 @@ class DeepLearningTask(TaskBase):
         lr0 = self._device_lr()
         t_pass = time.perf_counter()
         with closing(feeder.epoch(epoch, True)) as batches:  # closed on an exception too: zones released
+            train, train_last, train_hold = st.training(frozen=self._frozen(epoch))
             for k, buf, _n in batches:
                 closes = k % window == window - 1 or k == steps - 1  # the device decides too (accum_window)
-                graphs = (st.train_last if k == steps - 1 else st.train if closes or st.train_hold is None
-                          else st.train_hold)
+                graphs = (train_last if k == steps - 1 else train if closes or train_hold is None
+                          else train_hold)
                 launch(st.transfer[buf], graphs[buf], buf)
                 feeder.release(k)
                 if closes and self._cfg.on_step is not None:  # once an optimizer step, numbered as such
@@ -516,6 +530,11 @@ class DeepLearningTask(TaskBase):
         if self._cfg.ema is not None:
             ema.after_epoch(self, epoch, rec, validate)
         return rec
+
+    def _frozen(self, epoch: int) -> bool:
+        """Whether epoch ``epoch`` (0-based) trains with the first trained layer frozen."""
+        after = self._cfg.freeze_first_after
+        return after is not None and epoch >= after
 
     def _validate(self, epoch: int, val=None, val_last=None, label: str = "val") -> tuple[float, float, float]:
         """(loss, top1, top5) of the main model, or of the model whose step graphs ``val``/``val_last`` are."""

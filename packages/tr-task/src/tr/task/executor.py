@@ -41,6 +41,13 @@ class CapturedSteps:
     val_end: object
     launches_per_step: int
     train_hold: list | None = None  # [buffer]: a data-parallel window's holding micro-step (no collectives)
+    # (train, train_last, train_hold) with the first trained layer frozen (task.freeze_first_layer_after)
+    frozen: tuple[list, list, list | None] | None = None
+
+    def training(self, frozen: bool) -> tuple[list, list, list | None]:
+        """The graphs an epoch's training steps launch: (train, train_last, train_hold), or with ``frozen`` their
+        twins that neither differentiate nor update the first trained layer."""
+        return self.frozen if frozen else (self.train, self.train_last, self.train_hold)
 
 
 def capture_step(backend, program: Program, name: str,
@@ -70,6 +77,9 @@ def capture_steps(backend, program: Program, has_val: bool,
         clear_metrics=cap("clear_metrics"), epoch_begin=cap("epoch_begin"), epoch_order=cap("epoch_order"),
         val_begin=cap("val_begin"), epoch_end=cap("epoch_end"), val_end=cap("val_end"), launches_per_step=2,
         train_hold=[cap(f"train_hold_{ab}") for ab in AB] if "train_hold_a" in program.steps else None,
+        frozen=(([cap(f"train_{ab}_frozen") for ab in AB], [cap(f"train_last_{ab}_frozen") for ab in AB],
+                 [cap(f"train_hold_{ab}_frozen") for ab in AB] if "train_hold_a_frozen" in program.steps else None)
+                if "train_a_frozen" in program.steps else None),
     )
 
 

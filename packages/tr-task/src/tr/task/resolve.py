@@ -75,7 +75,7 @@ class Resolved:
             amp_dtype=s.amp_dtype,
             **loss_scale_fields(s), label_smoothing=float(t.loss.smoothing), loss=t.loss.kind,
             grad_clip=max(0.0, t.grad_clip), grad_clip_mode=t.grad_clip_mode, param_groups=t.param_groups,
-            layer_decay=t.layer_decay,
+            layer_decay=t.layer_decay, freeze_first_layer=t.freeze_first_after is not None,
             lr_table_steps=self.schedule.total_steps,
             world_size=self.world_size, **self.optimizer, accumulate=t.accumulate,
             micro_steps=self.micro_steps if t.accumulate > 1 else None,
@@ -128,6 +128,9 @@ def resolve(config: Config) -> Resolved:
     has_val = feeder.num_samples(False) > 0
     if t.ema is not None and t.ema.validate and not has_val:
         raise ConfigError("EMA validation needs validation data (the feeder has none): ema(validate=False)")
+    if t.freeze_first_after is not None and t.freeze_first_after > t.epochs:
+        raise ConfigError(f"task.freeze_first_layer_after({t.freeze_first_after}) is past total_epochs({t.epochs}): "
+                          "the first layer would never freeze")
     schedule = (t.scheduler or ConstantLR().base_lr(0.1)).prepare(t.epochs, steps)
     if getattr(schedule, "needs_validation", False) and not has_val:
         raise ConfigError(f"ReduceLROnPlateau monitors {schedule.metric!r}, which needs validation data (the feeder "

@@ -71,6 +71,8 @@ def test_the_frozen_steps_drop_the_first_layers_backward_and_update():
     updated = {c.args["w"].name for c in frozen if c.op == "tensor_optimizer"}
     assert updated and not any(n.startswith(f"L{first}.") for n in updated)
     assert t.launches_per_step == 2  # one captured step either way
+    before = _state(t)
+    assert "train_a_frozen" in t.dry_run().ran and _state(t) == before  # the dry run runs it too, then restores
 
 
 def test_a_parameterless_first_layer_freezes_the_first_trained_one():

@@ -3,7 +3,8 @@
 ``DeepLearningTask.dry_run()`` (the seed's ``dry_run()``) launches what an epoch launches once each, the epoch's
 begin, one training step (with its transfer) and the epoch's end, then one validation step between the
 validation begin and end (and, with an EMA that validates, the EMA's start, preparation and one EMA validation
-step), on the feeder's first batch of epoch 0 of each split. Every captured graph was built at compile; the dry
+step), on the feeder's first batch of epoch 0 of each split; with freeze_first_layer_after, the frozen training
+step too, on the same batch. Every captured graph was built at compile; the dry
 run shows that the steps run on this data and device and what the plan costs, before hours of training.
 
 Afterwards every tensor whose bytes outlive a step (tr.core.memory.Role.state: master weights, moments, EMA,
@@ -131,9 +132,13 @@ def _steps(task: Any) -> tuple[list[str], tuple, tuple | None, tuple | None]:
     last = feeder.steps(True) == 1
     with closing(feeder.epoch(0, True)) as batches:  # closed after one batch: its zones released
         for k, buf, _n in batches:
+            name = f"{'train_last' if last else 'train'}_{'ab'[buf]}"
             launch(st.transfer[buf], (st.train_last if last else st.train)[buf], buf)
+            ran.append(name)
+            if st.frozen is not None:  # freeze_first_layer_after's twin, on the same batch
+                launch(st.transfer[buf], st.frozen[1 if last else 0][buf], buf)
+                ran.append(f"{name}_frozen")
             feeder.release(k)
-            ran.append(f"{'train_last' if last else 'train'}_{'ab'[buf]}")
             break
     go("epoch_end", st.epoch_end)
     launch.synchronize()

@@ -15,12 +15,10 @@ from tr.algo.onehot_loss import BCEWithLogitsLoss, MSELoss
 from tr.algo.scheduler import Scheduler
 from tr.core.errors import CompileError, ConfigError, PhaseError, TrError
 from tr.core.log import get_logger
-from tr.core.memory import Role
 from tr.core.optim import GRAD_CLIP_MODES, ParamGroup
 from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
 from tr.data import PREPROCESSOR_SETTING
-from tr.graph.layers.groups import BN_B, BN_W
 from tr.task import checkpoint, checkpoint_policy, ema, epoch_state, plateau, step_timing
 from tr.task.base import TaskBase
 from tr.task.config import Config, TaskConfig
@@ -41,7 +39,8 @@ from tr.task.progress import Progress
 from tr.task.report import EpochRecord, EpochTable, TrainingResult
 from tr.task.resolve import Resolved, resolve
 from tr.task.sinks import MetricsLog
-from tr.task.weights import check_families, initialize_program
+from tr.task.validation import validate
+from tr.task.weights import check_families, initialize_program, module_parameters
 
 log = get_logger(__name__)
 
@@ -538,24 +537,7 @@ class DeepLearningTask(TaskBase):
 
     def _validate(self, epoch: int, val=None, val_last=None, label: str = "val") -> tuple[float, float, float]:
         """(loss, top1, top5) of the main model, or of the model whose step graphs ``val``/``val_last`` are."""
-        feeder, be, st = self._feeder, self.backend, self._steps
-        val, val_last = val or st.val, val_last or st.val_last
-        steps = feeder.steps(False)
-        be.launch(st.clear_metrics)
-        launch = self._launch
-        launch.prepare(st.val_begin)  # (a resident data set: its first validation batch)
-        main = self.group is None or self.group.is_main
-        bar = Progress(steps, f"epoch {epoch + 1} {label}", enabled=main and not self._cfg.quiet)
-        with closing(feeder.epoch(epoch, False)) as batches:
-            for k, buf, _n in batches:
-                launch(st.val_transfer[buf], (val_last if k == steps - 1 else val)[buf], buf)
-                feeder.release(k)
-                bar.update(k + 1)
-        bar.close()
-        be.launch(st.val_end)
-        launch.synchronize()
-        acc = scalar(be, self.program, "accum").astype(np.float64) / self._val_samples
-        return float(acc[0]), float(acc[1]), float(acc[2])
+        return validate(self, epoch, val, val_last, label)
 
     def dry_run(self):
         """One training and one validation step on the task's data, then every state tensor restored (a following
@@ -581,16 +563,7 @@ class DeepLearningTask(TaskBase):
         conv+BN layer (cbr) gives its conv and its BN as two entries, as the BluePrint declared them."""
         if self._phase is not Phase.COMPILED:
             raise PhaseError("parameters() needs a compiled task")
-        by_module: dict[tuple[int, int], list] = {}
-        for i in self.program.inits:
-            if i.tensor.region.role is Role.PARAM:
-                is_bn = i.tensor.region.group in (BN_W, BN_B)  # a cbr's BN is a module of its own
-                by_module.setdefault((i.layer, int(is_bn)), []).append(i)
-        out = []
-        for key in sorted(by_module):
-            specs = sorted(by_module[key], key=lambda i: 0 if i.tensor.name.split(".", 1)[1] in ("w", "gamma") else 1)
-            out.append(tuple(self.backend.read(i.tensor).copy() for i in specs))
-        return out
+        return module_parameters(self.backend, self.program)
 
     # --- models out and in (tr.task.predict, tr.task.torch_io) ------------------------------------
     def predict(self, batch: Any, output: str = "logits", *, input: str = "normalized",

@@ -7,7 +7,9 @@ import numpy as np
 from tr.algo.init import Initializer, initialize
 from tr.core import philox
 from tr.core.errors import ConfigError
+from tr.core.memory import Role
 from tr.core.settings import Settings
+from tr.graph.layers.groups import BN_B, BN_W
 from tr.tensor.program import Program
 
 
@@ -66,3 +68,18 @@ def initialize_program(backend, program: Program, settings: Settings, initialize
         s = philox.splitmix64(settings.seed + rank)
         backend.write(program.named["dropout_seed"],
                       np.array([s & 0xFFFFFFFF, s >> 32], dtype=np.uint32).view(np.int32).reshape(1, 1, 1, 2))
+
+
+def module_parameters(backend, program: Program) -> list[tuple[np.ndarray, ...]]:
+    """Per weight-bearing module, in layer order, copies of its PARAM masters: (weight, bias), (weight,) or
+    (gamma, beta); a fused conv+BN layer (cbr) gives its conv and its BN as two entries."""
+    by_module: dict[tuple[int, int], list] = {}
+    for i in program.inits:
+        if i.tensor.region.role is Role.PARAM:
+            is_bn = i.tensor.region.group in (BN_W, BN_B)  # a cbr's BN is a module of its own
+            by_module.setdefault((i.layer, int(is_bn)), []).append(i)
+    out = []
+    for key in sorted(by_module):
+        specs = sorted(by_module[key], key=lambda i: 0 if i.tensor.name.split(".", 1)[1] in ("w", "gamma") else 1)
+        out.append(tuple(backend.read(i.tensor).copy() for i in specs))
+    return out

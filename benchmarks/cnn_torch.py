@@ -66,9 +66,10 @@ def torch_model(a: argparse.Namespace, torch: Any) -> tuple[Any, list[str]]:
                         "LayerNorm eps 1e-6, class-token head with bias, dropout 0): tr's vit_b_16 layer for layer")
     elif a.model == "efficientnet_b0":
         model = torchvision.models.efficientnet_b0(num_classes=a.classes, stochastic_depth_prob=0.0)
-        notes.insert(0, "torchvision.models.efficientnet_b0 with stochastic_depth_prob=0 (tr has no stochastic "
-                        "depth; otherwise as is: SiLU, squeeze-excitation, dropout 0.2, fc with bias): the layers "
-                        "of tr's efficientnet_b0 BluePrint")
+        notes.insert(0, "torchvision.models.efficientnet_b0 with stochastic_depth_prob=0, as tr's efficientnet_b0 "
+                        "BluePrint (efficientnet_b0_net(drop_path=0); both take torchvision's 0.2, the benchmark "
+                        "compares them without; otherwise as is: SiLU, squeeze-excitation, dropout 0.2, fc with "
+                        "bias): the layers of tr's efficientnet_b0 BluePrint")
     else:
         raise SystemExit(f"unknown model {a.model!r}")
     return model, notes

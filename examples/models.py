@@ -52,28 +52,54 @@ vgg16_bn = BluePrint(
 )
 
 
-def _resnet_stage(mid: int, out: int, blocks: int, stride: int):
-    """torchvision ResNet v1.5 stage: the first block carries the stride (on its 3x3) and the projection."""
-    return seq(block("bottleneck", out, mid=mid, stride=stride), repeat(block("bottleneck", out, mid=mid), blocks - 1))
+def _resnet_stage(mid: int, out: int, blocks: int, stride: int, rates: list[float]):
+    """torchvision ResNet v1.5 stage: the first block carries the stride (on its 3x3) and the projection; block i
+    drops its residual branch with rates[i]."""
+    first = block("bottleneck", out, mid=mid, stride=stride, drop_path=rates[0])
+    if blocks == 1:
+        return first
+    if not any(rates):
+        return seq(first, repeat(block("bottleneck", out, mid=mid), blocks - 1))
+    return seq(first, *(block("bottleneck", out, mid=mid, drop_path=r) for r in rates[1:]))
 
 
-resnet50 = BluePrint(
-    seq(cbr(64, 7, s=2, p=3), maxpool(3, 2, 1),
-        _resnet_stage(64, 256, 3, 1), _resnet_stage(128, 512, 4, 2),
-        _resnet_stage(256, 1024, 6, 2), _resnet_stage(512, 2048, 3, 2),
-        gap(), fc(1000)),
-    name="resnet50", input_shape=(224, 224, 3), num_classes=1000,
-)
+def resnet_net(blocks: tuple[int, ...] = (3, 4, 6, 3), num_classes: int = 1000, width: int = 64,
+               drop_path: float = 0.0):
+    """A bottleneck ResNet (v1.5, torchvision's resnet50 with the default (3, 4, 6, 3); (3, 4, 23, 3) is resnet101)
+    whose stage s has mid width width * 2**s and 4x that out. ``drop_path``: timm's ``drop_path_rate``, stochastic
+    depth decayed linearly over the blocks (block i of n drops its residual branch, after the last BN and before the
+    join, with drop_path * i / (n - 1): never the first block, the last at drop_path)."""
+    n = sum(blocks)
+    rates = [drop_path * i / (n - 1) if n > 1 else 0.0 for i in range(n)]
+    stages, start = [], 0
+    for s, count in enumerate(blocks):
+        mid = width * 2 ** s
+        stages.append(_resnet_stage(mid, 4 * mid, count, 1 if s == 0 else 2, rates[start:start + count]))
+        start += count
+    return seq(cbr(width, 7, s=2, p=3), maxpool(3, 2, 1), *stages, gap(), fc(num_classes))
+
+
+resnet50 = BluePrint(resnet_net(), name="resnet50", input_shape=(224, 224, 3), num_classes=1000)
 
 # torchvision's MobileNetV2 (width 1.0): expansion t, output channels c, blocks n, first stride s
 MOBILENET_V2_SETTING = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
                         (6, 320, 1, 1))
 
 
-def mobilenet_v2_net(num_classes: int = 1000, dropout_p: float = 0.2):
-    """The layers of torchvision.models.mobilenet_v2(num_classes, dropout=dropout_p) (no dropout at 0)."""
+def _depth_rates(drop_path: float, skips: list[bool]) -> list[float]:
+    """torchvision's stochastic depth rule: block i of n gets drop_path * i / n, used where it has the skip."""
+    return [drop_path * i / len(skips) if skip else 0.0 for i, skip in enumerate(skips)]
+
+
+def mobilenet_v2_net(num_classes: int = 1000, dropout_p: float = 0.2, drop_path: float = 0.0):
+    """The layers of torchvision.models.mobilenet_v2(num_classes, dropout=dropout_p) (no dropout at 0).
+    ``drop_path`` (not in torchvision's MobileNetV2; timm's drop_path_rate of its mobilenetv2): stochastic depth on
+    the inverted residuals with a skip, EfficientNet's rule (block i of the 17 at drop_path * i / 17)."""
     # the seed's mbconv: the inverted residual (k 3, ReLU6), its input channels the previous block's output
-    blocks = [mbconv(t, c, s if i == 0 else 1) for t, c, n, s in MOBILENET_V2_SETTING for i in range(n)]
+    shapes = [(t, c, s if i == 0 else 1) for t, c, n, s in MOBILENET_V2_SETTING for i in range(n)]
+    ins = [32] + [c for _, c, _ in shapes[:-1]]
+    rates = _depth_rates(drop_path, [s == 1 and c_in == c for (_, c, s), c_in in zip(shapes, ins)])
+    blocks = [mbconv(t, c, s, drop_path=r) for (t, c, s), r in zip(shapes, rates)]
     head = [dropout(dropout_p)] if dropout_p > 0 else []
     return seq(conv(32, 3, 2, 1), bn(), relu6(), *blocks, conv(1280, 1), bn(), relu6(), gap(), *head,
                fc(num_classes))
@@ -86,12 +112,16 @@ EFFICIENTNET_B0_SETTING = ((1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2,
                            (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1))
 
 
-def efficientnet_b0_net(num_classes: int = 1000, dropout_p: float = 0.2):
-    """The layers of torchvision.models.efficientnet_b0(num_classes, dropout=dropout_p, stochastic_depth_prob=0):
-    tr has no stochastic depth (torchvision's default drops residual branches with p up to 0.2 in training)."""
+def efficientnet_b0_net(num_classes: int = 1000, dropout_p: float = 0.2, drop_path: float = 0.0):
+    """The layers of torchvision.models.efficientnet_b0(num_classes, dropout=dropout_p,
+    stochastic_depth_prob=drop_path): block i of the 16 drops its residual branch (MBConvs with the skip) with
+    drop_path * i / 16 in training. torchvision's default is 0.2; 0 here (no drop_path layers, the plan as before)."""
     # MBConv: squeeze-excitation through a quarter of the block's input channels, SiLU
-    blocks = [mbconv(t, out, s if i == 0 else 1, k=k, se=0.25, act="silu")
-              for t, k, s, _inp, out, n in EFFICIENTNET_B0_SETTING for i in range(n)]
+    shapes = [(t, k, s if i == 0 else 1, inp if i == 0 else out, out)
+              for t, k, s, inp, out, n in EFFICIENTNET_B0_SETTING for i in range(n)]
+    rates = _depth_rates(drop_path, [s == 1 and c_in == out for _, _, s, c_in, out in shapes])
+    blocks = [mbconv(t, out, s, k=k, se=0.25, act="silu", drop_path=r)
+              for (t, k, s, _c_in, out), r in zip(shapes, rates)]
     head = [dropout(dropout_p)] if dropout_p > 0 else []
     return seq(conv(32, 3, 2, 1), bn(), silu(), *blocks, conv(1280, 1), bn(), silu(), gap(), *head,
                fc(num_classes))

@@ -57,6 +57,8 @@ NOT_CONFIGURATION = {  # exported for users, configure nothing themselves (or ar
     "configure_logging", "get_logger", "reset_global_settings", "SimpleTask",
     # the extension API (tr.task.extension): op families and layer kinds made outside tr (test_custom_op.py)
     "ExternOp", "OpFamily", "register_layer_kind", "register_op_family", "registered",
+    # the seed's placeholder transform: the identity by design (test_do_nothing_is_the_chain_without_it)
+    "DoNothing",
 }
 
 
@@ -86,3 +88,10 @@ def test_a_transform_changes_the_samples(name):
     plain = Compose((), NormMode.NO_NORM)(img, seed=1)
     out = Compose((TRANSFORMS[name],), NormMode.NO_NORM)(img, seed=1)
     assert out.shape != plain.shape or not np.array_equal(out, plain)
+
+
+def test_do_nothing_is_the_chain_without_it():
+    img = np.random.default_rng(5).integers(0, 255, (6, 6, 3), dtype=np.uint8)
+    chain = (TRANSFORMS["RandomResizedCrop"], TRANSFORMS["RandomErasing"])
+    plain = Compose(chain, NormMode.NO_NORM)(img, seed=1)
+    assert np.array_equal(Compose((R.DoNothing(), *chain, R.DoNothing()), NormMode.NO_NORM)(img, seed=1), plain)

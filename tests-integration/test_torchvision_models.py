@@ -11,7 +11,8 @@ on an AVX-512 EPYC, over the batches of data seeds 0-4, tr's worst layer was 0.6
 (0.05-1.78x for MobileNetV2), tr the closer of the two on 2 of 5; this test's batch (seed 3) gives the 2.94x
 (0.0118 against 0.0040, a pointwise conv of the last stage), within 2x on the first machines. Hence a bound of
 4x on the worst layer beside 3x on the median: a factor that rounding alone moves, not a loss of accuracy.
-EfficientNet-B0 is torchvision's with stochastic_depth_prob=0 (tr has no stochastic depth)."""
+EfficientNet-B0 is torchvision's with stochastic_depth_prob=0, tr's default (its stochastic depth:
+test_cnn_stochastic_depth.py)."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ from tr.data import (
     PREPROCESSOR_SETTING,
     CenterCrop,
     ColorJitter,
+    DoNothing,
     GaussianBlur,
     GaussianNoise,
     Pad,

@@ -176,3 +176,29 @@ class DtsImages:
             starts.append(pos)
             pos += int(sizes[group].sum())
         return Readahead(f._map, f.path, spans, starts, progress).start()
+
+
+def open_imagenet(path: str | Path) -> ImageFolder | DtsImages:
+    """What ``PREPROCESSOR_SETTING.dataset("imagenet", path)`` trains from: ``DtsImages(path)`` when ``path`` holds
+    a DTS pack (train.dts, val.dts: what ``tr-dts pack`` writes), else ``ImageFolder(path)`` (class folders, or
+    train/ and val/ of them), each with its defaults. A missing path, a file, an empty folder: a DataError naming
+    it."""
+    from tr.data.dts.format import MAGIC
+
+    root = Path(path)
+    if not root.exists():
+        raise DataError(f"{root}: no such image folder or DTS pack")
+    if not root.is_dir():
+        with open(root, "rb") as f:
+            is_dts = f.read(len(MAGIC)) == MAGIC
+        if is_dts:
+            raise DataError(f"{root}: a DTS file; give the folder that holds the pack's train.dts (and val.dts): "
+                            f"{root.parent}")
+        raise DataError(f"{root}: not a DTS pack nor an image folder (a file; expected a folder of class folders "
+                        f"or of train.dts and val.dts)")
+    entries = [p for p in root.iterdir() if not p.name.startswith(".")]
+    if not entries:
+        raise DataError(f"{root}: an empty folder (expected class folders, train/ and val/ of them, or a DTS pack)")
+    if any(p.suffix == ".dts" and p.is_file() for p in entries):
+        return DtsImages(root)
+    return ImageFolder(root)

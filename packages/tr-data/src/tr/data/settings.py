@@ -20,6 +20,7 @@ from tr.core.errors import ConfigError
 from tr.core.norm import NormMode
 from tr.data.checks import MAX_WORKERS
 from tr.data.dataset import DATASET_NAMES, ArrayDataset, Dataset, open_dataset
+from tr.data.image_dataset import open_imagenet
 from tr.data.seeds import check_seed
 from tr.data.transforms import Compose, Transform, check_transforms, norm_constants
 
@@ -82,11 +83,17 @@ class PreprocessorSettings(Section):
 
     # ---- the fluent builder -------------------------------------------------------------------
     def dataset(self, name: str | Dataset, path: str | os.PathLike | None = None) -> PreprocessorSettings:
-        """``dataset("mnist" | "cifar10" | "cifar100", path)`` or ``dataset(dataset_object)``."""
+        """``dataset("mnist" | "cifar10" | "cifar100", path)``, ``dataset("imagenet", path)`` (class folders or a
+        JPEG DTS pack at ``path``: tr.data.image_dataset.open_imagenet) or ``dataset(dataset_object)``."""
+        if isinstance(name, str) and name.lower() == "imagenet":
+            if path is None or str(path) == "":
+                raise ConfigError(f"dataset {name!r} needs the class folder or DTS pack folder, got {path!r}")
+            return self.dataset(open_imagenet(path))  # the object a user would build by hand
         if isinstance(name, str):
             key = name.lower().replace("-", "").replace("_", "")
             if key not in DATASET_NAMES:
-                raise ConfigError(f"unknown dataset {name!r}; expected one of {DATASET_NAMES} or a Dataset object")
+                raise ConfigError(f"unknown dataset {name!r}; expected one of {(*DATASET_NAMES, 'imagenet')} or a "
+                                  f"Dataset object")
             if path is None or str(path) == "":
                 raise ConfigError(f"dataset {name!r} needs the directory that holds its files, got {path!r}")
             self._set("dataset_object", None)

@@ -85,6 +85,17 @@ class Transform:
         return hash((type(self).__name__, repr(self)))
 
 
+class DoNothing(Transform):
+    """The identity: the seed's placeholder for an empty place in a chain. It is dropped wherever a chain is
+    given (check_transforms), so a chain with it runs, describes itself and is recorded exactly as the chain
+    without it (the other transforms keep their draws)."""
+
+    deterministic = True
+
+    def native(self, slot: int) -> _native.OpSpec:
+        raise ConfigError("DoNothing has no native step: chains drop it (tr.data.transforms.check_transforms)")
+
+
 class Pad(Transform):
     """Pad by ``padding``: int (all sides), (left/right, top/bottom) or (left, top, right, bottom)."""
 
@@ -436,6 +447,7 @@ class RandomAutocontrast(Transform):
 # normalisation and chains
 # ------------------------------------------------------------------------------------------------
 def check_transforms(owner: str, transforms: Sequence[Any]) -> tuple[Transform, ...]:
+    """The chain checked, without its DoNothing placeholders."""
     ts = tuple(transforms)
     for t in ts:
         name = type(t).__name__
@@ -451,7 +463,7 @@ def check_transforms(owner: str, transforms: Sequence[Any]) -> tuple[Transform, 
             raise ConfigError(
                 f"{owner}: at most one {cls.__name__} per chain, got {sum(isinstance(t, cls) for t in ts)}"
             )
-    return ts
+    return tuple(t for t in ts if not isinstance(t, DoNothing))
 
 
 class Compose:

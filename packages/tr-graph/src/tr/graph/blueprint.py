@@ -228,6 +228,8 @@ class Block(Layer):
 
     The shortcut is the identity when stride == 1 and the input already has ``out`` channels, else a
     1x1 projection conv (with the block's stride) followed by batch norm; a relu follows the join.
+    ``drop_path`` > 0 ends the residual branch (after its last BN, before the join) with drop_path(p), timm's
+    stochastic depth.
     """
 
     kind: str
@@ -236,6 +238,7 @@ class Block(Layer):
     stride: int = 1
     momentum: float = 0.1
     eps: float = 1e-5
+    drop_path: float = 0.0
 
     def _positional(self) -> tuple[str, ...]:
         return ("kind", "out")
@@ -246,7 +249,9 @@ class MBConv(Layer):
     """The seed's ``mbconv``: MobileNetV2's inverted residual and EfficientNet's MBConv. A 1x1 expansion to
     ``expand`` x the input's channels (none when expand is 1), a kxk depthwise convolution with the stride, each
     with BN and the activation; then squeeze-excitation through max(1, floor(se x input channels)) channels (se 0:
-    none) and a 1x1 linear projection to ``out`` with BN; the identity skip where the block keeps the shape."""
+    none) and a 1x1 linear projection to ``out`` with BN; the identity skip where the block keeps the shape.
+    ``drop_path`` > 0 (only where there is the skip) ends the branch, before the join, with drop_path(p):
+    torchvision's StochasticDepth "row" of its MBConv."""
 
     expand: int
     out: int
@@ -256,6 +261,7 @@ class MBConv(Layer):
     act: str = "relu6"
     momentum: float = 0.1
     eps: float = 1e-5
+    drop_path: float = 0.0
 
     def _positional(self) -> tuple[str, ...]:
         return ("expand", "out")
@@ -315,6 +321,13 @@ def _number(what: str, v: Any) -> Any:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise CompileError(f"{what} must be a number, got {v!r}")
     return v
+
+
+def _drop_rate(what: str, p: Any) -> float:
+    p = _number(f"{what} drop_path", p)
+    if not 0.0 <= p < 1.0:  # (a NaN fails too)
+        raise CompileError(f"{what} drop_path must be in [0, 1), got {p}")
+    return p
 
 
 def _ints(what: str, **vals: Any) -> None:
@@ -523,10 +536,10 @@ def repeat(body: Layer, times: int) -> Repeat:
 
 
 def block(kind: str, out: int, mid: int | None = None, stride: int = 1, momentum: float = 0.1,
-          eps: float = 1e-5) -> Block:
+          eps: float = 1e-5, drop_path: float = 0.0) -> Block:
     """ResNet block: ``block("basic", 64)``, ``block("bottleneck", 256, mid=64, stride=2)``.
 
-    For a bottleneck ``mid`` defaults to out // 4.
+    For a bottleneck ``mid`` defaults to out // 4. ``drop_path``: stochastic depth on the residual branch (Block).
     """
     if kind not in BLOCK_KINDS:
         raise CompileError(f"unknown block kind {kind!r}; expected one of {BLOCK_KINDS}")
@@ -535,13 +548,15 @@ def block(kind: str, out: int, mid: int | None = None, stride: int = 1, momentum
         _ints("block", mid=mid)
     if kind == "basic" and mid is not None:
         raise CompileError("block('basic', ...) takes no mid width (both convs have `out` channels)")
-    return Block(kind, out, mid, stride, _number("block momentum", momentum), _number("block eps", eps))
+    return Block(kind, out, mid, stride, _number("block momentum", momentum), _number("block eps", eps),
+                 _drop_rate("block", drop_path))
 
 
 def mbconv(expand: int, out: int, stride: int = 1, k: int = 3, se: float = 0.0, act: str = "relu6",
-           momentum: float = 0.1, eps: float = 1e-5) -> MBConv:
+           momentum: float = 0.1, eps: float = 1e-5, drop_path: float = 0.0) -> MBConv:
     """The seed's ``mbconv(expand, out, stride)`` (MobileNetV2's inverted residual: k 3, ReLU6), and EfficientNet's
-    MBConv with ``k=5``, ``se=0.25``, ``act="silu"`` (see MBConv)."""
+    MBConv with ``k=5``, ``se=0.25``, ``act="silu"``; ``drop_path``: stochastic depth where it has the skip (see
+    MBConv)."""
     _ints("mbconv", expand=expand, out=out, stride=stride, k=k)
     if expand < 1 or out < 1 or stride < 1 or k < 1 or k % 2 == 0:
         raise CompileError(f"mbconv needs expand, out and stride >= 1 and an odd kernel, got expand={expand}, "
@@ -551,7 +566,8 @@ def mbconv(expand: int, out: int, stride: int = 1, k: int = 3, se: float = 0.0, 
         raise CompileError(f"mbconv se is a ratio of the input channels in [0, 1], got {se}")
     if act not in ACT_KINDS:
         raise CompileError(f"mbconv activation {act!r}: expected one of {ACT_KINDS}")
-    return MBConv(expand, out, stride, k, se, act, _number("mbconv momentum", momentum), _number("mbconv eps", eps))
+    return MBConv(expand, out, stride, k, se, act, _number("mbconv momentum", momentum), _number("mbconv eps", eps),
+                  _drop_rate("mbconv", drop_path))
 
 
 def basic_block(out: int, stride: int = 1) -> Block:

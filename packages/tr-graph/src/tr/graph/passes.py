@@ -31,7 +31,22 @@ from tr.core import env as tr_env
 from tr.core.errors import CompileError
 from tr.core.shape import Shape
 from tr.graph.archplan import DATA, ArchLayer, layer_error, params
-from tr.graph.blueprint import BN, CBR, SE, Act, Add2, Block, Conv, Identity, Layer, MBConv, Repeat, Seq, as_layer
+from tr.graph.blueprint import (
+    BN,
+    CBR,
+    SE,
+    Act,
+    Add2,
+    Block,
+    Conv,
+    DropPath,
+    Identity,
+    Layer,
+    MBConv,
+    Repeat,
+    Seq,
+    as_layer,
+)
 from tr.graph.layers import FIRST_KINDS, KINDS, LOSS_KINDS, NODE_KINDS, LayerProblem
 from tr.graph.layers.cbr import CBR_ACTS
 
@@ -129,6 +144,8 @@ def _expand_block(b: Block, path: str, c: int | None, walk: Any) -> int | None:
         stem = [Conv(mid, 1, 1, 0), BN(b.momentum, b.eps), Act("relu"),
                 Conv(mid, 3, b.stride, 1), BN(b.momentum, b.eps), Act("relu"),
                 Conv(b.out, 1, 1, 0), BN(b.momentum, b.eps)]
+    if b.drop_path:  # timm's place: the branch's end, before the join (and the relu after it)
+        stem.append(DropPath(b.drop_path))
     if b.stride == 1 and c == b.out:
         shortcut: Layer = Identity()
     else:  # projection: the channel count or the resolution changes
@@ -144,8 +161,14 @@ def _expand_mbconv(m: MBConv, path: str, c: int, walk: Any) -> int:
     if m.se > 0:
         stem.append(SE(max(1, int(c * m.se)), m.act))
     stem += [Conv(m.out, 1), BN(m.momentum, m.eps)]
+    skip = m.stride == 1 and c == m.out
+    if m.drop_path and not skip:  # torchvision ignores it there; a rate that changes nothing is refused
+        raise CompileError(f"mbconv at {path}: drop_path={m.drop_path} needs the identity skip (stride 1 and "
+                           f"{c} input channels = out {m.out}): there is no residual branch to drop")
+    if m.drop_path:  # torchvision's place: the branch's end, before the join
+        stem.append(DropPath(m.drop_path))
     body = Seq(tuple(stem))
-    walk(Add2(Identity(), body) if m.stride == 1 and c == m.out else body, f"{path}.mbconv", c)
+    walk(Add2(Identity(), body) if skip else body, f"{path}.mbconv", c)
     return m.out
 
 

@@ -303,3 +303,25 @@ def test_cli_convert(tmp_path, capsys):
     assert cli(["convert", str(bad), str(tmp_path / "p" / "train.dts")]) == 1
     assert "its label is outside [0, 4)" in capsys.readouterr().err
     assert only(tmp_path / "p") == ["val.dts"]
+
+
+# --- fuzzing ------------------------------------------------------------------------------------------------
+
+def _read_all(path: Path) -> int:
+    from tr.data.dts import V3File
+
+    with V3File(path) as f:
+        return sum(len(d) for d, _ in f.samples())
+
+
+def test_fuzz_v3_reader(tmp_path, fuzz):
+    """Seeded mutations of small seed files (RAW and JPEG, the header region first): each reads whole or is
+    a DataError naming the file, never another exception. Only the informational fields (max_pic_area,
+    compression_ratio, normalize_mean/std) are under no check, so few mutations load."""
+    rng = np.random.default_rng(8)
+    x = rng.integers(0, 256, (6, 5, 4, 3), dtype=np.uint8)
+    seeds = [(write(tmp_path / "raw.dts", raw_v3(x, rng.integers(0, 4, 6), 4, dataset=b" CIFAR10")), None),
+             (write(tmp_path / "jpeg.dts", _small_jpeg_v3()), None)]
+    seeds = [(p, p.read_bytes()) for p, _ in seeds]
+    out = fuzz("dts v3", seeds, _read_all, 600, seed=12, header=256)
+    assert out.rejected > 0.8 * out.cases

@@ -12,6 +12,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools" / "testkit"))
 import parser_fuzz  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tsr_files (--import-mode=importlib adds no path)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     parser_fuzz.install(config)  # the fixture ``fuzz`` and the per-suite summary

@@ -1,5 +1,6 @@
 """Host Tensor: an NHWC numpy container, saved and loaded as TRT (tr.tensor.trt documents the format),
-``.npy`` (numpy's format) or safetensors (when the ``safetensors`` package is installed).
+``.npy`` (numpy's format) or safetensors (when the ``safetensors`` package is installed); the seed's
+TSR-V4.20 files (tr.tensor.tsr) are read.
 
 Every save is atomic (tr.tensor.atomic: temporary file, fsync, rename); every load of a missing, corrupt
 or truncated file raises DataError naming the file and the problem.
@@ -14,7 +15,7 @@ import numpy as np
 from tr.core.dtype import DType
 from tr.core.errors import DataError, DTypeError, ShapeError
 from tr.core.shape import Shape
-from tr.tensor import npy, safetensors_io, trt
+from tr.tensor import npy, safetensors_io, trt, tsr
 from tr.tensor.atomic import write_bytes
 
 MAGIC = trt.MAGIC
@@ -72,6 +73,8 @@ class Tensor:
 
     @classmethod
     def load(cls, path: str | Path) -> Tensor:
+        """The tensor of a .npy, .safetensors (one tensor), seed TSR4 (one tensor; known by its magic) or TRT
+        file."""
         path = Path(path)
         if not path.exists():
             raise DataError(f"tensor file {path} does not exist")
@@ -87,6 +90,11 @@ class Tensor:
             raw = path.read_bytes()
         except OSError as e:
             raise DataError(f"{path}: cannot read ({e.strerror or e})") from e
+        if raw[:len(tsr.MAGIC)] == tsr.MAGIC:
+            tensors = tsr.decode(raw, path)
+            if len(tensors) != 1:
+                raise DataError(f"{path} holds {len(tensors)} tensors; use load_tsr() for several")
+            return _checked(path, *tensors[0], path.stem)
         arr, dt, name = trt.decode(raw, path)
         return cls(arr, dt, name)
 
@@ -107,3 +115,9 @@ def save_safetensors(path: str | Path, tensors: dict[str, Tensor]) -> None:
 def load_safetensors(path: str | Path) -> dict[str, Tensor]:
     path = Path(path)
     return {k: _checked(path, a, dt, k) for k, (a, dt) in safetensors_io.load(path).items()}
+
+
+def load_tsr(path: str | Path) -> dict[str, Tensor]:
+    """Every tensor of a seed TSR-V4.20 file in its order, named "0", "1", ... (TSR files name none)."""
+    path = Path(path)
+    return {str(i): _checked(path, a, dt, str(i)) for i, (a, dt) in enumerate(tsr.load(path))}

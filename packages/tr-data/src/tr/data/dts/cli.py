@@ -4,6 +4,7 @@
     tr-dts info FILE [--json]
     tr-dts verify FILE [FILE ...]
     tr-dts unpack FILE OUT           (JPEG packs: OUT/<class>/*.JPEG; RAW packs: OUT/<split>.npz)
+    tr-dts convert OLD NEW [--block-mib M]   (a seed DTS v3 file into a new tr DTS v4 file)
 
 Exit status: 0 done (verify: every file whole), 1 a damaged or unreadable input (named on stderr), 2 a
 command-line mistake.
@@ -121,6 +122,28 @@ def cmd_unpack(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(a: argparse.Namespace) -> int:
+    from tr.data.dts.convert import convert
+
+    bar = _bar(f"converting {a.old}")
+
+    def progress(done: int, total: int, nbytes: int) -> None:
+        if bar is not None:
+            bar.total = total
+            bar.n = done
+            bar.set_postfix_str(f"{nbytes / 2**20:.0f} MiB")
+            bar.refresh()
+
+    try:
+        c = convert(a.old, a.new, block_bytes=a.block_mib << 20, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    print(f"{c.path}: {c.samples} {c.kind.upper()} samples ({c.split} split), {c.bytes / 2**20:.1f} MiB, from the "
+          f"seed's {a.old} in {c.seconds:.1f} s")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tr-dts", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -148,7 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file", type=Path)
     p.add_argument("out", type=Path, help="a new directory")
     p.set_defaults(fn=cmd_unpack)
+    p = sub.add_parser("convert", help="convert a seed DTS v3 file into a new tr DTS v4 file")
+    p.add_argument("old", type=Path, help="the seed's .dts file (version 3)")
+    p.add_argument("new", type=Path, help="the tr DTS file to write (must not exist), e.g. packed/mnist/train.dts")
+    p.add_argument("--block-mib", type=int, default=16, help="block size in MiB (default 16)")
+    p.set_defaults(fn=cmd_convert)
     a = ap.parse_args(argv)
+    if a.cmd == "convert" and not 1 <= a.block_mib <= 1024:
+        ap.error("--block-mib must be in 1..1024")
     if a.cmd == "pack" and (a.workers < 1 or not 1 <= a.block_mib <= 1024):
         ap.error("--workers must be >= 1 and --block-mib in 1..1024")
     try:

@@ -121,3 +121,24 @@ def test_bad_values_are_refused_at_the_call(bad):
 def test_an_epoch_past_the_run_is_refused_at_compile_naming_both():
     with pytest.raises(ConfigError, match=r"freeze_first_layer_after\(5\).*total_epochs\(4\)"):
         _task(freeze=5).compile()
+
+
+@pytest.mark.parametrize("mode", ["accumulate", "bf16", "fp16"])
+def test_the_freeze_holds_with_accumulation_and_amp(mode):
+    """The frozen steps exist in every step set: accumulation's holding micro-steps and the 16-bit plans."""
+    if mode == "accumulate":
+        t = _task().accumulate(2)
+    else:
+        feeder = ArrayFeeder((X[:40], Y[:40]), (X[40:], Y[40:]), BATCH, seed=2, num_classes=3,
+                             dtype={"bf16": "bfloat16", "fp16": "float16"}[mode])
+        t = (DeepLearningTask(Settings().manual_seed(3).global_batch_size(BATCH).amp(mode)).device("cpu").quiet()
+             .model(seq(fc(8), bn(), relu(), fc(6), relu(), fc(3))).optimizer(AdamW().weight_decay(0.05))
+             .scheduler(ConstantLR(0.02)).data(feeder).total_epochs(4).freeze_first_layer_after(2))
+    t.compile()
+    first = min(_layers(t))
+    seen = [_layers(t)]
+    for _ in range(4):
+        t.run(1)
+        seen.append(_layers(t))
+    assert seen[1][first] != seen[0][first] and seen[2][first] == seen[3][first] == seen[4][first]
+    assert all(seen[3][layer] != seen[4][layer] for layer in seen[0] if layer != first)

@@ -78,6 +78,9 @@ def test_a_resumed_mixup_run_gives_the_unbroken_run_s_bytes(tmp_path):
     resumed = _task().resume(tmp_path / "ck")
     resumed.run(2)
     assert _state(resumed) == _state(full)
+    for other in ({"prob": 0.5}, {"plain": True}):  # another mixing is another run
+        with pytest.raises(ConfigError, match="mixup"):
+            _task(**other).resume(tmp_path / "ck")
 
 
 def test_validation_neither_mixes_nor_reads_lam():

@@ -18,6 +18,7 @@ namespace tr::native {
 
 namespace {
 
+// --- the draw (tests/test_mixup_draw_host.py compiles this part for the host and holds it to tr.core.mixup) ---
 constexpr unsigned long long kFirstBeta = 16;  // tr.core.mixup.FIRST_BETA
 constexpr int kMaxDraws = 4096;                // tr.core.mixup.MAX_DRAWS
 
@@ -154,6 +155,8 @@ __global__ void mixup_draw_kernel(unsigned long long* seed, Draw* out, float* la
   *out = dr;
   *lam_out = static_cast<float>(lam);
 }
+
+// --- the draw: end ---
 
 template <class T>
 __global__ void mixup_apply_kernel(T* x, const Draw* draw, std::int64_t n, std::int64_t w, std::int64_t c,

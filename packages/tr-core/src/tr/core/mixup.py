@@ -9,6 +9,8 @@ Per training step the batch x [N, H, W, C] is mixed with its reverse x.flip(0) (
 * Mixup: x[n] = x[n] * lam + x[N-1-n] * (1 - lam) (float32, each product rounded, then the sum);
 * CutMix: timm's rand_bbox (a box of sides int(H sqrt(1-lam)), int(W sqrt(1-lam)) around a uniform centre,
   clipped to the image) takes x[N-1-n]'s pixels, and lam becomes 1 - box area / (H W);
+* an odd batch's middle sample is paired with itself (timm asserts an even batch; an epoch's last batch may be
+  odd here): Mixup computes x*lam + x*(1-lam) for it, CutMix leaves it;
 * the loss then trains on lam * smooth(onehot(y)) + (1 - lam) * smooth(onehot(y.flip(0))) (timm's
   mixup_target, SoftTargetCrossEntropy).
 

@@ -95,6 +95,26 @@ def test_conv_add_and_softmax_builders():
     assert (ints["n"], ints["k"], ints["dlogits_dt"]) == (4, 10, 1)
 
 
+def test_mixup_builder_and_the_loss_s_lam():
+    a = arena(("x", (6, 5, 7, 4), "bf16"), ("seed", (2,), "int32"), ("lam", (1,), "fp32"),
+              ("logits", (6, 1, 1, 10), "fp32"), ("probs", (6, 1, 1, 10), "fp32"), ("labels", (6,), "int32"),
+              ("result", (3,), "fp32"), ("scale", (1,), "fp32"))
+    name, ptrs, ints, floats = build(op("mixup", x=a["x"], seed=a["seed"], lam=a["lam"], mixup_alpha=0.8,
+                                        cutmix_alpha=1.0, prob=0.9, switch_prob=0.25))
+    assert name == "mixup" and {"x", "seed", "lam"} <= set(ptrs)
+    assert (ints["n"], ints["h"], ints["w"], ints["c"], ints["x_dt"]) == (6, 5, 7, 4, DType.BF16.code)
+    assert floats == {"mixup_alpha": 0.8, "cutmix_alpha": 1.0, "prob": 0.9, "switch_prob": 0.25}
+    _, ptrs, _, _ = build(op("softmax_ce_fwd", logits=a["logits"], labels=a["labels"], probs=a["probs"],
+                             result=a["result"], lam=a["lam"], label_smoothing=0.1))
+    assert ptrs["lam"] == _Backend.arena_ptr + a["lam"].offset
+    _, ptrs, _, _ = build(op("softmax_ce_bwd", probs=a["probs"], labels=a["labels"], scale=a["scale"],
+                             dlogits=a["probs"], lam=a["lam"]))
+    assert "lam" in ptrs
+    bad = op("mixup", x=a["x"], seed=a["seed"], lam=a["lam"], mixup_alpha=0.0, cutmix_alpha=0.0, prob=1.0,
+             switch_prob=0.5)
+    assert refusal("cuda", bad) == refusal("cpu", bad) and "both are 0" in refusal("cuda", bad)
+
+
 def test_augment_builder_passes_the_spec():
     a = arena(("src", (16, 28, 28, 1), "uint8"), ("index", (4,), "int32"), ("key", (2,), "int32"),
               ("y", (4, 28, 28, 4), "fp16"))

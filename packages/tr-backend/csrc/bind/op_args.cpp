@@ -1837,6 +1837,56 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"x", "tensor"}, {"gamma", "tensor"}, {"dy", "tensor"}, {"saved_mean", "tensor"}, {"saved_rstd", "tensor"}, {"dgamma", "tensor"}, {"dbeta", "tensor"}, {"dx", "tensor?"}, {"dx2", "tensor?"}, {"rows", "i64"}, {"c", "i64"}});
   }
   {
+    nb::class_<MixupArgs> klass(m, "MixupArgs", "seed <- splitmix64(seed); draw (mix?, CutMix?, lam, box) from it; x mixed with x.flip(0) in place; lam[0] = the corrected lam (1: not mixed).\n\nKeyword-only fields:\n    x (tensor): [n, h, w, c]: the batch, mixed in place\n    seed (tensor): INT32 [2]: one little-endian uint64, advanced by each launch\n    lam (tensor): FP32 [1]: the step's lam, for the loss\n    n (i64): samples\n    h (i64): rows\n    w (i64): columns\n    c (i64): channels\n    mixup_alpha (f64): Mixup's Beta alpha (0: off)\n    cutmix_alpha (f64): CutMix's Beta alpha (0: off)\n    prob (f64): the probability a step mixes\n    switch_prob (f64): the probability of CutMix when both are on");
+    klass.def(
+        "__init__",
+        [](MixupArgs* self, const Dev& x, const Dev& seed, const Dev& lam, std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c, double mixup_alpha, double cutmix_alpha, double prob, double switch_prob) {
+          MixupArgs rec;
+          rec.x = dev_of("mixup", "x", x);
+          rec.seed = dev_of("mixup", "seed", seed);
+          rec.lam = dev_of("mixup", "lam", lam);
+          rec.n = n;
+          rec.h = h;
+          rec.w = w;
+          rec.c = c;
+          rec.mixup_alpha = mixup_alpha;
+          rec.cutmix_alpha = cutmix_alpha;
+          rec.prob = prob;
+          rec.switch_prob = switch_prob;
+          new (self) MixupArgs(rec);
+        },
+        nb::kw_only(), "x"_a, "seed"_a, "lam"_a, "n"_a, "h"_a, "w"_a, "c"_a, "mixup_alpha"_a, "cutmix_alpha"_a, "prob"_a, "switch_prob"_a);
+    klass.def_prop_ro("x", [](const MixupArgs& a) -> nb::object { return nb::cast(a.x); });
+    klass.def_prop_ro("seed", [](const MixupArgs& a) -> nb::object { return nb::cast(a.seed); });
+    klass.def_prop_ro("lam", [](const MixupArgs& a) -> nb::object { return nb::cast(a.lam); });
+    klass.def_prop_ro("n", [](const MixupArgs& a) -> nb::object { return nb::cast(a.n); });
+    klass.def_prop_ro("h", [](const MixupArgs& a) -> nb::object { return nb::cast(a.h); });
+    klass.def_prop_ro("w", [](const MixupArgs& a) -> nb::object { return nb::cast(a.w); });
+    klass.def_prop_ro("c", [](const MixupArgs& a) -> nb::object { return nb::cast(a.c); });
+    klass.def_prop_ro("mixup_alpha", [](const MixupArgs& a) -> nb::object { return nb::cast(a.mixup_alpha); });
+    klass.def_prop_ro("cutmix_alpha", [](const MixupArgs& a) -> nb::object { return nb::cast(a.cutmix_alpha); });
+    klass.def_prop_ro("prob", [](const MixupArgs& a) -> nb::object { return nb::cast(a.prob); });
+    klass.def_prop_ro("switch_prob", [](const MixupArgs& a) -> nb::object { return nb::cast(a.switch_prob); });
+    klass.def("fields", [](const MixupArgs& a) {
+      nb::dict d;
+      d["x"] = nb::cast(a.x);
+      d["seed"] = nb::cast(a.seed);
+      d["lam"] = nb::cast(a.lam);
+      d["n"] = nb::cast(a.n);
+      d["h"] = nb::cast(a.h);
+      d["w"] = nb::cast(a.w);
+      d["c"] = nb::cast(a.c);
+      d["mixup_alpha"] = nb::cast(a.mixup_alpha);
+      d["cutmix_alpha"] = nb::cast(a.cutmix_alpha);
+      d["prob"] = nb::cast(a.prob);
+      d["switch_prob"] = nb::cast(a.switch_prob);
+      return d;
+    }, "The fields by name, in declaration order.");
+    klass.def("__repr__", [](const MixupArgs& a) { return record_repr("MixupArgs", nb::cast(a).attr("fields")()); });
+    klass.attr("op") = "mixup";
+    klass.attr("field_types") = field_types({{"x", "tensor"}, {"seed", "tensor"}, {"lam", "tensor"}, {"n", "i64"}, {"h", "i64"}, {"w", "i64"}, {"c", "i64"}, {"mixup_alpha", "f64"}, {"cutmix_alpha", "f64"}, {"prob", "f64"}, {"switch_prob", "f64"}});
+  }
+  {
     nb::class_<OnehotLossFwdArgs> klass(m, "OnehotLossFwdArgs", "result = (mean loss, top-1, top-5).\n\nKeyword-only fields:\n    logits (tensor): [n, k]\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    result (tensor): FP32 [3]: (mean loss over n * k, top-1 fraction, top-5 fraction)\n    n (i64): samples\n    k (i64): classes\n    loss (onehot_loss): tr.core.ops.ONEHOT_LOSS_CODES: bce_logits or mse\n    label_smoothing (f64): label smoothing, in [0, 1)");
     klass.def(
         "__init__",
@@ -2920,25 +2970,27 @@ void bind_op_args(nb::module_& m) {
     klass.attr("field_types") = field_types({{"x", "tensor"}, {"s", "tensor"}, {"dy", "tensor"}, {"ds", "tensor"}, {"dx", "tensor?"}, {"n", "i64"}, {"hw", "i64"}, {"c", "i64"}});
   }
   {
-    nb::class_<SoftmaxCeFwdArgs> klass(m, "SoftmaxCeFwdArgs", "probs = softmax(logits); result = (mean loss, top-1, top-5).\n\nKeyword-only fields:\n    logits (tensor): [n, k]\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    probs (tensor): [n, k]\n    result (tensor): FP32 [3]: (mean loss, top-1 fraction, top-5 fraction)\n    n (i64): samples\n    k (i64): classes\n    label_smoothing (f64): label smoothing, in [0, 1]");
+    nb::class_<SoftmaxCeFwdArgs> klass(m, "SoftmaxCeFwdArgs", "probs = softmax(logits); result = (mean loss, top-1, top-5).\n\nKeyword-only fields:\n    logits (tensor): [n, k]\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    probs (tensor): [n, k]\n    result (tensor): FP32 [3]: (mean loss, top-1 fraction, top-5 fraction)\n    lam (tensor?): FP32 [1]: the mixup op's lam; the target mixes y and the reversed batch's y\n    n (i64): samples\n    k (i64): classes\n    label_smoothing (f64): label smoothing, in [0, 1]");
     klass.def(
         "__init__",
-        [](SoftmaxCeFwdArgs* self, const Dev& logits, const Dev& labels, const Dev& probs, const Dev& result, std::int64_t n, std::int64_t k, double label_smoothing) {
+        [](SoftmaxCeFwdArgs* self, const Dev& logits, const Dev& labels, const Dev& probs, const Dev& result, std::optional<Dev> lam, std::int64_t n, std::int64_t k, double label_smoothing) {
           SoftmaxCeFwdArgs rec;
           rec.logits = dev_of("softmax_ce_fwd", "logits", logits);
           rec.labels = dev_of("softmax_ce_fwd", "labels", labels);
           rec.probs = dev_of("softmax_ce_fwd", "probs", probs);
           rec.result = dev_of("softmax_ce_fwd", "result", result);
+          rec.lam = lam ? dev_of("softmax_ce_fwd", "lam", *lam) : Dev{};
           rec.n = n;
           rec.k = k;
           rec.label_smoothing = label_smoothing;
           new (self) SoftmaxCeFwdArgs(rec);
         },
-        nb::kw_only(), "logits"_a, "labels"_a, "probs"_a, "result"_a, "n"_a, "k"_a, "label_smoothing"_a);
+        nb::kw_only(), "logits"_a, "labels"_a, "probs"_a, "result"_a, "lam"_a.none() = nb::none(), "n"_a, "k"_a, "label_smoothing"_a);
     klass.def_prop_ro("logits", [](const SoftmaxCeFwdArgs& a) -> nb::object { return nb::cast(a.logits); });
     klass.def_prop_ro("labels", [](const SoftmaxCeFwdArgs& a) -> nb::object { return nb::cast(a.labels); });
     klass.def_prop_ro("probs", [](const SoftmaxCeFwdArgs& a) -> nb::object { return nb::cast(a.probs); });
     klass.def_prop_ro("result", [](const SoftmaxCeFwdArgs& a) -> nb::object { return nb::cast(a.result); });
+    klass.def_prop_ro("lam", [](const SoftmaxCeFwdArgs& a) -> nb::object { return nb::cast(a.lam ? nb::cast(a.lam) : nb::object(nb::none())); });
     klass.def_prop_ro("n", [](const SoftmaxCeFwdArgs& a) -> nb::object { return nb::cast(a.n); });
     klass.def_prop_ro("k", [](const SoftmaxCeFwdArgs& a) -> nb::object { return nb::cast(a.k); });
     klass.def_prop_ro("label_smoothing", [](const SoftmaxCeFwdArgs& a) -> nb::object { return nb::cast(a.label_smoothing); });
@@ -2948,6 +3000,7 @@ void bind_op_args(nb::module_& m) {
       d["labels"] = nb::cast(a.labels);
       d["probs"] = nb::cast(a.probs);
       d["result"] = nb::cast(a.result);
+      d["lam"] = nb::cast(a.lam ? nb::cast(a.lam) : nb::object(nb::none()));
       d["n"] = nb::cast(a.n);
       d["k"] = nb::cast(a.k);
       d["label_smoothing"] = nb::cast(a.label_smoothing);
@@ -2955,30 +3008,32 @@ void bind_op_args(nb::module_& m) {
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const SoftmaxCeFwdArgs& a) { return record_repr("SoftmaxCeFwdArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "softmax_ce_fwd";
-    klass.attr("field_types") = field_types({{"logits", "tensor"}, {"labels", "tensor"}, {"probs", "tensor"}, {"result", "tensor"}, {"n", "i64"}, {"k", "i64"}, {"label_smoothing", "f64"}});
+    klass.attr("field_types") = field_types({{"logits", "tensor"}, {"labels", "tensor"}, {"probs", "tensor"}, {"result", "tensor"}, {"lam", "tensor?"}, {"n", "i64"}, {"k", "i64"}, {"label_smoothing", "f64"}});
   }
   {
-    nb::class_<SoftmaxCeBwdArgs> klass(m, "SoftmaxCeBwdArgs", "dlogits = (probs - smoothed one-hot) * float(double(scale[0]) / double(div ? div[0] : n)).\n\nKeyword-only fields:\n    probs (tensor): [n, k]: the forward's\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    scale (tensor): FP32 [1]: the loss scale\n    dlogits (tensor): [n, k]\n    div (tensor?): FP32 [1]: the count in n's place (a gradient-accumulation window's samples)\n    n (i64): samples\n    k (i64): classes\n    label_smoothing (f64): label smoothing, in [0, 1]");
+    nb::class_<SoftmaxCeBwdArgs> klass(m, "SoftmaxCeBwdArgs", "dlogits = (probs - smoothed one-hot) * float(double(scale[0]) / double(div ? div[0] : n)).\n\nKeyword-only fields:\n    probs (tensor): [n, k]: the forward's\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    scale (tensor): FP32 [1]: the loss scale\n    dlogits (tensor): [n, k]\n    div (tensor?): FP32 [1]: the count in n's place (a gradient-accumulation window's samples)\n    lam (tensor?): FP32 [1]: the mixup op's lam; the target mixes y and the reversed batch's y\n    n (i64): samples\n    k (i64): classes\n    label_smoothing (f64): label smoothing, in [0, 1]");
     klass.def(
         "__init__",
-        [](SoftmaxCeBwdArgs* self, const Dev& probs, const Dev& labels, const Dev& scale, const Dev& dlogits, std::optional<Dev> div, std::int64_t n, std::int64_t k, double label_smoothing) {
+        [](SoftmaxCeBwdArgs* self, const Dev& probs, const Dev& labels, const Dev& scale, const Dev& dlogits, std::optional<Dev> div, std::optional<Dev> lam, std::int64_t n, std::int64_t k, double label_smoothing) {
           SoftmaxCeBwdArgs rec;
           rec.probs = dev_of("softmax_ce_bwd", "probs", probs);
           rec.labels = dev_of("softmax_ce_bwd", "labels", labels);
           rec.scale = dev_of("softmax_ce_bwd", "scale", scale);
           rec.dlogits = dev_of("softmax_ce_bwd", "dlogits", dlogits);
           rec.div = div ? dev_of("softmax_ce_bwd", "div", *div) : Dev{};
+          rec.lam = lam ? dev_of("softmax_ce_bwd", "lam", *lam) : Dev{};
           rec.n = n;
           rec.k = k;
           rec.label_smoothing = label_smoothing;
           new (self) SoftmaxCeBwdArgs(rec);
         },
-        nb::kw_only(), "probs"_a, "labels"_a, "scale"_a, "dlogits"_a, "div"_a.none() = nb::none(), "n"_a, "k"_a, "label_smoothing"_a);
+        nb::kw_only(), "probs"_a, "labels"_a, "scale"_a, "dlogits"_a, "div"_a.none() = nb::none(), "lam"_a.none() = nb::none(), "n"_a, "k"_a, "label_smoothing"_a);
     klass.def_prop_ro("probs", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.probs); });
     klass.def_prop_ro("labels", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.labels); });
     klass.def_prop_ro("scale", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.scale); });
     klass.def_prop_ro("dlogits", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.dlogits); });
     klass.def_prop_ro("div", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.div ? nb::cast(a.div) : nb::object(nb::none())); });
+    klass.def_prop_ro("lam", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.lam ? nb::cast(a.lam) : nb::object(nb::none())); });
     klass.def_prop_ro("n", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.n); });
     klass.def_prop_ro("k", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.k); });
     klass.def_prop_ro("label_smoothing", [](const SoftmaxCeBwdArgs& a) -> nb::object { return nb::cast(a.label_smoothing); });
@@ -2989,6 +3044,7 @@ void bind_op_args(nb::module_& m) {
       d["scale"] = nb::cast(a.scale);
       d["dlogits"] = nb::cast(a.dlogits);
       d["div"] = nb::cast(a.div ? nb::cast(a.div) : nb::object(nb::none()));
+      d["lam"] = nb::cast(a.lam ? nb::cast(a.lam) : nb::object(nb::none()));
       d["n"] = nb::cast(a.n);
       d["k"] = nb::cast(a.k);
       d["label_smoothing"] = nb::cast(a.label_smoothing);
@@ -2996,7 +3052,7 @@ void bind_op_args(nb::module_& m) {
     }, "The fields by name, in declaration order.");
     klass.def("__repr__", [](const SoftmaxCeBwdArgs& a) { return record_repr("SoftmaxCeBwdArgs", nb::cast(a).attr("fields")()); });
     klass.attr("op") = "softmax_ce_bwd";
-    klass.attr("field_types") = field_types({{"probs", "tensor"}, {"labels", "tensor"}, {"scale", "tensor"}, {"dlogits", "tensor"}, {"div", "tensor?"}, {"n", "i64"}, {"k", "i64"}, {"label_smoothing", "f64"}});
+    klass.attr("field_types") = field_types({{"probs", "tensor"}, {"labels", "tensor"}, {"scale", "tensor"}, {"dlogits", "tensor"}, {"div", "tensor?"}, {"lam", "tensor?"}, {"n", "i64"}, {"k", "i64"}, {"label_smoothing", "f64"}});
   }
   {
     nb::class_<SoftmaxCeInfArgs> klass(m, "SoftmaxCeInfArgs", "result = (mean loss, top-1, top-5); pred = the argmax when given.\n\nKeyword-only fields:\n    logits (tensor): [n, k]\n    labels (tensor): INT32 [n]: a label outside [0, k) makes the sample's loss NaN\n    result (tensor): FP32 [3]: (mean loss, top-1 fraction, top-5 fraction)\n    pred (tensor?): INT32 [n]: each sample's argmax; absent: not written\n    n (i64): samples\n    k (i64): classes\n    label_smoothing (f64): label smoothing, in [0, 1]");
@@ -3234,6 +3290,7 @@ void bind_op_args(nb::module_& m) {
         if (nb::isinstance<ImageJitterArgs>(args)) return image_jitter(ctx, nb::cast<const ImageJitterArgs&>(args));
         if (nb::isinstance<LnFwdArgs>(args)) return ln_fwd(ctx, nb::cast<const LnFwdArgs&>(args));
         if (nb::isinstance<LnBwdArgs>(args)) return ln_bwd(ctx, nb::cast<const LnBwdArgs&>(args));
+        if (nb::isinstance<MixupArgs>(args)) return mixup(ctx, nb::cast<const MixupArgs&>(args));
         if (nb::isinstance<OnehotLossFwdArgs>(args)) return onehot_loss_fwd(ctx, nb::cast<const OnehotLossFwdArgs&>(args));
         if (nb::isinstance<OnehotLossBwdArgs>(args)) return onehot_loss_bwd(ctx, nb::cast<const OnehotLossBwdArgs&>(args));
         if (nb::isinstance<OnehotLossInfArgs>(args)) return onehot_loss_inf(ctx, nb::cast<const OnehotLossInfArgs&>(args));

@@ -7,6 +7,9 @@
 // top-1 and top-5 (NaN compares false, so it would otherwise rank first). A label outside [0, K) cannot raise on
 // the device: its sample's loss is NaN (so the step's loss shows it) and it counts as a miss; the backward
 // leaves its row without the one-hot term.
+// With lam (FP32 [1], the mixup op's) sample b's target mixes y[b] (lam) and y[n-1-b] (1 - lam), timm's
+// mixup_target: the loss weighs the two labels' log-probabilities so, and the backward subtracts
+// fl32((1-ls) lam) at y[b], then fl32((1-ls) fl32(1-lam)) at y[n-1-b] (the CPU's order; lam = 1: the plain bytes).
 #include <cmath>
 #include <memory>
 
@@ -22,20 +25,22 @@ constexpr int kRowThreads = 256;
 
 template <class T, class TP>
 __global__ void sce_rows_kernel(const T* logits, const int* labels, TP* probs, double* loss_part, int* hits,
-                                int* pred, int k, int n, float ls) {
+                                int* pred, int k, int n, float ls, const float* lam) {
   __shared__ float sf[32];
   __shared__ double sd[32];
   __shared__ int si[32];
   const int b = blockIdx.x;
   const T* z = logits + static_cast<std::int64_t>(b) * k;
   const int y = labels[b];
-  const bool valid = y >= 0 && y < k;
+  const int yr = lam != nullptr ? labels[n - 1 - b] : y;
+  const bool valid = y >= 0 && y < k && yr >= 0 && yr < k;
 
   float m = -INFINITY;
   for (int c = threadIdx.x; c < k; c += blockDim.x) m = kern::nan_max(m, kern::to_f(z[c]));
   m = kern::block_reduce(m, kern::Max(), sf);
 
   const float zy = valid ? kern::to_f(z[y]) : 0.0f;
+  const float zyr = valid ? kern::to_f(z[yr]) : 0.0f;
   float se = 0.0f;
   double ss = 0.0;
   int above = 0;
@@ -62,7 +67,12 @@ __global__ void sce_rows_kernel(const T* logits, const int* labels, TP* probs, d
   }
   if (threadIdx.x == 0) {
     const double lse = static_cast<double>(logf(se));
-    double loss = -(1.0 - static_cast<double>(ls)) * (static_cast<double>(zy - m) - lse);
+    double logp = static_cast<double>(zy - m) - lse;
+    if (lam != nullptr) {
+      const double a = static_cast<double>(*lam);
+      logp = a * logp + (1.0 - a) * (static_cast<double>(zyr - m) - lse);
+    }
+    double loss = -(1.0 - static_cast<double>(ls)) * logp;
     if (ls != 0.0f) loss -= (static_cast<double>(ls) / k) * (ss - k * lse);
     loss_part[b] = valid ? loss : NAN;
     const bool ranked = valid && nonfinite == 0;
@@ -95,7 +105,7 @@ __global__ void sce_result_kernel(const double* loss_part, const int* hits, floa
 // softmax_ce_fwd (probs, no pred) and softmax_ce_inf (no probs, pred when given): the records' common fields, and
 // probs and pred (null when absent).
 template <class A>
-std::unique_ptr<Op> sce_forward(const A& args, const Dev& probs_t, const Dev& pred_t) {
+std::unique_ptr<Op> sce_forward(const A& args, const Dev& probs_t, const Dev& pred_t, const Dev& lam_t) {
   const int n = static_cast<int>(args.n), k = static_cast<int>(args.k);
   const float ls = static_cast<float>(args.label_smoothing);
   const DT zdt = args.logits.dt;
@@ -105,6 +115,7 @@ std::unique_ptr<Op> sce_forward(const A& args, const Dev& probs_t, const Dev& pr
   void* probs = probs_t.ptr;
   float* result = static_cast<float*>(args.result.ptr);
   int* pred = static_cast<int*>(pred_t.ptr);
+  const float* lam = static_cast<const float*>(lam_t.ptr);  // null when absent
   auto scratch = std::make_shared<DeviceBuffer>(static_cast<std::size_t>(n) * (sizeof(double) + 2 * sizeof(int)));
   kern::dispatch_float(zdt, args, "logits", [](auto) {});
   kern::dispatch_float(pdt, args, "probs", [](auto) {});
@@ -116,7 +127,7 @@ std::unique_ptr<Op> sce_forward(const A& args, const Dev& probs_t, const Dev& pr
       kern::dispatch_float(pdt, args, "probs", [&](auto tp) {
         using TP = typename decltype(tp)::type;
         sce_rows_kernel<T, TP><<<n, kRowThreads, 0, s>>>(static_cast<const T*>(z), labels, static_cast<TP*>(probs),
-                                                         part, hits, pred, k, n, ls);
+                                                         part, hits, pred, k, n, ls, lam);
       });
     });
     check_launch("softmax_ce rows");
@@ -129,14 +140,17 @@ std::unique_ptr<Op> sce_forward(const A& args, const Dev& probs_t, const Dev& pr
 // gradient-accumulation window's samples) when div is given, else n: div[0] == n gives the same factor.
 template <class TP, class TD>
 __global__ void sce_bwd_kernel(const TP* probs, const int* labels, const float* scale, const float* div, TD* d,
-                               std::int64_t n, int k, float off, float hit) {
+                               std::int64_t n, int k, float off, float hit, const float* lam) {
   const double count = div != nullptr ? static_cast<double>(div[0]) : static_cast<double>(n);
   const float factor = static_cast<float>(static_cast<double>(scale[0]) / count);
+  const float h1 = lam != nullptr ? __fmul_rn(hit, lam[0]) : hit;
+  const float h2 = lam != nullptr ? __fmul_rn(hit, __fsub_rn(1.0f, lam[0])) : 0.0f;
   TR_GRID_STRIDE(i, n * k) {
     const std::int64_t b = i / k;
     const int c = static_cast<int>(i - b * k);
-    float v = kern::to_f(probs[i]) - off;
-    if (labels[b] == c) v = v - hit;
+    float v = __fsub_rn(kern::to_f(probs[i]), off);
+    if (labels[b] == c) v = __fsub_rn(v, h1);
+    if (lam != nullptr && labels[n - 1 - b] == c) v = __fsub_rn(v, h2);
     d[i] = kern::from_f<TD>(v * factor);
   }
 }
@@ -144,11 +158,11 @@ __global__ void sce_bwd_kernel(const TP* probs, const int* labels, const float* 
 }  // namespace
 
 std::unique_ptr<Op> softmax_ce_fwd(Context&, const SoftmaxCeFwdArgs& args) {
-  return sce_forward(args, args.probs, Dev{});
+  return sce_forward(args, args.probs, Dev{}, args.lam);
 }
 
 std::unique_ptr<Op> softmax_ce_inf(Context&, const SoftmaxCeInfArgs& args) {
-  return sce_forward(args, Dev{}, args.pred);
+  return sce_forward(args, Dev{}, args.pred, Dev{});
 }
 
 std::unique_ptr<Op> softmax_ce_bwd(Context&, const SoftmaxCeBwdArgs& args) {
@@ -162,6 +176,7 @@ std::unique_ptr<Op> softmax_ce_bwd(Context&, const SoftmaxCeBwdArgs& args) {
   const float* scale = static_cast<const float*>(args.scale.ptr);
   const float* div = static_cast<const float*>(args.div.ptr);  // null when absent
   void* d = args.dlogits.ptr;
+  const float* lam = static_cast<const float*>(args.lam.ptr);  // null when absent
   kern::dispatch_float(pdt, args, "probs", [](auto) {});
   kern::dispatch_float(ddt, args, "dlogits", [](auto) {});
   return fn_op([=](cudaStream_t s) {
@@ -170,7 +185,7 @@ std::unique_ptr<Op> softmax_ce_bwd(Context&, const SoftmaxCeBwdArgs& args) {
       kern::dispatch_float(ddt, args, "dlogits", [&](auto td) {
         using TD = typename decltype(td)::type;
         sce_bwd_kernel<TP, TD><<<kern::blocks_for(n * k), kern::kThreads, 0, s>>>(
-            static_cast<const TP*>(probs), labels, scale, div, static_cast<TD*>(d), n, k, off, hit);
+            static_cast<const TP*>(probs), labels, scale, div, static_cast<TD*>(d), n, k, off, hit, lam);
       });
     });
     check_launch("softmax_ce_bwd");

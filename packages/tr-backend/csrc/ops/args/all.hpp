@@ -21,6 +21,7 @@
 #include "ops/args/fc.hpp"
 #include "ops/args/image.hpp"
 #include "ops/args/layernorm.hpp"
+#include "ops/args/mixup.hpp"
 #include "ops/args/onehot_loss.hpp"
 #include "ops/args/optimizer.hpp"
 #include "ops/args/pool.hpp"
@@ -75,6 +76,7 @@ inline constexpr const char* kNativeOps[] = {
     "image_jitter",
     "ln_fwd",
     "ln_bwd",
+    "mixup",
     "onehot_loss_fwd",
     "onehot_loss_bwd",
     "onehot_loss_inf",

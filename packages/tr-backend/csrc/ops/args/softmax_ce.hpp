@@ -24,6 +24,7 @@ struct SoftmaxCeFwdArgs {
   Dev labels;  // tensor: INT32 [n]: a label outside [0, k) makes the sample's loss NaN
   Dev probs;  // tensor: [n, k]
   Dev result;  // tensor: FP32 [3]: (mean loss, top-1 fraction, top-5 fraction)
+  Dev lam;  // tensor?: FP32 [1]: the mixup op's lam; the target mixes y and the reversed batch's y
   std::int64_t n = 0;  // i64: samples
   std::int64_t k = 0;  // i64: classes
   double label_smoothing = 0.0;  // f64: label smoothing, in [0, 1]
@@ -38,6 +39,7 @@ struct SoftmaxCeBwdArgs {
   Dev scale;  // tensor: FP32 [1]: the loss scale
   Dev dlogits;  // tensor: [n, k]
   Dev div;  // tensor?: FP32 [1]: the count in n's place (a gradient-accumulation window's samples)
+  Dev lam;  // tensor?: FP32 [1]: the mixup op's lam; the target mixes y and the reversed batch's y
   std::int64_t n = 0;  // i64: samples
   std::int64_t k = 0;  // i64: classes
   double label_smoothing = 0.0;  // f64: label smoothing, in [0, 1]

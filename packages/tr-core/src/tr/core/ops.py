@@ -233,6 +233,15 @@ _DEFS: list[OpDef] = [
               "StochasticDepth(p, 'row'))"),
     OpDef("drop_path_bwd", "drop_path", (_t("dy"), _t("mask"), _t("dx", "out")), ("p",),
           doc="dx[n] = dy[n]/(1-p) where mask[n], else 0", inplace=(("dx", "dy"),)),
+    # --- Mixup / CutMix of the training batch with its reverse (tr.core.mixup) ----------------------------
+    OpDef("mixup", "mixup", (_t("x", "inout"), _t("seed", "inout"), _t("lam", "out")),
+          ("mixup_alpha", "cutmix_alpha", "prob", "switch_prob"),
+          doc="seed (INT32[2] = uint64) is first advanced: seed = splitmix64(seed), stored back; then the step's "
+              "draw tr.core.mixup.draw(seed, ...) (whether to mix, Mixup or CutMix, lam ~ Beta(alpha, alpha), "
+              "the box; float64, bit for bit on every backend) mixes x [N,H,W,C] (float) in place with x.flip(0): "
+              "Mixup x[n] = x[n]*lam + x[N-1-n]*(1-lam) in float32 (each product rounded, then the sum, rounded "
+              "once to x's dtype), CutMix x[n] takes x[N-1-n]'s box; lam (FP32 [1]) = the corrected lam (1: the "
+              "step did not mix), which softmax_ce_fwd/bwd read (timm's Mixup, mode 'batch', correct_lam)"),
     # --- device-resident augmentation ------------------------------------------------------------
     OpDef("augment_affine", "augment", (_t("src"), _t("index"), _t("key"), _t("y", "out")),
           ("pad", "degrees", "scale", "erase_p", "erase_scale", "erase_ratio", "erase_value", "flip_p", "mean", "std",
@@ -304,14 +313,20 @@ _DEFS: list[OpDef] = [
           doc="ds[n,0,0,c] = sum over h, w of dy * x; dx = dy * s (broadcast over H, W) unless dx is None"),
     # --- loss ------------------------------------------------------------------------------------
     OpDef("softmax_ce_fwd", "softmax_ce",
-          (_t("logits"), _t("labels"), _t("probs", "out"), _t("result", "out")), ("label_smoothing",),
-          doc="probs = softmax(logits); result[0] = mean loss, result[1:3] = top1, top5 fractions"),
+          (_t("logits"), _t("labels"), _t("probs", "out"), _t("result", "out"), _t("lam", optional=True)),
+          ("label_smoothing",),
+          doc="probs = softmax(logits); result[0] = mean loss, result[1:3] = top1, top5 fractions. With lam (FP32 "
+              "[1], the mixup op's) the loss is lam * CE(y) + (1-lam) * CE(y reversed): cross-entropy against "
+              "timm's mixup_target (the samples' order reversed, N-1-n for n); top-1/top-5 still score y"),
     OpDef("softmax_ce_bwd", "softmax_ce",
-          (_t("probs"), _t("labels"), _t("scale"), _t("dlogits", "out"), _t("div", optional=True)),
+          (_t("probs"), _t("labels"), _t("scale"), _t("dlogits", "out"), _t("div", optional=True),
+           _t("lam", optional=True)),
           ("label_smoothing",),
           doc="dlogits = (probs - smooth(onehot)) * factor, factor = fl32(scale[0] / N) (the quotient in float64); "
               "with div (FP32 [1]: a gradient-accumulation window's samples, task.accumulate) div[0] takes N's "
-              "place, so div[0] == N gives the same bytes"),
+              "place, so div[0] == N gives the same bytes. With lam (FP32 [1]): v = probs - ls/K, minus "
+              "fl32((1-ls)*lam) where c == y[n], minus fl32((1-ls)*fl32(1-lam)) where c == y[N-1-n], in that order "
+              "(float32), then times factor: lam = 1 gives the plain bytes"),
     OpDef("softmax_ce_inf", "softmax_ce",
           (_t("logits"), _t("labels"), _t("result", "out"), _t("pred", "out", True)), ("label_smoothing",),
           doc="result = (mean loss, top1, top5); pred = argmax"),

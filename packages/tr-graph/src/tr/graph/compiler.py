@@ -46,7 +46,7 @@ NAMED = ("labels_a", "data_a", "labels_b", "data_b", "labels", "nan_flag", "step
          "loss_scale", "loss_scale_tracker", "batch_train", "batch_train_last", "batch_val", "batch_val_last",
          "lr_table", "result", "accum", "accum_samples", "probs", "pred", "train_set", "val_set", "aug_key", "aug_x",
          "train_labels", "val_labels", "train_order", "train_pos", "val_pos", "order_key", "data_rank", "jpeg_src",
-         "geom_a", "geom_b", "jpeg_u8", "grad_divisor", "grad_norm", *ACCUM_SCALARS)
+         "geom_a", "geom_b", "jpeg_u8", "grad_divisor", "grad_norm", "mixup_lam", *ACCUM_SCALARS)
 
 
 # the double-buffered batch: buffer a's labels and data, then buffer b's (one INPUT span)
@@ -230,6 +230,8 @@ class Compiler:
             add("step", one, INT32_SCALAR, DType.INT32, init=Init("zeros"))
             add("skipped", one, INT32_SCALAR, DType.INT32, init=Init("zeros"))
             add("dropout_seed", Shape(1, 1, 1, 2), INT32_SCALAR, DType.INT32)
+            if spec.mixup is not None:  # the step's lam, from the mixup op to the loss
+                add("mixup_lam", one, FP32_SCALAR, DType.FP32, TRAIN)
             add("lr", one, FP32_SCALAR, DType.FP32)
             add("loss_scale", one, FP32_SCALAR, DType.FP32, init=Init("const", value=spec.loss_scale))
             if clips_norm(spec):  # the step's global gradient norm and what the optimizer divides by

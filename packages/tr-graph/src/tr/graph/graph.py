@@ -145,6 +145,12 @@ class ChainBuilder:
             sink = self.cg.sink(FIRST_FWD[ab])
             sink.append(SymOp("copy", {"x": f"labels_{ab}", "y": "labels"}, {}, -1, "labels for the loss"))
             x0[ab] = self._input(ab, sink, True)
+            mix = self.spec.mixup
+            if mix is not None:  # mixed in place, before the first layer reads it (tr.core.mixup)
+                sink.append(SymOp("mixup", {"x": x0[ab], "seed": "dropout_seed", "lam": "mixup_lam"},
+                                  {"mixup_alpha": mix.mixup_alpha, "cutmix_alpha": mix.cutmix_alpha,
+                                   "prob": mix.prob, "switch_prob": mix.switch_prob}, -1,
+                                  "Mixup / CutMix of the batch with its reverse"))
             k0.forward(l0, self._io(0, sink, x=[x0[ab]], y=self.y(0)))
         deep = self.cg.sink(Part.DEEP_FWD_BWD)
         for i in range(1, n):

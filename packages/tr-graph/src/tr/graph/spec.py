@@ -15,6 +15,7 @@ from typing import Any
 
 from tr.core.dtype import DType
 from tr.core.errors import ConfigError
+from tr.core.mixup import MixupConfig
 from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_RULES
 from tr.core.optim import GRAD_CLIP_MODES, LARS, OPTIMIZERS, ParamGroup, first_moment, second_moment
 from tr.core.settings import Settings
@@ -65,6 +66,7 @@ class CompileSpec:
     jpeg: JpegInput | None = None  # batches arrive as JPEG files, decoded and augmented on the device (jpeg_input)
     accumulate: int = 1  # micro-batches an optimizer step consumes (tr.graph.accumulate); 1: every step updates
     micro_steps: int | None = None  # with accumulate > 1: the training micro-steps of an epoch (its windows' ends)
+    mixup: MixupConfig | None = None  # Mixup / CutMix of every training batch on the device (tr.core.mixup)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -124,6 +126,12 @@ class CompileSpec:
         _unit("label_smoothing", self.label_smoothing)
         if self.loss not in LOSS_KINDS:
             raise ConfigError(f"loss must be one of {', '.join(LOSS_KINDS)}, got {self.loss!r}")
+        if self.mixup is not None:
+            if not isinstance(self.mixup, MixupConfig):
+                raise ConfigError(f"mixup must be a tr.core.mixup.MixupConfig or None, got {self.mixup!r}")
+            if self.loss != "softmax_ce":
+                raise ConfigError(f"mixup trains on soft targets, which the softmax_ce loss reads; the loss is "
+                                  f"{self.loss!r}")
         v = self.lr_table_steps
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"lr_table_steps must be an integer >= 1 (the entries of the device's learning-rate "

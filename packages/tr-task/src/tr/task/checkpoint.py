@@ -65,7 +65,7 @@ _CONFIG_TENSORS = frozenset({"lr_table", "batch_train", "batch_train_last", "bat
 # The task section's recorded fields (tr.task.config.TaskConfig.recorded_names()), each under the key the
 # description gives it (a test holds the two alike, so a new recorded field cannot go unrecorded).
 TASK_FIELDS = ("model", "loss", "optimizer", "param_groups", "layer_decay", "scheduler", "epochs", "grad_clip",
-               "grad_clip_mode", "ema", "accumulate", "freeze_first_after")
+               "grad_clip_mode", "ema", "accumulate", "freeze_first_after", "mixup")
 
 
 def state_tensors(program) -> list[DTensor]:
@@ -125,6 +125,7 @@ def describe(task) -> dict[str, Any]:
         "grad_clip": t.grad_clip,
         **({"grad_clip_mode": t.grad_clip_mode} if t.grad_clip_mode != "value" else {}),  # (named when not the seed's)
         **({"ema": dataclasses.asdict(t.ema)} if t.ema is not None else {}),
+        **({"mixup": dataclasses.asdict(t.mixup)} if t.mixup is not None else {}),
         "spec": dataclasses.asdict(task.spec),  # last: derived from the above, named only when they agree
     })
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from tr.algo.loss import CrossEntropyLoss
 from tr.core.config import Section
+from tr.core.mixup import MixupConfig
 from tr.core.optim import ParamGroup
 from tr.core.settings import Settings
 from tr.data.settings import PreprocessorSettings
@@ -67,6 +68,7 @@ class TaskConfig(Section):
     accumulate: int = 1  # accumulate(): micro-batches an optimizer step consumes (tr.graph.accumulate)
     freeze_first_after: int | None = None  # freeze_first_layer_after(): epochs the first trained layer trains
     ema: EmaConfig | None = None
+    mixup: MixupConfig | None = None  # mixup(): Mixup / CutMix of the training batches (tr.core.mixup)
     data: Feeder | None = None  # data(feeder); None: built from the data section
     device: str = "auto"
     distributed: tuple[DistEnv, float | None] | None = None  # (this rank, bootstrap timeout)

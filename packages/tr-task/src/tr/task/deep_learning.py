@@ -15,6 +15,7 @@ from tr.algo.onehot_loss import BCEWithLogitsLoss, MSELoss
 from tr.algo.scheduler import Scheduler
 from tr.core.errors import CompileError, ConfigError, PhaseError, TrError
 from tr.core.log import get_logger
+from tr.core.mixup import MixupConfig
 from tr.core.optim import GRAD_CLIP_MODES, ParamGroup
 from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
@@ -88,6 +89,15 @@ class DeepLearningTask(TaskBase):
         if not isinstance(loss, (CrossEntropyLoss, BCEWithLogitsLoss, MSELoss)):
             raise ConfigError(f"loss must be a CrossEntropyLoss, BCEWithLogitsLoss or MSELoss, got {loss!r}")
         self._cfg._set("loss", loss)
+        return self
+
+    def mixup(self, mixup_alpha: float = 0.8, cutmix_alpha: float = 1.0, prob: float = 1.0,
+              switch_prob: float = 0.5) -> DeepLearningTask:
+        """Mixup / CutMix every training batch with its reverse on the device (timm's Mixup, mode 'batch',
+        correct_lam; the loss's label smoothing mixed into the soft targets): tr.core.mixup. An alpha of 0 turns
+        that method off (not both); the draws follow the run's seed, rank and step, also across a resume."""
+        self._plan("mixup()")
+        self._cfg._set("mixup", MixupConfig(mixup_alpha, cutmix_alpha, prob, switch_prob))
         return self
 
     def initializer(self, init) -> DeepLearningTask:

@@ -198,6 +198,11 @@ class IO:
         accum_div), else nothing (the op divides by its batch)."""
         return {"div": "accum_div"} if self.spec.accumulate > 1 else {}
 
+    def mixup_lam(self) -> dict[str, str]:
+        """A training loss's ``lam`` argument: with mixup the step's lam (the targets mix the batch's labels with
+        the reversed batch's), else nothing."""
+        return {"lam": "mixup_lam"} if self.spec.mixup is not None else {}
+
     def dx_or_none(self, k: int = 0) -> str | None:
         return self.dx[k] if self.need[k] else None
 

@@ -48,12 +48,12 @@ class SoftmaxCEKind(LayerKind):
 
     def forward(self, layer, io: IO) -> None:
         io.op("softmax_ce_fwd", {"label_smoothing": io.spec.label_smoothing}, logits=io.x[0], labels=io.labels,
-              probs="probs", result="result")
+              probs="probs", result="result", **io.mixup_lam())
 
     def backward(self, layer, io: IO) -> list[str | None]:
         dx = io.dx[0]
         io.op("softmax_ce_bwd", {"label_smoothing": io.spec.label_smoothing}, probs="probs", labels=io.labels,
-              scale="loss_scale", dlogits=dx, **io.loss_divisor())
+              scale="loss_scale", dlogits=dx, **io.loss_divisor(), **io.mixup_lam())
         return [dx]
 
     def inference(self, layer, io: IO) -> str:

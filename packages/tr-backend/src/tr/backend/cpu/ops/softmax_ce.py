@@ -7,6 +7,9 @@ argmax (first maximal index) == y and top-k is rank(y) < k; a sample whose logit
 miss in both (a diverged model must not score 100 %). Backward:
 dlogits = (p - ls/K - (1-ls)[c = y]) * fl32(scale[0] / N), the quotient in float64 (N: div[0] when the optional div
 is given, a gradient-accumulation window's samples). A label outside [0, K) raises at launch.
+With lam (the mixup op's FP32 [1]) sample n's target is lam * smooth(onehot(y_n)) + (1-lam) * smooth(onehot(y_r)),
+r = N-1-n (timm's mixup_target): loss_b = -(1-ls) (lam l_y + (1-lam) l_yr) - (ls/K) sum_c l_c, and the backward
+subtracts fl32((1-ls) lam) at y, then fl32((1-ls) fl32(1-lam)) at y_r.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 
 from tr.backend.cpu.binder import Binder, Step, seq
 from tr.backend.cpu.ops._register import cpu_op
+from tr.backend.rules import mixup as mixup_rules
 from tr.backend.rules import softmax_ce as rules
 from tr.core.errors import DataError
 
@@ -48,9 +52,12 @@ class _Softmax:
         np.divide(probs, self.lse, out=probs)
         np.log(self.lse, out=self.lse)
 
-    def loss(self, labels: np.ndarray, ls: float) -> float:
+    def loss(self, labels: np.ndarray, ls: float, lam: np.ndarray | None = None) -> float:
         s, lse = self.shifted, self.lse[:, 0].astype(np.float64)
         logp_y = s[self.rows, labels].astype(np.float64) - lse
+        if lam is not None:  # the mixed target: lam of y's one-hot, 1 - lam of the reversed batch's
+            a = float(lam[0])
+            logp_y = a * logp_y + (1.0 - a) * (s[self.rows, labels[::-1]].astype(np.float64) - lse)
         loss = -(1.0 - ls) * logp_y
         if ls:
             sum_logp = s.sum(axis=1, dtype=np.float64) - self.k * lse
@@ -76,7 +83,7 @@ def result_view(b: Binder) -> tuple[np.ndarray, Step | None]:
 
 
 def _forward(sm: _Softmax, z: np.ndarray, probs: np.ndarray, labels: np.ndarray, result: np.ndarray, k: int,
-             ls: float, where: str) -> Step:
+             ls: float, where: str, lam: np.ndarray | None = None) -> Step:
     """The forward's step (training and inference): the softmax into ``probs``, then the loss, top-1 and top-5
     into ``result``."""
 
@@ -84,7 +91,7 @@ def _forward(sm: _Softmax, z: np.ndarray, probs: np.ndarray, labels: np.ndarray,
         label_check(labels, k, where)
         sm.run(z, probs)
         top1, top5 = sm.accuracy(z, labels)
-        result[0] = sm.loss(labels, ls)
+        result[0] = sm.loss(labels, ls, lam)
         result[1] = top1
         result[2] = top5
 
@@ -99,7 +106,8 @@ def softmax_ce_fwd(b: Binder) -> Step:
     labels = b.view("labels", (n,))
     result, store_r = result_view(b)
     sm = _Softmax(b, n, k)
-    return seq(load_z, _forward(sm, z, probs, labels, result, k, ls, b.where), store_p, store_r)
+    lam = b.view("lam", (1,)) if mixup_rules.lam(b) else None
+    return seq(load_z, _forward(sm, z, probs, labels, result, k, ls, b.where, lam), store_p, store_r)
 
 
 @cpu_op("softmax_ce_inf")
@@ -126,6 +134,7 @@ def softmax_ce_bwd(b: Binder) -> Step:
     labels = b.view("labels", (n,))
     scale = b.view("scale", (-1,))
     div = b.view("div", (-1,)) if b.has("div") else None
+    lam = b.view("lam", (1,)) if mixup_rules.lam(b) else None
     rows = np.arange(n)
     off, hit = np.float32(ls / k), np.float32(1.0 - ls)
     where = b.where
@@ -133,7 +142,12 @@ def softmax_ce_bwd(b: Binder) -> Step:
     def core() -> None:
         label_check(labels, k, where)
         np.subtract(p, off, out=d)
-        d[rows, labels] -= hit
+        if lam is None:
+            d[rows, labels] -= hit
+        else:  # y's share, then the reversed batch's (the CUDA kernel's order)
+            a = np.float32(lam[0])
+            d[rows, labels] -= hit * a
+            d[rows, labels[::-1]] -= hit * (np.float32(1.0) - a)
         count = n if div is None else float(div[0])  # float64 either way: div[0] == N gives the same factor
         np.multiply(d, np.float32(float(scale[0]) / count), out=d)
 

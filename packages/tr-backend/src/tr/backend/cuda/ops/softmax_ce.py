@@ -9,6 +9,7 @@ from typing import Any
 from tr.backend.cuda.binder import CudaBinder
 from tr.backend.cuda.ops._register import cuda_op
 from tr.backend.cuda.signatures.softmax_ce import SOFTMAX_CE_BWD, SOFTMAX_CE_FWD, SOFTMAX_CE_INF
+from tr.backend.rules import mixup as mixup_rules
 from tr.backend.rules import softmax_ce as rules
 
 
@@ -16,7 +17,8 @@ from tr.backend.rules import softmax_ce as rules
 def softmax_ce_fwd(b: CudaBinder) -> Any:
     n, k, ls = rules.softmax_ce_fwd(b)
     return b.make(SOFTMAX_CE_FWD, logits=b.dev("logits"), labels=b.dev("labels"), probs=b.dev("probs"),
-                  result=b.dev("result"), n=n, k=k, label_smoothing=ls)
+                  result=b.dev("result"), lam=b.dev("lam") if mixup_rules.lam(b) else None, n=n, k=k,
+                  label_smoothing=ls)
 
 
 @cuda_op("softmax_ce_inf")
@@ -30,4 +32,5 @@ def softmax_ce_inf(b: CudaBinder) -> Any:
 def softmax_ce_bwd(b: CudaBinder) -> Any:
     n, k, ls = rules.softmax_ce_bwd(b)
     return b.make(SOFTMAX_CE_BWD, probs=b.dev("probs"), labels=b.dev("labels"), scale=b.dev("scale"),
-                  dlogits=b.dev("dlogits"), div=b.dev("div"), n=n, k=k, label_smoothing=ls)
+                  dlogits=b.dev("dlogits"), div=b.dev("div"), lam=b.dev("lam") if mixup_rules.lam(b) else None,
+                  n=n, k=k, label_smoothing=ls)

@@ -9,7 +9,8 @@ from tr.backend.cuda.signatures._types import NativeOp
 
 # the op families, as csrc/ops names their files; each module's OPS holds its native ops
 FAMILIES = ("accum", "activation", "attention", "attention_sdpa", "augment", "bn", "bn_pool", "clip", "collective",
-            "conv", "copy", "drop_path", "dropout", "extern_kernel", "fc", "image", "layernorm", "onehot_loss",
+            "conv", "copy", "drop_path", "dropout", "extern_kernel", "fc", "image", "layernorm", "mixup",
+            "onehot_loss",
             "optimizer", "pool", "range", "resident", "scalar", "scale", "softmax_ce", "tokens", "transfer")
 
 

@@ -89,7 +89,10 @@ def predict(task, batch: Any, output: str = "logits", *, input: str = "normalize
     ``output``: ``"logits"`` [n, classes] float32 (default), ``"probs"`` (the loss's probabilities: the softmax
     of the logits, or each class's sigmoid under BCEWithLogitsLoss; an MSELoss plan has none) or ``"argmax"``
     [n] int64. ``nonfinite``: ``"raise"`` (default) a DataError naming the samples whose input or logits hold
-    NaN/Inf; ``"flag"`` gives those samples NaN rows ("logits", "probs") or class -1 ("argmax")."""
+    NaN/Inf; ``"flag"`` gives those samples NaN rows ("logits", "probs") or class -1 ("argmax").
+
+    With ``task.tta()`` every output comes from the mean p of the views' softmax probabilities (tr.task.tta):
+    "probs" is p, "logits" log p (whose softmax is p), "argmax" argmax p; validation measures the same p."""
     require_compiled(task, "predict()")
     if output not in OUTPUTS:
         raise ConfigError(f"predict(output={output!r}): expected one of {OUTPUTS}")

@@ -25,9 +25,11 @@ Y = (np.arange(44) % 3).astype(np.int32)
 XV, YV = X[24:], Y[24:]  # 20 validation samples: two batches of 8 and a last one of 4
 
 
-def _task(tta: tuple | None = None, loss=None, ema: bool = False, epochs: int = 2) -> DeepLearningTask:
-    feeder = ArrayFeeder((X[:24], Y[:24]), (XV, YV), BATCH, seed=2, num_classes=3)
-    t = (DeepLearningTask(Settings().manual_seed(3).global_batch_size(BATCH)).device("cpu").quiet()
+def _task(tta: tuple | None = None, loss=None, ema: bool = False, epochs: int = 2,
+          amp: str = "off") -> DeepLearningTask:
+    dtype = {"off": np.float32, "fp16": np.float16, "bf16": "bfloat16"}[amp]
+    feeder = ArrayFeeder((X[:24], Y[:24]), (XV, YV), BATCH, seed=2, num_classes=3, dtype=dtype)
+    t = (DeepLearningTask(Settings().manual_seed(3).global_batch_size(BATCH).amp(amp)).device("cpu").quiet()
          .model(seq(fc(8), bn(), relu(), fc(3))).optimizer(AdamW()).scheduler(ConstantLR(0.05)).data(feeder)
          .total_epochs(epochs).loss(loss or CrossEntropyLoss()))
     if ema:
@@ -87,6 +89,16 @@ def test_validation_and_predict_average_the_views_probabilities(flip, shift, smo
     assert not np.allclose(tta.predict(XV, "probs"), plain.predict(XV, "probs"))
 
 
+@pytest.mark.parametrize("amp", ["fp16", "bf16"])
+def test_mixed_precision_views_are_read_and_written_in_the_plan_s_types(amp):
+    plain, tta = _task(amp=amp).compile(), _task((True, 1), amp=amp).compile()
+    rec_p, rec_t = plain.run().history[-1], tta.run().history[-1]
+    assert rec_t.train_loss == rec_p.train_loss
+    p = _hand_probs(plain, XV, True, 1)
+    assert rec_t.val_loss == pytest.approx(float(-np.log(p[np.arange(len(YV)), YV]).mean()), rel=1e-5)
+    np.testing.assert_allclose(tta.predict(XV, "probs"), p, rtol=1e-5, atol=1e-7)
+
+
 def test_training_bytes_are_unchanged_by_tta():
     plain, tta = _task().compile(), _task((True, 1)).compile()
     a, b = plain.run(), tta.run()
@@ -128,6 +140,16 @@ def test_the_seeds_names_configuration_and_checkpoint():
     assert "task.tta = tta(flip=True, shift_px=2)" in t.config.lines()
     assert checkpoint.describe(t)["tta"] == {"flip": True, "shift_px": 2}
     assert "tta" not in checkpoint.describe(_task().compile())
+
+
+def test_a_checkpoint_resumes_with_its_views_and_refuses_others(tmp_path):
+    t = _task((True, 1)).compile()
+    t.run(1)
+    t.save(tmp_path / "ck")
+    resumed = _task((True, 1)).resume(tmp_path / "ck")
+    assert resumed.run().history[-1].val_loss == t.run().history[-1].val_loss
+    with pytest.raises(ConfigError, match="tta"):
+        _task((True, 2)).resume(tmp_path / "ck")
 
 
 @pytest.mark.parametrize("args,named", [(("sideways",), "'sideways'"), ((1,), "flip=1"), ((True, -1), "shift_px=-1"),

@@ -1,12 +1,13 @@
 """One rank of test_distributed_cpu.py's runs: an MLP (no BN, no dropout) trained data-parallel on the CPU.
 
-    python dist_cpu_worker.py OUT_DIR [--timeout S] [--die-rank R] [--accumulate K]
+    python dist_cpu_worker.py OUT_DIR [--timeout S] [--die-rank R] [--accumulate K] [--tta]
 
 Reads its rank from the launcher's variables (tr-run sets them), trains with SGD momentum and then with
 AdamW (two tasks sharing the process's rank group), and writes OUT_DIR/rank<r>_<optimizer>.npz: the final
 weights, the loss of every step and the reported epoch metrics. ``--die-rank R``: rank R exits at once
 with code 3, before joining (a rank that dies during bootstrap). ``--accumulate K``: task.accumulate(K) (each
-rank's micro-batch GLOBAL_BATCH / (world x K); test_accumulate.py).
+rank's micro-batch GLOBAL_BATCH / (world x K); test_accumulate.py). ``--tta``: task.tta(flip=True), whose mirror
+of a 1x1 sample is the sample: the metrics must be the plain run's, summed on the host and reduced over the ranks.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def data() -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]
     return (x[:n], y[:n]), (x[n:], y[n:])
 
 
-def train(opt_name: str, env=None, timeout_s: float | None = None, quiet: bool = True, accumulate: int = 1):
+def train(opt_name: str, env=None, timeout_s: float | None = None, quiet: bool = True, accumulate: int = 1,
+          tta: bool = False):
     """(task, result, per-step losses) of one run; ``env`` None: the launcher's (distributed() default)."""
     from tr.algo.optimizer import SGD, AdamW
     from tr.algo.scheduler import ConstantLR
@@ -52,6 +54,8 @@ def train(opt_name: str, env=None, timeout_s: float | None = None, quiet: bool =
             .on_step(lambda k, r: losses.append(float(r[0]))))
     if accumulate > 1:
         task.accumulate(accumulate)
+    if tta:
+        task.tta(flip=True)
     task.compile()
     result = task.run()
     return task, result, losses
@@ -63,13 +67,15 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=None)
     p.add_argument("--die-rank", type=int, default=-1)
     p.add_argument("--accumulate", type=int, default=1)
+    p.add_argument("--tta", action="store_true")
     a = p.parse_args()
     rank = int(os.environ["RANK"])
     if rank == a.die_rank:
         print(f"rank {rank} dies before joining", file=sys.stderr)
         return 3
     for opt_name in ("sgd", "adamw"):
-        task, result, losses = train(opt_name, timeout_s=a.timeout, quiet=opt_name != "sgd", accumulate=a.accumulate)
+        task, result, losses = train(opt_name, timeout_s=a.timeout, quiet=opt_name != "sgd", accumulate=a.accumulate,
+                                      tta=a.tta)
         h = result.history
         np.savez(os.path.join(a.out, f"rank{rank}_{opt_name}.npz"), losses=np.array(losses),
                  train_loss=[r.train_loss for r in h], val_loss=[r.val_loss for r in h],

@@ -55,8 +55,9 @@ def configure(ds, chain=CHAIN, device_augment=True, val=(), seed=123):
     return s
 
 
-def task(device="cpu", epochs=1, amp=False, batch=100, hook=None, hidden=64, ema=None):
-    """A compiled two-layer MLP task on the configured data (``ema``: with an EMA of this decay, validated)."""
+def task(device="cpu", epochs=1, amp=False, batch=100, hook=None, hidden=64, ema=None, tta=None):
+    """A compiled two-layer MLP task on the configured data (``ema``: with an EMA of this decay, validated;
+    ``tta``: task.tta's arguments)."""
     GLOBAL_SETTING.amp(amp).global_batch_size(batch)
     t = DeepLearningTask().device(device).quiet().model(seq(fc(hidden, True), relu(), fc(10, True))) \
         .loss(CrossEntropyLoss()).total_epochs(epochs).optimizer(AdamW()) \
@@ -65,4 +66,6 @@ def task(device="cpu", epochs=1, amp=False, batch=100, hook=None, hidden=64, ema
         t.on_step(hook)
     if ema is not None:
         t.ema(ema)
+    if tta is not None:
+        t.tta(*tta)
     return t.compile()

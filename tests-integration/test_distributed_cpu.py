@@ -43,9 +43,9 @@ def one_process() -> dict[str, dict[str, np.ndarray]]:
     return out
 
 
-def _tr_run(world: int, out: Path) -> subprocess.CompletedProcess:
+def _tr_run(world: int, out: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "tr.task.launch", "--nproc-per-node", str(world), str(HERE / "dist_cpu_worker.py"),
-           str(out), "--timeout", "60"]
+           str(out), "--timeout", "60", *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
@@ -72,6 +72,17 @@ def test_world_size_gives_the_weights_of_one_process(world, one_process, tmp_pat
     header = [line for line in run.stdout.splitlines() if "Train Loss" in line]
     assert header == ["[rank 0]  Epoch | Train Loss |   Val Loss |     Top1% |     Top5% |           LR | Time(s)"]
     assert sum(line.startswith("[rank 0]      ") for line in run.stdout.splitlines()) == worker.EPOCHS
+
+
+def test_tta_validation_metrics_are_summed_over_the_ranks(one_process, tmp_path):
+    """task.tta(flip=True) sums each rank's metrics on the host into the plan's accumulator before val_end reduces
+    it: the mirror of a 1x1 sample being the sample, the global metrics are one process's without TTA."""
+    run = _tr_run(2, tmp_path, "--tta")
+    assert run.returncode == 0, run.stderr[-3000:]
+    for opt, ref in one_process.items():
+        rank0 = np.load(tmp_path / f"rank0_{opt}.npz")
+        for m in ("val_loss", "top1", "top5"):
+            np.testing.assert_allclose(rank0[m], ref[m], rtol=RTOL, atol=ATOL, err_msg=f"{opt} {m}")
 
 
 def test_a_rank_dying_in_bootstrap_stops_the_others_with_a_clear_error(tmp_path):

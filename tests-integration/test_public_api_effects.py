@@ -376,6 +376,7 @@ EFFECTS: dict[str, Callable[..., None]] = {
     "DeepLearningTask.accumulate": lambda: run_differs(accumulate=(2,)),  # (MODEL has BN: per micro-batch)
     "DeepLearningTask.freeze_first_layer_after": lambda: differs(lambda t: weights(t, 2), total_epochs=(2,),
                                                                  freeze_first_layer_after=(1,)),
+    "DeepLearningTask.tta": lambda: differs(lambda t: t.compile().run().history[0].val_loss, tta=(True, 1)),
     "DeepLearningTask.data": lambda: run_differs(data=(_feeder(seed=9),)),
     "DeepLearningTask.device": _device,
     "DeepLearningTask.distributed": _distributed,

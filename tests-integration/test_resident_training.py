@@ -201,6 +201,38 @@ def test_both_models_are_validated_on_the_resident_val_set(digits):
     assert abs(top1() - last.ema_top1) < 1e-6
 
 
+def test_tta_validates_the_views_of_the_resident_val_set(digits):
+    """With tta(flip, shift) validation gathers the resident batch on the device, reads it back and runs the other
+    views: its loss and top-1 (the EMA's top-1 too) are those of the mean softmax over the views computed here from
+    predict() of the same weights without TTA."""
+    configure(digits)
+    tta = task(epochs=2, ema=0.9, tta=(True, 1))
+    configure(digits)
+    plain = task(epochs=2, ema=0.9)
+    last, _ = tta.run().history[-1], plain.run()
+    val = digits.load("val")
+    x = ((val.images.astype(np.float32) / 255 - 0.1307) / 0.3081).astype(np.float32)
+    views = [x, *(np.take(x, np.clip(np.arange(28) - s, 0, 27), axis=a) for a, s in ((2, 1), (2, -1), (1, 1),
+                                                                                      (1, -1)))]
+    views += [v[:, :, ::-1] for v in views]
+
+    def probs() -> np.ndarray:
+        z = [np.concatenate([plain.predict(v[i:i + 100], "logits") for i in range(0, len(v), 100)]) for v in views]
+        e = [np.exp(a.astype(np.float64) - a.max(axis=1, keepdims=True)) for a in z]
+        return np.mean([a / a.sum(axis=1, keepdims=True) for a in e], axis=0)
+
+    p = probs()
+    rows = np.arange(len(val.labels))
+    assert last.val_loss == pytest.approx(float(-np.log(p[rows, val.labels]).mean()), rel=1e-5)
+    assert abs(float((p.argmax(axis=1) == val.labels).mean()) - last.top1) < 1e-6
+    be = plain.backend
+    for w in [w for w in plain.program.tensors if w.region.role is Role.PARAM]:
+        (e,) = [x for x in plain.program.tensors if x.name == w.name + ".ema"]
+        be.write(w, be.read(e))
+    p = probs()
+    assert abs(float((p.argmax(axis=1) == val.labels).mean()) - last.ema_top1) < 1e-6
+
+
 def test_device_augment_and_ema_start_from_the_weights_of_the_plain_plan(digits):
     starts = []
     for device_augment, ema in ((False, None), (True, None), (True, 0.9)):

@@ -65,7 +65,7 @@ _CONFIG_TENSORS = frozenset({"lr_table", "batch_train", "batch_train_last", "bat
 # The task section's recorded fields (tr.task.config.TaskConfig.recorded_names()), each under the key the
 # description gives it (a test holds the two alike, so a new recorded field cannot go unrecorded).
 TASK_FIELDS = ("model", "loss", "optimizer", "param_groups", "layer_decay", "scheduler", "epochs", "grad_clip",
-               "grad_clip_mode", "ema", "accumulate", "freeze_first_after", "mixup")
+               "grad_clip_mode", "ema", "accumulate", "freeze_first_after", "mixup", "tta")
 
 
 def state_tensors(program) -> list[DTensor]:
@@ -120,6 +120,7 @@ def describe(task) -> dict[str, Any]:
         **({"param_groups": [g.as_dict() for g in t.param_groups]} if t.param_groups else {}),  # (when any)
         **({"layer_decay": t.layer_decay} if t.layer_decay is not None else {}),
         **({"freeze_first_after": t.freeze_first_after} if t.freeze_first_after is not None else {}),
+        **({"tta": {"flip": t.tta.flip, "shift_px": t.tta.shift_px}} if t.tta is not None else {}),
         "schedule": {"scheduler": repr(t.scheduler), "total_epochs": t.epochs,
                      "lr_table_sha256": hashlib.sha256(table.tobytes()).hexdigest()},
         "grad_clip": t.grad_clip,

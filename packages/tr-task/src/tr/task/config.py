@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from tr.task.ema import EmaConfig
     from tr.task.feeder import Feeder
     from tr.task.sinks import MetricsLog
+    from tr.task.tta import TtaConfig
 
 DEFAULT_EPOCHS = 35
 
@@ -67,6 +68,7 @@ class TaskConfig(Section):
     grad_clip_mode: str = "value"  # tr.core.optim.GRAD_CLIP_MODES: clamp each element, or the global norm
     accumulate: int = 1  # accumulate(): micro-batches an optimizer step consumes (tr.graph.accumulate)
     freeze_first_after: int | None = None  # freeze_first_layer_after(): epochs the first trained layer trains
+    tta: TtaConfig | None = None  # tta(): the views validation and predict() average; None: off
     ema: EmaConfig | None = None
     mixup: MixupConfig | None = None  # mixup(): Mixup / CutMix of the training batches (tr.core.mixup)
     data: Feeder | None = None  # data(feeder); None: built from the data section

@@ -17,7 +17,7 @@ from tr.core.log import get_logger
 from tr.core.phase import Phase
 from tr.core.settings import GLOBAL_SETTING, Settings
 from tr.data import PREPROCESSOR_SETTING
-from tr.task import checkpoint, checkpoint_policy, ema, epoch_state, plateau, step_timing
+from tr.task import checkpoint, checkpoint_policy, ema, epoch_state, plateau, step_timing, tta
 from tr.task.base import TaskBase
 from tr.task.config import Config, TaskConfig
 from tr.task.distributed import (
@@ -99,6 +99,14 @@ class DeepLearningTask(RecipeSetters, TaskBase):
         if not hasattr(opt, "kind"):
             raise ConfigError(f"optimizer must be SGD, LARS, Adam or AdamW from tr.algo, got {opt!r}")
         self._cfg._set("optimizer", opt)
+        return self
+
+    def tta(self, flip: bool | str = True, shift_px: int = 0) -> DeepLearningTask:
+        """Test-time augmentation of validation and predict(): the mean softmax probabilities of the image, its
+        shifts by ``shift_px`` pixels (edge-replicated) and with ``flip`` their horizontal mirrors (tr.task.tta).
+        The seed's names are accepted: tta("lr"), tta("shift_1px"), tta("disabled"). Training is unchanged."""
+        self._plan("tta()")
+        self._cfg._set("tta", tta.parse(flip, shift_px))
         return self
 
     def scheduler(self, sched: Scheduler) -> DeepLearningTask:
@@ -447,9 +455,10 @@ class DeepLearningTask(RecipeSetters, TaskBase):
         after = self._cfg.freeze_first_after
         return after is not None and epoch >= after
 
-    def _validate(self, epoch: int, val=None, val_last=None, label: str = "val") -> tuple[float, float, float]:
+    def _validate(self, epoch: int, val=None, val_last=None, label: str = "val",
+                  ema: bool = False) -> tuple[float, float, float]:
         """(loss, top1, top5) of the main model, or of the model whose step graphs ``val``/``val_last`` are."""
-        return validate(self, epoch, val, val_last, label)
+        return validate(self, epoch, val, val_last, label, ema)
 
     def dry_run(self):
         """One training and one validation step on the task's data, then every state tensor restored (a following

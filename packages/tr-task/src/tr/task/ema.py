@@ -68,7 +68,7 @@ def after_epoch(task, epoch: int, rec, validate: bool) -> None:
     if cfg.validate and validate:
         if st.prepare is not None:
             be.launch(st.prepare)
-        _, rec.ema_top1, rec.ema_top5 = task._validate(epoch, st.val, st.val_last, "EMA val")
+        _, rec.ema_top1, rec.ema_top5 = task._validate(epoch, st.val, st.val_last, "EMA val", ema=True)
         be.launch(task._steps.epoch_end)
     if cfg.switch:
         be.launch(st.switch)

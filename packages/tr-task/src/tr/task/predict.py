@@ -27,23 +27,29 @@ from tr.core.bf16 import bf16_values
 from tr.core.dtype import DType
 from tr.core.errors import ConfigError, DataError
 from tr.graph.steps import Part
+from tr.task import tta
 from tr.task.base import require_compiled
 from tr.task.predict_input import INPUTS, normalize_raw, samples, which
+from tr.task.tta import TtaConfig
 
 __all__ = ["INPUTS", "NONFINITE", "OUTPUTS", "input_tensor", "normalize_raw", "predict"]
 
 OUTPUTS = ("logits", "probs", "argmax")
 NONFINITE = ("raise", "flag")
-_graphs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # task -> (graph, input, logits, loss kind)
+_graphs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # task -> {ema: (graph, input, logits, loss kind)}
 
 
-def _plan(task):
-    if task not in _graphs:
+def inference_graph(task, ema: bool = False):
+    """(graph, input, logits, loss kind): the validation forward of step val_a (of the EMA weights: val_ema_a)
+    captured alone, its input where predict() writes a batch."""
+    graphs = _graphs.setdefault(task, {})
+    if ema not in graphs:
         prog = task.program
         if "val" not in prog.variants:
             raise ConfigError("predict() runs the inference graph, which is compiled only with validation data: "
                               "give the feeder a validation set")
-        calls = prog.step("val_a").calls_of(Part.INFER_A.value)
+        step, part = ("val_ema_a", Part.INFER_EMA_A) if ema else ("val_a", Part.INFER_A)
+        calls = prog.step(step).calls_of(part.value)
         # a resident-input plan (tr.graph.resident) gathers its batch from the data set first: predict()
         # writes the user's normalised batch where that gather would put it, and skips it
         name = "aug_x" if any(c.op == "augment_affine" for c in calls) else "data_a"
@@ -51,8 +57,13 @@ def _plan(task):
         data = next(a for c in calls for a in c.args.values() if getattr(a, "name", None) == name)
         loss = next(c for c in calls if c.op in ("softmax_ce_inf", "onehot_loss_inf"))
         kind = loss.attrs.get("loss", "softmax_ce")
-        _graphs[task] = (task.backend.capture("predict", list(calls)), data, loss.args["logits"], kind)
-    return _graphs[task]
+        graphs[ema] = (task.backend.capture(f"predict{'_ema' if ema else ''}", list(calls)), data,
+                       loss.args["logits"], kind)
+    return graphs[ema]
+
+
+def _plan(task):
+    return inference_graph(task, False)
 
 
 def input_tensor(task):
@@ -78,7 +89,10 @@ def predict(task, batch: Any, output: str = "logits", *, input: str = "normalize
     ``output``: ``"logits"`` [n, classes] float32 (default), ``"probs"`` (the loss's probabilities: the softmax
     of the logits, or each class's sigmoid under BCEWithLogitsLoss; an MSELoss plan has none) or ``"argmax"``
     [n] int64. ``nonfinite``: ``"raise"`` (default) a DataError naming the samples whose input or logits hold
-    NaN/Inf; ``"flag"`` gives those samples NaN rows ("logits", "probs") or class -1 ("argmax")."""
+    NaN/Inf; ``"flag"`` gives those samples NaN rows ("logits", "probs") or class -1 ("argmax").
+
+    With ``task.tta()`` every output comes from the mean p of the views' softmax probabilities (tr.task.tta):
+    "probs" is p, "logits" log p (whose softmax is p), "argmax" argmax p; validation measures the same p."""
     require_compiled(task, "predict()")
     if output not in OUTPUTS:
         raise ConfigError(f"predict(output={output!r}): expected one of {OUTPUTS}")
@@ -92,19 +106,21 @@ def predict(task, batch: Any, output: str = "logits", *, input: str = "normalize
     if len(s.nonfinite) and nonfinite == "raise":
         raise DataError(f"predict(): sample {which(s.nonfinite)} holds NaN or Inf, which has no class; fix the "
                         "input, or pass nonfinite='flag' to get NaN rows / class -1 for such samples")
-    out = _forward(task, graph, data, logits, s)
+    cfg = task.config.task.tta
+    out = _forward(task, graph, data, logits, s, cfg)
     bad = ~np.isfinite(out).all(axis=1)
     if bad.any() and nonfinite == "raise":
         raise DataError(f"predict(): the logits of sample {which(np.flatnonzero(bad))} are not finite, though the "
                         "input is: the weights or BN statistics hold NaN/Inf, or the forward overflowed (FP16)")
     bad[s.nonfinite] = True
-    result = _output(out, output, kind)
+    result = _output(out, output, kind) if cfg is None else tta_output(out, output)
     if bad.any():
         result[bad] = -1 if output == "argmax" else np.nan
     return result
 
 
-def _forward(task, graph, data, logits, s) -> np.ndarray:
+def _forward(task, graph, data, logits, s, cfg: TtaConfig | None) -> np.ndarray:
+    """The logits of every sample; with TTA (cfg) the mean of the views' softmax probabilities instead."""
     full = tuple(data.shape.dims)
     be = task.backend
     be.launch(task._steps.epoch_begin)  # FP16 working weights (AMP) and folded BN scale/bias are current
@@ -116,17 +132,32 @@ def _forward(task, graph, data, logits, s) -> np.ndarray:
         m = min(full[0], s.n - start)
         x[m:] = 0  # padding rows
         s.fill(x, start, m)
-        be.write(data, x)
-        be.launch(graph)
-        be.synchronize()
-        y = be.read(logits).reshape(full[0], -1)[:m]
-        if logits.dtype is DType.BF16:  # (read as its bit patterns)
-            y = bf16_values(np.ascontiguousarray(y))
+        y = None
+        for v in [x] if cfg is None else tta.views(cfg, x[:m]):
+            if cfg is None:
+                be.write(data, x)
+            else:
+                tta.write_view(be, data, v)
+            be.launch(graph)
+            be.synchronize()
+            z = be.read(logits).reshape(full[0], -1)[:m]
+            if logits.dtype is DType.BF16:  # (read as its bit patterns)
+                z = bf16_values(np.ascontiguousarray(z))
+            y = z if cfg is None else tta.softmax(z) + (0.0 if y is None else y)
+        assert y is not None
         if out is None:
-            out = np.empty((s.n, y.shape[1]), np.float32)
-        out[start:start + m] = y
+            out = np.empty((s.n, y.shape[1]), np.float32 if cfg is None else np.float64)
+        out[start:start + m] = y if cfg is None else y / cfg.views
     assert out is not None  # (n >= 1: checked with the input)
     return out
+
+
+def tta_output(p: np.ndarray, output: str) -> np.ndarray:
+    """What predict() gives for the views' mean probabilities ``p`` (float64): p, log p or argmax p."""
+    if output == "argmax":
+        return p.argmax(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (p if output == "probs" else np.log(p)).astype(np.float32)
 
 
 def _output(out: np.ndarray, output: str, kind: str) -> np.ndarray:

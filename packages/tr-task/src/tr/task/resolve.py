@@ -22,7 +22,7 @@ from tr.core import env as tr_env
 from tr.core.errors import ConfigError
 from tr.core.settings import Settings, check_batch_split
 from tr.data.settings import PreprocessorSettings
-from tr.task import devices, plan_inputs
+from tr.task import devices, plan_inputs, tta
 from tr.task.config import Config
 from tr.task.distributed import DistEnv, auto_env
 from tr.task.feeder import Feeder, complete_feeder
@@ -131,6 +131,8 @@ def resolve(config: Config) -> Resolved:
     if t.freeze_first_after is not None and t.freeze_first_after > t.epochs:
         raise ConfigError(f"task.freeze_first_layer_after({t.freeze_first_after}) is past total_epochs({t.epochs}): "
                           "the first layer would never freeze")
+    input_shape = plan_inputs.input_shape(t.model, feeder.sample_shape)
+    tta.check(t.tta, t.loss.kind, input_shape)
     schedule = (t.scheduler or ConstantLR().base_lr(0.1)).prepare(t.epochs, steps)
     if getattr(schedule, "needs_validation", False) and not has_val:
         raise ConfigError(f"ReduceLROnPlateau monitors {schedule.metric!r}, which needs validation data (the feeder "
@@ -138,7 +140,7 @@ def resolve(config: Config) -> Resolved:
     return Resolved(
         config=config, env=env, timeout_s=timeout, backend=backend, cuda_device=cuda_device, local_batch=local_batch,
         feeder=feeder, num_classes=num_classes,
-        input_shape=plan_inputs.input_shape(t.model, feeder.sample_shape),
+        input_shape=input_shape,
         resolutions=plan_inputs.resolutions(s, feeder.sample_shape, has_val), has_val=has_val,
         steps_per_epoch=steps, micro_steps=micro, schedule=schedule, optimizer=plan_inputs.optimizer_spec(t.optimizer),
         recorded_env=tr_env.recorded())

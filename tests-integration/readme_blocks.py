@@ -69,11 +69,24 @@ def indented_code_lines(text: str) -> list[int]:
     return out
 
 
-def reader_dir(dest: Path, photos: bool) -> Path:
-    """``dest`` made into the directory a reader runs the README from (see the module docstring)."""
+def reader_dir(dest: Path, photos: bool, seed_v3: bool = False) -> Path:
+    """``dest`` made into the directory a reader runs the README from (see the module docstring); ``seed_v3``:
+    also a small seed DTS v3 file, mnist_train.dts (the seed's layout, as tr-data's convert tests build it)."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("data", "examples", "tools"):
         (dest / name).symlink_to(ROOT / name, target_is_directory=True)
+    if seed_v3:
+        import importlib.util
+
+        import numpy as np
+
+        path = ROOT / "packages" / "tr-data" / "tests" / "test_dts_convert_v3.py"
+        spec = importlib.util.spec_from_file_location("_seed_v3_files", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        rng = np.random.default_rng(0)
+        images = rng.integers(0, 256, (64, 28, 28, 1), dtype=np.uint8)
+        (dest / "mnist_train.dts").write_bytes(bytes(module.raw_v3(images, np.arange(64) % 10, 10)))
     if photos:
         if str(ROOT / "tools") not in sys.path:
             sys.path.insert(0, str(ROOT / "tools"))
@@ -81,6 +94,10 @@ def reader_dir(dest: Path, photos: bool) -> Path:
 
         make_image_folder(dest / "photos", **PHOTOS)
     return dest
+
+
+def needs_seed_v3(block: Block) -> bool:
+    return "mnist_train.dts" in block.text
 
 
 def needs_photos(block: Block) -> bool:

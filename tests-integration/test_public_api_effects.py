@@ -374,6 +374,7 @@ EFFECTS: dict[str, Callable[..., None]] = {
     "DeepLearningTask.param_group": lambda: run_differs(param_group=("norm", 3.0)),
     "DeepLearningTask.layer_decay": lambda: run_differs(layer_decay=(0.5,)),
     "DeepLearningTask.accumulate": lambda: run_differs(accumulate=(2,)),  # (MODEL has BN: per micro-batch)
+    "DeepLearningTask.mixup": lambda: run_differs(mixup=()),
     "DeepLearningTask.freeze_first_layer_after": lambda: differs(lambda t: weights(t, 2), total_epochs=(2,),
                                                                  freeze_first_layer_after=(1,)),
     "DeepLearningTask.tta": lambda: differs(lambda t: t.compile().run().history[0].val_loss, tta=(True, 1)),

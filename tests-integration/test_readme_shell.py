@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from readme_blocks import ROOT, Block, blocks, reader_dir, readme_text, require_photos
+from readme_blocks import ROOT, Block, blocks, needs_seed_v3, reader_dir, readme_text, require_photos
 
 BLOCKS = blocks("bash")
 
@@ -37,13 +37,18 @@ def run_bash(script: str, where: Path, tmp_path: Path, *options: str) -> subproc
 def check_dts(where: Path, out: str) -> None:
     """tr-dts pack / info / verify / unpack: the files and what the comments say of them."""
     from tr.data import DtsImages, ImageFolder
-    from tr.data.dts import DtsDataset
+    from tr.data.dts import DtsDataset, DtsFile
 
     packed = where / "packed"
     if "packed/mnist" in out or (packed / "mnist").exists():
         mnist = DtsDataset(packed / "mnist")  # the bundled MNIST, every sample
         assert (len(mnist.load("train").labels), len(mnist.load("val").labels)) == (60000, 10000)
         assert "per class" in out and out.count("every checksum matches") == 2  # info, then verify of both
+    if (where / "mnist_train_v4.dts").exists():  # convert: the seed file's samples in a tr pack
+        converted = DtsFile(where / "mnist_train_v4.dts")
+        assert converted.header.num_samples == 64 and "mnist_train_v4.dts" in out
+    if not (where / "photos").exists():
+        return
     photos = ImageFolder(where / "photos")
     for name in ("photos", "fast"):
         if (packed / name).exists():
@@ -68,7 +73,7 @@ def test_a_readme_command_block_runs_as_written(block, tmp_path):
         assert syntax.returncode == 0, syntax.stderr
         assert all((ROOT / s).is_file() for s in _scripts(block)), _scripts(block)
         pytest.skip(block.skip_reason)
-    where = reader_dir(tmp_path / "reader", photos=require_photos(block))
+    where = reader_dir(tmp_path / "reader", photos=require_photos(block), seed_v3=needs_seed_v3(block))
     done = run_bash(block.text, where, tmp_path, "-e", "-o", "pipefail")
     assert done.returncode == 0, f"{block.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     if "tr-dts" in block.text:

@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from tr.backend.cpu.ops.softmax_ce import top1_top5
 from tr.core.bf16 import bf16_values
 from tr.core.dtype import DType
 from tr.core.errors import ConfigError
+from tr.core.metrics import top1_top5
 from tr.graph.steps import Part
 
 ALIASES = {"disabled": (False, 0), "lr": (True, 0), "shift_1px": (False, 1)}  # the seed's TTA enum

@@ -16,9 +16,10 @@ import numpy as np
 
 from tr.backend.cpu.binder import Binder, Step, seq
 from tr.backend.cpu.ops._register import cpu_op
-from tr.backend.cpu.ops.softmax_ce import label_check, result_view, top1_top5
+from tr.backend.cpu.ops.softmax_ce import label_check, result_view
 from tr.backend.rules import onehot_loss as rules
 from tr.backend.rules.onehot_loss import OneHotLoss
+from tr.core.metrics import top1_top5
 
 
 def _loss(r: OneHotLoss, z: np.ndarray, labels: np.ndarray) -> float:

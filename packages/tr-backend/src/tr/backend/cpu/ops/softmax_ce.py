@@ -23,6 +23,7 @@ from tr.backend.cpu.ops._register import cpu_op
 from tr.backend.rules import mixup as mixup_rules
 from tr.backend.rules import softmax_ce as rules
 from tr.core.errors import DataError
+from tr.core.metrics import top1_top5
 
 
 def label_check(labels: np.ndarray, k: int, where: str) -> None:
@@ -66,15 +67,6 @@ class _Softmax:
 
     def accuracy(self, z: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
         return top1_top5(z, labels, self.rows, self.cls)
-
-
-def top1_top5(z: np.ndarray, labels: np.ndarray, rows: np.ndarray, cls: np.ndarray) -> tuple[float, float]:
-    """The top-1 and top-5 fractions of logits z [N, K] ("first max wins"; rows = arange(N), cls = arange(K)[None])."""
-    zy = z[rows, labels][:, None]
-    rank = (z > zy).sum(axis=1) + ((z == zy) & (cls < labels[:, None])).sum(axis=1)
-    # NaN compares false, so a NaN row would rank 0 (a "hit"): a row with any NaN/Inf is never correct
-    rank[~np.isfinite(z).all(axis=1)] = 5  # out of the top 5 even when K < 5
-    return float((rank < 1).mean()), float((rank < 5).mean())
 
 
 def result_view(b: Binder) -> tuple[np.ndarray, Step | None]:

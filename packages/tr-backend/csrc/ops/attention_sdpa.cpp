@@ -55,6 +55,7 @@
 
 #include "cuda/check.hpp"
 #include "native/device.hpp"
+#include "ops/cudnn_per_device.hpp"
 #endif
 
 namespace tr::native {
@@ -193,33 +194,7 @@ struct Plan {
 };
 
 std::map<std::string, std::shared_ptr<Plan>> g_plans;  // "<device>:<plan key>"
-std::map<int, cudnnHandle_t> g_handles;
-std::map<int, std::shared_ptr<DeviceBuffer>> g_workspaces;
-std::map<int, std::size_t> g_workspace_bytes;
-
-cudnnHandle_t handle_for(int device) {  // g_mutex held
-  auto it = g_handles.find(device);
-  if (it != g_handles.end()) return it->second;
-  cuda::DeviceGuard guard(device);
-  cudnnHandle_t h = nullptr;
-  const cudnnStatus_t st = fe::detail::create_handle(&h);
-  if (st != CUDNN_STATUS_SUCCESS) {
-    fail(ErrorKind::Backend, std::string("cudnnCreate failed: ") + fe::detail::get_error_string(st));
-  }
-  g_handles[device] = h;  // one per device for the life of the process
-  return h;
-}
-
-std::shared_ptr<DeviceBuffer> workspace_for(int device, std::size_t bytes) {  // g_mutex held
-  if (bytes == 0) return nullptr;
-  auto& have = g_workspace_bytes[device];
-  if (have >= bytes) return g_workspaces[device];
-  cuda::DeviceGuard guard(device);
-  auto buf = std::make_shared<DeviceBuffer>(bytes);
-  g_workspaces[device] = buf;  // ops holding the previous buffer keep it alive
-  have = bytes;
-  return buf;
-}
+CudnnPerDevice g_cudnn;  // the handles and the shared workspace (under g_mutex)
 
 // A [N, heads, T, dh] view of rows of `row` elements (3D for qkv and dqkv, D for y and dy).
 fe::graph::Tensor_attributes bhsd(const char* name, Uid uid, const SdpaShape& s, std::int64_t row, DT dt) {
@@ -353,7 +328,7 @@ std::shared_ptr<Plan> plan_for(Context& ctx, const A& args, bool backward, bool 
     return refuse(e.what());
   }
   const char* dir = backward ? "backward" : "forward";
-  cudnnHandle_t handle = handle_for(device);
+  cudnnHandle_t handle = g_cudnn.handle(device);
   cuda::DeviceGuard guard(device);
   try {
     plan->graph = make_graph(device, backward, c, stats, det);
@@ -385,7 +360,7 @@ std::shared_ptr<Plan> plan_for(Context& ctx, const A& args, bool backward, bool 
     }
     std::shared_ptr<DeviceBuffer> ws;
     try {
-      ws = workspace_for(device, static_cast<std::size_t>(rec.workspace));
+      ws = g_cudnn.workspace(device, static_cast<std::size_t>(rec.workspace));
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::OutOfMemory) throw;
       fail(ErrorKind::OutOfMemory, "native op " + std::string(A::op) + ": cuDNN's SDPA " + dir + " (" + rec.engine +
@@ -426,8 +401,8 @@ std::unique_ptr<Op> make(Context& ctx, const A& args, bool backward, bool stats,
   Exec e;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    e = Exec{plan, workspace_for(ctx.device(), static_cast<std::size_t>(plan->record.workspace)),
-             handle_for(ctx.device()), pointers(call_of(args), args)};
+    e = Exec{plan, g_cudnn.workspace(ctx.device(), static_cast<std::size_t>(plan->record.workspace)),
+             g_cudnn.handle(ctx.device()), pointers(call_of(args), args)};
   }
   std::string info = std::string("cudnn sdpa ") + (backward ? "bprop " : "fprop ") + plan->record.engine +
                      (backward ? (det ? ", deterministic" : ", NONDETERMINISTIC (opted in)") : "") +

@@ -62,6 +62,7 @@ long workspace_cap_mb() {
 #include "cuda/context.hpp"
 #include "cuda/cudnn.hpp"
 #include "native/device.hpp"
+#include "ops/cudnn_per_device.hpp"
 
 namespace tr::native {
 
@@ -79,9 +80,7 @@ struct Plan {
 
 std::mutex g_mutex;
 std::map<std::string, std::shared_ptr<Plan>> g_plans;
-std::map<int, cudnnHandle_t> g_handles;
-std::map<int, std::shared_ptr<DeviceBuffer>> g_workspaces;
-std::map<int, std::size_t> g_workspace_bytes;
+CudnnPerDevice g_cudnn;  // the handles and the shared workspace (under g_mutex)
 std::map<int, std::pair<std::string, std::string>> g_cache_names;  // device -> (cache file name, identity)
 CudnnPlanStats g_stats;
 
@@ -123,30 +122,6 @@ TensorPtr tensor(fe::graph::Graph& g, const char* name, std::int64_t n, std::int
 
 void output(const TensorPtr& t, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, DT dt) {
   t->set_output(true).set_dim({n, c, h, w}).set_stride({h * w * c, 1, w * c, c}).set_data_type(fe_type(dt));
-}
-
-cudnnHandle_t handle_for(int device) {
-  auto it = g_handles.find(device);
-  if (it != g_handles.end()) return it->second;
-  cuda::DeviceGuard guard(device);
-  cudnnHandle_t h = nullptr;
-  const cudnnStatus_t st = fe::detail::create_handle(&h);
-  if (st != CUDNN_STATUS_SUCCESS) {
-    fail(ErrorKind::Backend, std::string("cudnnCreate failed: ") + fe::detail::get_error_string(st));
-  }
-  g_handles[device] = h;  // one per device for the life of the process
-  return h;
-}
-
-std::shared_ptr<DeviceBuffer> workspace_for(int device, std::size_t bytes) {
-  if (bytes == 0) return nullptr;
-  auto& have = g_workspace_bytes[device];
-  if (have >= bytes) return g_workspaces[device];
-  cuda::DeviceGuard guard(device);
-  auto buf = std::make_shared<DeviceBuffer>(bytes);
-  g_workspaces[device] = buf;  // ops holding the previous buffer keep it alive
-  have = bytes;
-  return buf;
 }
 
 // The in-process plan map's key: the plan key on one device, with how its engine is chosen.
@@ -266,7 +241,7 @@ bool warm_up(Context& ctx, cudnnHandle_t handle, const Plan& plan, const void* p
   cuda::check(cudaDeviceSynchronize(), "cuDNN conv warm-up");
   cudaStream_t s = ctx.stream(1);
   if (fe::detail::set_stream(handle, s) != CUDNN_STATUS_SUCCESS) fail(ErrorKind::Backend, "cudnnSetStream failed");
-  auto ws = workspace_for(ctx.device(), static_cast<std::size_t>(plan.record.workspace));
+  auto ws = g_cudnn.workspace(ctx.device(), static_cast<std::size_t>(plan.record.workspace));
   std::unordered_map<std::int64_t, void*> ptrs{
       {plan.a, const_cast<void*>(pa)}, {plan.b, const_cast<void*>(pb)}, {plan.out, pout}};
   if (auto e = plan.graph->execute(handle, ptrs, ws ? ws->get() : nullptr); e.is_bad()) {
@@ -297,7 +272,7 @@ std::shared_ptr<Plan> plan_for(Context& ctx, ConvDir d, const ConvGeo& g, DT adt
   AddTime total(g_stats.seconds);
   std::optional<AddTime> building(std::in_place, g_stats.build_seconds);  // until the engines are built
   cuda::cudnn();  // throws DeviceUnavailable when the library is missing
-  cudnnHandle_t handle = handle_for(device);
+  cudnnHandle_t handle = g_cudnn.handle(device);
   cuda::DeviceGuard guard(device);
 
   auto graph = std::make_shared<fe::graph::Graph>();
@@ -449,7 +424,8 @@ struct Exec {
 
 Exec exec_of(Context& ctx, const std::shared_ptr<Plan>& plan, const void* a, const void* b, void* out) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  Exec e{plan, workspace_for(ctx.device(), static_cast<std::size_t>(plan->record.workspace)), handle_for(ctx.device()),
+  Exec e{plan, g_cudnn.workspace(ctx.device(), static_cast<std::size_t>(plan->record.workspace)),
+         g_cudnn.handle(ctx.device()),
          {}};
   e.ptrs = {{plan->a, const_cast<void*>(a)}, {plan->b, const_cast<void*>(b)}, {plan->out, out}};
   return e;

@@ -372,7 +372,12 @@ def one_run(part: str, framework: str, arch: Arch, recipe: Recipe, precision: st
                 torch.cuda.empty_cache()
     except Exception as e:  # noqa: BLE001 (recorded; the next run still starts)
         traceback.print_exc()
-        return {**head, "error": f"{type(e).__name__}: {e}", "epochs": [], "wall_s": time.perf_counter() - t0}
+        err = {**head, "error": f"{type(e).__name__}: {e}", "epochs": [], "wall_s": time.perf_counter() - t0}
+        if "CUDNN" in str(e):  # which cuDNN files the process had mapped: the mismatch's evidence
+            from cudnn_libraries import loaded_cudnn_libraries
+
+            err["cudnn_libraries"] = loaded_cudnn_libraries()
+        return err
     r["applied"] = steps_applied(r["epochs"], r["steps_per_epoch"])
     return {**head, **r, "error": None, "wall_s": time.perf_counter() - t0}
 

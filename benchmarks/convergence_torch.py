@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from cudnn_libraries import pin_cudnn_sublibraries
 from torch import nn
 
 # --- models ------------------------------------------------------------------------------------------
@@ -258,6 +259,8 @@ def configure(device: torch.device) -> None:
     torch.backends.cudnn.allow_tf32 = False
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
+        pin_cudnn_sublibraries()
+
 
 
 def _sync(device: torch.device) -> None:

@@ -114,6 +114,9 @@ if [ -f "$ROOT/.devdata/jpeg/include/jpeglib.h" ]; then
   export LD_LIBRARY_PATH=$ROOT/.devdata/jpeg/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 export TR_IMAGES=${TR_IMAGES:-/tmp/tr_bench_images}
+# the machine has no scikit-image: tools/make_image_folder.py reads the photographs carried at .devdata/photos.npz
+# (python tools/make_image_folder.py --export-sources .devdata/photos.npz, here)
+if [ -f "$ROOT/.devdata/photos.npz" ]; then export TR_IMAGE_SOURCES=${TR_IMAGE_SOURCES:-$ROOT/.devdata/photos.npz}; fi
 if [ -d "$BUILD/dali/dali_site/nvidia/dali" ]; then  # (stage dali-unpack) after $SITE: its nvidia/ folders first
   export PYTHONPATH=$PYTHONPATH:$BUILD/dali/dali_site
   # the image codec's JPEG extension loads libnvjpeg.so.13: the nvidia-nvjpeg wheel of .whl, in $SITE/nvidia/cu13

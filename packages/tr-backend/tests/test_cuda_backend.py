@@ -84,6 +84,25 @@ def test_auto_backend_is_cuda_and_arena_round_trips():
 
 
 @pytest.mark.gpu
+def test_a_write_lands_before_the_next_launch_reads_or_writes_it():
+    """write() returns when the bytes are on the device: a graph launched right after (on a non-blocking stream)
+    reads the new values, and its outputs are not overwritten by a write still in flight (a pageable
+    cudaMemcpy returns once staged; the softmax_ce backward's test once saw its poison land after the kernel)."""
+    n = 8 << 20  # 32 MiB of FP32: many staging chunks
+    tw = Twin()
+    tw.add("x", (n,))
+    tw.add("y", (n,))
+    tw.allocate()
+    copy = tw.gpu.capture("copy", [op("copy", x=tw["x"], y=tw["y"])])
+    for i in range(1, 9):
+        tw.gpu.write(tw["x"], np.full(n, float(i), np.float32))
+        tw.gpu.write(tw["y"], np.full(n, np.nan, np.float32))  # poison, then the copy must overwrite all of it
+        tw.gpu.launch(copy)
+        y = tw.gpu.read(tw["y"])
+        assert not np.isnan(y).any() and (y == i).all(), (i, int(np.isnan(y).sum()), np.unique(y)[:4])
+
+
+@pytest.mark.gpu
 def test_plan_larger_than_free_memory_raises_before_allocating():
     be = cuda_backend()
     huge = 1 << 44  # 16 TiB

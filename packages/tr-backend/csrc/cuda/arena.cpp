@@ -68,6 +68,9 @@ void DeviceArena::memset(int value, std::size_t offset, std::size_t nbytes) {
   check_range(offset, nbytes, "memset");
   cuda::DeviceGuard guard(device_);
   cuda::check(cudaMemset(static_cast<char*>(ptr_) + offset, value, nbytes), "cudaMemset");
+  // cudaMemset is asynchronous to the host and runs on the legacy stream, which our non-blocking streams do not
+  // wait for: without this a graph launched next could read the bytes before (or be overwritten after) the set.
+  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudaMemset");
 }
 
 void DeviceArena::upload(const void* src, std::size_t nbytes, std::size_t offset) {
@@ -76,6 +79,11 @@ void DeviceArena::upload(const void* src, std::size_t nbytes, std::size_t offset
   cuda::DeviceGuard guard(device_);
   cuda::check(cudaMemcpy(static_cast<char*>(ptr_) + offset, src, nbytes, cudaMemcpyHostToDevice),
               "cudaMemcpy host->device");
+  // From pageable memory cudaMemcpy returns once the bytes are staged, before the DMA lands, on the legacy stream
+  // our non-blocking streams do not wait for: a graph launched next could run first and its outputs be
+  // overwritten (seen as poison left in a kernel's output on the H100). Returning only when they are on the device
+  // makes write() mean written.
+  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudaMemcpy host->device");
 }
 
 void DeviceArena::download(void* dst, std::size_t nbytes, std::size_t offset) const {

@@ -21,6 +21,7 @@ class DeviceArena {
   std::size_t size() const { return size_; }
   int device() const { return device_; }
 
+  // memset and upload return when the bytes are on the device (ordered before any later launch on any stream).
   void memset(int value, std::size_t offset, std::size_t nbytes);
   void upload(const void* src, std::size_t nbytes, std::size_t offset);
   void download(void* dst, std::size_t nbytes, std::size_t offset) const;

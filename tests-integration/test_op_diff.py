@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from op_diff import (
+    _values,
     backward_from_test_forward,
     compare,
     epoch_calls,
@@ -43,7 +44,7 @@ class _Wrong(AfterEachCall):
         if call.op == self.op:
             if self.seen == self.nth:
                 t = call.args[self.out]
-                self.inner.write(t, self.inner.read(t) * np.float32(self.factor))
+                self.inner.write(t, _values(self.inner, t) * np.float32(self.factor))  # (write rounds to BF16)
             self.seen += 1
 
 
@@ -61,6 +62,20 @@ def test_two_cpu_backends_agree_on_every_op(tasks):
     assert all(o.rel == 0.0 for d in diffs for o in d.outputs)
     ops = {d.op for d in diffs}
     assert {"bn_maxpool_bwd", "bn_bwd", "conv_bwd", "fc_bwd", "dropout_bwd", "range_optimizer"} <= ops
+
+
+def test_bf16_tensors_compare_as_numbers():
+    """Under BF16 AMP the tool reads 16-bit tensors as values (not their bits): two CPU backends agree on every op,
+    and a BF16 output made 10 % wrong (BF16's bound is 4 %) is named with a 10 % error."""
+    a, b = task_pair(_net(), 16, 4, "bf16", CLASSES, test="cpu")
+    calls = step_calls(a.program)
+    assert first_over(compare(a, b, calls)) is None
+    fill_batch(a, CLASSES)
+    wrong = SimpleNamespace(program=b.program, backend=_Wrong(b.backend, "conv_fwd", 1, "y", 1.10))
+    bad = first_over(compare(a, wrong, calls))
+    assert bad is not None and bad.op == "conv_fwd" and [o.tensor for o in bad.over()] and \
+        bad.worst.dtype == "bf16", bad
+    assert bad.worst.rel == pytest.approx(0.10, rel=0.05)  # BF16 rounds the scaled values: 10 % to within its ulp
 
 
 @pytest.mark.parametrize("op,nth,out", [("bn_maxpool_bwd", 1, "dgamma"), ("dropout_bwd", 0, "dx"),

@@ -30,7 +30,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from op_diff import _args, arguments, check_same_plan, epoch_calls, example, first_backward, task_pair
+from op_diff import (
+    _args,
+    _values,
+    amp_of,
+    arguments,
+    check_same_plan,
+    epoch_calls,
+    example,
+    first_backward,
+    task_pair,
+)
 
 from tr.backend.binding import CallBinder, window_geometry
 from tr.backend.cpu.ops._window import Window
@@ -197,7 +207,7 @@ DECISIONS: dict[str, Callable[[_Call], list[Flip]]] = {
 
 def _read(backend, program, call: OpCall, roles: tuple[str, ...]) -> dict[str, np.ndarray]:
     """The call's tensor arguments of ``roles`` by argument name (spans left out: no decision reads one)."""
-    return {name: backend.read(t) for name, t in _args(program, call, roles, expand=False)
+    return {name: _values(backend, t) for name, t in _args(program, call, roles, expand=False)
             if not isinstance(call.args[name], Span)}
 
 
@@ -246,10 +256,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = arguments(__doc__.split("\n\n")[0])
     p.add_argument("--bound", type=float, default=ROUNDING_MARGIN, help="FP32: the largest margin rounding explains")
     a = p.parse_args(argv)
-    flips = run(example(a.model), a.resolution, a.batch, a.amp, ref=a.ref, test=a.test)
+    flips = run(example(a.model), a.resolution, a.batch, amp_of(a), ref=a.ref, test=a.test)
     print(report(flips))
-    if a.amp:
-        return 0  # FP16 rounding flips decisions at any margin: nothing to hold them to
+    if amp_of(a):
+        return 0  # 16-bit rounding flips decisions at any margin: nothing to hold them to
     beyond = [f for f in flips if f.margin > a.bound]
     print(f"beyond rounding (margin > {a.bound:g}):", "none" if not beyond else "; ".join(map(str, beyond)))
     return 1 if beyond else 0

@@ -183,6 +183,12 @@ def _compare_outputs(pairs: list[tuple[str, DTensor, np.ndarray, np.ndarray]]) -
     return out
 
 
+def _values(backend, t: DTensor) -> np.ndarray:
+    """``t``'s elements as numbers (a BF16 tensor reads as its bits: widened to FP32 here)."""
+    a = backend.read(t)
+    return (a.astype(np.uint32) << 16).view(np.float32) if t.dtype is DType.BF16 else a
+
+
 def compare(ref_task, test_task, calls: Sequence[OpCall]) -> list[OpDiff]:
     """Run ``calls`` op by op on both tasks' backends, the test backend fed the reference's inputs before each op;
     one OpDiff per call. The reference's arena advances through the step as usual; the test's is overwritten with
@@ -199,7 +205,7 @@ def compare(ref_task, test_task, calls: Sequence[OpCall]) -> list[OpDiff]:
         rb.synchronize()
         tb.launch(g_test)
         tb.synchronize()
-        diffs = _compare_outputs([(arg, t, rb.read(t), tb.read(t))
+        diffs = _compare_outputs([(arg, t, _values(rb, t), _values(tb, t))
                                   for arg, t in _args(prog, call, ("out", "inout"), expand=True)])
         out.append(OpDiff(i, call.op, call.layer, call.label, diffs))
     return out
@@ -224,7 +230,8 @@ def fill_batch(task, classes: int, seed: int = 5) -> None:
     rng = np.random.default_rng(seed)
     prog, be = task.program, task.backend
     x, y = prog.named["data_a"], prog.named["labels_a"]
-    be.write(x, rng.standard_normal(x.shape.dims).astype(x.dtype.np_dtype))
+    v = rng.standard_normal(x.shape.dims)
+    be.write(x, v.astype(np.float32) if x.dtype is DType.BF16 else v.astype(x.dtype.np_dtype))  # write() rounds BF16
     be.write(y, rng.integers(0, classes, y.shape.dims).astype(y.dtype.np_dtype))
 
 
@@ -244,7 +251,7 @@ def example(model: str, classes: int = 10):
     return BluePrint(seq(*layers[:-1], fc(classes)), name=model, num_classes=classes)
 
 
-def build_task(blueprint, device: str, amp: bool, resolution: int, batch: int, classes: int = 10,
+def build_task(blueprint, device: str, amp: bool | str, resolution: int, batch: int, classes: int = 10,
                steps: int = 1, compiled: bool = True):
     """A one-epoch task of ``blueprint`` on ``device`` over ``steps`` seeded batches (SGD with Nesterov momentum
     and weight decay at a constant 1e-4, seed 11, AMP's dynamic loss scale from 1024: the settings
@@ -256,12 +263,14 @@ def build_task(blueprint, device: str, amp: bool, resolution: int, batch: int, c
     from tr.task.deep_learning import DeepLearningTask
     from tr.task.feeder import ArrayFeeder
 
-    dt = np.float16 if amp else np.float32
+    dt = {False: "float32", True: "float16", "bf16": "bfloat16"}[amp]  # the feeder stages (rounds) to this
     rng = np.random.default_rng(5)
     x = rng.standard_normal((steps * batch, resolution, resolution, 3)).astype(np.float32)
     y = rng.integers(0, classes, steps * batch).astype(np.int32)
-    feeder = ArrayFeeder((x.astype(dt), y), None, batch, shuffle=False, num_classes=classes, dtype=dt)
-    s = Settings().manual_seed(11).global_batch_size(batch).amp(amp).loss_scaling("dynamic", init=1024.0)
+    feeder = ArrayFeeder((x, y), None, batch, shuffle=False, num_classes=classes, dtype=dt)
+    s = Settings().manual_seed(11).global_batch_size(batch).amp(amp)
+    if amp is True:  # FP16's dynamic loss scale from 1024 (BF16 has none)
+        s.loss_scaling("dynamic", init=1024.0)
     task = (DeepLearningTask(s).device(device).quiet().model(blueprint)
             .optimizer(SGD().momentum(0.9).nesterov(True).weight_decay(1e-4))
             .scheduler(ConstantLR().base_lr(1e-4)).total_epochs(1).data(feeder))
@@ -270,7 +279,7 @@ def build_task(blueprint, device: str, amp: bool, resolution: int, batch: int, c
     return task
 
 
-def task_pair(blueprint, resolution: int, batch: int, amp: bool, classes: int = 10, ref: str = "cpu",
+def task_pair(blueprint, resolution: int, batch: int, amp: bool | str, classes: int = 10, ref: str = "cpu",
               test: str = "cuda") -> tuple:
     """``blueprint`` compiled alike on the ``ref`` and the ``test`` device, the reference's batch filled."""
     a = build_task(blueprint, ref, amp, resolution, batch, classes)
@@ -279,7 +288,7 @@ def task_pair(blueprint, resolution: int, batch: int, amp: bool, classes: int = 
     return a, b
 
 
-def run(blueprint, resolution: int, batch: int, amp: bool, classes: int = 10, ref: str = "cpu",
+def run(blueprint, resolution: int, batch: int, amp: bool | str, classes: int = 10, ref: str = "cpu",
         test: str = "cuda") -> list[OpDiff]:
     """Compile ``blueprint`` on both devices, fill a batch, and compare its training step op by op."""
     a, b = task_pair(blueprint, resolution, batch, amp, classes, ref, test)
@@ -293,17 +302,25 @@ def arguments(description: str) -> argparse.ArgumentParser:
     p.add_argument("--model", default="vgg16_bn")
     p.add_argument("--resolution", type=int, default=32)
     p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--amp", action="store_true")
+    p.add_argument("--amp", action="store_true", help="FP16 AMP")
+    p.add_argument("--bf16", action="store_true", help="BF16 AMP")
     p.add_argument("--ref", default="cpu")
     p.add_argument("--test", default="cuda")
     return p
+
+
+def amp_of(a: argparse.Namespace) -> bool | str:
+    """The parsed --amp / --bf16 as build_task's ``amp`` (False, True for FP16, "bf16")."""
+    if a.amp and a.bf16:
+        raise SystemExit("--amp (FP16) and --bf16 exclude each other")
+    return "bf16" if a.bf16 else a.amp
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = arguments(__doc__.split("\n\n")[0])
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
-    diffs = run(example(a.model), a.resolution, a.batch, a.amp, ref=a.ref, test=a.test)
+    diffs = run(example(a.model), a.resolution, a.batch, amp_of(a), ref=a.ref, test=a.test)
     print(table(diffs))
     bad = first_over(diffs)
     print("first op over the bound:", "none" if bad is None else f"#{bad.index} {bad.op} (layer {bad.layer}): "
@@ -312,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.json:
         rows: list[dict[str, Any]] = [{**asdict(d), "worst": asdict(d.worst) if d.worst else None} for d in diffs]
         Path(a.json).write_text(json.dumps({"model": a.model, "resolution": a.resolution, "batch": a.batch,
-                                            "amp": a.amp, "ops": rows}, indent=1))
+                                            "amp": amp_of(a), "ops": rows}, indent=1))
     return 0 if bad is None else 1
 
 

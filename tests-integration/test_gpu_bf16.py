@@ -8,6 +8,15 @@ the two backends' forwards round at the same points but may tip a relu or pool d
 BF16 first-step gradients are held to the CPU's BF16 distance from the FP32 gradients of the same BF16-rounded
 images (the GPU's worst tensor no farther than twice the CPU's, plus 0.01), and its first loss likewise. Over 20
 steps every loss is finite, none is skipped, and the spread is printed; two CUDA runs are byte-identical.
+
+The 20-step test's first loss is held to BF16's own spread, not to one CPU draw (2026-12-05, H100): VGG16-BN's
+GPU loss lay 0.120 from the FP32 loss where the CPU's lay 0.021, yet every op of the BF16 step matched the CPU op
+on identical inputs (test_gpu_op_by_op.py's BF16 cases) and the two BF16 forwards took 916 relu/pool decisions
+differently (tools/testkit/forward_flips.py --bf16: at batch 4 and 32x32 the late BNs normalise over 4-16 values).
+One CPU draw is luck: this machine's CPU gives 0.040 on the same batch, and random BF16 roundings of the images
+give up to 0.176 (VGG16-BN), 0.93 (ResNet-50), 0.47 (MobileNetV2), 0.53 (EfficientNet-B0). So the distance
+allowed is twice the farthest of the CPU's nearest rounding and four random roundings, plus 1 %; the ops
+themselves are held per op at op_diff.BOUND.
 """
 
 import sys
@@ -44,6 +53,17 @@ def test_cnn_first_step_bf16_gradients_are_as_close_to_fp32_as_the_cpus(name, re
     assert gpu_err[0][1] <= 2 * cpu_err[0][1] + 0.01, f"GPU {gpu_err[:8]}, CPU {cpu_err[:8]}"
 
 
+def _cpu_bf16_spread(name, fp32_loss, cpu_loss, draws=4):
+    """How far the CPU's BF16 first loss lies from the FP32 one, at its farthest over the nearest rounding of the
+    images and ``draws`` random BF16 roundings of them: the scale of BF16's own rounding for this network and batch."""
+    far = abs(cpu_loss - fp32_loss)
+    for seed in range(draws):
+        task, losses = _task(name, "cpu", "bf16", rounding_seed=seed, batches=1)  # the 20-step run's first batch
+        task.compile().run()
+        far = max(far, abs(losses[0] - fp32_loss))
+    return far
+
+
 @pytest.mark.parametrize("name", ["vgg16_bn", "resnet50", "mobilenet_v2", "efficientnet_b0"])
 def test_cnn_bf16_cuda_follows_the_cpu_over_20_steps(name):
     cpu, lc = _task(name, "cpu", "bf16")
@@ -55,7 +75,8 @@ def test_cnn_bf16_cuda_follows_the_cpu_over_20_steps(name):
     assert run_g.skipped_steps == run_c.skipped_steps == 0
     fp32, lf = _task(name, "cpu", False, fp16_inputs="bf16")
     fp32.compile().run()
-    assert abs(lg[0] - lf[0]) <= 2 * abs(lc[0] - lf[0]) + 1e-2 * abs(lf[0]), (lg[0], lc[0], lf[0])
+    spread = _cpu_bf16_spread(name, lf[0], lc[0])
+    assert abs(lg[0] - lf[0]) <= 2 * spread + 1e-2 * abs(lf[0]), (lg[0], lc[0], lf[0], spread)
     print(f"{name} BF16: relative loss differences by step",
           np.round(np.abs(np.array(lg) - lc) / np.abs(lc), 4).tolist())
 

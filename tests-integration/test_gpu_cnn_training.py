@@ -56,14 +56,21 @@ LR = 1e-4  # small: 20 steps of a deep net on random labels stay near-linear, so
 STAGED = {False: "float32", True: "float16", "bf16": "bfloat16"}  # amp -> the feeder's type
 
 
-def _task(name, device, amp, steps=STEPS, res=RES, batch=BATCH, fp16_inputs=False):
+def _task(name, device, amp, steps=STEPS, res=RES, batch=BATCH, fp16_inputs=False, rounding_seed=None,
+          batches=None):
     """``amp``: False, True (FP16) or "bf16"; ``fp16_inputs``: the images rounded as that AMP run stages them (True:
-    FP16, "bf16": BF16), for an FP32 run on the AMP run's images."""
+    FP16, "bf16": BF16), for an FP32 run on the AMP run's images; ``rounding_seed``: BF16 images each rounded up or
+    down at random (from this seed) instead of to nearest; ``batches``: train on only the first of the ``steps``
+    batches drawn."""
     rng = np.random.default_rng(5)
     x = rng.standard_normal((steps * batch, res, res, 3)).astype(np.float32)
     if fp16_inputs:  # an FP32 run on the AMP run's (16-bit-rounded) images
         x = round_bf16(x) if fp16_inputs == "bf16" else x.astype(np.float16).astype(np.float32)
     y = rng.integers(0, CLASSES, steps * batch).astype(np.int32)
+    if rounding_seed is not None:
+        x = bf16_rounded_at_random(x, rounding_seed)
+    if batches is not None:
+        x, y = x[:batches * batch], y[:batches * batch]
     feeder = ArrayFeeder((x, y), None, batch, shuffle=False, num_classes=CLASSES, dtype=STAGED[amp])
     s = Settings().manual_seed(11).global_batch_size(batch).amp(amp)
     if amp is True:  # a first loss scale that does not overflow the first FP16 step (the default 65536 does)
@@ -74,6 +81,15 @@ def _task(name, device, amp, steps=STEPS, res=RES, batch=BATCH, fp16_inputs=Fals
     losses = []
     t.on_step(lambda k, r: losses.append(float(r[0])))
     return t, losses
+
+
+def bf16_rounded_at_random(x, seed):
+    """Each FP32 value replaced by one of the two BF16 values around it, picked at random: an equally valid BF16
+    rounding (off by one BF16 ulp from round-to-nearest in about half the elements)."""
+    raw = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    bits = raw & np.uint32(0xFFFF0000)
+    up = (np.random.default_rng(seed).random(x.shape) < 0.5) & (bits != raw)  # (a BF16 value stays itself)
+    return (bits + up.astype(np.uint32) * np.uint32(0x10000)).view(np.float32)
 
 
 def _gradients(task, amp):

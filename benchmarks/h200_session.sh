@@ -396,7 +396,8 @@ stage_gputests() {  # GPUTESTS (default: every package and tests-integration): t
 stage_gpusuite() {  # tools/gpu_suite.py within the stage's limit (exec: the runner gets timeout's SIGTERM itself)
   # shellcheck disable=SC2086
   exec "$PY" tools/gpu_suite.py --shard "${GPU_SHARD:-all}" --budget $(( ${TR_STAGE_LIMIT_S:-$SUITE_LIMIT} - 5 )) \
-    --out "$OUT" --work "$BUILD/gpusuite" ${GPUSUITE_ARGS:-} ${GPUSUITE_PATHS:-packages tests-integration}
+    --out "$OUT" --work "$BUILD/gpusuite" ${GPUSUITE_PATHS:-packages tests-integration} ${GPUSUITE_ARGS:-}
+  # (the paths first: --rerun-failed takes every word after it)
 }
 
 stage_profile() {  # $1: model

@@ -27,7 +27,7 @@ Context::Context(int device, std::size_t workspace_bytes) : device_(device), wor
   cuda::DeviceGuard guard(device);
   // TRANS at the device's greatest priority: the transfer graph that feeds the next step is scheduled ahead of the
   // running step's kernels as their blocks retire, instead of behind every kernel already launched. (nvJPEG's
-  // decode on it still waits for the whole device: measured on the H200, benchmarks/RESULTS.md.) The compute
+  // decode on it still waits for the whole device: measured, benchmarks/RESULTS.md.) The compute
   // streams keep the default (least) priority.
   int least = 0, greatest = 0;
   cuda::check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");

@@ -233,8 +233,8 @@ JpegDecoder::JpegDecoder(int device, const std::string& backend, int max_batch, 
   auto* impl = new Impl(a);
   try {
     // strict: a damaged bitstream is an error, not a partly gray image; interpolated chroma upsampling: as
-    // libjpeg-turbo's fancy upsampling (the engine's time 5x on the H200). A backend that refuses a flag is tried
-    // without it.
+    // libjpeg-turbo's fancy upsampling (several times the engine's time, RESULTS.md). A backend that refuses a
+    // flag is tried without it.
     const unsigned asked = (strict ? nvj::kFlagStrict : 0u) | (interpolate ? nvj::kFlagInterpolate : 0u);
     const unsigned flag_sets[] = {asked, asked & nvj::kFlagStrict, 0u};
     const int order_auto[] = {nvj::kBackendHardware, nvj::kBackendGpuHybrid};

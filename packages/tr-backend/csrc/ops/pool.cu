@@ -209,7 +209,7 @@ constexpr int kGapCols = 32, kGapLanes = 16;  // a GAP block: 32 channels of one
 
 // The same mean with the rows of a sample spread over a block: lane j sums rows j, j + 16, ... of channels
 // 32x .. 32x + 31, then lane 0 adds the 16 lane sums in order (deterministic). One thread per (sample, channel)
-// above summed up to H*W = 12,544 rows alone (EfficientNet's first squeeze: 4.4 ms at 46 GB/s on the H200).
+// above summed up to H*W = 12,544 rows alone (EfficientNet's first squeeze: far from the bandwidth, RESULTS.md).
 template <class TX, class TY>
 __global__ void gap_fwd_lanes_kernel(const TX* __restrict__ x, TY* y, int hw, int c) {
   __shared__ float part[kGapLanes][kGapCols + 1];

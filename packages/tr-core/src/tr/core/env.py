@@ -211,7 +211,7 @@ declare(Var(
     "TR_FC_DRELU", "flag", False, "tr-graph", effect="plan",
     doc="`1`: an fc(relu) read only by an fc hands it the relu's bit mask, and that fc's dx GEMM applies the "
         "relu's backward (cuBLASLt's DRELU epilogue; tr.graph.passes.fuse_drelu)",
-    more="Off by default: on the H200 the MNIST MLP's step measured slower with it (benchmarks/RESULTS.md)",
+    more="Off by default: the MNIST MLP's step measured slower with it (benchmarks/RESULTS.md, issue [11])",
     why="adds relu-mask tensors to the plan and moves the relu's backward into the next fc's backward op"))
 declare(Var(
     "TR_CUBLASLT_EPILOGUES", "flag", True, "tr-backend", effect="numerics",

@@ -481,8 +481,8 @@ def gap() -> GAP:
 
 def gap_fc(out: int, bias: bool = True) -> Seq:
     """The seed's ``gap_fc``: global average pooling then an fc. It runs as gap_fwd and the fc's GEMM, which
-    reads the pooled [N, C] directly (in MobileNetV2's H200 step the pair costs 0.1 ms of 20.9: a fused
-    kernel would have almost nothing to take)."""
+    reads the pooled [N, C] directly (the pair is a small fraction of MobileNetV2's step, benchmarks/RESULTS.md:
+    a fused kernel would have almost nothing to take)."""
     return seq(gap(), fc(out, bias))
 
 

@@ -376,9 +376,8 @@ def fuse_drelu(layers: Sequence[ArchLayer]) -> list[ArchLayer]:
     to the dx it computes (param drelu), so the relu's backward is the dx GEMM's epilogue, not an op. Only
     where the second fc is the first one's sole reader: then dx is that relu's whole output gradient.
 
-    Off unless TR_FC_DRELU=1: on the H200 the MNIST MLP's step measured 119 us with it and 115 us without
-    (benchmarks/RESULTS.md, issue [11]): cuBLASLt's DRELU GEMMs are slower than its plain ones plus tr's
-    relu-backward kernels there."""
+    Off unless TR_FC_DRELU=1: the MNIST MLP's step measured slower with it (benchmarks/RESULTS.md, issue [11]):
+    cuBLASLt's DRELU GEMMs are slower than its plain ones plus tr's relu-backward kernels there."""
     if not tr_env.get("TR_FC_DRELU"):
         return list(layers)
     by_uid = {L.uid: L for L in layers}

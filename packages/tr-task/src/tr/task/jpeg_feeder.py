@@ -17,8 +17,8 @@ model of its timings, so that both decoders take as long for a batch: the CPU's 
 then add up, and whatever slows one of them in training moves rows to the other; tr's nvJPEG call waits for
 the whole device, so beside a long training step "auto" ends at 1, see _rebalance). Which row goes
 where depends on the share alone, so a fixed share gives the same batches every run; "auto"'s share depends on
-timings, so the pixels of a few rows may differ by nvJPEG's difference from libjpeg-turbo (at most a grey level on
-the H200) from run to run.
+timings, so the pixels of a few rows may differ by nvJPEG's difference from libjpeg-turbo (a grey level or so:
+the GPU tests' bound) from run to run.
 With ``refused="nvjpeg"`` the files the hardware engine refuses are decoded in the preparation of their batch
 by nvJPEG's decoupled decoder instead (Huffman on ``cpu_threads`` host threads, the rest on the GPU on a side
 stream of its own) into a side buffer of the feeder's own (two batches' worth, outside the arena:
@@ -315,10 +315,10 @@ class DeviceJpegFeeder(DeviceSideFeeder):
     def _rebalance(self, epoch: int) -> None:
         """With "auto": the CPU's share from this epoch's timings so far (after its first REBALANCE_AFTER batches
         and at its end). A batch's nvJPEG call costs ``wait + rows * row_s``: tr's call waits for the whole device
-        (measured on the H200: it does not overlap a running GEMM load or training step, whether or not nvJPEG's
-        buffers are freed), so each call first waits for the step beside it, then decodes (``row_s``: an image's
-        time, measured at upload); the CPU decodes its rows in ``cpu_row_s`` each meanwhile. The share that makes
-        both sides equal, or 1 when the CPU alone is done before the wait is: then nvJPEG is not called (its last
+        (measured, benchmarks/RESULTS.md: it does not overlap a running GEMM load or training step, whether or not
+        nvJPEG's buffers are freed), so each call first waits for the step beside it, then decodes (``row_s``: an
+        image's time, measured at upload); the CPU decodes its rows in ``cpu_row_s`` each meanwhile. The share that
+        makes both sides equal, or 1 when the CPU alone is done before the wait is: then nvJPEG is not called (its last
         ``wait`` is kept). The wait is a call's, over the batches that called nvJPEG (an epoch that moved to a
         share of 1 part of the way has batches without a call: averaged over those too, the wait would look
         smaller than it is and the share would swing back). A share below 1 is then checked against 1 by timing

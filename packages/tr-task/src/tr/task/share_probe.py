@@ -9,8 +9,8 @@ the model gives a share below 1, it times PROBE training batches at that share, 
 alone), and keeps the share with the shorter median period.
 
 RefusedProbe, for ``refused="auto"``: the files the hardware engine refuses decoded by nvJPEG's decoupled decoder
-or by libjpeg-turbo. Measured on the H200, the decoupled decoder lifts a pipeline-bound loop 1.2-1.5x but slows
-one beside a step that keeps the GPU busy (its GPU phase waits for the step): which one wins is the model's and
+or by libjpeg-turbo. The decoupled decoder lifts a pipeline-bound loop but slows one beside a step that keeps the
+GPU busy (benchmarks/RESULTS.md) (its GPU phase waits for the step): which one wins is the model's and
 the data's, so it is timed the same way, PROBE batches each.
 
 Both time the loop's period between batches (the pipeline and the step together, as training runs them). The

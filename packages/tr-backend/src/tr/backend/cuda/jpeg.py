@@ -6,8 +6,8 @@ nvJPEG is opened at run time (``libnvjpeg.so.13``): from ``TR_NVJPEG_PATH``, NVI
 ``nvidia/cu13/lib``), the library found at build time, then the system's loader; DeviceUnavailableError names
 every path tried. The decoder takes the hardware backend (the JPEG engines of A100/H100/H200) where the GPU has
 one, else the GPU-assisted hybrid; ``backend`` says which, with its flags (strict bitstreams; interpolated chroma
-upsampling where asked and the backend takes it: libjpeg-turbo's default upsampling, but 5x the engine's time on
-the H200, benchmarks/RESULTS.md; without, each chroma sample is replicated, as libjpeg-turbo's
+upsampling where asked and the backend takes it: libjpeg-turbo's default upsampling, but several times the
+engine's time (benchmarks/RESULTS.md); without, each chroma sample is replicated, as libjpeg-turbo's
 ``interpolate_chroma=False`` decodes).
 
 ``decode`` returns one status a sample: DECODED, UNSUPPORTED (this backend does not take the file: progressive

@@ -57,12 +57,16 @@ class ResolutionRamp:
             raise ConfigError(f"{what}: end_ramp {self.end_ramp} is before start_ramp {start}")
 
     def describe(self) -> str:
+        if self.end_ramp is None:  # (train_resolution(begin, end): the ramp over the whole run)
+            return f"train_resolution({self.min_res}, {self.max_res})"
         return (f"progressive_resizing({self.min_res}, {self.max_res}, start_ramp={self.start_ramp}, "
                 f"end_ramp={self.end_ramp}, multiple={self.multiple})")
 
     def side(self, epoch: int, epochs: int) -> int:
         """The side of epoch ``epoch`` (0-based) of a run of ``epochs``: FFCV's get_resolution."""
         end = epochs - 1 if self.end_ramp is None else self.end_ramp
+        if self.end_ramp is None and epoch == end:  # the whole run's ramp ends at its last epoch (one: the final side)
+            return self.max_res
         if epoch <= self.start_ramp:
             return self.min_res
         if epoch >= end:

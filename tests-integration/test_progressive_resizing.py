@@ -134,3 +134,16 @@ def test_bad_schedules_are_refused_at_compile_naming_the_problem():
               .train_transforms(Resize(36), CenterCrop(32)).val_transforms(Resize(36), CenterCrop(32)))
     with pytest.raises(ConfigError, match=r"CenterCrop"):
         _task(feeder=PipelineFeeder(center, 8, seed=5)).compile()
+
+
+def test_a_dry_run_launches_every_sides_step_and_changes_nothing():
+    plain = _task(epochs=4).compile()
+    plain.run(3)
+    t = _task(epochs=4).compile()
+    t.run(1)
+    seen = _spy(t)
+    report = t.dry_run()
+    assert {"train_a", "train_a@16"} <= set(report.ran)
+    assert ("transfer_a@16", (8, 16, 16, 3)) in seen and ("transfer_a", (8, 32, 32, 3)) in seen
+    t.run(2)  # the second epoch at 16 and the third at 32: the bytes of the run without the dry run
+    assert _state(t) == _state(plain)

@@ -9,6 +9,7 @@ from tr.graph.blueprint import bn, conv, fc, flatten, gap, maxpool, relu, seq
 from tr.graph.compiler import compile_program
 from tr.graph.spec import CompileSpec
 
+
 def _first_conv(p, step: str):
     return next(c for c in p.step(step).calls if c.op == "conv_fwd").args["x"]
 

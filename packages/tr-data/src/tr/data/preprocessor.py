@@ -37,10 +37,10 @@ from tr.core.errors import ConfigError, DataError, PhaseError, ShapeError
 from tr.core.log import get_logger
 from tr.data import _native
 from tr.data.dataset import Split
+from tr.data.progressive import packed_station, resized_transforms
 from tr.data.seeds import check_index, check_train, data_seed, epoch_order, seed_prefix
 from tr.data.settings import PREPROCESSOR_SETTING, PreprocessorSettings
 from tr.data.sharding import check_shard, shard_size
-from tr.data.progressive import packed_station, resized_transforms
 from tr.data.station import Batch, TransferStation
 from tr.data.transforms import Compose
 

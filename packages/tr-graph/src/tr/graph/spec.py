@@ -283,6 +283,7 @@ class CompileSpec:
 
 
 AMP_DTYPES = {"fp16": DType.FP16, "bf16": DType.BF16}
+_NO_LOSS_SCALING = ("dynamic", None, DEFAULT_GROWTH_INTERVAL)  # loss_scaling()'s defaults: what BF16 accepts
 
 
 def loss_scale_fields(settings: Settings) -> dict[str, Any]:

@@ -175,19 +175,20 @@ def build_steps(bound: Callable[[str, Part], Sequence[OpCall]], has_ema: bool, h
         def named(step: str, side: int | None = side) -> str:
             return step if side is None else at_side(step, side)
 
+        train, last = named("train"), named("train_last")  # the side's variants
         for suffix, shape, b in twins:
             for ab in AB:
                 steps.append(assemble(named(f"train_{ab}{suffix}"), shape(train_recipe(ab, False)),
-                                      lambda p, b=b, v=named("train"): b(v, p)))
+                                      lambda p, b=b, v=train: b(v, p)))
                 steps.append(assemble(named(f"train_last_{ab}{suffix}"), shape(train_recipe(ab, True)),
-                                      lambda p, b=b, v=named("train_last"): b(v, p)))
+                                      lambda p, b=b, v=last: b(v, p)))
                 if hold_steps:
                     steps.append(assemble(named(f"train_hold_{ab}{suffix}"),
                                           shape(train_recipe(ab, False, collectives=False)),
-                                          lambda p, b=b, v=named("train"): b(v, p)))
+                                          lambda p, b=b, v=train: b(v, p)))
         if side is not None:
             for ab in AB:
-                steps.append(chain(named(f"transfer_{ab}"), (TRANSFER[ab],), lambda p, v=named("train"): bound(v, p)))
+                steps.append(chain(named(f"transfer_{ab}"), (TRANSFER[ab],), lambda p, v=train: bound(v, p)))
     for ab in AB:
         steps.append(chain(f"val_{ab}", val_parts(ab, False), lambda p: bound("val", p)))
         steps.append(chain(f"val_last_{ab}", val_parts(ab, True), lambda p: bound("val_last", p)))

@@ -78,7 +78,7 @@ def capture_steps(backend, program: Program, has_val: bool,
         val = val_last = []
     transfer = [cap(f"transfer_{ab}") for ab in AB]
     resident = has_val and "val_transfer_a" in program.steps
-    lower = sorted({v.resolution for name, v in program.variants.items() if base_variant(name) != name})
+    lower = sorted({int(name.split("@", 1)[1]) for name in program.steps if base_variant(name) != name})
     return CapturedSteps(
         sides={side: _side_steps(program, side, cap) for side in lower},
         train=[cap(f"train_{ab}") for ab in AB], train_last=[cap(f"train_last_{ab}") for ab in AB], val=val,

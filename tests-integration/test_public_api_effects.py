@@ -346,6 +346,19 @@ def _resolution(setter: str) -> None:
         task(getattr(R.Settings().global_batch_size(BATCH), setter)(5)).compile()
 
 
+def _progressive_resizing() -> None:
+    """The plan gains a training step at the lower side, and the first epoch trains on batches of that side."""
+    pre = _pre(lambda s: s.train_transforms(R.RandomResizedCrop(4)).val_transforms(R.CenterCrop(4)))
+    s = R.Settings().global_batch_size(4).progressive_resizing(2, 4, 0, 1, multiple=2)
+    t = task(s, data=(PipelineFeeder(pre, 4, seed=3),), total_epochs=(2,)).compile()
+    assert t.spec.progressive_resolutions == (2,) and "train_a@2" in t.program.steps
+    seen = []
+    launch = t.backend.launch
+    t.backend.launch = lambda g, *a: (seen.append(g.name), launch(g, *a))[1]
+    t.run(1)
+    assert "train_a@2" in seen and "train_a" not in seen
+
+
 def _spec(s: R.Settings) -> object:
     return task(s).compile().spec
 
@@ -398,6 +411,7 @@ EFFECTS: dict[str, Callable[..., None]] = {
     "Settings.input_resolution": lambda: _resolution("input_resolution"),
     "Settings.train_resolution": lambda: _resolution("train_resolution"),
     "Settings.val_resolution": lambda: _resolution("val_resolution"),
+    "Settings.progressive_resizing": _progressive_resizing,
     "Settings.use_tf32": _use_tf32,
     "Settings.log_level": _log_level,
     # PREPROCESSOR_SETTING

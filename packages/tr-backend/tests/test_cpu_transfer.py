@@ -87,3 +87,24 @@ def test_h2d_copies_16_bit_host_data(dtype):
             with pytest.raises(DTypeError, match=f"host buffer B data is {np.dtype(other).name}, the device tensor "
                                                  r"BF16 \(uint16\)"):
                 be.bind_host_buffers([(labels, data.astype(other)) for labels, data in host])
+
+
+def test_a_packed_copy_reads_the_first_elements_of_a_larger_buffer():
+    """Progressive resizing: a smaller side's batch lies packed at the start of the final side's buffer."""
+    a = SimpleArena()
+    la, da = a.add("la", (3, 1, 1, 1), "int32"), a.add("da", (3, 2, 2, 2), "fp32")
+    be = a.allocate()
+    g = be.capture("t", [op("h2d_copy", labels=la, data=da, buffer=0, packed=True)])
+    bufs = _buffers(4, (3, 3, 2))  # the final side's [4, 3, 3, 2] buffers
+    be.bind_host_buffers(bufs)
+    be.launch(g)
+    np.testing.assert_array_equal(be.read(da).ravel(), bufs[0][1].ravel()[:3 * 2 * 2 * 2])
+    np.testing.assert_array_equal(be.read(la).ravel(), bufs[0][0][:3])
+    bufs[0][1].reshape(-1)[:24] = 7.0  # the view follows refills
+    be.launch(g)
+    assert np.all(be.read(da) == 7.0)
+    with pytest.raises(Exception, match=r"cannot supply .*packed at \(2, 2, 2\)"):
+        be.bind_host_buffers(_buffers(4, (3, 3, 3)))  # other channels
+    unpacked = a.allocate().capture("u", [op("h2d_copy", labels=la, data=da, buffer=0)])
+    with pytest.raises(Exception, match=r"cannot supply .*first 3 samples"):
+        unpacked.backend.bind_host_buffers(bufs)  # without packed: the exact sample shape only

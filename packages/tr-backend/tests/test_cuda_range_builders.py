@@ -33,7 +33,8 @@ class _Backend(RecordingBackend):
         super().__init__(layout)
         self.nccl, self.world_size = nccl, world_size
 
-    def add_host_site(self, b: CudaBinder, buffer: int) -> Any:
+    def add_host_site(self, b: CudaBinder, buffer: int, packed: bool = False) -> Any:
+        self.packed = packed
         return types.SimpleNamespace(src=(0x7000, 0x9000), label_bytes=b.tensor("labels").numel * 4,
                                      data_bytes=b.tensor("data").numel * 4)
 
@@ -192,3 +193,33 @@ def test_h2d_copy_passes_the_host_sources_and_the_device_tensors(a):
     assert name == "h2d_copy"
     assert ptrs == {"src_labels": 0x7000, "src_data": 0x9000, "labels": addr(a, "labels"), "data": addr(a, "data")}
     assert (ints["label_bytes"], ints["data_bytes"]) == (16, 192)
+
+
+def test_a_packed_h2d_copy_asks_for_a_packed_host_site(a):
+    """Progressive resizing's smaller sides: the site reads the buffer's first N x H x W x C elements."""
+    be = _Backend(a.layout())
+    for packed in (True, False):
+        call = op("h2d_copy", labels=a["labels"], data=a["data"], buffer=1, packed=packed)
+        op_impls("cuda")["h2d_copy"](CudaBinder(be, "g", 0, call, CATALOGUE["h2d_copy"]))
+        assert be.packed is packed
+    with pytest.raises(TrError, match="attribute packed must be True or False, got 1"):
+        build(op("h2d_copy", labels=a["labels"], data=a["data"], buffer=0, packed=1), a)
+
+
+def test_the_cuda_host_site_reads_a_packed_batch_from_a_larger_buffer(a):
+    import numpy as np
+
+    from tr.backend.cuda.backend import _HostSite
+    from tr.core.errors import ShapeError
+
+    data = a["data"]  # [4, 2, 2, 3] FP32 on the device
+    labels = np.zeros(4, np.int32)
+    big = np.zeros((4, 5, 5, 3), np.float32)  # the final side's buffer
+    site = _HostSite("g", 0, data, 16, (0, 0), packed=True)
+    assert site.source([(labels, big)]) == (labels.ctypes.data, big.ctypes.data)  # its start: the packed samples
+    for bad in (np.zeros((4, 5, 5, 4), np.float32), np.zeros((1, 2, 2, 3), np.float32),
+                np.zeros((4, 5, 5, 3, 2), np.float32)[..., 0]):  # other channels, too small, not contiguous
+        with pytest.raises(ShapeError, match="packed at"):
+            site.source([(labels, bad)])
+    with pytest.raises(ShapeError, match=r"first 4 samples of \[B, H, W, C\]"):  # unpacked: the exact shape only
+        _HostSite("g", 0, data, 16, (0, 0)).source([(labels, big)])

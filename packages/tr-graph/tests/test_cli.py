@@ -136,3 +136,17 @@ def test_format_call(models):
     p = compile_program(models.mlp_mnist, mlp_spec())
     c = p.step("transfer_a").calls[0]
     assert format_call(c).startswith("h2d_copy labels=labels_a[128,1,1,1] data=data_a[128,28,28,1] {buffer=0}")
+
+
+def test_progressive_sides_each_a_train_variant(capsys):
+    """--progressive: the plan of a progressive-resizing run, one train and train_last variant per lower side."""
+    assert main([f"{MODELS}:resnet50", "--batch", "4", "--resolution", "96", "--progressive", "64,32", "--json"]) == 2
+    assert "ascending order" in capsys.readouterr().err
+    assert main([f"{MODELS}:resnet50", "--batch", "4", "--resolution", "96", "--progressive", "32,64", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {k: v["resolution"] for k, v in out["variants"].items()} == {
+        "train": 96, "train_last": 96, "train@32": 32, "train_last@32": 32, "train@64": 64, "train_last@64": 64,
+        "val": 96, "val_last": 96}
+    assert {"train_a@32", "transfer_b@64", "train_last_a@64", "train_a", "val_a"} <= set(out["steps"])
+    assert main([f"{MODELS}:resnet50", "--batch", "4", "--resolution", "96", "--progressive", "48", "--no-ops"]) == 2
+    assert "training side 48 is not a multiple of 32, the network's total stride" in capsys.readouterr().err

@@ -69,6 +69,16 @@ def test_a_resolution_the_data_does_not_deliver_is_refused_at_compile(setting, m
     assert not s.frozen
 
 
-def test_progressive_resizing_is_refused_by_the_setter():
-    with pytest.raises(ConfigError, match=r"train_resolution\(128, 224\): progressive resizing is not supported"):
-        Settings().train_resolution(128, 224)
+def test_a_progressive_schedule_ending_past_or_below_the_datas_side_is_refused_at_compile():
+    """The schedule's final side is the compiled maximum: the side the data's transforms make (an ArrayFeeder's
+    2x2 samples here), which the plan, its buffers and validation are at."""
+    for s, what in ((Settings().global_batch_size(4).progressive_resizing(2, 4, 0, 1, multiple=2), "grows past"),
+                    (Settings().global_batch_size(4).train_resolution(1, 1), None)):
+        t = _task(seq(flatten(), fc(3)), s, hw=2, classes=3, val=True)
+        if what is None:
+            with pytest.raises(ConfigError, match=r"train_resolution\(1\) asks for 1x1 samples"):
+                t.compile()
+            continue
+        with pytest.raises(ConfigError, match=rf"progressive_resizing\(2, 4, .*\) {what} the compiled maximum: the "
+                                              r"data's transforms make 2x2 samples"):
+            t.compile()

@@ -438,8 +438,10 @@ _DEFS: list[OpDef] = [
               "FP32 [n + 1], batch FP32 [1] (the micro-batch's samples), hold, first INT32 [1]. If first[0]: "
               "window = 0; window[:n] += result * batch[0]; window[n] += batch[0]; if not hold[0]: result = "
               "window[:n] / window[n]"),
-    OpDef("h2d_copy", "transfer", (_t("labels", "out"), _t("data", "out")), ("buffer",), kind="range",
-          doc="copy host staging buffer `buffer` (0 = A, 1 = B) into the device input tensors"),
+    OpDef("h2d_copy", "transfer", (_t("labels", "out"), _t("data", "out")), ("buffer", "packed"), kind="range",
+          doc="copy host staging buffer `buffer` (0 = A, 1 = B) into the device input tensors; with `packed` (a "
+              "progressive-resizing side below the buffer's) the samples lie packed at data's shape at the buffer's "
+              "start"),
 ]
 
 _TABLE: dict[str, OpDef] = {d.name: d for d in _DEFS}

@@ -17,6 +17,7 @@ from tr.core.dtype import DType
 from tr.core.errors import ConfigError
 from tr.core.log import configure_logging
 from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_RULES
+from tr.core.resolution import DEFAULT_MULTIPLE, ResolutionRamp
 
 DEFAULT_SEED = 123
 
@@ -99,6 +100,7 @@ class Settings(Section):
     input_res: int = 0  # 0: the dataset's native resolution
     train_res_begin: int = 0
     train_res_end: int = 0
+    res_ramp: ResolutionRamp | None = None  # progressive resizing (tr.core.resolution); None: one side
     val_res: int = 0
     tf32: bool = False
     cpu_only: bool = False  # use_cpu(): the CPU backend even where CUDA is available
@@ -170,15 +172,27 @@ class Settings(Section):
         return self._set("input_res", _positive_int("input resolution", r))
 
     def train_resolution(self, begin: int, end: int | None = None) -> Settings:
-        """Side of the training samples. Progressive resizing (``end`` != ``begin``) is refused: the data
-        pipeline delivers one sample shape for the whole run."""
+        """Side of the training samples. With ``end`` != ``begin``: progressive resizing from ``begin`` in the first
+        epoch to ``end`` in the last, linear in between and rounded to a multiple of 32 (FFCV's rule over the whole
+        run: ``progressive_resizing(begin, end, 0, total_epochs - 1)``); both must be multiples of 32."""
         b = _positive_int("train resolution", begin)
         e = b if end is None else _positive_int("train resolution end", end)
-        if e != b:
-            raise ConfigError(f"train_resolution({b}, {e}): progressive resizing is not supported (the data pipeline "
-                              f"delivers one sample shape for the whole run); give one side")
+        ramp = None if e == b else ResolutionRamp(b, e, 0, None, DEFAULT_MULTIPLE)
         self._set("train_res_begin", b)
+        self._set("res_ramp", ramp)
         return self._set("train_res_end", e)
+
+    def progressive_resizing(self, min_res: int, max_res: int, start_ramp: int, end_ramp: int,
+                             multiple: int = DEFAULT_MULTIPLE) -> Settings:
+        """FFCV's progressive resizing: train at ``min_res`` up to epoch ``start_ramp``, at ``max_res`` from
+        ``end_ramp`` on (epochs counted from 0, as FFCV's --resolution.start_ramp/end_ramp), in between at the
+        linear interpolation rounded to a multiple of ``multiple``. Both sides must be multiples of it (compile
+        checks it against the network's total stride) and ``max_res`` is the side the data's transforms make:
+        the plan, its buffers and validation are at it, and the train chain's last resize follows the epoch."""
+        ramp = ResolutionRamp(min_res, max_res, start_ramp, end_ramp, multiple)
+        self._set("train_res_begin", ramp.min_res)
+        self._set("res_ramp", ramp)
+        return self._set("train_res_end", ramp.max_res)
 
     def val_resolution(self, r: int) -> Settings:
         """Side of the validation samples: the training side (one TransferStation holds one sample shape)."""

@@ -37,10 +37,12 @@ from tr.core.errors import ConfigError, DataError, PhaseError, ShapeError
 from tr.core.log import get_logger
 from tr.data import _native
 from tr.data.dataset import Split
+from tr.data.progressive import packed_station, resized_transforms
 from tr.data.seeds import check_index, check_train, data_seed, epoch_order, seed_prefix
 from tr.data.settings import PREPROCESSOR_SETTING, PreprocessorSettings
 from tr.data.sharding import check_shard, shard_size
 from tr.data.station import Batch, TransferStation
+from tr.data.transforms import Compose
 
 log = get_logger(__name__)
 
@@ -100,11 +102,13 @@ class EpochRun:
     """One running epoch: iterate it for batch indices; ``close()`` (or leaving ``with``) stops the
     workers if batches are left."""
 
-    def __init__(self, pre: Preprocessor, epoch: int, train: bool, plan: EpochPlan):
+    def __init__(self, pre: Preprocessor, epoch: int, train: bool, plan: EpochPlan,
+                 stations: Sequence[TransferStation] | None = None):
         self._pre = pre
         self.epoch = epoch
         self.train = train
         self.plan = plan
+        self.stations = list(pre.stations if stations is None else stations)  # (a training side's: train_side)
         self.closed = False
         self.readahead = None  # a PARTIAL DTS pack's read-ahead thread (tr.data.dts.readahead), if any
 
@@ -120,10 +124,10 @@ class EpochRun:
 
     def batches(self, rank: int = 0, timeout: float | None = None) -> Iterator[Batch]:
         """Acquire batch 0, 1, ... of one station, releasing each when the loop moves on."""
-        n = len(self._pre.stations)
+        n = len(self.stations)
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < n:  # -1 is not the last one
             raise ConfigError(f"rank must be an integer in [0, {n}) (one per station), got {rank!r}")
-        st = self._pre.stations[rank]
+        st = self.stations[rank]
         for k in range(self.plan.num_batches):
             b = st.acquire(k, timeout)
             try:
@@ -149,7 +153,7 @@ class EpochRun:
             items=tuple(r[0] for r in rows),
             work_s=tuple(r[1] * 1e-9 for r in rows),
             wait_s=tuple(r[2] * 1e-9 for r in rows),
-            consumer_wait_s=tuple(st._native.consumer_wait_ns() * 1e-9 for st in pre.stations),
+            consumer_wait_s=tuple(st._native.consumer_wait_ns() * 1e-9 for st in self.stations),
         )
 
     def close(self) -> None:
@@ -208,6 +212,9 @@ class Preprocessor:
         self._sdmp_filled: np.ndarray | None = None
         self._sdmp_slots: dict[int, int] = {}  # epoch -> its slot
         self.rank, self.world_size = 0, 1  # the data-parallel shard this process delivers (see shard())
+        self._side: int | None = None  # progressive resizing: the training samples' side (train_side())
+        self._side_chains: dict[int, Compose] = {}
+        self._side_stations: tuple[tuple[int, ...], int, list[TransferStation]] | None = None
         # The default CPVS caches deterministic val chains only (an explicit cpvs(True) with random ones is
         # refused by commit()): a cache would freeze the random draws of the first pass.
         self._cpvs = s.cpvs_enabled and self.chains["val"].deterministic
@@ -255,6 +262,39 @@ class Preprocessor:
             self._cache_valid = False  # the CPVS cache holds the old share's samples only
         self.rank, self.world_size = rank, world_size
 
+    def train_side(self, side: int | None) -> None:
+        """From the next training epoch on, make ``side`` x ``side`` training samples (progressive resizing): the
+        train chain's last size-setting transform at ``side`` (tr.data.progressive), the samples written packed
+        at the start of each zone. None or the stations' own side: the compiled chain again. Between epochs only;
+        the chain at ``side`` is checked against the data now (ConfigError / ShapeError). Validation is untouched,
+        and so are the draws: a sample's crop box and flip depend on (seed, epoch, sample), not on the side."""
+        self._between_epochs("train_side()")
+        h, w, _ = self.stations[0].sample_shape
+        if side is None or (side, side) == (h, w):
+            self._side = None
+            return
+        if isinstance(side, bool) or not isinstance(side, int) or not 0 < side <= min(h, w):
+            raise ConfigError(f"train_side must be an integer in [1, {min(h, w)}] (the stations' {h}x{w} samples: "
+                              f"the compiled maximum), got {side!r}")
+        if self.settings.sdmp > 1:
+            raise ConfigError(f"progressive resizing with sdmp_factor({self.settings.sdmp}): SDMP replays samples "
+                              f"made at one side; use sdmp_factor(1)")
+        if side not in self._side_chains:
+            s = self.settings
+            chain = Compose(resized_transforms(s.train, side), s.norm, self.chains["train"].dtype, s.pad_channels)
+            self._check_shape(self.split(True), "train", chain, (side, side, self.stations[0].sample_shape[2]))
+            self._side_chains[side] = chain
+        self._side = side
+
+    def _train_stations(self) -> list[TransferStation]:
+        """The stations of the training side: packed stations over the zones (rebuilt when the zones change)."""
+        if self._side is None:
+            return self.stations
+        key = tuple(id(st) for st in self.stations)
+        if self._side_stations is None or self._side_stations[:2] != (key, self._side):
+            self._side_stations = (key, self._side, [packed_station(st, self._side) for st in self.stations])
+        return self._side_stations[2]
+
     def _between_epochs(self, what: str) -> None:
         if self._engine is None:
             raise PhaseError(f"{what} on a closed Preprocessor")
@@ -271,8 +311,10 @@ class Preprocessor:
             self._splits[key] = sp
         return sp
 
-    def _check_shape(self, sp: Split, key: str) -> None:
-        want = self.stations[0].sample_shape
+    def _check_shape(self, sp: Split, key: str, chain: Compose | None = None,
+                     want: tuple[int, int, int] | None = None) -> None:
+        want = want or self.stations[0].sample_shape
+        chain = chain or self.chains[key]
         shape = sp.image_shape
         if shape is None and sp.encoded:  # the first sample's decoded shape, from its JPEG header
             if not len(sp):
@@ -281,18 +323,18 @@ class Preprocessor:
                 shape = tuple(_native.jpeg_shape(sp.encoded_bytes(0)))
             except DataError as e:  # the decoder knows bytes only: name the sample and where it lies
                 raise DataError(f"the {key} split's sample 0 ({self._describe_sample(key, 0)}): {e}") from None
-            self.chains[key].check_channels(shape, ConfigError, f"the {key} split's decoded images")
-            got = self.chains[key]._native.out_shape(shape, 0)
+            chain.check_channels(shape, ConfigError, f"the {key} split's decoded images")
+            got = chain._native.out_shape(shape, 0)
         elif shape is None:
             shape = tuple(int(x) for x in sp.shapes[0]) if len(sp) else None
             if shape is None:
                 return
             for c in np.unique(sp.shapes[:, 2]):  # images of any channel count: each must suit the chain now
                 first = tuple(int(x) for x in sp.shapes[int(np.argmax(sp.shapes[:, 2] == c))])
-                self.chains[key].check_channels(first, ConfigError, f"the {key} split's images")
-            got = self.chains[key]._native.out_shape(shape, 0)
+                chain.check_channels(first, ConfigError, f"the {key} split's images")
+            got = chain._native.out_shape(shape, 0)
         else:
-            got = self.chains[key].out_shape(shape)
+            got = chain.out_shape(shape)
         if tuple(got) != tuple(want):
             raise ShapeError(
                 f"the {key} transforms turn {shape} images into {tuple(got)} samples, but the TransferStation "
@@ -353,17 +395,20 @@ class Preprocessor:
         if not train and self._cpvs:
             cache, mode = self._cache_for(sp)
         chain = self.chains["train" if train else "val"]
+        stations = self.stations
+        if train and self._side is not None:  # progressive resizing: this epoch's side
+            chain, stations = self._side_chains[self._side], self._train_stations()
         sdmp = self._sdmp_args(epoch, sp) if train and self.settings.sdmp > 1 else {}
         self._engine.start(_native.EpochJob(
             pipeline=chain._native,
             data=sp.images,
             order=order,
-            stations=[st._native for st in self.stations],
+            stations=[st._native for st in stations],
             per_rank=plan.per_rank,
             num_batches=plan.num_batches,
             last_size=plan.last_batch_size,
             seed_prefix=seed_prefix(self.seed, epoch, train),
-            out_shape=self.sample_shape,
+            out_shape=stations[0].sample_shape,
             uniform_shape=None if sp.ragged else tuple(int(x) for x in sp.images.shape[1:]),
             offsets=sp.offsets,
             shapes=sp.shapes,
@@ -376,7 +421,7 @@ class Preprocessor:
         ))
         if mode == 1:
             self._cache_pending = plan.per_rank * plan.world_size
-        self._run = EpochRun(self, epoch, train, plan)
+        self._run = EpochRun(self, epoch, train, plan, stations)
         readahead = getattr(self.dataset, "readahead", None)
         if train and self.settings.shuffle_train and callable(readahead):
             # samples done, as positions of the whole epoch (a shard's j-th sample is position rank + W j)

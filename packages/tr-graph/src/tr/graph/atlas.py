@@ -17,16 +17,17 @@ from tr.graph.accumulate import window_result
 from tr.graph.graph import ComputationGraph, SymOp, accum_metrics
 from tr.graph.steps import INFER_PARTS, TRAIN_PARTS, Part
 from tr.tensor.dtensor import DTensor
-from tr.tensor.program import SHAPE_INVARIANT, TRAIN_LAST, VAL_LAST, VariantInfo
+from tr.tensor.program import SHAPE_INVARIANT, TRAIN_LAST, VAL_LAST, VariantInfo, base_variant
 
 PER_VARIANT = TRAIN_PARTS | INFER_PARTS | {Part.ACCUM_METRICS, Part.ACCUM_RESULT}
 Bound = dict[tuple[str, Part], tuple[OpCall, ...]]
 
 
 def batch_role(v: VariantInfo) -> str:
+    name = base_variant(v.name)  # (a progressive side's variants weigh by their kind's batch)
     if v.train:
-        return "batch_train_last" if v.name == TRAIN_LAST else "batch_train"
-    return "batch_val_last" if v.name == VAL_LAST else "batch_val"
+        return "batch_train_last" if name == TRAIN_LAST else "batch_train"
+    return "batch_val_last" if name == VAL_LAST else "batch_val"
 
 
 class GraphAtlas:

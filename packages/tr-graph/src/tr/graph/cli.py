@@ -1,6 +1,6 @@
 """Inspection: print a compiled plan (arch plan, memory plan, op list per graph) or one JSON object.
 
-    python -m tr.graph FILE.py:NAME --batch B --resolution R [--amp] [--json]
+    python -m tr.graph FILE.py:NAME --batch B --resolution R [--progressive R1,R2] [--amp] [--json]
 
 NAME is a BluePrint, a layer, or a function returning one. Input shape and class count default to the
 BluePrint's own (``input_shape``, ``num_classes``) and can be given with --input H,W,C and --classes.
@@ -129,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("target", help="FILE.py:NAME")
     ap.add_argument("--batch", type=int, required=True, help="per-device training batch")
     ap.add_argument("--resolution", type=int, default=None, help="square input side (train and val)")
+    ap.add_argument("--progressive", default=None,
+                    help="lower training sides of progressive resizing, ascending (R1,R2): a train variant each")
     ap.add_argument("--last-batch", type=int, default=None)
     ap.add_argument("--val-batch", type=int, default=None)
     ap.add_argument("--amp", action="store_true")
@@ -149,7 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         spec = CompileSpec(hwc, classes, a.batch, last_train_batch=a.last_batch, val_batch=a.val_batch,
                            train_resolution=a.resolution, amp=a.amp, optimizer=a.optimizer, loss=a.loss,
-                           lr_table_steps=a.lr_table_steps)
+                           lr_table_steps=a.lr_table_steps,
+                           progressive_resolutions=tuple(int(x) for x in a.progressive.split(","))
+                           if a.progressive else ())
         compiled = compile_with_plan(bp, spec)
     except TrError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
@@ -161,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(compiled.arch)
     print()
     print(format_memory(p, seed_arena_bytes(compiled.arch, spec, p)))
+    print("\nVariants: " + ", ".join(f"{k} ({v.batch} x {v.resolution}x{v.resolution})" for k, v in p.variants.items()))
     print(f"\n{len(p.tensors)} tensors, {p.num_ops} ops in {len(p.steps)} steps, compiled in "
           f"{compiled.seconds * 1000:.0f} ms")
     if not a.no_ops:

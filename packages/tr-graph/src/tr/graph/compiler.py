@@ -36,11 +36,12 @@ from tr.graph.layers.base import ANY, BASE, INF, TRAIN, Decl, DeclCtx, Init
 from tr.graph.liveness import PoolPlan, plan_pools
 from tr.graph.memory_plan import MemoryPlan, check_layout, check_range_ops
 from tr.graph.passes import infer_shapes
+from tr.graph.resolution import check_sides
 from tr.graph.spec import CompileSpec
 from tr.graph.steps import INFER_CHAIN, TRAIN_CHAIN, Part, build_steps
 from tr.graph.tensors import TensorInfo, TensorTable
 from tr.tensor.dtensor import DTensor
-from tr.tensor.program import InitSpec, Program, VariantInfo
+from tr.tensor.program import InitSpec, Program, VariantInfo, at_side
 
 NAMED = ("labels_a", "data_a", "labels_b", "data_b", "labels", "nan_flag", "step", "skipped", "dropout_seed", "lr",
          "loss_scale", "loss_scale_tracker", "batch_train", "batch_train_last", "batch_val", "batch_val_last",
@@ -106,6 +107,8 @@ class Compiler:
             raise CompileError("the model has no trained parameters (it needs at least one fc, conv or bn layer)")
         variants = spec.variants()
         vshapes = self._variant_shapes(arch, variants)
+        if spec.progressive_resolutions:  # every side a multiple of the network's total stride
+            check_sides(arch.layers, vshapes["train"], spec.progressive_resolutions, variants["train"].resolution)
 
         table = TensorTable(variants)
         ema = spec.ema_decay is not None
@@ -148,11 +151,18 @@ class Compiler:
         if ema:
             add_ema_graphs(cg, arch, spec, ema_twins([(i.key, i.twin) for i in infos]))
 
-        bound = GraphAtlas(variants, tensors, {i.key: i.shapes for i in infos}).build(cg)
+        atlas = GraphAtlas(variants, tensors, {i.key: i.shapes for i in infos})
+        bound = atlas.build(cg)
+        for side in spec.progressive_resolutions:  # the batch at that side, packed at the host buffer's start
+            v = at_side("train", side)
+            for part in (Part.TRANSFER_A, Part.TRANSFER_B):
+                bound[(v, part)] = atlas.bind([replace(op, attrs={**op.attrs, "packed": True}) for op in cg.ops(part)],
+                                              v, part)
         steps = build_steps(lambda v, p: lookup(bound, v, p), has_ema=ema,
                             has_resident_val=bool(lookup(bound, "val", Part.RESIDENT_VAL_A)),
                             hold_steps=accumulates(spec) and spec.world_size > 1,
-                            frozen_layer=min(layer for layer, _, _ in trained) if spec.freeze_first_layer else None)
+                            frozen_layer=min(layer for layer, _, _ in trained) if spec.freeze_first_layer else None,
+                            sides=spec.progressive_resolutions)
         named = {r: tensors[r] for r in NAMED if r in tensors}
         if cg.logits_inf in tensors:
             named["logits"] = tensors[cg.logits_inf]

@@ -3,6 +3,8 @@
 Batches are per device (local). Resolutions are square sides; None keeps the input's own H and W.
 Variants: train (batch, train_resolution), train_last (last_train_batch), val (val_batch,
 val_resolution) and val_last (last_val_batch): one per kind of step the task launches (tr.graph.steps).
+Progressive resizing adds train@R and train_last@R for every lower training side R (``progressive_resolutions``):
+the train and validation variants are at the final side, the largest, which sizes the input tensors.
 The learning rate always comes from a device table of lr_table_steps entries (lr_lookup reads
 table[min(step, len - 1)] at the start of every optimizer step), written by the task before the first step.
 """
@@ -23,7 +25,7 @@ from tr.core.shape import Shape
 from tr.graph.jpeg_input import JpegInput
 from tr.graph.layers import LOSS_KINDS
 from tr.graph.resident import ResidentInput
-from tr.tensor.program import TRAIN, TRAIN_LAST, VAL, VAL_LAST, VariantInfo
+from tr.tensor.program import TRAIN, TRAIN_LAST, VAL, VAL_LAST, VariantInfo, at_side
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class CompileSpec:
     last_val_batch: int | None = None  # None: = val_batch
     train_resolution: int | None = None  # square training side; None: input H, W
     val_resolution: int | None = None  # None: = train_resolution
+    progressive_resolutions: tuple[int, ...] = ()  # lower training sides, ascending (progressive resizing)
     amp: bool = False
     amp_dtype: str = "fp16"  # AMP's 16-bit type: "fp16" (loss-scaled) or "bf16" (no loss scale); "fp16" without AMP
     loss_scale_rule: str = "dynamic"  # AMP: one of LOSS_SCALE_RULES (GradScaler's, or the seed's only-halving)
@@ -84,6 +87,7 @@ class CompileSpec:
             v = getattr(self, name)
             if v is not None:
                 _positive(name, v)
+        self._validate_progressive()
         if self.last_train_batch is not None and self.last_train_batch > self.batch:
             raise ConfigError(f"last_train_batch {self.last_train_batch} exceeds batch {self.batch}")
         if self.last_val_batch is not None and self.last_val_batch > self.val_batch_size:
@@ -172,6 +176,23 @@ class CompileSpec:
                 raise ConfigError("a JPEG input is resized to the samples' size by its chain: leave the train and "
                                   "val resolutions unset")
 
+    def _validate_progressive(self) -> None:
+        sides = self.progressive_resolutions
+        if not isinstance(sides, tuple):
+            raise ConfigError(f"progressive_resolutions must be a tuple of sides, got {sides!r}")
+        for r in sides:
+            _positive("progressive resolution", r)
+        if not sides:
+            return
+        final = self.train_resolution or self.input_shape[0]
+        if list(sides) != sorted(set(sides)) or sides[-1] >= final:
+            raise ConfigError(f"progressive_resolutions {sides} must be distinct lower training sides in ascending "
+                              f"order, each below the final side {final} (the compiled maximum)")
+        if self.resident is not None or self.jpeg is not None:
+            raise ConfigError("progressive resizing needs batches the host stages at each epoch's side: a "
+                              f"{'device-resident' if self.resident is not None else 'device-decoded JPEG'} input "
+                              "is made at one side")
+
     def _validate_loss_scale(self) -> None:
         if self.loss_scale_rule not in LOSS_SCALE_RULES:
             raise ConfigError(f"loss_scale_rule must be one of {LOSS_SCALE_RULES}, got {self.loss_scale_rule!r}")
@@ -227,17 +248,21 @@ class CompileSpec:
         return Shape(batch, h, w, c)
 
     def variants(self) -> dict[str, VariantInfo]:
-        """The compiled variants in a fixed order (train ones first)."""
+        """The compiled variants in a fixed order (train ones first, the progressive sides after the final one)."""
         h = self.input_shape[0]
         tr = self.train_resolution
         va = self.val_resolution if self.val_resolution is not None else tr
         last = self.last_train_batch if self.last_train_batch is not None else self.batch
         vb = self.val_batch_size
         vlast = self.last_val_batch if self.last_val_batch is not None else vb
-        return {TRAIN: VariantInfo(TRAIN, self.batch, tr or h, True),
-                TRAIN_LAST: VariantInfo(TRAIN_LAST, last, tr or h, True),
-                VAL: VariantInfo(VAL, vb, va or h, False),
-                VAL_LAST: VariantInfo(VAL_LAST, vlast, va or h, False)}
+        out = {TRAIN: VariantInfo(TRAIN, self.batch, tr or h, True),
+               TRAIN_LAST: VariantInfo(TRAIN_LAST, last, tr or h, True)}
+        for r in self.progressive_resolutions:
+            out[at_side(TRAIN, r)] = VariantInfo(at_side(TRAIN, r), self.batch, r, True)
+            out[at_side(TRAIN_LAST, r)] = VariantInfo(at_side(TRAIN_LAST, r), last, r, True)
+        out[VAL] = VariantInfo(VAL, vb, va or h, False)
+        out[VAL_LAST] = VariantInfo(VAL_LAST, vlast, va or h, False)
+        return out
 
     def variant_input(self, v: VariantInfo) -> Shape:
         """The input batch shape of a variant: [batch, side, side, C], or the native H, W without a side."""
@@ -246,6 +271,8 @@ class CompileSpec:
     def _resolution_of(self, v: VariantInfo) -> int | None:
         if v.name in (TRAIN, TRAIN_LAST):
             return self.train_resolution
+        if v.train:  # a progressive side
+            return v.resolution
         return self.val_resolution if self.val_resolution is not None else self.train_resolution
 
     def replace(self, **kw: Any) -> CompileSpec:

@@ -20,7 +20,7 @@ from enum import Enum
 
 from tr.core.ops import OpCall
 from tr.core.phase import StreamKind
-from tr.tensor.program import Branch, Step
+from tr.tensor.program import Branch, Step, at_side
 
 
 class Part(Enum):
@@ -154,12 +154,15 @@ def chain(name: str, parts: Sequence[Part], calls: Callable[[Part], Sequence[OpC
 
 
 def build_steps(bound: Callable[[str, Part], Sequence[OpCall]], has_ema: bool, has_resident_val: bool,
-                hold_steps: bool = False, frozen_layer: int | None = None) -> dict[str, Step]:
+                hold_steps: bool = False, frozen_layer: int | None = None,
+                sides: Sequence[int] = ()) -> dict[str, Step]:
     """Every step a task captures, by name. ``bound(variant, part)``: the part's calls bound to that variant.
     ``hold_steps``: also train_hold_{a,b}, the training step without collectives (gradient accumulation on
     several ranks); the epoch's last micro-step always closes its window, so there is no train_last twin.
     ``frozen_layer``: also a ``*_frozen`` twin of each training step, that layer (the first trained one) neither
-    differentiated nor updated (frozen_recipe, without_backward_of)."""
+    differentiated nor updated (frozen_recipe, without_backward_of). ``sides``: the lower training sides of
+    progressive resizing; each gets every training step and the transfers again, as ``train_a@160`` (bound to
+    the variants ``train@160``, ``train_last@160``), the steps without a side being the final side's."""
     steps: list[Step] = []
     twins = [("", lambda r: r, bound)]
     if frozen_layer is not None:
@@ -168,14 +171,24 @@ def build_steps(bound: Callable[[str, Part], Sequence[OpCall]], has_ema: bool, h
             return without_backward_of(calls, frozen_layer) if p is P.DEEP_FWD_BWD else calls
 
         twins.append(("_frozen", frozen_recipe, frozen_bound))
-    for suffix, shape, b in twins:
-        for ab in AB:
-            steps.append(assemble(f"train_{ab}{suffix}", shape(train_recipe(ab, False)), lambda p, b=b: b("train", p)))
-            steps.append(assemble(f"train_last_{ab}{suffix}", shape(train_recipe(ab, True)),
-                                  lambda p, b=b: b("train_last", p)))
-            if hold_steps:
-                steps.append(assemble(f"train_hold_{ab}{suffix}", shape(train_recipe(ab, False, collectives=False)),
-                                      lambda p, b=b: b("train", p)))
+    for side in (None, *sides):
+        def named(step: str, side: int | None = side) -> str:
+            return step if side is None else at_side(step, side)
+
+        train, last = named("train"), named("train_last")  # the side's variants
+        for suffix, shape, b in twins:
+            for ab in AB:
+                steps.append(assemble(named(f"train_{ab}{suffix}"), shape(train_recipe(ab, False)),
+                                      lambda p, b=b, v=train: b(v, p)))
+                steps.append(assemble(named(f"train_last_{ab}{suffix}"), shape(train_recipe(ab, True)),
+                                      lambda p, b=b, v=last: b(v, p)))
+                if hold_steps:
+                    steps.append(assemble(named(f"train_hold_{ab}{suffix}"),
+                                          shape(train_recipe(ab, False, collectives=False)),
+                                          lambda p, b=b, v=train: b(v, p)))
+        if side is not None:
+            for ab in AB:
+                steps.append(chain(named(f"transfer_{ab}"), (TRANSFER[ab],), lambda p, v=train: bound(v, p)))
     for ab in AB:
         steps.append(chain(f"val_{ab}", val_parts(ab, False), lambda p: bound("val", p)))
         steps.append(chain(f"val_last_{ab}", val_parts(ab, True), lambda p: bound("val_last", p)))

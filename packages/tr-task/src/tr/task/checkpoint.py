@@ -122,7 +122,9 @@ def describe(task) -> dict[str, Any]:
         **({"freeze_first_after": t.freeze_first_after} if t.freeze_first_after is not None else {}),
         **({"tta": {"flip": t.tta.flip, "shift_px": t.tta.shift_px}} if t.tta is not None else {}),
         "schedule": {"scheduler": repr(t.scheduler), "total_epochs": t.epochs,
-                     "lr_table_sha256": hashlib.sha256(table.tobytes()).hexdigest()},
+                     "lr_table_sha256": hashlib.sha256(table.tobytes()).hexdigest(),
+                     # progressive resizing: every epoch's training side (when there is a schedule)
+                     **({"resolutions": list(task._resolved.train_sides)} if task._resolved.train_sides else {})},
         "grad_clip": t.grad_clip,
         **({"grad_clip_mode": t.grad_clip_mode} if t.grad_clip_mode != "value" else {}),  # (named when not the seed's)
         **({"ema": dataclasses.asdict(t.ema)} if t.ema is not None else {}),

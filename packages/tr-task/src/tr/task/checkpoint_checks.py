@@ -31,7 +31,8 @@ from tr.task.data_fingerprint import fingerprints
 log = get_logger(__name__)
 
 # the description's keys that follow total_epochs (compared through lr_history_sha256 when it grows)
-_GROWS = (("schedule", "total_epochs"), ("schedule", "lr_table_sha256"), ("spec", "lr_table_steps"))
+_GROWS = (("schedule", "total_epochs"), ("schedule", "lr_table_sha256"), ("spec", "lr_table_steps"),
+          ("schedule", "resolutions"), ("spec", "progressive_resolutions"))
 
 
 def steps_per_epoch(task) -> int:
@@ -108,6 +109,7 @@ def check_growth(task, manifest: dict[str, Any], saved: dict[str, Any], step: in
     """With a larger total_epochs: ConfigError unless the learning rates of the steps trained are unchanged
     (``table``: the resumed run's LR table)."""
     a, b = saved["schedule"]["total_epochs"], task.config.task.epochs
+    check_sides_growth(task, manifest, saved, mpath)
     want = manifest.get("lr_history_sha256")
     if step is None or want is None:
         raise ConfigError(f"{mpath}: total_epochs grows from {a} to {b}, but the checkpoint does not record the "
@@ -122,6 +124,21 @@ def check_growth(task, manifest: dict[str, Any], saved: dict[str, Any], step: in
                           f"loaded)")
     log.info("%s: total_epochs grows from %d to %d: the learning rates of the %d steps trained are unchanged",
              mpath, a, b, step)
+
+
+def check_sides_growth(task, manifest: dict[str, Any], saved: dict[str, Any], mpath: Path) -> None:
+    """With a larger total_epochs and progressive resizing: ConfigError unless the epochs trained had the sides
+    the longer run gives them (a ramp over the whole run, train_resolution(b, e), stretches with it)."""
+    was, now = saved["schedule"].get("resolutions", []), list(task._resolved.train_sides)
+    done = manifest.get("epoch", 0)
+    if list(was[:done]) != now[:done]:
+        first = next(e for e in range(done) if e >= len(was) or e >= len(now) or was[e] != now[e])
+        raise ConfigError(f"{mpath}: total_epochs grows from {saved['schedule']['total_epochs']} to "
+                          f"{task.config.task.epochs}, but the resolution schedule then trains epoch {first} (from 0) "
+                          f"at {now[first] if first < len(now) else None}, where the checkpoint trained it at "
+                          f"{was[first] if first < len(was) else None} (a ramp over the whole run stretches with "
+                          f"it): resume with total_epochs {saved['schedule']['total_epochs']}, or give "
+                          f"progressive_resizing() an end_ramp (nothing loaded)")
 
 
 def check_data(task, manifest: dict[str, Any], mpath: Path, allow_data_change: bool) -> None:

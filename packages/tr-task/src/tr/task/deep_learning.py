@@ -422,13 +422,17 @@ class DeepLearningTask(RecipeSetters, TaskBase):
         bar = Progress(steps, f"epoch {epoch + 1} train", enabled=main and not self._cfg.quiet)
         lr0 = self._device_lr()
         t_pass = time.perf_counter()
+        side = self._side(epoch)
+        if side is not None:  # progressive resizing: the pipeline's crop size and the steps follow the epoch
+            feeder.train_side(side)
+        transfer = st.transfer_at(side)
         with closing(feeder.epoch(epoch, True)) as batches:  # closed on an exception too: zones released
-            train, train_last, train_hold = st.training(frozen=self._frozen(epoch))
+            train, train_last, train_hold = st.training(self._frozen(epoch), side)
             for k, buf, _n in batches:
                 closes = k % window == window - 1 or k == steps - 1  # the device decides too (accum_window)
                 graphs = (train_last if k == steps - 1 else train if closes or train_hold is None
                           else train_hold)
-                launch(st.transfer[buf], graphs[buf], buf)
+                launch(transfer[buf], graphs[buf], buf)
                 feeder.release(k)
                 if closes and self._cfg.on_step is not None:  # once an optimizer step, numbered as such
                     self._cfg.on_step(k // window, be.read(prog.tensor("result")).reshape(-1))
@@ -449,6 +453,12 @@ class DeepLearningTask(RecipeSetters, TaskBase):
         if self._cfg.ema is not None:
             ema.after_epoch(self, epoch, rec, validate)
         return rec
+
+    def _side(self, epoch: int) -> int | None:
+        """Progressive resizing: epoch ``epoch``'s (0-based) training side (past the schedule, its final side);
+        None without a schedule."""
+        sides = self._resolved.train_sides
+        return (sides[epoch] if epoch < len(sides) else sides[-1]) if sides else None
 
     def _frozen(self, epoch: int) -> bool:
         """Whether epoch ``epoch`` (0-based) trains with the first trained layer frozen."""

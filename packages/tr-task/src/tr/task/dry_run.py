@@ -4,7 +4,8 @@
 begin, one training step (with its transfer) and the epoch's end, then one validation step between the
 validation begin and end (and, with an EMA that validates, the EMA's start, preparation and one EMA validation
 step), on the feeder's first batch of epoch 0 of each split; with freeze_first_layer_after, the frozen training
-step too, on the same batch. Every captured graph was built at compile; the dry
+step too, on the same batch; with progressive resizing, each lower side's training step too, on that side's first
+batch. Every captured graph was built at compile; the dry
 run shows that the steps run on this data and device and what the plan costs, before hours of training.
 
 Afterwards every tensor whose bytes outlive a step (tr.core.memory.Role.state: master weights, moments, EMA,
@@ -130,16 +131,23 @@ def _steps(task: Any) -> tuple[list[str], tuple, tuple | None, tuple | None]:
     if task._ema_steps is not None:
         go("ema_start", task._ema_steps.start)
     last = feeder.steps(True) == 1
-    with closing(feeder.epoch(0, True)) as batches:  # closed after one batch: its zones released
-        for k, buf, _n in batches:
-            name = f"{'train_last' if last else 'train'}_{'ab'[buf]}"
-            launch(st.transfer[buf], (st.train_last if last else st.train)[buf], buf)
-            ran.append(name)
-            if st.frozen is not None:  # freeze_first_layer_after's twin, on the same batch
-                launch(st.transfer[buf], st.frozen[1 if last else 0][buf], buf)
-                ran.append(f"{name}_frozen")
-            feeder.release(k)
-            break
+    sides = task._resolved.train_sides  # progressive resizing: the final side, then each lower side's steps
+    for side in (None, *st.sides) if sides else (None,):
+        if sides:
+            feeder.train_side(sides[-1] if side is None else side)
+        at = "" if side is None else f"@{side}"
+        transfer, (train, train_last, _) = st.transfer_at(side), st.training(False, side)
+        frozen = st.training(True, side) if st.frozen is not None else None
+        with closing(feeder.epoch(0, True)) as batches:  # closed after one batch: its zones released
+            for k, buf, _n in batches:
+                name = f"{'train_last' if last else 'train'}_{'ab'[buf]}"
+                launch(transfer[buf], (train_last if last else train)[buf], buf)
+                ran.append(name + at)
+                if frozen is not None:  # freeze_first_layer_after's twin, on the same batch
+                    launch(transfer[buf], frozen[1 if last else 0][buf], buf)
+                    ran.append(f"{name}_frozen{at}")
+                feeder.release(k)
+                break
     go("epoch_end", st.epoch_end)
     launch.synchronize()
     train = _result(be, prog, float(scalar(be, prog, "accum_samples")[0]))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from tr.core.errors import BackendError
 from tr.core.ops import OpCall
 from tr.core.phase import StreamKind
 from tr.graph.steps import AB
-from tr.tensor.program import Program
+from tr.tensor.program import Program, at_side, base_variant
 
 
 @dataclass
@@ -43,11 +43,19 @@ class CapturedSteps:
     train_hold: list | None = None  # [buffer]: a data-parallel window's holding micro-step (no collectives)
     # (train, train_last, train_hold) with the first trained layer frozen (task.freeze_first_layer_after)
     frozen: tuple[list, list, list | None] | None = None
+    # progressive resizing: a lower training side -> its own steps (train*, frozen twins, transfers)
+    sides: dict[int, CapturedSteps] = field(default_factory=dict)
 
-    def training(self, frozen: bool) -> tuple[list, list, list | None]:
+    def training(self, frozen: bool, side: int | None = None) -> tuple[list, list, list | None]:
         """The graphs an epoch's training steps launch: (train, train_last, train_hold), or with ``frozen`` their
-        twins that neither differentiate nor update the first trained layer."""
-        return self.frozen if frozen else (self.train, self.train_last, self.train_hold)
+        twins that neither differentiate nor update the first trained layer; ``side``: a lower progressive side's
+        (None or the final side: the steps compiled at the final side)."""
+        at = self.sides.get(side, self) if side is not None else self
+        return at.frozen if frozen else (at.train, at.train_last, at.train_hold)
+
+    def transfer_at(self, side: int | None) -> list:
+        """The training transfers ([buffer]) of a progressive side (None or the final side: ``transfer``)."""
+        return (self.sides.get(side, self) if side is not None else self).transfer
 
 
 def capture_step(backend, program: Program, name: str,
@@ -70,7 +78,9 @@ def capture_steps(backend, program: Program, has_val: bool,
         val = val_last = []
     transfer = [cap(f"transfer_{ab}") for ab in AB]
     resident = has_val and "val_transfer_a" in program.steps
+    lower = sorted({int(name.split("@", 1)[1]) for name in program.steps if base_variant(name) != name})
     return CapturedSteps(
+        sides={side: _side_steps(program, side, cap) for side in lower},
         train=[cap(f"train_{ab}") for ab in AB], train_last=[cap(f"train_last_{ab}") for ab in AB], val=val,
         val_last=val_last, transfer=transfer,
         val_transfer=[cap(f"val_transfer_{ab}") for ab in AB] if resident else transfer,
@@ -81,6 +91,22 @@ def capture_steps(backend, program: Program, has_val: bool,
                  [cap(f"train_hold_{ab}_frozen") for ab in AB] if "train_hold_a_frozen" in program.steps else None)
                 if "train_a_frozen" in program.steps else None),
     )
+
+
+def _side_steps(program: Program, side: int, cap: Callable[[str], object]) -> CapturedSteps:
+    """A lower progressive side's training steps and transfers (the rest is the final side's: not captured)."""
+    def at(name: str) -> str:
+        return at_side(name, side)
+
+    frozen = at("train_a_frozen") in program.steps
+    return CapturedSteps(
+        train=[cap(at(f"train_{ab}")) for ab in AB], train_last=[cap(at(f"train_last_{ab}")) for ab in AB],
+        val=[], val_last=[], transfer=[cap(at(f"transfer_{ab}")) for ab in AB], val_transfer=[], clear_metrics=None,
+        epoch_begin=None, epoch_order=None, val_begin=None, epoch_end=None, val_end=None, launches_per_step=2,
+        train_hold=[cap(at(f"train_hold_{ab}")) for ab in AB] if at("train_hold_a") in program.steps else None,
+        frozen=(([cap(at(f"train_{ab}_frozen")) for ab in AB], [cap(at(f"train_last_{ab}_frozen")) for ab in AB],
+                 [cap(at(f"train_hold_{ab}_frozen")) for ab in AB] if at("train_hold_a_frozen") in program.steps
+                 else None) if frozen else None))
 
 
 class StepLauncher:

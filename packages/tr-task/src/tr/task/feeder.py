@@ -63,6 +63,7 @@ class Feeder(Protocol):
     def decoded_on_cpu(self) -> int | None: ...  # the last pass's images the device decoder refused, or None
     def upload(self, backend: Any, program: Any) -> None: ...  # once, after the arena is allocated
     def begin_epoch(self, backend: Any, program: Any, epoch: int) -> None: ...  # before each training pass
+    def train_side(self, side: int) -> None: ...  # progressive resizing: the next training epochs' side
 
 
 class FeederDefaults:
@@ -121,6 +122,15 @@ class FeederDefaults:
     def begin_epoch(self, backend: Any, program: Any, epoch: int) -> None:
         """Without a resident input the device needs nothing per epoch from the feeder."""
 
+    def train_side(self, side: int) -> None:
+        """Progressive resizing: serve the next training epochs at ``side`` x ``side``, packed at the start of the
+        staging buffers. Without it a feeder serves one sample shape."""
+        name = type(getattr(self, "wrapped", self)).__name__
+        if side != self.sample_shape[0]:
+            raise ConfigError(f"progressive resizing: {name} serves one sample shape {tuple(self.sample_shape)}; "
+                              f"training at side {side} needs a feeder that resizes each epoch (tr.data's pipeline: "
+                              f"PREPROCESSOR_SETTING with a RandomResizedCrop, or a feeder with train_side(side))")
+
 
 class _Completed(FeederDefaults):
     """A user's feeder with the optional part filled in where it has none."""
@@ -144,7 +154,7 @@ class _Completed(FeederDefaults):
 
 _OPTIONAL = frozenset({"sample_dtype", "micro_batches", "staging_shape", "adopts_buffers", "adopt_buffers", "shard",
                        "check_labels", "last_epoch_times", "resident_input", "jpeg_input", "decoded_on_cpu", "upload",
-                       "begin_epoch"})
+                       "begin_epoch", "train_side"})
 
 
 def complete_feeder(feeder: Any) -> Feeder:

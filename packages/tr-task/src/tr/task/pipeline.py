@@ -49,6 +49,7 @@ class PipelineFeeder(FeederDefaults):
         self.sample_shape = tuple(self.station.sample_shape)
         self.num_classes = getattr(self.pre.dataset, "num_classes", None)
         self._run = None
+        self._epoch_station = self.station  # the running epoch's station (release)
         self._held: set[int] = set()  # batches acquired and not yet released
 
     @property
@@ -121,21 +122,27 @@ class PipelineFeeder(FeederDefaults):
     def last_batch(self, train: bool) -> int:
         return self.pre.plan(train).last_batch_size
 
+    def train_side(self, side: int) -> None:
+        """Progressive resizing: the next training epochs' samples at ``side`` x ``side``, packed at the start of the
+        buffers (tr.data's Preprocessor.train_side; the sample shape and buffers stay the largest side's)."""
+        self.pre.train_side(side)
+
     def epoch(self, epoch: int, train: bool) -> Iterator[tuple[int, int, int]]:
         run = self._run = self.pre.epoch(epoch, train)
+        station = self._epoch_station = run.stations[0]  # (a progressive side's: the zones' memory, packed)
         try:
             for k in range(self.steps(train)):  # (drop_last under accumulation: the workers' last batches unread)
-                b = self.station.acquire(k)
+                b = station.acquire(k)
                 self._held.add(k)
                 yield k, b.zone, b.size
         finally:  # also when the consumer stops early (an exception in a step): stop the workers, free the zones
             run.close()
             for k in sorted(self._held):
-                self.station.release(k)
+                station.release(k)
             self._held.clear()
 
     def release(self, k: int) -> None:
-        self.station.release(k)
+        self._epoch_station.release(k)
         self._held.discard(k)
 
     def last_epoch_times(self):

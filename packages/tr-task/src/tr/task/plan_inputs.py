@@ -50,12 +50,29 @@ def resolutions(s: Settings, sample_shape: tuple[int, int, int], validates: bool
     asked = [("input_resolution", s.input_res), ("train_resolution", s.train_res_end)]
     if validates:
         asked.append(("val_resolution", s.val_res))
+    ramp = s.res_ramp
+    if ramp is not None and (h, w) != (ramp.max_res, ramp.max_res):
+        past = "grows past" if ramp.max_res > min(h, w) else "ends below"
+        raise ConfigError(f"{ramp.describe()} {past} the compiled maximum: the data's transforms make {h}x{w} samples "
+                          f"(the side the plan, its buffers and validation are at); the schedule must end at it: "
+                          f"give max_res {h} or end the transforms in a {ramp.max_res}x{ramp.max_res} crop or resize")
     for name, side in asked:
         if side and (h, w) != (side, side):
             raise ConfigError(f"{name}({side}) asks for {side}x{side} samples, but the data delivers {h}x{w}: end the "
                               f"transforms in a {side}x{side} crop or resize, or leave {name} out")
     train = s.train_res_end or s.input_res or None
     return {"train_resolution": train, "val_resolution": (s.val_res or train) if validates else None}
+
+
+def train_sides(s: Settings, epochs: int, feeder: Any) -> tuple[int, ...]:
+    """Progressive resizing: every epoch's training side (tr.core.resolution), each lower one checked against the
+    feeder's data now (its train_side; then back to the final side); () without a schedule."""
+    if s.res_ramp is None:
+        return ()
+    sides = s.res_ramp.schedule(epochs)
+    for side in sorted(set(sides)):  # (the final side last: what the feeder is left at)
+        feeder.train_side(side)
+    return sides
 
 
 def staging(s: Settings, feeder: Any) -> None:

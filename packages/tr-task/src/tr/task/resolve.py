@@ -44,6 +44,7 @@ class Resolved:
     num_classes: int
     input_shape: tuple[int, int, int]  # (H, W, C) of one sample
     resolutions: dict[str, int | None]  # CompileSpec's train_resolution and val_resolution
+    train_sides: tuple[int, ...]  # progressive resizing: every epoch's training side; (): one side
     has_val: bool
     steps_per_epoch: int  # optimizer steps (with accumulate > 1, windows of micro-steps)
     micro_steps: int  # the training steps an epoch launches (= steps_per_epoch without accumulation)
@@ -70,6 +71,8 @@ class Resolved:
         s, t, f = self.settings, self.config.task, self.feeder
         return CompileSpec(
             input_shape=self.input_shape, num_classes=self.num_classes, batch=f.batch, **self.resolutions,
+            progressive_resolutions=tuple(sorted(set(self.train_sides[:-1]) - {self.train_sides[-1]}))
+            if self.train_sides else (),
             last_train_batch=f.last_batch(True), val_batch=f.batch if self.has_val else None,
             last_val_batch=f.last_batch(False) if self.has_val else None, amp=s.amp_enabled,
             amp_dtype=s.amp_dtype,
@@ -137,11 +140,13 @@ def resolve(config: Config) -> Resolved:
     if getattr(schedule, "needs_validation", False) and not has_val:
         raise ConfigError(f"ReduceLROnPlateau monitors {schedule.metric!r}, which needs validation data (the feeder "
                           "has none): monitor('train_loss')")
+    resolutions = plan_inputs.resolutions(s, feeder.sample_shape, has_val)
+    sides = plan_inputs.train_sides(s, t.epochs, feeder)
     return Resolved(
         config=config, env=env, timeout_s=timeout, backend=backend, cuda_device=cuda_device, local_batch=local_batch,
         feeder=feeder, num_classes=num_classes,
         input_shape=input_shape,
-        resolutions=plan_inputs.resolutions(s, feeder.sample_shape, has_val), has_val=has_val,
+        resolutions=resolutions, train_sides=sides, has_val=has_val,
         steps_per_epoch=steps, micro_steps=micro, schedule=schedule, optimizer=plan_inputs.optimizer_spec(t.optimizer),
         recorded_env=tr_env.recorded())
 

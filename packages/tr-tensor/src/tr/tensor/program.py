@@ -19,6 +19,16 @@ SHAPE_INVARIANT = "any"  # tr.graph.atlas: a part bound once for every variant
 TRAIN, TRAIN_LAST, VAL, VAL_LAST = "train", "train_last", "val", "val_last"  # the variants (tr.graph.spec)
 
 
+def at_side(name: str, side: int) -> str:
+    """A training variant or step at a lower progressive side (progressive resizing): ``train@160``."""
+    return f"{name}@{side}"
+
+
+def base_variant(name: str) -> str:
+    """A variant's kind without its side: ``train_last@160`` -> ``train_last``."""
+    return name.split("@", 1)[0]
+
+
 @dataclass(frozen=True)
 class VariantInfo:
     name: str

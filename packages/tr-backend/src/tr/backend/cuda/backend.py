@@ -37,6 +37,7 @@ from tr.backend.cuda.device import require_cuda
 from tr.backend.cuda.native import require_native, wheel_libraries
 from tr.backend.cuda.nccl import NcclCollective
 from tr.backend.registry import op_impls
+from tr.backend.rules.transfer import host_data_problem
 from tr.core import env as tr_env
 from tr.core.dtype import DType
 from tr.core.errors import (
@@ -70,9 +71,11 @@ def _cublaslt_candidates() -> list[str]:
 class _HostSite:
     """One h2d_copy call: destination addresses, and the host addresses its memcpy nodes read now."""
 
-    def __init__(self, where_: str, buffer: int, data: DTensor, label_bytes: int, dst: tuple[int, int]) -> None:
+    def __init__(self, where_: str, buffer: int, data: DTensor, label_bytes: int, dst: tuple[int, int],
+                 packed: bool = False) -> None:
         self.where = where_
         self.buffer = buffer
+        self.packed = packed  # progressive resizing: the samples packed at data's shape from the buffer's start
         self.data = data
         self.label_bytes = label_bytes
         self.data_bytes = data.nbytes
@@ -86,10 +89,10 @@ class _HostSite:
         labels, data = buffers[self.buffer]
         n = self.data.shape.n
         name = "AB"[self.buffer]
-        want = tuple(self.data.shape.dims[1:])
-        if data.shape[0] < n or tuple(data.shape[1:]) != want:
+        problem = host_data_problem(data.shape, self.data.shape.dims, self.packed, data.flags.c_contiguous)
+        if problem is not None:
             raise ShapeError(f"{self.where}: host buffer {name} data {data.shape} cannot supply "
-                             f"{self.data.shape} (first {n} samples of [B, H, W, C])")
+                             f"{self.data.shape} ({problem})")
         if data.dtype != self.data.dtype.np_dtype:
             raise DTypeError(f"{self.where}: host buffer {name} data is {data.dtype}, the device tensor is "
                              f"{self.data.dtype.name}; the CUDA backend copies bytes and does not convert")
@@ -469,11 +472,11 @@ class CudaBackend:
         site.src = src
         site.bound = True
 
-    def add_host_site(self, b: CudaBinder, buffer: int) -> _HostSite:
+    def add_host_site(self, b: CudaBinder, buffer: int, packed: bool = False) -> _HostSite:
         """Called by h2d_copy at capture: the site reads the bound buffers, or a zeroed placeholder until then."""
         data = b.tensor("data")
         label_bytes = b.tensor("labels").numel * 4
-        site = _HostSite(b.where, buffer, data, label_bytes, (b.ptr("labels"), b.ptr("data")))
+        site = _HostSite(b.where, buffer, data, label_bytes, (b.ptr("labels"), b.ptr("data")), packed)
         if self._host is not None:
             site.src = site.source(self._host)
             site.bound = True

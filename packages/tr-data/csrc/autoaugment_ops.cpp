@@ -7,6 +7,14 @@
 
 #include "autoaugment.hpp"
 
+// The loops with an fma get an FMA clone (chosen at load time by the CPU's features); the default clone calls
+// libm's fmaf. Both compute the correctly rounded fma: the same bits.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(TR_DATA_ASAN)
+#define AUG_CLONES __attribute__((target_clones("fma", "default")))
+#else
+#define AUG_CLONES
+#endif
+
 namespace trd {
 
 namespace {
@@ -27,6 +35,21 @@ size_t pixels(const ImgC& in) { return size_t(in.h) * size_t(in.w); }
 // _blend(img, other, ratio) = img.mul(ratio).add_(other, alpha=1 - ratio), clamped and truncated.
 inline uint8_t blend(uint8_t x, float other, float ratio, float alpha) {
   return clamp_u8(std::fma(other, alpha, float(x) * ratio));
+}
+
+AUG_CLONES void blend_const(const uint8_t* __restrict in, uint8_t* __restrict out, size_t n, float other, float ratio,
+                            float alpha) {
+  for (size_t k = 0; k < n; ++k) out[k] = blend(in[k], other, ratio, alpha);
+}
+
+AUG_CLONES unsigned long long grey_sum(const uint8_t* __restrict p, size_t n, int c) {
+  unsigned long long sum = 0;
+  if (c == 3) {
+    for (size_t k = 0; k < n; ++k) sum += (unsigned long long)grey(p + 3 * k);
+  } else {
+    for (size_t k = 0; k < n; ++k) sum += p[k];
+  }
+  return sum;
 }
 
 // torch.linspace(start, end, n)[k] in float32 (CPU: the first half start + step * k, the second end - step *
@@ -71,23 +94,28 @@ void aug_affine_nearest(const ImgC& in, const Img& out, const double matrix[6], 
   }
 }
 
-void aug_brightness(const ImgC& in, const Img& out, double factor) {
+AUG_CLONES void aug_brightness(const ImgC& in, const Img& out, double factor) {
   const float f = float(factor);  // image.mul(factor).clamp_(0, 255)
   const size_t n = in.shape().bytes();
-  for (size_t k = 0; k < n; ++k) out.p[k] = clamp_u8(float(in.p[k]) * f);
+  // local pointers: a uint8_t store through out.p could alias out.p itself, which would keep the loop scalar
+  const uint8_t* __restrict s = in.p;
+  uint8_t* __restrict d = out.p;
+  for (size_t k = 0; k < n; ++k) d[k] = clamp_u8(float(s[k]) * f);
 }
 
-void aug_saturation(const ImgC& in, const Img& out, double factor) {
+AUG_CLONES void aug_saturation(const ImgC& in, const Img& out, double factor) {
   if (in.c == 1) {  // torchvision returns grey images unchanged
     std::memcpy(out.p, in.p, in.shape().bytes());
     return;
   }
   const float f = float(factor), a = float(1.0 - factor);
   const size_t n = pixels(in);
+  const uint8_t* __restrict src = in.p;
+  uint8_t* __restrict dst = out.p;
   for (size_t k = 0; k < n; ++k) {
-    const uint8_t* s = in.p + 3 * k;
+    const uint8_t* s = src + 3 * k;
     const float g = grey(s);
-    for (int c = 0; c < 3; ++c) out.p[3 * k + size_t(c)] = blend(s[c], g, f, a);
+    for (int c = 0; c < 3; ++c) dst[3 * k + size_t(c)] = blend(s[c], g, f, a);
   }
 }
 
@@ -95,24 +123,19 @@ void aug_contrast(const ImgC& in, const Img& out, double factor) {
   // the mean of the (floored) grey image: torch sums the float32 values (exact while the sum is below 2^24, as on
   // every image of up to 65793 pixels; beyond, its pairwise sum may round where this exact one does not: equal on
   // the tests' 375x500 image), then divides by the pixel count in float32
-  const size_t n = pixels(in);
-  unsigned long long sum = 0;
-  for (size_t k = 0; k < n; ++k) sum += in.c == 3 ? (unsigned long long)grey(in.p + 3 * k) : in.p[k];
-  const float mean = float(sum) / float(n);
-  const float f = float(factor), a = float(1.0 - factor);
-  const size_t bytes = in.shape().bytes();
-  for (size_t k = 0; k < bytes; ++k) out.p[k] = blend(in.p[k], mean, f, a);
+  const float mean = float(grey_sum(in.p, pixels(in), in.c)) / float(pixels(in));
+  blend_const(in.p, out.p, in.shape().bytes(), mean, float(factor), float(1.0 - factor));
 }
 
-void aug_sharpness(const ImgC& in, const Img& out, double factor) {
+AUG_CLONES void aug_sharpness(const ImgC& in, const Img& out, double factor) {
   std::memcpy(out.p, in.p, in.shape().bytes());  // the border rows and columns stay as they are
   const int H = in.h, W = in.w, C = in.c;
   if (H <= 2 || W <= 2) return;
   const float a = float(1.0 - factor);
   const size_t row = size_t(W) * size_t(C);
   for (int i = 1; i < H - 1; ++i) {
-    const uint8_t* s = in.row(i);
-    uint8_t* d = out.row(i);
+    const uint8_t* __restrict s = in.row(i);
+    uint8_t* __restrict d = out.row(i);
     for (size_t k = size_t(C); k < row - size_t(C); ++k) {
       // torch's float32 conv with (1, 1, 1; 1, 5, 1; 1, 1, 1) / 13, rounded: T / 13 is never within 1/26 of a
       // half, far beyond float32's error, so the rounded integer quotient is the same number

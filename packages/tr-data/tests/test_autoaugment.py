@@ -220,7 +220,8 @@ def test_the_native_core_checks_the_same_ranges():
     def pipeline(params):
         return _native.Pipeline([_native.OpSpec(params=params, slot=1, name="RA")], fused)
 
-    with pytest.raises(ConfigError, match=r"RA: magnitude must be in \[0, num_magnitude_bins - 1\] = \[0, 30\], got 31"):
+    with pytest.raises(ConfigError, match=r"RA: magnitude must be in \[0, num_magnitude_bins - 1\] = \[0, 30\], "
+                                          r"got 31"):
         pipeline(_native.RandAugmentParams(num_ops=2, magnitude=31, num_magnitude_bins=31, fill=[0.0]))
     with pytest.raises(ConfigError, match=r"RA: num_ops must be in \[0, 16\], got 17"):
         pipeline(_native.RandAugmentParams(num_ops=17, magnitude=3, num_magnitude_bins=31, fill=[0.0]))

@@ -48,13 +48,14 @@ class RandAugment(_AutoAugment):
                  fill: float | Sequence[float] = 0):
         o = "RandAugment"
         self.num_ops = integer(o, "num_ops", num_ops, 0, MAX_AUGMENT_OPS)
-        self.num_magnitude_bins = _bins(o, num_magnitude_bins)
+        bins = _bins(o, num_magnitude_bins)
         if isinstance(magnitude, bool) or not isinstance(magnitude, numbers.Integral):
             raise ConfigError(f"{o}: magnitude must be an integer bin, got {magnitude!r}")
-        if not 0 <= magnitude <= self.num_magnitude_bins - 1:
-            raise ConfigError(f"{o}: magnitude must be in [0, num_magnitude_bins - 1] = "
-                              f"[0, {self.num_magnitude_bins - 1}], got {magnitude}")
+        if not 0 <= magnitude <= bins - 1:
+            raise ConfigError(f"{o}: magnitude must be in [0, num_magnitude_bins - 1] = [0, {bins - 1}], "
+                              f"got {magnitude}")
         self.magnitude = int(magnitude)
+        self.num_magnitude_bins = bins
         self.fill = fill_values(o, fill)
 
     def native(self, slot: int) -> _native.OpSpec:

@@ -23,10 +23,12 @@ from tr.data import (
     ColorJitter,
     Compose,
     Pad,
+    RandAugment,
     RandomCrop,
     RandomHorizontalFlip,
     RandomRotation,
     RandomScale,
+    TrivialAugmentWide,
 )
 from tr.data.seeds import seed_prefix
 from tr.task.pipeline import PipelineFeeder
@@ -145,6 +147,8 @@ def test_amp_trains_on_fp16_input(digits):
 
 @pytest.mark.parametrize("chain, match", [
     ((ColorJitter(0.4),), "ColorJitter.*has no device kernel"),
+    ((Pad(2), RandomCrop(28), RandAugment()), r"RandAugment\(num_ops=2.*has no device kernel"),
+    ((TrivialAugmentWide(fill=0),), r"TrivialAugmentWide\(num_magnitude_bins=31.*has no device kernel"),
     ((RandomScale(0.9, 1.1), RandomRotation(10)), "RandomRotation.*after a later geometric step"),
     ((Pad(2, padding_mode="edge"), RandomCrop(28)), "Pad.*constant padding"),
     ((RandomCrop(28, padding=(1, 2)),), "RandomCrop.*equally"),

@@ -35,6 +35,10 @@ constexpr const char* kRandomGrayscaleParamsNames[] = {"p"};
 constexpr const char* kRandomGrayscaleParamsTypes[] = {"float"};
 constexpr const char* kRandomAutocontrastParamsNames[] = {"p"};
 constexpr const char* kRandomAutocontrastParamsTypes[] = {"float"};
+constexpr const char* kRandAugmentParamsNames[] = {"num_ops", "magnitude", "num_magnitude_bins", "fill"};
+constexpr const char* kRandAugmentParamsTypes[] = {"int", "int", "int", "floats"};
+constexpr const char* kTrivialAugmentWideParamsNames[] = {"num_magnitude_bins", "fill"};
+constexpr const char* kTrivialAugmentWideParamsTypes[] = {"int", "floats"};
 constexpr const char* kRandomHorizontalFlipParamsNames[] = {"p"};
 constexpr const char* kRandomHorizontalFlipParamsTypes[] = {"float"};
 constexpr const char* kRandomErasingParamsNames[] = {"p", "scale_lo", "scale_hi", "ratio_lo", "ratio_hi", "value"};
@@ -361,6 +365,50 @@ void bind_op_params(py::module_& m) {
     c.def_readonly("p", &RandomAutocontrastParams::p, "probability");
     add_record_protocol(c, FieldNames(kRandomAutocontrastParamsNames), FieldNames(kRandomAutocontrastParamsTypes));
     c.attr("kind") = "RandomAutocontrast";
+  }
+  {
+    py::class_<RandAugmentParams> c(m, "RandAugmentParams",
+        "torchvision's RandAugment: num_ops random ops at bin magnitude, random signs.\n"
+        "\n"
+        "Keyword-only fields:\n"
+        "    num_ops (int): operations applied one after the other\n"
+        "    magnitude (int): the magnitude bin, 0 .. num_magnitude_bins - 1\n"
+        "    num_magnitude_bins (int): bins of each op's magnitude range\n"
+        "    fill (floats): border value 0..255: one for every channel or one per channel");
+    c.def(py::init([](const py::args& args, const py::kwargs& kw) {
+      const FieldReader r("RandAugment", "RandAugmentParams", FieldNames(kRandAugmentParamsNames), args, kw);
+      RandAugmentParams v;
+      v.num_ops = r.i64("num_ops");
+      v.magnitude = r.i64("magnitude");
+      v.num_magnitude_bins = r.i64("num_magnitude_bins");
+      v.fill = r.floats("fill");
+      return v;
+    }));
+    c.def_readonly("num_ops", &RandAugmentParams::num_ops, "operations applied one after the other");
+    c.def_readonly("magnitude", &RandAugmentParams::magnitude, "the magnitude bin, 0 .. num_magnitude_bins - 1");
+    c.def_readonly("num_magnitude_bins", &RandAugmentParams::num_magnitude_bins, "bins of each op's magnitude range");
+    c.def_readonly("fill", &RandAugmentParams::fill, "border value 0..255: one for every channel or one per channel");
+    add_record_protocol(c, FieldNames(kRandAugmentParamsNames), FieldNames(kRandAugmentParamsTypes));
+    c.attr("kind") = "RandAugment";
+  }
+  {
+    py::class_<TrivialAugmentWideParams> c(m, "TrivialAugmentWideParams",
+        "torchvision's TrivialAugmentWide: one random op, bin and sign.\n"
+        "\n"
+        "Keyword-only fields:\n"
+        "    num_magnitude_bins (int): bins of each op's magnitude range\n"
+        "    fill (floats): border value 0..255: one for every channel or one per channel");
+    c.def(py::init([](const py::args& args, const py::kwargs& kw) {
+      const FieldReader r("TrivialAugmentWide", "TrivialAugmentWideParams", FieldNames(kTrivialAugmentWideParamsNames), args, kw);
+      TrivialAugmentWideParams v;
+      v.num_magnitude_bins = r.i64("num_magnitude_bins");
+      v.fill = r.floats("fill");
+      return v;
+    }));
+    c.def_readonly("num_magnitude_bins", &TrivialAugmentWideParams::num_magnitude_bins, "bins of each op's magnitude range");
+    c.def_readonly("fill", &TrivialAugmentWideParams::fill, "border value 0..255: one for every channel or one per channel");
+    add_record_protocol(c, FieldNames(kTrivialAugmentWideParamsNames), FieldNames(kTrivialAugmentWideParamsTypes));
+    c.attr("kind") = "TrivialAugmentWide";
   }
   {
     py::class_<RandomHorizontalFlipParams> c(m, "RandomHorizontalFlipParams",

@@ -6,8 +6,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
+#include <string>
 #include <vector>
 
+#include "autoaugment.hpp"
 #include "bind_common.hpp"
 #include "jpeg_regions.hpp"
 
@@ -179,6 +182,55 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("images"), py::arg("out"), py::arg("mean"), py::arg("std"), py::arg("pad_channels_to") = 0,
       py::arg("flip") = py::none(), py::arg("erase") = py::none(), py::arg("erase_value") = std::vector<double>{0.0});
+
+  // ---- RandAugment / TrivialAugmentWide: one op at a given magnitude, and the magnitude tables ----
+  m.def(
+      "augment_op",
+      [](U8Array img, int op, double magnitude, const std::vector<double>& fill) {
+        const ImgC in = image_view(img);
+        const std::string name = aug_op_name(op);
+        if (op < 0 || op >= kAugOpCount)
+          throw ConfigErr("augment_op: op must be in [0, " + std::to_string(kAugOpCount - 1) + "], got " +
+                          std::to_string(op));
+        if (in.c != 1 && in.c != 3) throw ShapeErr(name + " needs 1 or 3 channels, got an image " + in.shape().str());
+        if (!std::isfinite(magnitude) || std::fabs(magnitude) > kMaxMagnitude)
+          throw ConfigErr(name + ": magnitude must be a finite number within 1e6, got " + std::to_string(magnitude));
+        // torchvision's own refusals: negative colour factors, posterize bits outside [0, 8], a threshold over 255
+        if (op >= kAugBrightness && op <= kAugSharpness && 1.0 + magnitude < 0)
+          throw ConfigErr(name + ": the factor 1 + magnitude must be >= 0, got " + std::to_string(1.0 + magnitude));
+        if (op == kAugPosterize && !(magnitude >= 0 && magnitude < 9))
+          throw ConfigErr(name + ": bits must be in [0, 8], got " + std::to_string(magnitude));
+        if (op == kAugSolarize && 255.0 * magnitude > 255.0)
+          throw ConfigErr(name + ": the threshold 255 * magnitude must be <= 255, got " + std::to_string(magnitude));
+        if (fill.size() != 1 && fill.size() != size_t(in.c))
+          throw ConfigErr(name + ": fill needs 1 or " + std::to_string(in.c) + " values");
+        uint8_t f[kMaxChannels];
+        for (int c = 0; c < in.c; ++c) {
+          const double v = fill.size() == 1 ? fill[0] : fill[size_t(c)];
+          if (!(v >= 0 && v <= 255 && v == std::floor(v)))
+            throw ConfigErr(name + ": fill values are whole pixel values in [0, 255], got " + std::to_string(v));
+          f[c] = uint8_t(v);
+        }
+        py::array_t<uint8_t> out({py::ssize_t(in.h), py::ssize_t(in.w), py::ssize_t(in.c)});
+        const Img o{out.mutable_data(), in.h, in.w, in.c};
+        {
+          py::gil_scoped_release nogil;
+          AugStep s;
+          s.op = op;
+          s.magnitude = magnitude;
+          aug_apply(s, in, o, f);
+        }
+        return out;
+      },
+      py::arg("image"), py::arg("op"), py::arg("magnitude"), py::arg("fill"));
+  m.def(
+      "augment_magnitude",
+      [](int op, int bin, int bins, bool wide, int height, int width) {
+        if (op < 0 || op >= kAugOpCount || bins < 2 || bin < 0 || bin >= bins || height < 1 || width < 1)
+          throw ConfigErr("augment_magnitude: op, bin, bins, height or width out of range");
+        return aug_magnitude(op, bin, bins, wide, height, width);
+      },
+      py::arg("op"), py::arg("bin"), py::arg("bins"), py::arg("wide"), py::arg("height"), py::arg("width"));
 
   bind_op_params(m);
   bind_pipeline(m);

@@ -25,6 +25,8 @@ enum class OpKind : int {
   GaussianNoise = 10,
   RandomGrayscale = 11,
   RandomAutocontrast = 12,
+  RandAugment = 13,
+  TrivialAugmentWide = 14,
 };
 
 // Pad each side by its own amount.
@@ -153,6 +155,24 @@ struct RandomAutocontrastParams {
   double p = 0.0;  // probability
 };
 
+// torchvision's RandAugment: num_ops random ops at bin magnitude, random signs.
+struct RandAugmentParams {
+  static constexpr OpKind kind = OpKind::RandAugment;
+  static constexpr const char* kind_name = "RandAugment";
+  int64_t num_ops = 0;  // operations applied one after the other
+  int64_t magnitude = 0;  // the magnitude bin, 0 .. num_magnitude_bins - 1
+  int64_t num_magnitude_bins = 0;  // bins of each op's magnitude range
+  std::vector<double> fill;  // border value 0..255: one for every channel or one per channel
+};
+
+// torchvision's TrivialAugmentWide: one random op, bin and sign.
+struct TrivialAugmentWideParams {
+  static constexpr OpKind kind = OpKind::TrivialAugmentWide;
+  static constexpr const char* kind_name = "TrivialAugmentWide";
+  int64_t num_magnitude_bins = 0;  // bins of each op's magnitude range
+  std::vector<double> fill;  // border value 0..255: one for every channel or one per channel
+};
+
 // Mirror left-right with probability p (in the fused stage).
 struct RandomHorizontalFlipParams {
   double p = 0.0;  // probability
@@ -190,6 +210,8 @@ using OpParams = std::variant<PadParams,
                              GaussianBlurParams,
                              GaussianNoiseParams,
                              RandomGrayscaleParams,
-                             RandomAutocontrastParams>;
+                             RandomAutocontrastParams,
+                             RandAugmentParams,
+                             TrivialAugmentWideParams>;
 
 }  // namespace trd

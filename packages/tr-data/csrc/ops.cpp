@@ -200,6 +200,18 @@ void op_check(const OpSpec& op) {
     case OpKind::RandomAutocontrast:
       float_in(op, "p", op.as<RandomAutocontrastParams>().p, 0.0, 1.0);
       break;
+    case OpKind::RandAugment: {
+      const auto& s = op.as<RandAugmentParams>();
+      aug_check(op.name, s.num_ops, s.magnitude, s.num_magnitude_bins);
+      fill_in(op, s.fill);
+      break;
+    }
+    case OpKind::TrivialAugmentWide: {
+      const auto& s = op.as<TrivialAugmentWideParams>();
+      aug_check(op.name, -1, 0, s.num_magnitude_bins);
+      fill_in(op, s.fill);
+      break;
+    }
   }
 }
 
@@ -361,6 +373,16 @@ void op_draw(const OpSpec& op, Stream& rng, const Shape3& in, Params& p) {
     case OpKind::RandomAutocontrast:
       p.apply = rng.uniform() < op.as<RandomAutocontrastParams>().p;
       return;
+    case OpKind::RandAugment: {
+      const auto& s = op.as<RandAugmentParams>();
+      aug_draw(false, int(s.num_ops), int(s.magnitude), int(s.num_magnitude_bins), rng, in, p.aug);
+      p.apply = aug_changes(p.aug);
+      return;
+    }
+    case OpKind::TrivialAugmentWide:
+      aug_draw(true, 1, 0, int(op.as<TrivialAugmentWideParams>().num_magnitude_bins), rng, in, p.aug);
+      p.apply = aug_changes(p.aug);
+      return;
   }
 }
 
@@ -481,6 +503,14 @@ void op_apply(const OpSpec& op, const Params& p, const ImgC& in, const Img& out,
       }
       return;
     }
+    case OpKind::RandAugment:
+    case OpKind::TrivialAugmentWide: {
+      const auto& f = op.kind == OpKind::RandAugment ? op.as<RandAugmentParams>().fill
+                                                      : op.as<TrivialAugmentWideParams>().fill;
+      fill_u8(op, f, C, fill);
+      aug_run(p.aug, in, out, fill, ws.aug);
+      return;
+    }
   }
 }
 
@@ -525,6 +555,16 @@ std::vector<std::pair<std::string, double>> op_describe(const OpSpec& op, const 
     case OpKind::GaussianNoise:
       // the key as two exact 32-bit halves (a double cannot hold 64 bits)
       v = {{"key_lo", double(p.noise_key & 0xFFFFFFFFull)}, {"key_hi", double(p.noise_key >> 32)}};
+      break;
+    case OpKind::RandAugment:
+    case OpKind::TrivialAugmentWide:
+      for (int k = 0; k < p.aug.n; ++k) {  // what torchvision's op takes: the op, its bin, the signed magnitude
+        const AugStep& s = p.aug.steps[size_t(k)];
+        const std::string i = std::to_string(k);
+        v.push_back({"op" + i, double(s.op)});
+        v.push_back({"bin" + i, double(s.bin)});
+        v.push_back({"magnitude" + i, s.magnitude});
+      }
       break;
     default:
       break;

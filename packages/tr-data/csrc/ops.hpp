@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "autoaugment.hpp"
 #include "common.hpp"
 #include "op_params.hpp"
 #include "resample.hpp"
@@ -63,6 +64,7 @@ struct Params {
   std::array<double, 4> factor{};  // ColorJitter, by JitterOp
   std::array<int, 4> order{};      // ColorJitter: the JitterOps in the order they run
   uint64_t noise_key = 0;          // GaussianNoise: the Philox key of the sample's noise
+  AugDraw aug;                     // RandAugment, TrivialAugmentWide: the steps drawn
 };
 
 struct Workspace;  // pipeline.hpp

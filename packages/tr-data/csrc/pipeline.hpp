@@ -21,6 +21,7 @@ struct Workspace {
   FusedScratch fused;
   std::vector<uint8_t> u8tmp;
   std::vector<uint8_t> jpeg;  // the decoded sample of an encoded source
+  std::vector<uint8_t> aug;   // RandAugment's intermediate image
 };
 
 // Record of the random parameters one sample used (Compose.params, tests, debugging).

@@ -22,6 +22,7 @@ from tr.data import (
     GaussianNoise,
     Pad,
     PreprocessorSettings,
+    RandAugment,
     RandomAutocontrast,
     RandomCrop,
     RandomErasing,
@@ -32,6 +33,7 @@ from tr.data import (
     RandomScale,
     Resize,
     TransferStation,
+    TrivialAugmentWide,
     _native,
 )
 from tr.data.checks import MAX_KERNEL, MAX_SIDE
@@ -77,6 +79,11 @@ BUILDERS = [
     ("GaussianNoise(0, v)", "sigma", lambda v: GaussianNoise(0, v)),
     ("RandomGrayscale(v)", "p", lambda v: RandomGrayscale(v)),
     ("RandomAutocontrast(v)", "p", lambda v: RandomAutocontrast(v)),
+    ("RandAugment(num_ops=v)", "num_ops", lambda v: RandAugment(num_ops=v)),
+    ("RandAugment(magnitude=v)", "magnitude", lambda v: RandAugment(magnitude=v)),
+    ("RandAugment(bins=v)", "num_magnitude_bins", lambda v: RandAugment(magnitude=0, num_magnitude_bins=v)),
+    ("RandAugment(fill=v)", "fill", lambda v: RandAugment(fill=v)),
+    ("TrivialAugmentWide(v)", "num_magnitude_bins", lambda v: TrivialAugmentWide(v)),
     ("RandomHorizontalFlip(v)", "p", lambda v: RandomHorizontalFlip(v)),
     ("RandomErasing(ratio=(1, v))", "ratio", lambda v: RandomErasing(1.0, ratio=(1, v))),
     ("RandomErasing(value=v)", "value", lambda v: RandomErasing(1.0, value=v)),
@@ -126,7 +133,8 @@ def test_integer_extremes_in_every_parameter():
             else:
                 if isinstance(obj, (Pad, RandomCrop, CenterCrop, Resize, RandomResizedCrop, GaussianBlur,
                                     RandomRotation, RandomScale, ColorJitter, GaussianNoise, RandomGrayscale,
-                                    RandomAutocontrast, RandomHorizontalFlip, RandomErasing)):
+                                    RandomAutocontrast, RandomHorizontalFlip, RandomErasing, RandAugment,
+                                    TrivialAugmentWide)):
                     _run_chain(obj)
             dt = time.perf_counter() - t0
             assert dt < SLOW_CASE_S, f"{label}, v={v}: {dt:.1f} s"
@@ -162,6 +170,8 @@ SPECS = [
     (_native.GaussianNoiseParams, dict(mean=0.0, sigma=10.0)),
     (_native.RandomGrayscaleParams, dict(p=0.5)),
     (_native.RandomAutocontrastParams, dict(p=0.5)),
+    (_native.RandAugmentParams, dict(num_ops=2, magnitude=9, num_magnitude_bins=31, **FILL)),
+    (_native.TrivialAugmentWideParams, dict(num_magnitude_bins=31, **FILL)),
 ]
 FLOATS = [float("inf"), -float("inf"), float("nan"), 1e308, -1e308, 1e30, -1e30, 0.0, -0.0, 5e-324, 2.0**31, 2.0**64]
 # what goes into a field of each type: the wrong types too (a str, a bool for a number, a number for a bool)

@@ -29,11 +29,13 @@ from tr.data.transforms import (
     CenterCrop,
     ColorJitter,
     Compose,
+    RandAugment,
     RandomErasing,
     RandomHorizontalFlip,
     RandomResizedCrop,
     RandomRotation,
     Resize,
+    TrivialAugmentWide,
 )
 
 
@@ -219,6 +221,9 @@ def test_a_chain_the_device_path_cannot_run_is_refused_by_name(split):
         JpegPlanner(split, Compose([Resize(32)], NormMode.IMAGENET))
     with pytest.raises(ConfigError, match="RandomRotation needs the CPU pipeline"):
         JpegPlanner(split, Compose([RandomResizedCrop(32), RandomRotation(10)], NormMode.IMAGENET))
+    for t in (RandAugment(), TrivialAugmentWide()):  # no device kernel: named, at the planner's construction
+        with pytest.raises(ConfigError, match=f"{type(t).__name__} needs the CPU pipeline"):
+            JpegPlanner(split, Compose([RandomResizedCrop(32), t], NormMode.IMAGENET))
     with pytest.raises(ConfigError, match="ColorJitter needs the CPU pipeline"):  # one, right after the resize
         JpegPlanner(split, Compose([RandomResizedCrop(32), ColorJitter(0.4), ColorJitter(0.2)], NormMode.IMAGENET))
     # (the flip runs after every other transform wherever it is listed: a jitter after it is right after the resize)

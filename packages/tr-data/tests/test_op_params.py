@@ -23,6 +23,7 @@ from tr.data import (
     Pad,
     Preprocessor,
     PreprocessorSettings,
+    RandAugment,
     RandomAutocontrast,
     RandomCrop,
     RandomErasing,
@@ -33,6 +34,7 @@ from tr.data import (
     RandomScale,
     Resize,
     TransferStation,
+    TrivialAugmentWide,
     _native,
 )
 from tr.data.transforms import Transform
@@ -74,7 +76,7 @@ def test_every_op_kind_has_a_transform_that_builds_it():
 def _one_of_each() -> list[Transform]:
     return [Pad(1), RandomCrop(3), CenterCrop(3), Resize(4), RandomResizedCrop(4), RandomRotation(10),
             RandomScale(0.5, 1.5), ColorJitter(0.1), GaussianBlur(3), GaussianNoise(), RandomGrayscale(),
-            RandomAutocontrast()]
+            RandomAutocontrast(), RandAugment(), TrivialAugmentWide()]
 
 
 @pytest.mark.parametrize(
@@ -191,7 +193,8 @@ FUSED = _native.FusedStage(mean=[0.0], std=[1.0], dtype="float32", pad_channels_
 def test_op_spec_and_pipeline_take_records_only():
     p = _native.CenterCropParams(height=2, width=2)
     with pytest.raises(TypeError, match=r"CC: OpSpec params must be one of PadParams, RandomCropParams, .*"
-                                        r"RandomAutocontrastParams, got \(3, 1\)"):
+                                        r"RandomAutocontrastParams, RandAugmentParams, TrivialAugmentWideParams, "
+                                        r"got \(3, 1\)"):
         _native.OpSpec(params=(3, 1), slot=1, name="CC")
     with pytest.raises(TypeError, match=r"OpSpec: unknown field 'slt'"):
         _native.OpSpec(params=p, slt=1, name="CC")

@@ -37,6 +37,7 @@ from tr.data import (
     GaussianBlur,
     GaussianNoise,
     Pad,
+    RandAugment,
     RandomAutocontrast,
     RandomCrop,
     RandomErasing,
@@ -46,6 +47,7 @@ from tr.data import (
     RandomRotation,
     RandomScale,
     Resize,
+    TrivialAugmentWide,
 )
 from tr.graph.blueprint import (
     BluePrint,

@@ -22,6 +22,7 @@ from tr.data.transforms import (
     GaussianBlur,
     GaussianNoise,
     Pad,
+    RandAugment,
     RandomAutocontrast,
     RandomCrop,
     RandomErasing,
@@ -32,6 +33,7 @@ from tr.data.transforms import (
     RandomScale,
     Resize,
     Transform,
+    TrivialAugmentWide,
 )
 
 __all__ = [
@@ -60,6 +62,7 @@ __all__ = [
     "Pad",
     "Preprocessor",
     "PreprocessorSettings",
+    "RandAugment",
     "RandomAutocontrast",
     "RandomCrop",
     "RandomErasing",
@@ -72,6 +75,7 @@ __all__ = [
     "Split",
     "TransferStation",
     "Transform",
+    "TrivialAugmentWide",
     "ZoneLayout",
     "jpeg_info",
     "open_dataset",

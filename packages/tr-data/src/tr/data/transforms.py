@@ -580,8 +580,14 @@ class Compose:
         self.check_channels(shape, DataError, "an image")
         recs = self._native.describe(shape, sample_seed(seed, epoch, index, train))
         for r in recs:  # integral quantities as ints
-            r["params"] = {k: (v if k in _FLOAT_PARAMS else int(v)) for k, v in r["params"].items()}
+            r["params"] = {k: (v if k in _FLOAT_PARAMS or k.startswith("magnitude") else int(v))
+                           for k, v in r["params"].items()}
         return recs
 
     def __repr__(self) -> str:
         return f"Compose({list(self.transforms)!r}, mean={self.mean}, std={self.std}, dtype={self.dtype})"
+
+
+# RandAugment and TrivialAugmentWide live in their own module (it builds on Transform above); re-exported here
+# with the other transforms.
+from tr.data.transforms_autoaugment import AUGMENT_OPS, RandAugment, TrivialAugmentWide  # noqa: E402, F401

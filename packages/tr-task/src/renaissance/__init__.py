@@ -34,6 +34,7 @@ from tr.data import (
     CenterCrop,
     ColorJitter,
     DoNothing,
+    FastRandomResizedCrop,
     GaussianBlur,
     GaussianNoise,
     Pad,

@@ -45,6 +45,7 @@ from tr.data.transforms import (
     RandomResizedCrop,
     Resize,
 )
+from tr.data.transforms_fast_crop import FastRandomResizedCrop
 
 GEOM, GEOM_COLS = IMAGE_GEOM, IMAGE_GEOM_COLS
 COL = {name: k for k, name in enumerate(GEOM)}
@@ -73,6 +74,9 @@ def _check_chain(compose: Compose) -> tuple[int, int, bool]:
     """The (height, width) of the chain's samples and whether a ColorJitter follows the resize; ConfigError naming
     what decoding on the device cannot run."""
     ts = list(compose.transforms)
+    if ts and isinstance(ts[0], FastRandomResizedCrop):
+        raise ConfigError("decoding on the device has no DCT-scaled decode: FastRandomResizedCrop needs the CPU "
+                          "pipeline (RandomResizedCrop draws the same boxes on the device)")
     if not ts or not isinstance(ts[0], (RandomResizedCrop, Resize)):
         first = type(ts[0]).__name__ if ts else "nothing"
         raise ConfigError(f"decoding on the device takes a chain that starts with RandomResizedCrop or Resize, "

@@ -43,6 +43,7 @@ from tr.data.settings import PREPROCESSOR_SETTING, PreprocessorSettings
 from tr.data.sharding import check_shard, shard_size
 from tr.data.station import Batch, TransferStation
 from tr.data.transforms import Compose
+from tr.data.transforms_fast_crop import decodes_scaled
 
 log = get_logger(__name__)
 
@@ -416,7 +417,7 @@ class Preprocessor:
             labels=sp.labels,
             cache=cache,
             cache_mode=mode,
-            dct_scaling=self.settings.dct_scaling,
+            dct_scaling=self.settings.dct_scaling or decodes_scaled(chain.transforms),
             **sdmp,
         ))
         if mode == 1:

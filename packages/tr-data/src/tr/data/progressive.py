@@ -31,8 +31,8 @@ def resized_transforms(transforms: Sequence[Transform], side: int) -> list[Trans
         raise ConfigError("progressive resizing changes the training samples' side each epoch, but the train "
                           "transforms set no size: end them in a RandomResizedCrop or a square Resize")
     t = out[at]
-    if isinstance(t, RandomResizedCrop):
-        out[at] = RandomResizedCrop(side, scale=t.scale, ratio=t.ratio)
+    if isinstance(t, RandomResizedCrop):  # (FastRandomResizedCrop stays itself)
+        out[at] = type(t)(side, scale=t.scale, ratio=t.ratio)
     elif isinstance(t, Resize) and (t.square_crop or isinstance(t.size, tuple)):
         out[at] = Resize((side, side)) if isinstance(t.size, tuple) else Resize(side, square_crop=True)
     else:

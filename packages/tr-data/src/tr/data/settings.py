@@ -23,6 +23,7 @@ from tr.data.dataset import DATASET_NAMES, ArrayDataset, Dataset, open_dataset
 from tr.data.image_dataset import open_imagenet
 from tr.data.seeds import check_seed
 from tr.data.transforms import Compose, Transform, check_transforms, norm_constants
+from tr.data.transforms_fast_crop import check_fast_crop_first
 
 
 def _count(name: str, v: Any, hi: int | None = None) -> int:
@@ -124,10 +125,14 @@ class PreprocessorSettings(Section):
         return self._set("norm", mode)
 
     def train_transforms(self, *transforms: Transform) -> PreprocessorSettings:
-        return self._set("train", check_transforms("train_transforms", _flatten(transforms)))
+        ts = check_transforms("train_transforms", _flatten(transforms))
+        check_fast_crop_first("train_transforms", ts)
+        return self._set("train", ts)
 
     def val_transforms(self, *transforms: Transform) -> PreprocessorSettings:
-        return self._set("val", check_transforms("val_transforms", _flatten(transforms)))
+        ts = check_transforms("val_transforms", _flatten(transforms))
+        check_fast_crop_first("val_transforms", ts)
+        return self._set("val", ts)
 
     def shuffle(self, enabled: bool = True) -> PreprocessorSettings:
         """Shuffle the training set every epoch (validation is never shuffled)."""

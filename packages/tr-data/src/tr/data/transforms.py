@@ -588,6 +588,7 @@ class Compose:
         return f"Compose({list(self.transforms)!r}, mean={self.mean}, std={self.std}, dtype={self.dtype})"
 
 
-# RandAugment and TrivialAugmentWide live in their own module (it builds on Transform above); re-exported here
-# with the other transforms.
+# RandAugment, TrivialAugmentWide and FastRandomResizedCrop live in their own modules (they build on the classes
+# above); re-exported here with the other transforms.
 from tr.data.transforms_autoaugment import AUGMENT_OPS, RandAugment, TrivialAugmentWide  # noqa: E402, F401
+from tr.data.transforms_fast_crop import FastRandomResizedCrop  # noqa: E402, F401

@@ -21,12 +21,13 @@ smoothing 0.1, cudnn.benchmark. Variants:
 * ``compile:<mode>``: ``torch.compile(model, mode)``; the optimizer step stays eager (fused). The first
   step's time (the compile included) is reported as compile_s.
 
-Under FP16 the loss scale is calibrated before the first optimizer step (``calibrate_loss_scale``: backward passes that only
-halve GradScaler's scale until the gradients are finite). The fused SGD of torch 2.11 advances its momentum on a
-step GradScaler skips: the first steps' routine FP16 overflow wrote inf into the momentum, the next applied step
-put it into the weights, and every later step's loss was NaN and skipped (every timed step of the VGG16-BN and
-ResNet-50 twins, H200 and H100, 2026-12). tr skips such steps without touching its state; calibrating first gives
-the twin the same start (the skipped steps of either side change no weight) and keeps the fastest optimizer.
+Under FP16 the loss scale is calibrated before the first optimizer step (``calibrate_loss_scale``: backward passes
+that only halve GradScaler's scale until the gradients are finite). The fused SGD of torch 2.11 advances its
+momentum on a step GradScaler skips: the first steps' routine FP16 overflow wrote inf into the momentum, the next
+applied step put it into the weights, and every later step's loss was NaN and skipped (every timed step of the
+VGG16-BN and ResNet-50 twins, H200 and H100, 2026-12). tr skips such steps without touching its state; calibrating
+first gives the twin the same start (the skipped steps of either side change no weight) and keeps the fastest
+optimizer.
 """
 
 from __future__ import annotations

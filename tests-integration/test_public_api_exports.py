@@ -42,6 +42,8 @@ TRANSFORMS = {
     "RandomCrop": R.RandomCrop(4), "RandomErasing": R.RandomErasing(1.0), "RandomGrayscale": R.RandomGrayscale(1.0),
     "RandomHorizontalFlip": R.RandomHorizontalFlip(1.0), "RandomResizedCrop": R.RandomResizedCrop(6),
     "RandomRotation": R.RandomRotation(30), "RandomScale": R.RandomScale(0.5, 0.8), "Resize": R.Resize(3),
+    "FastRandomResizedCrop": R.FastRandomResizedCrop(6), "RandAugment": R.RandAugment(num_ops=2, magnitude=15),
+    "TrivialAugmentWide": R.TrivialAugmentWide(),
 }
 NOT_CONFIGURATION = {  # exported for users, configure nothing themselves (or are covered above)
     # errors and types

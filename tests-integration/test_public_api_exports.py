@@ -14,7 +14,7 @@ from tr.core.norm import NormMode
 from tr.data.transforms import Compose
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_public_api_effects import K, plan, task  # noqa: E402
+from public_api_kit import K, plan, task  # noqa: E402
 
 
 def _layer_plan(layer) -> list[tuple]:

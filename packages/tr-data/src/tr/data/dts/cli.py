@@ -17,7 +17,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tr.core.errors import ConfigError, DataError
 
@@ -30,10 +32,8 @@ def _bar(total_hint: str):
     return tqdm(total=0, unit="img", desc=total_hint, dynamic_ncols=True, disable=not sys.stderr.isatty())
 
 
-def cmd_pack(a: argparse.Namespace) -> int:
-    from tr.data.dts.pack import pack
-
-    bar = _bar(f"packing {a.src}")
+def _progress(bar: Any) -> Callable[[int, int, int], None]:
+    """The (done, total, bytes) callback of pack() and convert() that moves ``bar`` (nothing when it is None)."""
 
     def progress(done: int, total: int, nbytes: int) -> None:
         if bar is not None:
@@ -42,6 +42,14 @@ def cmd_pack(a: argparse.Namespace) -> int:
             bar.set_postfix_str(f"{nbytes / 2**20:.0f} MiB")
             bar.refresh()
 
+    return progress
+
+
+def cmd_pack(a: argparse.Namespace) -> int:
+    from tr.data.dts.pack import pack
+
+    bar = _bar(f"packing {a.src}")
+    progress = _progress(bar)
     t0 = time.perf_counter()
     try:
         done = pack(a.src, a.out, level=a.level, workers=a.workers, kind=a.kind, block_bytes=a.block_mib << 20,
@@ -126,14 +134,7 @@ def cmd_convert(a: argparse.Namespace) -> int:
     from tr.data.dts.convert import convert
 
     bar = _bar(f"converting {a.old}")
-
-    def progress(done: int, total: int, nbytes: int) -> None:
-        if bar is not None:
-            bar.total = total
-            bar.n = done
-            bar.set_postfix_str(f"{nbytes / 2**20:.0f} MiB")
-            bar.refresh()
-
+    progress = _progress(bar)
     try:
         c = convert(a.old, a.new, block_bytes=a.block_mib << 20, progress=progress)
     finally:

@@ -45,6 +45,7 @@ from tr.data.transforms import (  # noqa: E402
 )
 from tr.graph.blueprint import BluePrint  # noqa: E402
 from tr.task.deep_learning import DeepLearningTask  # noqa: E402
+from tr.task.devices import cuda_devices  # noqa: E402
 from tr.task.pipeline import feeder_from_preprocessor  # noqa: E402
 
 AMP = {"off": False, "fp16": True, "bf16": "bf16"}
@@ -78,7 +79,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="FFCV's progressive resizing: train at MIN_RES up to epoch START_RAMP (counted from 0), ramp to "
              "--resolution by END_RAMP (multiples of 32)")
     add("--amp", choices=tuple(AMP), help="default: bf16 on CUDA, off on the CPU")
-    add("--device", default="auto", help="auto, cuda, cuda:N or cpu")
+    add("--device", choices=("auto", "cuda", "cpu"), default="auto")
     add("--workers", type=int, default=8, help="decode and augmentation threads")
     add("--device-decode", action="store_true", help="decode and augment the JPEGs on the GPU (nvJPEG)")
     add("--seed", type=int, default=0)
@@ -94,11 +95,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def on_cuda(device: str) -> bool:
-    if device == "auto":
-        from tr.backend.cuda import is_available
-
-        return is_available()
-    return device.startswith("cuda")
+    return device == "cuda" or (device == "auto" and cuda_devices()[0] > 0)
 
 
 def build(a: argparse.Namespace) -> DeepLearningTask:

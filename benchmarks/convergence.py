@@ -18,7 +18,9 @@ precision): |mean final (last-epoch) top-1 of tr - mean of the twin| <= 0.15 poi
 step after the first epoch's loss-scale calibration applied.
 
 ResNet-50 part (``--imagenet``). A folder made by tools/make_image_folder.py (scikit-image's photographs, offline;
-10 classes x 1,000 train + 50 val JPEGs, short sides 144-176 px; made once under /tmp, or --images), ResNet-50
+20 classes, the quadrants of 5 photographs (``--tiles 2``), x 500 train + 50 val JPEGs, each a crop of 5-30 % of its
+quadrant (``--crop-area``), short sides 144-176 px; made once under /tmp, or --images: a class a whole photograph
+was separated perfectly by epoch 3 by both sides, which tells no recipe from another), ResNet-50
 (examples/models.py's, fc sized to the classes; the twin torchvision's resnet50) trained 16 epochs at 128x128 with
 the recipe above (2 warm-up epochs), AMP: tr's native JPEG pipeline (libjpeg-turbo in its workers) with
 RandomResizedCrop(128) + RandomHorizontalFlip against torchvision's ImageFolder + DataLoader with the same
@@ -233,15 +235,17 @@ def ensure_folder(a: argparse.Namespace) -> Folder:
     if not _native.jpeg_available():
         raise SystemExit("this tr-data build has no libjpeg-turbo, so tr cannot decode the folder's JPEGs (on the "
                          "H200: carry .devdata/jpeg from tools/fetch_device_jpeg.sh and rebuild)")
+    area = f"_t{a.tiles}_a{a.crop_area[0]:g}-{a.crop_area[1]:g}" if (a.tiles, a.crop_area) != (1, (0.25, 1.0)) else ""
     root = a.images or Path(tempfile.gettempdir()) / (f"tr_convergence_c{a.classes}_n{a.per_class}_v{a.val_per_class}"
-                                                      f"_s{a.min_side}-{a.max_side}")
+                                                      f"_s{a.min_side}-{a.max_side}{area}")
     if not root.exists():
         from make_image_folder import make_image_folder
 
         t0 = time.perf_counter()
         tmp = root.with_name(f".{root.name}.{os.getpid()}.tmp")
         n = make_image_folder(tmp, classes=a.classes, per_class=a.per_class, val_per_class=a.val_per_class,
-                              min_side=a.min_side, max_side=a.max_side, seed=0, workers=a.workers)
+                              min_side=a.min_side, max_side=a.max_side, seed=0, workers=a.workers, tiles=a.tiles,
+                              crop_area=a.crop_area)
         os.rename(tmp, root)
         print(f"made {n} JPEGs in {root} ({time.perf_counter() - t0:.1f} s)", flush=True)
     if not (root / "train").is_dir() or not (root / "val").is_dir():
@@ -360,8 +364,10 @@ def one_run(part: str, framework: str, arch: Arch, recipe: Recipe, precision: st
             run = run_tr_mnist if part == "mnist" else run_tr_folder
             r = run(arch, recipe, amp, seed, data, table, device)
         else:
+            t_import = time.perf_counter()
             import convergence_torch as twin
 
+            head["import_s"] = time.perf_counter() - t_import  # torch and torchvision, once a process
             if part == "mnist":
                 r = twin.run_mnist(arch, recipe, amp, seed, data, table, device)
             else:
@@ -466,8 +472,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--train-limit", type=int, help="MNIST: train on the first N digits only (default 0: all 60,000)")
     add("--val-limit", type=int, help="MNIST: validate on the first N test digits (default 0: all 10,000)")
     add("--images", type=Path, help="--imagenet: the folder (train/ and val/); made when absent")
-    add("--classes", type=int, help="--imagenet: classes of the folder made (default 10)")
-    add("--per-class", type=int, help="--imagenet: training JPEGs a class (default 1000)")
+    add("--classes", type=int, help="--imagenet: classes of the folder made (default 20)")
+    add("--tiles", type=int, help="--imagenet: a class is a cell of a TILES x TILES grid over a photograph (default 2)")
+    add("--crop-area", help="--imagenet: MIN,MAX, each JPEG's crop area as a fraction of its class's cell (default "
+        "0.05,0.3)")
+    add("--per-class", type=int, help="--imagenet: training JPEGs a class (default 500)")
     add("--val-per-class", type=int, help="--imagenet: validation JPEGs a class (default 50)")
     add("--min-side", type=int, help="--imagenet: the JPEGs' shortest short side (default 144)")
     add("--max-side", type=int, help="--imagenet: their longest short side (default 176)")
@@ -491,7 +500,8 @@ def settle(a: argparse.Namespace) -> argparse.Namespace:
                      "precisions": "amp" if a.imagenet else ",".join(PRECISIONS),
                      "epochs": 16 if a.imagenet else 10, "warmup_epochs": 2 if a.imagenet else 1}
     full = {"seeds": "0,1,2", "device": "auto", "width": 32, "blocks": 2, "train_limit": 0, "val_limit": 0,
-            "batch": 256, "classes": 10, "per_class": 1000, "val_per_class": 50, "min_side": 144, "max_side": 176,
+            "batch": 256, "classes": 20, "tiles": 2, "crop_area": "0.05,0.3", "per_class": 500,
+            "val_per_class": 50, "min_side": 144, "max_side": 176,
             "resolution": 128, "workers": len(os.sched_getaffinity(0))}
     if a.smoke:
         part_defaults.update(precisions="fp32", epochs=1, warmup_epochs=1)  # (the LR rises over the one epoch)
@@ -501,8 +511,14 @@ def settle(a: argparse.Namespace) -> argparse.Namespace:
     for k, v in {**full, **part_defaults}.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
-    for k in ("epochs", "batch", "width", "blocks", "classes", "per_class", "val_per_class", "min_side", "resolution",
-              "workers"):
+    try:
+        a.crop_area = tuple(float(v) for v in str(a.crop_area).split(","))
+    except ValueError:
+        raise SystemExit(f"--crop-area takes MIN,MAX, got {a.crop_area!r}") from None
+    if len(a.crop_area) != 2 or not 0 < a.crop_area[0] <= a.crop_area[1] <= 1:
+        raise SystemExit(f"--crop-area needs 0 < MIN <= MAX <= 1, got {a.crop_area}")
+    for k in ("epochs", "batch", "width", "blocks", "classes", "tiles", "per_class", "val_per_class", "min_side",
+              "resolution", "workers"):
         if getattr(a, k) < 1:
             raise SystemExit(f"--{k.replace('_', '-')} must be >= 1, got {getattr(a, k)}")
     if not 0 <= a.warmup_epochs <= a.epochs:
@@ -571,7 +587,8 @@ def main(argv: list[str] | None = None) -> int:
             "models": [asdict(x) for x in archs], "parameters": params, "steps_per_epoch": steps,
             "train_samples": n_train, "lr_table": {"id": table_id(table_), "steps": len(table_),
                                                    "peak": float(table_.max()), "last": float(table_[-1])},
-            "data": ({k: str(v) if isinstance(v, Path) else v for k, v in asdict(data).items()} if a.imagenet else
+            "data": ({**{k: str(v) if isinstance(v, Path) else v for k, v in asdict(data).items()},
+                      "tiles": a.tiles, "crop_area": list(a.crop_area)} if a.imagenet else
                      {"train": n_train, "val": len(data.val_y), "pad_to": 32, "augment": "RandomCrop(32, padding=2)"}),
             "smoke": a.smoke}
     isolate = a.isolate if a.isolate is not None else device.startswith("cuda")

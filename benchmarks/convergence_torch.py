@@ -21,6 +21,7 @@ What each twin shares with its tr run (and how):
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Iterable, Iterator
@@ -386,6 +387,10 @@ def run_folder(arch: Any, recipe: Any, amp: bool, seed: int, folder: Any, table:
         epochs.append(rec)
         log(f"  pytorch epoch {e + 1}: loss {rec['train_loss']:.4f}, val top-1 {100 * rec['val_top1']:.2f} %, "
             f"{rec['seconds']:.1f} s, {rec['skipped_steps']} skipped")
-    del loader  # stops the persistent workers
-    return {"params": params, "steps_per_epoch": len(train) // recipe.batch, "setup_s": setup_s, "epochs": epochs,
+    t_down = time.perf_counter()
+    del on_device, loader  # stops the persistent workers (timed: the record accounts for the run's whole wall time)
+    gc.collect()
+    teardown_s = time.perf_counter() - t_down
+    return {"params": params, "steps_per_epoch": len(train) // recipe.batch, "setup_s": setup_s,
+            "teardown_s": teardown_s, "epochs": epochs,
             "skipped_at": t.skipped_at[:64], "loss_scale": t.scaler.get_scale() if amp else None}

@@ -76,6 +76,11 @@
 #                      (e.g. "--precisions fp32", "--imagenet"); JSON convergence${CONV_TAG}.json, log convergence.log
 #   convergence-tr, convergence-pytorch   the same for one framework (JSON convergence_FW${CONV_TAG}.json, log
 #                      convergence-FW.log)
+#   regress            benchmarks/regression.py (issue [15]): this tree against an older one in one call. The old tree
+#                      is carried as .oldtree/tree.tar (git archive OLD packages benchmarks examples tools > it, here),
+#                      unpacked under build/device/old and built there by its own h200_session.sh into ${TR_SITE}-old;
+#                      then tr's cnn.py rows (REGRESS_MODELS, default all four) and the MNIST MLP of both trees, pair by
+#                      pair; JSON regression.json
 #   bg:STAGE           STAGE (convergence[-FW], cross) in the background, its output in its log only, joined before the
 #                      summary: e.g. "build bg:convergence-tr bg:convergence-pytorch gpusuite" trains both sides' MNIST
 #                      runs on the GPU beside the suite (neither measures speed; the suite's tests take longer)
@@ -414,6 +419,28 @@ stage_trace() {  # $1: model
   "$PY" benchmarks/kernel_trace.py --model "$m" --batch "$b" --top 30 --json "$OUT/trace_${m}_b$b.json"
 }
 
+stage_regress() {  # this tree against .oldtree/tree.tar's, both built here, measured pair by pair
+  local old=$BUILD/old site_old=${SITE}-old
+  [ -f "$ROOT/.oldtree/tree.tar" ] || { echo "[regress] carry .oldtree/tree.tar (git archive of the old tree)"; return 1; }
+  if [ ! -f "$old/.unpacked" ] || [ "$ROOT/.oldtree/tree.tar" -nt "$old/.unpacked" ]; then
+    rm -rf "$old" "$site_old" && mkdir -p "$old" && tar -xf "$ROOT/.oldtree/tree.tar" -C "$old" || return 1
+    touch "$old/.unpacked"
+  fi
+  local l
+  for l in .whl .devdata data; do [ -e "$old/$l" ] || ln -s "$ROOT/$l" "$old/$l"; done
+  local t0=$SECONDS
+  # the old tree's own build, in its own site; its script computes its own hashes and budget
+  (cd "$old" && env -u PYTHONPATH -u TR_TREE_HASH -u TR_BUILD_HASH -u TR_DATA_HASH -u TR_SESSION_START \
+     TR_SITE="$site_old" OUT="$BUILD/old-out" TR_SESSION_BUDGET_S=$(( TR_STAGE_LIMIT_S - 120 )) \
+     bash benchmarks/h200_session.sh build | tail -n 5) || return 1
+  [ -f "$site_old/.tr_tree" ] || { echo "[regress] the old tree did not build: $BUILD/old-out/build.log"; return 1; }
+  echo "[regress] old tree built in $((SECONDS - t0)) s"
+  # shellcheck disable=SC2086
+  "$PY" benchmarks/regression.py --old-root "$old" --old-site "$site_old" --new-site "$SITE" \
+    --models "${REGRESS_MODELS:-vgg16_bn,resnet50,mobilenet_v2,efficientnet_b0,mlp_mnist}" ${REGRESS_ARGS:-} \
+    --deadline-s $(( TR_STAGE_LIMIT_S - (SECONDS - t0) - 100 )) --json "$OUT/regression.json"
+}
+
 stage_bench() {  # $1: model, $2: seconds left for it
   # shellcheck disable=SC2086
   "$PY" benchmarks/cnn.py --model "$1" --json auto --json-dir "$OUT" --deadline-s "$2" ${BENCH_ARGS:-}
@@ -446,7 +473,7 @@ for s in "${stages[@]}"; do
     profile-vgg16_bn|profile-resnet50|profile-mobilenet_v2|profile-efficientnet_b0|profile-mlp_mnist) plan+=("$s") ;;
     bench-vgg16_bn|bench-resnet50|bench-mobilenet_v2|bench-efficientnet_b0) plan+=("$s") ;;
     trace-vgg16_bn|trace-resnet50|trace-mlp_mnist) plan+=("$s") ;;
-    convergence|convergence-tr|convergence-pytorch|cross) plan+=("$s") ;;
+    convergence|convergence-tr|convergence-pytorch|cross|regress) plan+=("$s") ;;
     bg:convergence|bg:convergence-tr|bg:convergence-pytorch|bg:cross) plan+=("$s") ;;
     *) echo "unknown stage $s (build build-data gputests gpusuite datatests pipeline e2e[-LEVEL] profile[-MODEL]" \
             "trace[-MODEL] bench[-MODEL])" >&2; exit 2 ;;
@@ -534,6 +561,7 @@ for s in "${plan[@]}"; do
       ensure_built "$s" && run_bg "${s#bg:}" "${s#bg:}.log" 570 convergence "${s#bg:convergence-}" ;;
     bg:cross) ensure_built "$s" && run_bg cross cross.log 300 cross ;;
     cross) ensure_built "$s" && run cross cross.log 300 cross ;;
+    regress) ensure_built "$s" && run regress regress.log 580 regress ;;
     e2e-dev-*) ensure_built "$s" && run "$s" e2e.log 400 e2e_dev "${s#e2e-dev-}" ;;
     e2e-*) ensure_built "$s" && run "$s" e2e.log 300 e2e "${s#e2e-}" ;;
     profile-*) ensure_built "$s" && run "$s" profile.log "$PROFILE_LIMIT" profile "${s#profile-}" ;;
@@ -572,6 +600,10 @@ done
 if [ -f "$OUT/cross.log" ]; then
   echo
   grep -E 'weights sha256|wrote ' "$OUT/cross.log" | cut -c1-200
+fi
+if [ -f "$OUT/regress.log" ]; then
+  echo
+  grep -E '^\[|^\|' "$OUT/regress.log" | cut -c1-200 | tail -n 30
 fi
 if [ -f "$OUT/bench.log" ]; then
   echo

@@ -2,13 +2,16 @@
 for tests and benchmarks on machines without internet.
 
 The photographs are scikit-image's bundled samples (skimage.data; those that need a download are skipped):
-each class is one photograph, each sample a random crop of it (area and aspect drawn like RandomResizedCrop),
+each class is one photograph, or with ``--tiles N`` one cell of an N x N grid over a photograph (neighbouring cells
+share colours and texture: a harder task), each sample a random crop of its class's image (area, a fraction in
+``--crop-area`` of it, and aspect drawn like RandomResizedCrop),
 resized so its short side lies in [min_side, max_side], flipped at random and saved by Pillow at a JPEG
 quality from {75, 85, 90, 95}, some progressive, some with 4:4:4 chroma. Gray photographs stay gray
 (one-component JPEGs). Every file's randomness comes from (seed, split, class, index) alone, so a seed
 gives the same bytes whatever the number of workers.
 
     python tools/make_image_folder.py OUT [--classes 10] [--per-class 100] [--val-per-class 0] [--seed 0]
+    python tools/make_image_folder.py OUT --classes 20 --tiles 2 --crop-area 0.05,0.3   # 5 photographs' quadrants
     python tools/make_image_folder.py --export-sources photos.npz     # the photographs, for a machine without
     TR_IMAGE_SOURCES=photos.npz python tools/make_image_folder.py OUT  # scikit-image (same files either way)
 
@@ -88,11 +91,12 @@ def export_sources(path: str | Path) -> int:
     return len(photos)
 
 
-def crop_box(rng: np.random.Generator, h: int, w: int) -> tuple[int, int, int, int]:
-    """(top, left, height, width) like RandomResizedCrop: area and log-uniform aspect drawn, 10 tries, else
-    the whole image clamped to the ratio range."""
+def crop_box(rng: np.random.Generator, h: int, w: int,
+             scale: tuple[float, float] = SCALE) -> tuple[int, int, int, int]:
+    """(top, left, height, width) like RandomResizedCrop: area (a fraction in ``scale`` of h x w) and log-uniform
+    aspect drawn, 10 tries, else the whole image clamped to the ratio range."""
     for _ in range(10):
-        area = h * w * rng.uniform(*SCALE)
+        area = h * w * rng.uniform(*scale)
         ratio = math.exp(rng.uniform(math.log(RATIO[0]), math.log(RATIO[1])))
         cw, ch = round(math.sqrt(area * ratio)), round(math.sqrt(area / ratio))
         if 0 < cw <= w and 0 < ch <= h:
@@ -102,12 +106,21 @@ def crop_box(rng: np.random.Generator, h: int, w: int) -> tuple[int, int, int, i
     return (h - ch) // 2, (w - cw) // 2, ch, cw
 
 
-def make_sample(src: np.ndarray, path: Path, key: tuple[int, ...], min_side: int, max_side: int) -> None:
+def tile_of(src: np.ndarray, tiles: int, k: int) -> np.ndarray:
+    """Cell k (row-major) of a tiles x tiles grid over ``src`` (the last row and column take the remainder)."""
+    h, w = src.shape[:2]
+    r, c = divmod(k, tiles)
+    th, tw = h // tiles, w // tiles
+    return src[r * th : (h if r == tiles - 1 else (r + 1) * th), c * tw : (w if c == tiles - 1 else (c + 1) * tw)]
+
+
+def make_sample(src: np.ndarray, path: Path, key: tuple[int, ...], min_side: int, max_side: int,
+                scale: tuple[float, float] = SCALE) -> None:
     """Write one JPEG crop of ``src`` to ``path``."""
     from PIL import Image
 
     rng = np.random.default_rng(key)
-    top, left, ch, cw = crop_box(rng, src.shape[0], src.shape[1])
+    top, left, ch, cw = crop_box(rng, src.shape[0], src.shape[1], scale)
     img = Image.fromarray(src[top : top + ch, left : left + cw])
     short = int(rng.integers(min_side, max_side + 1))
     size = (short, max(1, round(short * ch / cw))) if cw <= ch else (max(1, round(short * cw / ch)), short)
@@ -130,13 +143,21 @@ def make_image_folder(
     val_per_class: int = 0,
     workers: int | None = None,
     sources: str | Path | None = None,
+    tiles: int = 1,
+    crop_area: tuple[float, float] = SCALE,
 ) -> int:
     """Write the folder (OUT/<class>/, or OUT/train/<class>/ and OUT/val/<class>/ when ``val_per_class`` > 0)
     and return the number of files written. OUT must be absent or empty: left-over files of another call
-    would become samples."""
+    would become samples. With ``tiles`` > 1 the classes are the cells of a tiles x tiles grid over each
+    photograph in turn (class names PHOTO_rRcC), so ceil(classes / tiles**2) photographs are used."""
     if classes < 1 or per_class < 1 or val_per_class < 0:
         raise ConfigError(f"make_image_folder: need classes >= 1, per_class >= 1 and val_per_class >= 0, got "
                           f"{classes}, {per_class}, {val_per_class}")
+    if tiles < 1:
+        raise ConfigError(f"make_image_folder: tiles must be >= 1, got {tiles}")
+    lo, hi = crop_area
+    if not 0 < lo <= hi <= 1:
+        raise ConfigError(f"make_image_folder: crop_area must satisfy 0 < min <= max <= 1, got {crop_area}")
     if not 1 <= min_side <= max_side:
         raise ConfigError(f"make_image_folder: need 1 <= min_side <= max_side, got {min_side}, {max_side}")
     if seed < 0:
@@ -144,28 +165,53 @@ def make_image_folder(
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"make_image_folder: {out} exists and is not an empty directory")
-    photos = load_sources(classes, sources)
+    cells = tiles * tiles
+    photos = load_sources(-(-classes // cells), sources)
+    labelled = []  # (class name, the class's image)
+    for name, src in photos:
+        if min(src.shape[:2]) < tiles:
+            raise ConfigError(f"make_image_folder: photograph {name} ({src.shape[1]}x{src.shape[0]}) is too small "
+                              f"for a {tiles}x{tiles} grid")
+        for k in range(cells):
+            label = name if tiles == 1 else f"{name}_r{k // tiles}c{k % tiles}"
+            labelled.append((label, src if tiles == 1 else tile_of(src, tiles, k)))
+    labelled = labelled[:classes]
     splits = [("train", per_class), ("val", val_per_class)] if val_per_class > 0 else [("", per_class)]
     jobs = []
     for s, (split, count) in enumerate(splits):
-        for c, (name, src) in enumerate(photos):
+        for c, (name, src) in enumerate(labelled):
             folder = out / split / name if split else out / name
             folder.mkdir(parents=True, exist_ok=True)
             jobs += [(src, folder / f"{name}_{i:05d}.JPEG", (seed, s, c, i)) for i in range(count)]
+    area = (float(lo), float(hi))
     # Pillow releases the GIL while it resizes and encodes: threads are enough.
     with ThreadPoolExecutor(max_workers=max(1, workers or os.cpu_count() or 1)) as ex:
-        list(ex.map(lambda j: make_sample(j[0], j[1], j[2], min_side, max_side), jobs))
+        list(ex.map(lambda j: make_sample(j[0], j[1], j[2], min_side, max_side, area), jobs))
     return len(jobs)
+
+
+def parse_area(text: str) -> tuple[float, float]:
+    """'MIN,MAX' as two floats (argparse type of --crop-area)."""
+    try:
+        lo, hi = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes MIN,MAX (fractions of the class's image), got {text!r}") from None
+    return lo, hi
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path, nargs="?", help="folder to create (absent or empty)")
-    ap.add_argument("--classes", type=int, default=10, help="number of classes (photographs), default 10")
+    ap.add_argument("--classes", type=int, default=10, help="number of classes (photographs, or grid cells with "
+                    "--tiles), default 10")
     ap.add_argument("--per-class", type=int, default=100, help="images per class (train), default 100")
     ap.add_argument("--val-per-class", type=int, default=0, help="> 0: also OUT/val with this many per class")
     ap.add_argument("--min-side", type=int, default=300, help="shortest short side in pixels, default 300")
     ap.add_argument("--max-side", type=int, default=500, help="longest short side in pixels, default 500")
+    ap.add_argument("--tiles", type=int, default=1, help="N > 1: a class is one cell of an N x N grid over a "
+                    "photograph (default 1: a class is a photograph)")
+    ap.add_argument("--crop-area", type=parse_area, default=SCALE, metavar="MIN,MAX",
+                    help=f"each sample's crop area as a fraction of its class's image (default {SCALE[0]},{SCALE[1]})")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=None, help="threads, default os.cpu_count()")
     ap.add_argument("--sources", type=Path, default=None, help="the photographs as exported (.npz), instead of "
@@ -181,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         n = make_image_folder(a.out, a.classes, a.per_class, a.min_side, a.max_side, a.seed, a.val_per_class,
-                              a.workers, a.sources)
+                              a.workers, a.sources, a.tiles, a.crop_area)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

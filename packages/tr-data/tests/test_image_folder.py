@@ -9,6 +9,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tr.core.errors import ConfigError, DataError
@@ -206,3 +207,34 @@ def test_generator_is_deterministic_and_splits(tmp_path):
     assert len(scan_image_folder(tmp_path / "s" / "train")) == 4 and len(scan_image_folder(tmp_path / "s" / "val")) == 2
     with pytest.raises(ConfigError, match="not an empty directory"):
         tool.make_image_folder(tmp_path / "a", **kw)
+
+
+def test_generator_tiles_make_classes_of_grid_cells(tmp_path):
+    """--tiles 2: the classes are the quadrants of the first photograph, then of the next; every sample's pixels
+    come from its own cell (a crop of the whole cell at crop_area (1, 1) has the cell's mean colour)."""
+    tool = _tool()
+    n = tool.make_image_folder(tmp_path / "t", classes=5, per_class=1, min_side=32, max_side=32, seed=0, tiles=2,
+                               crop_area=(1.0, 1.0))
+    assert n == 5
+    photos = tool.load_sources(2)
+    names = sorted(p.name for p in (tmp_path / "t").iterdir())
+    first, second = photos[0][0], photos[1][0]
+    assert names == sorted([f"{first}_r0c0", f"{first}_r0c1", f"{first}_r1c0", f"{first}_r1c1", f"{second}_r0c0"])
+    from PIL import Image
+
+    src = photos[0][1]
+    for k in range(4):
+        cell = tool.tile_of(src, 2, k)
+        (jpeg,) = (tmp_path / "t" / f"{first}_r{k // 2}c{k % 2}").iterdir()
+        img = np.asarray(Image.open(jpeg), dtype=np.float64)
+        # the whole cell, maybe flipped: its mean colour survives the resize and the JPEG to within a few levels
+        assert np.abs(img.mean(axis=(0, 1)) - cell.reshape(-1, img.shape[-1] if img.ndim == 3 else 1).mean(0)).max() < 4
+
+
+def test_generator_refuses_bad_tiles_and_crop_area(tmp_path):
+    tool = _tool()
+    with pytest.raises(ConfigError, match="tiles must be >= 1"):
+        tool.make_image_folder(tmp_path / "a", tiles=0)
+    for area in ((0.0, 0.5), (0.5, 0.4), (0.5, 1.5)):
+        with pytest.raises(ConfigError, match="crop_area must satisfy"):
+            tool.make_image_folder(tmp_path / "a", crop_area=area)

@@ -164,6 +164,8 @@ def run_tr(a: argparse.Namespace, fp16: bool = False) -> dict:
     feeder = ArrayFeeder((x, y), None, a.batch, seed=SEED, shuffle=False, drop_last=True,
                          dtype="bfloat16" if mode == "bf16" else staged, num_classes=a.classes)
     settings = Settings().amp(mode).manual_seed(SEED).global_batch_size(a.batch).use_tf32(a.tf32)
+    if a.loss_scale_init and mode == "fp16":
+        settings.loss_scaling("dynamic", init=a.loss_scale_init)
     task = (DeepLearningTask(settings).device(a.device).quiet().model(tr_model(a.classes, a.model))
             .loss(CrossEntropyLoss().label_smoothing(LS))
             .optimizer(AdamW().betas(*VIT_BETAS).weight_decay(VIT_WD) if a.model.startswith("vit") else
@@ -179,8 +181,11 @@ def run_tr(a: argparse.Namespace, fp16: bool = False) -> dict:
     epoch = task.run()  # one epoch of a.tr_batches steps: the captured graphs run once before timing
     epoch_s = time.perf_counter() - t0
     be, prog = task.backend, task.program
+    skipped_epoch = int(scalar(be, prog, "skipped")[0])  # the untimed epoch's
+    if a.warmup > 0:
+        task.time_train_step(a.warmup, 0)  # the untimed warm-up launches (their skips are not the timed steps')
     skipped0 = int(scalar(be, prog, "skipped")[0])
-    step_s = task.time_train_step(a.steps, a.warmup)
+    step_s = task.time_train_step(a.steps, 0)
     skipped = int(scalar(be, prog, "skipped")[0]) - skipped0
     loss = float(scalar(be, prog, "result")[0])  # the last timed step's loss
     params = sum(int(np.prod(i.tensor.shape.dims)) for i in prog.inits if i.tensor.region.role is Role.PARAM)
@@ -189,7 +194,9 @@ def run_tr(a: argparse.Namespace, fp16: bool = False) -> dict:
            "first_epoch_train_loss": epoch.history[-1].train_loss, "arena_bytes": int(prog.layout.total_bytes),
            "arena_gib": prog.layout.total_bytes / 2**30, "launches_per_step": task.launches_per_step,
            "ops": prog.num_ops, "backend": be.name, "trainable_params": params,
-           "skipped_steps_timed": skipped, "last_loss": loss}
+           "skipped_steps_timed": skipped, "skipped_steps_untimed": skipped0,
+           "skipped_steps_first_epoch": skipped_epoch, "last_loss": loss,
+           "loss_scale_end": float(scalar(be, prog, "loss_scale")[0]) if mode == "fp16" else None}
     steps = getattr(task, "_steps", None)
     if steps is not None and steps.train:
         out["engines"] = engines(steps.train[0])
@@ -322,6 +329,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--tf32", action="store_true", help="FP32 runs: allow TF32 tensor cores on both sides")
     ap.add_argument("--steps", type=int, default=50, help="timed steps")
     ap.add_argument("--warmup", type=int, default=10, help="untimed steps before the timed ones")
+    ap.add_argument("--loss-scale-init", type=float, default=None,
+                    help="FP16 AMP: both sides' first loss scale (default 65536, GradScaler's and tr's)")
     ap.add_argument("--lr", type=float, help="constant learning rate (both sides; default 0.01, vit_b_16 1e-3)")
     ap.add_argument("--tr-batches", type=int, default=2, help="batches in tr's one untimed epoch (>= 2: A and B)")
     ap.add_argument("--host-steps", type=int, default=20,

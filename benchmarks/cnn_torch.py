@@ -119,7 +119,7 @@ def run_torch(a: argparse.Namespace, variant: str) -> dict:
                               foreach=None if fused else True)
     bf16 = a.amp and a.amp_dtype == "bf16"  # autocast to bfloat16: no loss scale (a disabled scaler passes through)
     low = torch.bfloat16 if bf16 else torch.float16
-    scaler = torch.amp.GradScaler(dev.type, enabled=a.amp and not bf16)
+    scaler = torch.amp.GradScaler(dev.type, init_scale=a.loss_scale_init or 65536.0, enabled=a.amp and not bf16)
     loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=LS)
     x, y = synthetic(a.batch, a.resolution, a.classes, np.float16 if a.amp and not bf16 else np.float32, SEED)
     xb = torch.from_numpy(x).to(low if bf16 else None).permute(0, 3, 1, 2).to(dev).contiguous(

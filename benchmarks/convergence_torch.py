@@ -381,16 +381,20 @@ def run_folder(arch: Any, recipe: Any, amp: bool, seed: int, folder: Any, table:
     params = count_params(t.model)
     setup_s = time.perf_counter() - t_setup
     epochs = []
+    loader_start_s = []  # iter(loader) a epoch: the first spawns the worker processes (each imports torch)
     for e in range(recipe.epochs):
-        on_device = ((x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)) for x, y in loader)
+        t_iter = time.perf_counter()
+        it = iter(loader)
+        loader_start_s.append(time.perf_counter() - t_iter)
+        on_device = ((x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)) for x, y in it)
         rec = t.run_epoch(e, on_device, (xv, yv))
         epochs.append(rec)
         log(f"  pytorch epoch {e + 1}: loss {rec['train_loss']:.4f}, val top-1 {100 * rec['val_top1']:.2f} %, "
             f"{rec['seconds']:.1f} s, {rec['skipped_steps']} skipped")
     t_down = time.perf_counter()
-    del on_device, loader  # stops the persistent workers (timed: the record accounts for the run's whole wall time)
+    del on_device, it, loader  # stops the persistent workers (timed: the record accounts for the run's whole wall time)
     gc.collect()
     teardown_s = time.perf_counter() - t_down
     return {"params": params, "steps_per_epoch": len(train) // recipe.batch, "setup_s": setup_s,
-            "teardown_s": teardown_s, "epochs": epochs,
+            "loader_start_s": loader_start_s, "teardown_s": teardown_s, "epochs": epochs,
             "skipped_at": t.skipped_at[:64], "loss_scale": t.scaler.get_scale() if amp else None}

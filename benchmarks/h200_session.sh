@@ -76,11 +76,12 @@
 #                      (e.g. "--precisions fp32", "--imagenet"); JSON convergence${CONV_TAG}.json, log convergence.log
 #   convergence-tr, convergence-pytorch   the same for one framework (JSON convergence_FW${CONV_TAG}.json, log
 #                      convergence-FW.log)
-#   regress            benchmarks/regression.py (issue [15]): this tree against an older one in one call. The old tree
-#                      is carried as .oldtree/tree.tar (git archive OLD packages benchmarks examples tools > it, here),
-#                      unpacked under build/device/old and built there by its own h200_session.sh into ${TR_SITE}-old;
-#                      then tr's cnn.py rows (REGRESS_MODELS, default all four) and the MNIST MLP of both trees, pair by
-#                      pair; JSON regression.json
+#   regress            benchmarks/regression.py (issue [15]): this tree against older ones in one call. Each old tree
+#                      of REGRESS_OLD (names, default 84bb0c5) is carried as .oldtree/NAME.tar (git archive OLD
+#                      packages benchmarks examples tools > .oldtree/NAME.tar, here), unpacked under
+#                      build/device/old-NAME and built there by its own h200_session.sh into ${TR_SITE}-old-NAME; then
+#                      tr's cnn.py rows (REGRESS_MODELS, default all four) and the MNIST MLP of both trees, pair by
+#                      pair (REGRESS_ARGS, e.g. "--rounds 3"); JSON regression_NAME.json
 #   bg:STAGE           STAGE (convergence[-FW], cross) in the background, its output in its log only, joined before the
 #                      summary: e.g. "build bg:convergence-tr bg:convergence-pytorch gpusuite" trains both sides' MNIST
 #                      runs on the GPU beside the suite (neither measures speed; the suite's tests take longer)
@@ -419,26 +420,30 @@ stage_trace() {  # $1: model
   "$PY" benchmarks/kernel_trace.py --model "$m" --batch "$b" --top 30 --json "$OUT/trace_${m}_b$b.json"
 }
 
-stage_regress() {  # this tree against .oldtree/tree.tar's, both built here, measured pair by pair
-  local old=$BUILD/old site_old=${SITE}-old
-  [ -f "$ROOT/.oldtree/tree.tar" ] || { echo "[regress] carry .oldtree/tree.tar (git archive of the old tree)"; return 1; }
-  if [ ! -f "$old/.unpacked" ] || [ "$ROOT/.oldtree/tree.tar" -nt "$old/.unpacked" ]; then
-    rm -rf "$old" "$site_old" && mkdir -p "$old" && tar -xf "$ROOT/.oldtree/tree.tar" -C "$old" || return 1
-    touch "$old/.unpacked"
-  fi
-  local l
-  for l in .whl .devdata data; do [ -e "$old/$l" ] || ln -s "$ROOT/$l" "$old/$l"; done
-  local t0=$SECONDS
-  # the old tree's own build, in its own site; its script computes its own hashes and budget
-  (cd "$old" && env -u PYTHONPATH -u TR_TREE_HASH -u TR_BUILD_HASH -u TR_DATA_HASH -u TR_SESSION_START \
-     TR_SITE="$site_old" OUT="$BUILD/old-out" TR_SESSION_BUDGET_S=$(( TR_STAGE_LIMIT_S - 120 )) \
-     bash benchmarks/h200_session.sh build | tail -n 5) || return 1
-  [ -f "$site_old/.tr_tree" ] || { echo "[regress] the old tree did not build: $BUILD/old-out/build.log"; return 1; }
-  echo "[regress] old tree built in $((SECONDS - t0)) s"
-  # shellcheck disable=SC2086
-  "$PY" benchmarks/regression.py --old-root "$old" --old-site "$site_old" --new-site "$SITE" \
-    --models "${REGRESS_MODELS:-vgg16_bn,resnet50,mobilenet_v2,efficientnet_b0,mlp_mnist}" ${REGRESS_ARGS:-} \
-    --deadline-s $(( TR_STAGE_LIMIT_S - (SECONDS - t0) - 100 )) --json "$OUT/regression.json"
+stage_regress() {  # this tree against each old tree REGRESS_OLD names (.oldtree/NAME.tar), built here, pair by pair
+  local name t0=$SECONDS left
+  for name in ${REGRESS_OLD:-84bb0c5}; do
+    local tar=$ROOT/.oldtree/$name.tar old=$BUILD/old-$name site_old=${SITE}-old-$name
+    [ -f "$tar" ] || { echo "[regress] carry .oldtree/$name.tar (git archive of the old tree)"; return 1; }
+    if [ ! -f "$old/.unpacked" ] || [ "$tar" -nt "$old/.unpacked" ]; then
+      rm -rf "$old" "$site_old" && mkdir -p "$old" && tar -xf "$tar" -C "$old" || return 1
+      touch "$old/.unpacked"
+    fi
+    local l
+    for l in .whl .devdata data; do [ -e "$old/$l" ] || ln -s "$ROOT/$l" "$old/$l"; done
+    left=$(( TR_STAGE_LIMIT_S - (SECONDS - t0) ))
+    # the old tree's own build, in its own site; its script computes its own hashes and budget
+    (cd "$old" && env -u PYTHONPATH -u TR_TREE_HASH -u TR_BUILD_HASH -u TR_DATA_HASH -u TR_SESSION_START \
+       TR_SITE="$site_old" OUT="$BUILD/old-out-$name" TR_SESSION_BUDGET_S=$(( left - 100 )) \
+       bash benchmarks/h200_session.sh build | tail -n 5) || return 1
+    [ -f "$site_old/.tr_tree" ] || { echo "[regress] $name did not build: $BUILD/old-out-$name/build.log"; return 1; }
+    echo "[regress] $name built ($((SECONDS - t0)) s into the stage)"
+    left=$(( TR_STAGE_LIMIT_S - (SECONDS - t0) ))
+    # shellcheck disable=SC2086
+    "$PY" benchmarks/regression.py --old-root "$old" --old-site "$site_old" --new-site "$SITE" \
+      --models "${REGRESS_MODELS:-vgg16_bn,resnet50,mobilenet_v2,efficientnet_b0,mlp_mnist}" ${REGRESS_ARGS:-} \
+      --deadline-s $(( left - 100 )) --json "$OUT/regression_$name.json"
+  done
 }
 
 stage_bench() {  # $1: model, $2: seconds left for it

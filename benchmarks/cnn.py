@@ -161,6 +161,8 @@ def run_tr(a: argparse.Namespace, fp16: bool = False) -> dict:
     mode = (fp16 and "fp16") or (a.amp_dtype if a.amp else "off")  # tr's AMP: settings.amp's argument
     staged = {"off": np.float32, "fp16": np.float16, "bf16": np.float32}[mode]  # (bf16: the feeder rounds)
     x, y = synthetic(a.batch * a.tr_batches, a.resolution, a.classes, staged, SEED)
+    if a.tr_pad_channels and a.tr_pad_channels > x.shape[-1]:  # as pad_channels_to: zero channels, made on the host
+        x = np.concatenate([x, np.zeros((*x.shape[:-1], a.tr_pad_channels - x.shape[-1]), x.dtype)], axis=-1)
     feeder = ArrayFeeder((x, y), None, a.batch, seed=SEED, shuffle=False, drop_last=True,
                          dtype="bfloat16" if mode == "bf16" else staged, num_classes=a.classes)
     settings = Settings().amp(mode).manual_seed(SEED).global_batch_size(a.batch).use_tf32(a.tf32)
@@ -308,6 +310,8 @@ def auto_json(a: argparse.Namespace) -> Path:
         tags += f"_c{a.classes}"
     if a.device != "cuda":
         tags += f"_{a.device}"
+    if a.tr_pad_channels:
+        tags += f"_pad{a.tr_pad_channels}"
     day = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     return a.json_dir / f"{a.model}_b{a.batch}{tags}_{day}.json"
 
@@ -329,6 +333,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--tf32", action="store_true", help="FP32 runs: allow TF32 tensor cores on both sides")
     ap.add_argument("--steps", type=int, default=50, help="timed steps")
     ap.add_argument("--warmup", type=int, default=10, help="untimed steps before the timed ones")
+    ap.add_argument("--tr-pad-channels", type=int, default=None, metavar="C",
+                    help="tr's images padded with zero channels to C (4 or 8: the first conv on tensor-core "
+                         "shapes; tr's pipelines pad while they normalise, PreprocessorSettings.pad_channels_to)")
     ap.add_argument("--loss-scale-init", type=float, default=None,
                     help="FP16 AMP: both sides' first loss scale (default 65536, GradScaler's and tr's)")
     ap.add_argument("--lr", type=float, help="constant learning rate (both sides; default 0.01, vit_b_16 1e-3)")
@@ -383,6 +390,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error("--classes must be >= 2")
     if a.tr_batches < 2:
         ap.error("--tr-batches must be >= 2 (the epoch must fill both staging buffers)")
+    if a.tr_pad_channels is not None and not 3 <= a.tr_pad_channels <= 64:
+        ap.error(f"--tr-pad-channels must lie in 3..64, got {a.tr_pad_channels}")
+    if a.loss_scale_init is not None and not 0 < a.loss_scale_init < float("inf"):
+        ap.error(f"--loss-scale-init must be a finite number > 0, got {a.loss_scale_init}")
     modes = [] if a.no_compile else [m.strip() for m in a.compile_mode.split(",") if m.strip()]
     a.compile_modes = [m for m in modes if m != "none"]
     a.json_path = None if not a.json else auto_json(a) if a.json == "auto" else Path(a.json)

@@ -82,6 +82,9 @@
 #                      build/device/old-NAME and built there by its own h200_session.sh into ${TR_SITE}-old-NAME; then
 #                      tr's cnn.py rows (REGRESS_MODELS, default all four) and the MNIST MLP of both trees, pair by
 #                      pair (REGRESS_ARGS, e.g. "--rounds 3"); JSON regression_NAME.json
+#   genstats[-MODEL]   benchmarks/conv_genstats_probe.py (issue [18]): cuDNN's conv + genstats and scale-bias-relu-conv-
+#                      genstats against the plain convolution for every conv of MODEL (default resnet50) a BN follows:
+#                      a deterministic engine?, sums that repeat?, their error, the time; JSON conv_genstats_MODEL.json
 #   bg:STAGE           STAGE (convergence[-FW], cross) in the background, its output in its log only, joined before the
 #                      summary: e.g. "build bg:convergence-tr bg:convergence-pytorch gpusuite" trains both sides' MNIST
 #                      runs on the GPU beside the suite (neither measures speed; the suite's tests take longer)
@@ -446,6 +449,11 @@ stage_regress() {  # this tree against each old tree REGRESS_OLD names (.oldtree
   done
 }
 
+stage_genstats() {  # $1: model
+  "$PY" benchmarks/conv_genstats_probe.py --model "$1" --deadline-s $(( TR_STAGE_LIMIT_S - 60 )) \
+    --json "$OUT/conv_genstats_$1.json"
+}
+
 stage_bench() {  # $1: model, $2: seconds left for it
   # shellcheck disable=SC2086
   "$PY" benchmarks/cnn.py --model "$1" --json auto --json-dir "$OUT" --deadline-s "$2" ${BENCH_ARGS:-}
@@ -479,6 +487,8 @@ for s in "${stages[@]}"; do
     bench-vgg16_bn|bench-resnet50|bench-mobilenet_v2|bench-efficientnet_b0) plan+=("$s") ;;
     trace-vgg16_bn|trace-resnet50|trace-mlp_mnist) plan+=("$s") ;;
     convergence|convergence-tr|convergence-pytorch|cross|regress) plan+=("$s") ;;
+    genstats) plan+=(genstats-resnet50) ;;
+    genstats-resnet50|genstats-vgg16_bn|genstats-mobilenet_v2|genstats-efficientnet_b0) plan+=("$s") ;;
     bg:convergence|bg:convergence-tr|bg:convergence-pytorch|bg:cross) plan+=("$s") ;;
     *) echo "unknown stage $s (build build-data gputests gpusuite datatests pipeline e2e[-LEVEL] profile[-MODEL]" \
             "trace[-MODEL] bench[-MODEL])" >&2; exit 2 ;;
@@ -567,6 +577,7 @@ for s in "${plan[@]}"; do
     bg:cross) ensure_built "$s" && run_bg cross cross.log 300 cross ;;
     cross) ensure_built "$s" && run cross cross.log 300 cross ;;
     regress) ensure_built "$s" && run regress regress.log 580 regress ;;
+    genstats-*) ensure_built "$s" && run "$s" genstats.log 400 genstats "${s#genstats-}" ;;
     e2e-dev-*) ensure_built "$s" && run "$s" e2e.log 400 e2e_dev "${s#e2e-dev-}" ;;
     e2e-*) ensure_built "$s" && run "$s" e2e.log 300 e2e "${s#e2e-}" ;;
     profile-*) ensure_built "$s" && run "$s" profile.log "$PROFILE_LIMIT" profile "${s#profile-}" ;;
@@ -605,6 +616,11 @@ done
 if [ -f "$OUT/cross.log" ]; then
   echo
   grep -E 'weights sha256|wrote ' "$OUT/cross.log" | cut -c1-200
+fi
+if [ -f "$OUT/genstats.log" ]; then
+  echo
+  grep -E 'conv .* at |"(conv_genstats|sbr_conv_genstats|with_engine|plain_ms|fused_ms|sums_repeat_everywhere)"' \
+    "$OUT/genstats.log" | cut -c1-200 | tail -n 40
 fi
 if [ -f "$OUT/regress.log" ]; then
   echo

@@ -24,6 +24,7 @@
 #include "ops/args/conv.hpp"
 #include "ops/attention_sdpa.hpp"
 #include "ops/conv_cudnn.hpp"
+#include "ops/conv_genstats_probe.hpp"
 #include "ops/conv_plan_cache.hpp"
 #include "ops/op.hpp"
 
@@ -171,6 +172,40 @@ void bind_attention_plans(nb::module_& m) {
         return plan_dict(found, r);
       },
       "device"_a, "args"_a);
+}
+
+// The conv + genstats measurement (ops/conv_genstats_probe.hpp), for benchmarks/conv_genstats_probe.py.
+void bind_genstats_probe(nb::module_& m) {
+  m.def(
+      "cudnn_conv_genstats_probe",
+      [](int device, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, std::int64_t k, std::int64_t r,
+         std::int64_t s, std::int64_t stride, std::int64_t pad, bool prologue, int reps, std::uint64_t seed) {
+        const GenstatsProbeShape shape{n, c, h, w, k, r, s, stride, pad, prologue, reps, seed};
+        GenstatsProbeResult res;
+        {
+          nb::gil_scoped_release release;
+          res = conv_genstats_probe(device, shape);
+        }
+        nb::dict d;
+        d["plain_engine"] = res.plain_engine;
+        d["plain_ms"] = res.plain_ms;
+        d["fused_plans"] = res.fused_plans;
+        d["fused_rank"] = res.fused_rank;
+        d["fused_engine"] = res.fused_engine;
+        d["fused_note"] = res.fused_note;
+        d["fused_build_s"] = res.fused_build_s;
+        d["fused_ms"] = res.fused_ms;
+        d["sums_repeat"] = res.sums_repeat;
+        d["y_matches_plain"] = res.y_matches_plain;
+        d["y_max_abs_diff"] = res.y_max_abs_diff;
+        d["sum_rel_err"] = res.sum_rel_err;
+        d["var_rel_err"] = res.var_rel_err;
+        return d;
+      },
+      "device"_a, "n"_a, "c"_a, "h"_a, "w"_a, "k"_a, "r"_a, "s"_a, "stride"_a, "pad"_a, "prologue"_a = false,
+      "reps"_a = 20, "seed"_a = 1,
+      "FP16 NHWC: the plain convolution and (scale-bias-relu-)conv-genstats under tr's deterministic engine rule, "
+      "timed; whether the fused sums repeat and how far they lie from float64 sums of its y.");
 }
 
 // cuDNN convolution planning: its cost, its cache file, and hooks that test the file format without a GPU.
@@ -403,6 +438,7 @@ void bind_ops(nb::module_& m) {
         "Library paths the cuBLASLt loader tries first (before TR_CUBLASLT_PATH's built-in fallbacks).");
   bind_nccl(m);
   bind_conv_plans(m);
+  bind_genstats_probe(m);
   bind_attention_plans(m);
 }
 

@@ -14,7 +14,19 @@ _spec.loader.exec_module(archcheck)
 
 def test_repository_respects_the_table():
     assert archcheck.check_sources(ROOT) == []
+    assert archcheck.check_modules(ROOT) == []
     assert archcheck.check_dependencies(ROOT) == []
+
+
+def test_checker_catches_the_compiler_naming_an_input(tmp_path):
+    root = _fixture(tmp_path)
+    compiler = root / "packages/tr-graph/src/tr/graph/compiler.py"
+    compiler.write_text("from tr.graph.input_plan import INPUT_REGIONS\n")
+    assert archcheck.check_modules(root) == []
+    compiler.write_text("from tr.graph.input_plan import INPUT_REGIONS\n\ndef f():\n    import tr.graph.resident\n")
+    (msg,) = archcheck.check_modules(root)
+    assert msg.startswith("packages/tr-graph/src/tr/graph/compiler.py:4: tr.graph.compiler may not import "
+                          "tr.graph.resident")
 
 
 def _fixture(tmp_path: Path) -> Path:

@@ -26,6 +26,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     "task": frozenset({"core", "tensor", "graph", "algo", "data", "backend"}),
 }
 UMBRELLA = "renaissance"  # shipped by tr-task, may import everything; nobody may import it
+# modules that must stay ignorant of some others inside their own package: the compiler and the graph builder call
+# the input protocol (tr.graph.input_plan) and name no input (issue [20])
+INPUT_MODULES = ("tr.graph.host_input", "tr.graph.resident", "tr.graph.jpeg_input")
+MODULE_FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "tr.graph.compiler": INPUT_MODULES,
+    "tr.graph.graph": INPUT_MODULES,
+}
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,22 @@ def check_sources(root: Path) -> list[Violation]:
     return found
 
 
+def check_modules(root: Path) -> list[str]:
+    """MODULE_FORBIDDEN: each listed module imports none of its forbidden ones (at any depth of the file)."""
+    problems: list[str] = []
+    for module, forbidden in MODULE_FORBIDDEN.items():
+        parts = module.split(".")
+        py = root / "packages" / f"tr-{parts[1]}" / "src" / Path(*parts).with_suffix(".py")
+        if not py.exists():
+            continue
+        tree = ast.parse(py.read_text(encoding="utf-8"), filename=str(py))
+        for line, mod in _imported_modules(tree):
+            if any(mod == f or mod.startswith(f + ".") for f in forbidden):
+                problems.append(f"{py.relative_to(root)}:{line}: {module} may not import {mod} (it calls the "
+                                "input protocol, tr.graph.input_plan)")
+    return problems
+
+
 def check_dependencies(root: Path) -> list[str]:
     problems: list[str] = []
     for pkg_dir in sorted((root / "packages").glob("tr-*")):
@@ -99,7 +122,7 @@ def check_dependencies(root: Path) -> list[str]:
 
 def main(argv: list[str]) -> int:
     root = Path(argv[1] if len(argv) > 1 else Path(__file__).resolve().parents[2])
-    problems = [str(v) for v in check_sources(root)] + check_dependencies(root)
+    problems = [str(v) for v in check_sources(root)] + check_modules(root) + check_dependencies(root)
     for p in problems:
         print(p)
     print(f"architecture check: {len(problems)} violation(s)")

@@ -21,8 +21,7 @@ from typing import Any
 
 from tr.core.dtype import DType
 from tr.core.errors import CompileError
-from tr.core.memory import Group, Region, Role, Span, dtype_group
-from tr.core.ops import IMAGE_GEOM_COLS
+from tr.core.memory import Region, Role, Span, dtype_group
 from tr.core.shape import Shape
 from tr.graph.accumulate import DIV, FIRST, HOLD, POS, STATS_FLAG, WINDOW, accumulates, add_accumulation
 from tr.graph.accumulate import SCALARS as ACCUM_SCALARS
@@ -31,6 +30,7 @@ from tr.graph.atlas import GraphAtlas, lookup
 from tr.graph.checker import check_program
 from tr.graph.ema import add_ema_graphs, ema_twins
 from tr.graph.graph import ChainBuilder, add_update_graphs, clips_norm
+from tr.graph.input_plan import INPUT_REGIONS, INT32_SCALAR
 from tr.graph.layers import KINDS
 from tr.graph.layers.base import ANY, BASE, INF, TRAIN, Decl, DeclCtx, Init
 from tr.graph.liveness import PoolPlan, plan_pools
@@ -50,11 +50,7 @@ NAMED = ("labels_a", "data_a", "labels_b", "data_b", "labels", "nan_flag", "step
          "geom_a", "geom_b", "jpeg_u8", "grad_divisor", "grad_norm", "mixup_lam", *ACCUM_SCALARS)
 
 
-# the double-buffered batch: buffer a's labels and data, then buffer b's (one INPUT span)
-INPUT_REGIONS = {name: Region(Role.INPUT, Group(name, order=k))
-                 for k, name in enumerate(("a_label", "a_data", "b_label", "b_data"))}
-RESIDENT = Region(Role.RESIDENT)
-INT32_SCALAR, FP32_SCALAR = Region(Role.SCALAR, dtype_group(DType.INT32)), Region(Role.SCALAR, dtype_group(DType.FP32))
+FP32_SCALAR = Region(Role.SCALAR, dtype_group(DType.FP32))
 INT32_TEMP, FP32_TEMP = Region(Role.TEMP, dtype_group(DType.INT32)), Region(Role.TEMP, dtype_group(DType.FP32))
 
 
@@ -192,7 +188,7 @@ class Compiler:
 
     def _declare_baseline(self, table: TensorTable, variants: dict[str, VariantInfo]) -> None:
         spec = self.spec
-        data_dtype, data_pad = (spec.low_dtype, 4) if spec.amp else (DType.FP32, 1)
+        inputs = spec.input_plan  # what the batch's data is and the input's own tensors (tr.graph.input_plan)
         one = Shape(1, 1, 1, 1)
         batch_of = {"batch_train": variants["train"].batch, "batch_train_last": variants["train_last"].batch,
                     "batch_val": variants["val"].batch, "batch_val_last": variants["val_last"].batch}
@@ -203,38 +199,10 @@ class Compiler:
                     init: Init | None = None, v: str = v) -> None:
                 table.add(key, v, shape, region, dtype, pad_c=pad, cls=BASE, phase=phase, init=init)
 
-            res = spec.resident
             for ab in ("a", "b"):
-                lab, dat = INPUT_REGIONS[f"{ab}_label"], INPUT_REGIONS[f"{ab}_data"]
-                add(f"labels_{ab}", Shape(n, 1, 1, 1), lab, DType.INT32)
-                if res is None:
-                    add(f"data_{ab}", spec.variant_input(info), dat, data_dtype, pad=data_pad)
-                else:  # the batch's dataset indices; the images are gathered from the resident set
-                    add(f"data_{ab}", Shape(n, 1, 1, 1), dat, DType.INT32)
-            jp = spec.jpeg
-            if jp is not None:  # tr.graph.jpeg_input: the host sends each batch's geometry, the decode fills jpeg_src
-                add("geom_a", Shape(n, 1, 1, IMAGE_GEOM_COLS), INPUT_REGIONS["a_data"], DType.INT32)
-                add("geom_b", Shape(n, 1, 1, IMAGE_GEOM_COLS), INPUT_REGIONS["b_data"], DType.INT32)
-                add("jpeg_src", Shape(1, 1, 1, jp.capacity), RESIDENT, DType.UINT8)
-                if jp.jitter:  # the resized pixels before the colour jitter
-                    x = spec.variant_input(info)
-                    add("jpeg_u8", Shape(n, x.h, x.w, 3), RESIDENT, DType.UINT8)
-            if res is not None:  # tr.graph.resident
-                h, w, c = res.image
-                add("train_set", Shape(res.train_samples, h, w, c), RESIDENT, DType.UINT8)
-                if res.val_samples:
-                    add("val_set", Shape(res.val_samples, h, w, c), RESIDENT, DType.UINT8)
-                add("aug_key", Shape(1, 1, 1, 2), INT32_SCALAR, DType.INT32)
-                add("aug_x", spec.variant_input(info), INPUT_REGIONS["a_data"], data_dtype, pad=data_pad)
-                # the labels, the epoch's order and the batch positions: batches are chosen on the device
-                add("train_labels", Shape(res.train_samples, 1, 1, 1), RESIDENT, DType.INT32)
-                if res.val_samples:
-                    add("val_labels", Shape(res.val_samples, 1, 1, 1), RESIDENT, DType.INT32)
-                add("train_order", Shape(res.train_samples, 1, 1, 1), RESIDENT, DType.INT32)
-                add("order_key", Shape(1, 1, 1, 2), INT32_SCALAR, DType.INT32)
-                add("train_pos", one, INT32_SCALAR, DType.INT32)  # set by shuffle_order
-                add("val_pos", one, INT32_SCALAR, DType.INT32)  # set by batch_restart
-                add("data_rank", one, INT32_SCALAR, DType.INT32)  # the feeder's rank, written at upload
+                add(f"labels_{ab}", Shape(n, 1, 1, 1), INPUT_REGIONS[f"{ab}_label"], DType.INT32)
+                inputs.declare_batch(spec, info, ab, add)
+            inputs.declare_state(spec, info, add)
             add("labels", Shape(n, 1, 1, 1), INT32_TEMP, DType.INT32, TRAIN)
             add("nan_flag", one, INT32_SCALAR, DType.INT32)
             add("step", one, INT32_SCALAR, DType.INT32, init=Init("zeros"))

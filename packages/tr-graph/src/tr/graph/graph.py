@@ -17,7 +17,6 @@ layer, dropout omitted.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from tr.core.dtype import DType
@@ -25,37 +24,17 @@ from tr.core.errors import ConfigError
 from tr.core.memory import Group, Region, Role, Span
 from tr.core.optim import BIAS_RULE, WEIGHT_RULE, ParamGroup
 from tr.graph.archplan import ArchLayer, ArchPlan
-from tr.graph.jpeg_input import GEOM_A, GEOM_B, JPEG_SRC, JPEG_U8
 from tr.graph.layers import KINDS
 from tr.graph.layers.base import FEATURE, GRAD, INF, IO, TRAIN
-from tr.graph.resident import (
-    DATA_RANK,
-    KEY,
-    ORDER_KEY,
-    TRAIN_LABELS,
-    TRAIN_ORDER,
-    TRAIN_POS,
-    TRAIN_SET,
-    VAL_LABELS,
-    VAL_POS,
-    X,
-)
 from tr.graph.spec import CompileSpec
 from tr.graph.steps import Part
+from tr.graph.symop import SymOp
+from tr.graph.symop import sym_op as _op
 
 A, B = "a", "b"
 FIRST_FWD = {A: Part.FIRST_FWD_A, B: Part.FIRST_FWD_B}
 FIRST_BWD = {A: Part.FIRST_BWD_A, B: Part.FIRST_BWD_B}
 INFER = {A: Part.INFER_A, B: Part.INFER_B}
-
-
-@dataclass(slots=True)
-class SymOp:
-    op: str
-    args: dict[str, Any]  # argument name -> tensor key, Span or None
-    attrs: dict[str, Any] = field(default_factory=dict)
-    layer: int = -1
-    label: str = ""
 
 
 # the spans range ops cover (tr.core.memory: each must be contiguous in the layout, which the layout checks)
@@ -108,15 +87,8 @@ class ChainBuilder:
         return f"L{i}.y"
 
     def _input(self, ab: str, sink: list[SymOp], train: bool) -> str:
-        """The key the first layer reads: the transferred batch, or (a resident input) the batch that
-        augment_affine gathers from the data set by the transferred indices (tr.graph.resident)."""
-        res = self.spec.resident
-        if res is None:
-            return f"data_{ab}"
-        src, attrs = (TRAIN_SET, res.train_attrs) if train else (res.val_source, res.val_attrs)
-        sink.append(SymOp("augment_affine", {"src": src, "index": f"data_{ab}", "key": KEY, "y": X}, dict(attrs),
-                          -1, "the batch from the resident data set" + (", augmented" if train else "")))
-        return X
+        """The key the first layer reads, as the plan's input makes it (tr.graph.input_plan)."""
+        return self.spec.input_plan.first_input(ab, train, sink)
 
     def _value_key(self, key: str, value: int, cls: str, phase: str) -> str:
         self.cg.value_keys[key] = (value, cls, phase)
@@ -230,10 +202,6 @@ class ChainBuilder:
 
 # --- the range-op graphs ------------------------------------------------------------------------------
 
-def _op(op: str, attrs: dict[str, Any] | None = None, label: str = "", layer: int = -1, **args: Any) -> SymOp:
-    return SymOp(op, args, attrs or {}, layer, label)
-
-
 def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, nonempty: set[Region],
                       trained: list[tuple[int, str, Group]]) -> None:
     """Everything around the chains: transfers, clears, casts, collectives, NaN check, optimizer, stats.
@@ -247,35 +215,10 @@ def add_update_graphs(cg: ComputationGraph, arch: ArchPlan, spec: CompileSpec, n
     def has(s: Span) -> bool:
         return any(s.matches(r) for r in nonempty)
 
-    res, jp = spec.resident, spec.jpeg
+    inputs = spec.input_plan  # how each batch arrives, and the input's own parts (tr.graph.input_plan)
     for ab, buf, gid in ((A, 0, Part.TRANSFER_A), (B, 1, Part.TRANSFER_B)):
-        if jp is not None:  # the batch's geometry, then its decoded regions into the input (tr.graph.jpeg_input)
-            geom = GEOM_A if ab == A else GEOM_B
-            g[gid] = [_op("h2d_copy", {"buffer": buf}, "labels and the batch's geometry", labels=f"labels_{ab}",
-                          data=geom)]
-            if jp.jitter:
-                g[gid] += [_op("image_resample", {}, "the decoded batch cropped and resized", src=JPEG_SRC, geom=geom,
-                               y=JPEG_U8),
-                           _op("image_jitter", dict(jp.attrs), "colour-jittered, flipped, normalised", x=JPEG_U8,
-                               geom=geom, y=f"data_{ab}")]
-            else:
-                g[gid].append(_op("image_resample", dict(jp.attrs), "the decoded batch cropped, resized, normalised",
-                                  src=JPEG_SRC, geom=geom, y=f"data_{ab}"))
-        elif res is None:
-            g[gid] = [_op("h2d_copy", {"buffer": buf}, labels=f"labels_{ab}", data=f"data_{ab}")]
-        else:  # the next training batch of the epoch's order, chosen on the device (tr.graph.resident)
-            g[gid] = [_op("batch_select", {"world": spec.world_size, "pad": True}, "the next training batch",
-                          order=TRAIN_ORDER, labels_all=TRAIN_LABELS, rank=DATA_RANK, pos=TRAIN_POS,
-                          index=f"data_{ab}", labels=f"labels_{ab}")]
-    if res is not None:
-        val_labels = VAL_LABELS if res.val_samples else TRAIN_LABELS
-        for ab, gid in ((A, Part.RESIDENT_VAL_A), (B, Part.RESIDENT_VAL_B)):
-            g[gid] = [_op("batch_select", {"world": spec.world_size, "pad": False}, "the next validation batch",
-                          labels_all=val_labels, rank=DATA_RANK, pos=VAL_POS, index=f"data_{ab}",
-                          labels=f"labels_{ab}")]
-        g[Part.RESIDENT_TRAIN_BEGIN] = [_op("shuffle_order", {"shuffle": res.shuffle}, "the epoch's order",
-                                               key=ORDER_KEY, order=TRAIN_ORDER, pos=TRAIN_POS)]
-        g[Part.RESIDENT_VAL_BEGIN] = [_op("batch_restart", label="validation from its first batch", pos=VAL_POS)]
+        g[gid] = inputs.transfer(spec, ab, buf)
+    g.update(inputs.epoch_parts(spec))
     g[Part.ZERO_GRAD] = [_op("range_clear", span=ALL_GRADS, label="all gradients and the step result")]
     low = spec.low_dtype  # AMP's 16-bit type
     fp16, fp32 = {"src_dtype": low, "dst_dtype": DType.FP32}, {"src_dtype": DType.FP32, "dst_dtype": low}

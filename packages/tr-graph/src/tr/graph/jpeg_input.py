@@ -22,9 +22,19 @@ is the only reader, and the step reads data_a/b, which stay double-buffered.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tr.core.dtype import DType
 from tr.core.errors import ConfigError
+from tr.core.ops import IMAGE_GEOM_COLS
+from tr.core.shape import Shape
+from tr.graph.input_plan import INPUT_REGIONS, RESIDENT, Declare, declare_images
+from tr.graph.symop import SymOp, sym_op
+
+if TYPE_CHECKING:
+    from tr.graph.spec import CompileSpec
+    from tr.graph.steps import Part
+    from tr.tensor.program import VariantInfo
 
 JPEG_SRC, GEOM_A, GEOM_B, JPEG_U8 = "jpeg_src", "geom_a", "geom_b", "jpeg_u8"
 
@@ -39,3 +49,35 @@ class JpegInput:
     def validate(self) -> None:
         if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) or self.capacity < 1:
             raise ConfigError(f"JPEG input: capacity must be an integer >= 1, got {self.capacity!r}")
+
+    # --- the input protocol (tr.graph.input_plan) ---------------------------------------------------------------
+    def declare_batch(self, spec: CompileSpec, info: VariantInfo, ab: str, add: Declare) -> None:
+        declare_images(spec, info, ab, add)  # the resampled, normalised batch, as a host-fed plan's
+
+    def declare_state(self, spec: CompileSpec, info: VariantInfo, add: Declare) -> None:
+        n = info.batch
+        add(GEOM_A, Shape(n, 1, 1, IMAGE_GEOM_COLS), INPUT_REGIONS["a_data"], DType.INT32)
+        add(GEOM_B, Shape(n, 1, 1, IMAGE_GEOM_COLS), INPUT_REGIONS["b_data"], DType.INT32)
+        add(JPEG_SRC, Shape(1, 1, 1, self.capacity), RESIDENT, DType.UINT8)
+        if self.jitter:  # the resized pixels before the colour jitter
+            x = spec.variant_input(info)
+            add(JPEG_U8, Shape(n, x.h, x.w, 3), RESIDENT, DType.UINT8)
+
+    def first_input(self, ab: str, train: bool, sink: list[SymOp]) -> str:
+        return f"data_{ab}"
+
+    def transfer(self, spec: CompileSpec, ab: str, buf: int) -> list[SymOp]:
+        """The batch's geometry, then its decoded regions into the input."""
+        geom = GEOM_A if ab == "a" else GEOM_B
+        ops = [sym_op("h2d_copy", {"buffer": buf}, "labels and the batch's geometry", labels=f"labels_{ab}",
+                      data=geom)]
+        if self.jitter:
+            return ops + [sym_op("image_resample", {}, "the decoded batch cropped and resized", src=JPEG_SRC,
+                                 geom=geom, y=JPEG_U8),
+                          sym_op("image_jitter", dict(self.attrs), "colour-jittered, flipped, normalised", x=JPEG_U8,
+                                 geom=geom, y=f"data_{ab}")]
+        return ops + [sym_op("image_resample", dict(self.attrs), "the decoded batch cropped, resized, normalised",
+                             src=JPEG_SRC, geom=geom, y=f"data_{ab}")]
+
+    def epoch_parts(self, spec: CompileSpec) -> dict[Part, list[SymOp]]:
+        return {}

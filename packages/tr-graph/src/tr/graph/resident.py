@@ -27,9 +27,18 @@ position and the stream timing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tr.core.dtype import DType
 from tr.core.errors import ConfigError
+from tr.core.shape import Shape
+from tr.graph.input_plan import INPUT_REGIONS, INT32_SCALAR, RESIDENT, Declare, batch_dtype
+from tr.graph.steps import Part
+from tr.graph.symop import SymOp, sym_op
+
+if TYPE_CHECKING:
+    from tr.graph.spec import CompileSpec
+    from tr.tensor.program import VariantInfo
 
 TRAIN_SET, VAL_SET, KEY, X = "train_set", "val_set", "aug_key", "aug_x"
 TRAIN_LABELS, VAL_LABELS, TRAIN_ORDER = "train_labels", "val_labels", "train_order"
@@ -59,3 +68,52 @@ class ResidentInput:
     @property
     def val_source(self) -> str:
         return VAL_SET if self.val_samples else TRAIN_SET
+
+    # --- the input protocol (tr.graph.input_plan) ---------------------------------------------------------------
+    def declare_batch(self, spec: CompileSpec, info: VariantInfo, ab: str, add: Declare) -> None:
+        # the batch's dataset indices; the images are gathered from the resident set
+        add(f"data_{ab}", Shape(info.batch, 1, 1, 1), INPUT_REGIONS[f"{ab}_data"], DType.INT32)
+
+    def declare_state(self, spec: CompileSpec, info: VariantInfo, add: Declare) -> None:
+        h, w, c = self.image
+        one = Shape(1, 1, 1, 1)
+        add(TRAIN_SET, Shape(self.train_samples, h, w, c), RESIDENT, DType.UINT8)
+        if self.val_samples:
+            add(VAL_SET, Shape(self.val_samples, h, w, c), RESIDENT, DType.UINT8)
+        add(KEY, Shape(1, 1, 1, 2), INT32_SCALAR, DType.INT32)
+        dtype, pad = batch_dtype(spec)
+        add(X, spec.variant_input(info), INPUT_REGIONS["a_data"], dtype, pad=pad)
+        # the labels, the epoch's order and the batch positions: batches are chosen on the device
+        add(TRAIN_LABELS, Shape(self.train_samples, 1, 1, 1), RESIDENT, DType.INT32)
+        if self.val_samples:
+            add(VAL_LABELS, Shape(self.val_samples, 1, 1, 1), RESIDENT, DType.INT32)
+        add(TRAIN_ORDER, Shape(self.train_samples, 1, 1, 1), RESIDENT, DType.INT32)
+        add(ORDER_KEY, Shape(1, 1, 1, 2), INT32_SCALAR, DType.INT32)
+        add(TRAIN_POS, one, INT32_SCALAR, DType.INT32)  # set by shuffle_order
+        add(VAL_POS, one, INT32_SCALAR, DType.INT32)  # set by batch_restart
+        add(DATA_RANK, one, INT32_SCALAR, DType.INT32)  # the feeder's rank, written at upload
+
+    def first_input(self, ab: str, train: bool, sink: list[SymOp]) -> str:
+        """The batch augment_affine gathers from the data set by the transferred indices."""
+        src, attrs = (TRAIN_SET, self.train_attrs) if train else (self.val_source, self.val_attrs)
+        sink.append(SymOp("augment_affine", {"src": src, "index": f"data_{ab}", "key": KEY, "y": X}, dict(attrs),
+                          -1, "the batch from the resident data set" + (", augmented" if train else "")))
+        return X
+
+    def transfer(self, spec: CompileSpec, ab: str, buf: int) -> list[SymOp]:
+        """The next training batch of the epoch's order, chosen on the device."""
+        return [sym_op("batch_select", {"world": spec.world_size, "pad": True}, "the next training batch",
+                       order=TRAIN_ORDER, labels_all=TRAIN_LABELS, rank=DATA_RANK, pos=TRAIN_POS, index=f"data_{ab}",
+                       labels=f"labels_{ab}")]
+
+    def epoch_parts(self, spec: CompileSpec) -> dict[Part, list[SymOp]]:
+        """Validation batches chosen on the device, the epoch's order, validation from its first batch."""
+        val_labels = VAL_LABELS if self.val_samples else TRAIN_LABELS
+        parts = {gid: [sym_op("batch_select", {"world": spec.world_size, "pad": False}, "the next validation batch",
+                              labels_all=val_labels, rank=DATA_RANK, pos=VAL_POS, index=f"data_{ab}",
+                              labels=f"labels_{ab}")]
+                 for ab, gid in (("a", Part.RESIDENT_VAL_A), ("b", Part.RESIDENT_VAL_B))}
+        parts[Part.RESIDENT_TRAIN_BEGIN] = [sym_op("shuffle_order", {"shuffle": self.shuffle}, "the epoch's order",
+                                                   key=ORDER_KEY, order=TRAIN_ORDER, pos=TRAIN_POS)]
+        parts[Part.RESIDENT_VAL_BEGIN] = [sym_op("batch_restart", label="validation from its first batch", pos=VAL_POS)]
+        return parts

@@ -22,6 +22,8 @@ from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_
 from tr.core.optim import GRAD_CLIP_MODES, LARS, OPTIMIZERS, ParamGroup, first_moment, second_moment
 from tr.core.settings import Settings
 from tr.core.shape import Shape
+from tr.graph.host_input import HOST_INPUT
+from tr.graph.input_plan import InputPlan
 from tr.graph.jpeg_input import JpegInput
 from tr.graph.layers import LOSS_KINDS
 from tr.graph.resident import ResidentInput
@@ -207,6 +209,11 @@ class CompileSpec:
                               f"{self.loss_scale_growth_interval}; drop the call or use amp('fp16')")
 
     # --- derived ----------------------------------------------------------------------------------
+    @property
+    def input_plan(self) -> InputPlan:
+        """The input the plan is fed by (tr.graph.input_plan): JPEG files, a resident data set, or the host."""
+        return self.jpeg or self.resident or HOST_INPUT
+
     @property
     def val_batch_size(self) -> int:
         return self.val_batch if self.val_batch is not None else self.batch

@@ -420,8 +420,14 @@ def _spec_plans() -> dict[str, Callable[[], Any]]:
             600, 100, (28, 28, 1), (("crop_slot", 2),), (("mean", (0.1307,)), ("std", (0.3081,)))))),
         "spec_vgg_adam_w2_ema": (vgg, dict(input_shape=(32, 32, 3), world_size=2, optimizer="adam", ema_decay=0.9)),
     }
-    return {name: (lambda m=m, kw=kw: compile_program(m(), CompileSpec(**{**base, **kw})))
-            for name, (m, kw) in cases.items()}
+    one_input = "input" in {f.name for f in dataclasses.fields(CompileSpec)}  # (older trees: resident= and jpeg=)
+
+    def spec(kw: dict[str, Any]) -> Any:
+        if one_input:
+            kw = {("input" if k in ("jpeg", "resident") else k): v for k, v in kw.items()}
+        return CompileSpec(**{**base, **kw})
+
+    return {name: (lambda m=m, kw=kw: compile_program(m(), spec(kw))) for name, (m, kw) in cases.items()}
 
 
 def fingerprint_one(build: Callable[[], Any], train: bool) -> dict[str, Any]:

@@ -26,12 +26,14 @@ ALLOWED: dict[str, frozenset[str]] = {
     "task": frozenset({"core", "tensor", "graph", "algo", "data", "backend"}),
 }
 UMBRELLA = "renaissance"  # shipped by tr-task, may import everything; nobody may import it
-# modules that must stay ignorant of some others inside their own package: the compiler and the graph builder call
-# the input protocol (tr.graph.input_plan) and name no input (issue [20])
-INPUT_MODULES = ("tr.graph.host_input", "tr.graph.resident", "tr.graph.jpeg_input")
+# modules that must stay ignorant of some others: the compiler, the graph builder, CompileSpec and the executor
+# call the input protocol (tr.graph.input_plan) and name no input (issue [20])
+INPUT_MODULES = ("tr.graph.resident", "tr.graph.jpeg_input", "tr.task.resident", "tr.task.jpeg_feeder")
 MODULE_FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tr.graph.compiler": INPUT_MODULES,
     "tr.graph.graph": INPUT_MODULES,
+    "tr.graph.spec": INPUT_MODULES,
+    "tr.task.executor": INPUT_MODULES,
 }
 
 

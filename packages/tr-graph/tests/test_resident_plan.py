@@ -23,7 +23,7 @@ def resident(train=600, val=100, image=(28, 28, 1)) -> ResidentInput:
 
 @pytest.mark.parametrize("amp", [False, True])
 def test_the_plan_gathers_its_batches_from_the_resident_sets(amp):
-    p = compile_program(MODEL, mlp_spec(input_shape=(28, 28, 1), batch=50, amp=amp, resident=resident()))
+    p = compile_program(MODEL, mlp_spec(input_shape=(28, 28, 1), batch=50, amp=amp, input=resident()))
     t = {x.name: x for x in p.tensors}
     assert t["train_set"].region == Region(Role.RESIDENT) and t["train_set"].dtype is DType.UINT8
     assert tuple(t["train_set"].shape.dims) == (600, 28, 28, 1) and tuple(t["val_set"].shape.dims) == (100, 28, 28, 1)
@@ -43,7 +43,7 @@ def test_the_plan_gathers_its_batches_from_the_resident_sets(amp):
 
 
 def test_without_a_val_set_inference_reads_the_train_set():
-    p = compile_program(MODEL, mlp_spec(input_shape=(28, 28, 1), batch=50, resident=resident(val=0)))
+    p = compile_program(MODEL, mlp_spec(input_shape=(28, 28, 1), batch=50, input=resident(val=0)))
     assert "val_set" not in {x.name for x in p.tensors}
     assert part_calls(p, "val_a", P.INFER_A)[0].args["src"].name == "train_set"
 
@@ -58,7 +58,7 @@ def test_a_host_fed_plan_has_no_resident_region():
 
 @pytest.mark.parametrize("val", [100, 0])
 def test_the_resident_steps_choose_their_batches_on_the_device(val):
-    p = compile_program(MODEL, mlp_spec(input_shape=(28, 28, 1), batch=50, resident=resident(val=val)))
+    p = compile_program(MODEL, mlp_spec(input_shape=(28, 28, 1), batch=50, input=resident(val=val)))
     labels = "val_labels" if val else "train_labels"  # without a val set, validation reads the train set
     for ab in "ab":
         (train,) = p.step(f"transfer_{ab}").calls
@@ -75,12 +75,12 @@ def test_the_resident_steps_choose_their_batches_on_the_device(val):
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(resident=resident(image=(27, 28, 1))), "do not give the plan's input"),
-    (dict(resident=resident(image=(28, 28, 3))), "do not give the plan's input"),
-    (dict(resident=resident(train=0)), "train_samples must be an integer >= 1"),
-    (dict(resident=resident(val=-1)), "val_samples must be an integer >= 0"),
-    (dict(resident=resident(), train_resolution=24), "leave the train and val resolutions unset"),
-    (dict(resident="mnist"), "resident must be a ResidentInput"),
+    (dict(input=resident(image=(27, 28, 1))), "do not give the plan's input"),
+    (dict(input=resident(image=(28, 28, 3))), "do not give the plan's input"),
+    (dict(input=resident(train=0)), "train_samples must be an integer >= 1"),
+    (dict(input=resident(val=-1)), "val_samples must be an integer >= 0"),
+    (dict(input=resident(), train_resolution=24), "leave the train and val resolutions unset"),
+    (dict(input="mnist"), "input must be an input plan"),
 ])
 def test_inputs_that_cannot_work_are_refused(kw, match):
     with pytest.raises(ConfigError, match=match):

@@ -86,6 +86,6 @@ def test_jpeg_input_keeps_the_samples_size(res_kw):
     jpeg = JpegInput(1024, ())
     with pytest.raises(ConfigError, match=r"a JPEG input is resized to the samples' size by its chain: leave the "
                                           r"train and val resolutions unset"):
-        CompileSpec((28, 28, 3), 10, 8, jpeg=jpeg, **res_kw)
-    s = CompileSpec((28, 28, 3), 10, 8, jpeg=jpeg, train_resolution=28, val_resolution=28)  # the samples' own side
+        CompileSpec((28, 28, 3), 10, 8, input=jpeg, **res_kw)
+    s = CompileSpec((28, 28, 3), 10, 8, input=jpeg, train_resolution=28, val_resolution=28)  # the samples' own side
     assert {v.resolution for v in s.variants().values()} == {28}

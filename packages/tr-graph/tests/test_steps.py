@@ -210,7 +210,7 @@ PLANS = {
     "plain": lambda m: compile_program(m.mlp_mnist, mlp_spec()),
     "ema": lambda m: compile_program(CNN, mlp_spec(input_shape=(8, 8, 3), num_classes=5, batch=4, amp=True,
                                                    ema_decay=0.9, last_train_batch=3)),
-    "resident": lambda m: compile_program(seq(fc(32), relu(), fc(10)), mlp_spec(batch=50, resident=_resident())),
+    "resident": lambda m: compile_program(seq(fc(32), relu(), fc(10)), mlp_spec(batch=50, input=_resident())),
 }
 
 

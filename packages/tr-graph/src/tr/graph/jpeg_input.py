@@ -1,6 +1,6 @@
 """JPEG input decoded on the device (issue [13]): the batch arrives as compressed files, not pixels.
 
-A plan compiled with ``CompileSpec.jpeg`` (a JpegInput) differs from a host-fed one only in what its transfer
+A plan compiled with ``CompileSpec.input`` a JpegInput differs from a host-fed one only in what its transfer
 graphs do:
 
 * ``jpeg_src``: the decode buffer (UINT8, ``capacity`` bytes, role RESIDENT): each batch's decoded regions
@@ -28,7 +28,7 @@ from tr.core.dtype import DType
 from tr.core.errors import ConfigError
 from tr.core.ops import IMAGE_GEOM_COLS
 from tr.core.shape import Shape
-from tr.graph.input_plan import INPUT_REGIONS, RESIDENT, Declare, declare_images
+from tr.graph.input_plan import INPUT_REGIONS, RESIDENT, Declare, declare_images, refuse_other_sides
 from tr.graph.symop import SymOp, sym_op
 
 if TYPE_CHECKING:
@@ -51,6 +51,12 @@ class JpegInput:
             raise ConfigError(f"JPEG input: capacity must be an integer >= 1, got {self.capacity!r}")
 
     # --- the input protocol (tr.graph.input_plan) ---------------------------------------------------------------
+    name = "device-decoded JPEG"
+
+    def check_spec(self, spec: CompileSpec) -> None:
+        self.validate()
+        refuse_other_sides(spec, "JPEG", "is resized to the samples' size by its chain")
+
     def declare_batch(self, spec: CompileSpec, info: VariantInfo, ab: str, add: Declare) -> None:
         declare_images(spec, info, ab, add)  # the resampled, normalised batch, as a host-fed plan's
 

@@ -1,6 +1,6 @@
 """Device-resident input: the raw data sets live in the arena and each batch is augmented inside the step.
 
-A plan compiled with ``CompileSpec.resident`` (a ResidentInput) differs from a host-fed one only at its head:
+A plan compiled with ``CompileSpec.input`` a ResidentInput differs from a host-fed one only at its head:
 
 * ``train_set`` / ``val_set``: the raw uint8 images (N, H, W, C) in role RESIDENT, written once after
   allocation (the task does it);
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from tr.core.dtype import DType
 from tr.core.errors import ConfigError
 from tr.core.shape import Shape
-from tr.graph.input_plan import INPUT_REGIONS, INT32_SCALAR, RESIDENT, Declare, batch_dtype
+from tr.graph.input_plan import INPUT_REGIONS, INT32_SCALAR, RESIDENT, Declare, batch_dtype, refuse_other_sides
 from tr.graph.steps import Part
 from tr.graph.symop import SymOp, sym_op
 
@@ -70,6 +70,12 @@ class ResidentInput:
         return VAL_SET if self.val_samples else TRAIN_SET
 
     # --- the input protocol (tr.graph.input_plan) ---------------------------------------------------------------
+    name = "device-resident"
+
+    def check_spec(self, spec: CompileSpec) -> None:
+        self.validate(spec.input_shape)
+        refuse_other_sides(spec, "device-resident", "is augmented at the images' own size")
+
     def declare_batch(self, spec: CompileSpec, info: VariantInfo, ab: str, add: Declare) -> None:
         # the batch's dataset indices; the images are gathered from the resident set
         add(f"data_{ab}", Shape(info.batch, 1, 1, 1), INPUT_REGIONS[f"{ab}_data"], DType.INT32)

@@ -22,11 +22,8 @@ from tr.core.ops import DEFAULT_GROWTH_INTERVAL, INITIAL_LOSS_SCALE, LOSS_SCALE_
 from tr.core.optim import GRAD_CLIP_MODES, LARS, OPTIMIZERS, ParamGroup, first_moment, second_moment
 from tr.core.settings import Settings
 from tr.core.shape import Shape
-from tr.graph.host_input import HOST_INPUT
-from tr.graph.input_plan import InputPlan
-from tr.graph.jpeg_input import JpegInput
+from tr.graph.input_plan import HOST_INPUT, InputPlan, is_input_plan
 from tr.graph.layers import LOSS_KINDS
-from tr.graph.resident import ResidentInput
 from tr.tensor.program import TRAIN, TRAIN_LAST, VAL, VAL_LAST, VariantInfo, at_side
 
 
@@ -67,8 +64,7 @@ class CompileSpec:
     world_size: int = 1  # recorded; the all-reduce ops are emitted for any size
     ema_decay: float | None = None  # in (0, 1): EMA twins of the weights, updated every step (tr.graph.ema)
     ema_warmup: float = 0.0  # > 0: the EMA's decay ramps up over about this many steps (tr.graph.ema); 0: constant
-    resident: ResidentInput | None = None  # the data sets in the arena, augmented in the step (tr.graph.resident)
-    jpeg: JpegInput | None = None  # batches arrive as JPEG files, decoded and augmented on the device (jpeg_input)
+    input: InputPlan | None = None  # how batches arrive (tr.graph.input_plan); None: the host pipeline's copy
     accumulate: int = 1  # micro-batches an optimizer step consumes (tr.graph.accumulate); 1: every step updates
     micro_steps: int | None = None  # with accumulate > 1: the training micro-steps of an epoch (its windows' ends)
     mixup: MixupConfig | None = None  # Mixup / CutMix of every training batch on the device (tr.core.mixup)
@@ -160,23 +156,10 @@ class CompileSpec:
                               f"micro_steps {self.micro_steps!r}")
         if self.micro_steps is not None:
             _positive("micro_steps", self.micro_steps)
-        if self.resident is not None:
-            if not isinstance(self.resident, ResidentInput):
-                raise ConfigError(f"resident must be a ResidentInput or None, got {self.resident!r}")
-            self.resident.validate(self.input_shape)
-            if any(r not in (None, self.input_shape[0]) for r in (self.train_resolution, self.val_resolution)):
-                raise ConfigError("a device-resident input is augmented at the images' own size: leave the train "
-                                  "and val resolutions unset")
-
-        if self.jpeg is not None:
-            if not isinstance(self.jpeg, JpegInput):
-                raise ConfigError(f"jpeg must be a JpegInput or None, got {self.jpeg!r}")
-            self.jpeg.validate()
-            if self.resident is not None:
-                raise ConfigError("a plan takes one input: a resident data set or JPEG files, not both")
-            if any(r not in (None, self.input_shape[0]) for r in (self.train_resolution, self.val_resolution)):
-                raise ConfigError("a JPEG input is resized to the samples' size by its chain: leave the train and "
-                                  "val resolutions unset")
+        if self.input is not None and not is_input_plan(self.input):
+            raise ConfigError(f"input must be an input plan (tr.graph.input_plan: a JpegInput, a ResidentInput, ...) "
+                              f"or None, got {self.input!r}")
+        self.input_plan.check_spec(self)
 
     def _validate_progressive(self) -> None:
         sides = self.progressive_resolutions
@@ -190,10 +173,6 @@ class CompileSpec:
         if list(sides) != sorted(set(sides)) or sides[-1] >= final:
             raise ConfigError(f"progressive_resolutions {sides} must be distinct lower training sides in ascending "
                               f"order, each below the final side {final} (the compiled maximum)")
-        if self.resident is not None or self.jpeg is not None:
-            raise ConfigError("progressive resizing needs batches the host stages at each epoch's side: a "
-                              f"{'device-resident' if self.resident is not None else 'device-decoded JPEG'} input "
-                              "is made at one side")
 
     def _validate_loss_scale(self) -> None:
         if self.loss_scale_rule not in LOSS_SCALE_RULES:
@@ -212,7 +191,7 @@ class CompileSpec:
     @property
     def input_plan(self) -> InputPlan:
         """The input the plan is fed by (tr.graph.input_plan): JPEG files, a resident data set, or the host."""
-        return self.jpeg or self.resident or HOST_INPUT
+        return self.input if self.input is not None else HOST_INPUT
 
     @property
     def val_batch_size(self) -> int:

@@ -54,7 +54,7 @@ def test_defaults_fill_what_a_user_feeder_lacks():
     f = MinimalFeeder()
     c = complete_feeder(f)
     assert c.wrapped is f and c.batch == 8 and c.staging_shape == (1, 1, 6)
-    assert not c.adopts_buffers and c.last_epoch_times() is None and c.resident_input() is None
+    assert not c.adopts_buffers and c.last_epoch_times() is None and c.input_plan() is None
     c.shard(0, 1)  # nothing to do: the feeder already delivers this rank's data
     c.check_labels(3)
     c.batch = 8  # attributes set through the wrapper reach the user's object

@@ -58,8 +58,7 @@ class Feeder(Protocol):
     def shard(self, rank: int, world_size: int) -> None: ...
     def check_labels(self, num_classes: int) -> None: ...
     def last_epoch_times(self) -> Any: ...  # tr.data.EpochTimes of the last pass, or None
-    def resident_input(self) -> Any: ...  # tr.graph.resident.ResidentInput, or None
-    def jpeg_input(self) -> Any: ...  # tr.graph.jpeg_input.JpegInput (batches decoded on the device), or None
+    def input_plan(self) -> Any: ...  # the plan's input (tr.graph.input_plan: a ResidentInput, a JpegInput), or None
     def decoded_on_cpu(self) -> int | None: ...  # the last pass's images the device decoder refused, or None
     def upload(self, backend: Any, program: Any) -> None: ...  # once, after the arena is allocated
     def begin_epoch(self, backend: Any, program: Any, epoch: int) -> None: ...  # before each training pass
@@ -107,10 +106,8 @@ class FeederDefaults:
     def last_epoch_times(self) -> Any:
         return None
 
-    def resident_input(self) -> Any:
-        return None
-
-    def jpeg_input(self) -> Any:
+    def input_plan(self) -> Any:
+        """Without one the plan copies each staged batch from the host (tr.graph.input_plan.HostInput)."""
         return None
 
     def decoded_on_cpu(self) -> int | None:
@@ -153,7 +150,7 @@ class _Completed(FeederDefaults):
 
 
 _OPTIONAL = frozenset({"sample_dtype", "micro_batches", "staging_shape", "adopts_buffers", "adopt_buffers", "shard",
-                       "check_labels", "last_epoch_times", "resident_input", "jpeg_input", "decoded_on_cpu", "upload",
+                       "check_labels", "last_epoch_times", "input_plan", "decoded_on_cpu", "upload",
                        "begin_epoch", "train_side"})
 
 

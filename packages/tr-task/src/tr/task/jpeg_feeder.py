@@ -155,7 +155,7 @@ class DeviceJpegFeeder(DeviceSideFeeder):
         return max(p.capacity(self.batch) for p in self._planners.values() if p is not None)
 
     # --- the plan's side ----------------------------------------------------------------------------
-    def jpeg_input(self) -> JpegInput:
+    def input_plan(self) -> JpegInput:
         jitter = any(p.jitter for p in self._planners.values() if p is not None)
         return JpegInput(self.capacity, tuple(sorted(self._attrs.items())), jitter)
 

@@ -78,7 +78,7 @@ def train_sides(s: Settings, epochs: int, feeder: Any) -> tuple[int, ...]:
 def staging(s: Settings, feeder: Any) -> None:
     """A feeder that stages samples (not a resident set's indices nor JPEG geometry) stages them as float32 or as
     AMP's 16-bit type: other 16-bit bits would be read as the plan's type (FP16 bits as BF16 or back)."""
-    if feeder.resident_input() is not None or feeder.jpeg_input() is not None:
+    if feeder.input_plan() is not None:  # a resident set's indices or JPEG geometry: no samples staged
         return
     got, want = feeder.sample_dtype, s.low_dtype or DType.FP32
     if got is not DType.FP32 and got is not want:

@@ -160,7 +160,7 @@ class ResidentFeeder(DeviceSideFeeder):
         return (1, 1, 1)  # one int32 dataset index a sample
 
     # --- the plan's side ----------------------------------------------------------------------------
-    def resident_input(self) -> ResidentInput:
+    def input_plan(self) -> ResidentInput:
         return ResidentInput(len(self._labels[True]), 0 if self._labels[False] is None else len(self._labels[False]),
                              self.image, tuple(sorted(self.attrs.items())), tuple(sorted(self.val_attrs.items())),
                              shuffle=self.shuffle_train)

@@ -84,7 +84,7 @@ class Resolved:
             micro_steps=self.micro_steps if t.accumulate > 1 else None,
             ema_decay=t.ema.decay if t.ema is not None else None,
             ema_warmup=float(t.ema.warmup) if t.ema is not None else 0.0,
-            input=f.jpeg_input() or f.resident_input(), mixup=t.mixup)
+            input=f.input_plan(), mixup=t.mixup)
 
     def agreement(self, spec: CompileSpec, parameters: list[list[int]]) -> dict[str, Any]:
         """What every rank of a data-parallel run must hold alike (tr.task.distributed.Group.agree)."""

@@ -65,13 +65,13 @@ def test_the_resident_steps_choose_their_batches_on_the_device(val):
         assert (train.op, train.part, train.attrs["pad"]) == ("batch_select", f"transfer_{ab}", True)
         assert train.args["order"].name == "train_order" and train.args["index"].name == f"data_{ab}"
         (sel,) = p.step(f"val_transfer_{ab}").calls
-        assert (sel.op, sel.part, sel.attrs["pad"]) == ("batch_select", f"resident_val_{ab}", False)
+        assert (sel.op, sel.part, sel.attrs["pad"]) == ("batch_select", f"input_val_{ab}", False)
         assert sel.args["order"] is None and sel.args["labels_all"].name == labels
         assert sel.args["index"].name == f"data_{ab}" and sel.args["pos"].name == "val_pos"
     (order,) = p.step("epoch_order").calls
-    assert (order.op, order.part, order.args["order"].name) == ("shuffle_order", "resident_train_begin", "train_order")
+    assert (order.op, order.part, order.args["order"].name) == ("shuffle_order", "input_train_begin", "train_order")
     (restart,) = p.step("val_begin").calls
-    assert (restart.op, restart.part, restart.args["pos"].name) == ("batch_restart", "resident_val_begin", "val_pos")
+    assert (restart.op, restart.part, restart.args["pos"].name) == ("batch_restart", "input_val_begin", "val_pos")
 
 
 @pytest.mark.parametrize("kw, match", [

@@ -169,7 +169,7 @@ def test_build_steps_binds_each_step_to_its_variant(ema, resident):
         asked.append((variant, part))
         return (Fake(part.value, variant),)
 
-    steps = build_steps(bound, has_ema=ema, has_resident_val=resident)
+    steps = build_steps(bound, has_ema=ema, has_input_val=resident)
     extra = ["val_transfer_a", "val_transfer_b"] if resident else []
     assert sorted(steps) == sorted(PLAIN_STEPS + extra + (EMA_STEPS if ema else []))
     assert all(name == s.name for name, s in steps.items())
@@ -182,7 +182,7 @@ def test_build_steps_binds_each_step_to_its_variant(ema, resident):
         assert [c.part for c in steps["val_ema_last_b"].calls] == ["infer_ema_b", "accum_metrics_val_last"]
         assert [c.part for c in steps["sema_switch"].calls] == ["sema_switch"]
     if resident:
-        assert [c.part for c in steps["val_transfer_b"].calls] == ["resident_val_b"]
+        assert [c.part for c in steps["val_transfer_b"].calls] == ["input_val_b"]
     assert [c.part for c in steps["epoch_begin"].calls] == ["cast_working_copies"]
     assert [c.part for c in steps["epoch_end"].calls] == ["fold_running_stats"]
     assert [c.part for c in steps["val_end"].calls] == ["reduce_result_sum"]
@@ -192,13 +192,13 @@ def test_accumulation_on_several_ranks_adds_the_steps_without_collectives():
     def bound(variant: str, part: P):
         return (Fake(part.value, variant),)
 
-    steps = build_steps(bound, has_ema=False, has_resident_val=False, hold_steps=True)
+    steps = build_steps(bound, has_ema=False, has_input_val=False, hold_steps=True)
     assert sorted(steps) == sorted(PLAIN_STEPS + ["train_hold_a", "train_hold_b"])
     held = [c.part for c in steps["train_hold_b"].calls]
     assert held == [c.part for c in steps["train_b"].calls
                     if c.part not in ("reduce_early_grads", "reduce_late_grads", "reduce_running_stats")]
     assert held[:2] == ["accum_window", "zero_grad"] and {c.variant for c in steps["train_hold_b"].calls} == {"train"}
-    assert [c.part for c in steps["epoch_order"].calls] == ["resident_train_begin", "accum_reset"]
+    assert [c.part for c in steps["epoch_order"].calls] == ["input_train_begin", "accum_reset"]
     assert [c.part for c in steps["epoch_begin"].calls] == ["cast_working_copies"]  # (predict launches it too)
 
 

@@ -155,7 +155,7 @@ class Compiler:
                 bound[(v, part)] = atlas.bind([replace(op, attrs={**op.attrs, "packed": True}) for op in cg.ops(part)],
                                               v, part)
         steps = build_steps(lambda v, p: lookup(bound, v, p), has_ema=ema,
-                            has_resident_val=bool(lookup(bound, "val", Part.RESIDENT_VAL_A)),
+                            has_input_val=bool(lookup(bound, "val", Part.INPUT_VAL_A)),
                             hold_steps=accumulates(spec) and spec.world_size > 1,
                             frozen_layer=min(layer for layer, _, _ in trained) if spec.freeze_first_layer else None,
                             sides=spec.progressive_resolutions)

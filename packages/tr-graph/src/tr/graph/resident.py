@@ -7,12 +7,12 @@ A plan compiled with ``CompileSpec.input`` a ResidentInput differs from a host-f
 * ``train_labels`` / ``val_labels``: the labels (INT32), also resident;
 * ``data_a`` / ``data_b``: no longer images but the batch's dataset indices (INT32 [B]), with ``labels_a/b``
   written on the device by the transfer graphs' ``batch_select`` (training: TRANSFER_A/B, the next B entries
-  of ``train_order`` from ``train_pos``; validation: RESIDENT_VAL_A/B, positions ``val_pos``..; a data-parallel
+  of ``train_order`` from ``train_pos``; validation: INPUT_VAL_A/B, positions ``val_pos``..; a data-parallel
   rank, ``data_rank``, takes its positions as tr.data.sharding deals them), so no batch crosses PCIe;
 * ``train_order``: the epoch's order, ``shuffle_order`` of ``order_key`` (tr.data.seeds.shuffle_order's seed,
-  written once per epoch) in RESIDENT_TRAIN_BEGIN: the Fisher-Yates permutation tr.data's workers use,
+  written once per epoch) in INPUT_TRAIN_BEGIN: the Fisher-Yates permutation tr.data's workers use,
   computed on the device by deterministic reservations (the same permutation, in about 35 parallel rounds for
-  60,000 samples; tr/backend/cpu/ops/resident.py); RESIDENT_VAL_BEGIN restarts ``val_pos``;
+  60,000 samples; tr/backend/cpu/ops/resident.py); INPUT_VAL_BEGIN restarts ``val_pos``;
 * ``aug_key``: the epoch's seed prefix (tr.data.seeds.seed_prefix as one little-endian uint64 in INT32[2]),
   written once per epoch;
 * ``aug_x``: the augmented, normalised batch (the plan's input dtype), written by ``augment_affine`` at the
@@ -118,8 +118,8 @@ class ResidentInput:
         parts = {gid: [sym_op("batch_select", {"world": spec.world_size, "pad": False}, "the next validation batch",
                               labels_all=val_labels, rank=DATA_RANK, pos=VAL_POS, index=f"data_{ab}",
                               labels=f"labels_{ab}")]
-                 for ab, gid in (("a", Part.RESIDENT_VAL_A), ("b", Part.RESIDENT_VAL_B))}
-        parts[Part.RESIDENT_TRAIN_BEGIN] = [sym_op("shuffle_order", {"shuffle": self.shuffle}, "the epoch's order",
+                 for ab, gid in (("a", Part.INPUT_VAL_A), ("b", Part.INPUT_VAL_B))}
+        parts[Part.INPUT_TRAIN_BEGIN] = [sym_op("shuffle_order", {"shuffle": self.shuffle}, "the epoch's order",
                                                    key=ORDER_KEY, order=TRAIN_ORDER, pos=TRAIN_POS)]
-        parts[Part.RESIDENT_VAL_BEGIN] = [sym_op("batch_restart", label="validation from its first batch", pos=VAL_POS)]
+        parts[Part.INPUT_VAL_BEGIN] = [sym_op("batch_restart", label="validation from its first batch", pos=VAL_POS)]
         return parts

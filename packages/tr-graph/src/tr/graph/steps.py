@@ -59,10 +59,11 @@ class Part(Enum):
     REDUCE_RESULT_SUM = "reduce_result_sum"
     CLEAR_METRICS = "clear_metrics"
     FOLD_RUNNING = "fold_running_stats"  # inference scale and bias from the running statistics
-    RESIDENT_TRAIN_BEGIN = "resident_train_begin"  # a resident data set's order for the epoch (tr.graph.resident)
-    RESIDENT_VAL_BEGIN = "resident_val_begin"
-    RESIDENT_VAL_A = "resident_val_a"  # the next validation batch of a resident data set
-    RESIDENT_VAL_B = "resident_val_b"
+    # an input's own parts (tr.graph.input_plan's epoch_parts; a resident data set's, tr.graph.resident):
+    INPUT_TRAIN_BEGIN = "input_train_begin"  # before the epoch's training batches (a resident set's order)
+    INPUT_VAL_BEGIN = "input_val_begin"  # before its validation batches
+    INPUT_VAL_A = "input_val_a"  # a validation batch's own transfer (a resident set's next batch), buffer a
+    INPUT_VAL_B = "input_val_b"
     ACCUM_WINDOW = "accum_window"  # gradient accumulation (tr.graph.accumulate): the micro-step's place in its window
     ACCUM_EARLY = "accum_early_grads"  # the window's gradient sum, early groups
     ACCUM_LATE = "accum_late_grads"
@@ -153,7 +154,7 @@ def chain(name: str, parts: Sequence[Part], calls: Callable[[Part], Sequence[OpC
     return assemble(name, ((StreamKind.COMP_1, tuple(parts), ()),), calls)
 
 
-def build_steps(bound: Callable[[str, Part], Sequence[OpCall]], has_ema: bool, has_resident_val: bool,
+def build_steps(bound: Callable[[str, Part], Sequence[OpCall]], has_ema: bool, has_input_val: bool,
                 hold_steps: bool = False, frozen_layer: int | None = None,
                 sides: Sequence[int] = ()) -> dict[str, Step]:
     """Every step a task captures, by name. ``bound(variant, part)``: the part's calls bound to that variant.
@@ -193,15 +194,15 @@ def build_steps(bound: Callable[[str, Part], Sequence[OpCall]], has_ema: bool, h
         steps.append(chain(f"val_{ab}", val_parts(ab, False), lambda p: bound("val", p)))
         steps.append(chain(f"val_last_{ab}", val_parts(ab, True), lambda p: bound("val_last", p)))
         steps.append(chain(f"transfer_{ab}", (TRANSFER[ab],), lambda p: bound("train", p)))
-        if has_resident_val:
-            resident = {"a": P.RESIDENT_VAL_A, "b": P.RESIDENT_VAL_B}[ab]
-            steps.append(chain(f"val_transfer_{ab}", (resident,), lambda p: bound("val", p)))
+        if has_input_val:
+            own = {"a": P.INPUT_VAL_A, "b": P.INPUT_VAL_B}[ab]
+            steps.append(chain(f"val_transfer_{ab}", (own,), lambda p: bound("val", p)))
     for name, parts, variant in (("clear_metrics", (P.CLEAR_METRICS,), "train"),
                                  ("epoch_begin", (P.CAST_WORKING,), "train"),
                                  # (only the training loop launches epoch_order: predict and load_torch launch
                                  # epoch_begin in the middle of an epoch, where an accumulation window may be open)
-                                 ("epoch_order", (P.RESIDENT_TRAIN_BEGIN, P.ACCUM_RESET), "train"),
-                                 ("val_begin", (P.RESIDENT_VAL_BEGIN,), "val"),
+                                 ("epoch_order", (P.INPUT_TRAIN_BEGIN, P.ACCUM_RESET), "train"),
+                                 ("val_begin", (P.INPUT_VAL_BEGIN,), "val"),
                                  ("epoch_end", (P.FOLD_RUNNING,), "train"),
                                  ("val_end", (P.REDUCE_RESULT_SUM,), "val")):
         steps.append(chain(name, parts, lambda p, v=variant: bound(v, p)))

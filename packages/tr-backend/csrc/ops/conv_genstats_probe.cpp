@@ -1,6 +1,7 @@
 // conv + genstats and scale-bias-relu-conv-genstats measured against the plain convolution (ops/conv_genstats_probe.hpp).
-// Host code only (the cuDNN frontend, like csrc/ops/conv_cudnn.cpp). Everything it allocates is its own and freed
-// before it returns; it runs outside any capture, the device synchronised around each measurement.
+// Host code only (the cuDNN frontend, like csrc/ops/conv_cudnn.cpp). Its buffers are freed when it returns (its cuDNN
+// handle and workspace stay for the next probe); it runs outside any capture, the device synchronised around each
+// measurement. Not thread-safe: one probe at a time.
 #include "ops/conv_genstats_probe.hpp"
 
 #include <string>
@@ -176,7 +177,7 @@ GenstatsProbeResult conv_genstats_probe(int device, const GenstatsProbeShape& g)
   require_device(device);
   cuda::DeviceGuard guard(device);
   const DeviceProperties props = device_properties(device);
-  CudnnPerDevice cudnn;
+  static CudnnPerDevice cudnn;  // one handle per device for the process (probes run one at a time)
   cudnnHandle_t handle = cudnn.handle(device);
   cudaStream_t s = nullptr;
   cuda::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");

@@ -45,12 +45,12 @@ build, and passes --deadline-s so that no run starts that would end past the sta
     CONV_ARGS="--imagenet" CONV_TAG=_resnet50 bash benchmarks/h200_session.sh convergence       # call 3 (6 runs)
     python benchmarks/convergence.py --merge convergence_fp32.json convergence_amp.json --json auto   # here, no GPU
 
-Expected H200 times (estimates, not yet measured): an MNIST tr run ~5-15 s (compile and capture with cuDNN's
-autotuning 3-6 s, then 2,340 captured steps of well under 1 ms), its twin ~6-15 s (eager steps bound by ~150 kernel
-launches each, 1-3 ms; AMP adds two host syncs a step to count skipped steps), so 12 runs ~2-4 min a call; the
-ResNet-50 part ~25-40 s a tr run (capture ~15 s, 16 epochs of 39 steps fed at ~15-20k images/s) and ~30-45 s a twin
-run (16 DataLoader processes to spawn, then ~5-8k images/s from the 160 px JPEGs), 6 runs and the folder (~10 s) in
-~4-5 min. A run that did not start appears under "not_run" in the JSON: run it again with --seeds / --models.
+Measured on an H100 (benchmarks/RESULTS.md; most runs beside the GPU suite): an MNIST tr run 3-8 s in AMP, 15-77 s
+in FP32 (tr keeps FP32 convolutions off tensor cores), its twin 15-66 s; 24 MNIST runs ~15 min, so the MNIST part
+takes two or three calls. The ResNet-50 part: a tr run ~20 s (setup ~5 s, 16 epochs of 39 steps at ~0.7 s an
+epoch), a twin run 127-171 s with 8 loader workers (epochs of 2.5-4.5 s; 60-70 s outside them, most likely the
+spawned workers' start: the record's loader_start_s times it); the folder ~15 s. A run that did not start appears
+under "not_run" in the JSON: run it again with --seeds / --models.
 
 Directly: ``python benchmarks/convergence.py --json auto`` (every MNIST run), ``--imagenet --json auto``.
 CPU smoke test of both sides (a few hundred samples, narrow models, one epoch, one seed, ~1-2 minutes here):

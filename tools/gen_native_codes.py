@@ -1,6 +1,6 @@
 """Writes packages/tr-backend/csrc/ops/codes.hpp: the integer codes that cross the CUDA boundary, as C++ enums,
 from their one declaration in tr.core (DType.code; ACTIVATION_CODES, BN_ACTIVATION_CODES and BN_MASK_CODES in
-tr.core.ops).
+tr.core.ops; the image geometry table's columns, IMAGE_GEOM, by name).
 
 ``python tools/gen_native_codes.py`` rewrites the header; ``--check`` writes nothing and exits 1 when it is
 stale (packages/tr-backend/tests/test_native_codes.py runs that). The header is committed, so the build does not
@@ -22,6 +22,8 @@ from tr.core.ops import (
     BN_MASK_CODES,
     CONV_ENGINE_CODES,
     EXTERN_PARAM_CODES,
+    IMAGE_GEOM,
+    IMAGE_GEOM_COLS,
     ONEHOT_LOSS_CODES,
     OPTIMIZER_RULE_CODES,
 )
@@ -81,6 +83,8 @@ def tables() -> tuple[Table, ...]:
                CONV_ENGINE_CODES, str.upper),
         _table("ExternParam", "kNumExternParams", "tr.core.ops.EXTERN_PARAM_CODES (extern_kernel's param_types)",
                EXTERN_PARAM_CODES, str.upper),
+        _table("GeomCol", "kNumGeomCols", "tr.core.ops.IMAGE_GEOM (image_resample/image_jitter's geometry columns)",
+               {name: k for k, name in enumerate(IMAGE_GEOM)}, str.upper),
     )
 
 
@@ -98,6 +102,9 @@ def render() -> str:
         if len(line) > 120:  # the C++ sources' column limit: one member a line
             line = "\n".join([f"enum class {t.enum} : int {{", *(f"  {n} = {c}," for n, c in t.members), "};"])
         out += ["", f"// {t.source}", line, f"constexpr int {t.count} = {len(t.members)};"]
+    out += ["", "// tr.core.ops.IMAGE_GEOM_COLS: the INT32 width of a geometry row (GeomCol's columns first)",
+            f"constexpr int kImageGeomRow = {IMAGE_GEOM_COLS};",
+            "static_assert(kNumGeomCols <= kImageGeomRow, \"the geometry columns fit a row\");"]
     out += ["", "}  // namespace tr::native", ""]
     return "\n".join(out)
 

@@ -25,6 +25,8 @@ from tr.core.ops import (
     CONV_ENGINES,
     EXTERN_PARAM_CODES,
     EXTERN_PARAMS,
+    IMAGE_GEOM,
+    IMAGE_GEOM_COLS,
     ONEHOT_LOSS_CODES,
     ONEHOT_LOSSES,
     OPTIMIZER_RULE_CODES,
@@ -83,11 +85,20 @@ def test_the_header_holds_the_tr_core_numbers():
     assert enums["OneHotLoss"] == {k.upper(): ONEHOT_LOSS_CODES[k] for k in ONEHOT_LOSSES}
     assert enums["ConvEngine"] == {e.upper(): CONV_ENGINE_CODES[e] for e in CONV_ENGINES}
     assert enums["ExternParam"] == {p.upper(): EXTERN_PARAM_CODES[p] for p in EXTERN_PARAMS}
+    # the image geometry table's columns by name (image.cu reads no column by position)
+    assert enums["GeomCol"] == {name.upper(): k for k, name in enumerate(IMAGE_GEOM)}
     counts = dict(re.findall(r"constexpr int (\w+) = (\d+);", GEN.HEADER.read_text()))
     assert {k: int(v) for k, v in counts.items()} == {
         "kNumDT": len(DType), "kNumActKinds": len(ACTIVATIONS), "kNumBnActs": len(BN_ACTIVATIONS),
         "kNumBnMasks": len(BN_MASKS), "kNumOptRules": len(OPTIMIZER_RULES), "kNumOneHotLosses": len(ONEHOT_LOSSES),
-        "kNumConvEngines": len(CONV_ENGINES), "kNumExternParams": len(EXTERN_PARAMS)}
+        "kNumConvEngines": len(CONV_ENGINES), "kNumExternParams": len(EXTERN_PARAMS),
+        "kNumGeomCols": len(IMAGE_GEOM), "kImageGeomRow": IMAGE_GEOM_COLS}
+
+
+def test_the_image_kernels_read_the_geometry_by_column_name():
+    text = (CSRC / "ops" / "image.cu").read_text()
+    assert "geom_col(" in text and "kImageGeomRow" in text
+    assert not re.search(r"\bgp\[\s*\d", text), "image.cu reads a geometry column by position"
 
 
 def test_the_tables_are_dense_and_consistent():

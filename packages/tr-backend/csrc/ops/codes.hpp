@@ -54,4 +54,38 @@ constexpr int kNumConvEngines = 3;
 enum class ExternParam : int { POINTER = 0, INT32 = 1, INT64 = 2, FLOAT32 = 3, FLOAT64 = 4 };
 constexpr int kNumExternParams = 5;
 
+// tr.core.ops.IMAGE_GEOM (image_resample/image_jitter's geometry columns)
+enum class GeomCol : int {
+  SLOT = 0,
+  ROI_H = 1,
+  ROI_W = 2,
+  TOP = 3,
+  LEFT = 4,
+  CROP_H = 5,
+  CROP_W = 6,
+  FLIP = 7,
+  ERASE_Y = 8,
+  ERASE_X = 9,
+  ERASE_H = 10,
+  ERASE_W = 11,
+  ROI_Y = 12,
+  ROI_X = 13,
+  OUT_H = 14,
+  OUT_W = 15,
+  OUT_Y = 16,
+  OUT_X = 17,
+  JIT_B = 18,
+  JIT_C = 19,
+  JIT_S = 20,
+  JIT_H = 21,
+  JIT_C1 = 22,
+  JIT_S1 = 23,
+  JIT_ORDER = 24,
+};
+constexpr int kNumGeomCols = 25;
+
+// tr.core.ops.IMAGE_GEOM_COLS: the INT32 width of a geometry row (GeomCol's columns first)
+constexpr int kImageGeomRow = 32;
+static_assert(kNumGeomCols <= kImageGeomRow, "the geometry columns fit a row");
+
 }  // namespace tr::native

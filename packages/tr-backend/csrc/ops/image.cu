@@ -25,14 +25,29 @@ constexpr int kPrec = 14;
 constexpr int kHalf = 1 << (kPrec - 1);
 constexpr int kC = 3;            // decoded images are RGB
 constexpr int kMaxOut = 8;       // output channels (3, or padded)
-constexpr int kGeomCols = 32;    // rules/image.py GEOM_COLS
 constexpr int kMaxTaps = 2 * 64 + 1;      // rules/image.py MAX_SCALE: a crop side at most 64 output sides
 constexpr int kSharedBytes = 40 * 1024;  // the block's u8 intermediate (rules/image.py MAX_TMP_BYTES)
 constexpr int kThreads = 256;
 
-struct Geom {  // rules/image.py GEOM, in order
+struct Geom {  // a sample's geometry row (rules/image.py's GEOM; the columns by name: codes.hpp's GeomCol)
   int slot, roi_h, roi_w, top, left, crop_h, crop_w, flip, ey, ex, eh, ew, roi_y, roi_x, out_h, out_w, out_y, out_x;
 };
+
+// Row b's column c.
+__device__ __forceinline__ int geom_col(const int* gp, GeomCol c) { return gp[static_cast<int>(c)]; }
+
+// Sample b's row of the geometry table.
+__device__ __forceinline__ const int* geom_row(const int* geom, int b) {
+  return geom + static_cast<long long>(b) * kImageGeomRow;
+}
+
+__device__ __forceinline__ Geom geom_of(const int* gp) {
+  using G = GeomCol;
+  auto c = [gp](G k) { return geom_col(gp, k); };
+  return Geom{c(G::SLOT),    c(G::ROI_H),   c(G::ROI_W),   c(G::TOP),     c(G::LEFT),    c(G::CROP_H),
+              c(G::CROP_W),  c(G::FLIP),    c(G::ERASE_Y), c(G::ERASE_X), c(G::ERASE_H), c(G::ERASE_W),
+              c(G::ROI_Y),   c(G::ROI_X),   c(G::OUT_H),   c(G::OUT_W),   c(G::OUT_Y),   c(G::OUT_X)};
+}
 
 // One axis of the resize: crop [in0, in0 + len) of the region to `out` samples (tr.data's build_axis).
 struct Axis {
@@ -167,9 +182,7 @@ __global__ void __launch_bounds__(kThreads) image_resample_kernel(const unsigned
   __shared__ int wy[kMaxTaps];
   __shared__ int red[64];
   const int row = blockIdx.x, b = blockIdx.y;
-  const int* gp = geom + static_cast<long long>(b) * kGeomCols;
-  const Geom g{gp[0], gp[1],  gp[2],  gp[3],  gp[4],  gp[5],  gp[6],  gp[7],  gp[8],
-               gp[9], gp[10], gp[11], gp[12], gp[13], gp[14], gp[15], gp[16], gp[17]};
+  const Geom g = geom_of(geom_row(geom, b));
   // the crop is resized to fh x fw, of which this sample is the oh x ow window at (out_y, out_x)
   const int fh = g.out_h > 0 ? g.out_h : oh, fw = g.out_w > 0 ? g.out_w : ow;
   const unsigned char* img = src + static_cast<long long>(g.slot);
@@ -350,14 +363,15 @@ __global__ void __launch_bounds__(kThreads) image_jitter_kernel(const unsigned c
                                                                 int h, int w, Norm nm) {
   __shared__ long long part[kThreads / 32];
   const int b = blockIdx.x;
-  const int* gp = geom + static_cast<long long>(b) * kGeomCols;
-  const Geom g{gp[0], gp[1],  gp[2],  gp[3],  gp[4],  gp[5],  gp[6],  gp[7],  gp[8],
-               gp[9], gp[10], gp[11], gp[12], gp[13], gp[14], gp[15], gp[16], gp[17]};
+  const int* gp = geom_row(geom, b);
+  const Geom g = geom_of(gp);
+  using G = GeomCol;
   Jit j{};
-  for (int k = 0; k < 4; ++k) j.f[k] = __int_as_float(gp[18 + k]);
-  j.c1 = __int_as_float(gp[22]);
-  j.s1 = __int_as_float(gp[23]);
-  const int code = gp[24];
+  const GeomCol factors[4] = {G::JIT_B, G::JIT_C, G::JIT_S, G::JIT_H};  // the factors' bits, in op-code order
+  for (int k = 0; k < 4; ++k) j.f[k] = __int_as_float(geom_col(gp, factors[k]));
+  j.c1 = __int_as_float(geom_col(gp, G::JIT_C1));
+  j.s1 = __int_as_float(geom_col(gp, G::JIT_S1));
+  const int code = geom_col(gp, G::JIT_ORDER);
   j.pc = -1;
   for (int k = 0; k < 4; ++k) {
     const int op = (code >> (2 * k)) & 3;

@@ -85,6 +85,7 @@ for _p in (str(HERE), str(ROOT / "tools")):
         sys.path.insert(0, _p)
 
 from convergence_report import document, merge, steps_applied, table, write_json  # noqa: E402
+from make_image_folder import SCALE, make_image_folder, parse_area  # noqa: E402
 
 MNIST_MODELS = ("vgg_bn", "resnet_small")
 PRECISIONS = ("fp32", "amp")
@@ -235,12 +236,10 @@ def ensure_folder(a: argparse.Namespace) -> Folder:
     if not _native.jpeg_available():
         raise SystemExit("this tr-data build has no libjpeg-turbo, so tr cannot decode the folder's JPEGs (on the "
                          "H200: carry .devdata/jpeg from tools/fetch_device_jpeg.sh and rebuild)")
-    area = f"_t{a.tiles}_a{a.crop_area[0]:g}-{a.crop_area[1]:g}" if (a.tiles, a.crop_area) != (1, (0.25, 1.0)) else ""
+    area = f"_t{a.tiles}_a{a.crop_area[0]:g}-{a.crop_area[1]:g}" if (a.tiles, a.crop_area) != (1, SCALE) else ""
     root = a.images or Path(tempfile.gettempdir()) / (f"tr_convergence_c{a.classes}_n{a.per_class}_v{a.val_per_class}"
                                                       f"_s{a.min_side}-{a.max_side}{area}")
     if not root.exists():
-        from make_image_folder import make_image_folder
-
         t0 = time.perf_counter()
         tmp = root.with_name(f".{root.name}.{os.getpid()}.tmp")
         n = make_image_folder(tmp, classes=a.classes, per_class=a.per_class, val_per_class=a.val_per_class,
@@ -474,8 +473,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add("--images", type=Path, help="--imagenet: the folder (train/ and val/); made when absent")
     add("--classes", type=int, help="--imagenet: classes of the folder made (default 20)")
     add("--tiles", type=int, help="--imagenet: a class is a cell of a TILES x TILES grid over a photograph (default 2)")
-    add("--crop-area", help="--imagenet: MIN,MAX, each JPEG's crop area as a fraction of its class's cell (default "
-        "0.05,0.3)")
+    add("--crop-area", type=parse_area, help="--imagenet: MIN,MAX, each JPEG's crop area as a fraction of its class's "
+        "cell (default 0.05,0.3)")
     add("--per-class", type=int, help="--imagenet: training JPEGs a class (default 500)")
     add("--val-per-class", type=int, help="--imagenet: validation JPEGs a class (default 50)")
     add("--min-side", type=int, help="--imagenet: the JPEGs' shortest short side (default 144)")
@@ -500,7 +499,7 @@ def settle(a: argparse.Namespace) -> argparse.Namespace:
                      "precisions": "amp" if a.imagenet else ",".join(PRECISIONS),
                      "epochs": 16 if a.imagenet else 10, "warmup_epochs": 2 if a.imagenet else 1}
     full = {"seeds": "0,1,2", "device": "auto", "width": 32, "blocks": 2, "train_limit": 0, "val_limit": 0,
-            "batch": 256, "classes": 20, "tiles": 2, "crop_area": "0.05,0.3", "per_class": 500,
+            "batch": 256, "classes": 20, "tiles": 2, "crop_area": (0.05, 0.3), "per_class": 500,
             "val_per_class": 50, "min_side": 144, "max_side": 176,
             "resolution": 128, "workers": len(os.sched_getaffinity(0))}
     if a.smoke:
@@ -511,11 +510,7 @@ def settle(a: argparse.Namespace) -> argparse.Namespace:
     for k, v in {**full, **part_defaults}.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
-    try:
-        a.crop_area = tuple(float(v) for v in str(a.crop_area).split(","))
-    except ValueError:
-        raise SystemExit(f"--crop-area takes MIN,MAX, got {a.crop_area!r}") from None
-    if len(a.crop_area) != 2 or not 0 < a.crop_area[0] <= a.crop_area[1] <= 1:
+    if not 0 < a.crop_area[0] <= a.crop_area[1] <= 1:
         raise SystemExit(f"--crop-area needs 0 < MIN <= MAX <= 1, got {a.crop_area}")
     for k in ("epochs", "batch", "width", "blocks", "classes", "tiles", "per_class", "val_per_class", "min_side",
               "resolution", "workers"):

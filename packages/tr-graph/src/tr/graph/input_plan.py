@@ -21,7 +21,7 @@ input's answers alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tr.core.dtype import DType
 from tr.core.errors import ConfigError
@@ -48,6 +48,7 @@ class Declare(Protocol):
                  init: Any = ...) -> None: ...
 
 
+@runtime_checkable
 class InputPlan(Protocol):
     """What an input declares to the compiler (module docstring)."""
 
@@ -78,12 +79,9 @@ def declare_images(spec: CompileSpec, info: VariantInfo, ab: str, add: Declare) 
     add(f"data_{ab}", spec.variant_input(info), INPUT_REGIONS[f"{ab}_data"], dtype, pad=pad)
 
 
-PROTOCOL = ("check_spec", "declare_batch", "declare_state", "first_input", "transfer", "epoch_parts")
-
-
 def is_input_plan(obj: Any) -> bool:
     """Whether ``obj`` answers the protocol (a name and every method)."""
-    return isinstance(getattr(obj, "name", None), str) and all(callable(getattr(obj, m, None)) for m in PROTOCOL)
+    return isinstance(obj, InputPlan) and isinstance(obj.name, str)
 
 
 def refuse_other_sides(spec: CompileSpec, name: str, why: str) -> None:
